@@ -27,10 +27,10 @@ inline Status Annotate(const Status& status, const std::string& context) {
 #define LH_CONCAT_(a, b) LH_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status lh_status_ = (expr);        \
-    if (!lh_status_.ok()) return lh_status_;   \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::absl::Status lh_status_ = (expr);      \
+    if (!lh_status_.ok()) return lh_status_; \
   } while (0)
 
 // `lhs` = value of `expr` (a StatusOr<T>), or returns its error.

@@ -1,0 +1,73 @@
+// The site config of one longhauld daemon: which site it is, where it listens, which peer
+// sites it dials, its devices, TLS files and auth token, log level and link tuning.
+// Loaded once at startup from YAML (see configs/ for examples) and validated in full, so
+// that a bad config fails with `file:line:column: key.path: problem` before anything
+// starts, instead of as an obscure failure later.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace longhaul::daemon {
+
+// A site this daemon exchanges tensors with.
+struct PeerConfig {
+  std::string name;     // the peer's site name (also its TLS certificate name)
+  std::string address;  // "host:port"; host is a name, IPv4, or bracketed IPv6
+};
+
+// Mutual TLS. All paths are absolute (resolved against the config file's directory) and
+// named files existed and were readable when the config was loaded.
+struct TlsConfig {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+// Timing of the inter-site links. Ranges are enforced by the loader.
+struct LinkConfig {
+  double heartbeat_interval_seconds = 1.0;  // (0, 3600]
+  double probe_interval_seconds = 10.0;     // (0, 86400]
+  uint64_t probe_bytes = 4 << 20;           // [64 KiB, 1 GiB]
+  double reconnect_initial_seconds = 0.2;   // (0, 60]
+  double reconnect_max_seconds = 10.0;      // >= initial, <= 3600
+};
+
+struct SiteConfig {
+  std::string source;                          // path the config was read from (or the name given)
+  std::string site;                            // [a-z0-9][a-z0-9-]{0,62}; also the TLS cert name
+  std::string peer_listen;                     // host:port (port 0: pick any)
+  std::string control_listen;                  // host:port
+  std::string status_listen;                   // host:port
+  std::vector<PeerConfig> peers;               // may be empty
+  std::string data_dir;                        // absolute; need not exist yet
+  std::vector<std::string> devices = {"cpu"};  // each "cpu" or "cuda:N"
+  std::optional<TlsConfig> tls;                // absent: plaintext
+  std::string token_file;                      // absolute; existed and was non-empty at load
+  std::string log_level = "info";              // trace|debug|info|warn|error
+  LinkConfig links;
+};
+
+// Parses and validates YAML text. `source` names the text in error messages; `base_dir`
+// resolves relative paths (data_dir, tls files, token_file); an empty `base_dir` means the
+// current directory. Errors are InvalidArgument with the message
+// "SOURCE:LINE:COLUMN: KEY.PATH: problem" (1-based line and column). Errors not tied to
+// one key (YAML syntax, an empty document) use the key path "(root)".
+StatusOr<SiteConfig> ParseSiteConfig(const std::string& yaml_text, const std::string& source,
+                                     const std::string& base_dir);
+
+// Reads `path` and parses it with base_dir = the file's directory. A missing file is
+// NotFound, an unreadable one another errno-derived code; both messages name the path.
+StatusOr<SiteConfig> LoadSiteConfig(const std::string& path);
+
+// Reads the bearer token from `path`: its contents with surrounding whitespace trimmed.
+// Errors (naming the path): the file cannot be read (errno-derived code), is empty
+// (InvalidArgument), or holds control or non-ASCII characters, which cannot travel in
+// gRPC metadata (InvalidArgument).
+StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,211 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include "common/log.h"
+#include "common/version.h"
+#include "daemon/http/prometheus.h"
+#include "daemon/peer_security.h"
+#include "daemon/status_pages.h"
+
+namespace longhaul::daemon {
+namespace {
+
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double NowMono() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Replaces the port of "host:port" with `port`.
+std::string WithPort(const std::string& address, int port) {
+  return address.substr(0, address.rfind(':') + 1) + std::to_string(port);
+}
+
+}  // namespace
+
+Daemon::Daemon(SiteConfig config, DaemonOptions options)
+    : config_(std::move(config)), options_(std::move(options)) {
+  if (options_.protocol_version == 0) options_.protocol_version = kProtocolVersion;
+  log_ = MakeSiteLogger(config_.site, config_.log_level);
+  start_unix_ = NowUnix();
+  start_mono_ = NowMono();
+}
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const SiteConfig& config, DaemonOptions options) {
+  std::unique_ptr<Daemon> d(new Daemon(config, std::move(options)));
+  Status s = d->StartAll();
+  if (!s.ok()) {
+    d->Shutdown(0);
+    return Annotate(s, "site '" + config.site + "'");
+  }
+  return d;
+}
+
+Daemon::~Daemon() { Shutdown(); }
+
+Status Daemon::LockDataDir() {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError("data_dir " + config_.data_dir +
+                                         ": cannot create: " + ec.message());
+  }
+  const std::string lock_path = config_.data_dir + "/LOCK";
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) {
+    return absl::FailedPreconditionError(lock_path + ": cannot open: " + strerror(errno));
+  }
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(
+        lock_path + ": held by another longhauld; each daemon needs its own data_dir");
+  }
+  return absl::OkStatus();
+}
+
+Status Daemon::StartAll() {
+  RETURN_IF_ERROR(LockDataDir());
+  if (options_.token.empty()) {
+    ASSIGN_OR_RETURN(options_.token, ReadTokenFile(config_.token_file));
+  }
+  monitor_ = std::make_unique<LinkMonitor>(config_.site);
+  std::set<std::string> peer_names;
+  for (const auto& p : config_.peers) {
+    monitor_->AddPeer(p.name, p.address);
+    peer_names.insert(p.name);
+  }
+
+  // Peer server.
+  PeerServiceOptions pso;
+  pso.site = config_.site;
+  pso.peers = peer_names;
+  pso.tls = config_.tls.has_value();
+  pso.protocol_version = options_.protocol_version;
+  peer_service_ = std::make_unique<PeerServiceImpl>(pso, monitor_.get(), log_);
+  ASSIGN_OR_RETURN(auto creds, PeerServerCredentials(config_.tls));
+  {
+    grpc::ServerBuilder b;
+    b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port must fail, not share
+    b.AddListeningPort(config_.peer_listen, creds, &peer_port_);
+    b.SetMaxReceiveMessageSize(64 << 20);
+    // Wide-area links have large bandwidth-delay products (1 Gbit/s x 100 ms = 12.5 MB):
+    // let HTTP/2 flow control open windows that large instead of throttling the sender.
+    b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
+    b.RegisterService(peer_service_.get());
+    peer_server_ = b.BuildAndStart();
+    if (!peer_server_ || peer_port_ == 0) {
+      return absl::UnavailableError("listen.peer: cannot listen on " + config_.peer_listen +
+                                    " (address in use or not local?)");
+    }
+  }
+
+  // Control server.
+  ControlViews views;
+  views.node_status = [this] { return NodeStatus(); };
+  views.links = [this] { return Links(); };
+  control_service_ = std::make_unique<ControlServiceImpl>(options_.token, views);
+  {
+    grpc::ServerBuilder b;
+    b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    b.AddListeningPort(config_.control_listen, grpc::InsecureServerCredentials(), &control_port_);
+    b.RegisterService(control_service_.get());
+    control_server_ = b.BuildAndStart();
+    if (!control_server_ || control_port_ == 0) {
+      return absl::UnavailableError("listen.control: cannot listen on " + config_.control_listen +
+                                    " (address in use or not local?)");
+    }
+  }
+
+  // Status endpoint.
+  std::map<std::string, http::HttpHandler> pages;
+  pages["/healthz"] = [] { return http::HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
+  pages["/metrics"] = [this] {
+    return http::HttpResponse{200, http::kPrometheusContentType,
+                              RenderMetrics(NodeStatus(), Links(), start_unix_)};
+  };
+  pages["/status"] = [this] {
+    return http::HttpResponse{200, "application/json", RenderStatusJson(NodeStatus(), Links())};
+  };
+  auto status_server = http::StatusServer::Start(config_.status_listen, std::move(pages));
+  if (!status_server.ok()) return Annotate(status_server.status(), "listen.status");
+  status_server_ = std::move(*status_server);
+  status_port_ = status_server_->port();
+
+  for (const auto& p : config_.peers) {
+    PeerLinkOptions o;
+    o.site = config_.site;
+    o.peer = p.name;
+    o.address = p.address;
+    o.tls = config_.tls;
+    o.links = config_.links;
+    o.protocol_version = options_.protocol_version;
+    links_.push_back(std::make_unique<PeerLink>(o, monitor_.get(), log_));
+    links_.back()->Start();
+  }
+  log_->info("serving: peer {} (tls {}), control {}, status http://{}/status; {} peer(s)",
+             WithPort(config_.peer_listen, peer_port_), config_.tls ? "on" : "off",
+             WithPort(config_.control_listen, control_port_),
+             WithPort(config_.status_listen, status_port_), config_.peers.size());
+  return absl::OkStatus();
+}
+
+void Daemon::Shutdown(double grace_seconds) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& l : links_) l->Stop();
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+  if (control_server_) control_server_->Shutdown(deadline);
+  if (peer_server_) peer_server_->Shutdown(deadline);
+  if (status_server_) status_server_->Stop();
+  if (lock_fd_ >= 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+  }
+  if (monitor_) log_->info("stopped");
+}
+
+v1::NodeStatus Daemon::NodeStatus() const {
+  v1::NodeStatus s;
+  s.set_site(config_.site);
+  s.set_version(kBuildVersion);
+  s.set_protocol_version(options_.protocol_version);
+  s.set_uptime_seconds(NowMono() - start_mono_);
+  s.set_peer_listen(WithPort(config_.peer_listen, peer_port_));
+  s.set_control_listen(WithPort(config_.control_listen, control_port_));
+  s.set_status_listen(WithPort(config_.status_listen, status_port_));
+  for (const auto& d : config_.devices) s.add_devices(d);
+  s.set_tls(config_.tls.has_value());
+  uint32_t up = 0;
+  for (const auto& l : monitor_->Snapshot()) up += l.state == v1::LINK_STATE_UP;
+  s.set_peers_up(up);
+  s.set_peers_total(config_.peers.size());
+  return s;
+}
+
+v1::ListLinksResponse Daemon::Links() const {
+  v1::ListLinksResponse r;
+  r.set_site(config_.site);
+  for (const auto& snap : monitor_->Snapshot()) {
+    v1::LinkInfo* l = r.add_links();
+    l->set_peer(snap.peer);
+    l->set_address(snap.address);
+    l->set_state(snap.state);
+    l->set_detail(snap.detail);
+    *l->mutable_outbound() = snap.outbound;
+    *l->mutable_inbound() = snap.inbound;
+    l->set_reconnects(snap.reconnects);
+    l->set_up_seconds(snap.up_seconds);
+  }
+  return r;
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,72 @@
+// Daemon: one longhauld. Owns the peer and control gRPC servers, the status HTTP endpoint,
+// one PeerLink per configured peer and the LinkMonitor they feed. Start() brings everything
+// up or fails with an error naming what could not start; Shutdown() stops dialling, lets
+// in-flight RPCs and HTTP requests finish (bounded by a grace period) and releases the data
+// directory. Several daemons can run in one process (tests).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/logger.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/config.h"
+#include "daemon/control_service.h"
+#include "daemon/http/status_server.h"
+#include "daemon/link_monitor.h"
+#include "daemon/peer_link.h"
+#include "daemon/peer_service.h"
+
+namespace longhaul::daemon {
+
+struct DaemonOptions {
+  // Fault-injection seam: the protocol version this daemon speaks (tests use another one).
+  uint32_t protocol_version = 0;  // 0 = kProtocolVersion
+  // The site's bearer token; empty = read config.token_file.
+  std::string token;
+};
+
+class Daemon {
+ public:
+  static StatusOr<std::unique_ptr<Daemon>> Start(const SiteConfig& config,
+                                                 DaemonOptions options = {});
+  ~Daemon();
+
+  // Idempotent. In-flight RPCs get up to `grace_seconds` to complete.
+  void Shutdown(double grace_seconds = 5.0);
+
+  int peer_port() const { return peer_port_; }
+  int control_port() const { return control_port_; }
+  int status_port() const { return status_port_; }
+  const SiteConfig& config() const { return config_; }
+  LinkMonitor& monitor() { return *monitor_; }
+
+  v1::NodeStatus NodeStatus() const;
+  v1::ListLinksResponse Links() const;
+
+ private:
+  Daemon(SiteConfig config, DaemonOptions options);
+  Status StartAll();
+  Status LockDataDir();
+
+  SiteConfig config_;
+  DaemonOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  double start_unix_ = 0;
+  double start_mono_ = 0;
+  int lock_fd_ = -1;
+  std::unique_ptr<LinkMonitor> monitor_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<ControlServiceImpl> control_service_;
+  std::unique_ptr<grpc::Server> peer_server_;
+  std::unique_ptr<grpc::Server> control_server_;
+  std::unique_ptr<http::StatusServer> status_server_;
+  std::vector<std::unique_ptr<PeerLink>> links_;
+  int peer_port_ = 0, control_port_ = 0, status_port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace longhaul::daemon

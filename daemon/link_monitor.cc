@@ -1,0 +1,121 @@
+#include "daemon/link_monitor.h"
+
+namespace longhaul::daemon {
+
+LinkMonitor::LinkMonitor(std::string site, LinkMonitorOptions options)
+    : site_(std::move(site)), options_(options) {}
+
+void LinkMonitor::AddPeer(const std::string& peer, const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  links_[peer].address = address;
+}
+
+void LinkMonitor::SetState(const std::string& peer, v1::LinkState state,
+                           const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  Link& link = it->second;
+  if (state == v1::LINK_STATE_UP && link.state != v1::LINK_STATE_UP) {
+    if (link.ever_up) ++link.reconnects;
+    link.ever_up = true;
+    link.up_since = Clock::now();
+  }
+  link.state = state;
+  link.detail = state == v1::LINK_STATE_UP ? "" : detail;
+}
+
+void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds) {
+  if (seconds <= 0 || bytes == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  Link& link = it->second;
+  const double sample = static_cast<double>(bytes) / seconds;
+  link.bandwidth =
+      link.bandwidth_samples == 0
+          ? sample
+          : options_.bandwidth_alpha * sample + (1 - options_.bandwidth_alpha) * link.bandwidth;
+  ++link.bandwidth_samples;
+  link.last_bandwidth_sample = Clock::now();
+}
+
+void LinkMonitor::AddRttSample(const std::string& peer, double seconds) {
+  if (seconds < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  Link& link = it->second;
+  link.rtt = link.rtt_samples == 0
+                 ? seconds
+                 : options_.rtt_alpha * seconds + (1 - options_.rtt_alpha) * link.rtt;
+  ++link.rtt_samples;
+}
+
+void LinkMonitor::SetInbound(const std::string& peer, const v1::LinkEstimate& estimate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  it->second.inbound = estimate;
+  // The estimate describes peer -> us, whatever the peer wrote in the names.
+  it->second.inbound.set_from_site(peer);
+  it->second.inbound.set_to_site(site_);
+}
+
+void LinkMonitor::SetProbing(const std::string& peer, bool outbound, bool active) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  (outbound ? it->second.probing_out : it->second.probing_in) = active;
+}
+
+bool LinkMonitor::Probing(const std::string& peer, bool outbound) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return false;
+  return outbound ? it->second.probing_out : it->second.probing_in;
+}
+
+v1::LinkEstimate LinkMonitor::OutboundLocked(const std::string& peer, const Link& link) const {
+  v1::LinkEstimate e;
+  e.set_from_site(site_);
+  e.set_to_site(peer);
+  e.set_bandwidth_bytes_per_second(link.bandwidth);
+  e.set_rtt_seconds(link.rtt);
+  e.set_bandwidth_samples(link.bandwidth_samples);
+  e.set_rtt_samples(link.rtt_samples);
+  if (link.bandwidth_samples > 0) {
+    e.set_last_sample_age_seconds(
+        std::chrono::duration<double>(Clock::now() - link.last_bandwidth_sample).count());
+  }
+  return e;
+}
+
+v1::LinkEstimate LinkMonitor::Outbound(const std::string& peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return {};
+  return OutboundLocked(peer, it->second);
+}
+
+std::vector<LinkSnapshot> LinkMonitor::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LinkSnapshot> out;
+  for (const auto& [peer, link] : links_) {
+    LinkSnapshot s;
+    s.peer = peer;
+    s.address = link.address;
+    s.state = link.state;
+    s.detail = link.detail;
+    s.outbound = OutboundLocked(peer, link);
+    s.inbound = link.inbound;
+    s.reconnects = link.reconnects;
+    if (link.state == v1::LINK_STATE_UP) {
+      s.up_seconds = std::chrono::duration<double>(Clock::now() - link.up_since).count();
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace longhaul::daemon

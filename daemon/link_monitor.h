@@ -1,0 +1,90 @@
+// LinkMonitor: what this daemon knows about each of its peer links: connection state, and
+// bandwidth and RTT estimates of both directions. Probes and heartbeats (and, from the
+// pipeline issue on, real transfers) feed it samples; status pages, the Control API and the
+// compression controller read snapshots. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+struct LinkMonitorOptions {
+  // Weight of a new sample in the exponentially weighted moving averages.
+  double bandwidth_alpha = 0.5;
+  double rtt_alpha = 0.3;
+};
+
+// One link as seen at one instant.
+struct LinkSnapshot {
+  std::string peer;
+  std::string address;
+  v1::LinkState state = v1::LINK_STATE_CONNECTING;
+  std::string detail;
+  v1::LinkEstimate outbound;  // this site -> peer
+  v1::LinkEstimate inbound;   // peer -> this site (as reported by the peer)
+  uint64_t reconnects = 0;
+  double up_seconds = 0;
+};
+
+class LinkMonitor {
+ public:
+  LinkMonitor(std::string site, LinkMonitorOptions options = {});
+
+  // Registers a peer; links of unknown peers are ignored by the other calls.
+  void AddPeer(const std::string& peer, const std::string& address);
+
+  // Records a state change; `detail` says why (shown when the link is not up). Entering UP
+  // after having been up before counts a reconnect.
+  void SetState(const std::string& peer, v1::LinkState state, const std::string& detail = "");
+
+  // `bytes` crossed this site -> peer in `seconds`.
+  void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds);
+  void AddRttSample(const std::string& peer, double seconds);
+  // The peer's own estimate of peer -> this site.
+  void SetInbound(const std::string& peer, const v1::LinkEstimate& estimate);
+
+  // Whether a bandwidth probe is running on the link, outbound (we send) or inbound (the
+  // peer sends). Probes in both directions at once disturb each other (each one's ACKs
+  // queue behind the other's data), so each side checks before probing.
+  void SetProbing(const std::string& peer, bool outbound, bool active);
+  bool Probing(const std::string& peer, bool outbound) const;
+
+  std::vector<LinkSnapshot> Snapshot() const;
+  // The estimate of this site -> peer, as it would be sent to the peer.
+  v1::LinkEstimate Outbound(const std::string& peer) const;
+  const std::string& site() const { return site_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Link {
+    std::string address;
+    v1::LinkState state = v1::LINK_STATE_CONNECTING;
+    std::string detail;
+    double bandwidth = 0;
+    double rtt = 0;
+    uint64_t bandwidth_samples = 0;
+    uint64_t rtt_samples = 0;
+    Clock::time_point last_bandwidth_sample;
+    v1::LinkEstimate inbound;
+    bool probing_out = false;
+    bool probing_in = false;
+    bool ever_up = false;
+    uint64_t reconnects = 0;
+    Clock::time_point up_since;
+  };
+  v1::LinkEstimate OutboundLocked(const std::string& peer, const Link& link) const;
+
+  const std::string site_;
+  const LinkMonitorOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, Link> links_;
+};
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,40 @@
+// How daemons authenticate each other and how the CLI authenticates to a daemon.
+//
+// Peer links: with `tls:` configured, both sides present a certificate signed by the site
+// CA (mutual TLS). The dialling side checks that the server's certificate names the peer it
+// meant to reach (the configured peer name is the TLS target name); the answering side
+// checks, on every call, that the caller's certificate names the site the caller claims to
+// be. Without TLS the claimed name is only checked against the configured peers.
+// Control API: every call carries "authorization: Bearer TOKEN", compared in constant time.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/status.h"
+#include "daemon/config.h"
+
+namespace longhaul::daemon {
+
+// Credentials for the peer gRPC server; reads the TLS files when `tls` is set.
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
+    const std::optional<TlsConfig>& tls);
+
+// A channel to `peer` at `address`, with mutual TLS when `tls` is set.
+StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::optional<TlsConfig>& tls,
+                                                     const std::string& peer,
+                                                     const std::string& address);
+
+// OK if the caller of a Peer RPC may act as `claimed_site`: a configured peer and, with TLS,
+// the name in its certificate. Otherwise PERMISSION_DENIED / UNAUTHENTICATED naming why.
+grpc::Status AuthorizePeerCall(const grpc::ServerContext& context, bool tls,
+                               const std::set<std::string>& peers, const std::string& claimed_site);
+
+// OK if the call carries "authorization: Bearer <token>"; UNAUTHENTICATED otherwise.
+grpc::Status AuthorizeControlCall(const grpc::ServerContext& context, const std::string& token);
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,43 @@
+// The Peer gRPC service: what a daemon answers to other daemons. Hello checks protocol
+// version and both site names; Heartbeat measures RTT (on the caller's side) and swaps link
+// estimates; Probe times the arrival of filler bytes so the caller learns its link's rate.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "daemon/link_monitor.h"
+#include "proto/longhaul.grpc.pb.h"
+
+namespace longhaul::daemon {
+
+struct PeerServiceOptions {
+  std::string site;
+  std::set<std::string> peers;  // configured peer names
+  bool tls = false;
+  // The version this side speaks; tests override it to check rejection.
+  uint32_t protocol_version = 0;
+};
+
+class PeerServiceImpl final : public v1::Peer::Service {
+ public:
+  PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monitor,
+                  std::shared_ptr<spdlog::logger> log);
+
+  grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
+                     v1::HelloResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status Probe(grpc::ServerContext* context, grpc::ServerReader<v1::ProbeChunk>* reader,
+                     v1::ProbeResult* response) override;
+
+ private:
+  const PeerServiceOptions options_;
+  LinkMonitor* const monitor_;
+  std::shared_ptr<spdlog::logger> log_;
+};
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,20 @@
+// The status endpoint's pages, rendered from the daemon's views: /metrics in the Prometheus
+// text format and /status as JSON. Pure functions, so tests can check them directly.
+#pragma once
+
+#include <string>
+
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+// `start_time_unix` is the process start time in seconds since the epoch.
+std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
+                          double start_time_unix);
+
+std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links);
+
+// "up", "down", ... for a link state.
+std::string LinkStateName(v1::LinkState state);
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,291 @@
+// Tests of the site config loader (daemon/config.h): valid configs parse to the expected
+// values with paths resolved, and each kind of malformed config is rejected with an error
+// that names the exact file:line:column and key path.
+#include "daemon/config.h"
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace longhaul::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+void WriteFile(const fs::path& path, const std::string& contents) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << contents;
+}
+
+// $TEST_TMPDIR/config_test/site, holding a token, an empty token and TLS files.
+const std::string& SiteDir() {
+  static const std::string dir = [] {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    fs::path site = fs::path(tmp != nullptr ? tmp : fs::temp_directory_path().string()) /
+                    "config_test" / "site";
+    WriteFile(site / "token", "  s3cret-token\n");
+    WriteFile(site / "empty_token", " \n");
+    WriteFile(site / "certs/ca.pem", "ca");
+    WriteFile(site / "certs/alpha.pem", "cert");
+    WriteFile(site / "certs/alpha.key", "key");
+    return site.string();
+  }();
+  return dir;
+}
+
+StatusOr<SiteConfig> Parse(const std::string& yaml) {
+  return ParseSiteConfig(yaml, "alpha.yaml", SiteDir());
+}
+
+// Lines 1-4 of a minimal valid config; cases replace or append lines.
+const std::string kSite = "site: alpha\n";
+const std::string kListen =
+    "listen: {peer: '127.0.0.1:7101', control: '127.0.0.1:7102', status: '127.0.0.1:7103'}\n";
+const std::string kRest = "data_dir: data\nauth: {token_file: token}\n";
+const std::string kMinimal = kSite + kListen + kRest;
+
+std::string Listen(const std::string& peer, const std::string& control) {
+  return "listen: {peer: '" + peer + "', control: '" + control + "', status: '127.0.0.1:7103'}\n";
+}
+std::string Peers(const std::string& items) { return kMinimal + "peers:\n" + items; }
+
+struct BadCase {
+  std::string yaml;
+  std::string path;     // the key path in the message
+  std::string problem;  // a substring of the problem
+  int line;
+  int column;
+};
+
+TEST_CASE("malformed configs name file, line, column and key path") {
+  const BadCase cases[] = {
+      {"site: alpha\nlisten: [1, 2\n", "(root)", "invalid YAML", 3, 1},
+      {"a: 1\n---\nb: 2\n", "(root)", "expected one YAML document, found 2", 3, 1},
+      {"", "(root)", "the config is empty", 1, 1},
+      {"- site\n- alpha\n", "(root)", "expected a map, got a list", 1, 1},
+      {kMinimal + "sitee: x\n", "sitee", "unknown key 'sitee' (did you mean 'site'?)", 5, 1},
+      {kMinimal + "site: beta\n", "site", "duplicate key", 5, 1},
+      {kMinimal + "links:\n  heartbeat_interval: 2\n", "links.heartbeat_interval",
+       "unknown key 'heartbeat_interval' (did you mean 'heartbeat_interval_seconds'?)", 6, 3},
+      {kListen + kRest, "site", "missing required key", 1, 1},
+      {"site:\n" + kListen + kRest, "site", "expected a string, got nothing", 1, 1},
+      {"site: Alpha\n" + kListen + kRest, "site", "invalid name 'Alpha'", 1, 7},
+      {kSite + "listen:\n  peer: '127.0.0.1:7101'\n  control: '127.0.0.1:7102'\n" + kRest,
+       "listen.status", "missing required key", 3, 3},
+      {kSite + Listen("127.0.0.1:http", "127.0.0.1:7102") + kRest, "listen.peer",
+       "port 'http' is not a number", 2, 16},
+      {kSite + Listen("127.0.0.1:7101", "127.0.0.1:7101") + kRest, "listen.control",
+       "same address as listen.peer", 2, 43},
+      {kSite + Listen("0.0.0.0:7101", "[::1]:7101") + kRest, "listen.control",
+       "same address as listen.peer", 2, 41},
+      {kSite + kListen + "auth: {token_file: token}\n", "data_dir", "missing required key", 1, 1},
+      {kSite + kListen + "data_dir: data\nauth: {}\n", "auth.token_file", "missing required key", 4,
+       7},
+      {kSite + kListen + "data_dir: data\nauth: {token_file: nope}\n", "auth.token_file",
+       "cannot read token file", 4, 20},
+      {kSite + kListen + "data_dir: data\nauth: {token_file: empty_token}\n", "auth.token_file",
+       "is empty", 4, 20},
+      {kMinimal + "peers: beta\n", "peers", "expected a list, got 'beta'", 5, 8},
+      {kMinimal + "peers: [beta]\n", "peers[0]", "expected a map, got 'beta'", 5, 9},
+      {Peers("  - {name: beta, address: 'beta.example:70000'}\n"), "peers[0].address",
+       "port 70000 is out of range 1..65535", 6, 27},
+      {Peers("  - {name: beta, address: 'beta.example:0'}\n"), "peers[0].address",
+       "port 0 is out of range 1..65535", 6, 27},
+      {Peers("  - {name: beta, address: '::1:7201'}\n"), "peers[0].address",
+       "put IPv6 addresses in brackets", 6, 27},
+      {Peers("  - {name: beta, address: '256.1.1.1:7201'}\n"), "peers[0].address",
+       "invalid IPv4 address '256.1.1.1'", 6, 27},
+      {Peers("  - {name: beta, address: 'bad_host!:7201'}\n"), "peers[0].address",
+       "invalid host name 'bad_host!'", 6, 27},
+      {Peers("  - {name: beta, address: '0.0.0.0:7201'}\n"), "peers[0].address",
+       "cannot dial a wildcard address", 6, 27},
+      {Peers("  - {name: beta}\n"), "peers[0].address", "missing required key", 6, 5},
+      {Peers("  - {name: Beta_1, address: 'h:1'}\n"), "peers[0].name", "invalid name 'Beta_1'", 6,
+       12},
+      {Peers("  - {name: alpha, address: 'h:1'}\n"), "peers[0].name", "'alpha' is this site's name",
+       6, 12},
+      {Peers("  - {name: beta, address: 'h:1'}\n  - {name: beta, address: 'h:2'}\n"),
+       "peers[1].name", "duplicate peer name 'beta' (also peers[0])", 7, 12},
+      {Peers("  - {name: beta, address: 'h:1'}\n  - {name: gamma, address: 'H:1'}\n"),
+       "peers[1].address", "duplicate address 'H:1' (also peers[0])", 7, 28},
+      {Peers("  - {name: beta, address: '127.0.0.1:7102'}\n"), "peers[0].address",
+       "this site's own listen address", 6, 27},
+      {kMinimal + "devices: [cpu, gpu0]\n", "devices[1]", "invalid device 'gpu0'", 5, 16},
+      {kMinimal + "devices: [cuda:0, cuda:01]\n", "devices[1]", "invalid device 'cuda:01'", 5, 19},
+      {kMinimal + "devices: [cuda:0, cuda:0]\n", "devices[1]", "duplicate device 'cuda:0'", 5, 19},
+      {kMinimal + "devices: cpu\n", "devices", "expected a list, got 'cpu'", 5, 10},
+      {kMinimal + "devices: []\n", "devices", "must list at least one device", 5, 10},
+      {kMinimal + "tls: {ca: certs/ca.pem, cert: certs/alpha.pem}\n", "tls.key",
+       "missing required key", 5, 6},
+      {kMinimal + "tls: {ca: certs/nope.pem, cert: certs/alpha.pem, key: certs/alpha.key}\n",
+       "tls.ca", "certs/nope.pem' does not exist", 5, 11},
+      {kMinimal + "tls:\n", "tls", "expected a map, got nothing", 5, 1},
+      {kMinimal + "log_level: loud\n", "log_level", "invalid log level 'loud'", 5, 12},
+      {kMinimal + "links: {heartbeat_interval_seconds: 0}\n", "links.heartbeat_interval_seconds",
+       "must be > 0 and <= 3600 seconds, got 0", 5, 37},
+      {kMinimal + "links: {probe_interval_seconds: 1e6}\n", "links.probe_interval_seconds",
+       "must be > 0 and <= 86400 seconds", 5, 33},
+      {kMinimal + "links: {heartbeat_interval_seconds: [1]}\n", "links.heartbeat_interval_seconds",
+       "expected a number, got a list", 5, 37},
+      {kMinimal + "links: {reconnect_initial_seconds: fast}\n", "links.reconnect_initial_seconds",
+       "expected a number, got 'fast'", 5, 36},
+      {kMinimal + "links: {probe_bytes: 1024}\n", "links.probe_bytes",
+       "must be between 65536 (64 KiB) and 1073741824 (1 GiB), got 1024", 5, 22},
+      {kMinimal + "links: {probe_bytes: 65536.5}\n", "links.probe_bytes", "expected a whole number",
+       5, 22},
+      {kMinimal + "links:\n  reconnect_initial_seconds: 5\n  reconnect_max_seconds: 2\n",
+       "links.reconnect_max_seconds", "must be >= reconnect_initial_seconds (5)", 7, 26},
+      {kMinimal + "links:\n  reconnect_initial_seconds: 30\n", "links.reconnect_initial_seconds",
+       "reconnect_max_seconds (10) must be >= reconnect_initial_seconds (30)", 6, 30},
+  };
+  for (const BadCase& c : cases) {
+    CAPTURE(c.yaml);
+    StatusOr<SiteConfig> config = Parse(c.yaml);
+    REQUIRE_FALSE(config.ok());
+    std::string message(config.status().message());
+    CAPTURE(message);
+    CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+    std::string prefix = "alpha.yaml:" + std::to_string(c.line) + ":" + std::to_string(c.column) +
+                         ": " + c.path + ": ";
+    CHECK(message.rfind(prefix, 0) == 0);
+    CHECK(message.find(c.problem, prefix.size()) != std::string::npos);
+  }
+}
+
+TEST_CASE("a minimal config gets the defaults") {
+  StatusOr<SiteConfig> config = Parse(kMinimal);
+  REQUIRE(config.ok());
+  CHECK(config->source == "alpha.yaml");
+  CHECK(config->site == "alpha");
+  CHECK(config->peer_listen == "127.0.0.1:7101");
+  CHECK(config->control_listen == "127.0.0.1:7102");
+  CHECK(config->status_listen == "127.0.0.1:7103");
+  CHECK(config->peers.empty());
+  CHECK(config->data_dir == (fs::path(SiteDir()) / "data").string());
+  CHECK(config->devices == std::vector<std::string>{"cpu"});
+  CHECK_FALSE(config->tls.has_value());
+  CHECK(config->token_file == (fs::path(SiteDir()) / "token").string());
+  CHECK(config->log_level == "info");
+  CHECK(config->links.heartbeat_interval_seconds == 1.0);
+  CHECK(config->links.probe_interval_seconds == 10.0);
+  CHECK(config->links.probe_bytes == 4u << 20);
+  CHECK(config->links.reconnect_initial_seconds == 0.2);
+  CHECK(config->links.reconnect_max_seconds == 10.0);
+}
+
+TEST_CASE("a full config with tls, peers and links") {
+  const std::string yaml = R"(# site alpha
+site: alpha
+listen:
+  peer: 0.0.0.0:7101
+  control: 127.0.0.1:7102
+  status: '[::]:7103'
+peers:
+  - name: beta
+    address: beta.dc2.example.com:7201
+  - name: gamma-2
+    address: '[2001:db8::7]:7301'
+  - name: delta
+    address: 10.0.0.4:7401
+data_dir: /var/lib/longhaul
+devices: [cuda:0, cuda:1]
+tls:
+  ca: certs/ca.pem
+  cert: certs/alpha.pem
+  key: certs/alpha.key
+auth:
+  token_file: token
+log_level: debug
+links:
+  heartbeat_interval_seconds: 0.5
+  probe_interval_seconds: 30
+  probe_bytes: 1048576
+  reconnect_initial_seconds: 1
+  reconnect_max_seconds: 60
+)";
+  StatusOr<SiteConfig> config = Parse(yaml);
+  REQUIRE(config.ok());
+  CHECK(config->peer_listen == "0.0.0.0:7101");
+  CHECK(config->status_listen == "[::]:7103");
+  REQUIRE(config->peers.size() == 3);
+  CHECK(config->peers[0].name == "beta");
+  CHECK(config->peers[0].address == "beta.dc2.example.com:7201");
+  CHECK(config->peers[1].name == "gamma-2");
+  CHECK(config->peers[1].address == "[2001:db8::7]:7301");
+  CHECK(config->peers[2].address == "10.0.0.4:7401");
+  CHECK(config->data_dir == "/var/lib/longhaul");
+  CHECK(config->devices == std::vector<std::string>{"cuda:0", "cuda:1"});
+  REQUIRE(config->tls.has_value());
+  CHECK(config->tls->ca_file == (fs::path(SiteDir()) / "certs/ca.pem").string());
+  CHECK(config->tls->cert_file == (fs::path(SiteDir()) / "certs/alpha.pem").string());
+  CHECK(config->tls->key_file == (fs::path(SiteDir()) / "certs/alpha.key").string());
+  CHECK(config->log_level == "debug");
+  CHECK(config->links.heartbeat_interval_seconds == 0.5);
+  CHECK(config->links.probe_interval_seconds == 30.0);
+  CHECK(config->links.probe_bytes == 1048576u);
+  CHECK(config->links.reconnect_initial_seconds == 1.0);
+  CHECK(config->links.reconnect_max_seconds == 60.0);
+}
+
+TEST_CASE("listen addresses may all use port 0") {
+  std::string yaml = kSite + Listen("127.0.0.1:0", "127.0.0.1:0") + kRest + "peers:\n";
+  StatusOr<SiteConfig> config = Parse(yaml);
+  REQUIRE(config.ok());
+  CHECK(config->control_listen == "127.0.0.1:0");
+  CHECK(config->peers.empty());
+}
+
+TEST_CASE("LoadSiteConfig resolves paths against the config file's directory") {
+  fs::path dir = fs::path(SiteDir()).parent_path() / "load";
+  // data_dir with "..", a trailing '/', and files in other directories.
+  WriteFile(dir / "conf/alpha.yaml", kSite + kListen +
+                                         "data_dir: ../data/alpha/\n"
+                                         "auth: {token_file: ../site/token}\n"
+                                         "tls: {ca: ca.pem, cert: ca.pem, key: ca.pem}\n");
+  WriteFile(dir / "conf/ca.pem", "ca");
+  WriteFile(dir / "site/token", "t\n");
+  std::string path = (dir / "conf/alpha.yaml").string();
+  StatusOr<SiteConfig> config = LoadSiteConfig(path);
+  REQUIRE(config.ok());
+  CHECK(config->source == path);
+  CHECK(config->data_dir == (dir / "data/alpha").string());
+  CHECK(config->token_file == (dir / "site/token").string());
+  CHECK(config->tls->ca_file == (dir / "conf/ca.pem").string());
+
+  // Errors name the file as given.
+  WriteFile(dir / "conf/token", "t\n");
+  WriteFile(dir / "conf/bad.yaml", kMinimal + "log_level: loud\n");
+  StatusOr<SiteConfig> bad = LoadSiteConfig((dir / "conf/bad.yaml").string());
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()).rfind((dir / "conf/bad.yaml:5:12: ").string(), 0) == 0);
+}
+
+TEST_CASE("LoadSiteConfig on a missing file names it") {
+  std::string path = SiteDir() + "/no-such.yaml";
+  StatusOr<SiteConfig> config = LoadSiteConfig(path);
+  REQUIRE_FALSE(config.ok());
+  CHECK(config.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(config.status().message()).find(path) != std::string::npos);
+}
+
+TEST_CASE("ReadTokenFile trims whitespace and rejects empty or binary tokens") {
+  StatusOr<std::string> token = ReadTokenFile(SiteDir() + "/token");
+  REQUIRE(token.ok());
+  CHECK(*token == "s3cret-token");
+
+  StatusOr<std::string> empty = ReadTokenFile(SiteDir() + "/empty_token");
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(empty.status().message()).find("is empty") != std::string::npos);
+
+  WriteFile(fs::path(SiteDir()) / "two_lines", "abc\ndef\n");
+  CHECK_FALSE(ReadTokenFile(SiteDir() + "/two_lines").ok());
+
+  StatusOr<std::string> missing = ReadTokenFile(SiteDir() + "/nope");
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace longhaul::daemon

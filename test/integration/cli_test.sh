@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The binaries as an operator uses them: longhauld from a YAML config, the CLI's commands,
+# output formats and exit codes (3 = daemon unreachable, 4 = token refused), --check on a
+# bad config, and a clean exit on SIGTERM.
+set -euo pipefail
+
+LONGHAULD=daemon/longhauld
+LONGHAUL=tools/cli/longhaul
+work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli.XXXXXX")
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pp=$(port); cp=$(port); sp=$(port)
+echo "s3cret" >"$work/token"
+echo "wrong" >"$work/wrong"
+cat >"$work/site.yaml" <<YAML
+site: alpha
+listen:
+  peer: 127.0.0.1:$pp
+  control: 127.0.0.1:$cp
+  status: 127.0.0.1:$sp
+peers:
+  - name: beta
+    address: 127.0.0.1:1
+data_dir: $work/data
+auth:
+  token_file: token
+YAML
+
+# --help works everywhere.
+$LONGHAUL --help | grep -q "node" || fail "longhaul --help does not list commands"
+$LONGHAUL links --help | grep -qi "bandwidth" || fail "longhaul links --help"
+$LONGHAULD --help | grep -q -- "--config" || fail "longhauld --help"
+
+# --check accepts the good config and rejects a bad one, naming file, line and column.
+$LONGHAULD --config "$work/site.yaml" --check | grep -q valid || fail "--check on a good config"
+sed 's/^site: alpha/site: Alpha!/' "$work/site.yaml" >"$work/bad.yaml"
+set +e
+out=$($LONGHAULD --config "$work/bad.yaml" --check 2>&1); rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "--check on a bad config exited $rc, expected 2"
+echo "$out" | grep -q "bad.yaml:1:7: site" || fail "bad config error lacks file:line:col: $out"
+
+$LONGHAULD --config "$work/site.yaml" --log-level warn 2>"$work/daemon.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  $LONGHAUL --config "$work/site.yaml" node status >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+$LONGHAUL --config "$work/site.yaml" node status | grep -q "alpha" || fail "node status"
+$LONGHAUL --addr "127.0.0.1:$cp" --token-file "$work/token" links | grep -q "beta" \
+  || fail "links table"
+$LONGHAUL --config "$work/site.yaml" links -o json | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["site"] == "alpha" and d["links"][0]["peer"] == "beta", d' || fail "links -o json"
+curl -sf "http://127.0.0.1:$sp/healthz" | grep -q ok || fail "/healthz"
+curl -sf "http://127.0.0.1:$sp/metrics" | promtool check metrics || fail "promtool on /metrics"
+
+set +e
+$LONGHAUL --addr "127.0.0.1:$cp" --token-file "$work/wrong" links 2>"$work/err"; rc=$?
+set -e
+[ "$rc" -eq 4 ] || fail "a wrong token exited $rc, expected 4"
+grep -q "refused the token" "$work/err" || fail "wrong-token message: $(cat "$work/err")"
+
+kill -TERM $pid
+wait $pid || fail "longhauld did not exit cleanly on SIGTERM"
+grep -q "finishing in-flight" "$work/daemon.log" || fail "no shutdown line after SIGTERM"
+
+set +e
+$LONGHAUL --config "$work/site.yaml" --timeout 1 links 2>"$work/err"; rc=$?
+set -e
+[ "$rc" -eq 3 ] || fail "an unreachable daemon exited $rc, expected 3"
+grep -q "unreachable" "$work/err" || fail "unreachable message: $(cat "$work/err")"
+echo "PASS"

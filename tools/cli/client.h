@@ -1,0 +1,51 @@
+// How the CLI reaches a daemon: the control address and bearer token come from flags, the
+// environment (LONGHAUL_ADDR, LONGHAUL_TOKEN_FILE) or a site config (--config), in that order.
+// Errors map to distinct exit codes so scripts can tell "down" from "refused".
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "proto/longhaul.grpc.pb.h"
+
+namespace longhaul::cli {
+
+enum ExitCode {
+  kExitOk = 0,
+  kExitError = 1,
+  kExitUsage = 2,
+  kExitUnreachable = 3,
+  kExitRefused = 4,
+};
+
+struct ClientOptions {
+  std::string addr;
+  std::string token_file;
+  std::string config;  // a site config to take addr and token_file from
+  double timeout_seconds = 5;
+  std::string output = "table";  // table | json
+};
+
+class ControlClient {
+ public:
+  // Resolves the address and reads the token; on failure prints why and returns nullptr.
+  static std::unique_ptr<ControlClient> Connect(const ClientOptions& options);
+
+  // A context with the token and deadline set.
+  std::unique_ptr<grpc::ClientContext> Context() const;
+  v1::Control::Stub& stub() { return *stub_; }
+  const std::string& addr() const { return addr_; }
+
+  // Prints a clear message for a failed call and returns the exit code for it.
+  int Fail(const grpc::Status& status, const std::string& what) const;
+
+ private:
+  std::string addr_;
+  std::string token_;
+  double timeout_seconds_ = 5;
+  std::unique_ptr<v1::Control::Stub> stub_;
+};
+
+}  // namespace longhaul::cli

@@ -1,0 +1,91 @@
+#include "tools/cli/node_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <iostream>
+
+#include "daemon/status_pages.h"
+#include "tools/cli/format.h"
+
+namespace longhaul::cli {
+namespace {
+
+void PrintJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  std::cout << out;
+}
+
+int NodeStatus(const ClientOptions& options) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::NodeStatus s;
+  grpc::Status st = client->stub().GetNodeStatus(client->Context().get(), {}, &s);
+  if (!st.ok()) return client->Fail(st, "node status");
+  if (options.output == "json") {
+    PrintJson(s);
+    return kExitOk;
+  }
+  std::string devices;
+  for (const auto& d : s.devices()) devices += (devices.empty() ? "" : ", ") + d;
+  Table t({"FIELD", "VALUE"});
+  t.AddRow({"site", s.site()});
+  t.AddRow({"version", s.version() + " (protocol " + std::to_string(s.protocol_version()) + ")"});
+  t.AddRow({"uptime", FormatDuration(s.uptime_seconds())});
+  t.AddRow({"peer listen", s.peer_listen() + (s.tls() ? " (mutual TLS)" : " (plaintext)")});
+  t.AddRow({"control listen", s.control_listen()});
+  t.AddRow({"status", "http://" + s.status_listen() + "/status"});
+  t.AddRow({"devices", devices});
+  t.AddRow({"peers up", std::to_string(s.peers_up()) + " of " + std::to_string(s.peers_total())});
+  std::cout << t.str();
+  return kExitOk;
+}
+
+int Links(const ClientOptions& options) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::ListLinksResponse r;
+  grpc::Status st = client->stub().ListLinks(client->Context().get(), {}, &r);
+  if (!st.ok()) return client->Fail(st, "links");
+  if (options.output == "json") {
+    PrintJson(r);
+    return kExitOk;
+  }
+  if (r.links().empty()) {
+    std::cout << "site " << r.site() << " has no peers configured\n";
+    return kExitOk;
+  }
+  Table t({"PEER", "ADDRESS", "STATE", "OUT BANDWIDTH", "IN BANDWIDTH", "RTT", "UP FOR",
+           "RECONNECTS", "DETAIL"});
+  for (const auto& l : r.links()) {
+    t.AddRow({l.peer(), l.address(), daemon::LinkStateName(l.state()),
+              FormatBitRate(l.outbound().bandwidth_bytes_per_second()),
+              FormatBitRate(l.inbound().bandwidth_bytes_per_second()),
+              FormatSeconds(l.outbound().rtt_seconds()),
+              l.up_seconds() > 0 ? FormatDuration(l.up_seconds()) : "-",
+              std::to_string(l.reconnects()), l.detail()});
+  }
+  std::cout << "links of site " << r.site() << " (OUT: " << r.site()
+            << " -> peer, measured here; IN: peer -> " << r.site() << ", measured by the peer)\n"
+            << t.str();
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddNodeCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
+  auto* node = app.add_subcommand("node", "Commands about the daemon itself");
+  node->require_subcommand(1);
+  auto* status = node->add_subcommand("status", "Show the daemon's site, listeners and peers");
+  status->callback([&options, exit_code] { *exit_code = NodeStatus(options); });
+
+  auto* links = app.add_subcommand(
+      "links", "Show each peer link: state, measured bandwidth both ways, RTT, reconnects");
+  links->callback([&options, exit_code] { *exit_code = Links(options); });
+}
+
+}  // namespace longhaul::cli
