@@ -18,5 +18,9 @@ if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   echo "test.sh: bazel test exited $status (build failure?)"
 fi
 rm -f "$log"
+
+# Formatting is part of the suite: one more check.
+if tools/lint.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
+
 echo "$passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]
