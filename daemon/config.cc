@@ -39,7 +39,8 @@ struct Entry {
 using Fields = std::map<std::string, Entry, std::less<>>;
 
 const std::vector<absl::string_view> kTopKeys = {
-    "site", "listen", "peers", "data_dir", "devices", "tls", "auth", "log_level", "links"};
+    "site", "listen", "peers",     "data_dir", "devices",
+    "tls",  "auth",   "log_level", "links",    "memory_limit_mb"};
 const std::vector<absl::string_view> kListenKeys = {"peer", "control", "status"};
 const std::vector<absl::string_view> kPeerKeys = {"name", "address"};
 const std::vector<absl::string_view> kTlsKeys = {"ca", "cert", "key"};
@@ -194,6 +195,16 @@ class Walker {
     }
     if (auto it = top.find("links"); it != top.end() && !it->second.value.IsNull()) {
       RETURN_IF_ERROR(ParseLinks(it->second, &config.links));
+    }
+    if (auto it = top.find("memory_limit_mb"); it != top.end()) {
+      ASSIGN_OR_RETURN(std::string text, Scalar(it->second, "memory_limit_mb", "a number"));
+      StatusOr<uint64_t> value = ParseWholeNumber(text);
+      RETURN_IF_ERROR(Check(value.status(), it->second, "memory_limit_mb"));
+      if (*value < 1 || *value > (uint64_t{1} << 30)) {
+        return Error(it->second, "memory_limit_mb",
+                     absl::StrCat("must be between 1 and 1073741824 MiB, got ", text));
+      }
+      config.memory_limit_bytes = static_cast<int64_t>(*value) << 20;
     }
     return config;
   }

@@ -49,6 +49,7 @@ struct SiteConfig {
   std::optional<TlsConfig> tls;                // absent: plaintext
   std::string token_file;                      // absolute; existed and was non-empty at load
   std::string log_level = "info";              // trace|debug|info|warn|error
+  int64_t memory_limit_bytes = 0;  // memory_limit_mb: what job stages may allocate (0: no limit)
   LinkConfig links;
 };
 

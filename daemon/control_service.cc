@@ -4,8 +4,72 @@
 
 namespace longhaul::daemon {
 
-ControlServiceImpl::ControlServiceImpl(std::string token, ControlViews views)
-    : token_(std::move(token)), views_(std::move(views)) {}
+ControlServiceImpl::ControlServiceImpl(std::string token, ControlViews views, JobHost* jobs)
+    : token_(std::move(token)), views_(std::move(views)), jobs_(jobs) {}
+
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+}  // namespace
+
+grpc::Status ControlServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                           const v1::SubmitJobRequest* request,
+                                           v1::SubmitJobResponse* response) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->Submit(*request);
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::GetJob(grpc::ServerContext* context,
+                                        const v1::GetJobRequest* request, v1::JobStatus* response) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->GetJob(request->job_id(), request->max_losses());
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
+                                          v1::ListJobsResponse* response) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  *response = jobs_->ListJobs();
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::CancelJob(grpc::ServerContext* context,
+                                           const v1::CancelJobRequest* request,
+                                           v1::CancelJobResponse* response) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->Cancel(request->job_id());
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status ControlServiceImpl::ExportJob(grpc::ServerContext* context,
+                                           const v1::ExportJobRequest* request,
+                                           grpc::ServerWriter<v1::ExportChunk>* writer) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  return ToGrpc(jobs_->Export(request->job_id(),
+                              [&](const std::string& bytes, uint64_t total) -> absl::Status {
+                                v1::ExportChunk c;
+                                c.set_total_bytes(total);
+                                c.set_data(bytes);
+                                if (!writer->Write(c)) return absl::CancelledError("client left");
+                                return absl::OkStatus();
+                              }));
+}
 
 grpc::Status ControlServiceImpl::GetNodeStatus(grpc::ServerContext* context,
                                                const v1::NodeStatusRequest*,

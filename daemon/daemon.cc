@@ -83,13 +83,21 @@ Status Daemon::StartAll() {
     peer_names.insert(p.name);
   }
 
+  JobHostOptions jo;
+  jo.site = config_.site;
+  jo.data_dir = config_.data_dir;
+  jo.tls = config_.tls;
+  for (const auto& p : config_.peers) jo.peers[p.name] = p.address;
+  jo.memory_limit_bytes = config_.memory_limit_bytes;
+  jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
+
   // Peer server.
   PeerServiceOptions pso;
   pso.site = config_.site;
   pso.peers = peer_names;
   pso.tls = config_.tls.has_value();
   pso.protocol_version = options_.protocol_version;
-  peer_service_ = std::make_unique<PeerServiceImpl>(pso, monitor_.get(), log_);
+  peer_service_ = std::make_unique<PeerServiceImpl>(pso, monitor_.get(), jobs_.get(), log_);
   ASSIGN_OR_RETURN(auto creds, PeerServerCredentials(config_.tls));
   {
     grpc::ServerBuilder b;
@@ -111,7 +119,7 @@ Status Daemon::StartAll() {
   ControlViews views;
   views.node_status = [this] { return NodeStatus(); };
   views.links = [this] { return Links(); };
-  control_service_ = std::make_unique<ControlServiceImpl>(options_.token, views);
+  control_service_ = std::make_unique<ControlServiceImpl>(options_.token, views, jobs_.get());
   {
     grpc::ServerBuilder b;
     b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -139,6 +147,7 @@ Status Daemon::StartAll() {
   status_server_ = std::move(*status_server);
   status_port_ = status_server_->port();
 
+  jobs_->RestoreJobs();
   for (const auto& p : config_.peers) {
     PeerLinkOptions o;
     o.site = config_.site;
@@ -161,6 +170,7 @@ void Daemon::Shutdown(double grace_seconds) {
   if (shut_down_) return;
   shut_down_ = true;
   for (auto& l : links_) l->Stop();
+  if (jobs_) jobs_->Shutdown();
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
   if (control_server_) control_server_->Shutdown(deadline);

@@ -16,6 +16,7 @@
 #include "daemon/config.h"
 #include "daemon/control_service.h"
 #include "daemon/http/status_server.h"
+#include "daemon/job/job_host.h"
 #include "daemon/link_monitor.h"
 #include "daemon/peer_link.h"
 #include "daemon/peer_service.h"
@@ -43,6 +44,7 @@ class Daemon {
   int status_port() const { return status_port_; }
   const SiteConfig& config() const { return config_; }
   LinkMonitor& monitor() { return *monitor_; }
+  JobHost& jobs() { return *jobs_; }
 
   v1::NodeStatus NodeStatus() const;
   v1::ListLinksResponse Links() const;
@@ -59,6 +61,7 @@ class Daemon {
   double start_mono_ = 0;
   int lock_fd_ = -1;
   std::unique_ptr<LinkMonitor> monitor_;
+  std::unique_ptr<JobHost> jobs_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<ControlServiceImpl> control_service_;
   std::unique_ptr<grpc::Server> peer_server_;

@@ -2,8 +2,10 @@
 // APIs and the status endpoint, and keeps links to the configured peers measured.
 // Under systemd (Type=notify) it reports READY once serving and STOPPING on SIGTERM, then
 // completes in-flight RPCs before exiting.
+#include <fcntl.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -12,6 +14,17 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!write(g_signal_pipe[1], &b, 1);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"longhauld: the longhaul site daemon (one per datacenter)"};
@@ -40,13 +53,19 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // Signals are taken synchronously by this thread; every thread started later inherits the
-  // mask, so none of them is interrupted.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM and SIGINT may land on any thread (libraries such as OpenBLAS start threads
+  // before main), so the handler only writes the signal number to a pipe that this thread
+  // reads.
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) {
+    std::perror("longhauld: pipe");
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   auto daemon = longhaul::daemon::Daemon::Start(*config);
@@ -57,8 +76,9 @@ int main(int argc, char** argv) {
   }
   sd_notifyf(0, "READY=1\nSTATUS=serving site %s", config->site.c_str());
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  unsigned char sig = 0;
+  while (read(g_signal_pipe[0], &sig, 1) != 1) {
+  }
   sd_notify(0, "STOPPING=1\nSTATUS=stopping");
   std::cerr << "longhauld: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
             << ": finishing in-flight requests\n";

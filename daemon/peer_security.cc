@@ -91,6 +91,22 @@ grpc::Status AuthorizePeerCall(const grpc::ServerContext& context, bool tls,
       "certificate names [" + got + "], but the caller claims to be site '" + claimed_site + "'");
 }
 
+grpc::Status AuthorizeAnyPeer(const grpc::ServerContext& context, bool tls,
+                              const std::set<std::string>& peers) {
+  if (!tls) return grpc::Status::OK;
+  auto auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "no verified client certificate");
+  }
+  for (const char* property : {"x509_subject_alternative_name", "x509_common_name"}) {
+    for (const auto& v : auth->FindPropertyValues(property)) {
+      if (peers.count(std::string(v.data(), v.size()))) return grpc::Status::OK;
+    }
+  }
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      "the caller's certificate names no configured peer");
+}
+
 grpc::Status AuthorizeControlCall(const grpc::ServerContext& context, const std::string& token) {
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");

@@ -34,6 +34,12 @@ StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::optional<TlsConf
 grpc::Status AuthorizePeerCall(const grpc::ServerContext& context, bool tls,
                                const std::set<std::string>& peers, const std::string& claimed_site);
 
+// OK if the caller is one of `peers`: without TLS any caller passes (the claimed names in
+// the messages are checked against the configuration by the callee), with TLS its
+// certificate must name a configured peer.
+grpc::Status AuthorizeAnyPeer(const grpc::ServerContext& context, bool tls,
+                              const std::set<std::string>& peers);
+
 // OK if the call carries "authorization: Bearer <token>"; UNAUTHENTICATED otherwise.
 grpc::Status AuthorizeControlCall(const grpc::ServerContext& context, const std::string& token);
 

@@ -1,5 +1,7 @@
 #include "daemon/peer_service.h"
 
+#include <xxhash.h>
+
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -9,9 +11,9 @@
 
 namespace longhaul::daemon {
 
-PeerServiceImpl::PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monitor,
+PeerServiceImpl::PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monitor, JobHost* jobs,
                                  std::shared_ptr<spdlog::logger> log)
-    : options_(std::move(options)), monitor_(monitor), log_(std::move(log)) {}
+    : options_(std::move(options)), monitor_(monitor), jobs_(jobs), log_(std::move(log)) {}
 
 grpc::Status PeerServiceImpl::Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                                     v1::HelloResponse* response) {
@@ -102,6 +104,118 @@ grpc::Status PeerServiceImpl::Probe(grpc::ServerContext* context,
   response->set_arrival_span_seconds(
       std::chrono::duration<double>(arrivals.back().first - arrivals[i].first).count());
   return grpc::Status::OK;
+}
+
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// Tensors larger than this are refused before anything is allocated.
+constexpr uint64_t kMaxTensorBytes = uint64_t{2} << 30;
+
+}  // namespace
+
+grpc::Status PeerServiceImpl::SendFrames(grpc::ServerContext* context,
+                                         grpc::ServerReader<v1::TensorFrame>* reader,
+                                         v1::FrameAck* response) {
+  v1::TensorFrame frame, first;
+  std::vector<uint8_t> payload;
+  uint32_t expected_chunk = 0;
+  uint64_t frames = 0, bytes = 0;
+  while (reader->Read(&frame)) {
+    ++frames;
+    bytes += frame.payload().size();
+    if (frame.chunk_index() == 0) {
+      grpc::Status auth =
+          AuthorizePeerCall(*context, options_.tls, options_.peers, frame.from_site());
+      if (!auth.ok()) return auth;
+      if (frame.encoded_size() > kMaxTensorBytes || frame.chunk_count() == 0) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "tensor frame: encoded size " + std::to_string(frame.encoded_size()) +
+                                " or chunk count " + std::to_string(frame.chunk_count()) +
+                                " out of range");
+      }
+      first = frame;
+      first.clear_payload();
+      payload.clear();
+      payload.reserve(frame.encoded_size());
+      expected_chunk = 0;
+    }
+    if (frame.chunk_index() != expected_chunk || frame.job_id() != first.job_id() ||
+        frame.chunk_offset() != payload.size() ||
+        payload.size() + frame.payload().size() > first.encoded_size()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "tensor frame out of sequence (chunk " +
+                              std::to_string(frame.chunk_index()) + ", expected " +
+                              std::to_string(expected_chunk) + ")");
+    }
+    payload.insert(payload.end(), frame.payload().begin(), frame.payload().end());
+    ++expected_chunk;
+    if (expected_chunk == first.chunk_count()) {
+      if (payload.size() != first.encoded_size() ||
+          XXH64(payload.data(), payload.size(), 0) != first.checksum()) {
+        return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            "tensor frame checksum or size mismatch (job " + first.job_id() + ")");
+      }
+      const absl::Status s = jobs_->Deliver(first, std::move(payload));
+      if (!s.ok()) {
+        log_->warn("refused a tensor from {}: {}", first.from_site(), std::string(s.message()));
+        return ToGrpc(s);
+      }
+      payload = {};
+    }
+  }
+  response->set_frames_received(frames);
+  response->set_bytes_received(bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::AssignStage(grpc::ServerContext* context,
+                                          const v1::StageAssignment* request,
+                                          v1::AssignResponse* response) {
+  grpc::Status auth =
+      AuthorizePeerCall(*context, options_.tls, options_.peers, request->coordinator());
+  if (!auth.ok()) return auth;
+  auto r = jobs_->AssignStage(*request);
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::ReportStep(grpc::ServerContext* context,
+                                         const v1::StepReport* request,
+                                         v1::StepDecision* response) {
+  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->ReportStep(*request);
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::ControlJob(grpc::ServerContext* context,
+                                         const v1::JobCommand* request,
+                                         v1::JobCommandResponse* response) {
+  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->ControlJob(*request);
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::FetchFragment(grpc::ServerContext* context,
+                                            const v1::FetchFragmentRequest* request,
+                                            grpc::ServerWriter<v1::TensorFrame>* writer) {
+  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
+  if (!auth.ok()) return auth;
+  return ToGrpc(jobs_->FetchFragment(*request, [&](const v1::TensorFrame& f) -> absl::Status {
+    if (!writer->Write(f)) return absl::CancelledError("the caller went away");
+    return absl::OkStatus();
+  }));
 }
 
 }  // namespace longhaul::daemon

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "daemon/job/job_host.h"
 #include "daemon/link_monitor.h"
 #include "proto/longhaul.grpc.pb.h"
 
@@ -24,7 +25,7 @@ struct PeerServiceOptions {
 
 class PeerServiceImpl final : public v1::Peer::Service {
  public:
-  PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monitor,
+  PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monitor, JobHost* jobs,
                   std::shared_ptr<spdlog::logger> log);
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
@@ -33,10 +34,21 @@ class PeerServiceImpl final : public v1::Peer::Service {
                          v1::HeartbeatResponse* response) override;
   grpc::Status Probe(grpc::ServerContext* context, grpc::ServerReader<v1::ProbeChunk>* reader,
                      v1::ProbeResult* response) override;
+  grpc::Status SendFrames(grpc::ServerContext* context, grpc::ServerReader<v1::TensorFrame>* reader,
+                          v1::FrameAck* response) override;
+  grpc::Status AssignStage(grpc::ServerContext* context, const v1::StageAssignment* request,
+                           v1::AssignResponse* response) override;
+  grpc::Status ReportStep(grpc::ServerContext* context, const v1::StepReport* request,
+                          v1::StepDecision* response) override;
+  grpc::Status ControlJob(grpc::ServerContext* context, const v1::JobCommand* request,
+                          v1::JobCommandResponse* response) override;
+  grpc::Status FetchFragment(grpc::ServerContext* context, const v1::FetchFragmentRequest* request,
+                             grpc::ServerWriter<v1::TensorFrame>* writer) override;
 
  private:
   const PeerServiceOptions options_;
   LinkMonitor* const monitor_;
+  JobHost* const jobs_;
   std::shared_ptr<spdlog::logger> log_;
 };
 

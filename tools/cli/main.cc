@@ -5,6 +5,8 @@
 
 #include "common/version.h"
 #include "tools/cli/client.h"
+#include "tools/cli/job_commands.h"
+#include "tools/cli/model_commands.h"
 #include "tools/cli/node_commands.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +30,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int exit_code = kExitOk;
   AddNodeCommands(app, options, &exit_code);
+  AddModelCommands(app, &exit_code);
+  AddJobCommands(app, options, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

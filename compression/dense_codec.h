@@ -1,0 +1,27 @@
+// Dense value codecs: every value of a float tensor encoded as fp32, fp16, bf16 or block
+// quantized q8/q4/q2 (see kernels.h for the quantized layout). The encoded size depends only
+// on the spec and the value count, so a decoder knows exactly how many bytes to expect.
+// NaN and infinity are rejected on encode and on decode, and so are values a format cannot
+// hold within its error bound (|x| >= 65520 for fp16); see docs/compression.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/status.h"
+#include "compression/codec_spec.h"
+
+namespace longhaul::compression {
+
+// Bytes EncodeDense writes for n values.
+uint64_t DenseEncodedSize(const ValueSpec& spec, uint64_t n);
+
+// Encodes `in` into exactly DenseEncodedSize(spec, in.size()) bytes at `out`.
+// `seed` drives stochastic rounding (ignored otherwise). Errors name the bad value's index.
+Status EncodeDense(const ValueSpec& spec, std::span<const float> in, uint64_t seed, uint8_t* out);
+
+// Decodes out.size() values. REQUIRES nothing of `in`: its size must equal
+// DenseEncodedSize(spec, out.size()) or an error is returned. The output is finite.
+Status DecodeDense(const ValueSpec& spec, std::span<const uint8_t> in, std::span<float> out);
+
+}  // namespace longhaul::compression

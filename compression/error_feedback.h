@@ -1,0 +1,39 @@
+// Error feedback for tensors sent repeatedly (weight gradients, tied-embedding gradients):
+// whatever the codec drops or rounds away in one send is carried in a residual buffer and
+// added to the next send, so nothing is lost for good, only delayed. With top-k this is what
+// makes aggressive sparsification converge (Stich et al., "Sparsified SGD with memory").
+//
+// One ErrorFeedback per (link, tensor): it owns the residual of one tensor shape.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "compression/codec.h"
+
+namespace longhaul::compression {
+
+class ErrorFeedback {
+ public:
+  // REQUIRES: `codec` outlives this object.
+  explicit ErrorFeedback(const Codec* codec) : codec_(codec) {}
+
+  // Encodes values + residual as a frame (frame.h) into *frame, then sets the residual to
+  // (values + residual) - decode(frame). The first call, and any call whose tensor size
+  // differs from the last one, starts from a zero residual. On error the residual is kept.
+  Status EncodeFrame(std::span<const float> values, std::span<const int64_t> shape,
+                     const EncodeOptions& options, std::vector<uint8_t>* frame);
+
+  // Drops the carried error (after a checkpoint restore, or when the codec changes).
+  void Reset() { residual_.clear(); }
+
+  const std::vector<float>& residual() const { return residual_; }
+
+ private:
+  const Codec* codec_;
+  std::vector<float> residual_;
+};
+
+}  // namespace longhaul::compression

@@ -1,0 +1,497 @@
+#include "daemon/job/coordinator.h"
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_join.h"
+#include "compression/controller.h"
+#include "model/checkpoint.h"
+#include "model/file_io.h"
+#include "model/layout.h"
+#include "model/optimizer.h"
+#include "scheduler/placement.h"
+
+namespace longhaul::daemon {
+namespace {
+
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool Terminal(v1::JobState s) {
+  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+// Errors that retrying will not fix.
+bool Permanent(const Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+         s.code() == absl::StatusCode::kResourceExhausted ||
+         s.code() == absl::StatusCode::kFailedPrecondition ||
+         s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kUnimplemented;
+}
+
+// How many rollbacks a job may take before it is declared failed.
+constexpr uint32_t kMaxAttempts = 50;
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, JobSpec spec,
+                                                           const std::string& job_id) {
+  for (const auto& site : spec.sites) {
+    if (!env.channel(site)) {
+      return absl::InvalidArgumentError(spec.job.source + ": sites: unknown site '" + site +
+                                        "' (neither this site nor one of its peers)");
+    }
+  }
+  {
+    ASSIGN_OR_RETURN(auto controller, compression::Controller::Create());
+    auto floor = controller.FindRung(spec.floor);
+    if (!floor.ok()) return Annotate(floor.status(), spec.job.source + ": compression.floor");
+    auto codec = controller.FindRung(spec.codec);
+    if (!codec.ok()) return Annotate(codec.status(), spec.job.source + ": compression.codec");
+  }
+  scheduler::PlacementRequest pr;
+  pr.model = spec.job.model;
+  pr.sites = spec.sites;
+  ASSIGN_OR_RETURN(auto plan, scheduler::MakeEvenSplitPlacer()->Place(pr));
+
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
+  v1::JobStatus& r = c->record_;
+  r.set_job_id(job_id);
+  r.set_name(c->spec_.job.name);
+  r.set_state(v1::JOB_STATE_PENDING);
+  r.set_total_steps(c->spec_.job.steps);
+  r.set_coordinator(c->env_.site);
+  r.set_submitted_unix(NowUnix());
+  r.set_attempt(1);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    v1::StageInfo* s = r.add_stages();
+    s->set_index(i);
+    s->set_site(plan[i].site);
+    s->set_layer_begin(plan[i].layer_begin);
+    s->set_layer_end(plan[i].layer_end);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(c->env_.job_dir, ec);
+  RETURN_IF_ERROR(model::WriteFileAtomically(c->env_.job_dir + "/job.yaml", c->spec_.yaml));
+  {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    c->PersistLocked();
+  }
+  // The first assignment is synchronous, so that a job no site can run (too large for a
+  // site's memory, a backend a site lacks) is refused to the submitter right away.
+  if (!c->AssignAll()) {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    if (c->record_.state() == v1::JOB_STATE_FAILED) {
+      return absl::FailedPreconditionError(c->record_.detail());
+    }
+  }
+  c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
+  c->env_.log->info("job {} ({}): {} stage(s) on {}, {} steps", job_id, c->spec_.job.name,
+                    plan.size(), absl::StrJoin(c->spec_.sites, ","), c->spec_.job.steps);
+  return c;
+}
+
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) {
+  std::string data;
+  {
+    std::ifstream in(env.job_dir + "/job.pb", std::ios::binary);
+    if (!in) return absl::NotFoundError("no job record in " + env.job_dir);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    data = ss.str();
+  }
+  v1::JobStatus record;
+  if (!record.ParseFromString(data)) {
+    return absl::DataLossError(env.job_dir + "/job.pb: not a job record");
+  }
+  std::ifstream in(env.job_dir + "/job.yaml");
+  std::stringstream yaml;
+  yaml << in.rdbuf();
+  const std::string base = std::filesystem::path(env.job_dir).parent_path().parent_path();
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml.str(), env.job_dir + "/job.yaml", base));
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
+  c->record_ = record;
+  if (!Terminal(record.state())) {
+    c->record_.set_state(v1::JOB_STATE_RECOVERING);
+    c->record_.set_detail("coordinator restarted; resuming from step " +
+                          std::to_string(record.committed_step()));
+    c->need_assign_ = true;
+    c->env_.log->info("job {}: {}", record.job_id(), c->record_.detail());
+  }
+  c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
+  return c;
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Coordinator::PersistLocked() {
+  const Status s =
+      model::WriteFileAtomically(env_.job_dir + "/job.pb", record_.SerializeAsString());
+  if (!s.ok())
+    env_.log->error("job {}: cannot persist: {}", record_.job_id(), std::string(s.message()));
+}
+
+void Coordinator::SetState(v1::JobState state, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Terminal(record_.state())) return;
+  if (record_.state() != state || record_.detail() != detail) {
+    env_.log->info("job {}: {}{}{}", record_.job_id(), v1::JobState_Name(state),
+                   detail.empty() ? "" : ": ", detail);
+  }
+  record_.set_state(state);
+  record_.set_detail(detail);
+  PersistLocked();
+  cv_.notify_all();
+}
+
+bool Coordinator::AssignAll() {
+  v1::StageAssignment a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    a.set_job_id(record_.job_id());
+    a.set_job_yaml(spec_.yaml);
+    a.set_coordinator(env_.site);
+    a.set_attempt(record_.attempt());
+    *a.mutable_stages() = record_.stages();
+    a.set_resume_step(record_.committed_step());
+    stage_final_.clear();
+    stage_checkpoint_.clear();
+  }
+  // Last stage first: every receiver exists before its sender starts.
+  for (int i = a.stages_size() - 1; i >= 0; --i) {
+    a.set_stage(i);
+    SiteChannel* ch = env_.channel(a.stages(i).site());
+    Status s = ch ? Status() : absl::NotFoundError("unknown site " + a.stages(i).site());
+    if (s.ok()) {
+      auto r = ch->AssignStage(a, 120);
+      if (r.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        record_.mutable_stages(i)->set_memory_bytes(r->memory_bytes());
+        continue;
+      }
+      s = r.status();
+    }
+    StopAttempt();
+    if (Permanent(s)) {
+      SetState(v1::JOB_STATE_FAILED, std::string(s.message()));
+      for (const auto& st : a.stages()) {
+        if (SiteChannel* c = env_.channel(st.site())) {
+          v1::JobCommand cancel;
+          cancel.set_job_id(a.job_id());
+          cancel.set_kind(v1::JobCommand::KIND_CANCEL);
+          (void)c->ControlJob(cancel, 5);
+        }
+      }
+    } else {
+      SetState(v1::JOB_STATE_RECOVERING,
+               "cannot assign stage " + std::to_string(i) + ": " + std::string(s.message()));
+    }
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  need_assign_ = false;
+  failed_checks_ = 0;
+  record_.set_state(v1::JOB_STATE_RUNNING);
+  record_.set_detail("");
+  PersistLocked();
+  return true;
+}
+
+void Coordinator::StopAttempt() {
+  v1::JobCommand stop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop.set_job_id(record_.job_id());
+    stop.set_attempt(record_.attempt());
+  }
+  stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
+  for (const auto& st : spec_.sites) {
+    if (SiteChannel* c = env_.channel(st)) (void)c->ControlJob(stop, 3);
+  }
+}
+
+std::string Coordinator::CheckStages(bool* all_finished) {
+  v1::JobCommand ping;
+  uint32_t attempt;
+  std::vector<std::string> sites;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ping.set_job_id(record_.job_id());
+    attempt = record_.attempt();
+    for (const auto& s : record_.stages()) sites.push_back(s.site());
+  }
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  ping.set_attempt(attempt);
+  *all_finished = true;
+  for (const auto& site : sites) {
+    SiteChannel* c = env_.channel(site);
+    if (!c) return "site '" + site + "' is unknown";
+    auto r = c->ControlJob(ping, 3);
+    if (!r.ok()) return "site '" + site + "' is unreachable: " + std::string(r.status().message());
+    if (!r->error().empty()) return "site '" + site + "' failed: " + r->error();
+    if (r->attempt() != attempt || (!r->running() && !r->finished())) {
+      return "site '" + site + "' lost its stage (restarted?)";
+    }
+    *all_finished = *all_finished && r->finished();
+  }
+  return "";
+}
+
+void Coordinator::Run() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return shutdown_; });
+      if (shutdown_) return;
+      if (Terminal(record_.state())) return;
+    }
+    bool need_assign;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      need_assign = need_assign_;
+    }
+    bool all_finished = false;
+    if (!need_assign) {
+      const std::string problem = CheckStages(&all_finished);
+      if (problem.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        failed_checks_ = 0;
+        continue;
+      }
+      int failures;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        failures = ++failed_checks_;
+      }
+      if (failures < 2) continue;  // one missed ping is not yet a failure
+      env_.log->warn("job {}: {}; rolling back", record_.job_id(), problem);
+      StopAttempt();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        need_assign_ = true;
+      }
+      SetState(v1::JOB_STATE_RECOVERING, problem);
+      continue;
+    }
+    // Recovering: every site must answer before the job restarts from the committed step.
+    bool reachable = true;
+    std::string waiting;
+    for (const auto& site : spec_.sites) {
+      SiteChannel* c = env_.channel(site);
+      v1::JobCommand ping;
+      ping.set_job_id(record_.job_id());
+      ping.set_kind(v1::JobCommand::KIND_PING);
+      if (!c || !c->ControlJob(ping, 3).ok()) {
+        reachable = false;
+        waiting = site;
+        break;
+      }
+    }
+    if (!reachable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      record_.set_detail("waiting for site '" + waiting + "' to come back; will resume from step " +
+                         std::to_string(record_.committed_step()));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (record_.attempt() >= kMaxAttempts) {
+        record_.set_state(v1::JOB_STATE_FAILED);
+        record_.set_detail("gave up after " + std::to_string(kMaxAttempts) + " attempts");
+        PersistLocked();
+        cv_.notify_all();
+        return;
+      }
+      record_.set_attempt(record_.attempt() + 1);
+      // Steps after the committed one are redone; forget their losses.
+      const uint64_t keep = record_.committed_step() - record_.losses_offset();
+      while (static_cast<uint64_t>(record_.losses_size()) > keep)
+        record_.mutable_losses()->RemoveLast();
+      record_.set_step(record_.committed_step());
+      PersistLocked();
+      cv_.notify_all();  // releases barrier waiters of the old attempt
+      env_.log->info("job {}: attempt {} resumes from step {}", record_.job_id(), record_.attempt(),
+                     record_.committed_step());
+    }
+    AssignAll();
+  }
+}
+
+StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep) {
+  std::unique_lock<std::mutex> lock(mu_);
+  v1::StepDecision stop;
+  stop.set_stop(true);
+  if (rep.attempt() != record_.attempt() || Terminal(record_.state())) {
+    stop.set_detail(Terminal(record_.state()) ? "job " + v1::JobState_Name(record_.state())
+                                              : "attempt superseded");
+    return stop;
+  }
+  const uint32_t n = record_.stages_size();
+  uint64_t& ck = stage_checkpoint_[rep.stage()];
+  ck = std::max(ck, rep.checkpoint_step());
+  if (stage_checkpoint_.size() == n) {
+    uint64_t committed = UINT64_MAX;
+    for (const auto& [stage, step] : stage_checkpoint_) committed = std::min(committed, step);
+    if (committed > record_.committed_step()) {
+      record_.set_committed_step(committed);
+      PersistLocked();
+    }
+  }
+  if (rep.step() >= record_.total_steps()) {  // a stage finished
+    stage_final_[rep.stage()] = true;
+    if (stage_final_.size() == n && record_.committed_step() >= record_.total_steps()) {
+      record_.set_state(v1::JOB_STATE_COMPLETED);
+      record_.set_detail("");
+      PersistLocked();
+      env_.log->info("job {}: completed, final loss {:.4f}", record_.job_id(), record_.loss());
+      cv_.notify_all();
+    }
+    v1::StepDecision d;
+    d.set_grad_scale(1);
+    d.set_committed_step(record_.committed_step());
+    return d;
+  }
+  const auto key = std::make_pair(rep.attempt(), rep.step());
+  Barrier& b = barriers_[key];
+  b.reports[rep.stage()] = rep;
+  if (b.reports.size() == n && !b.decided) {
+    std::vector<double> sums;
+    for (const auto& [stage, r] : b.reports) {
+      model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()}, &sums);
+    }
+    const float norm = model::GradNorm(sums);
+    b.decision.set_grad_scale(model::ClipScale(norm, spec_.job.optimizer.grad_clip));
+    b.decision.set_committed_step(record_.committed_step());
+    b.decided = true;
+    // Progress.
+    const v1::StepReport& last = b.reports.rbegin()->second;
+    const double now = NowUnix();
+    const double step_time = last_step_time_ > 0 ? now - last_step_time_ : last.step_seconds();
+    last_step_time_ = now;
+    record_.set_step(rep.step() + 1);
+    record_.set_loss(last.loss());
+    record_.add_losses(last.loss());
+    record_.set_step_seconds(step_time);
+    if (step_time > 0) record_.set_tokens_per_second(last.tokens() / step_time);
+    record_.set_eta_seconds(step_time * (record_.total_steps() - record_.step()));
+    record_.clear_links();
+    for (const auto& [stage, r] : b.reports) {
+      v1::StageInfo* s = record_.mutable_stages(stage);
+      s->set_compute_seconds(r.compute_seconds());
+      s->set_wait_seconds(r.wait_seconds());
+      s->set_step_seconds(r.step_seconds());
+      for (const auto& l : r.links()) *record_.add_links() = l;
+    }
+    PersistLocked();
+    // Barriers two steps back have no waiters left.
+    for (auto it = barriers_.begin(); it != barriers_.end();) {
+      it = (it->first.first < rep.attempt() || it->first.second + 2 < rep.step())
+               ? barriers_.erase(it)
+               : std::next(it);
+    }
+    cv_.notify_all();
+  }
+  cv_.wait(lock, [&] {
+    auto it = barriers_.find(key);
+    return shutdown_ || record_.attempt() != rep.attempt() || Terminal(record_.state()) ||
+           it == barriers_.end() || it->second.decided;
+  });
+  auto it = barriers_.find(key);
+  if (shutdown_ || record_.attempt() != rep.attempt() || Terminal(record_.state()) ||
+      it == barriers_.end()) {
+    stop.set_detail("attempt ended");
+    return stop;
+  }
+  return it->second.decision;
+}
+
+v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::JobStatus s = record_;
+  if (max_losses > 0 && static_cast<uint32_t>(s.losses_size()) > max_losses) {
+    const int drop = s.losses_size() - static_cast<int>(max_losses);
+    s.mutable_losses()->erase(s.mutable_losses()->begin(), s.mutable_losses()->begin() + drop);
+    s.set_losses_offset(s.losses_offset() + drop);
+  }
+  return s;
+}
+
+StatusOr<v1::JobState> Coordinator::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Terminal(record_.state())) return record_.state();
+    record_.set_state(v1::JOB_STATE_CANCELLED);
+    record_.set_detail("cancelled by the user at step " + std::to_string(record_.step()));
+    PersistLocked();
+    cv_.notify_all();
+  }
+  v1::JobCommand cancel;
+  cancel.set_job_id(record_.job_id());
+  cancel.set_kind(v1::JobCommand::KIND_CANCEL);
+  for (const auto& site : spec_.sites) {
+    if (SiteChannel* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
+  }
+  env_.log->info("job {}: cancelled", record_.job_id());
+  return v1::JOB_STATE_CANCELLED;
+}
+
+Status Coordinator::Export(
+    const std::function<Status(const std::string& bytes, uint64_t total)>& sink) {
+  v1::JobStatus r = GetStatus(1);
+  if (r.committed_step() == 0) {
+    return absl::FailedPreconditionError("job " + r.job_id() + " has no committed checkpoint yet");
+  }
+  const model::GPT2Config& config = spec_.job.model;
+  std::vector<float> params(model::NumParameters(config));
+  for (const auto& st : r.stages()) {
+    model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
+    std::vector<float> flat(layout.total());
+    SiteChannel* c = env_.channel(st.site());
+    if (!c) return absl::NotFoundError("unknown site " + st.site());
+    v1::FetchFragmentRequest req;
+    req.set_job_id(r.job_id());
+    req.set_step(r.committed_step());
+    uint64_t got = 0;
+    RETURN_IF_ERROR(c->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+      const uint64_t off = f.chunk_offset(), n = f.payload().size();
+      if (off % 4 || n % 4 || off + n > flat.size() * sizeof(float)) {
+        return absl::DataLossError("fragment from " + st.site() + ": chunk out of range");
+      }
+      std::memcpy(reinterpret_cast<char*>(flat.data()) + off, f.payload().data(), n);
+      got += n;
+      return absl::OkStatus();
+    }));
+    if (got != flat.size() * sizeof(float)) {
+      return absl::DataLossError("fragment from " + st.site() + ": got " + std::to_string(got) +
+                                 " bytes, expected " + std::to_string(flat.size() * 4));
+    }
+    layout.InsertIntoModel(flat.data(), params.data());
+  }
+  const std::string path = env_.job_dir + "/export.bin";
+  RETURN_IF_ERROR(model::WriteCheckpoint(path, config, params.data()));
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  std::filesystem::remove(path);
+  const size_t chunk = 1 << 20;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    RETURN_IF_ERROR(sink(bytes.substr(off, chunk), bytes.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::daemon

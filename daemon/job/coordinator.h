@@ -1,0 +1,88 @@
+// Coordinator: the daemon a job was submitted to drives it. It places the job's layers on
+// its sites (through the Placer seam; an even split for now), assigns every site its stage,
+// runs the per-step barrier (global gradient-norm clipping, loss, committed checkpoints),
+// watches the stages, and recovers: when a site or link fails it stops the attempt, waits
+// until every site answers again, and restarts all stages from the last committed step
+// under a new attempt number (frames of older attempts are dropped). Its record is persisted
+// in the data directory, so a restarted coordinator picks its jobs up where they stood.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/job_spec.h"
+#include "daemon/job/site_channel.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+struct CoordinatorEnv {
+  std::string site;                                         // this daemon
+  std::function<SiteChannel*(const std::string&)> channel;  // null for an unknown site
+  std::string job_dir;                                      // this job's directory here
+  std::shared_ptr<spdlog::logger> log;
+};
+
+class Coordinator {
+ public:
+  // A new job: validates it against the sites, places it, persists it, starts driving it.
+  static StatusOr<std::unique_ptr<Coordinator>> Submit(CoordinatorEnv env, JobSpec spec,
+                                                       const std::string& job_id);
+  // A job found in the data directory after a restart.
+  static StatusOr<std::unique_ptr<Coordinator>> Restore(CoordinatorEnv env);
+  ~Coordinator();
+
+  // The barrier: blocks until every stage reported this step (or the attempt ends).
+  StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report);
+  v1::JobStatus GetStatus(uint32_t max_losses) const;
+  StatusOr<v1::JobState> Cancel();
+  // Streams an llm.c checkpoint of the model at the last committed step.
+  Status Export(const std::function<Status(const std::string& bytes, uint64_t total)>& sink);
+  // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
+  void Shutdown();
+
+ private:
+  Coordinator(CoordinatorEnv env, JobSpec spec) : env_(std::move(env)), spec_(std::move(spec)) {}
+  void Run();
+  // Assigns every stage for the current attempt; false on failure (state updated).
+  bool AssignAll();
+  // Pings every stage; returns "" when all run the current attempt, else what is wrong.
+  std::string CheckStages(bool* all_finished);
+  void StopAttempt();
+  void SetState(v1::JobState state, const std::string& detail);
+  void PersistLocked();
+  void NotifyAll();
+
+  CoordinatorEnv env_;
+  JobSpec spec_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  v1::JobStatus record_;
+  bool need_assign_ = true;
+  bool shutdown_ = false;
+  int failed_checks_ = 0;
+  // Barrier of the step in progress.
+  struct Barrier {
+    uint32_t attempt = 0;
+    uint64_t step = 0;
+    std::map<uint32_t, v1::StepReport> reports;
+    bool decided = false;
+    v1::StepDecision decision;
+  };
+  std::map<std::pair<uint32_t, uint64_t>, Barrier> barriers_;
+  std::map<uint32_t, uint64_t> stage_checkpoint_;  // stage -> newest durable checkpoint
+  std::map<uint32_t, bool> stage_final_;
+  double last_step_time_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace longhaul::daemon

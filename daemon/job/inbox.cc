@@ -1,0 +1,96 @@
+#include "daemon/job/inbox.h"
+
+#include <chrono>
+
+namespace longhaul::daemon {
+
+std::string TensorKey::DebugString() const {
+  return "attempt " + std::to_string(attempt) + " step " + std::to_string(step) + " microbatch " +
+         std::to_string(microbatch) + " kind " +
+         v1::TensorKind_Name(static_cast<v1::TensorKind>(kind)) + " tensor " +
+         std::to_string(tensor_id);
+}
+
+TensorKey KeyOf(const v1::TensorFrame& frame) {
+  return {frame.attempt(), frame.step(), frame.microbatch(), static_cast<int>(frame.kind()),
+          frame.tensor_id()};
+}
+
+Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const size_t size = tensor.payload.size();
+  // A tensor larger than the whole inbox is admitted alone rather than never.
+  cv_.wait(lock, [&] {
+    return closed_ || key.attempt < attempt_ || bytes_ == 0 || bytes_ + size <= capacity_;
+  });
+  if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
+  if (key.attempt < attempt_) {
+    return absl::FailedPreconditionError("stale tensor (" + key.DebugString() +
+                                         "): the job is at attempt " + std::to_string(attempt_));
+  }
+  if (!seen_.insert(key).second) {
+    ++duplicates_;
+    return absl::OkStatus();
+  }
+  bytes_ += size;
+  tensors_.emplace(key, std::move(tensor));
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+StatusOr<ReceivedTensor> Inbox::Take(const TensorKey& key, double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
+  const bool ready = cv_.wait_until(
+      lock, deadline, [&] { return closed_ || key.attempt < attempt_ || tensors_.count(key) > 0; });
+  if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
+  if (key.attempt < attempt_) return absl::AbortedError("attempt superseded");
+  if (!ready) {
+    return absl::DeadlineExceededError("waited " + std::to_string(timeout_seconds) + " s for " +
+                                       key.DebugString());
+  }
+  auto it = tensors_.find(key);
+  ReceivedTensor t = std::move(it->second);
+  bytes_ -= t.payload.size();
+  tensors_.erase(it);
+  cv_.notify_all();
+  return t;
+}
+
+void Inbox::StartAttempt(uint32_t attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attempt <= attempt_ && !(attempt == 0 && attempt_ == 0)) return;
+  attempt_ = attempt;
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    if (it->first.attempt < attempt) {
+      bytes_ -= it->second.payload.size();
+      it = tensors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    it = it->attempt < attempt ? seen_.erase(it) : std::next(it);
+  }
+  cv_.notify_all();
+}
+
+void Inbox::Close(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  close_reason_ = reason;
+  cv_.notify_all();
+}
+
+size_t Inbox::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+uint64_t Inbox::duplicates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return duplicates_;
+}
+
+}  // namespace longhaul::daemon

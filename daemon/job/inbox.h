@@ -1,0 +1,75 @@
+// Inbox: where one job's incoming tensors wait for the stage executor. Frames arrive on Peer
+// SendFrames streams (one tensor may span several chunks); once a tensor is whole and its
+// checksum holds, it is filed under its key until the executor takes it. The inbox is
+// bounded in bytes: a sender that runs ahead is held back (the gRPC stream stops being
+// read, so TCP pushes back) rather than growing memory. Duplicates (a sender retrying after
+// a dropped connection) are recognised by key and dropped, so nothing is processed twice.
+#pragma once
+
+#include <compare>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+struct TensorKey {
+  uint32_t attempt = 0;
+  uint64_t step = 0;
+  uint32_t microbatch = 0;
+  int kind = 0;  // v1::TensorKind
+  uint32_t tensor_id = 0;
+  auto operator<=>(const TensorKey&) const = default;
+  std::string DebugString() const;
+};
+
+TensorKey KeyOf(const v1::TensorFrame& frame);
+
+struct ReceivedTensor {
+  std::string from_site;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> payload;  // the encoded tensor (compression frame)
+};
+
+class Inbox {
+ public:
+  explicit Inbox(size_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+  // Files a whole tensor. Blocks while the inbox is over capacity, until space frees up,
+  // the attempt is superseded or the inbox is closed. A key seen before is dropped (OK).
+  Status Put(const TensorKey& key, ReceivedTensor tensor);
+
+  // Waits for `key`. Fails when the inbox is closed or the key's attempt is superseded, or
+  // when `timeout_seconds` pass (DEADLINE_EXCEEDED).
+  StatusOr<ReceivedTensor> Take(const TensorKey& key, double timeout_seconds);
+
+  // Drops everything of attempts before `attempt` and refuses them from now on.
+  void StartAttempt(uint32_t attempt);
+  // Wakes every waiter with an error; later Puts and Takes fail.
+  void Close(const std::string& reason);
+
+  size_t bytes() const;
+  uint64_t duplicates() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<TensorKey, ReceivedTensor> tensors_;
+  std::set<TensorKey> seen_;  // every key ever filed in the current attempt
+  size_t bytes_ = 0;
+  uint32_t attempt_ = 0;
+  bool closed_ = false;
+  std::string close_reason_;
+  uint64_t duplicates_ = 0;
+};
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,90 @@
+// JobHost: a daemon's job side. It keeps the jobs this daemon coordinates (Coordinator) and
+// the stage this site runs for each job (StageRunner with its Inbox and senders), answers
+// the job calls of the Control and Peer APIs, and, after a restart, picks up the jobs it
+// coordinated from the data directory. Stages are never restarted on their own: after a
+// restart a site waits for its coordinator to roll the job back and assign it again.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "daemon/config.h"
+#include "daemon/job/coordinator.h"
+#include "daemon/job/inbox.h"
+#include "daemon/job/site_channel.h"
+#include "daemon/job/stage_runner.h"
+#include "daemon/link_monitor.h"
+
+namespace longhaul::daemon {
+
+struct JobHostOptions {
+  std::string site;
+  std::string data_dir;
+  std::optional<TlsConfig> tls;
+  std::map<std::string, std::string> peers;  // name -> peer address
+  int64_t memory_limit_bytes = 0;            // 0 = no limit
+  size_t inbox_capacity_bytes = 256 << 20;
+  double throttle_seconds = 0;  // debug knob: slow this site's compute
+};
+
+class JobHost {
+ public:
+  JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<spdlog::logger> log);
+  ~JobHost();
+
+  // Resumes the jobs this daemon coordinated before a restart.
+  void RestoreJobs();
+  void Shutdown();
+
+  // ---- Control API ----
+  StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request);
+  StatusOr<v1::JobStatus> GetJob(const std::string& job_id, uint32_t max_losses);
+  v1::ListJobsResponse ListJobs();
+  StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id);
+  Status Export(const std::string& job_id,
+                const std::function<Status(const std::string&, uint64_t)>& sink);
+
+  // ---- Peer API ----
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a);
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r);
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c);
+  Status FetchFragment(const v1::FetchFragmentRequest& req,
+                       const std::function<Status(const v1::TensorFrame&)>& sink);
+  // A whole tensor received on SendFrames (`first` carries its metadata).
+  Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload);
+
+  // The channel to `site` (this daemon or a configured peer); null when unknown.
+  SiteChannel* Channel(const std::string& site);
+  // Fault injection: extra compute seconds per microbatch for stages started from now on.
+  void set_throttle(double seconds);
+
+ private:
+  struct Stage {
+    v1::StageAssignment assignment;
+    std::unique_ptr<Inbox> inbox;
+    std::unique_ptr<StageRunner> runner;
+    bool cancelled = false;
+    int64_t B = 0, T = 0, C = 0, Vp = 0;
+  };
+  std::string JobDir(const std::string& job_id) const;
+  std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
+
+  const JobHostOptions options_;
+  LinkMonitor* const monitor_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::mutex mu_;  // guards the maps; never held across a call to another site
+  std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;
+  std::map<std::string, std::shared_ptr<Stage>> stages_;
+  std::map<std::string, std::unique_ptr<SiteChannel>> channels_;
+  std::mutex assign_mu_;  // one assignment at a time
+  double throttle_seconds_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace longhaul::daemon

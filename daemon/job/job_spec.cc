@@ -1,0 +1,82 @@
+#include "daemon/job/job_spec.h"
+
+#include <set>
+
+#include "model/yaml_walker.h"
+
+namespace longhaul::daemon {
+
+const char* CompressionModeName(CompressionMode mode) {
+  switch (mode) {
+    case CompressionMode::kOff:
+      return "off";
+    case CompressionMode::kFixed:
+      return "fixed";
+    default:
+      return "adaptive";
+  }
+}
+
+StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& source,
+                               const std::string& base_dir) {
+  JobSpec spec;
+  spec.yaml = yaml;
+  ASSIGN_OR_RETURN(spec.job, model::ParseJob(yaml, source, base_dir));
+  model::YamlWalker w(source);
+  ASSIGN_OR_RETURN(auto root, w.Root(yaml));
+  const auto& node = root.value;
+  // model::ParseJob has checked the top level; read the pipeline keys.
+  model::YamlWalker::Entry sites_entry{}, comp_entry{};
+  bool have_sites = false, have_comp = false;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    if (key == "sites") {
+      sites_entry = {it->first, it->second, "sites"};
+      have_sites = true;
+    } else if (key == "compression") {
+      comp_entry = {it->first, it->second, "compression"};
+      have_comp = true;
+    }
+  }
+  if (!have_sites) return w.Missing(root, "sites");
+  if (!sites_entry.value.IsSequence() || sites_entry.value.size() == 0) {
+    return w.Error(sites_entry, "expected a non-empty list of site names, in pipeline order");
+  }
+  std::set<std::string> seen;
+  for (size_t i = 0; i < sites_entry.value.size(); ++i) {
+    model::YamlWalker::Entry e{sites_entry.key, sites_entry.value[i],
+                               "sites[" + std::to_string(i) + "]"};
+    ASSIGN_OR_RETURN(std::string site, w.String(e));
+    if (!seen.insert(site).second) return w.Error(e, "site '" + site + "' is listed twice");
+    spec.sites.push_back(site);
+  }
+  if (static_cast<int>(spec.sites.size()) > spec.job.model.num_layers) {
+    return w.Error(sites_entry, "more sites (" + std::to_string(spec.sites.size()) +
+                                    ") than layers (" + std::to_string(spec.job.model.num_layers) +
+                                    ")");
+  }
+  if (have_comp) {
+    ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor"}));
+    if (auto it = fields.find("mode"); it != fields.end()) {
+      ASSIGN_OR_RETURN(std::string mode, w.String(it->second));
+      if (mode == "off") {
+        spec.compression = CompressionMode::kOff;
+      } else if (mode == "fixed") {
+        spec.compression = CompressionMode::kFixed;
+      } else if (mode == "adaptive") {
+        spec.compression = CompressionMode::kAdaptive;
+      } else {
+        return w.Error(it->second, "expected off, fixed or adaptive, got '" + mode + "'");
+      }
+    }
+    if (auto it = fields.find("codec"); it != fields.end()) {
+      ASSIGN_OR_RETURN(spec.codec, w.String(it->second));
+    }
+    if (auto it = fields.find("floor"); it != fields.end()) {
+      ASSIGN_OR_RETURN(spec.floor, w.String(it->second));
+    }
+  }
+  return spec;
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,38 @@
+// A distributed job: the train-local job schema (model/job.h) plus what only a pipeline
+// needs, in the same YAML file:
+//
+//   sites: [alpha, beta, gamma]      # pipeline order; first = data, last = loss
+//   compression:
+//     mode: adaptive                 # off (exact fp32) | fixed | adaptive (default)
+//     codec: q8                      # mode fixed: the codec for activations and gradients
+//     floor: q4                      # mode adaptive: the most lossy codec allowed
+//
+// On a daemon, relative data paths resolve against its data_dir.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/job.h"
+
+namespace longhaul::daemon {
+
+enum class CompressionMode { kOff, kFixed, kAdaptive };
+
+struct JobSpec {
+  model::Job job;
+  std::string yaml;  // the job file as submitted
+  std::vector<std::string> sites;
+  CompressionMode compression = CompressionMode::kAdaptive;
+  std::string codec = "q8";  // kFixed
+  std::string floor = "q4";  // kAdaptive
+};
+
+// Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).
+StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& source,
+                               const std::string& base_dir);
+
+const char* CompressionModeName(CompressionMode mode);
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,146 @@
+#include "daemon/job/sender.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "daemon/peer_security.h"
+
+namespace longhaul::daemon {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+LinkSender::LinkSender(LinkSenderOptions options, LinkMonitor* monitor,
+                       std::shared_ptr<spdlog::logger> log)
+    : options_(std::move(options)), monitor_(monitor), log_(std::move(log)) {
+  auto channel = PeerChannel(options_.tls, options_.peer, options_.address);
+  if (channel.ok()) stub_ = v1::Peer::NewStub(*channel);
+  thread_ = std::thread([this] { Run(); });
+}
+
+LinkSender::~LinkSender() {
+  Close();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status LinkSender::Enqueue(OutgoingTensor tensor) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] {
+    return closed_ || queued_bytes_ == 0 ||
+           queued_bytes_ + tensor.payload.size() <= options_.queue_capacity_bytes;
+  });
+  if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
+  queued_bytes_ += tensor.payload.size();
+  queue_.push_back(std::move(tensor));
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+Status LinkSender::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return closed_ || (queue_.empty() && !sending_); });
+  if (closed_ && !queue_.empty()) {
+    return absl::CancelledError("sender to " + options_.peer + " closed with tensors queued");
+  }
+  return absl::OkStatus();
+}
+
+void LinkSender::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  queue_.clear();
+  queued_bytes_ = 0;
+  cv_.notify_all();
+}
+
+LinkSenderStats LinkSender::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+grpc::Status LinkSender::SendOne(const OutgoingTensor& t) {
+  if (!stub_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no channel to peer");
+  grpc::ClientContext ctx;
+  // Generous: a whole tensor at 1 Mbit/s plus a minute.
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(60 + t.payload.size() / (1000000 / 8)));
+  v1::FrameAck ack;
+  auto writer = stub_->SendFrames(&ctx, &ack);
+  const size_t n = t.payload.size();
+  const uint32_t chunks =
+      std::max<size_t>(1, (n + options_.chunk_bytes - 1) / options_.chunk_bytes);
+  const uint64_t checksum = XXH64(t.payload.data(), n, 0);
+  for (uint32_t i = 0; i < chunks; ++i) {
+    v1::TensorFrame f = t.header;
+    const size_t off = static_cast<size_t>(i) * options_.chunk_bytes;
+    const size_t len = std::min(options_.chunk_bytes, n - off);
+    f.set_encoded_size(n);
+    f.set_chunk_index(i);
+    f.set_chunk_count(chunks);
+    f.set_chunk_offset(off);
+    f.set_checksum(checksum);
+    f.set_payload(t.payload.data() + off, len);
+    if (!writer->Write(f)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+void LinkSender::Run() {
+  double backoff = 0.1;
+  while (true) {
+    OutgoingTensor t;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+      if (closed_) return;
+      t = queue_.front();  // stays queued until delivered
+      sending_ = true;
+    }
+    const auto start = Clock::now();
+    grpc::Status s = SendOne(t);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (!s.ok()) {
+      ++stats_.retries;
+      // A refusal (wrong shape, unknown job) will not heal: drop the tensor, say why.
+      const bool permanent = s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                             s.error_code() == grpc::StatusCode::NOT_FOUND ||
+                             s.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
+      log_->warn("sending {} to {} failed: {}{}", t.header.job_id(), options_.peer,
+                 s.error_message(), permanent ? " (dropped)" : "; retrying");
+      if (permanent) {
+        queued_bytes_ -= t.payload.size();
+        queue_.pop_front();
+        sending_ = false;
+        cv_.notify_all();
+        continue;
+      }
+      sending_ = false;
+      cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return closed_; });
+      backoff = std::min(backoff * 2, 2.0);
+      continue;
+    }
+    backoff = 0.1;
+    queued_bytes_ -= t.payload.size();
+    queue_.pop_front();
+    sending_ = false;
+    ++stats_.tensors;
+    stats_.raw_bytes += t.header.raw_size();
+    stats_.wire_bytes += t.payload.size();
+    stats_.send_seconds += seconds;
+    cv_.notify_all();
+    lock.unlock();
+    // Passive measurement: a transfer big enough to fill the pipe, less one round trip.
+    if (t.payload.size() >= (256u << 10)) {
+      const double rtt = monitor_->Outbound(options_.peer).rtt_seconds();
+      const double busy = seconds - rtt;
+      if (busy > 0.002) monitor_->AddBandwidthSample(options_.peer, t.payload.size(), busy);
+    }
+  }
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,77 @@
+#include "daemon/job/site_channel.h"
+
+#include <chrono>
+
+namespace longhaul::daemon {
+
+Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  return Status(static_cast<absl::StatusCode>(s.error_code()), what + ": " + s.error_message());
+}
+
+namespace {
+
+void SetTimeout(grpc::ClientContext* ctx, double seconds) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
+}
+
+class RemoteSiteChannel final : public SiteChannel {
+ public:
+  RemoteSiteChannel(std::string site, std::shared_ptr<grpc::Channel> channel)
+      : site_(std::move(site)), stub_(v1::Peer::NewStub(channel)) {}
+
+  const std::string& site() const override { return site_; }
+
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, double timeout) override {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    v1::AssignResponse r;
+    RETURN_IF_ERROR(FromGrpc(stub_->AssignStage(&ctx, a, &r), "site '" + site_ + "'"));
+    return r;
+  }
+
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, double timeout) override {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    v1::JobCommandResponse r;
+    RETURN_IF_ERROR(FromGrpc(stub_->ControlJob(&ctx, c, &r), "site '" + site_ + "'"));
+    return r;
+  }
+
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& rep, double timeout) override {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    v1::StepDecision d;
+    RETURN_IF_ERROR(FromGrpc(stub_->ReportStep(&ctx, rep, &d), "coordinator '" + site_ + "'"));
+    return d;
+  }
+
+  Status FetchFragment(const v1::FetchFragmentRequest& req,
+                       const std::function<Status(const v1::TensorFrame&)>& sink) override {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, 600);
+    auto reader = stub_->FetchFragment(&ctx, req);
+    v1::TensorFrame f;
+    Status status;
+    while (reader->Read(&f)) {
+      if (status.ok()) status = sink(f);
+    }
+    grpc::Status s = reader->Finish();
+    RETURN_IF_ERROR(FromGrpc(s, "site '" + site_ + "'"));
+    return status;
+  }
+
+ private:
+  std::string site_;
+  std::unique_ptr<v1::Peer::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<SiteChannel> MakeRemoteSiteChannel(std::string site,
+                                                   std::shared_ptr<grpc::Channel> channel) {
+  return std::make_unique<RemoteSiteChannel>(std::move(site), std::move(channel));
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,32 @@
+// A pipeline stage's durable state at a step: its fragment's parameters and AdamW moments
+// (the fragment's flat layout), and, on the first stage, the data loader's position. One
+// file per (stage, step) under the job's directory, written atomically, so a restarted
+// daemon resumes its stage exactly where the committed step left it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace longhaul::daemon {
+
+struct StageState {
+  uint64_t step = 0;  // steps completed
+  int layer_begin = 0, layer_end = 0;
+  std::vector<float> params, m, v;  // the fragment's flat layout
+  std::string loader_state;         // first stage only
+};
+
+// DIR/stage_STEP.bin
+std::string StageCheckpointPath(const std::string& dir, uint64_t step);
+
+Status WriteStageState(const std::string& path, const StageState& state);
+// Fails when the file is missing, truncated, not a stage checkpoint, or for other layers.
+StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, int layer_end);
+
+// Deletes stage checkpoints in `dir` older than `keep_from` (the committed step).
+void PruneStageStates(const std::string& dir, uint64_t keep_from);
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,435 @@
+#include "daemon/job/stage_runner.h"
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "daemon/job/stage_checkpoint.h"
+#include "model/checkpoint.h"
+#include "model/layout.h"
+#include "model/optimizer.h"
+#include "model/trainer.h"
+
+namespace longhaul::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// Tensor ids within one (step, microbatch, kind).
+constexpr uint32_t kMainTensor = 0;
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StageRunner>> StageRunner::Create(StageRunnerContext context,
+                                                           int64_t memory_limit_bytes) {
+  std::unique_ptr<StageRunner> r(new StageRunner(std::move(context)));
+  RETURN_IF_ERROR(r->Init(memory_limit_bytes));
+  return r;
+}
+
+StageRunner::~StageRunner() { Stop(); }
+
+Status StageRunner::Init(int64_t memory_limit_bytes) {
+  const auto& a = ctx_.assignment;
+  const model::Job& job = ctx_.spec.job;
+  num_stages_ = a.stages_size();
+  stage_ = static_cast<int>(a.stage());
+  B_ = job.microbatch_size;
+  T_ = job.seq_len;
+  C_ = job.model.channels;
+  M_ = job.microbatches();
+  const auto& me = a.stages(stage_);
+  model::FragmentOptions fo;
+  fo.begin = static_cast<int>(me.layer_begin());
+  fo.end = static_cast<int>(me.layer_end());
+  fo.batch_size = B_;
+  fo.seq_len = T_;
+  fo.slots = std::min(M_, num_stages_ - stage_);
+  memory_bytes_ = model::Fragment::EstimateMemory(job.model, fo).total();
+  if (memory_limit_bytes > 0 && memory_bytes_ > memory_limit_bytes) {
+    return absl::ResourceExhaustedError(
+        "job too large for site '" + ctx_.site + "': stage " + std::to_string(stage_) +
+        " (layers " + std::to_string(fo.begin) + ".." + std::to_string(fo.end) + ") needs " +
+        std::to_string(memory_bytes_ >> 20) + " MiB, the site allows " +
+        std::to_string(memory_limit_bytes >> 20) + " MiB");
+  }
+  ASSIGN_OR_RETURN(ops_, kernels::MakeOps(job.backend, job.threads));
+  ASSIGN_OR_RETURN(fragment_, model::Fragment::Create(job.model, fo, ops_.get()));
+  device_in_ = ops_->Alloc(static_cast<size_t>(B_) * T_ * C_);
+  host_buf_.resize(static_cast<size_t>(B_) * T_ * C_);
+  tokens_.resize(static_cast<size_t>(B_) * T_);
+  targets_.resize(tokens_.size());
+  slot_targets_.assign(fo.slots, std::vector<int32_t>(tokens_.size()));
+
+  // Compression.
+  ASSIGN_OR_RETURN(auto controller, compression::Controller::Create());
+  controller_ = std::make_unique<compression::Controller>(std::move(controller));
+  ASSIGN_OR_RETURN(quality_floor_, controller_->FindRung(ctx_.spec.floor));
+  if (ctx_.spec.compression == CompressionMode::kFixed) {
+    ASSIGN_OR_RETURN(fixed_rung_, controller_->FindRung(ctx_.spec.codec));
+  } else if (ctx_.spec.compression == CompressionMode::kOff) {
+    ASSIGN_OR_RETURN(fixed_rung_, controller_->FindRung("fp32"));
+  }
+
+  if (fragment_->is_first()) {
+    ASSIGN_OR_RETURN(auto data, model::LoadData(job.data.train, job.data.format, 1,
+                                                job.model.vocab_size, job.source + ": data.train"));
+    model::DataLoaderOptions lo;
+    lo.batch_size = B_;
+    lo.seq_len = T_;
+    lo.seed = job.seed;
+    ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(data, lo));
+  }
+
+  start_step_ = a.resume_step();
+  if (start_step_ > 0) {
+    ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(ctx_.job_dir, start_step_),
+                                                  fo.begin, fo.end));
+    if (static_cast<int64_t>(s.params.size()) != fragment_->layout().total()) {
+      return absl::DataLossError("stage checkpoint size does not match the fragment");
+    }
+    fragment_->SetParameters(s.params.data());
+    fragment_->SetOptimizerState(s.m.data(), s.v.data());
+    if (loader_) {
+      ASSIGN_OR_RETURN(auto ls, model::DataLoaderState::Parse(s.loader_state));
+      RETURN_IF_ERROR(loader_->Restore(ls));
+    }
+  } else if (!job.init_from.empty()) {
+    ASSIGN_OR_RETURN(model::Checkpoint ckpt, model::ReadCheckpoint(job.init_from));
+    RETURN_IF_ERROR(model::CheckConfigMatches(job.model, ckpt.config, job.init_from));
+    fragment_->LoadFromModel(ckpt.params.data());
+  } else {
+    fragment_->InitParameters(job.seed);
+  }
+  status_.step = start_step_;
+  status_.checkpoint_step = start_step_;
+  if (ctx_.to_prev) status_.outbound.push_back({a.stages(stage_ - 1).site()});
+  if (ctx_.to_next) status_.outbound.push_back({a.stages(stage_ + 1).site()});
+  return absl::OkStatus();
+}
+
+void StageRunner::Start() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.running = true;
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void StageRunner::Stop() {
+  stop_ = true;
+  for (auto* sender : {ctx_.to_prev.get(), ctx_.to_next.get(), ctx_.to_tied.get()}) {
+    if (sender) sender->Close();
+  }
+  if (thread_.joinable()) thread_.join();
+  if (device_in_) {
+    ops_->Free(device_in_);
+    device_in_ = nullptr;
+  }
+}
+
+StageRunnerStatus StageRunner::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  StageRunnerStatus s = status_;
+  for (auto& o : s.outbound) {
+    LinkSender* sender = (stage_ > 0 && o.to_site == ctx_.assignment.stages(stage_ - 1).site())
+                             ? ctx_.to_prev.get()
+                             : ctx_.to_next.get();
+    if (!sender) continue;
+    const LinkSenderStats st = sender->stats();
+    o.send_seconds = st.send_seconds;
+  }
+  return s;
+}
+
+void StageRunner::Run() {
+  const uint64_t steps = static_cast<uint64_t>(ctx_.spec.job.steps);
+  Status s;
+  for (uint64_t step = start_step_; step < steps && !stop_; ++step) {
+    s = RunStep(step);
+    if (!s.ok()) break;
+  }
+  if (s.ok() && !stop_) {
+    // Final report: nothing to reduce, only that the last checkpoint is durable.
+    v1::StepReport final_report;
+    final_report.set_job_id(ctx_.assignment.job_id());
+    final_report.set_attempt(attempt());
+    final_report.set_step(steps);
+    final_report.set_stage(stage_);
+    final_report.set_checkpoint_step(status_.checkpoint_step);
+    while (!stop_) {
+      auto d = ctx_.coordinator->ReportStep(final_report, 30);
+      if (d.ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.running = false;
+  if (!s.ok() && !stop_) {
+    status_.error = std::string(s.message());
+    ctx_.log->error("job {} stage {}: {}", ctx_.assignment.job_id(), stage_,
+                    std::string(s.message()));
+  } else if (!stop_) {
+    status_.finished = true;
+  }
+}
+
+Status StageRunner::RunStep(uint64_t step) {
+  const double start = Now();
+  compute_acc_ = wait_acc_ = 0;
+  fragment_->ZeroGrads();
+  // 1F1B: stage i runs (num_stages - i - 1) warm-up forwards, then alternates.
+  const int warmup = std::min(M_, num_stages_ - stage_ - 1);
+  int f = 0, b = 0;
+  double loss_sum = 0;
+  for (; f < warmup; ++f) RETURN_IF_ERROR(Forward(step, f, &loss_sum));
+  while (f < M_) {
+    RETURN_IF_ERROR(Forward(step, f++, &loss_sum));
+    RETURN_IF_ERROR(Backward(step, b++));
+  }
+  while (b < M_) RETURN_IF_ERROR(Backward(step, b++));
+  RETURN_IF_ERROR(ExchangeTiedGrads(step));
+
+  // The barrier: every stage's gradient sums in, the global clipping scale out.
+  v1::StepReport report;
+  report.set_job_id(ctx_.assignment.job_id());
+  report.set_attempt(attempt());
+  report.set_step(step);
+  report.set_stage(stage_);
+  for (double v : fragment_->GradSliceSums()) report.add_grad_sums(v);
+  if (fragment_->is_last()) report.set_loss(static_cast<float>(loss_sum / M_));
+  report.set_compute_seconds(compute_acc_);
+  report.set_wait_seconds(wait_acc_);
+  report.set_step_seconds(Now() - start);
+  report.set_checkpoint_step(status_.checkpoint_step);
+  report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
+  for (const OutboundUsage& o : status().outbound) {
+    v1::LinkUsage* l = report.add_links();
+    l->set_from_site(ctx_.site);
+    l->set_to_site(o.to_site);
+    l->set_codec(o.codec);
+    l->set_reason(o.reason);
+    l->set_raw_bytes(o.raw_bytes);
+    l->set_wire_bytes(o.wire_bytes);
+    l->set_tensors(o.tensors);
+    l->set_bandwidth_bytes_per_second(
+        ctx_.monitor->Outbound(o.to_site).bandwidth_bytes_per_second());
+    if (o.send_seconds > 0) l->set_achieved_bytes_per_second(o.wire_bytes / o.send_seconds);
+  }
+  StatusOr<v1::StepDecision> decision;
+  const double barrier_start = Now();
+  while (true) {
+    if (stop_) return absl::AbortedError("stopped");
+    decision = ctx_.coordinator->ReportStep(report, 3600);
+    if (decision.ok()) break;
+    // The coordinator may be restarting: keep knocking until it answers or stops us.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  wait_acc_ += Now() - barrier_start;
+  if (decision->stop()) return absl::AbortedError("coordinator: " + decision->detail());
+  const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
+  const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
+  const double step_start = Now();
+  fragment_->Step(opt, lr, static_cast<float>(decision->grad_scale()), static_cast<int>(step) + 1);
+  compute_acc_ += Now() - step_start;
+  PruneStageStates(ctx_.job_dir, decision->committed_step());
+
+  const int every = ctx_.spec.job.checkpoint.every;
+  const uint64_t done = step + 1;
+  if ((every > 0 && done % every == 0) || done == static_cast<uint64_t>(ctx_.spec.job.steps)) {
+    RETURN_IF_ERROR(Checkpoint(done));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.step = done;
+  status_.compute_seconds = compute_acc_;
+  status_.wait_seconds = wait_acc_;
+  status_.step_seconds = Now() - start;
+  return absl::OkStatus();
+}
+
+Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
+  const int slot = mb % static_cast<int>(slot_targets_.size());
+  const size_t act = static_cast<size_t>(B_) * T_ * C_, tok = static_cast<size_t>(B_) * T_;
+  if (fragment_->is_first()) {
+    loader_->Next(tokens_.data(), targets_.data());
+    slot_targets_[slot] = targets_;
+  } else {
+    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act));
+    ops_->Upload(device_in_, host_buf_.data(), act);
+    std::vector<float> t(tok);
+    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
+    for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
+  }
+  const double start = Now();
+  if (ctx_.throttle_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(ctx_.throttle_seconds / 2));
+  }
+  RETURN_IF_ERROR(fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr,
+                                     fragment_->is_first() ? nullptr : device_in_));
+  if (fragment_->is_last()) {
+    ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
+    *loss_sum += loss;
+    compute_acc_ += Now() - start;
+    return absl::OkStatus();
+  }
+  ops_->Download(host_buf_.data(), fragment_->Output(slot), act);
+  const double elapsed = Now() - start;
+  compute_acc_ += elapsed;
+  std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
+  RETURN_IF_ERROR(Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
+                       v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, {B_, T_, C_},
+                       true));
+  return Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_, v1::TENSOR_KIND_TARGETS,
+              step, mb, t.data(), tok, {B_, T_}, false);
+}
+
+Status StageRunner::Backward(uint64_t step, int mb) {
+  const int slot = mb % static_cast<int>(slot_targets_.size());
+  const size_t act = static_cast<size_t>(B_) * T_ * C_;
+  const float dloss = 1.0f / (float(B_) * T_ * M_);
+  if (!fragment_->is_last()) {
+    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act));
+    ops_->Upload(device_in_, host_buf_.data(), act);
+  }
+  const double start = Now();
+  if (ctx_.throttle_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(ctx_.throttle_seconds / 2));
+  }
+  RETURN_IF_ERROR(fragment_->Backward(slot, fragment_->is_last() ? nullptr : device_in_,
+                                      fragment_->is_last() ? dloss : 0.0f));
+  const double elapsed = Now() - start;
+  // The controller's budget: compute per microbatch (forward + backward), smoothed.
+  budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
+  compute_acc_ += elapsed;
+  if (fragment_->is_first()) return absl::OkStatus();
+  ops_->Download(host_buf_.data(), fragment_->InputGrad(), act);
+  return Send(ctx_.to_prev.get(), &status_.outbound.front(), &prev_state_,
+              v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act, {B_, T_, C_}, true);
+}
+
+Status StageRunner::ExchangeTiedGrads(uint64_t step) {
+  if (num_stages_ == 1) {
+    fragment_->CombineTiedGrads();
+    return absl::OkStatus();
+  }
+  if (!fragment_->is_first() && !fragment_->is_last()) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(ctx_.spec.job.model.padded_vocab_size) * C_;
+  std::vector<float> own(n), peer(n);
+  ops_->Download(own.data(), fragment_->TiedGradOwn(), n);
+  // First and last stage swap their parts, exactly (fp32): both copies of wte must take
+  // bit-identical steps. They are not neighbours unless there are two stages, so the
+  // exchange goes over a direct link between them.
+  RETURN_IF_ERROR(Send(ctx_.to_tied.get(), &tied_usage_, nullptr, v1::TENSOR_KIND_WEIGHT_GRAD, step,
+                       0, own.data(), n, {ctx_.spec.job.model.padded_vocab_size, C_}, false));
+  RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
+  ops_->Upload(fragment_->TiedGradPeer(), peer.data(), n);
+  fragment_->CombineTiedGrads();
+  return absl::OkStatus();
+}
+
+Status StageRunner::Checkpoint(uint64_t step) {
+  StageState s;
+  s.step = step;
+  const auto& me = ctx_.assignment.stages(stage_);
+  s.layer_begin = static_cast<int>(me.layer_begin());
+  s.layer_end = static_cast<int>(me.layer_end());
+  const size_t n = fragment_->layout().total();
+  s.params.resize(n);
+  s.m.resize(n);
+  s.v.resize(n);
+  fragment_->GetParameters(s.params.data());
+  fragment_->GetOptimizerState(s.m.data(), s.v.data());
+  if (loader_) s.loader_state = loader_->state().Serialize();
+  RETURN_IF_ERROR(WriteStageState(StageCheckpointPath(ctx_.job_dir, step), s));
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.checkpoint_step = step;
+  return absl::OkStatus();
+}
+
+Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
+                         v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
+                         std::vector<int64_t> shape, bool adaptive) {
+  int rung = 0;  // fp32: exact
+  std::string reason = "exact (not an activation or gradient)";
+  if (adaptive) {
+    if (fixed_rung_ >= 0) {
+      rung = fixed_rung_;
+      reason = std::string("compression ") + CompressionModeName(ctx_.spec.compression) + ": " +
+               controller_->name(rung);
+    } else {
+      const std::string& peer = usage->to_site;
+      const v1::LinkEstimate e = ctx_.monitor->Outbound(peer);
+      compression::ControllerInput in;
+      in.bandwidth_bytes_per_second = e.bandwidth_bytes_per_second();
+      in.rtt_seconds = e.rtt_seconds();
+      in.tensor_bytes = n * sizeof(float);
+      in.budget_seconds = budget_seconds_ > 0 ? budget_seconds_ : 0.05;
+      in.quality_floor = quality_floor_;
+      in.now_seconds = Now();
+      ASSIGN_OR_RETURN(auto d, controller_->Decide(in, *state));
+      *state = d.next;
+      rung = d.rung;
+      reason = d.explanation;
+    }
+  }
+  ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(controller_->spec(rung)));
+  OutgoingTensor t;
+  compression::EncodeOptions eo;
+  eo.seed = step * 1000003 + mb * 31 + kind;
+  RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
+  v1::TensorFrame& h = t.header;
+  h.set_job_id(ctx_.assignment.job_id());
+  h.set_attempt(attempt());
+  h.set_step(step);
+  h.set_microbatch(mb);
+  h.set_kind(kind);
+  h.set_tensor_id(kMainTensor);
+  for (int64_t d : shape) h.add_shape(d);
+  h.mutable_codec()->add_stages()->set_name(controller_->name(rung));
+  h.set_raw_size(n * sizeof(float));
+  h.set_from_stage(stage_);
+  int to_stage = kind == v1::TENSOR_KIND_ACTIVATION_GRAD ? stage_ - 1 : stage_ + 1;
+  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) to_stage = fragment_->is_first() ? num_stages_ - 1 : 0;
+  h.set_to_stage(to_stage);
+  h.set_from_site(ctx_.site);
+  const uint64_t wire = t.payload.size();
+  RETURN_IF_ERROR(to->Enqueue(std::move(t)));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (adaptive) {
+    usage->codec = controller_->name(rung);
+    usage->reason = reason;
+  }
+  ++usage->tensors;
+  usage->raw_bytes += n * sizeof(float);
+  usage->wire_bytes += wire;
+  return absl::OkStatus();
+}
+
+Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n) {
+  const TensorKey key{attempt(), step, static_cast<uint32_t>(mb), kind, kMainTensor};
+  const double start = Now();
+  StatusOr<ReceivedTensor> t;
+  while (true) {
+    if (stop_) return absl::AbortedError("stopped");
+    t = ctx_.inbox->Take(key, 1.0);
+    if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+  }
+  wait_acc_ += Now() - start;
+  if (!t.ok()) return t.status();
+  compression::FrameLimits limits;
+  limits.max_elements = n;
+  ASSIGN_OR_RETURN(auto decoded, compression::DecodeFrame(t->payload, limits));
+  if (decoded.values.size() != n) {
+    return absl::InvalidArgumentError("tensor " + key.DebugString() + " from " + t->from_site +
+                                      " has " + std::to_string(decoded.values.size()) +
+                                      " values, expected " + std::to_string(n));
+  }
+  std::copy(decoded.values.begin(), decoded.values.end(), host);
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,124 @@
+// StageRunner: one site's stage of one job attempt. It builds the fragment for its layers
+// on the job's kernel backend, loads the committed checkpoint (or initialises from the
+// seed), and runs the 1F1B schedule step after step: forward microbatches in, activations
+// (and targets) out to the next stage, activation gradients back to the previous one, every
+// outbound tensor compressed with the codec the link's controller picks. After a step's
+// backward pass it exchanges the tied-embedding gradient parts, reports its gradient sums to
+// the coordinator (a barrier that returns the global clipping scale), steps AdamW, and
+// checkpoints every `checkpoint.every` steps. It never blocks compute on a send: senders
+// have their own threads and queues.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compression/controller.h"
+#include "daemon/job/inbox.h"
+#include "daemon/job/job_spec.h"
+#include "daemon/job/sender.h"
+#include "daemon/job/site_channel.h"
+#include "daemon/link_monitor.h"
+#include "kernels/ops.h"
+#include "model/data_loader.h"
+#include "model/fragment.h"
+
+namespace longhaul::daemon {
+
+struct StageRunnerContext {
+  std::string site;
+  v1::StageAssignment assignment;
+  JobSpec spec;
+  std::string job_dir;     // this site's directory for the job
+  Inbox* inbox = nullptr;  // owned by the job host; outlives the runner
+  SiteChannel* coordinator = nullptr;
+  std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline
+  // First and last stage of a multi-stage job: to each other, for the tied embedding.
+  std::unique_ptr<LinkSender> to_tied;
+  LinkMonitor* monitor = nullptr;
+  std::shared_ptr<spdlog::logger> log;
+  // Debug knob (fault injection): extra seconds of "compute" per microbatch on this stage.
+  double throttle_seconds = 0;
+};
+
+// Per outbound link: what the controller chose and what crossed.
+struct OutboundUsage {
+  std::string to_site;
+  std::string codec;
+  std::string reason;
+  uint64_t tensors = 0, raw_bytes = 0, wire_bytes = 0;
+  double send_seconds = 0;
+};
+
+struct StageRunnerStatus {
+  bool running = false;
+  bool finished = false;  // ran its last step
+  std::string error;      // why it stopped, if it failed
+  uint64_t step = 0;      // steps completed
+  uint64_t checkpoint_step = 0;
+  double compute_seconds = 0, wait_seconds = 0, step_seconds = 0;  // last step
+  std::vector<OutboundUsage> outbound;
+};
+
+class StageRunner {
+ public:
+  // Builds the fragment and loads state; fails (naming why) when the job cannot run here,
+  // e.g. the fragment does not fit this site's memory.
+  static StatusOr<std::unique_ptr<StageRunner>> Create(StageRunnerContext context,
+                                                       int64_t memory_limit_bytes);
+  ~StageRunner();
+
+  void Start();
+  // Stops the attempt (the thread notices at its next wait) and joins.
+  void Stop();
+  StageRunnerStatus status() const;
+  int64_t memory_bytes() const { return memory_bytes_; }
+  uint32_t attempt() const { return ctx_.assignment.attempt(); }
+
+ private:
+  explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
+  Status Init(int64_t memory_limit_bytes);
+  void Run();
+  Status RunStep(uint64_t step);
+  Status Forward(uint64_t step, int mb, double* loss_sum);
+  Status Backward(uint64_t step, int mb);
+  Status ExchangeTiedGrads(uint64_t step);
+  Status Checkpoint(uint64_t step);
+  // Encodes and queues `n` floats (host) for `to`; `adaptive` lets the controller pick.
+  Status Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
+              v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
+              std::vector<int64_t> shape, bool adaptive);
+  // Waits for a tensor and decodes it into `host` (exactly n floats).
+  Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n);
+
+  StageRunnerContext ctx_;
+  int num_stages_ = 0, stage_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
+  int64_t memory_bytes_ = 0;
+  OutboundUsage tied_usage_;
+  std::unique_ptr<kernels::Ops> ops_;
+  std::unique_ptr<model::Fragment> fragment_;
+  std::unique_ptr<model::DataLoader> loader_;
+  std::unique_ptr<compression::Controller> controller_;
+  int quality_floor_ = 0;
+  int fixed_rung_ = -1;
+  compression::ControllerState next_state_, prev_state_;
+  float* device_in_ = nullptr;  // backend buffer for received activations / gradients
+  std::vector<float> host_buf_;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<std::vector<int32_t>> slot_targets_;
+  double budget_seconds_ = 0;  // EWMA of compute per microbatch
+  uint64_t start_step_ = 0;
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  StageRunnerStatus status_;
+  double compute_acc_ = 0, wait_acc_ = 0;
+};
+
+}  // namespace longhaul::daemon

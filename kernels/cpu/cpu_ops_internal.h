@@ -1,0 +1,62 @@
+// The "cpu" backend's class, shared by the files that implement its op groups:
+// cpu_ops.cc (pointwise, layernorm, embedding, loss, optimizer), cpu_matmul.cc and
+// cpu_attention.cc (OpenBLAS). Not part of the interface; use MakeOps("cpu").
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+
+#include "kernels/cpu/host_ops.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace longhaul::kernels {
+
+class CpuOps final : public HostOps {
+ public:
+  explicit CpuOps(int threads);
+  std::string name() const override { return "cpu"; }
+  int threads() const { return pool_.threads(); }
+
+  void EmbeddingForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                        int B, int T, int C) override;
+  void EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                         int T, int C) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, const float* mean,
+                         const float* rstd, int N, int C) override;
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                     int C, int OC) override;
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                      const float* inp, const float* weight, int N, int C, int OC) override;
+  void AttentionForward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
+                        int C, int NH) override;
+  void AttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
+                         const float* qkv, const float* att, int B, int T, int C, int NH) override;
+  void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void ResidualForward(float* out, const float* a, const float* b, size_t n) override;
+  void ResidualBackward(float* da, float* db, const float* dout, size_t n) override;
+  void SoftmaxCrossEntropyForward(float* probs, float* losses, const float* logits,
+                                  const int32_t* targets, int B, int T, int V, int Vp) override;
+  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                   float dloss, int B, int T, int V, int Vp) override;
+  void AdamW(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float grad_scale, int t) override;
+  double SumSquares(const float* x, size_t n) override;
+
+ private:
+  // Runs fn(begin, end) over [0, n) split into blocks of whole items, each block about
+  // kGrain units of work (`item_cost` units per item), on the pool. The blocks depend only on
+  // n and item_cost, never on the thread count.
+  void ParallelRange(size_t n, size_t item_cost, const std::function<void(size_t, size_t)>& fn);
+
+  // Work units (about one flop or float touched each) per parallel block: ~10-50 us.
+  static constexpr size_t kGrain = size_t{1} << 16;
+
+  ThreadPool pool_;
+};
+
+}  // namespace longhaul::kernels

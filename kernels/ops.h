@@ -1,0 +1,116 @@
+// The kernel backend: every numeric op one GPT-2 training step needs, forward and backward,
+// behind one interface. A backend owns its memory (host memory for CPU backends, device
+// memory for GPU ones): every float* argument points into memory from that backend's
+// Alloc(). Token ids and targets are always host arrays.
+//
+// Backends: "cpu-ref" (plain loops, the reference every other backend is tested against),
+// "cpu" (OpenBLAS matmuls, vectorized and multi-threaded loops), "cuda" (kernels/cuda,
+// only in a --config=cuda build). Shapes follow llm.c: B batch, T time, C channels,
+// NH heads, V vocabulary, Vp vocabulary padded to a multiple of 128 (rows V..Vp-1 of the
+// token embedding are zero and never a target). Weights are stored (out, in), row-major.
+//
+// Conventions: "*Backward" ops ACCUMULATE (+=) into gradient outputs, as llm.c does, so a
+// tensor used twice gets the sum; scratch arguments may be overwritten. Every op is
+// deterministic: the same inputs on the same backend and thread count give the same bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace longhaul::kernels {
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ------------------------------------------------------------------------
+  // `count` floats, zero-filled; nullptr when count == 0. Aborts with a message when out of
+  // memory (the model sizes its buffers up front, so this only happens at start-up).
+  virtual float* Alloc(size_t count) = 0;
+  virtual void Free(float* p) = 0;
+  virtual void Upload(float* dst, const float* host_src, size_t count) = 0;
+  virtual void Download(float* host_dst, const float* src, size_t count) = 0;
+  virtual void Copy(float* dst, const float* src, size_t count) = 0;
+  virtual void Zero(float* p, size_t count) = 0;
+  // Waits for queued work (a no-op on CPU backends).
+  virtual void Synchronize() {}
+
+  // ---- embedding ---------------------------------------------------------------------
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]      out (B,T,C), wte (Vp,C), wpe (maxT,C)
+  virtual void EmbeddingForward(float* out, const int32_t* tokens, const float* wte,
+                                const float* wpe, int B, int T, int C) = 0;
+  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
+  virtual void EmbeddingBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                 int B, int T, int C) = 0;
+
+  // ---- layernorm (epsilon 1e-5) -------------------------------------------------------
+  // N rows of C: out = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N].
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                const float* weight, const float* bias, int N, int C) = 0;
+  // Accumulates into dinp (N,C), dweight (C), dbias (C).
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean,
+                                 const float* rstd, int N, int C) = 0;
+
+  // ---- matmul ------------------------------------------------------------------------
+  // out (N,OC) = inp (N,C) x weight (OC,C)^T + bias (OC); bias may be null.
+  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC) = 0;
+  // dinp (N,C) += dout x weight; dweight (OC,C) += dout^T x inp; dbias (OC) += column sums
+  // of dout (skipped when dbias is null). dinp may be null (first layer needs none).
+  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, int N, int C, int OC) = 0;
+
+  // ---- causal multi-head attention ----------------------------------------------------
+  // qkv (B,T,3C) holds q, k, v side by side; out (B,T,C). Scores are scaled by
+  // 1/sqrt(C/NH) and masked causally. att (B,NH,T,T) receives the softmax probabilities
+  // (kept for backward); preatt (B,NH,T,T) is scratch.
+  virtual void AttentionForward(float* out, float* preatt, float* att, const float* qkv, int B,
+                                int T, int C, int NH) = 0;
+  // Accumulates into dqkv (B,T,3C); datt and dpreatt (B,NH,T,T) are scratch.
+  virtual void AttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
+                                 const float* qkv, const float* att, int B, int T, int C,
+                                 int NH) = 0;
+
+  // ---- pointwise ---------------------------------------------------------------------
+  // GELU, tanh approximation.
+  virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
+  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  virtual void ResidualForward(float* out, const float* a, const float* b, size_t n) = 0;
+  // da += dout; db += dout.
+  virtual void ResidualBackward(float* da, float* db, const float* dout, size_t n) = 0;
+
+  // ---- loss --------------------------------------------------------------------------
+  // probs (B,T,Vp) = softmax over the first V logits of each row (entries V..Vp-1 are set
+  // to 0); losses[b*T+t] = -log probs[b,t,targets[b,t]].
+  virtual void SoftmaxCrossEntropyForward(float* probs, float* losses, const float* logits,
+                                          const int32_t* targets, int B, int T, int V, int Vp) = 0;
+  // dlogits[b,t,v] += (probs[b,t,v] - [v == target]) * dloss for v < V; dloss is the
+  // gradient of the mean loss with respect to each position's loss (1 / (B*T) usually).
+  virtual void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+                                           const int32_t* targets, float dloss, int B, int T, int V,
+                                           int Vp) = 0;
+
+  // ---- optimizer ---------------------------------------------------------------------
+  // AdamW on n parameters, step t >= 1 (bias-corrected moments), gradients multiplied by
+  // grad_scale first (global-norm clipping):
+  //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+  //   param -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + weight_decay * param)
+  virtual void AdamW(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                     int t) = 0;
+  // Sum of squares of x, accumulated in double in a fixed order (for the global grad norm).
+  virtual double SumSquares(const float* x, size_t n) = 0;
+};
+
+// The backends this build has: "cpu-ref", "cpu", and "cuda" in a --config=cuda build.
+// An unknown name, or "cuda" in a build without it, fails with a message saying so.
+// `threads` <= 0 means all cores (CPU backends only).
+StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& name, int threads = 0);
+
+}  // namespace longhaul::kernels

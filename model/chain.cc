@@ -1,0 +1,158 @@
+// Fragments chained in one process (see chain.h).
+#include "model/chain.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace longhaul::model {
+
+std::vector<int> FragmentChain::EvenSplit(int num_layers, int fragments) {
+  std::vector<int> bounds = {0};
+  for (int i = 0; i < fragments; ++i) {
+    bounds.push_back(bounds.back() + num_layers / fragments + (i < num_layers % fragments));
+  }
+  return bounds;
+}
+
+StatusOr<std::unique_ptr<FragmentChain>> FragmentChain::Create(const GPT2Config& config,
+                                                               const ChainOptions& options,
+                                                               kernels::Ops* ops) {
+  RETURN_IF_ERROR(ValidateConfig(config));
+  if (options.fragments < 1 || options.fragments > config.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", config.num_layers, " layers into ", options.fragments,
+                     " fragments (need 1 to ", config.num_layers, ")"));
+  }
+  std::unique_ptr<FragmentChain> chain(new FragmentChain(config, options));
+  const std::vector<int> bounds = EvenSplit(config.num_layers, options.fragments);
+  for (int i = 0; i < options.fragments; ++i) {
+    FragmentOptions fo;
+    fo.begin = bounds[i];
+    fo.end = bounds[i + 1];
+    fo.batch_size = options.batch_size;
+    fo.seq_len = options.seq_len;
+    fo.training = options.training;
+    ASSIGN_OR_RETURN(auto fragment, Fragment::Create(config, fo, ops));
+    chain->fragments_.push_back(std::move(fragment));
+  }
+  const size_t bt = size_t(options.batch_size) * options.seq_len;
+  chain->inputs_.resize(bt);
+  chain->targets_.resize(bt);
+  return chain;
+}
+
+MemoryReport FragmentChain::memory() const {
+  MemoryReport total;
+  for (const auto& f : fragments_) {
+    const MemoryReport r = f->memory();
+    total.parameters += r.parameters;
+    total.gradients += r.gradients;
+    total.optimizer += r.optimizer;
+    total.activations_per_slot += r.activations_per_slot;
+    total.shared += r.shared;
+    total.slots = r.slots;
+  }
+  return total;
+}
+
+void FragmentChain::InitParameters(uint64_t seed) {
+  for (auto& f : fragments_) f->InitParameters(seed);
+}
+
+void FragmentChain::LoadFromModel(const float* model_params) {
+  for (auto& f : fragments_) f->LoadFromModel(model_params);
+}
+
+void FragmentChain::StoreIntoModel(float* model_params) const {
+  // The tied wte is stored by the first fragment; the last one's copy is identical.
+  for (auto it = fragments_.rbegin(); it != fragments_.rend(); ++it) {
+    (*it)->StoreIntoModel(model_params);
+  }
+}
+
+void FragmentChain::LoadOptimizerState(const float* m, const float* v) {
+  for (auto& f : fragments_) {
+    std::vector<float> fm(f->layout().total()), fv(f->layout().total());
+    f->layout().ExtractFromModel(m, fm.data());
+    f->layout().ExtractFromModel(v, fv.data());
+    f->SetOptimizerState(fm.data(), fv.data());
+  }
+}
+
+void FragmentChain::StoreOptimizerState(float* m, float* v) const {
+  for (auto it = fragments_.rbegin(); it != fragments_.rend(); ++it) {
+    const Fragment& f = **it;
+    std::vector<float> fm(f.layout().total()), fv(f.layout().total());
+    f.GetOptimizerState(fm.data(), fv.data());
+    f.layout().InsertIntoModel(fm.data(), m);
+    f.layout().InsertIntoModel(fv.data(), v);
+  }
+}
+
+StatusOr<float> FragmentChain::ForwardLoss(const int32_t* tokens, const int32_t* targets) {
+  const float* activations = nullptr;
+  for (auto& f : fragments_) {
+    RETURN_IF_ERROR(f->Forward(0, f->is_first() ? tokens : nullptr, activations));
+    if (!f->is_last()) activations = f->Output(0);
+  }
+  return fragments_.back()->Loss(0, targets);
+}
+
+Status FragmentChain::Backward(float dloss) {
+  const float* grad = nullptr;
+  for (auto it = fragments_.rbegin(); it != fragments_.rend(); ++it) {
+    RETURN_IF_ERROR((*it)->Backward(0, grad, dloss));
+    grad = (*it)->InputGrad();
+  }
+  return absl::OkStatus();
+}
+
+float FragmentChain::ReduceGradients() {
+  Fragment& first = *fragments_.front();
+  Fragment& last = *fragments_.back();
+  if (&first != &last) {
+    // Both parts travel before either fragment combines (combining overwrites its own).
+    kernels::Ops* ops = first.ops();
+    const size_t n = first.layout().model().size(Tensor::kWte);
+    ops->Copy(first.TiedGradPeer(), last.TiedGradOwn(), n);
+    ops->Copy(last.TiedGradPeer(), first.TiedGradOwn(), n);
+  }
+  std::vector<double> sums;
+  for (auto& f : fragments_) {
+    f->CombineTiedGrads();
+    AddSliceSums(f->GradSliceSums(), &sums);
+  }
+  return GradNorm(sums);
+}
+
+StatusOr<StepResult> FragmentChain::TrainStep(DataLoader& loader, int microbatches,
+                                              const OptimizerOptions& optimizer, int step,
+                                              int total_steps) {
+  for (auto& f : fragments_) f->ZeroGrads();
+  const float dloss = 1.0f / (float(options_.batch_size) * options_.seq_len * microbatches);
+  double loss_sum = 0.0;
+  for (int m = 0; m < microbatches; ++m) {
+    loader.Next(inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(const float loss, ForwardLoss(inputs_.data(), targets_.data()));
+    loss_sum += loss;
+    RETURN_IF_ERROR(Backward(dloss));
+  }
+  StepResult result;
+  result.loss = float(loss_sum / microbatches);
+  result.grad_norm = ReduceGradients();
+  result.lr = LearningRate(optimizer, step, total_steps);
+  const float scale = ClipScale(result.grad_norm, optimizer.grad_clip);
+  for (auto& f : fragments_) f->Step(optimizer, result.lr, scale, step + 1);
+  return result;
+}
+
+StatusOr<float> FragmentChain::MeanLoss(DataLoader& loader, int batches) {
+  double sum = 0.0;
+  for (int i = 0; i < batches; ++i) {
+    loader.Next(inputs_.data(), targets_.data());
+    ASSIGN_OR_RETURN(const float loss, ForwardLoss(inputs_.data(), targets_.data()));
+    sum += loss;
+  }
+  return float(sum / std::max(batches, 1));
+}
+
+}  // namespace longhaul::model

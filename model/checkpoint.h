@@ -1,0 +1,38 @@
+// llm.c's GPT-2 checkpoint file: a header of 256 int32 (magic 20240326, version 3, maxT,
+// V, L, NH, C, Vp, the rest 0) followed by every parameter as fp32 in llm.c's 16-tensor
+// order (model/layout.h). Files written here are read by llm.c and the reverse.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+
+namespace longhaul::model {
+
+inline constexpr int kCheckpointMagic = 20240326;
+inline constexpr int kCheckpointVersion = 3;
+
+struct Checkpoint {
+  GPT2Config config;
+  std::vector<float> params;  // NumParameters(config) floats, llm.c layout
+};
+
+// Reads only the header: the config of checkpoint `path` (validated).
+StatusOr<GPT2Config> ReadCheckpointConfig(const std::string& path);
+
+// Reads a whole checkpoint. Errors name the file and what is wrong: missing, bad magic,
+// unsupported version (for example llm.c's bf16 version 5), an invalid config, a size that
+// does not match the config (truncated or trailing bytes).
+StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+
+// Writes `params` (NumParameters(config) floats) atomically to `path`.
+Status WriteCheckpoint(const std::string& path, const GPT2Config& config, const float* params);
+
+// OK when `expected` (from a job) and `actual` (from a checkpoint) describe the same model;
+// otherwise an error listing every field that differs.
+Status CheckConfigMatches(const GPT2Config& expected, const GPT2Config& actual,
+                          const std::string& checkpoint_path);
+
+}  // namespace longhaul::model

@@ -1,0 +1,38 @@
+// GPT-2 model shape (llm.c's GPT2Config) and the checks every entry point runs on it. The
+// padded vocabulary Vp rounds V up to a multiple of 128, as llm.c does, so that the
+// token-embedding / output-head matmul has friendly sizes; rows V..Vp-1 stay zero.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace longhaul::model {
+
+struct GPT2Config {
+  int max_seq_len = 0;        // maxT: rows of the position embedding
+  int vocab_size = 0;         // V
+  int padded_vocab_size = 0;  // Vp = V rounded up to a multiple of 128
+  int num_layers = 0;         // L
+  int num_heads = 0;          // NH
+  int channels = 0;           // C; a multiple of NH
+
+  bool operator==(const GPT2Config&) const = default;
+  std::string DebugString() const;
+};
+
+// V rounded up to a multiple of 128.
+int PadVocab(int vocab_size);
+
+// A config with Vp derived from V.
+GPT2Config MakeConfig(int num_layers, int channels, int num_heads, int vocab_size, int max_seq_len);
+
+// OK when every field is positive, C % NH == 0, Vp >= V and a multiple of 128, and the
+// parameter count fits the int64 offsets the model uses. Messages name the bad field.
+Status ValidateConfig(const GPT2Config& config);
+
+// Total parameter count (floats) of the whole model, llm.c layout.
+int64_t NumParameters(const GPT2Config& config);
+
+}  // namespace longhaul::model

@@ -1,0 +1,108 @@
+// Shuffled-window data loader with a one-counter resumable state (see data_loader.h).
+#include "model/data_loader.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace longhaul::model {
+
+std::string DataLoaderState::Serialize() const {
+  return absl::StrCat("dataloader v1 seed=", seed, " windows=", num_windows, " seq_len=", seq_len,
+                      " shuffle=", shuffle ? 1 : 0, " position=", position);
+}
+
+StatusOr<DataLoaderState> DataLoaderState::Parse(const std::string& text) {
+  DataLoaderState s;
+  uint64_t seed = 0;
+  int64_t windows = 0, position = 0;
+  int seq_len = 0, shuffle = 0, consumed = 0;
+  const int n = std::sscanf(text.c_str(),
+                            "dataloader v1 seed=%" SCNu64 " windows=%" SCNd64
+                            " seq_len=%d shuffle=%d position=%" SCNd64 "%n",
+                            &seed, &windows, &seq_len, &shuffle, &position, &consumed);
+  if (n != 5 || (consumed != int(text.size()) && text.substr(consumed) != "\n") || windows <= 0 ||
+      seq_len <= 0 || position < 0 || (shuffle != 0 && shuffle != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed data loader state '", text, "'"));
+  }
+  s.seed = seed;
+  s.num_windows = windows;
+  s.seq_len = seq_len;
+  s.shuffle = shuffle == 1;
+  s.position = position;
+  return s;
+}
+
+DataLoader::DataLoader(std::shared_ptr<const TokenData> data, const DataLoaderOptions& options)
+    : data_(std::move(data)), options_(options) {
+  num_windows_ = (int64_t(data_->tokens.size()) - 1) / options_.seq_len;
+}
+
+StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const TokenData> data,
+                                                         const DataLoaderOptions& options) {
+  if (options.batch_size <= 0 || options.seq_len <= 0) {
+    return absl::InvalidArgumentError("data loader: batch size and sequence length must be > 0");
+  }
+  if (int64_t(data->tokens.size()) < int64_t(options.seq_len) + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data '", data->source, "' has ", data->tokens.size(), " tokens; a sequence length of ",
+        options.seq_len, " needs at least ", options.seq_len + 1));
+  }
+  return std::unique_ptr<DataLoader>(new DataLoader(std::move(data), options));
+}
+
+int64_t DataLoader::WindowAt(int64_t position) {
+  const int64_t epoch = position / num_windows_;
+  const int64_t index = position % num_windows_;
+  if (!options_.shuffle) return index;
+  if (epoch != perm_epoch_) {
+    perm_.resize(num_windows_);
+    std::iota(perm_.begin(), perm_.end(), int64_t{0});
+    std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch));
+    for (int64_t i = num_windows_ - 1; i > 0; --i) {
+      // Unbiased enough for shuffling and, unlike std::uniform_int_distribution, the same
+      // on every standard library.
+      const int64_t j = int64_t(rng() % uint64_t(i + 1));
+      std::swap(perm_[i], perm_[j]);
+    }
+    perm_epoch_ = epoch;
+  }
+  return perm_[index];
+}
+
+void DataLoader::Next(int32_t* inputs, int32_t* targets) {
+  const int T = options_.seq_len;
+  for (int b = 0; b < options_.batch_size; ++b) {
+    const uint16_t* w = data_->tokens.data() + WindowAt(position_++) * T;
+    for (int t = 0; t < T; ++t) {
+      inputs[b * T + t] = w[t];
+      targets[b * T + t] = w[t + 1];
+    }
+  }
+}
+
+DataLoaderState DataLoader::state() const {
+  DataLoaderState s;
+  s.seed = options_.seed;
+  s.num_windows = num_windows_;
+  s.seq_len = options_.seq_len;
+  s.shuffle = options_.shuffle;
+  s.position = position_;
+  return s;
+}
+
+Status DataLoader::Restore(const DataLoaderState& s) {
+  if (s.seed != options_.seed || s.num_windows != num_windows_ || s.seq_len != options_.seq_len ||
+      s.shuffle != options_.shuffle) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data loader state (", s.Serialize(), ") does not match this loader (",
+                     state().Serialize(), "): different data, seed or sequence length"));
+  }
+  position_ = s.position;
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::model

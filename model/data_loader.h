@@ -1,0 +1,69 @@
+// Deterministic, resumable batches of (B, T+1)-token windows from a token stream.
+//
+// The stream is cut into W = (N - 1) / T windows; window w covers tokens [w T, w T + T],
+// so consecutive windows share one token, as in llm.c. With shuffling, epoch e visits the
+// windows in a permutation drawn from (seed, e) by Fisher-Yates over mt19937_64; without it
+// they come in file order. The whole state is one counter (windows handed out so far), so
+// saving and restoring it resumes the exact sequence of batches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/token_data.h"
+
+namespace longhaul::model {
+
+struct DataLoaderOptions {
+  int batch_size = 1;  // B: windows per batch; REQUIRES: > 0
+  int seq_len = 1;     // T; REQUIRES: > 0
+  uint64_t seed = 0;
+  bool shuffle = true;
+};
+
+// Where a loader stands. Serialized as one text line so checkpoints can carry it.
+struct DataLoaderState {
+  uint64_t seed = 0;
+  int64_t num_windows = 0;
+  int seq_len = 0;
+  bool shuffle = true;
+  int64_t position = 0;  // windows handed out since the start
+
+  std::string Serialize() const;
+  static StatusOr<DataLoaderState> Parse(const std::string& text);
+};
+
+class DataLoader {
+ public:
+  // Fails when the data has fewer than T + 1 tokens.
+  static StatusOr<std::unique_ptr<DataLoader>> Create(std::shared_ptr<const TokenData> data,
+                                                      const DataLoaderOptions& options);
+
+  // Fills inputs (B*T) with each window's first T tokens and targets (B*T) with its last T.
+  void Next(int32_t* inputs, int32_t* targets);
+
+  int64_t num_windows() const { return num_windows_; }
+  // Full batches in one pass over the data.
+  int64_t batches_per_epoch() const { return num_windows_ / options_.batch_size; }
+  const TokenData& data() const { return *data_; }
+
+  DataLoaderState state() const;
+  // Fails when `state` belongs to a different data set or configuration.
+  Status Restore(const DataLoaderState& state);
+
+ private:
+  DataLoader(std::shared_ptr<const TokenData> data, const DataLoaderOptions& options);
+  int64_t WindowAt(int64_t position);
+
+  std::shared_ptr<const TokenData> data_;
+  DataLoaderOptions options_;
+  int64_t num_windows_ = 0;
+  int64_t position_ = 0;
+  int64_t perm_epoch_ = -1;
+  std::vector<int64_t> perm_;
+};
+
+}  // namespace longhaul::model

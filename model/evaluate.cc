@@ -1,0 +1,62 @@
+// Checkpoint evaluation (see evaluate.h).
+#include "model/evaluate.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/ops.h"
+#include "model/chain.h"
+#include "model/checkpoint.h"
+#include "model/data_loader.h"
+
+namespace longhaul::model {
+
+StatusOr<EvalResult> EvaluateCheckpoint(const EvalOptions& options) {
+  if (options.batch_size <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch size must be positive, got ", options.batch_size));
+  }
+  if (options.batches < 0 || options.seq_len < 0) {
+    return absl::InvalidArgumentError("batches and sequence length must not be negative");
+  }
+  ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(options.checkpoint));
+  EvalResult result;
+  result.config = ckpt.config;
+  result.batch_size = options.batch_size;
+  result.seq_len = options.seq_len > 0 ? options.seq_len : std::min(ckpt.config.max_seq_len, 1024);
+  if (result.seq_len > ckpt.config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence length ", result.seq_len,
+                                                   " exceeds the checkpoint's context of ",
+                                                   ckpt.config.max_seq_len));
+  }
+  ASSIGN_OR_RETURN(TokenData data, ReadTokenData(options.data, options.format));
+  RETURN_IF_ERROR(CheckTokensFit(data, ckpt.config.vocab_size));
+  result.data_tokens = int64_t(data.tokens.size());
+  DataLoaderOptions lo;
+  lo.batch_size = options.batch_size;
+  lo.seq_len = result.seq_len;
+  lo.shuffle = false;
+  ASSIGN_OR_RETURN(auto loader,
+                   DataLoader::Create(std::make_shared<const TokenData>(std::move(data)), lo));
+  const int64_t available = loader->batches_per_epoch();
+  if (available == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data '", options.data, "' holds ", loader->num_windows(), " sequences of ",
+                     result.seq_len, "+1 tokens, fewer than one batch of ", options.batch_size));
+  }
+  result.batches =
+      int(options.batches == 0 ? available : std::min<int64_t>(options.batches, available));
+  ASSIGN_OR_RETURN(auto ops, kernels::MakeOps(options.backend, options.threads));
+  ChainOptions co;
+  co.batch_size = options.batch_size;
+  co.seq_len = result.seq_len;
+  co.training = false;
+  ASSIGN_OR_RETURN(auto chain, FragmentChain::Create(ckpt.config, co, ops.get()));
+  chain->LoadFromModel(ckpt.params.data());
+  ckpt.params = {};
+  ASSIGN_OR_RETURN(result.mean_loss, chain->MeanLoss(*loader, result.batches));
+  return result;
+}
+
+}  // namespace longhaul::model

@@ -1,0 +1,45 @@
+// Small file helpers for the model's formats: whole-file reads with errno-derived errors,
+// and an atomic writer (temp file in the same directory, fsync, rename, fsync of the
+// directory) so that a crash never leaves a half-written checkpoint under the final name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace longhaul::model {
+
+// Size of regular file `path`; errors read "cannot read WHAT 'PATH': reason".
+StatusOr<int64_t> FileSize(const std::string& path, const std::string& what);
+
+// Reads `n` bytes at `offset` of `path` into `out`. A short file is an error naming
+// the sizes (a truncated file).
+Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
+                     size_t n);
+
+// Writes a file atomically: Open, Write any number of times, Commit. Destroying an
+// uncommitted writer removes the temporary file.
+class AtomicFileWriter {
+ public:
+  AtomicFileWriter() = default;
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  // Creates the parent directory if needed and a temporary file next to `path`.
+  Status Open(const std::string& path);
+  Status Write(const void* data, size_t n);
+  // fsync, close, rename over `path`, fsync the directory.
+  Status Commit();
+
+ private:
+  std::string path_, temp_path_;
+  int fd_ = -1;
+};
+
+// Writes `contents` to `path` atomically.
+Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace longhaul::model

@@ -1,0 +1,200 @@
+// Fragment construction, buffer planning and parameter transfer (passes are in
+// fragment_pass.cc, the optimizer step in fragment_step.cc).
+#include "model/fragment.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "model/init.h"
+
+namespace longhaul::model {
+namespace {
+
+// Floats of one slot's activations: the input plus every layer's saved tensors.
+int64_t SlotFloats(const GPT2Config& c, const FragmentOptions& o) {
+  const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
+  const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
+  // ln1, atty, residual2, ln2, residual3 (C each), qkv (3C), fch, fch_gelu (4C each),
+  // four layernorm statistics and the attention probabilities.
+  const int64_t per_layer = BT * (16 * C + 4) + att;
+  return BT * C + per_layer * (o.end - o.begin);
+}
+
+std::string MiB(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+std::string MemoryReport::DebugString() const {
+  return absl::StrCat("parameters ", MiB(parameters), ", gradients ", MiB(gradients),
+                      ", optimizer state ", MiB(optimizer), ", activations ",
+                      MiB(activations_per_slot), " per microbatch x ", slots, " in flight, shared ",
+                      MiB(shared), "; total ", MiB(total()));
+}
+
+MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions& o) {
+  const FragmentLayout layout(c, o.begin, o.end);
+  const int64_t f = sizeof(float);
+  const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
+  const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
+  const bool tied = layout.is_first() || layout.is_last();
+  MemoryReport r;
+  r.parameters = layout.total() * f;
+  if (o.training) {
+    r.gradients = (layout.total() + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
+    r.optimizer = 2 * layout.total() * f;
+  }
+  r.activations_per_slot = SlotFloats(c, o) * f;
+  r.slots = o.slots;
+  int64_t shared = BT * C + att;  // proj, preatt
+  if (o.training) shared += 2 * BT * C + 2 * BT * 4 * C + 2 * att;
+  if (layout.is_last()) shared += BT * C + 3 * BT + 2 * BT * c.padded_vocab_size;
+  r.shared = shared * f;
+  return r;
+}
+
+Fragment::Fragment(const GPT2Config& config, const FragmentOptions& options, kernels::Ops* ops)
+    : config_(config), options_(options), layout_(config, options.begin, options.end), ops_(ops) {}
+
+StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const GPT2Config& config,
+                                                     const FragmentOptions& options,
+                                                     kernels::Ops* ops) {
+  RETURN_IF_ERROR(ValidateConfig(config));
+  if (options.begin < 0 || options.begin >= options.end || options.end > config.num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fragment layers [", options.begin, ", ", options.end,
+                     ") are not a non-empty range of [0, ", config.num_layers, ")"));
+  }
+  if (options.batch_size <= 0 || options.seq_len <= 0 || options.slots <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fragment batch size (", options.batch_size, "), sequence length (",
+                     options.seq_len, ") and slots (", options.slots, ") must be positive"));
+  }
+  if (options.seq_len > config.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence length ", options.seq_len,
+                                                   " exceeds the model's context of ",
+                                                   config.max_seq_len));
+  }
+  // The kernels take int sizes: keep B*T*4C, B*T*Vp and B*NH*T*T below 2^31.
+  const int64_t BT = int64_t(options.batch_size) * options.seq_len;
+  const int64_t largest = std::max({BT * 4 * config.channels, BT * config.padded_vocab_size,
+                                    BT * config.num_heads * options.seq_len});
+  if (largest >= (int64_t(1) << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "microbatch too large: ", options.batch_size, " x ", options.seq_len,
+        " tokens make a buffer of ", largest, " floats; use a smaller microbatch_size"));
+  }
+  std::unique_ptr<Fragment> f(new Fragment(config, options, ops));
+  f->Allocate();
+  return f;
+}
+
+void Fragment::Allocate() {
+  const GPT2Config& c = config_;
+  const int64_t BT = int64_t(options_.batch_size) * options_.seq_len, C = c.channels;
+  const int64_t att =
+      int64_t(options_.batch_size) * c.num_heads * options_.seq_len * options_.seq_len;
+  const bool tied = is_first() || is_last();
+  params_ = ops_->Alloc(layout_.total());
+  if (options_.training) {
+    grads_ = ops_->Alloc(layout_.total());
+    if (tied) tied_peer_ = ops_->Alloc(layout_.model().size(Tensor::kWte));
+    m_ = ops_->Alloc(layout_.total());
+    v_ = ops_->Alloc(layout_.total());
+  }
+  slots_.resize(options_.slots);
+  for (Slot& s : slots_) {
+    s.base = ops_->Alloc(SlotFloats(c, options_));
+    float* p = s.base;
+    auto take = [&p](int64_t n) {
+      float* q = p;
+      p += n;
+      return q;
+    };
+    s.input = take(BT * C);
+    s.layers.resize(layout_.num_layers());
+    for (LayerActs& a : s.layers) {
+      a.ln1 = take(BT * C);
+      a.ln1_mean = take(BT);
+      a.ln1_rstd = take(BT);
+      a.qkv = take(BT * 3 * C);
+      a.atty = take(BT * C);
+      a.att = take(att);
+      a.residual2 = take(BT * C);
+      a.ln2 = take(BT * C);
+      a.ln2_mean = take(BT);
+      a.ln2_rstd = take(BT);
+      a.fch = take(BT * 4 * C);
+      a.fch_gelu = take(BT * 4 * C);
+      a.residual3 = take(BT * C);
+    }
+    if (is_first()) s.tokens.resize(BT);
+  }
+  scratch_.proj = ops_->Alloc(BT * C);
+  scratch_.preatt = ops_->Alloc(att);
+  if (options_.training) {
+    scratch_.dres = ops_->Alloc(BT * C);
+    scratch_.dtmp = ops_->Alloc(BT * C);
+    scratch_.dfch_gelu = ops_->Alloc(BT * 4 * C);
+    scratch_.dfch = ops_->Alloc(BT * 4 * C);
+    scratch_.dpreatt = ops_->Alloc(att);
+    scratch_.datt = ops_->Alloc(att);
+  }
+  if (is_last()) {
+    head_.lnf = ops_->Alloc(BT * C);
+    head_.lnf_mean = ops_->Alloc(BT);
+    head_.lnf_rstd = ops_->Alloc(BT);
+    head_.logits = ops_->Alloc(BT * c.padded_vocab_size);
+    head_.probs = ops_->Alloc(BT * c.padded_vocab_size);
+    head_.losses = ops_->Alloc(BT);
+    head_.targets.resize(BT);
+    head_.host_losses.resize(BT);
+  }
+}
+
+Fragment::~Fragment() {
+  for (float* p :
+       {params_, grads_, tied_peer_, m_, v_, scratch_.proj, scratch_.preatt, scratch_.dres,
+        scratch_.dtmp, scratch_.dfch_gelu, scratch_.dfch, scratch_.dpreatt, scratch_.datt,
+        head_.lnf, head_.lnf_mean, head_.lnf_rstd, head_.logits, head_.probs, head_.losses}) {
+    if (p != nullptr) ops_->Free(p);
+  }
+  for (Slot& s : slots_) {
+    if (s.base != nullptr) ops_->Free(s.base);
+  }
+}
+
+float* Fragment::P(Tensor t, int layer) const {
+  return params_ + (IsPerLayer(t) ? layout_.offset(t, layer) : layout_.offset(t));
+}
+
+float* Fragment::G(Tensor t, int layer) const {
+  return grads_ + (IsPerLayer(t) ? layout_.offset(t, layer) : layout_.offset(t));
+}
+
+void Fragment::InitParameters(uint64_t seed) {
+  std::vector<float> host(layout_.total());
+  InitFragment(layout_, seed, host.data());
+  SetParameters(host.data());
+}
+
+void Fragment::SetParameters(const float* host) { ops_->Upload(params_, host, layout_.total()); }
+
+void Fragment::GetParameters(float* host) const { ops_->Download(host, params_, layout_.total()); }
+
+void Fragment::LoadFromModel(const float* model_params) {
+  std::vector<float> host(layout_.total());
+  layout_.ExtractFromModel(model_params, host.data());
+  SetParameters(host.data());
+}
+
+void Fragment::StoreIntoModel(float* model_params) const {
+  std::vector<float> host(layout_.total());
+  GetParameters(host.data());
+  layout_.InsertIntoModel(host.data(), model_params);
+}
+
+}  // namespace longhaul::model

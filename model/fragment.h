@@ -1,0 +1,181 @@
+// A Fragment: GPT-2 layers [begin, end) on one kernel backend, plus the token and position
+// embeddings when it is the first fragment and the final layernorm, the tied output head
+// (its own copy of wte) and the loss when it is the last. The whole model is the fragment
+// [0, L), first and last at once, and runs exactly the same code as any split: a model
+// trained as k chained fragments produces the same bits as the whole model.
+//
+// Pipelining (1F1B): up to `slots` microbatches can be between Forward and Backward at
+// once; each slot has its own preallocated activation buffers. The last fragment's head
+// buffers (logits, probabilities) exist once: on the last fragment, Loss(s) must be
+// followed by Backward(s) before the next Loss, as in 1F1B where the last stage runs a
+// microbatch's forward and backward back to back.
+//
+// Every buffer is allocated once, at Create, through the backend; MemoryReport says how
+// much. Gradients accumulate over microbatches until ZeroGrads.
+//
+// Tied embedding: the first fragment computes the encoder's part of wte's gradient, the
+// last the head's part. Each keeps a buffer for the other part (TiedGradPeer) that the
+// pipeline fills from the peer; CombineTiedGrads then forms head + encoder (in that order)
+// in both, so both copies of wte take identical steps. A whole model fills both parts
+// itself and runs the same CombineTiedGrads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/layout.h"
+#include "model/optimizer.h"
+
+namespace longhaul::model {
+
+struct FragmentOptions {
+  int begin = 0;         // first layer; REQUIRES: 0 <= begin < end <= L
+  int end = 0;           // one past the last layer
+  int batch_size = 1;    // B: sequences per microbatch
+  int seq_len = 1;       // T; REQUIRES: <= config.max_seq_len
+  int slots = 1;         // microbatches in flight at once
+  bool training = true;  // false: no gradients or optimizer state (evaluation only)
+};
+
+// Bytes the fragment allocates, by purpose.
+struct MemoryReport {
+  int64_t parameters = 0;
+  int64_t gradients = 0;  // including the tied-embedding peer buffer
+  int64_t optimizer = 0;  // AdamW m and v
+  int64_t activations_per_slot = 0;
+  int slots = 0;
+  int64_t shared = 0;  // head buffers and backward scratch, shared by slots
+  int64_t total() const {
+    return parameters + gradients + optimizer + activations_per_slot * slots + shared;
+  }
+  std::string DebugString() const;
+};
+
+class Fragment {
+ public:
+  // Validates config and options; allocates everything. `ops` must outlive the fragment.
+  static StatusOr<std::unique_ptr<Fragment>> Create(const GPT2Config& config,
+                                                    const FragmentOptions& options,
+                                                    kernels::Ops* ops);
+  // The memory Create would allocate, without allocating it.
+  static MemoryReport EstimateMemory(const GPT2Config& config, const FragmentOptions& options);
+  ~Fragment();
+
+  const GPT2Config& config() const { return config_; }
+  const FragmentLayout& layout() const { return layout_; }
+  const FragmentOptions& options() const { return options_; }
+  bool is_first() const { return layout_.is_first(); }
+  bool is_last() const { return layout_.is_last(); }
+  MemoryReport memory() const { return EstimateMemory(config_, options_); }
+  kernels::Ops* ops() const { return ops_; }
+
+  // ---- parameters (host copies in the fragment's flat layout, layout().total() floats) --
+  void InitParameters(uint64_t seed);
+  void SetParameters(const float* host);
+  void GetParameters(float* host) const;
+  // From / into a whole model's llm.c array (NumParameters(config) floats).
+  void LoadFromModel(const float* model_params);
+  void StoreIntoModel(float* model_params) const;
+
+  // ---- forward -----------------------------------------------------------------------
+  // First fragment: `tokens` (B*T host ids < V). Other fragments: `activations` (B,T,C)
+  // in this backend's memory, the previous fragment's Output. The other pointer is null.
+  Status Forward(int slot, const int32_t* tokens, const float* activations);
+  // Not last: this fragment's output activations for `slot`, valid until the slot's next
+  // Forward.
+  const float* Output(int slot) const;
+  // Last fragment, after Forward(slot): final layernorm, logits and cross-entropy against
+  // `targets` (B*T host ids < V). Returns the mean loss over the B*T positions.
+  StatusOr<float> Loss(int slot, const int32_t* targets);
+  // Logits (B,T,Vp) of the last Loss, in backend memory; valid until Backward.
+  const float* logits() const { return head_.logits; }
+
+  // ---- backward ----------------------------------------------------------------------
+  // Last fragment: `dloss` is d(objective)/d(each position's loss), for example
+  // 1 / (B*T*microbatches); `output_grad` is null. Other fragments: `output_grad` is the
+  // gradient (B,T,C, backend memory) of Output(slot). Accumulates parameter gradients.
+  Status Backward(int slot, const float* output_grad, float dloss);
+  // Not first: gradient with respect to the input activations of the last Backward, to
+  // send to the previous fragment; valid until the next Backward.
+  const float* InputGrad() const { return scratch_.dres; }
+
+  // ---- optimizer ---------------------------------------------------------------------
+  void ZeroGrads();
+  // Tied embedding (first or last fragment): this fragment's own part of wte's gradient,
+  // and the buffer for the peer's part (Vp*C floats each, backend memory). A whole model
+  // fills both itself.
+  const float* TiedGradOwn() const;
+  float* TiedGradPeer();
+  // grad(wte) = head part + encoder part.
+  void CombineTiedGrads();
+  // Per-slice sums of squares of the gradients (ParameterLayout slice order, num_slices
+  // entries; 0 for slices of other fragments). The tied wte counts in the first fragment.
+  // REQUIRES: CombineTiedGrads was called since the last Backward.
+  std::vector<double> GradSliceSums() const;
+  // One AdamW step (t >= 1) with gradients scaled by `grad_scale`.
+  void Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
+
+  // Host copies of the gradient (flat layout; wte's is the combined one) and of the AdamW
+  // moments, for tests, data-parallel reductions and training-state checkpoints.
+  // SetGradients replaces the whole gradient (the tied peer part is zeroed).
+  void GetGradients(float* host) const;
+  void SetGradients(const float* host);
+  void GetOptimizerState(float* m_host, float* v_host) const;
+  void SetOptimizerState(const float* m_host, const float* v_host);
+
+ private:
+  struct LayerActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+  };
+  struct Slot {
+    float* base = nullptr;   // one allocation holding input and every layer's activations
+    float* input = nullptr;  // (B,T,C): embeddings (first) or received activations
+    std::vector<LayerActs> layers;
+    std::vector<int32_t> tokens;  // first fragment: kept for the embedding backward
+    bool forward_done = false;
+  };
+  struct Head {  // last fragment only
+    float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    float *logits = nullptr, *probs = nullptr, *losses = nullptr;
+    std::vector<int32_t> targets;
+    std::vector<float> host_losses;
+    int owner = -1;  // slot whose Loss the buffers hold
+  };
+  struct Scratch {
+    float *preatt = nullptr, *proj = nullptr;     // forward
+    float *dres = nullptr, *dtmp = nullptr;       // (B,T,C)
+    float *dfch_gelu = nullptr, *dfch = nullptr;  // (B,T,4C); dfch also holds dqkv
+    float *dpreatt = nullptr, *datt = nullptr;    // (B,NH,T,T)
+  };
+
+  Fragment(const GPT2Config& config, const FragmentOptions& options, kernels::Ops* ops);
+  void Allocate();
+  Status CheckSlot(int slot, const char* what) const;
+  Status CheckTokens(const int32_t* ids, const char* what) const;
+  // Parameter / gradient pointers of tensor t (at global layer `layer` when per-layer).
+  float* P(Tensor t, int layer = 0) const;
+  float* G(Tensor t, int layer = 0) const;
+  const float* SlotOutput(const Slot& s) const;
+  void BackwardLayer(Slot& s, int layer);
+
+  GPT2Config config_;
+  FragmentOptions options_;
+  FragmentLayout layout_;
+  kernels::Ops* ops_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  float* tied_peer_ = nullptr;  // the other part of wte's gradient
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  std::vector<Slot> slots_;
+  Head head_;
+  Scratch scratch_;
+};
+
+}  // namespace longhaul::model

@@ -1,0 +1,173 @@
+// Fragment forward and backward passes: llm.c's GPT-2 computation over a layer range.
+// Backward keeps one running residual-stream gradient (scratch_.dres): each layernorm
+// backward accumulates into it, so the residual adds need no separate backward op.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "model/fragment.h"  // IWYU pragma: associated
+
+namespace longhaul::model {
+
+Status Fragment::CheckSlot(int slot, const char* what) const {
+  if (slot < 0 || slot >= int(slots_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": slot ", slot, " is outside [0, ", slots_.size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+Status Fragment::CheckTokens(const int32_t* ids, const char* what) const {
+  if (ids == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, " are missing"));
+  const int n = options_.batch_size * options_.seq_len;
+  for (int i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "] = ", ids[i],
+                                                     " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const float* Fragment::SlotOutput(const Slot& s) const { return s.layers.back().residual3; }
+
+const float* Fragment::Output(int slot) const { return SlotOutput(slots_.at(slot)); }
+
+Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
+  RETURN_IF_ERROR(CheckSlot(slot, "Forward"));
+  const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
+  const int NH = config_.num_heads, BT = B * T;
+  Slot& s = slots_[slot];
+  if (is_first()) {
+    RETURN_IF_ERROR(CheckTokens(tokens, "input tokens"));
+    std::copy(tokens, tokens + BT, s.tokens.begin());
+    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte), P(Tensor::kWpe), B, T, C);
+  } else {
+    if (activations == nullptr) {
+      return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
+    }
+    ops_->Copy(s.input, activations, size_t(BT) * C);
+  }
+  const float* residual = s.input;
+  for (int l = layout_.begin(); l < layout_.end(); ++l) {
+    LayerActs& a = s.layers[l - layout_.begin()];
+    ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, P(Tensor::kLn1w, l),
+                           P(Tensor::kLn1b, l), BT, C);
+    ops_->MatmulForward(a.qkv, a.ln1, P(Tensor::kQkvw, l), P(Tensor::kQkvb, l), BT, C, 3 * C);
+    ops_->AttentionForward(a.atty, scratch_.preatt, a.att, a.qkv, B, T, C, NH);
+    ops_->MatmulForward(scratch_.proj, a.atty, P(Tensor::kAttprojw, l), P(Tensor::kAttprojb, l), BT,
+                        C, C);
+    ops_->ResidualForward(a.residual2, residual, scratch_.proj, size_t(BT) * C);
+    ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, P(Tensor::kLn2w, l),
+                           P(Tensor::kLn2b, l), BT, C);
+    ops_->MatmulForward(a.fch, a.ln2, P(Tensor::kFcw, l), P(Tensor::kFcb, l), BT, C, 4 * C);
+    ops_->GeluForward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
+    ops_->MatmulForward(scratch_.proj, a.fch_gelu, P(Tensor::kFcprojw, l), P(Tensor::kFcprojb, l),
+                        BT, 4 * C, C);
+    ops_->ResidualForward(a.residual3, a.residual2, scratch_.proj, size_t(BT) * C);
+    residual = a.residual3;
+  }
+  s.forward_done = true;
+  return absl::OkStatus();
+}
+
+StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
+  RETURN_IF_ERROR(CheckSlot(slot, "Loss"));
+  if (!is_last()) return absl::FailedPreconditionError("Loss: only the last fragment has a head");
+  Slot& s = slots_[slot];
+  if (!s.forward_done) return absl::FailedPreconditionError("Loss: slot has no forward pass");
+  RETURN_IF_ERROR(CheckTokens(targets, "targets"));
+  const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  std::copy(targets, targets + BT, head_.targets.begin());
+  ops_->LayerNormForward(head_.lnf, head_.lnf_mean, head_.lnf_rstd, SlotOutput(s), P(Tensor::kLnfw),
+                         P(Tensor::kLnfb), BT, C);
+  ops_->MatmulForward(head_.logits, head_.lnf, P(Tensor::kWte), nullptr, BT, C, Vp);
+  ops_->SoftmaxCrossEntropyForward(head_.probs, head_.losses, head_.logits, head_.targets.data(), B,
+                                   T, V, Vp);
+  ops_->Download(head_.host_losses.data(), head_.losses, BT);
+  head_.owner = slot;
+  double sum = 0.0;
+  for (float l : head_.host_losses) sum += l;
+  return float(sum / BT);
+}
+
+void Fragment::BackwardLayer(Slot& s, int l) {
+  const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
+  const int NH = config_.num_heads, BT = B * T;
+  const size_t btc = size_t(BT) * C;
+  const LayerActs& a = s.layers[l - layout_.begin()];
+  const float* residual =
+      l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3;
+  float* dres = scratch_.dres;  // holds d(residual3) on entry
+  // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
+  ops_->Zero(scratch_.dfch_gelu, btc * 4);
+  ops_->MatmulBackward(scratch_.dfch_gelu, G(Tensor::kFcprojw, l), G(Tensor::kFcprojb, l), dres,
+                       a.fch_gelu, P(Tensor::kFcprojw, l), BT, 4 * C, C);
+  ops_->Zero(scratch_.dfch, btc * 4);
+  ops_->GeluBackward(scratch_.dfch, a.fch, scratch_.dfch_gelu, btc * 4);
+  ops_->Zero(scratch_.dtmp, btc);
+  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kFcw, l), G(Tensor::kFcb, l), scratch_.dfch, a.ln2,
+                       P(Tensor::kFcw, l), BT, C, 4 * C);
+  ops_->LayerNormBackward(dres, G(Tensor::kLn2w, l), G(Tensor::kLn2b, l), scratch_.dtmp,
+                          a.residual2, P(Tensor::kLn2w, l), a.ln2_mean, a.ln2_rstd, BT, C);
+  // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
+  float* dqkv = scratch_.dfch;  // (B,T,3C) fits in the (B,T,4C) buffer
+  ops_->Zero(scratch_.dtmp, btc);
+  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kAttprojw, l), G(Tensor::kAttprojb, l), dres,
+                       a.atty, P(Tensor::kAttprojw, l), BT, C, C);
+  ops_->Zero(dqkv, btc * 3);
+  ops_->AttentionBackward(dqkv, scratch_.dpreatt, scratch_.datt, scratch_.dtmp, a.qkv, a.att, B, T,
+                          C, NH);
+  ops_->Zero(scratch_.dtmp, btc);
+  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kQkvw, l), G(Tensor::kQkvb, l), dqkv, a.ln1,
+                       P(Tensor::kQkvw, l), BT, C, 3 * C);
+  ops_->LayerNormBackward(dres, G(Tensor::kLn1w, l), G(Tensor::kLn1b, l), scratch_.dtmp, residual,
+                          P(Tensor::kLn1w, l), a.ln1_mean, a.ln1_rstd, BT, C);
+}
+
+Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
+  RETURN_IF_ERROR(CheckSlot(slot, "Backward"));
+  if (!options_.training) {
+    return absl::FailedPreconditionError("Backward: fragment was created for evaluation only");
+  }
+  Slot& s = slots_[slot];
+  if (!s.forward_done) return absl::FailedPreconditionError("Backward: slot has no forward pass");
+  const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
+  const size_t btc = size_t(BT) * C;
+  if (is_last()) {
+    if (head_.owner != slot) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Backward: the last fragment's head holds slot ", head_.owner, ", not ",
+                       slot, " (call Loss(slot) right before Backward(slot))"));
+    }
+    float* dlogits = head_.logits;  // logits are dead once probs exist
+    ops_->Zero(dlogits, size_t(BT) * Vp);
+    ops_->SoftmaxCrossEntropyBackward(dlogits, head_.probs, head_.targets.data(), dloss, B, T, V,
+                                      Vp);
+    ops_->Zero(scratch_.dtmp, btc);
+    ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kWte), nullptr, dlogits, head_.lnf,
+                         P(Tensor::kWte), BT, C, Vp);
+    ops_->Zero(scratch_.dres, btc);
+    ops_->LayerNormBackward(scratch_.dres, G(Tensor::kLnfw), G(Tensor::kLnfb), scratch_.dtmp,
+                            SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean, head_.lnf_rstd, BT, C);
+    head_.owner = -1;
+  } else {
+    if (output_grad == nullptr) {
+      return absl::InvalidArgumentError("Backward: a fragment before the last needs output_grad");
+    }
+    ops_->Copy(scratch_.dres, output_grad, btc);
+  }
+  for (int l = layout_.end() - 1; l >= layout_.begin(); --l) BackwardLayer(s, l);
+  if (is_first()) {
+    // The encoder's part of the tied wte gradient: into the peer buffer when this fragment
+    // also holds the head (whole model), into its own gradient otherwise.
+    float* dwte = is_last() ? tied_peer_ : G(Tensor::kWte);
+    ops_->EmbeddingBackward(dwte, G(Tensor::kWpe), scratch_.dres, s.tokens.data(), B, T, C);
+  }
+  s.forward_done = false;
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::model

@@ -1,0 +1,243 @@
+// Job file parsing and validation (see job.h).
+#include "model/job.h"
+
+#include <filesystem>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/file_io.h"
+#include "model/yaml_walker.h"
+
+namespace longhaul::model {
+namespace {
+
+using Entry = YamlWalker::Entry;
+using Fields = YamlWalker::Fields;
+
+const std::vector<absl::string_view> kTopKeys = {
+    "name", "model", "init_from", "data", "steps", "batch_size", "microbatch_size", "seq_len",
+    "optimizer", "seed", "checkpoint", "backend", "threads",
+    // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
+    "sites", "compression"};
+const std::vector<absl::string_view> kModelKeys = {"layers", "channels", "heads", "vocab",
+                                                   "context"};
+const std::vector<absl::string_view> kDataKeys = {"train", "format", "val", "val_every",
+                                                  "val_batches"};
+const std::vector<absl::string_view> kOptimizerKeys = {
+    "lr",    "warmup_steps", "schedule", "min_lr_fraction", "weight_decay",
+    "beta1", "beta2",        "eps",      "grad_clip"};
+const std::vector<absl::string_view> kCheckpointKeys = {"every", "dir"};
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+
+class JobParser {
+ public:
+  JobParser(const std::string& source, std::string base_dir)
+      : w_(source), base_dir_(std::move(base_dir)) {}
+
+  StatusOr<Job> Parse(const std::string& text) {
+    Job job;
+    job.source = w_.source();
+    ASSIGN_OR_RETURN(const Entry root, w_.Root(text));
+    ASSIGN_OR_RETURN(const Fields top, w_.Map(root, kTopKeys));
+    auto get = [&top](absl::string_view key) -> const Entry* {
+      auto it = top.find(key);
+      return it == top.end() ? nullptr : &it->second;
+    };
+    if (get("name") == nullptr) return w_.Missing(root, "name");
+    ASSIGN_OR_RETURN(job.name, w_.String(*get("name")));
+    for (char c : job.name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+        return w_.Error(*get("name"), "may hold only letters, digits, '-', '_' and '.'");
+      }
+    }
+    RETURN_IF_ERROR(ParseModel(root, get("model"), get("init_from"), &job));
+    if (const Entry* e = get("data")) RETURN_IF_ERROR(ParseData(*e, &job.data));
+    if (get("steps") == nullptr) return w_.Missing(root, "steps");
+    ASSIGN_OR_RETURN(job.steps, w_.Int(*get("steps"), 1, kIntMax));
+    if (get("batch_size") == nullptr) return w_.Missing(root, "batch_size");
+    ASSIGN_OR_RETURN(job.batch_size, w_.Int(*get("batch_size"), 1, kIntMax));
+    job.microbatch_size = job.batch_size;
+    if (const Entry* e = get("microbatch_size")) {
+      ASSIGN_OR_RETURN(job.microbatch_size, w_.Int(*e, 1, job.batch_size));
+      if (job.batch_size % job.microbatch_size != 0) {
+        return w_.Error(
+            *e, absl::StrCat("batch_size ", job.batch_size,
+                             " must be a multiple of microbatch_size ", job.microbatch_size));
+      }
+    }
+    job.seq_len = job.model.max_seq_len;
+    if (const Entry* e = get("seq_len")) {
+      ASSIGN_OR_RETURN(job.seq_len, w_.Int(*e, 1, job.model.max_seq_len));
+    }
+    if (const Entry* e = get("optimizer")) RETURN_IF_ERROR(ParseOptimizer(*e, &job.optimizer));
+    if (const Entry* e = get("seed")) {
+      ASSIGN_OR_RETURN(job.seed, w_.Uint64(*e));
+    }
+    job.checkpoint.dir = absl::StrCat("checkpoints/", job.name);
+    if (const Entry* e = get("checkpoint")) RETURN_IF_ERROR(ParseCheckpoint(*e, &job.checkpoint));
+    if (const Entry* e = get("backend")) {
+      ASSIGN_OR_RETURN(job.backend, w_.String(*e));
+      if (job.backend != "cpu" && job.backend != "cpu-ref" && job.backend != "cuda") {
+        return w_.Error(*e, absl::StrCat("unknown backend '", job.backend,
+                                         "' (expected cpu, cpu-ref or cuda)"));
+      }
+    }
+    if (const Entry* e = get("threads")) {
+      ASSIGN_OR_RETURN(job.threads, w_.Int(*e, 0, 4096));
+    }
+    return job;
+  }
+
+ private:
+  std::string Resolve(const std::string& path) const {
+    std::filesystem::path p(path);
+    if (p.is_relative() && !base_dir_.empty()) p = std::filesystem::path(base_dir_) / p;
+    return p.lexically_normal().string();
+  }
+
+  Status ParseModel(const Entry& root, const Entry* model, const Entry* init_from, Job* job) {
+    if (model == nullptr && init_from == nullptr) {
+      return w_.Error(root.value.Mark(), "model", "missing required key (give model or init_from)");
+    }
+    if (init_from != nullptr) {
+      ASSIGN_OR_RETURN(std::string path, w_.String(*init_from));
+      job->init_from = Resolve(path);
+      auto config = ReadCheckpointConfig(job->init_from);
+      if (!config.ok()) return w_.Error(*init_from, config.status().message());
+      job->model = *config;
+    }
+    if (model == nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(const Fields f, w_.Map(*model, kModelKeys));
+    int values[5];
+    for (int i = 0; i < 5; ++i) {
+      auto it = f.find(kModelKeys[i]);
+      if (it == f.end()) return w_.Missing(*model, kModelKeys[i]);
+      ASSIGN_OR_RETURN(values[i], w_.Int(it->second, 1, i == 3 ? 65536 : 1 << 20));
+    }
+    const GPT2Config config = MakeConfig(values[0], values[1], values[2], values[3], values[4]);
+    if (config.channels % config.num_heads != 0) {
+      return w_.Error(f.at("heads"),
+                      absl::StrCat("channels (", config.channels, ") must be a multiple of heads (",
+                                   config.num_heads, ")"));
+    }
+    Status valid = ValidateConfig(config);
+    if (!valid.ok()) return w_.Error(*model, valid.message());
+    if (init_from != nullptr) {
+      const Status fits = CheckConfigMatches(config, job->model, job->init_from);
+      if (!fits.ok()) return w_.Error(*model, fits.message());
+    }
+    job->model = config;
+    return absl::OkStatus();
+  }
+
+  StatusOr<std::string> DataPath(const Entry& e) {
+    ASSIGN_OR_RETURN(std::string path, w_.String(e));
+    if (path == kBuiltinData) return path;
+    path = Resolve(path);
+    auto size = FileSize(path, "data file");
+    if (!size.ok()) return w_.Error(e, size.status().message());
+    return path;
+  }
+
+  Status ParseData(const Entry& e, JobData* data) {
+    ASSIGN_OR_RETURN(const Fields f, w_.Map(e, kDataKeys));
+    if (auto it = f.find("train"); it != f.end()) {
+      ASSIGN_OR_RETURN(data->train, DataPath(it->second));
+    }
+    if (auto it = f.find("format"); it != f.end()) {
+      ASSIGN_OR_RETURN(std::string name, w_.String(it->second));
+      auto format = ParseDataFormat(name);
+      if (!format.ok()) return w_.Error(it->second, format.status().message());
+      data->format = *format;
+    }
+    if (auto it = f.find("val"); it != f.end()) {
+      ASSIGN_OR_RETURN(data->val, DataPath(it->second));
+    }
+    if (auto it = f.find("val_every"); it != f.end()) {
+      ASSIGN_OR_RETURN(data->val_every, w_.Int(it->second, 0, kIntMax));
+    }
+    if (auto it = f.find("val_batches"); it != f.end()) {
+      ASSIGN_OR_RETURN(data->val_batches, w_.Int(it->second, 1, kIntMax));
+    }
+    return absl::OkStatus();
+  }
+
+  Status ParseOptimizer(const Entry& e, OptimizerOptions* o) {
+    ASSIGN_OR_RETURN(const Fields f, w_.Map(e, kOptimizerKeys));
+    auto number = [&](absl::string_view key, double min, double max, bool open_max,
+                      float* out) -> Status {
+      auto it = f.find(key);
+      if (it == f.end()) return absl::OkStatus();
+      ASSIGN_OR_RETURN(const double v, w_.Double(it->second, min, max));
+      if (open_max && v >= max) {
+        return w_.Error(it->second, absl::StrCat("must be below ", max));
+      }
+      *out = float(v);
+      return absl::OkStatus();
+    };
+    constexpr double kBig = 1e30;
+    RETURN_IF_ERROR(number("lr", 0, kBig, false, &o->lr));
+    RETURN_IF_ERROR(number("min_lr_fraction", 0, 1, false, &o->min_lr_fraction));
+    RETURN_IF_ERROR(number("weight_decay", 0, kBig, false, &o->weight_decay));
+    RETURN_IF_ERROR(number("beta1", 0, 1, true, &o->beta1));
+    RETURN_IF_ERROR(number("beta2", 0, 1, true, &o->beta2));
+    RETURN_IF_ERROR(number("eps", 0, kBig, false, &o->eps));
+    RETURN_IF_ERROR(number("grad_clip", 0, kBig, false, &o->grad_clip));
+    if (auto it = f.find("lr"); it != f.end() && o->lr <= 0) {
+      return w_.Error(it->second, "must be positive");
+    }
+    if (auto it = f.find("eps"); it != f.end() && o->eps <= 0) {
+      return w_.Error(it->second, "must be positive");
+    }
+    if (auto it = f.find("warmup_steps"); it != f.end()) {
+      ASSIGN_OR_RETURN(o->warmup_steps, w_.Int(it->second, 0, kIntMax));
+    }
+    if (auto it = f.find("schedule"); it != f.end()) {
+      ASSIGN_OR_RETURN(std::string s, w_.String(it->second));
+      if (s == "cosine") {
+        o->schedule = LrSchedule::kCosine;
+      } else if (s == "constant") {
+        o->schedule = LrSchedule::kConstant;
+      } else {
+        return w_.Error(it->second,
+                        absl::StrCat("unknown schedule '", s, "' (expected cosine or constant)"));
+      }
+    }
+    Status valid = ValidateOptimizerOptions(*o);
+    return valid.ok() ? valid : w_.Error(e, valid.message());
+  }
+
+  Status ParseCheckpoint(const Entry& e, JobCheckpoint* c) {
+    ASSIGN_OR_RETURN(const Fields f, w_.Map(e, kCheckpointKeys));
+    if (auto it = f.find("every"); it != f.end()) {
+      ASSIGN_OR_RETURN(c->every, w_.Int(it->second, 0, kIntMax));
+    }
+    if (auto it = f.find("dir"); it != f.end()) {
+      ASSIGN_OR_RETURN(std::string dir, w_.String(it->second));
+      c->dir = Resolve(dir);
+    }
+    return absl::OkStatus();
+  }
+
+  YamlWalker w_;
+  std::string base_dir_;
+};
+
+}  // namespace
+
+StatusOr<Job> ParseJob(const std::string& text, const std::string& source,
+                       const std::string& base_dir) {
+  return JobParser(source, base_dir).Parse(text);
+}
+
+StatusOr<Job> LoadJob(const std::string& path) {
+  ASSIGN_OR_RETURN(const int64_t size, FileSize(path, "job file"));
+  std::string text(size_t(size), '\0');
+  RETURN_IF_ERROR(ReadFileRange(path, "job file", 0, text.data(), text.size()));
+  std::string base = std::filesystem::path(path).parent_path().string();
+  if (base.empty()) base = ".";
+  return ParseJob(text, path, base);
+}
+
+}  // namespace longhaul::model

@@ -1,0 +1,78 @@
+// A training job file (YAML): the one schema for `longhaul train-local` and for distributed
+// jobs. Paths are relative to the job file's directory. Example (configs/job.example.yaml):
+//
+//   name: tiny                       # [A-Za-z0-9._-]+
+//   model: {layers: 2, channels: 64, heads: 4, vocab: 256, context: 64}
+//   # init_from: gpt2_124M.bin       # instead of (or checked against) model
+//   data:
+//     train: builtin                 # or a path: llm.c token file or text (bytes)
+//     format: auto                   # auto | llmc | text
+//     val: builtin                   # optional; evaluated every val_every steps and at the end
+//     val_every: 50                  # optional, 0 = only at the end
+//     val_batches: 8                 # optional
+//   steps: 200
+//   batch_size: 16                   # sequences per step
+//   microbatch_size: 8               # batch_size must be a multiple (default batch_size)
+//   seq_len: 64                      # default: the model's context
+//   optimizer: {lr: 1e-3, warmup_steps: 10, schedule: cosine, min_lr_fraction: 0.1,
+//               weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1e-8, grad_clip: 1.0}
+//   seed: 1
+//   checkpoint: {every: 100, dir: checkpoints/tiny}   # default dir: ./checkpoints/NAME
+//   backend: cpu                     # cpu | cpu-ref | cuda
+//   threads: 2                       # 0 = all cores
+//
+// Errors read "FILE:LINE:COLUMN: key.path: problem".
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/optimizer.h"
+#include "model/token_data.h"
+
+namespace longhaul::model {
+
+// The data source keyword for the built-in corpus.
+inline constexpr char kBuiltinData[] = "builtin";
+
+struct JobData {
+  std::string train = kBuiltinData;  // "builtin" or an absolute path
+  DataFormat format = DataFormat::kAuto;
+  std::string val;  // "" (none), "builtin" or an absolute path
+  int val_every = 0;
+  int val_batches = 8;
+};
+
+struct JobCheckpoint {
+  int every = 0;    // steps between checkpoints; 0: only the final one
+  std::string dir;  // absolute, or relative to the working directory when defaulted
+};
+
+struct Job {
+  std::string source;  // the job file
+  std::string name;
+  GPT2Config model;       // from `model`, or from init_from's header
+  std::string init_from;  // checkpoint to start from; "" = initialise from seed
+  JobData data;
+  int steps = 0;
+  int batch_size = 0;
+  int microbatch_size = 0;
+  int seq_len = 0;
+  OptimizerOptions optimizer;
+  uint64_t seed = 0;
+  JobCheckpoint checkpoint;
+  std::string backend = "cpu";
+  int threads = 0;
+
+  int microbatches() const { return batch_size / microbatch_size; }
+};
+
+// Parses job file `path`.
+StatusOr<Job> LoadJob(const std::string& path);
+// Parses `text`; `source` names it in errors, `base_dir` anchors relative paths.
+StatusOr<Job> ParseJob(const std::string& text, const std::string& source,
+                       const std::string& base_dir);
+
+}  // namespace longhaul::model

@@ -1,0 +1,105 @@
+// llm.c parameter layout: sizes, offsets, and copies between model and fragment buffers.
+#include "model/layout.h"
+
+#include <cstring>
+
+namespace longhaul::model {
+
+const char* TensorName(Tensor t) {
+  static const char* kNames[kNumTensors] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
+                                            "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
+                                            "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
+  return kNames[int(t)];
+}
+
+bool IsPerLayer(Tensor t) {
+  return t != Tensor::kWte && t != Tensor::kWpe && t != Tensor::kLnfw && t != Tensor::kLnfb;
+}
+
+bool IsDecayed(Tensor t) {
+  return t == Tensor::kWte || t == Tensor::kWpe || t == Tensor::kQkvw || t == Tensor::kAttprojw ||
+         t == Tensor::kFcw || t == Tensor::kFcprojw;
+}
+
+bool IsResidualProjection(Tensor t) { return t == Tensor::kAttprojw || t == Tensor::kFcprojw; }
+
+ParameterLayout::ParameterLayout(const GPT2Config& c) : config_(c) {
+  const int64_t C = c.channels, L = c.num_layers;
+  const int64_t slices[kNumTensors] = {int64_t(c.padded_vocab_size) * C,
+                                       int64_t(c.max_seq_len) * C,
+                                       C,
+                                       C,
+                                       3 * C * C,
+                                       3 * C,
+                                       C * C,
+                                       C,
+                                       C,
+                                       C,
+                                       4 * C * C,
+                                       4 * C,
+                                       4 * C * C,
+                                       C,
+                                       C,
+                                       C};
+  for (int i = 0; i < kNumTensors; ++i) {
+    slice_[i] = slices[i];
+    size_[i] = IsPerLayer(Tensor(i)) ? slices[i] * L : slices[i];
+    offset_[i] = total_;
+    total_ += size_[i];
+  }
+}
+
+int ParameterLayout::SliceIndex(Tensor t, int layer) const {
+  switch (t) {
+    case Tensor::kWte:
+      return 0;
+    case Tensor::kWpe:
+      return 1;
+    case Tensor::kLnfw:
+      return num_slices() - 2;
+    case Tensor::kLnfb:
+      return num_slices() - 1;
+    default:
+      return 2 + (int(t) - int(Tensor::kLn1w)) * config_.num_layers + layer;
+  }
+}
+
+FragmentLayout::FragmentLayout(const GPT2Config& config, int begin, int end)
+    : model_(config), begin_(begin), end_(end) {
+  for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
+    int64_t size = 0;
+    if (IsPerLayer(t)) {
+      size = model_.slice_size(t) * (end - begin);
+    } else if (t == Tensor::kWte) {
+      size = (is_first() || is_last()) ? model_.size(t) : 0;
+    } else if (t == Tensor::kWpe) {
+      size = is_first() ? model_.size(t) : 0;
+    } else {
+      size = is_last() ? model_.size(t) : 0;
+    }
+    size_[i] = size;
+    offset_[i] = total_;
+    total_ += size;
+  }
+}
+
+void FragmentLayout::ExtractFromModel(const float* model_params, float* fragment_params) const {
+  for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
+    if (!has(t)) continue;
+    const int64_t src = IsPerLayer(t) ? model_.offset(t, begin_) : model_.offset(t);
+    std::memcpy(fragment_params + offset(t), model_params + src, size(t) * sizeof(float));
+  }
+}
+
+void FragmentLayout::InsertIntoModel(const float* fragment_params, float* model_params) const {
+  for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
+    if (!has(t)) continue;
+    const int64_t dst = IsPerLayer(t) ? model_.offset(t, begin_) : model_.offset(t);
+    std::memcpy(model_params + dst, fragment_params + offset(t), size(t) * sizeof(float));
+  }
+}
+
+}  // namespace longhaul::model

@@ -1,0 +1,169 @@
+// llm.c checkpoint and token files: bit-exact round trips, and a clear error (never a crash)
+// for every kind of bad input: missing, truncated, bad magic or version, tokens outside
+// the vocabulary, a config that does not fit the checkpoint.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/evaluate.h"
+#include "model/token_data.h"
+#include "test/model/test_util.h"
+
+namespace longhaul::model {
+namespace {
+
+using Catch::Matchers::Contains;
+
+std::vector<float> RandomParams(const GPT2Config& c) {
+  std::vector<float> p(NumParameters(c));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (float& x : p) x = normal(rng);
+  return p;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("checkpoint round-trips bit-exactly", "[formats]") {
+  const std::string dir = testing::TempDir("ckpt_roundtrip");
+  const GPT2Config c = MakeConfig(2, 16, 2, 67, 8);
+  const std::vector<float> params = RandomParams(c);
+  REQUIRE(WriteCheckpoint(dir + "/sub/model.bin", c, params.data()).ok());
+  auto back = ReadCheckpoint(dir + "/sub/model.bin");
+  REQUIRE(back.ok());
+  CHECK(back->config == c);
+  REQUIRE(back->params.size() == params.size());
+  CHECK(std::memcmp(back->params.data(), params.data(), params.size() * 4) == 0);
+  // llm.c's header layout.
+  const std::string bytes = ReadAll(dir + "/sub/model.bin");
+  REQUIRE(bytes.size() == 1024 + params.size() * 4);
+  int32_t header[8];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  CHECK(header[0] == 20240326);
+  CHECK(header[1] == 3);
+  CHECK(header[2] == 8);
+  CHECK(header[3] == 67);
+  CHECK(header[4] == 2);
+  CHECK(header[5] == 2);
+  CHECK(header[6] == 16);
+  CHECK(header[7] == 128);
+}
+
+TEST_CASE("bad checkpoints give clear errors", "[formats]") {
+  const std::string dir = testing::TempDir("ckpt_bad");
+  const GPT2Config c = MakeConfig(1, 8, 2, 10, 4);
+  const std::vector<float> params = RandomParams(c);
+  REQUIRE(WriteCheckpoint(dir + "/good.bin", c, params.data()).ok());
+  const std::string good = ReadAll(dir + "/good.bin");
+
+  auto missing = ReadCheckpoint(dir + "/nope.bin");
+  CHECK(absl::IsNotFound(missing.status()));
+  CHECK_THAT(std::string(missing.status().message()), Contains("nope.bin"));
+
+  testing::WriteBytes(dir + "/short.bin", good.substr(0, good.size() - 4));
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/short.bin").status().message()),
+             Contains("truncated"));
+  testing::WriteBytes(dir + "/tiny.bin", good.substr(0, 100));
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/tiny.bin").status().message()),
+             Contains("truncated"));
+  testing::WriteBytes(dir + "/long.bin", good + "xx");
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/long.bin").status().message()),
+             Contains("trailing"));
+
+  std::string bad = good;
+  bad[0] = 'X';
+  testing::WriteBytes(dir + "/magic.bin", bad);
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/magic.bin").status().message()),
+             Contains("bad magic"));
+
+  bad = good;
+  const int32_t v5 = 5;
+  std::memcpy(bad.data() + 4, &v5, 4);
+  testing::WriteBytes(dir + "/v5.bin", bad);
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/v5.bin").status().message()), Contains("bf16"));
+
+  bad = good;
+  const int32_t heads = 3;  // 8 channels are not divisible into 3 heads
+  std::memcpy(bad.data() + 5 * 4, &heads, 4);
+  testing::WriteBytes(dir + "/heads.bin", bad);
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/heads.bin").status().message()),
+             Contains("multiple of heads"));
+
+  const Status mismatch = CheckConfigMatches(MakeConfig(2, 8, 2, 10, 4), c, "good.bin");
+  CHECK_THAT(std::string(mismatch.message()), Contains("layers 2 vs 1"));
+  CHECK(CheckConfigMatches(c, c, "good.bin").ok());
+}
+
+TEST_CASE("token files and text", "[formats]") {
+  const std::string dir = testing::TempDir("tokens");
+  const std::vector<uint16_t> tokens = {1, 2, 3, 65535, 0, 7};
+  REQUIRE(WriteTokenFile(dir + "/t.bin", tokens).ok());
+  auto data = ReadTokenData(dir + "/t.bin", DataFormat::kAuto);
+  REQUIRE(data.ok());
+  CHECK(data->format == DataFormat::kLlmc);
+  CHECK(data->tokens == tokens);
+  CHECK(data->max_token == 65535);
+  CHECK_THAT(std::string(CheckTokensFit(*data, 50257).message()),
+             Contains("token 65535 at position 3"));
+
+  testing::WriteBytes(dir + "/text.txt", "hi \xff");
+  auto text = ReadTokenData(dir + "/text.txt", DataFormat::kAuto);
+  REQUIRE(text.ok());
+  CHECK(text->format == DataFormat::kText);
+  CHECK(text->tokens == std::vector<uint16_t>{'h', 'i', ' ', 255});
+  CHECK(CheckTokensFit(*text, 256).ok());
+
+  CHECK(absl::IsNotFound(ReadTokenData(dir + "/none", DataFormat::kAuto).status()));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/text.txt", DataFormat::kLlmc).status().message()),
+             Contains("truncated"));
+  testing::WriteBytes(dir + "/empty.txt", "");
+  CHECK_THAT(std::string(ReadTokenData(dir + "/empty.txt", DataFormat::kText).status().message()),
+             Contains("empty"));
+  const std::string whole = ReadAll(dir + "/t.bin");
+  testing::WriteBytes(dir + "/cut.bin", whole.substr(0, whole.size() - 1));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/cut.bin", DataFormat::kAuto).status().message()),
+             Contains("truncated"));
+  std::string bad_magic = whole;
+  bad_magic[1] = 0;
+  testing::WriteBytes(dir + "/magic.bin", bad_magic);
+  CHECK_THAT(std::string(ReadTokenData(dir + "/magic.bin", DataFormat::kLlmc).status().message()),
+             Contains("bad magic"));
+  CHECK(!ParseDataFormat("csv").ok());
+}
+
+TEST_CASE("evaluation rejects data that does not fit the model", "[formats]") {
+  const std::string dir = testing::TempDir("eval_bad");
+  const GPT2Config c = MakeConfig(1, 8, 2, 67, 8);
+  const std::vector<float> params = RandomParams(c);
+  REQUIRE(WriteCheckpoint(dir + "/m.bin", c, params.data()).ok());
+  testing::WriteBytes(dir + "/text.txt", std::string(200, 'z'));  // 'z' = 122 >= V = 67
+  EvalOptions eo;
+  eo.checkpoint = dir + "/m.bin";
+  eo.data = dir + "/text.txt";
+  eo.backend = "cpu-ref";
+  CHECK_THAT(std::string(EvaluateCheckpoint(eo).status().message()),
+             Contains("outside the model's vocabulary of 67"));
+  REQUIRE(WriteTokenFile(dir + "/few.bin", {1, 2, 3}).ok());
+  eo.data = dir + "/few.bin";
+  CHECK_THAT(std::string(EvaluateCheckpoint(eo).status().message()), Contains("needs at least"));
+  eo.seq_len = 9;
+  CHECK_THAT(std::string(EvaluateCheckpoint(eo).status().message()), Contains("context of 8"));
+  eo.seq_len = 0;
+  eo.backend = "tpu";
+  REQUIRE(WriteTokenFile(dir + "/ok.bin", std::vector<uint16_t>(100, 5)).ok());
+  eo.data = dir + "/ok.bin";
+  CHECK_THAT(std::string(EvaluateCheckpoint(eo).status().message()), Contains("tpu"));
+  eo.backend = "cpu-ref";
+  auto ok = EvaluateCheckpoint(eo);
+  REQUIRE(ok.ok());
+  CHECK(ok->batches == 3);  // 99 / 8 = 12 windows = 3 batches of 4
+}
+
+}  // namespace
+}  // namespace longhaul::model

@@ -1,0 +1,280 @@
+#include "tools/cli/job_commands.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "tools/cli/format.h"
+
+namespace longhaul::cli {
+namespace {
+
+std::string StateName(v1::JobState s) {
+  std::string n = v1::JobState_Name(s);
+  const std::string prefix = "JOB_STATE_";
+  if (n.rfind(prefix, 0) == 0) n = n.substr(prefix.size());
+  for (auto& c : n) c = static_cast<char>(std::tolower(c));
+  return n;
+}
+
+bool Finished(v1::JobState s) {
+  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// One line: [#####.....] step 40/200 loss 2.345 812 tok/s ETA 1m05s (running)
+std::string ProgressLine(const v1::JobStatus& j) {
+  const int width = 30;
+  const double frac = j.total_steps() ? double(j.step()) / j.total_steps() : 0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+  std::string line =
+      bar + " step " + std::to_string(j.step()) + "/" + std::to_string(j.total_steps());
+  if (j.step() > 0) {
+    line += "  loss " + Fixed(j.loss(), 4) + "  " + Fixed(j.tokens_per_second(), 0) + " tok/s";
+    if (!Finished(j.state())) line += "  ETA " + FormatDuration(j.eta_seconds());
+  }
+  line += "  (" + StateName(j.state());
+  if (!j.detail().empty() && j.state() != v1::JOB_STATE_RUNNING) line += ": " + j.detail();
+  line += ")";
+  return line;
+}
+
+void PrintJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  std::cout << out;
+}
+
+void PrintDetails(const v1::JobStatus& j) {
+  std::cout << "job " << j.job_id() << " (" << j.name() << "): " << StateName(j.state());
+  if (!j.detail().empty()) std::cout << " - " << j.detail();
+  std::cout << "\n  step " << j.step() << "/" << j.total_steps() << ", committed "
+            << j.committed_step() << ", loss " << Fixed(j.loss(), 4) << ", "
+            << Fixed(j.tokens_per_second(), 0) << " tok/s, " << Fixed(j.step_seconds(), 3)
+            << " s/step, coordinator " << j.coordinator() << "\n";
+  Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP"});
+  for (const auto& s : j.stages()) {
+    stages.AddRow({std::to_string(s.index()), s.site(),
+                   std::to_string(s.layer_begin()) + ".." + std::to_string(s.layer_end()),
+                   Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB",
+                   Fixed(s.compute_seconds(), 3) + " s", Fixed(s.wait_seconds(), 3) + " s"});
+  }
+  std::cout << stages.str();
+  if (j.links_size() > 0) {
+    Table links({"LINK", "BANDWIDTH", "ACHIEVED", "CODEC", "RATIO", "TENSORS", "WHY"});
+    for (const auto& l : j.links()) {
+      const double ratio = l.wire_bytes() ? double(l.raw_bytes()) / l.wire_bytes() : 0;
+      links.AddRow(
+          {l.from_site() + " -> " + l.to_site(), FormatBitRate(l.bandwidth_bytes_per_second()),
+           FormatBitRate(l.achieved_bytes_per_second()), l.codec(),
+           ratio > 0 ? Fixed(ratio, 1) + "x" : "-", std::to_string(l.tensors()), l.reason()});
+    }
+    std::cout << links.str();
+  }
+}
+
+grpc::Status Get(ControlClient& c, const std::string& id, v1::JobStatus* j) {
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  req.set_max_losses(1);
+  return c.stub().GetJob(c.Context().get(), req, j);
+}
+
+int Follow(ControlClient& c, const std::string& id, const ClientOptions& options) {
+  const bool tty = isatty(STDOUT_FILENO);
+  std::string last;
+  int misses = 0;
+  while (true) {
+    v1::JobStatus job;
+    const grpc::Status s = Get(c, id, &job);
+    const v1::JobStatus* j = &job;
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
+        s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return c.Fail(s, "status " + id);
+    }
+    if (!s.ok()) {
+      // The coordinator may be restarting (systemd brings it back): keep trying a while.
+      if (++misses > 120) {
+        std::cerr << "\nlonghaul: lost the coordinator: " << s.error_message() << "\n";
+        return kExitUnreachable;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    misses = 0;
+    const std::string line = ProgressLine(*j);
+    if (tty) {
+      std::cout << "\r\033[K" << line << std::flush;
+    } else if (line != last) {
+      std::cout << line << "\n" << std::flush;
+    }
+    last = line;
+    if (Finished(j->state())) {
+      if (tty) std::cout << "\n";
+      PrintDetails(*j);
+      return j->state() == v1::JOB_STATE_COMPLETED ? kExitOk : kExitError;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 250 : 1000));
+  }
+}
+
+int Submit(const ClientOptions& options, const std::string& path, bool follow) {
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "longhaul: cannot read job file " << path << "\n";
+    return kExitUsage;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(ss.str());
+  req.set_source(path);
+  v1::SubmitJobResponse resp;
+  grpc::Status s = client->stub().SubmitJob(client->Context().get(), req, &resp);
+  if (!s.ok()) return client->Fail(s, "submit " + path);
+  std::cout << "submitted job " << resp.job_id() << " (coordinator " << resp.coordinator() << ")\n";
+  if (!follow) return kExitOk;
+  return Follow(*client, resp.job_id(), options);
+}
+
+int Jobs(const ClientOptions& options) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::ListJobsResponse r;
+  grpc::Status s = client->stub().ListJobs(client->Context().get(), {}, &r);
+  if (!s.ok()) return client->Fail(s, "jobs");
+  if (options.output == "json") {
+    PrintJson(r);
+    return kExitOk;
+  }
+  if (r.jobs().empty()) {
+    std::cout << "no jobs\n";
+    return kExitOk;
+  }
+  Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "SITES"});
+  for (const auto& j : r.jobs()) {
+    std::string sites;
+    for (const auto& s : j.stages()) sites += (sites.empty() ? "" : ",") + s.site();
+    t.AddRow({j.job_id(), j.name(), StateName(j.state()),
+              std::to_string(j.step()) + "/" + std::to_string(j.total_steps()),
+              j.step() ? Fixed(j.loss(), 4) : "-", Fixed(j.tokens_per_second(), 0), sites});
+  }
+  std::cout << t.str();
+  return kExitOk;
+}
+
+int Status(const ClientOptions& options, const std::string& id, bool follow) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  if (follow) return Follow(*client, id, options);
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  v1::JobStatus j;
+  grpc::Status s = client->stub().GetJob(client->Context().get(), req, &j);
+  if (!s.ok()) return client->Fail(s, "status " + id);
+  if (options.output == "json") {
+    PrintJson(j);
+  } else {
+    PrintDetails(j);
+  }
+  return kExitOk;
+}
+
+int Cancel(const ClientOptions& options, const std::string& id) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  grpc::Status s = client->stub().CancelJob(client->Context().get(), req, &resp);
+  if (!s.ok()) return client->Fail(s, "cancel " + id);
+  std::cout << "job " << id << ": " << StateName(resp.state()) << "\n";
+  return kExitOk;
+}
+
+int Export(ClientOptions options, const std::string& id, const std::string& out_path) {
+  options.timeout_seconds = std::max(options.timeout_seconds, 600.0);
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::ExportJobRequest req;
+  req.set_job_id(id);
+  auto ctx = client->Context();
+  auto reader = client->stub().ExportJob(ctx.get(), req);
+  const std::string tmp = out_path + ".partial";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    std::cerr << "longhaul: cannot write " << tmp << "\n";
+    return kExitError;
+  }
+  v1::ExportChunk chunk;
+  uint64_t got = 0, total = 0;
+  while (reader->Read(&chunk)) {
+    out.write(chunk.data().data(), chunk.data().size());
+    got += chunk.data().size();
+    total = chunk.total_bytes();
+  }
+  grpc::Status s = reader->Finish();
+  out.close();
+  if (!s.ok()) {
+    std::remove(tmp.c_str());
+    return client->Fail(s, "export " + id);
+  }
+  if (got != total || !out) {
+    std::remove(tmp.c_str());
+    std::cerr << "longhaul: export " << id << ": received " << got << " of " << total << " bytes\n";
+    return kExitError;
+  }
+  std::rename(tmp.c_str(), out_path.c_str());
+  std::cout << "wrote " << out_path << " (" << got << " bytes, llm.c GPT-2 checkpoint)\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
+  static std::string job_file, job_id, out_path;
+  static bool follow = false;
+  auto* submit = app.add_subcommand(
+      "submit", "Submit a job (YAML) to the daemon, which becomes its coordinator");
+  submit->add_option("job", job_file, "Job file, e.g. configs/job.example.yaml")->required();
+  submit->add_flag("-f,--follow", follow, "Show live progress until the job ends");
+  submit->callback([&options, exit_code] { *exit_code = Submit(options, job_file, follow); });
+
+  auto* jobs = app.add_subcommand("jobs", "List the jobs this daemon coordinates");
+  jobs->callback([&options, exit_code] { *exit_code = Jobs(options); });
+
+  auto* status = app.add_subcommand(
+      "status", "Show one job: progress, stages, and per link the codec and compression");
+  status->add_option("job", job_id, "Job id")->required();
+  status->add_flag("-f,--follow", follow, "Show live progress until the job ends");
+  status->callback([&options, exit_code] { *exit_code = Status(options, job_id, follow); });
+
+  auto* cancel = app.add_subcommand("cancel", "Cancel a job (its checkpoints are kept)");
+  cancel->add_option("job", job_id, "Job id")->required();
+  cancel->callback([&options, exit_code] { *exit_code = Cancel(options, job_id); });
+
+  auto* exp =
+      app.add_subcommand("export", "Gather a job's fragments into one llm.c-format checkpoint");
+  exp->add_option("job", job_id, "Job id")->required();
+  exp->add_option("out", out_path, "Output file, e.g. model.bin")->required();
+  exp->callback([&options, exit_code] { *exit_code = Export(options, job_id, out_path); });
+}
+
+}  // namespace longhaul::cli
