@@ -104,7 +104,7 @@ class Fragment {
   // send to the previous fragment; valid until the next Backward.
   const float* InputGrad() const { return scratch_.dres; }
 
-  // ---- optimizer ---------------------------------------------------------------------
+  // ---- optimizer (no-ops on a fragment created with training = false) ------------------
   void ZeroGrads();
   // Tied embedding (first or last fragment): this fragment's own part of wte's gradient,
   // and the buffer for the peer's part (Vp*C floats each, backend memory). A whole model

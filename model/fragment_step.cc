@@ -33,6 +33,7 @@ void Fragment::CombineTiedGrads() {
 std::vector<double> Fragment::GradSliceSums() const {
   const ParameterLayout& model = layout_.model();
   std::vector<double> sums(model.num_slices(), 0.0);
+  if (!options_.training) return sums;
   for (int i = 0; i < kNumTensors; ++i) {
     const Tensor t = Tensor(i);
     if (!layout_.has(t)) continue;
@@ -49,6 +50,7 @@ std::vector<double> Fragment::GradSliceSums() const {
 }
 
 void Fragment::Step(const OptimizerOptions& o, float lr, float grad_scale, int t) {
+  if (!options_.training) return;
   const ParameterLayout& model = layout_.model();
   for (int i = 0; i < kNumTensors; ++i) {
     const Tensor tensor = Tensor(i);
@@ -64,19 +66,25 @@ void Fragment::Step(const OptimizerOptions& o, float lr, float grad_scale, int t
   }
 }
 
-void Fragment::GetGradients(float* host) const { ops_->Download(host, grads_, layout_.total()); }
+void Fragment::GetGradients(float* host) const {
+  if (!options_.training) return;
+  ops_->Download(host, grads_, layout_.total());
+}
 
 void Fragment::SetGradients(const float* host) {
+  if (!options_.training) return;
   ops_->Upload(grads_, host, layout_.total());
   if (tied_peer_ != nullptr) ops_->Zero(tied_peer_, layout_.model().size(Tensor::kWte));
 }
 
 void Fragment::GetOptimizerState(float* m_host, float* v_host) const {
+  if (!options_.training) return;
   ops_->Download(m_host, m_, layout_.total());
   ops_->Download(v_host, v_, layout_.total());
 }
 
 void Fragment::SetOptimizerState(const float* m_host, const float* v_host) {
+  if (!options_.training) return;
   ops_->Upload(m_, m_host, layout_.total());
   ops_->Upload(v_, v_host, layout_.total());
 }

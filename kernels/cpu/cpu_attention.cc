@@ -5,8 +5,8 @@
 // Rows are taken in blocks of kRowBlock so that each block's products stop at the causal
 // edge (about half the flops of full T x T products). Scores are written straight into `att`
 // and the softmax runs in place, so `preatt` is never touched; `datt` holds dpre in place.
-// (b, h) pairs run in parallel, each on one thread with single-threaded sgemm; the pairs
-// write disjoint parts of out / dqkv, so nothing depends on timing.
+// (b, h) pairs are tasks on the backend's pool, each with single-threaded sgemm; the pairs
+// write disjoint parts of out / dqkv, so nothing depends on timing or the thread count.
 #include <cblas.h>
 
 #include <algorithm>
@@ -15,26 +15,10 @@
 #include "kernels/cpu/cpu_ops_internal.h"
 #include "kernels/cpu/vec_math.h"
 
-extern "C" void openblas_set_num_threads(int num_threads);
-
 namespace longhaul::kernels {
 namespace {
 
 constexpr int kRowBlock = 64;
-
-// Runs body(bh) for bh in [0, BH): in parallel with one-thread sgemm when there are enough
-// pairs to keep every thread busy, otherwise in order with OpenBLAS's own threads.
-template <typename F>
-void ForEachHead(int BH, int threads, F body) {
-  if (threads > 1 && BH >= threads) {
-    openblas_set_num_threads(1);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int bh = 0; bh < BH; bh++) body(bh);
-    openblas_set_num_threads(threads);
-  } else {
-    for (int bh = 0; bh < BH; bh++) body(bh);
-  }
-}
 
 }  // namespace
 
@@ -44,7 +28,7 @@ void CpuOps::AttentionForward(float* out, float* /*preatt*/, float* att, const f
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const size_t TT = static_cast<size_t>(T) * T;
-  ForEachHead(B * NH, threads_, [&](int bh) {
+  pool_.ParallelFor(size_t{1} * B * NH, [&](size_t bh) {
     const int b = bh / NH, h = bh % NH;
     const float* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
     const float* k = q + C;
@@ -75,7 +59,7 @@ void CpuOps::AttentionBackward(float* dqkv, float* /*dpreatt*/, float* datt, con
   const int C3 = 3 * C, hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const size_t TT = static_cast<size_t>(T) * T;
-  ForEachHead(B * NH, threads_, [&](int bh) {
+  pool_.ParallelFor(size_t{1} * B * NH, [&](size_t bh) {
     const int b = bh / NH, h = bh % NH;
     const size_t off = static_cast<size_t>(b) * T * C3 + h * hs;
     const float *q = qkv + off, *k = q + C, *v = q + 2 * C;

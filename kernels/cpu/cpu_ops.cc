@@ -1,10 +1,10 @@
 // "cpu" backend, the ops that are not matmuls: embedding, layernorm, GELU, residual,
 // softmax cross-entropy, AdamW and the sum of squares. Rows (or fixed chunks) are split
-// across OpenMP threads; reductions across rows (dweight, dbias, dwte) are split by columns
-// instead, so each output is summed in one fixed order whatever the thread count.
+// across the pool's threads; reductions across rows (dweight, dbias, dwte) are split by
+// columns instead, so each output is summed in one fixed order whatever the thread count.
 #include "kernels/cpu/cpu_ops.h"
 
-#include <omp.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,9 +12,6 @@
 
 #include "kernels/cpu/cpu_ops_internal.h"
 #include "kernels/cpu/vec_math.h"
-
-// OpenBLAS runs single-threaded inside the pool's tasks (see cpu_matmul.cc).
-extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace longhaul::kernels {
 namespace {
@@ -29,13 +26,14 @@ constexpr size_t kChunk = 1 << 14;
 }  // namespace
 
 CpuOps::CpuOps(int threads) : pool_(threads > 0 ? threads : AvailableCores()) {
-  openblas_set_num_threads(1);
+  openblas_set_num_threads(1);  // sgemm runs as single-threaded tiles on the pool
 }
 
 void CpuOps::ParallelRange(size_t n, size_t item_cost,
                            const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
-  const size_t per_block = std::max<size_t>(1, kGrain / std::max<size_t>(1, item_cost));
+  size_t per_block = std::max<size_t>(1, kGrain / std::max<size_t>(1, item_cost));
+  if (per_block >= 64) per_block = per_block / 16 * 16;  // whole vectors for element-wise ops
   const size_t blocks = (n + per_block - 1) / per_block;
   if (blocks == 1) {
     fn(0, n);

@@ -1,6 +1,7 @@
 // "cpu": the fast CPU backend. Matmuls and attention go through OpenBLAS sgemm, the other
-// ops are vectorized (AVX2) and split across cores with OpenMP. Results depend only on the
-// inputs and the thread count, never on timing.
+// ops are vectorized (AVX2) loops; all of it runs on one ThreadPool of the backend's own.
+// Every partition of work depends only on the shapes, so results depend only on the inputs:
+// not on timing, and not even on the thread count.
 #pragma once
 
 #include <memory>
@@ -9,8 +10,9 @@
 
 namespace longhaul::kernels {
 
-// `threads` <= 0 means every core this process may use. Sets OpenBLAS's thread count to
-// match (OpenBLAS's count is process-wide: the last backend made sets it).
+// `threads` <= 0 means every core this process may use. Side effect: sets OpenBLAS to one
+// thread, process-wide (this backend runs single-threaded sgemm tiles on its own pool;
+// OpenBLAS's threads would only compete with it).
 std::unique_ptr<Ops> NewCpuOps(int threads);
 
 }  // namespace longhaul::kernels

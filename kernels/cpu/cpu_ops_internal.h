@@ -53,6 +53,11 @@ class CpuOps final : public HostOps {
   // n and item_cost, never on the thread count.
   void ParallelRange(size_t n, size_t item_cost, const std::function<void(size_t, size_t)>& fn);
 
+  // c (M,N) = op(a) (M,K) x op(b) (K,N) + beta * c, row-major, as tiles on the pool, each a
+  // single-threaded sgemm over all of K (cpu_matmul.cc).
+  void Gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc);
+
   // Work units (about one flop or float touched each) per parallel block: ~10-50 us.
   static constexpr size_t kGrain = size_t{1} << 16;
 

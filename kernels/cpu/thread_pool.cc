@@ -27,7 +27,8 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
-  if (threads_ == 1 || n == 1 || !run_mu_.try_lock()) {
+  bool idle = false;
+  if (threads_ == 1 || n == 1 || !busy_.compare_exchange_strong(idle, true)) {
     for (size_t i = 0; i < n; i++) fn(i);
     return;
   }
@@ -50,7 +51,7 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
       std::this_thread::yield();
     }
   }
-  run_mu_.unlock();
+  busy_.store(false, std::memory_order_release);
 }
 
 void ThreadPool::RunClaims(const Job& job) {

@@ -51,8 +51,8 @@ class ThreadPool {
 
   const int threads_;
   std::vector<std::thread> workers_;
-  std::mutex run_mu_;  // held by the caller whose job is running
-  std::mutex job_mu_;  // guards job_
+  std::atomic<bool> busy_{false};  // set while a caller's job is running
+  std::mutex job_mu_;              // guards job_
   Job job_;
   // Generation of the current job (workers wait on it), and the claim state: the job's
   // generation in the high 32 bits, its next unclaimed index in the low 32.

@@ -5,6 +5,7 @@
 //
 //   bazel run -c opt //tools/bench:kernels_bench -- [--threads N] [--B 4 --T 256 --C 768 --NH 12]
 #include <cblas.h>
+#include <sched.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -175,12 +176,13 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   s.Vp = (s.V + 127) / 128 * 128;
 
-  auto probe = MakeOps("cpu", threads);  // resolves the thread count like the backend does
-  if (!probe.ok()) {
-    std::fprintf(stderr, "%s\n", probe.status().ToString().c_str());
-    return 1;
+  int used = threads;
+  if (used <= 0) {  // all cores this process may use, as the backend counts them
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    used = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   }
-  const int used = openblas_get_num_threads();
+  // Peak first: the "cpu" backend sets OpenBLAS to one thread (it runs sgemm tiles itself).
   const double peak = SgemmPeak(used);
   std::printf("kernels_bench: B=%d T=%d C=%d NH=%d V=%d, %d threads\n", s.B, s.T, s.C, s.NH, s.V,
               used);

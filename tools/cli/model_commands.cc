@@ -73,6 +73,8 @@ int TrainLocal(const std::string& job_path, const model::TrainerOptions& options
             << "checkpoints: " << (*trainer)->checkpoint_dir() << "\n";
   if ((*trainer)->start_step() > 0) {
     std::cout << "resuming after step " << (*trainer)->start_step() << "\n";
+  } else if (options.resume) {
+    std::cout << "no checkpoint to resume from; starting at step 0\n";
   }
   std::cout.flush();
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
