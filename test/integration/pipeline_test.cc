@@ -42,7 +42,7 @@ struct Cluster {
   Daemon& at(int i) { return *daemons[i]; }
 };
 
-Cluster StartCluster() {
+Cluster StartCluster(int64_t gamma_memory_limit = 0) {
   const std::vector<std::string> names = {"alpha", "beta", "gamma"};
   std::vector<int> ports;
   for (size_t i = 0; i < names.size(); ++i) ports.push_back(testing::FreePort());
@@ -54,6 +54,7 @@ Cluster StartCluster() {
     }
     auto config = testing::MakeSiteConfig(spec);
     config.links.probe_interval_seconds = 5;
+    if (names[i] == "gamma") config.memory_limit_bytes = gamma_memory_limit;
     auto d = Daemon::Start(config, {0, "token"});
     INFO(d.status().ToString());
     REQUIRE(d.ok());
@@ -182,6 +183,58 @@ TEST_CASE("bad jobs are refused with clear errors and the daemons keep serving")
   r = c.at(0).jobs().Submit(req);
   REQUIRE(r.ok());
   CHECK(WaitDone(c.at(0), r->job_id(), 60s).state() == v1::JOB_STATE_COMPLETED);
+}
+
+TEST_CASE("a job too large for a site's memory is refused, naming the site") {
+  Cluster c = StartCluster(/*gamma_memory_limit=*/64 << 10);
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(JobYaml("compression: {mode: off}\n"));
+  auto r = c.at(0).jobs().Submit(req);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("job too large for site 'gamma'"));
+  // The other sites stopped their stages; a job that fits still runs.
+  req.set_job_yaml(JobYaml("compression: {mode: off}\n")
+                       .replace(JobYaml("").find("[alpha, beta, gamma]"), 20, "[alpha, beta]"));
+  r = c.at(0).jobs().Submit(req);
+  REQUIRE(r.ok());
+  CHECK(WaitDone(c.at(0), r->job_id(), 60s).state() == v1::JOB_STATE_COMPLETED);
+}
+
+TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are refused") {
+  Cluster c = StartCluster();
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(JobYaml("compression: {mode: off}\n", /*steps=*/100000));
+  auto r = c.at(0).jobs().Submit(req);
+  REQUIRE(r.ok());
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto s = c.at(0).jobs().GetJob(r->job_id(), 1);
+        return s.ok() && s->step() >= 2;
+      },
+      60s));
+  v1::TensorFrame frame;
+  frame.set_job_id(r->job_id());
+  frame.set_from_site("alpha");
+  frame.set_to_stage(1);
+  frame.set_kind(v1::TENSOR_KIND_ACTIVATION);
+  for (int d : {2, 32, 31}) frame.add_shape(d);  // (B, T, C) is (2, 32, 32)
+  auto d = c.at(1).jobs().Deliver(frame, {});
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("has shape [2,32,31]"));
+  CHECK_THAT(std::string(d.message()), Catch::Contains("expects [2,32,32]"));
+
+  auto cancelled = c.at(0).jobs().Cancel(r->job_id());
+  REQUIRE(cancelled.ok());
+  CHECK(cancelled->state() == v1::JOB_STATE_CANCELLED);
+  frame.set_shape(2, 32);
+  d = c.at(1).jobs().Deliver(frame, {});
+  CHECK(d.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("was cancelled"));
+  auto s = c.at(0).jobs().GetJob(r->job_id(), 1);
+  REQUIRE(s.ok());
+  CHECK(s->state() == v1::JOB_STATE_CANCELLED);
+  // The daemons keep serving.
+  CHECK(c.at(1).NodeStatus().peers_up() == 2);
 }
 
 }  // namespace
