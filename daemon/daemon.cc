@@ -137,10 +137,11 @@ Status Daemon::StartAll() {
   pages["/healthz"] = [] { return http::HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
   pages["/metrics"] = [this] {
     return http::HttpResponse{200, http::kPrometheusContentType,
-                              RenderMetrics(NodeStatus(), Links(), start_unix_)};
+                              RenderMetrics(NodeStatus(), Links(), jobs_->ListJobs(), start_unix_)};
   };
   pages["/status"] = [this] {
-    return http::HttpResponse{200, "application/json", RenderStatusJson(NodeStatus(), Links())};
+    return http::HttpResponse{200, "application/json",
+                              RenderStatusJson(NodeStatus(), Links(), jobs_->ListJobs())};
   };
   auto status_server = http::StatusServer::Start(config_.status_listen, std::move(pages));
   if (!status_server.ok()) return Annotate(status_server.status(), "listen.status");
@@ -204,6 +205,7 @@ v1::NodeStatus Daemon::NodeStatus() const {
 v1::ListLinksResponse Daemon::Links() const {
   v1::ListLinksResponse r;
   r.set_site(config_.site);
+  const std::vector<v1::LinkUsage> usage = jobs_->LocalLinkUsage();
   for (const auto& snap : monitor_->Snapshot()) {
     v1::LinkInfo* l = r.add_links();
     l->set_peer(snap.peer);
@@ -214,6 +216,9 @@ v1::ListLinksResponse Daemon::Links() const {
     *l->mutable_inbound() = snap.inbound;
     l->set_reconnects(snap.reconnects);
     l->set_up_seconds(snap.up_seconds);
+    for (const auto& u : usage) {
+      if (u.to_site() == snap.peer) *l->add_jobs() = u;
+    }
   }
   return r;
 }

@@ -21,8 +21,86 @@ std::string LinkStateName(v1::LinkState state) {
   }
 }
 
+std::string JobStateName(v1::JobState state) {
+  std::string n = v1::JobState_Name(state);
+  const std::string prefix = "JOB_STATE_";
+  if (n.rfind(prefix, 0) == 0) n = n.substr(prefix.size());
+  for (auto& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return n;
+}
+
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// Job progress (jobs coordinated here), per-stage timings, and what each of this site's
+// outbound links carries for each job.
+void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& jobs,
+                http::MetricsText* m) {
+  m->Family("longhaul_job_info", "gauge", "Jobs coordinated by this daemon; the value is 1.");
+  m->Family("longhaul_job_steps_completed", "gauge", "Optimizer steps the job has completed.");
+  m->Family("longhaul_job_steps", "gauge", "Optimizer steps the job runs in all.");
+  m->Family("longhaul_job_committed_step", "gauge",
+            "Last step checkpointed by every stage (a restart resumes from it).");
+  m->Family("longhaul_job_loss", "gauge", "Training loss of the job's last completed step.");
+  m->Family("longhaul_job_tokens_per_second", "gauge", "Training throughput of the job.");
+  m->Family("longhaul_job_step_seconds", "gauge", "Wall time of the job's last step.");
+  m->Family("longhaul_job_attempt", "gauge", "Attempt number; it grows at each rollback.");
+  m->Family("longhaul_stage_compute_seconds", "gauge", "Compute time of the stage's last step.");
+  m->Family("longhaul_stage_network_wait_seconds", "gauge",
+            "Time the stage's last step spent waiting on the network.");
+  m->Family("longhaul_stage_step_seconds", "gauge", "Wall time of the stage's last step.");
+  for (const auto& j : jobs.jobs()) {
+    const Labels job = {{"job", j.job_id()}};
+    m->Sample("longhaul_job_info",
+              {{"job", j.job_id()}, {"name", j.name()}, {"state", JobStateName(j.state())}}, 1);
+    m->Sample("longhaul_job_steps_completed", job, j.step());
+    m->Sample("longhaul_job_steps", job, j.total_steps());
+    m->Sample("longhaul_job_committed_step", job, j.committed_step());
+    m->Sample("longhaul_job_loss", job, j.loss());
+    m->Sample("longhaul_job_tokens_per_second", job, j.tokens_per_second());
+    m->Sample("longhaul_job_step_seconds", job, j.step_seconds());
+    m->Sample("longhaul_job_attempt", job, j.attempt());
+    for (const auto& s : j.stages()) {
+      const Labels stage = {
+          {"job", j.job_id()}, {"stage", std::to_string(s.index())}, {"site", s.site()}};
+      m->Sample("longhaul_stage_compute_seconds", stage, s.compute_seconds());
+      m->Sample("longhaul_stage_network_wait_seconds", stage, s.wait_seconds());
+      m->Sample("longhaul_stage_step_seconds", stage, s.step_seconds());
+    }
+  }
+  m->Family("longhaul_link_raw_bytes_total", "counter",
+            "Bytes of the job's tensors before compression, sent on the directed link.");
+  m->Family("longhaul_link_wire_bytes_total", "counter",
+            "Bytes of the job's tensors after compression, sent on the directed link.");
+  m->Family("longhaul_link_tensors_total", "counter", "Tensors the job sent on the link.");
+  m->Family("longhaul_link_compression_ratio", "gauge", "Raw bytes / wire bytes so far.");
+  m->Family("longhaul_link_achieved_bytes_per_second", "gauge",
+            "Wire bytes per second of transfer time the job achieved on the link.");
+  m->Family("longhaul_link_codec_info", "gauge",
+            "The codec the controller chose last for the job's tensors on the link; value 1.");
+  for (const auto& link : links.links()) {
+    for (const auto& u : link.jobs()) {
+      const Labels l = {{"job", u.job_id()}, {"from", u.from_site()}, {"to", u.to_site()}};
+      m->Sample("longhaul_link_raw_bytes_total", l, u.raw_bytes());
+      m->Sample("longhaul_link_wire_bytes_total", l, u.wire_bytes());
+      m->Sample("longhaul_link_tensors_total", l, u.tensors());
+      m->Sample("longhaul_link_compression_ratio", l,
+                u.wire_bytes() ? double(u.raw_bytes()) / u.wire_bytes() : 0);
+      m->Sample("longhaul_link_achieved_bytes_per_second", l, u.achieved_bytes_per_second());
+      if (!u.codec().empty()) {
+        Labels c = l;
+        c.push_back({"codec", u.codec()});
+        m->Sample("longhaul_link_codec_info", c, 1);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
-                          double start_time_unix) {
+                          const v1::ListJobsResponse& jobs, double start_time_unix) {
   http::MetricsText m;
   m.Family("longhaul_build_info", "gauge",
            "Build and protocol version of this daemon; the value is always 1.");
@@ -65,6 +143,7 @@ std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksRespons
       m.Sample("longhaul_link_bandwidth_samples_total", labels, e->bandwidth_samples());
     }
   }
+  JobMetrics(links, jobs, &m);
   return m.str();
 }
 
@@ -83,7 +162,22 @@ nlohmann::json EstimateJson(const v1::LinkEstimate& e) {
 
 }  // namespace
 
-std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links) {
+nlohmann::json UsageJson(const v1::LinkUsage& u) {
+  return {{"job", u.job_id()},
+          {"from", u.from_site()},
+          {"to", u.to_site()},
+          {"codec", u.codec()},
+          {"reason", u.reason()},
+          {"raw_bytes", u.raw_bytes()},
+          {"wire_bytes", u.wire_bytes()},
+          {"compression_ratio", u.wire_bytes() ? double(u.raw_bytes()) / u.wire_bytes() : 0.0},
+          {"tensors", u.tensors()},
+          {"bandwidth_bytes_per_second", u.bandwidth_bytes_per_second()},
+          {"achieved_bytes_per_second", u.achieved_bytes_per_second()}};
+}
+
+std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
+                             const v1::ListJobsResponse& jobs) {
   nlohmann::json j;
   j["site"] = node.site();
   j["version"] = node.version();
@@ -106,7 +200,37 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                         {"up_seconds", link.up_seconds()},
                         {"outbound", EstimateJson(link.outbound())}};
     if (!link.inbound().from_site().empty()) l["inbound"] = EstimateJson(link.inbound());
+    l["jobs"] = nlohmann::json::array();
+    for (const auto& u : link.jobs()) l["jobs"].push_back(UsageJson(u));
     j["links"].push_back(std::move(l));
+  }
+  j["jobs"] = nlohmann::json::array();
+  for (const auto& job : jobs.jobs()) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const auto& s : job.stages()) {
+      stages.push_back({{"stage", s.index()},
+                        {"site", s.site()},
+                        {"layers", {s.layer_begin(), s.layer_end()}},
+                        {"memory_bytes", s.memory_bytes()},
+                        {"compute_seconds", s.compute_seconds()},
+                        {"network_wait_seconds", s.wait_seconds()},
+                        {"step_seconds", s.step_seconds()}});
+    }
+    nlohmann::json job_links = nlohmann::json::array();
+    for (const auto& u : job.links()) job_links.push_back(UsageJson(u));
+    j["jobs"].push_back({{"job", job.job_id()},
+                         {"name", job.name()},
+                         {"state", JobStateName(job.state())},
+                         {"detail", job.detail()},
+                         {"step", job.step()},
+                         {"steps", job.total_steps()},
+                         {"committed_step", job.committed_step()},
+                         {"loss", job.loss()},
+                         {"tokens_per_second", job.tokens_per_second()},
+                         {"step_seconds", job.step_seconds()},
+                         {"attempt", job.attempt()},
+                         {"stages", stages},
+                         {"links", job_links}});
   }
   return j.dump(2) + "\n";
 }

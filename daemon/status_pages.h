@@ -8,11 +8,16 @@
 
 namespace longhaul::daemon {
 
-// `start_time_unix` is the process start time in seconds since the epoch.
+// `start_time_unix` is the process start time in seconds since the epoch; `jobs` are the
+// jobs this daemon coordinates.
 std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
-                          double start_time_unix);
+                          const v1::ListJobsResponse& jobs, double start_time_unix);
 
-std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links);
+std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
+                             const v1::ListJobsResponse& jobs);
+
+// "running", "completed", ... for a job state.
+std::string JobStateName(v1::JobState state);
 
 // "up", "down", ... for a link state.
 std::string LinkStateName(v1::LinkState state);

@@ -127,6 +127,34 @@ void JobHost::RestoreJobs() {
   }
 }
 
+std::vector<v1::LinkUsage> JobHost::LocalLinkUsage() {
+  std::vector<std::pair<std::string, std::shared_ptr<Stage>>> stages;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, st] : stages_) stages.emplace_back(id, st);
+  }
+  std::vector<v1::LinkUsage> out;
+  std::lock_guard<std::mutex> assign_lock(assign_mu_);  // runners are not swapped meanwhile
+  for (const auto& [id, st] : stages) {
+    if (!st->runner) continue;
+    for (const OutboundUsage& o : st->runner->status().outbound) {
+      v1::LinkUsage l;
+      l.set_job_id(id);
+      l.set_from_site(options_.site);
+      l.set_to_site(o.to_site);
+      l.set_codec(o.codec);
+      l.set_reason(o.reason);
+      l.set_raw_bytes(o.raw_bytes);
+      l.set_wire_bytes(o.wire_bytes);
+      l.set_tensors(o.tensors);
+      l.set_bandwidth_bytes_per_second(monitor_->Outbound(o.to_site).bandwidth_bytes_per_second());
+      if (o.send_seconds > 0) l.set_achieved_bytes_per_second(o.wire_bytes / o.send_seconds);
+      out.push_back(std::move(l));
+    }
+  }
+  return out;
+}
+
 StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& request) {
   const std::string source = request.source().empty() ? "job" : request.source();
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.job_yaml(), source, options_.data_dir));

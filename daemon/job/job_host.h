@@ -59,6 +59,10 @@ class JobHost {
   // A whole tensor received on SendFrames (`first` carries its metadata).
   Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload);
 
+  // What this site's running stages send over each outbound link (one entry per job and
+  // link), for the status pages and `longhaul links`.
+  std::vector<v1::LinkUsage> LocalLinkUsage();
+
   // The channel to `site` (this daemon or a configured peer); null when unknown.
   SiteChannel* Channel(const std::string& site);
   // Fault injection: extra compute seconds per microbatch for stages started from now on.

@@ -150,6 +150,33 @@ TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
     if (l.codec() == "q8" && l.wire_bytes() * 3 < l.raw_bytes()) compressed = true;
   }
   CHECK(compressed);
+
+  // The stage on beta reports what it sent on its links, and /metrics carries the job.
+  bool beta_reports = false;
+  const v1::ListLinksResponse beta_links = c.at(1).Links();
+  for (const auto& link : beta_links.links()) {
+    for (const auto& u : link.jobs()) {
+      if (u.job_id() == submitted->job_id() && u.codec() == "q8") beta_reports = true;
+    }
+  }
+  CHECK(beta_reports);
+  auto metrics = testing::HttpGet(c.at(1).status_port(), "/metrics");
+  REQUIRE(metrics.status == 200);
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_job_loss{job=\"" + submitted->job_id()));
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_link_codec_info{job=\"" + submitted->job_id() +
+                                           "\",from=\"beta\",to=\"gamma\","
+                                           "codec=\"q8\"} 1"));
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_stage_network_wait_seconds{"));
+  const std::string file = testing::TempDir("metrics") + "/m.txt";
+  FILE* f = fopen(file.c_str(), "w");
+  fwrite(metrics.body.data(), 1, metrics.body.size(), f);
+  fclose(f);
+  std::string out;
+  INFO(out);
+  CHECK(testing::RunCommand("promtool check metrics < " + file, &out) == 0);
+  auto status = testing::HttpGet(c.at(1).status_port(), "/status");
+  CHECK_THAT(status.body, Catch::Contains("\"compression_ratio\""));
+  CHECK_THAT(status.body, Catch::Contains("\"state\": \"completed\""));
 }
 
 TEST_CASE("bad jobs are refused with clear errors and the daemons keep serving") {

@@ -19,6 +19,18 @@ std::string FormatBitRate(double bytes_per_second) {
   return buf;
 }
 
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
 std::string FormatSeconds(double seconds) {
   if (seconds <= 0) return "-";
   char buf[32];

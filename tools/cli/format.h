@@ -8,6 +8,8 @@ namespace longhaul::cli {
 
 // 52428800 bytes/s -> "419.4 Mbit/s"; 0 -> "-".
 std::string FormatBitRate(double bytes_per_second);
+// 1536 -> "1.5 KiB"; 0 -> "0 B".
+std::string FormatBytes(double bytes);
 // 0.000213 -> "0.21 ms"; 0 -> "-".
 std::string FormatSeconds(double seconds);
 // 3725 -> "1h02m"; 42 -> "42s".
@@ -18,6 +20,7 @@ class Table {
  public:
   explicit Table(std::vector<std::string> header);
   void AddRow(std::vector<std::string> row);
+  int rows() const { return static_cast<int>(rows_.size()) - 1; }  // not counting the header
   std::string str() const;
 
  private:

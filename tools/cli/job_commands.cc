@@ -9,18 +9,13 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/status_pages.h"
 #include "tools/cli/format.h"
 
 namespace longhaul::cli {
 namespace {
 
-std::string StateName(v1::JobState s) {
-  std::string n = v1::JobState_Name(s);
-  const std::string prefix = "JOB_STATE_";
-  if (n.rfind(prefix, 0) == 0) n = n.substr(prefix.size());
-  for (auto& c : n) c = static_cast<char>(std::tolower(c));
-  return n;
-}
+std::string StateName(v1::JobState s) { return daemon::JobStateName(s); }
 
 bool Finished(v1::JobState s) {
   return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;

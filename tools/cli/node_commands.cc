@@ -61,6 +61,7 @@ int Links(const ClientOptions& options) {
   }
   Table t({"PEER", "ADDRESS", "STATE", "OUT BANDWIDTH", "IN BANDWIDTH", "RTT", "UP FOR",
            "RECONNECTS", "DETAIL"});
+  Table jobs({"LINK", "JOB", "CODEC", "RATIO", "RAW", "WIRE", "ACHIEVED", "WHY"});
   for (const auto& l : r.links()) {
     t.AddRow({l.peer(), l.address(), daemon::LinkStateName(l.state()),
               FormatBitRate(l.outbound().bandwidth_bytes_per_second()),
@@ -68,10 +69,20 @@ int Links(const ClientOptions& options) {
               FormatSeconds(l.outbound().rtt_seconds()),
               l.up_seconds() > 0 ? FormatDuration(l.up_seconds()) : "-",
               std::to_string(l.reconnects()), l.detail()});
+    for (const auto& u : l.jobs()) {
+      char ratio[32];
+      std::snprintf(ratio, sizeof ratio, "%.1fx",
+                    u.wire_bytes() ? double(u.raw_bytes()) / u.wire_bytes() : 0.0);
+      jobs.AddRow({r.site() + " -> " + l.peer(), u.job_id(), u.codec().empty() ? "-" : u.codec(),
+                   ratio, FormatBytes(u.raw_bytes()), FormatBytes(u.wire_bytes()),
+                   FormatBitRate(u.achieved_bytes_per_second()), u.reason()});
+    }
   }
   std::cout << "links of site " << r.site() << " (OUT: " << r.site()
             << " -> peer, measured here; IN: peer -> " << r.site() << ", measured by the peer)\n"
             << t.str();
+  if (jobs.rows() > 0)
+    std::cout << "\ncompression of this site's job traffic per link:\n" << jobs.str();
   return kExitOk;
 }
 
