@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The longhaul demo: two site daemons on loopback, joined by mutual TLS, find each other,
-# measure their link both ways and print it with the CLI; then both shut down cleanly.
-# Installs what is missing and builds first. Takes about a minute on a fresh build's second run.
+# The longhaul demo: three site daemons (alpha, beta, gamma) on this machine, joined by
+# emulated wide-area links (tools/linkem: alpha-beta 200 Mbit/s, beta-gamma and alpha-gamma
+# 25 Mbit/s, 10 ms one way) and mutual TLS. It submits a GPT-2 job split across the three
+# sites, follows it with a progress bar, and ends with a summary: steps, loss, tokens/s, and
+# per link the measured bandwidth, the codec the controller chose and the compression ratio.
+# Installs what is missing and builds first; then takes about three minutes on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== building longhaul (first run installs Debian packages and takes a few minutes)"
-tools/build.sh
+echo "== building longhaul (the first run installs Debian packages and takes several minutes)"
+tools/build.sh //tools/linkem:linkem
 LONGHAULD=bazel-bin/daemon/longhauld
 LONGHAUL=bazel-bin/tools/cli/longhaul
+LINKEM=bazel-bin/tools/linkem/linkem
 
 work=$(mktemp -d /tmp/longhaul-demo.XXXXXX)
 pids=()
@@ -18,65 +22,71 @@ cleanup() {
 }
 trap cleanup EXIT
 
-tools/make-certs.sh "$work/certs" alpha beta
-head -c 24 /dev/urandom | base64 >"$work/token"
+sites=(alpha beta gamma)
+declare -A rate=([alpha-beta]=200mbit [beta-alpha]=200mbit [beta-gamma]=25mbit
+                 [gamma-beta]=25mbit [alpha-gamma]=25mbit [gamma-alpha]=25mbit)
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 declare -A P
-for s in alpha beta; do for k in peer control status; do P[$s.$k]=$(port); done; done
-write_config() {  # site peer
-  cat >"$work/$1.yaml" <<YAML
-site: $1
-listen:
-  peer: 127.0.0.1:${P[$1.peer]}
-  control: 127.0.0.1:${P[$1.control]}
-  status: 127.0.0.1:${P[$1.status]}
-peers:
-  - name: $2
-    address: 127.0.0.1:${P[$2.peer]}
-data_dir: data-$1
-tls:
-  ca: certs/ca.pem
-  cert: certs/$1.pem
-  key: certs/$1.key
-auth:
-  token_file: token
-links:
-  probe_interval_seconds: 1
-  probe_bytes: 8388608
-YAML
-}
-write_config alpha beta
-write_config beta alpha
+for s in "${sites[@]}"; do for k in peer control status; do P[$s.$k]=$(port); done; done
+for pair in "${!rate[@]}"; do P[link.$pair]=$(port); done
 
-echo "== starting two daemons (logs in $work)"
-for s in alpha beta; do
+tools/make-certs.sh "$work/certs" "${sites[@]}" 2>/dev/null
+head -c 24 /dev/urandom | base64 >"$work/token"
+for s in "${sites[@]}"; do
+  {
+    echo "site: $s"
+    echo "listen: {peer: \"127.0.0.1:${P[$s.peer]}\", control: \"127.0.0.1:${P[$s.control]}\", status: \"127.0.0.1:${P[$s.status]}\"}"
+    echo "peers:"
+    for o in "${sites[@]}"; do
+      # Each peer is reached through the linkem proxy of the link $s -> $o.
+      [ "$o" = "$s" ] || echo "  - {name: $o, address: \"127.0.0.1:${P[link.$s-$o]}\"}"
+    done
+    echo "data_dir: data-$s"
+    echo "tls: {ca: certs/ca.pem, cert: certs/$s.pem, key: certs/$s.key}"
+    echo "auth: {token_file: token}"
+    echo "links: {probe_interval_seconds: 5, probe_bytes: 1048576}"
+  } >"$work/$s.yaml"
+done
+
+echo "== starting six emulated links and three daemons (logs in $work)"
+for pair in "${!rate[@]}"; do
+  to=${pair#*-}
+  $LINKEM --listen "127.0.0.1:${P[link.$pair]}" --target "127.0.0.1:${P[$to.peer]}" \
+    --rate "${rate[$pair]}" --delay 10ms -q 2>>"$work/linkem.log" &
+  pids+=($!)
+done
+for s in "${sites[@]}"; do
   $LONGHAULD --config "$work/$s.yaml" 2>"$work/$s.log" &
   pids+=($!)
 done
 
-echo "== waiting for the link to come up and be measured"
-for _ in $(seq 1 150); do
-  n=$($LONGHAUL --config "$work/alpha.yaml" links -o json 2>/dev/null | /usr/bin/python3 -c '
+echo "== waiting until every link is up and measured"
+for _ in $(seq 1 300); do
+  ready=1
+  for s in "${sites[@]}"; do
+    n=$($LONGHAUL --config "$work/$s.yaml" links -o json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
-l = json.load(sys.stdin)["links"][0]
-print(int(l["outbound"]["bandwidth_samples"]) if l["state"] == "LINK_STATE_UP" and l["inbound"]["from_site"] else 0)' 2>/dev/null || echo 0)
-  [ "$n" -ge 3 ] && break
+links = json.load(sys.stdin)["links"]
+print(all(l["state"] == "LINK_STATE_UP" and int(l["outbound"]["bandwidth_samples"]) > 0 for l in links))' 2>/dev/null || echo False)
+    [ "$n" = True ] || ready=0
+  done
+  [ $ready = 1 ] && break
   sleep 0.2
 done
-[ "$n" -ge 3 ] || { echo "demo: the link did not come up; see $work/*.log" >&2; exit 1; }
-
-echo
-$LONGHAUL --config "$work/alpha.yaml" node status
-echo
-$LONGHAUL --config "$work/alpha.yaml" links
-echo
+[ $ready = 1 ] || { echo "demo: links did not come up; see $work/*.log" >&2; exit 1; }
 $LONGHAUL --config "$work/beta.yaml" links
 echo
-echo "== metrics (curl http://127.0.0.1:${P[alpha.status]}/metrics), link lines:"
-curl -s "http://127.0.0.1:${P[alpha.status]}/metrics" | grep -E '^longhaul_(link|peer_up)'
+
+echo "== submitting configs/demo-job.yaml to alpha (which coordinates it)"
+cp configs/demo-job.yaml "$work/job.yaml"
+$LONGHAUL --config "$work/alpha.yaml" submit "$work/job.yaml" --follow
 echo
-echo "== stopping both daemons with SIGTERM"
-for p in "${pids[@]}"; do kill -TERM "$p"; done
-for p in "${pids[@]}"; do wait "$p"; done
+echo "== what each site sent (longhaul links on alpha, beta and gamma)"
+for s in "${sites[@]}"; do
+  $LONGHAUL --config "$work/$s.yaml" links | sed -n '/compression of this site/,$p'
+done
+echo
+echo "== stopping the daemons and links"
+cleanup
 pids=()
-echo "demo: done"
+echo "demo: done (logs and data in $work)"

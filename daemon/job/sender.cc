@@ -17,12 +17,14 @@ LinkSender::LinkSender(LinkSenderOptions options, LinkMonitor* monitor,
     : options_(std::move(options)), monitor_(monitor), log_(std::move(log)) {
   auto channel = PeerChannel(options_.tls, options_.peer, options_.address);
   if (channel.ok()) stub_ = v1::Peer::NewStub(*channel);
-  thread_ = std::thread([this] { Run(); });
+  for (int i = 0; i < std::max(1, options_.workers); ++i) {
+    threads_.emplace_back([this] { Run(); });
+  }
 }
 
 LinkSender::~LinkSender() {
   Close();
-  if (thread_.joinable()) thread_.join();
+  for (auto& t : threads_) t.join();
 }
 
 Status LinkSender::Enqueue(OutgoingTensor tensor) {
@@ -33,15 +35,15 @@ Status LinkSender::Enqueue(OutgoingTensor tensor) {
   });
   if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
   queued_bytes_ += tensor.payload.size();
-  queue_.push_back(std::move(tensor));
+  queue_.push_back(std::make_shared<OutgoingTensor>(std::move(tensor)));
   cv_.notify_all();
   return absl::OkStatus();
 }
 
 Status LinkSender::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return closed_ || (queue_.empty() && !sending_); });
-  if (closed_ && !queue_.empty()) {
+  cv_.wait(lock, [&] { return closed_ || (queue_.empty() && in_flight_ == 0); });
+  if (closed_ && (!queue_.empty() || in_flight_ > 0)) {
     return absl::CancelledError("sender to " + options_.peer + " closed with tensors queued");
   }
   return absl::OkStatus();
@@ -88,58 +90,81 @@ grpc::Status LinkSender::SendOne(const OutgoingTensor& t) {
   return writer->Finish();
 }
 
+namespace {
+double NowSeconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void LinkSender::StartTransferLocked() {
+  if (in_flight_++ == 0) {
+    busy_start_ = NowSeconds();
+    busy_bytes_ = 0;
+  }
+}
+
+void LinkSender::FinishTransferLocked(uint64_t bytes) {
+  busy_bytes_ += bytes;
+  if (--in_flight_ > 0) return;
+  // The link went idle: the busy period is one passive sample, less one round trip (the
+  // last response's way back), when it moved enough bytes to fill the pipe.
+  const double seconds = NowSeconds() - busy_start_;
+  stats_.send_seconds += seconds;
+  if (busy_bytes_ >= (256u << 10)) {
+    const double rtt = monitor_->Outbound(options_.peer).rtt_seconds();
+    const double busy = seconds - rtt;
+    if (busy > 0.002) monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy);
+  }
+}
+
 void LinkSender::Run() {
   double backoff = 0.1;
   while (true) {
-    OutgoingTensor t;
+    std::shared_ptr<OutgoingTensor> t;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
       if (closed_) return;
-      t = queue_.front();  // stays queued until delivered
-      sending_ = true;
+      t = queue_.front();
+      queue_.pop_front();
+      StartTransferLocked();
     }
     const auto start = Clock::now();
-    grpc::Status s = SendOne(t);
+    grpc::Status s = SendOne(*t);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::unique_lock<std::mutex> lock(mu_);
-    if (closed_) return;
+    if (closed_) {
+      --in_flight_;
+      cv_.notify_all();
+      return;
+    }
     if (!s.ok()) {
       ++stats_.retries;
+      --in_flight_;
       // A refusal (wrong shape, unknown job) will not heal: drop the tensor, say why.
       const bool permanent = s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
                              s.error_code() == grpc::StatusCode::NOT_FOUND ||
                              s.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
-      log_->warn("sending {} to {} failed: {}{}", t.header.job_id(), options_.peer,
+      log_->warn("sending {} to {} failed: {}{}", t->header.job_id(), options_.peer,
                  s.error_message(), permanent ? " (dropped)" : "; retrying");
       if (permanent) {
-        queued_bytes_ -= t.payload.size();
-        queue_.pop_front();
-        sending_ = false;
-        cv_.notify_all();
-        continue;
+        queued_bytes_ -= t->payload.size();
+      } else {
+        queue_.push_front(t);  // first in line again
+        cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return closed_; });
+        backoff = std::min(backoff * 2, 2.0);
       }
-      sending_ = false;
-      cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return closed_; });
-      backoff = std::min(backoff * 2, 2.0);
+      cv_.notify_all();
       continue;
     }
     backoff = 0.1;
-    queued_bytes_ -= t.payload.size();
-    queue_.pop_front();
-    sending_ = false;
+    queued_bytes_ -= t->payload.size();
     ++stats_.tensors;
-    stats_.raw_bytes += t.header.raw_size();
-    stats_.wire_bytes += t.payload.size();
-    stats_.send_seconds += seconds;
+    stats_.raw_bytes += t->header.raw_size();
+    stats_.wire_bytes += t->payload.size();
+    (void)seconds;
+    FinishTransferLocked(t->payload.size());
     cv_.notify_all();
-    lock.unlock();
-    // Passive measurement: a transfer big enough to fill the pipe, less one round trip.
-    if (t.payload.size() >= (256u << 10)) {
-      const double rtt = monitor_->Outbound(options_.peer).rtt_seconds();
-      const double busy = seconds - rtt;
-      if (busy > 0.002) monitor_->AddBandwidthSample(options_.peer, t.payload.size(), busy);
-    }
   }
 }
 

@@ -1,9 +1,11 @@
 // LinkSender: the one sender of one job's tensors over one directed link. The stage executor
-// enqueues encoded tensors and goes back to computing; a thread sends them in order as
-// chunked TensorFrames on Peer SendFrames calls, one call per tensor. A failed call (peer
-// restarting, connection dropped) is retried until it succeeds or the sender is closed; the
-// receiver drops duplicates by key, so a retry never delivers a microbatch twice. Every
-// transfer is also a passive bandwidth sample for the link monitor.
+// enqueues encoded tensors and goes back to computing; worker threads send them, in queue
+// order, as chunked TensorFrames on Peer SendFrames calls, one call per tensor and several
+// calls in flight, so a long round trip does not cap the link at one tensor per RTT. A failed
+// call (peer restarting, connection dropped) is retried until it succeeds or the sender is
+// closed; the receiver drops duplicates by key, so a retry never delivers a microbatch twice.
+// Busy periods of the link (from the first transfer starting to the last one finishing) are
+// passive bandwidth samples for the link monitor.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -33,7 +35,7 @@ struct LinkSenderStats {
   uint64_t tensors = 0;
   uint64_t raw_bytes = 0;
   uint64_t wire_bytes = 0;
-  double send_seconds = 0;  // time spent in completed transfers
+  double send_seconds = 0;  // time the link was busy with this sender's transfers
   uint64_t retries = 0;
 };
 
@@ -44,6 +46,7 @@ struct LinkSenderOptions {
   std::optional<TlsConfig> tls;
   size_t chunk_bytes = 1 << 20;
   size_t queue_capacity_bytes = 512 << 20;
+  int workers = 4;  // calls in flight at once
 };
 
 class LinkSender {
@@ -62,6 +65,9 @@ class LinkSender {
  private:
   void Run();
   grpc::Status SendOne(const OutgoingTensor& t);
+  // Busy-period accounting for passive bandwidth samples (mu_ held).
+  void StartTransferLocked();
+  void FinishTransferLocked(uint64_t bytes);
 
   const LinkSenderOptions options_;
   LinkMonitor* const monitor_;
@@ -69,12 +75,14 @@ class LinkSender {
   std::unique_ptr<v1::Peer::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<OutgoingTensor> queue_;
-  size_t queued_bytes_ = 0;
-  bool sending_ = false;
+  std::deque<std::shared_ptr<OutgoingTensor>> queue_;  // not yet taken by a worker
+  size_t queued_bytes_ = 0;                            // queued or in flight
+  int in_flight_ = 0;
   bool closed_ = false;
   LinkSenderStats stats_;
-  std::thread thread_;
+  double busy_start_ = 0;
+  uint64_t busy_bytes_ = 0;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace longhaul::daemon

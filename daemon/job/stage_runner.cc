@@ -365,7 +365,10 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
       const v1::LinkEstimate e = ctx_.monitor->Outbound(peer);
       compression::ControllerInput in;
       in.bandwidth_bytes_per_second = e.bandwidth_bytes_per_second();
-      in.rtt_seconds = e.rtt_seconds();
+      // Transfers are pipelined (several in flight, queued behind compute), so what a tensor
+      // costs the link is its serialisation time; the round trip only delays the pipeline
+      // once, at fill, and no codec can shorten it.
+      in.rtt_seconds = 0;
       in.tensor_bytes = n * sizeof(float);
       in.budget_seconds = budget_seconds_ > 0 ? budget_seconds_ : 0.05;
       in.quality_floor = quality_floor_;
