@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Crash tests with real processes: three longhauld daemons run a pipeline job; one run goes
 # uninterrupted, then the same job runs again while a daemon is killed with SIGKILL at a
-# random step and restarted (first a non-coordinator, then the coordinator). Each must
-# complete with losses identical, bit for bit, to the uninterrupted run's.
+# random step and restarted (first a non-coordinator, then the coordinator), and once more
+# while linkem, which carries the alpha -> beta link, drops its connections mid-transfer.
+# Each must complete with losses identical, bit for bit, to the uninterrupted run's; the
+# drops must cost no rollback (no microbatch lost or processed twice).
 set -euo pipefail
 
 LONGHAULD=${LONGHAULD:-daemon/longhauld}
 LONGHAUL=${LONGHAUL:-tools/cli/longhaul}
+LINKEM=${LINKEM:-tools/linkem/linkem}
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
 declare -A pid port
 fail() { echo "FAIL: $*" >&2; for n in alpha beta gamma; do echo "--- $n.log" >&2; tail -20 "$work/$n.log" >&2 || true; done; exit 1; }
@@ -16,13 +19,20 @@ trap cleanup EXIT
 freeport() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sites=(alpha beta gamma)
 for n in "${sites[@]}"; do port[$n]=$(freeport); done
+linkem_port=$(freeport)
+linkem_control=$(freeport)
 echo token >"$work/token"
 for n in "${sites[@]}"; do
   {
     echo "site: $n"
     echo "listen: {peer: \"127.0.0.1:${port[$n]}\", control: \"127.0.0.1:0\", status: \"127.0.0.1:0\"}"
     echo "peers:"
-    for o in "${sites[@]}"; do [ "$o" = "$n" ] || echo "  - {name: $o, address: \"127.0.0.1:${port[$o]}\"}"; done
+    for o in "${sites[@]}"; do
+      [ "$o" = "$n" ] && continue
+      p=${port[$o]}
+      [ "$n$o" = alphabeta ] && p=$linkem_port  # alpha reaches beta through linkem
+      echo "  - {name: $o, address: \"127.0.0.1:$p\"}"
+    done
     echo "data_dir: data-$n"
     echo "auth: {token_file: token}"
     echo "links: {heartbeat_interval_seconds: 0.2, reconnect_initial_seconds: 0.1, reconnect_max_seconds: 1}"
@@ -52,6 +62,9 @@ start() { "$LONGHAULD" --config "$work/$1.yaml" --log-level info 2>>"$work/$1.lo
 cli() { "$LONGHAUL" --config "$work/alpha.yaml" --timeout 3 "$@"; }
 field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
 
+"$LINKEM" --listen "127.0.0.1:$linkem_port" --target "127.0.0.1:${port[beta]}" --rate 100mbit \
+  --delay 2ms --control "127.0.0.1:$linkem_control" 2>>"$work/linkem.log" &
+pid[linkem]=$!
 for n in "${sites[@]}"; do start "$n"; done
 for _ in $(seq 1 100); do cli node status >/dev/null 2>&1 && break; sleep 0.1; done
 
@@ -67,7 +80,14 @@ run_job() {  # victim kill_after_step
     json=$(cli status "$id" -o json 2>/dev/null) || continue
     state=$(echo "$json" | field state)
     step=$(echo "$json" | field step)
-    if [ -n "$victim" ] && [ $killed -eq 0 ] && [ "${step:-0}" -ge "$at" ]; then
+    if [ "$victim" = linkem ] && [ "${step:-0}" -ge "$at" ] && [ $killed -lt 5 ]; then
+      reply=$(/usr/bin/python3 -c "
+import socket; s = socket.create_connection(('127.0.0.1', $linkem_control)); s.sendall(b'drop\n')
+print(s.recv(100).decode().strip())")
+      echo "linkem: $reply at step $step" >&2
+      killed=$((killed + 1))
+      at=$((step + 7))
+    elif [ -n "$victim" ] && [ "$victim" != linkem ] && [ $killed -eq 0 ] && [ "${step:-0}" -ge "$at" ]; then
       echo "killing $victim (pid ${pid[$victim]}) at step $step" >&2
       kill -9 "${pid[$victim]}"
       wait "${pid[$victim]}" 2>/dev/null || true
@@ -78,6 +98,7 @@ run_job() {  # victim kill_after_step
     case "$state" in
       JOB_STATE_COMPLETED)
         echo "$json" | /usr/bin/python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["losses"]))' >"$work/losses"
+        echo "$json" | field attempt >"$work/attempt"
         return 0 ;;
       JOB_STATE_FAILED|JOB_STATE_CANCELLED) fail "job $id ended $state: $(echo "$json" | field detail)" ;;
     esac
@@ -90,7 +111,7 @@ reference=$(cat "$work/losses")
 [ "$(echo "$reference" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 120 ] \
   || fail "reference run has the wrong number of losses"
 
-for victim in beta alpha; do
+for victim in beta alpha linkem; do
   at=$(( (RANDOM % 60) + 15 ))
   run_job "$victim" "$at"
   losses=$(cat "$work/losses")
@@ -105,6 +126,12 @@ print(len(a), len(b))
 PY
     fail "losses after killing $victim differ from the uninterrupted run"
   fi
-  grep -q "rolling back\|resuming from step" "$work"/*.log || fail "no rollback was logged"
-  echo "PASS: killed $victim at step >= $at; losses identical to the uninterrupted run"
+  if [ "$victim" = linkem ]; then
+    [ "$(cat "$work/attempt")" = 1 ] || fail "connection drops caused a rollback (attempt $(cat "$work/attempt"))"
+    grep -q "dropped" "$work/linkem.log" || fail "linkem dropped nothing"
+    echo "PASS: linkem dropped the alpha -> beta connections 5 times; no rollback, losses identical"
+  else
+    grep -q "rolling back\|resuming from step" "$work"/*.log || fail "no rollback was logged"
+    echo "PASS: killed $victim at step >= $at; losses identical to the uninterrupted run"
+  fi
 done
