@@ -56,6 +56,20 @@ grpc::Status ControlServiceImpl::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status ControlServiceImpl::SetDebugThrottle(grpc::ServerContext* context,
+                                                  const v1::DebugThrottleRequest* request,
+                                                  v1::DebugThrottleResponse* response) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  const double s = request->seconds_per_microbatch();
+  if (!(s >= 0 && s <= 60)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "seconds_per_microbatch must be in [0, 60]");
+  }
+  response->set_previous_seconds(jobs_->set_throttle(s));
+  return grpc::Status::OK;
+}
+
 grpc::Status ControlServiceImpl::ExportJob(grpc::ServerContext* context,
                                            const v1::ExportJobRequest* request,
                                            grpc::ServerWriter<v1::ExportChunk>* writer) {

@@ -33,6 +33,9 @@ class ControlServiceImpl final : public v1::Control::Service {
                          v1::CancelJobResponse* response) override;
   grpc::Status ExportJob(grpc::ServerContext* context, const v1::ExportJobRequest* request,
                          grpc::ServerWriter<v1::ExportChunk>* writer) override;
+  grpc::Status SetDebugThrottle(grpc::ServerContext* context,
+                                const v1::DebugThrottleRequest* request,
+                                v1::DebugThrottleResponse* response) override;
 
  private:
   const std::string token_;

@@ -13,6 +13,7 @@
 #include "model/layout.h"
 #include "model/optimizer.h"
 #include "scheduler/placement.h"
+#include "scheduler/rebalance.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -167,6 +168,11 @@ bool Coordinator::AssignAll() {
     a.set_attempt(record_.attempt());
     *a.mutable_stages() = record_.stages();
     a.set_resume_step(record_.committed_step());
+    // Until a checkpoint under the new plan is committed, every (re)start moves the layers
+    // from the stages of the old plan.
+    if (!migrate_from_.empty() && record_.committed_step() == migrate_step_) {
+      *a.mutable_migrate_from() = migrate_from_;
+    }
     stage_final_.clear();
     stage_checkpoint_.clear();
   }
@@ -267,8 +273,15 @@ void Coordinator::Run() {
     if (!need_assign) {
       const std::string problem = CheckStages(&all_finished);
       if (problem.empty()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        failed_checks_ = 0;
+        bool replan = false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          failed_checks_ = 0;
+          // Re-plan at a checkpoint taken after the slowdown was seen.
+          replan = replan_pending_ && record_.committed_step() > replan_detected_step_ &&
+                   record_.committed_step() < record_.total_steps();
+        }
+        if (replan) Replan();
         continue;
       }
       int failures;
@@ -330,6 +343,108 @@ void Coordinator::Run() {
   }
 }
 
+void Coordinator::WatchForStragglersLocked(const std::map<uint32_t, v1::StepReport>& reports) {
+  const size_t n = record_.stages_size();
+  if (n < 2 || !spec_.replan) return;
+  if (detectors_.size() != n) {
+    scheduler::StragglerOptions o;
+    o.warmup_steps = 3;
+    detectors_.assign(n, scheduler::ChangeDetector(o));
+    recent_compute_.assign(n, {});
+  }
+  // Every stage's detector sees the step; when several fire, the slowest stage is named.
+  int worst = -1;
+  uint64_t step = 0;
+  for (const auto& [stage, r] : reports) {
+    if (stage >= n) continue;
+    auto& recent = recent_compute_[stage];
+    recent.push_back(std::max(r.compute_seconds(), 1e-6));
+    if (recent.size() > 3) recent.erase(recent.begin());
+    step = r.step();
+    if (detectors_[stage].Observe(std::max(r.compute_seconds(), 1e-6)) &&
+        (worst < 0 || detectors_[stage].slowdown() > detectors_[worst].slowdown())) {
+      worst = static_cast<int>(stage);
+    }
+  }
+  if (worst < 0 || replan_pending_) return;
+  replan_pending_ = true;
+  replan_detected_step_ = step + 1;
+  char why[256];
+  std::snprintf(why, sizeof why,
+                "stage %d on %s computes %.1fx slower than its first steps (since step %llu)",
+                worst, record_.stages(worst).site().c_str(), detectors_[worst].slowdown(),
+                static_cast<unsigned long long>(step + 1));
+  replan_reason_ = why;
+  env_.log->warn("job {}: straggler: {}; re-planning at the next checkpoint", record_.job_id(),
+                 replan_reason_);
+}
+
+void Coordinator::Replan() {
+  std::vector<scheduler::StagePlan> current;
+  std::vector<double> per_layer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    replan_pending_ = false;
+    for (int k = 0; k < record_.stages_size(); ++k) {
+      const auto& s = record_.stages(k);
+      current.push_back({s.site(), int(s.layer_begin()), int(s.layer_end())});
+      const auto& recent = recent_compute_[k];
+      double mean = 0;
+      for (double v : recent) mean += v;
+      mean /= std::max<size_t>(1, recent.size());
+      per_layer.push_back(mean / current.back().layers());
+    }
+  }
+  auto r = scheduler::Rebalance(current, per_layer);
+  if (!r.ok() || r->stages == current ||
+      r->bottleneck_seconds > 0.9 * r->current_bottleneck_seconds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& d : detectors_) d.Reset();
+    env_.log->info("job {}: re-planning would not help; keeping the plan", record_.job_id());
+    return;
+  }
+  StopAttempt();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    migrate_from_ = record_.stages();
+    migrate_step_ = record_.committed_step();
+    for (size_t k = 0; k < r->stages.size(); ++k) {
+      v1::StageInfo* s = record_.mutable_stages(k);
+      s->set_layer_begin(r->stages[k].layer_begin);
+      s->set_layer_end(r->stages[k].layer_end);
+    }
+    // 1F1B: the slowest stage computes its M microbatches back to back; the others add
+    // one microbatch each as the pipeline fills and drains.
+    const int M = spec_.job.microbatches();
+    double others = 0;
+    for (size_t k = 0; k < r->stages.size(); ++k) {
+      others += r->stages[k].layers() * per_layer[k];
+    }
+    others -= r->bottleneck_seconds;
+    record_.set_predicted_step_seconds(r->bottleneck_seconds + others / M);
+    record_.set_replans(record_.replans() + 1);
+    record_.set_attempt(record_.attempt() + 1);
+    const uint64_t keep = record_.committed_step() - record_.losses_offset();
+    while (static_cast<uint64_t>(record_.losses_size()) > keep) {
+      record_.mutable_losses()->RemoveLast();
+    }
+    record_.set_step(record_.committed_step());
+    record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
+                       replan_reason_ + "; now " + scheduler::PlanDebugString(r->stages));
+    for (auto& d : detectors_) d.Reset();
+    for (auto& recent : recent_compute_) recent.clear();
+    PersistLocked();
+    cv_.notify_all();
+    env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
+  }
+  AssignAll();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (record_.state() == v1::JOB_STATE_RUNNING) {
+    record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
+                       replan_reason_);
+  }
+}
+
 StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep) {
   std::unique_lock<std::mutex> lock(mu_);
   v1::StepDecision stop;
@@ -347,6 +462,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep) {
     for (const auto& [stage, step] : stage_checkpoint_) committed = std::min(committed, step);
     if (committed > record_.committed_step()) {
       record_.set_committed_step(committed);
+      if (committed > migrate_step_) migrate_from_.Clear();
       PersistLocked();
     }
   }
@@ -387,6 +503,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep) {
     record_.set_step_seconds(step_time);
     if (step_time > 0) record_.set_tokens_per_second(last.tokens() / step_time);
     record_.set_eta_seconds(step_time * (record_.total_steps() - record_.step()));
+    WatchForStragglersLocked(b.reports);
     record_.clear_links();
     for (const auto& [stage, r] : b.reports) {
       v1::StageInfo* s = record_.mutable_stages(stage);
@@ -464,8 +581,11 @@ Status Coordinator::Export(
     v1::FetchFragmentRequest req;
     req.set_job_id(r.job_id());
     req.set_step(r.committed_step());
+    req.set_layer_begin(st.layer_begin());
+    req.set_layer_end(st.layer_end());
     uint64_t got = 0;
     RETURN_IF_ERROR(c->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+      if (f.kind() != v1::TENSOR_KIND_PARAMETERS) return absl::OkStatus();
       const uint64_t off = f.chunk_offset(), n = f.payload().size();
       if (off % 4 || n % 4 || off + n > flat.size() * sizeof(float)) {
         return absl::DataLossError("fragment from " + st.site() + ": chunk out of range");

@@ -22,6 +22,7 @@
 #include "daemon/job/job_spec.h"
 #include "daemon/job/site_channel.h"
 #include "proto/longhaul.pb.h"
+#include "scheduler/straggler.h"
 
 namespace longhaul::daemon {
 
@@ -59,6 +60,10 @@ class Coordinator {
   std::string CheckStages(bool* all_finished);
   void StopAttempt();
   void SetState(v1::JobState state, const std::string& detail);
+  // Feeds one step's stage timings to the straggler detectors (mu_ held).
+  void WatchForStragglersLocked(const std::map<uint32_t, v1::StepReport>& reports);
+  // Moves layers away from a straggler at the committed step, if that helps.
+  void Replan();
   void PersistLocked();
   void NotifyAll();
 
@@ -82,6 +87,14 @@ class Coordinator {
   std::map<uint32_t, uint64_t> stage_checkpoint_;  // stage -> newest durable checkpoint
   std::map<uint32_t, bool> stage_final_;
   double last_step_time_ = 0;
+  // Straggler detection and live re-planning.
+  std::vector<scheduler::ChangeDetector> detectors_;
+  std::vector<std::vector<double>> recent_compute_;  // per stage, last few steps
+  bool replan_pending_ = false;
+  uint64_t replan_detected_step_ = 0;
+  std::string replan_reason_;
+  google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move
+  uint64_t migrate_step_ = 0;
   std::thread thread_;
 };
 

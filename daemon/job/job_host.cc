@@ -56,7 +56,7 @@ StatusOr<v1::StageAssignment> ReadAssignment(const std::string& path) {
 
 JobHost::JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)), monitor_(monitor), log_(std::move(log)) {
-  throttle_seconds_ = options_.throttle_seconds;
+  throttle_->store(options_.throttle_seconds);
   channels_[options_.site] = std::make_unique<LocalSiteChannel>(options_.site, this);
   for (const auto& [name, address] : options_.peers) {
     auto ch = PeerChannel(options_.tls, name, address);
@@ -93,9 +93,11 @@ SiteChannel* JobHost::Channel(const std::string& site) {
   return it == channels_.end() ? nullptr : it->second.get();
 }
 
-void JobHost::set_throttle(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  throttle_seconds_ = seconds;
+double JobHost::set_throttle(double seconds) {
+  const double previous = throttle_->exchange(seconds);
+  log_->warn("debug throttle: {} s of extra compute per layer and microbatch (was {})", seconds,
+             previous);
+  return previous;
 }
 
 std::unique_ptr<LinkSender> JobHost::MakeSender(const std::string& peer) {
@@ -226,7 +228,6 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
   }
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(a.job_yaml(), "job " + id, options_.data_dir));
   std::shared_ptr<Stage> stage;
-  double throttle;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return absl::UnavailableError("site is shutting down");
@@ -236,7 +237,6 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
       slot->inbox = std::make_unique<Inbox>(options_.inbox_capacity_bytes);
     }
     stage = slot;
-    throttle = throttle_seconds_;
   }
   if (stage->runner) {  // a previous attempt: stop it first
     stage->runner->Stop();
@@ -275,7 +275,8 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
   }
   ctx.monitor = monitor_;
   ctx.log = log_;
-  ctx.throttle_seconds = throttle;
+  ctx.throttle = throttle_;
+  ctx.channel = [this](const std::string& site) { return Channel(site); };
   std::error_code ec;
   std::filesystem::create_directories(ctx.job_dir, ec);
   ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), options_.memory_limit_bytes));
@@ -348,25 +349,47 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c) {
 Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req,
                               const std::function<Status(const v1::TensorFrame&)>& sink) {
   const std::string dir = JobDir(req.job_id());
-  ASSIGN_OR_RETURN(v1::StageAssignment a, ReadAssignment(dir + "/stage.pb"));
-  const auto& me = a.stages(a.stage());
-  ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(dir, req.step()),
-                                                me.layer_begin(), me.layer_end()));
-  const size_t bytes = s.params.size() * sizeof(float), chunk = 1 << 20;
-  const char* data = reinterpret_cast<const char*>(s.params.data());
-  for (size_t off = 0; off < bytes || off == 0; off += chunk) {
+  int begin = static_cast<int>(req.layer_begin()), end = static_cast<int>(req.layer_end());
+  if (end == 0) {  // the layers of this site's current assignment
+    ASSIGN_OR_RETURN(v1::StageAssignment a, ReadAssignment(dir + "/stage.pb"));
+    begin = static_cast<int>(a.stages(a.stage()).layer_begin());
+    end = static_cast<int>(a.stages(a.stage()).layer_end());
+  }
+  ASSIGN_OR_RETURN(StageState s,
+                   ReadStageState(StageCheckpointPath(dir, req.step(), begin, end), begin, end));
+  // Streams one float array in 1 MiB chunks.
+  auto send = [&](v1::TensorKind kind, uint32_t id, const std::vector<float>& values) -> Status {
+    const size_t bytes = values.size() * sizeof(float), chunk = 1 << 20;
+    const char* data = reinterpret_cast<const char*>(values.data());
+    size_t off = 0;
+    do {
+      v1::TensorFrame f;
+      f.set_job_id(req.job_id());
+      f.set_step(s.step);
+      f.set_kind(kind);
+      f.set_tensor_id(id);
+      f.add_shape(values.size());
+      f.set_raw_size(bytes);
+      f.set_encoded_size(bytes);
+      f.set_chunk_offset(off);
+      f.set_payload(data + off, std::min(chunk, bytes - off));
+      f.set_from_site(options_.site);
+      RETURN_IF_ERROR(sink(f));
+      off += chunk;
+    } while (off < bytes);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(send(v1::TENSOR_KIND_PARAMETERS, 0, s.params));
+  if (req.include_state()) {
+    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 1, s.m));
+    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 2, s.v));
     v1::TensorFrame f;
     f.set_job_id(req.job_id());
     f.set_step(s.step);
-    f.set_kind(v1::TENSOR_KIND_PARAMETERS);
-    f.add_shape(s.params.size());
-    f.set_raw_size(bytes);
-    f.set_encoded_size(bytes);
-    f.set_chunk_offset(off);
-    f.set_payload(data + off, std::min(chunk, bytes - off));
+    f.set_kind(v1::TENSOR_KIND_LOADER_STATE);
+    f.set_payload(s.loader_state);
     f.set_from_site(options_.site);
     RETURN_IF_ERROR(sink(f));
-    if (bytes == 0) break;
   }
   return absl::OkStatus();
 }

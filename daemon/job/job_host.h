@@ -7,6 +7,7 @@
 
 #include <spdlog/logger.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,8 +66,9 @@ class JobHost {
 
   // The channel to `site` (this daemon or a configured peer); null when unknown.
   SiteChannel* Channel(const std::string& site);
-  // Fault injection: extra compute seconds per microbatch for stages started from now on.
-  void set_throttle(double seconds);
+  // Fault injection: extra compute seconds per layer and microbatch of this site's stages,
+  // from the next microbatch on (a slower device). Returns the previous setting.
+  double set_throttle(double seconds);
 
  private:
   struct Stage {
@@ -87,7 +89,7 @@ class JobHost {
   std::map<std::string, std::shared_ptr<Stage>> stages_;
   std::map<std::string, std::unique_ptr<SiteChannel>> channels_;
   std::mutex assign_mu_;  // one assignment at a time
-  double throttle_seconds_ = 0;
+  std::shared_ptr<std::atomic<double>> throttle_ = std::make_shared<std::atomic<double>>(0);
   bool shut_down_ = false;
 };
 

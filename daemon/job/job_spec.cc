@@ -26,8 +26,8 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   ASSIGN_OR_RETURN(auto root, w.Root(yaml));
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
-  model::YamlWalker::Entry sites_entry{}, comp_entry{};
-  bool have_sites = false, have_comp = false;
+  model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{};
+  bool have_sites = false, have_comp = false, have_replan = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "sites") {
@@ -36,6 +36,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else if (key == "compression") {
       comp_entry = {it->first, it->second, "compression"};
       have_comp = true;
+    } else if (key == "replan") {
+      replan_entry = {it->first, it->second, "replan"};
+      have_replan = true;
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
@@ -54,6 +57,16 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     return w.Error(sites_entry, "more sites (" + std::to_string(spec.sites.size()) +
                                     ") than layers (" + std::to_string(spec.job.model.num_layers) +
                                     ")");
+  }
+  if (have_replan) {
+    ASSIGN_OR_RETURN(std::string v, w.String(replan_entry));
+    if (v == "on" || v == "true") {
+      spec.replan = true;
+    } else if (v == "off" || v == "false") {
+      spec.replan = false;
+    } else {
+      return w.Error(replan_entry, "expected on or off, got '" + v + "'");
+    }
   }
   if (have_comp) {
     ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor"}));

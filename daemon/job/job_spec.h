@@ -6,6 +6,8 @@
 //     mode: adaptive                 # off (exact fp32) | fixed | adaptive (default)
 //     codec: q8                      # mode fixed: the codec for activations and gradients
 //     floor: q4                      # mode adaptive: the most lossy codec allowed
+//   replan: on                       # move layers away from a straggler (default on)
+//   replan: on                       # move layers away from a straggler (default on)
 //
 // On a daemon, relative data paths resolve against its data_dir.
 #pragma once
@@ -27,6 +29,7 @@ struct JobSpec {
   CompressionMode compression = CompressionMode::kAdaptive;
   std::string codec = "q8";  // kFixed
   std::string floor = "q4";  // kAdaptive
+  bool replan = true;        // move layers away from a straggler
 };
 
 // Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).

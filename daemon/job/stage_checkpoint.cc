@@ -21,9 +21,11 @@ struct Header {
 
 }  // namespace
 
-std::string StageCheckpointPath(const std::string& dir, uint64_t step) {
-  char name[64];
-  std::snprintf(name, sizeof name, "/stage_%08llu.bin", static_cast<unsigned long long>(step));
+std::string StageCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
+                                int layer_end) {
+  char name[96];
+  std::snprintf(name, sizeof name, "/stage_%08llu_%d-%d.bin", static_cast<unsigned long long>(step),
+                layer_begin, layer_end);
   return dir + name;
 }
 
@@ -89,7 +91,7 @@ void PruneStageStates(const std::string& dir, uint64_t keep_from) {
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     unsigned long long step = 0;
-    if (std::sscanf(name.c_str(), "stage_%llu.bin", &step) == 1 && step < keep_from) {
+    if (std::sscanf(name.c_str(), "stage_%llu_", &step) == 1 && step < keep_from) {
       std::filesystem::remove(e.path(), ec);
     }
   }

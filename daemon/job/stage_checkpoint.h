@@ -19,8 +19,10 @@ struct StageState {
   std::string loader_state;         // first stage only
 };
 
-// DIR/stage_STEP.bin
-std::string StageCheckpointPath(const std::string& dir, uint64_t step);
+// DIR/stage_STEP_BEGIN-END.bin: named by step and layer range, so that when a re-plan moves
+// layers, a site's new checkpoint never overwrites the old one others still fetch from.
+std::string StageCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
+                                int layer_end);
 
 Status WriteStageState(const std::string& path, const StageState& state);
 // Fails when the file is missing, truncated, not a stage checkpoint, or for other layers.

@@ -1,6 +1,7 @@
 #include "daemon/job/stage_runner.h"
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -86,8 +87,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   }
 
   start_step_ = a.resume_step();
-  if (start_step_ > 0) {
-    ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(ctx_.job_dir, start_step_),
+  if (start_step_ > 0 && a.migrate_from_size() > 0) {
+    RETURN_IF_ERROR(Migrate(a.migrate_from(), start_step_));
+  } else if (start_step_ > 0) {
+    ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(ctx_.job_dir, start_step_,
+                                                                      fo.begin, fo.end),
                                                   fo.begin, fo.end));
     if (static_cast<int64_t>(s.params.size()) != fragment_->layout().total()) {
       return absl::DataLossError("stage checkpoint size does not match the fragment");
@@ -265,9 +269,7 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
     for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
   }
   const double start = Now();
-  if (ctx_.throttle_seconds > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(ctx_.throttle_seconds / 2));
-  }
+  Throttle();
   RETURN_IF_ERROR(fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr,
                                      fragment_->is_first() ? nullptr : device_in_));
   if (fragment_->is_last()) {
@@ -296,9 +298,7 @@ Status StageRunner::Backward(uint64_t step, int mb) {
     ops_->Upload(device_in_, host_buf_.data(), act);
   }
   const double start = Now();
-  if (ctx_.throttle_seconds > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(ctx_.throttle_seconds / 2));
-  }
+  Throttle();
   RETURN_IF_ERROR(fragment_->Backward(slot, fragment_->is_last() ? nullptr : device_in_,
                                       fragment_->is_last() ? dloss : 0.0f));
   const double elapsed = Now() - start;
@@ -331,6 +331,70 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   return absl::OkStatus();
 }
 
+void StageRunner::Throttle() {
+  // Seconds per layer and microbatch, like a slower device: half before forward, half
+  // before backward, so it reads as compute time.
+  const double t = (ctx_.throttle ? ctx_.throttle->load() : 0) * fragment_->layout().num_layers();
+  if (t > 0) std::this_thread::sleep_for(std::chrono::duration<double>(t / 2));
+}
+
+Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan,
+                            uint64_t step) {
+  const model::GPT2Config& config = ctx_.spec.job.model;
+  const model::FragmentLayout& mine = fragment_->layout();
+  const size_t total = model::NumParameters(config);
+  std::vector<float> params(total), m(total), v(total);
+  std::string loader_state;
+  for (const auto& old : old_plan) {
+    const int b = static_cast<int>(old.layer_begin()), e = static_cast<int>(old.layer_end());
+    const bool old_first = b == 0, old_last = e == config.num_layers;
+    const bool overlaps = b < mine.end() && mine.begin() < e;
+    if (!overlaps && !(mine.is_first() && old_first) && !(mine.is_last() && old_last)) continue;
+    SiteChannel* ch = ctx_.channel ? ctx_.channel(old.site()) : nullptr;
+    if (!ch) return absl::UnavailableError("cannot reach site '" + old.site() + "' for its layers");
+    model::FragmentLayout layout(config, b, e);
+    std::vector<float> flat[3];
+    for (auto& f : flat) f.resize(layout.total());
+    v1::FetchFragmentRequest req;
+    req.set_job_id(ctx_.assignment.job_id());
+    req.set_step(step);
+    req.set_include_state(true);
+    req.set_layer_begin(b);
+    req.set_layer_end(e);
+    RETURN_IF_ERROR(ch->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+      if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
+        if (old_first) loader_state = f.payload();
+        return absl::OkStatus();
+      }
+      const int which = f.kind() == v1::TENSOR_KIND_PARAMETERS ? 0 : int(f.tensor_id());
+      if (which < 0 || which > 2 || f.chunk_offset() % 4 ||
+          f.chunk_offset() + f.payload().size() > flat[which].size() * sizeof(float)) {
+        return absl::DataLossError("layer move from " + old.site() + ": chunk out of range");
+      }
+      std::memcpy(reinterpret_cast<char*>(flat[which].data()) + f.chunk_offset(),
+                  f.payload().data(), f.payload().size());
+      return absl::OkStatus();
+    }));
+    layout.InsertIntoModel(flat[0].data(), params.data());
+    layout.InsertIntoModel(flat[1].data(), m.data());
+    layout.InsertIntoModel(flat[2].data(), v.data());
+  }
+  std::vector<float> p(mine.total()), mm(mine.total()), vv(mine.total());
+  mine.ExtractFromModel(params.data(), p.data());
+  mine.ExtractFromModel(m.data(), mm.data());
+  mine.ExtractFromModel(v.data(), vv.data());
+  fragment_->SetParameters(p.data());
+  fragment_->SetOptimizerState(mm.data(), vv.data());
+  if (loader_) {
+    ASSIGN_OR_RETURN(auto ls, model::DataLoaderState::Parse(loader_state));
+    RETURN_IF_ERROR(loader_->Restore(ls));
+  }
+  ctx_.log->info("job {}: stage {} took over layers {}..{} at step {}", ctx_.assignment.job_id(),
+                 stage_, mine.begin(), mine.end(), step);
+  // Checkpoint here at once: a rollback to this step must find the state on this site.
+  return Checkpoint(step);
+}
+
 Status StageRunner::Checkpoint(uint64_t step) {
   StageState s;
   s.step = step;
@@ -344,7 +408,8 @@ Status StageRunner::Checkpoint(uint64_t step) {
   fragment_->GetParameters(s.params.data());
   fragment_->GetOptimizerState(s.m.data(), s.v.data());
   if (loader_) s.loader_state = loader_->state().Serialize();
-  RETURN_IF_ERROR(WriteStageState(StageCheckpointPath(ctx_.job_dir, step), s));
+  RETURN_IF_ERROR(
+      WriteStageState(StageCheckpointPath(ctx_.job_dir, step, s.layer_begin, s.layer_end), s));
   std::lock_guard<std::mutex> lock(mu_);
   status_.checkpoint_step = step;
   return absl::OkStatus();

@@ -12,6 +12,7 @@
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,8 +43,10 @@ struct StageRunnerContext {
   std::unique_ptr<LinkSender> to_tied;
   LinkMonitor* monitor = nullptr;
   std::shared_ptr<spdlog::logger> log;
-  // Debug knob (fault injection): extra seconds of "compute" per microbatch on this stage.
-  double throttle_seconds = 0;
+  // Debug knob (fault injection): extra seconds of "compute" per layer and microbatch.
+  std::shared_ptr<std::atomic<double>> throttle;
+  // Channels to other sites (to fetch moved layers when the plan changed).
+  std::function<SiteChannel*(const std::string&)> channel;
 };
 
 // Per outbound link: what the controller chose and what crossed.
@@ -83,6 +86,10 @@ class StageRunner {
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
   Status Init(int64_t memory_limit_bytes);
+  // Loads the state of this stage's layers at `step` from the stages of `old_plan` that
+  // held them (a re-plan moved layers), and checkpoints it here.
+  Status Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan, uint64_t step);
+  void Throttle();
   void Run();
   Status RunStep(uint64_t step);
   Status Forward(uint64_t step, int mb, double* loss_sum);

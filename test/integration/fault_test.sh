@@ -56,6 +56,7 @@ backend: cpu
 threads: 1
 sites: [alpha, beta, gamma]
 compression: {mode: off}
+replan: off   # the drop scenario checks that no attempt restarts
 YAML
 
 start() { "$LONGHAULD" --config "$work/$1.yaml" --log-level info 2>>"$work/$1.log" & pid[$1]=$!; }

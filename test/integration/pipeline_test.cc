@@ -33,7 +33,8 @@ std::string JobYaml(const std::string& extra, int steps = 6) {
          "checkpoint: {every: 2}\n"
          "backend: cpu\n"
          "threads: 1\n"
-         "sites: [alpha, beta, gamma]\n" +
+         "sites: [alpha, beta, gamma]\n"
+         "replan: off\n" +
          extra;
 }
 
@@ -262,6 +263,52 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
   CHECK(s->state() == v1::JOB_STATE_CANCELLED);
   // The daemons keep serving.
   CHECK(c.at(1).NodeStatus().peers_up() == 2);
+}
+
+TEST_CASE("a straggler is detected, layers move off it, and the losses do not change") {
+  Cluster c = StartCluster();
+  std::string yaml = JobYaml("compression: {mode: off}\n", /*steps=*/48);
+  yaml.replace(yaml.find("layers: 3"), 9, "layers: 6");
+  yaml.replace(yaml.find("every: 2"), 8, "every: 4");
+  yaml.replace(yaml.find("replan: off"), 11, "replan: on");
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  auto r = c.at(0).jobs().Submit(req);
+  REQUIRE(r.ok());
+  auto status = [&] {
+    auto s = c.at(0).jobs().GetJob(r->job_id(), 1);
+    REQUIRE(s.ok());
+    return *s;
+  };
+  REQUIRE(testing::WaitFor([&] { return status().step() >= 6; }, 60s));
+  // beta becomes a slow site: 20 ms more per layer and microbatch.
+  c.at(1).jobs().set_throttle(0.02);
+  REQUIRE(testing::WaitFor([&] { return status().replans() >= 1; }, 120s));
+  const v1::JobStatus replanned = status();
+  INFO(replanned.detail());
+  CHECK(replanned.stages(1).layer_end() - replanned.stages(1).layer_begin() < 2);
+  CHECK_THAT(replanned.detail(), Catch::Contains("stage 1 on beta"));
+  // Throughput after the move, against the re-plan's prediction.
+  REQUIRE(testing::WaitFor([&] { return status().step() >= replanned.step() + 3; }, 60s));
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t s0 = status().step();
+  REQUIRE(testing::WaitFor([&] { return status().step() >= s0 + 10; }, 60s));
+  const uint64_t s1 = status().step();
+  const double measured =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (s1 - s0);
+  const double predicted = replanned.predicted_step_seconds();
+  INFO("measured " << measured << " s/step, predicted " << predicted);
+  CHECK(measured <= 1.2 * predicted);
+  CHECK(measured >= 0.8 * predicted);
+
+  const v1::JobStatus done = WaitDone(c.at(0), r->job_id(), 120s);
+  REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
+  const std::vector<float> local = TrainLocalLosses(yaml);
+  REQUIRE(done.losses_size() == static_cast<int>(local.size()));
+  for (size_t i = 0; i < local.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(done.losses(i) == local[i]);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "tools/cli/job_commands.h"
 #include "tools/cli/model_commands.h"
 #include "tools/cli/node_commands.h"
+#include "tools/cli/plan_command.h"
 
 int main(int argc, char** argv) {
   using namespace longhaul::cli;  // NOLINT(google-build-using-namespace)
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   AddNodeCommands(app, options, &exit_code);
   AddModelCommands(app, &exit_code);
   AddJobCommands(app, options, &exit_code);
+  AddPlanCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

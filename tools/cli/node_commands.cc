@@ -86,6 +86,19 @@ int Links(const ClientOptions& options) {
   return kExitOk;
 }
 
+int Throttle(const ClientOptions& options, double seconds) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::DebugThrottleRequest req;
+  req.set_seconds_per_microbatch(seconds);
+  v1::DebugThrottleResponse resp;
+  grpc::Status st = client->stub().SetDebugThrottle(client->Context().get(), req, &resp);
+  if (!st.ok()) return client->Fail(st, "debug throttle");
+  std::cout << "job compute on this site now takes " << seconds
+            << " s longer per layer and microbatch (was " << resp.previous_seconds() << " s)\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddNodeCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
@@ -97,6 +110,16 @@ void AddNodeCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   auto* links = app.add_subcommand(
       "links", "Show each peer link: state, measured bandwidth both ways, RTT, reconnects");
   links->callback([&options, exit_code] { *exit_code = Links(options); });
+
+  static double throttle_seconds = 0;
+  auto* debug = app.add_subcommand("debug", "Fault injection for tests and demos");
+  debug->require_subcommand(1);
+  auto* throttle = debug->add_subcommand(
+      "throttle", "Slow this site's job compute down (a straggler); 0 turns it off");
+  throttle->add_option("seconds", throttle_seconds, "Extra seconds per layer and microbatch")
+      ->required()
+      ->check(CLI::Range(0.0, 60.0));
+  throttle->callback([&options, exit_code] { *exit_code = Throttle(options, throttle_seconds); });
 }
 
 }  // namespace longhaul::cli

@@ -1,0 +1,70 @@
+// What the scheduler knows about the sites and links a job may use: each site's sustained
+// compute rate on the job's layer shapes (from a calibration run, scheduler/calibration.h),
+// its memory capacity and AdamW throughput, and each directed link's bandwidth and RTT (the
+// link monitor's estimates). Profiles are plain data: the daemon fills them from
+// measurements, `longhaul plan` from a YAML file (scheduler/profiles_yaml.h), tests and the
+// scale study from generated topologies (scheduler/topology.h).
+//
+// The FLOP conventions that turn a profile's FLOP/s into seconds live here too, so that a
+// calibration and a cost estimate always count the same FLOPs: per token, a layer's forward
+// is 24 C^2 + 4 T C FLOPs (the four matmuls and attention over the full context, as llm.c and
+// PaLM count them), the tied output head's forward 2 C Vp, and a backward twice its forward.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+
+namespace longhaul::scheduler {
+
+struct SiteProfile {
+  std::string name;
+  // Sustained FLOP/s of this site's devices on the job's layer shapes (forward and backward
+  // together, FLOPs counted as above). REQUIRES: > 0.
+  double flops = 0;
+  // What one stage may allocate here (the daemon's memory_limit_mb); 0 = no limit.
+  int64_t memory_bytes = 0;
+  // AdamW parameter updates per second; 0 = the optimizer step is not modelled.
+  double optimizer_params_per_second = 0;
+};
+
+// One direction of the link between two sites.
+struct LinkProfile {
+  std::string from, to;
+  double bandwidth_bytes_per_second = 0;  // REQUIRES: > 0
+  double rtt_seconds = 0;                 // REQUIRES: >= 0
+};
+
+struct Profiles {
+  std::vector<SiteProfile> sites;
+  std::vector<LinkProfile> links;
+
+  // nullptr when absent.
+  const SiteProfile* Site(const std::string& name) const;
+  const LinkProfile* Link(const std::string& from, const std::string& to) const;
+  int SiteIndex(const std::string& name) const;  // -1 when absent
+};
+
+// OK when names are unique and non-empty, every number is in range, links name known sites
+// (not a site to itself) and each direction appears once. Errors name the entry.
+Status ValidateProfiles(const Profiles& profiles);
+
+// OK when every site in `sites` has a profile and every ordered pair of them a link.
+Status CheckCoverage(const Profiles& profiles, const std::vector<std::string>& sites);
+
+// ---- FLOP conventions (per microbatch of B sequences of T tokens) ------------------------
+// One transformer layer's forward.
+double LayerForwardFlops(const model::GPT2Config& config, int batch_size, int seq_len);
+// The final layernorm, tied output head and loss (forward) of the last stage.
+double HeadForwardFlops(const model::GPT2Config& config, int batch_size, int seq_len);
+// A backward pass costs this many times its forward.
+inline constexpr double kBackwardFlopsFactor = 2.0;
+
+// FLOP/s implied by a measured forward + backward time of one layer on one microbatch.
+double FlopsFromLayerSeconds(const model::GPT2Config& config, int batch_size, int seq_len,
+                             double layer_forward_backward_seconds);
+
+}  // namespace longhaul::scheduler

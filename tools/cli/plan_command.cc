@@ -1,0 +1,257 @@
+// `longhaul plan`: parse the job and profiles, run the planner, print the plan as a table or
+// JSON (see plan_command.h).
+#include "tools/cli/plan_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "daemon/job/job_spec.h"
+#include "scheduler/planner.h"
+#include "scheduler/profiles_yaml.h"
+#include "tools/cli/format.h"
+
+namespace longhaul::cli {
+namespace {
+
+using nlohmann::json;
+using scheduler::StepEstimate;
+
+std::string Bytes(double b) {
+  if (b >= 1 << 30) return absl::StrFormat("%.1f GiB", b / (1 << 30));
+  if (b >= 1 << 20) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return absl::StrFormat("%.0f KiB", b / 1024);
+}
+
+std::string Count(double n) {
+  if (n >= 1e9) return absl::StrFormat("%.2fG", n / 1e9);
+  if (n >= 1e6) return absl::StrFormat("%.2fM", n / 1e6);
+  if (n >= 1e3) return absl::StrFormat("%.1fk", n / 1e3);
+  return absl::StrFormat("%.0f", n);
+}
+
+std::string Secs(double s) { return s > 0 ? FormatSeconds(s) : "0"; }
+
+json EstimateJson(const StepEstimate& e) {
+  json j;
+  j["stages"] = json::array();
+  for (size_t i = 0; i < e.stages.size(); ++i) {
+    const auto& s = e.stages[i];
+    j["stages"].push_back({{"index", i},
+                           {"site", s.site},
+                           {"layer_begin", s.layer_begin},
+                           {"layer_end", s.layer_end},
+                           {"forward_seconds", s.forward_seconds},
+                           {"backward_seconds", s.backward_seconds},
+                           {"codec_seconds", s.codec_seconds},
+                           {"optimizer_seconds", s.optimizer_seconds},
+                           {"compute_seconds", s.compute_seconds},
+                           {"idle_seconds", s.idle_seconds},
+                           {"slots", s.slots},
+                           {"parameters", s.parameters},
+                           {"memory_bytes", s.memory_bytes},
+                           {"memory_limit_bytes", s.memory_limit_bytes}});
+  }
+  j["links"] = json::array();
+  for (const auto& l : e.links) {
+    j["links"].push_back({{"from", l.from},
+                          {"to", l.to},
+                          {"kind", l.kind},
+                          {"codec", l.codec},
+                          {"reason", l.reason},
+                          {"tensor_bytes", l.tensor_bytes},
+                          {"wire_bytes", l.cost.wire_bytes},
+                          {"wire_seconds", l.cost.wire_seconds},
+                          {"latency_seconds", l.cost.latency_seconds},
+                          {"encode_seconds", l.cost.encode_seconds},
+                          {"decode_seconds", l.cost.decode_seconds},
+                          {"busy_seconds", l.busy_seconds}});
+  }
+  j["microbatches"] = e.microbatches;
+  j["tokens_per_step"] = e.tokens_per_step;
+  j["step_seconds"] = e.step_seconds;
+  j["tokens_per_second"] = e.tokens_per_second;
+  j["period_seconds"] = e.period_seconds;
+  j["period_limit"] = e.period_limit;
+  j["tied_exchange_seconds"] = e.tied_exchange_seconds;
+  j["fits_memory"] = e.fits_memory;
+  j["bottleneck"] = {{"kind", e.bottleneck.kind},
+                     {"resource", e.bottleneck.resource},
+                     {"seconds", e.bottleneck.seconds},
+                     {"description", e.bottleneck_description}};
+  j["critical_path"] = json::array();
+  for (const auto& c : e.critical_path) {
+    j["critical_path"].push_back(
+        {{"kind", c.kind}, {"resource", c.resource}, {"seconds", c.seconds}});
+  }
+  return j;
+}
+
+void PrintEstimate(const StepEstimate& e, std::ostream& out) {
+  Table stages({"stage", "site", "layers", "fwd+bwd/mb", "codec/mb", "compute/step", "idle/step",
+                "memory", "limit"});
+  for (size_t i = 0; i < e.stages.size(); ++i) {
+    const auto& s = e.stages[i];
+    stages.AddRow(
+        {std::to_string(i), s.site,
+         absl::StrCat(s.layer_begin, "..", s.layer_end - 1, " (", s.layer_end - s.layer_begin, ")"),
+         Secs(s.forward_seconds + s.backward_seconds), Secs(s.codec_seconds),
+         Secs(s.compute_seconds), Secs(s.idle_seconds), Bytes(s.memory_bytes),
+         s.memory_limit_bytes ? Bytes(s.memory_limit_bytes) : "-"});
+  }
+  out << stages.str();
+  if (!e.links.empty()) {
+    Table links({"link", "carries", "codec", "wire bytes", "wire time", "latency", "wire/step"});
+    for (const auto& l : e.links) {
+      links.AddRow({absl::StrCat(l.from, " -> ", l.to), l.kind, l.codec, Bytes(l.cost.wire_bytes),
+                    Secs(l.cost.wire_seconds), Secs(l.cost.latency_seconds), Secs(l.busy_seconds)});
+    }
+    out << "\n" << links.str();
+  }
+  out << "\npredicted step: " << Secs(e.step_seconds) << " for " << e.microbatches
+      << " microbatches, " << Count(e.tokens_per_second) << " tokens/s\n"
+      << "steady state:   " << Secs(e.period_seconds) << " per microbatch, set by the "
+      << e.period_limit << "\n";
+  if (e.tied_exchange_seconds > 0) {
+    out << "tied embedding: " << Secs(e.tied_exchange_seconds)
+        << " from the first stage's last backward to its summed gradient\n";
+  }
+  out << "bottleneck:     " << e.bottleneck_description << "\n";
+  std::vector<std::string> path;
+  for (size_t i = 0; i < e.critical_path.size() && i < 4; ++i) {
+    const auto& c = e.critical_path[i];
+    path.push_back(absl::StrCat(c.kind, " ", c.resource, " ", Secs(c.seconds)));
+  }
+  out << "critical path:  " << absl::StrJoin(path, "; ") << "\n";
+}
+
+StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the job file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int Fail(const Status& s, std::ostream& err) {
+  err << "longhaul plan: " << s.message() << "\n";
+  return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? 2 : 1;
+}
+
+}  // namespace
+
+int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
+  auto text = ReadFile(flags.job);
+  if (!text.ok()) return Fail(text.status(), err);
+  const std::string base = std::filesystem::absolute(flags.job).parent_path().string();
+  auto spec = daemon::ParseJobSpec(*text, flags.job, base);
+  if (!spec.ok()) return Fail(spec.status(), err);
+  auto profiles = scheduler::LoadProfiles(flags.profiles);
+  if (!profiles.ok()) return Fail(profiles.status(), err);
+
+  scheduler::PlacementRequest request;
+  request.model = spec->job.model;
+  request.sites = spec->sites;
+  if (flags.sites == std::vector<std::string>{"all"}) {
+    request.sites.clear();
+    for (const auto& s : profiles->sites) request.sites.push_back(s.name);
+  } else if (!flags.sites.empty()) {
+    request.sites = flags.sites;
+  }
+  scheduler::PipelineWorkload& w = request.workload;
+  w.microbatch_size = spec->job.microbatch_size;
+  w.seq_len = spec->job.seq_len;
+  w.microbatches = spec->job.microbatches();
+  w.compression = daemon::CompressionModeName(spec->compression);
+  w.codec = spec->codec;
+  w.floor = spec->floor;
+  w.coordinator = flags.coordinator;
+  scheduler::PlannerOptions options;
+  options.time_budget_seconds = flags.time_budget_seconds;
+  const scheduler::Planner planner(*profiles, options);
+  auto plan = planner.Plan(request);
+  if (!plan.ok()) return Fail(plan.status(), err);
+  // The even split of the job's own sites in the job's order, for comparison.
+  std::optional<StepEstimate> even;
+  scheduler::PlacementRequest job_order = request;
+  job_order.sites = spec->sites;
+  auto even_stages = scheduler::MakeEvenSplitPlacer()->Place(job_order);
+  auto model = planner.Model(request);
+  if (even_stages.ok() && model.ok()) {
+    if (auto e = model->Estimate(*even_stages); e.ok()) even = *e;
+  }
+
+  if (flags.output == "json") {
+    json j = EstimateJson(plan->estimate);
+    j["job"] = spec->job.name;
+    j["model"] = {{"layers", request.model.num_layers},
+                  {"channels", request.model.channels},
+                  {"heads", request.model.num_heads},
+                  {"vocab", request.model.vocab_size},
+                  {"context", request.model.max_seq_len}};
+    j["candidates"] = request.sites;
+    j["unused_sites"] = plan->unused_sites;
+    j["method"] = plan->method;
+    j["plans_priced"] = plan->plans_priced;
+    j["planning_seconds"] = plan->planning_seconds;
+    j["even_split"] = even ? EstimateJson(*even) : json(nullptr);
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  out << "job " << spec->job.name << ": GPT-2 " << request.model.DebugString() << ", "
+      << w.microbatches << " microbatches of " << w.microbatch_size << " x " << w.seq_len
+      << " tokens, compression " << w.compression << "\n"
+      << "planned over " << request.sites.size() << " candidate sites (" << plan->method
+      << " search, " << plan->plans_priced << " plans priced in "
+      << absl::StrFormat("%.2f s", plan->planning_seconds) << ")\n\n";
+  PrintEstimate(plan->estimate, out);
+  if (!plan->unused_sites.empty()) {
+    out << "left out:       " << absl::StrJoin(plan->unused_sites, ", ")
+        << " (the plan is faster without them)\n";
+  }
+  if (even) {
+    out << "even split:     " << scheduler::PlanDebugString(*even_stages) << " (the job's order) ";
+    if (!even->fits_memory) {
+      out << "does not fit the sites' memory\n";
+    } else {
+      out << "would take " << Secs(even->step_seconds) << " per step ("
+          << absl::StrFormat("%.2fx", even->step_seconds / plan->estimate.step_seconds)
+          << " the plan's)\n";
+    }
+  }
+  return 0;
+}
+
+void AddPlanCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<PlanFlags>();
+  auto* plan = app.add_subcommand(
+      "plan", "Print the planner's placement of a job (stages, predicted times, bottleneck)");
+  plan->add_option("job", flags->job, "Job file, e.g. configs/demo-job.yaml")->required();
+  plan->add_option("--profiles", flags->profiles,
+                   "Site and link profiles (YAML; see configs/profiles.example.yaml)")
+      ->required();
+  plan->add_option("--coordinator", flags->coordinator,
+                   "Site that will coordinate the job (default: the first stage's)");
+  plan->add_option("--sites", flags->sites,
+                   "Candidate sites instead of the job's (comma-separated; 'all': every profiled "
+                   "site)")
+      ->delimiter(',');
+  plan->add_option("--time-budget", flags->time_budget_seconds,
+                   "Seconds the heuristic search may take (more than 8 candidates)")
+      ->capture_default_str();
+  plan->callback([flags, exit_code, &app] {
+    PlanFlags f = *flags;
+    try {
+      f.output = app.get_option("--output")->as<std::string>();
+    } catch (const CLI::Error&) {
+    }
+    if (f.output.empty()) f.output = "table";
+    *exit_code = RunPlan(f, std::cout, std::cerr);
+  });
+}
+
+}  // namespace longhaul::cli
