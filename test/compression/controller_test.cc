@@ -76,7 +76,7 @@ int MaxChangesPerWindow(const TraceResult& r, double window) {
 
 TEST_CASE("the default ladder parses and rungs can be found by any spelling") {
   Controller c = Make();
-  CHECK(c.rungs() == 6);
+  CHECK(c.rungs() == 4);
   CHECK(c.name(0) == "fp32");
   auto q4 = c.FindRung("q4:block=64");
   REQUIRE(q4.ok());
