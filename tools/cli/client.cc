@@ -1,5 +1,7 @@
 #include "tools/cli/client.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <cstdlib>
 #include <iostream>
 
@@ -14,6 +16,16 @@ std::string Env(const char* name) {
 }
 
 }  // namespace
+
+void PrintJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  std::cout << out;
+}
 
 std::unique_ptr<ControlClient> ControlClient::Connect(const ClientOptions& options) {
   std::string addr = options.addr.empty() ? Env("LONGHAUL_ADDR") : options.addr;

@@ -28,6 +28,9 @@ struct ClientOptions {
   std::string output = "table";  // table | json
 };
 
+// Prints a message as JSON with the .proto field names (the CLI's `-o json`).
+void PrintJson(const google::protobuf::Message& m);
+
 class ControlClient {
  public:
   // Resolves the address and reads the token; on failure prints why and returns nullptr.

@@ -1,6 +1,5 @@
 #include "tools/cli/job_commands.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -43,16 +42,6 @@ std::string ProgressLine(const v1::JobStatus& j) {
   if (!j.detail().empty() && j.state() != v1::JOB_STATE_RUNNING) line += ": " + j.detail();
   line += ")";
   return line;
-}
-
-void PrintJson(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.preserve_proto_field_names = true;
-  o.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  std::cout << out;
 }
 
 void PrintDetails(const v1::JobStatus& j) {

@@ -1,7 +1,5 @@
 #include "tools/cli/node_commands.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <iostream>
 
 #include "daemon/status_pages.h"
@@ -9,16 +7,6 @@
 
 namespace longhaul::cli {
 namespace {
-
-void PrintJson(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.preserve_proto_field_names = true;
-  o.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  std::cout << out;
-}
 
 int NodeStatus(const ClientOptions& options) {
   auto client = ControlClient::Connect(options);
