@@ -4,10 +4,11 @@
 // Alloc(). Token ids and targets are always host arrays.
 //
 // Backends: "cpu-ref" (plain loops, the reference every other backend is tested against),
-// "cpu" (OpenBLAS matmuls, vectorized and multi-threaded loops), "cuda" (kernels/cuda,
-// only in a --config=cuda build). Shapes follow llm.c: B batch, T time, C channels,
-// NH heads, V vocabulary, Vp vocabulary padded to a multiple of 128 (rows V..Vp-1 of the
-// token embedding are zero and never a target). Weights are stored (out, in), row-major.
+// "cpu" (OpenBLAS matmuls, vectorized and multi-threaded loops), "cuda" and "cuda-bf16"
+// (kernels/cuda, only in a --config=cuda build: fp32, and bf16 matrix products with all else
+// fp32). Shapes follow llm.c: B batch, T time, C channels, NH heads, V vocabulary, Vp
+// vocabulary padded to a multiple of 128 (rows V..Vp-1 of the token embedding are zero and
+// never a target). Weights are stored (out, in), row-major.
 //
 // Conventions: "*Backward" ops ACCUMULATE (+=) into gradient outputs, as llm.c does, so a
 // tensor used twice gets the sum; scratch arguments may be overwritten. Every op is
@@ -108,9 +109,10 @@ class Ops {
   virtual double SumSquares(const float* x, size_t n) = 0;
 };
 
-// The backends this build has: "cpu-ref", "cpu", and "cuda" in a --config=cuda build.
-// An unknown name, or "cuda" in a build without it, fails with a message saying so.
-// `threads` <= 0 means all cores (CPU backends only).
+// The backends this build has: "cpu-ref", "cpu", and in a --config=cuda build "cuda" and
+// "cuda-bf16", each optionally ":N" for device N (kernels/cuda/cuda_ops.h). An unknown name,
+// "cuda" in a build without it, or "cuda" on a machine without a GPU ("no CUDA device: ...")
+// fails with a message saying so. `threads` <= 0 means all cores (CPU backends only).
 StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& name, int threads = 0);
 
 }  // namespace longhaul::kernels

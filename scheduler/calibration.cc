@@ -18,8 +18,7 @@ double Median(std::vector<double> v) {
 }
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -71,8 +70,7 @@ StatusOr<Calibration> CalibrateLayer(kernels::Ops* ops, const model::GPT2Config&
   cal.layer_parameters = fragment->layout().total();
   cal.flops = FlopsFromLayerSeconds(config, o.batch_size, o.seq_len,
                                     std::max(cal.seconds_per_layer(), 1e-12));
-  cal.optimizer_params_per_second =
-      cal.layer_parameters / std::max(cal.optimizer_seconds, 1e-12);
+  cal.optimizer_params_per_second = cal.layer_parameters / std::max(cal.optimizer_seconds, 1e-12);
   return cal;
 }
 

@@ -42,9 +42,8 @@ CostModel::CostModel(const model::GPT2Config& model, const PipelineWorkload& wor
       options_(options),
       controller_(std::move(controller)) {}
 
-StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model,
-                                      const PipelineWorkload& w, const Profiles& profiles,
-                                      const CostModelOptions& options) {
+StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const PipelineWorkload& w,
+                                      const Profiles& profiles, const CostModelOptions& options) {
   RETURN_IF_ERROR(model::ValidateConfig(model));
   RETURN_IF_ERROR(ValidateProfiles(profiles));
   if (w.microbatch_size <= 0 || w.seq_len <= 0 || w.microbatches <= 0) {

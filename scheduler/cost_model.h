@@ -72,8 +72,8 @@ struct StageEstimate {
   std::string site;
   int layer_begin = 0, layer_end = 0;
   double forward_seconds = 0, backward_seconds = 0;  // compute per microbatch
-  double codec_seconds = 0;      // encode + decode per microbatch on this stage
-  double optimizer_seconds = 0;  // per step
+  double codec_seconds = 0;                          // encode + decode per microbatch on this stage
+  double optimizer_seconds = 0;                      // per step
   // What StageRunner reports as compute_seconds: M x (forward + backward) + optimizer.
   double compute_seconds = 0;
   double idle_seconds = 0;  // of the step, not computing or coding
@@ -86,7 +86,7 @@ struct LinkEstimate {
   std::string from, to;
   std::string kind;  // "activations", "gradients" or "tied-embedding"
   std::string codec;
-  std::string reason;  // the controller's explanation
+  std::string reason;       // the controller's explanation
   double tensor_bytes = 0;  // raw fp32 bytes of one tensor
   TransferCost cost;
   double busy_seconds = 0;  // wire time per step
@@ -154,7 +154,7 @@ class CostModel {
   TransferCost Gradient(int from, int to, double budget_seconds) const;
   TransferCost TiedGradient(int from, int to) const;
   bool HasLink(int from, int to) const;
-  double HalfRtt(int a, int b) const;  // 0 when a == b, inf without a link
+  double HalfRtt(int a, int b) const;               // 0 when a == b, inf without a link
   int coordinator() const { return coordinator_; }  // -1: the first stage's site
   const CostModelOptions& options() const { return options_; }
   int fixed_rung() const { return fixed_rung_; }  // -1: adaptive

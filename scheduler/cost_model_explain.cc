@@ -66,13 +66,16 @@ double CostModel::PeriodSeconds(const Pipeline& p, std::string* limit) const {
     consider(c, [&] { return absl::StrCat("compute of stage ", i, " (", site(i), ")"); });
     window += c;
     if (i + 1 < S) {
-      consider(in.act_wire[i], [&] { return absl::StrCat("wire time of link ", site(i), " -> ", site(i + 1)); });
-      consider(in.grad_wire[i], [&] { return absl::StrCat("wire time of link ", site(i + 1), " -> ", site(i)); });
+      consider(in.act_wire[i],
+               [&] { return absl::StrCat("wire time of link ", site(i), " -> ", site(i + 1)); });
+      consider(in.grad_wire[i],
+               [&] { return absl::StrCat("wire time of link ", site(i + 1), " -> ", site(i)); });
       window += in.act_wire[i] + in.act_latency[i] + in.grad_wire[i] + in.grad_latency[i];
     }
     consider(window / (S - i), [&] {
-      return absl::StrCat("round trip from stage ", i, " (", site(i), ") to the last stage and back (",
-                          Ms(window), ") over its ", S - i, " microbatches in flight");
+      return absl::StrCat("round trip from stage ", i, " (", site(i),
+                          ") to the last stage and back (", Ms(window), ") over its ", S - i,
+                          " microbatches in flight");
     });
   }
   if (limit) *limit = why;
@@ -141,7 +144,8 @@ StatusOr<StepEstimate> CostModel::Estimate(const std::vector<StagePlan>& plan) c
   };
   for (int i = 0; i + 1 < S; ++i) {
     const int a = p.sites[i], b = p.sites[i + 1];
-    const double ba = Budget(a, p.layers[i], false), bb = Budget(b, p.layers[i + 1], i + 1 == S - 1);
+    const double ba = Budget(a, p.layers[i], false),
+                 bb = Budget(b, p.layers[i + 1], i + 1 == S - 1);
     link(i, i + 1, "activations", ActivationBytes(), Activation(a, b, ba), ba,
          options_.initial_budget_seconds);
     link(i + 1, i, "gradients", ActivationBytes(), Gradient(b, a, bb), bb, 0);
@@ -205,16 +209,19 @@ StatusOr<StepEstimate> CostModel::Estimate(const std::vector<StagePlan>& plan) c
   const std::string share = Pct(kinds[top], e.step_seconds);
   const std::string& res = e.bottleneck.resource;
   if (top == "compute") {
-    e.bottleneck_description = absl::StrCat("compute: ", share, " of the step is computation, most of it on ", res);
-  } else if (top == "bandwidth") {
-    e.bottleneck_description = absl::StrCat("bandwidth: ", share, " of the step waits for bytes on the wire, most on ", res);
-  } else if (top == "latency") {
-    e.bottleneck_description = absl::StrCat("latency: ", share, " of the step is WAN round trips the 1F1B window cannot hide, most on ", res);
-  } else if (top == "tied-exchange") {
     e.bottleneck_description =
-        absl::StrCat("tied-embedding exchange: ", share, " of the step swaps ",
-                     absl::StrFormat("%.0f MB", tied_bytes_ / 1e6), " of wte gradient each way (fp32) ",
-                     res);
+        absl::StrCat("compute: ", share, " of the step is computation, most of it on ", res);
+  } else if (top == "bandwidth") {
+    e.bottleneck_description = absl::StrCat(
+        "bandwidth: ", share, " of the step waits for bytes on the wire, most on ", res);
+  } else if (top == "latency") {
+    e.bottleneck_description =
+        absl::StrCat("latency: ", share,
+                     " of the step is WAN round trips the 1F1B window cannot hide, most on ", res);
+  } else if (top == "tied-exchange") {
+    e.bottleneck_description = absl::StrCat(
+        "tied-embedding exchange: ", share, " of the step swaps ",
+        absl::StrFormat("%.0f MB", tied_bytes_ / 1e6), " of wte gradient each way (fp32) ", res);
   } else {
     e.bottleneck_description = absl::StrCat(top, ": ", share, " of the step, most on ", res);
   }

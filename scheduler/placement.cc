@@ -42,9 +42,9 @@ Status ValidatePlan(const std::vector<StagePlan>& plan, int num_layers) {
   for (size_t i = 0; i < plan.size(); ++i) {
     const StagePlan& s = plan[i];
     if (s.layer_begin != next || s.layer_end <= s.layer_begin) {
-      return absl::InvalidArgumentError(absl::StrCat("plan: stage ", i, " (", s.site, ") has layers [",
-                                                     s.layer_begin, ", ", s.layer_end,
-                                                     "), expected a non-empty range from ", next));
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: stage ", i, " (", s.site, ") has layers [", s.layer_begin, ", ",
+                       s.layer_end, "), expected a non-empty range from ", next));
     }
     if (!seen.insert(s.site).second) {
       return absl::InvalidArgumentError(
@@ -62,7 +62,8 @@ Status ValidatePlan(const std::vector<StagePlan>& plan, int num_layers) {
 std::string PlanDebugString(const std::vector<StagePlan>& plan) {
   std::string out;
   for (const StagePlan& s : plan) {
-    absl::StrAppend(&out, out.empty() ? "" : " ", s.site, "[", s.layer_begin, ",", s.layer_end, ")");
+    absl::StrAppend(&out, out.empty() ? "" : " ", s.site, "[", s.layer_begin, ",", s.layer_end,
+                    ")");
   }
   return out;
 }

@@ -28,7 +28,8 @@ StatusOr<Profiles> Restrict(const Profiles& all, const PlacementRequest& r) {
   const std::string& coord = r.workload.coordinator;
   if (!coord.empty() && !unique.count(coord)) {
     if (!all.Site(coord)) {
-      return absl::NotFoundError(absl::StrCat("planner: no profile for the coordinator '", coord, "'"));
+      return absl::NotFoundError(
+          absl::StrCat("planner: no profile for the coordinator '", coord, "'"));
     }
     names.push_back(coord);
     unique.insert(coord);
@@ -41,7 +42,9 @@ StatusOr<Profiles> Restrict(const Profiles& all, const PlacementRequest& r) {
   return p;
 }
 
-std::string MiB(double bytes) { return absl::StrCat(static_cast<int64_t>(bytes / (1 << 20)), " MiB"); }
+std::string MiB(double bytes) {
+  return absl::StrCat(static_cast<int64_t>(bytes / (1 << 20)), " MiB");
+}
 
 }  // namespace
 
@@ -76,7 +79,8 @@ StatusOr<PlanResult> Planner::Plan(const PlacementRequest& request) const {
   dp.allow_subsets = options_.allow_leaving_out_sites;
   if (N <= options_.exact_max_sites) {
     result.method = "exact";
-    for (const auto& c : internal::SolveAnyOrder(m, ctx.candidates, dp)) starts.push_back(c.pipeline);
+    for (const auto& c : internal::SolveAnyOrder(m, ctx.candidates, dp))
+      starts.push_back(c.pipeline);
   } else {
     result.method = "heuristic";
     starts = internal::ChainStarts(&ctx, 6);
@@ -88,11 +92,13 @@ StatusOr<PlanResult> Planner::Plan(const PlacementRequest& request) const {
       for (int u : ctx.candidates) {
         if (std::find(hood.begin(), hood.end(), u) != hood.end()) continue;
         double closest = kInfeasible;
-        for (int s : starts[0].sites) closest = std::min(closest, m.HalfRtt(s, u) + m.HalfRtt(u, s));
+        for (int s : starts[0].sites)
+          closest = std::min(closest, m.HalfRtt(s, u) + m.HalfRtt(u, s));
         near.push_back({closest - 1e-3 * m.profiles().sites[u].flops / 1e15, u});
       }
       std::sort(near.begin(), near.end());
-      for (size_t i = 0; i < near.size() && static_cast<int>(hood.size()) < options_.exact_max_sites; ++i) {
+      for (size_t i = 0;
+           i < near.size() && static_cast<int>(hood.size()) < options_.exact_max_sites; ++i) {
         hood.push_back(near[i].second);
       }
       if (ctx.TimeLeft()) {

@@ -39,7 +39,7 @@ struct PlannerOptions {
 struct PlanResult {
   std::vector<StagePlan> stages;
   StepEstimate estimate;
-  std::string method;  // "exact" or "heuristic"
+  std::string method;                     // "exact" or "heuristic"
   std::vector<std::string> unused_sites;  // candidates left out
   int64_t plans_priced = 0;               // exact cost-model evaluations
   double planning_seconds = 0;

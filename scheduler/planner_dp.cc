@@ -15,7 +15,9 @@ struct Tx {
   double wire = 0, latency = 0, encode = 0, decode = 0;
 };
 
-Tx ToTx(const TransferCost& t) { return {t.wire_seconds, t.latency_seconds, t.encode_seconds, t.decode_seconds}; }
+Tx ToTx(const TransferCost& t) {
+  return {t.wire_seconds, t.latency_seconds, t.encode_seconds, t.decode_seconds};
+}
 
 // A suffix of the pipeline: its first stage is (site, n); `parent` is the suffix after it.
 struct Label {
@@ -31,7 +33,9 @@ class Surrogate {
  public:
   explicit Surrogate(const CostModel& m) : m_(m), M_(m.microbatches()), L_(m.num_layers()) {}
 
-  double Cycle(int s, int n, bool last) const { return m_.Forward(s, n, last) + m_.Backward(s, n, last); }
+  double Cycle(int s, int n, bool last) const {
+    return m_.Forward(s, n, last) + m_.Backward(s, n, last);
+  }
   Tx Act(int from, int to, int n_from) const {
     return ToTx(m_.Activation(from, to, m_.Budget(from, n_from, false)));
   }
@@ -88,17 +92,17 @@ class Surrogate {
 // Small Pareto sets of labels per state; labels live in an arena so parents stay valid.
 class LabelStore {
  public:
-  LabelStore(const Surrogate& sur, const std::vector<int>& lasts, const DpOptions& o)
-      : sur_(sur), options_(o) {
-    // tail_gap_[a][b] = max over first sites f of Tail(f, a) - Tail(f, b).
+  LabelStore(const Surrogate& sur, int num_sites, const std::vector<int>& lasts, const DpOptions& o)
+      : sur_(sur), options_(o), n_(num_sites), tail_gap_(static_cast<size_t>(n_) * n_, 0) {
+    // tail_gap_[a * n + b] = max over first sites f of Tail(f, a) - Tail(f, b).
     for (int a : lasts) {
       for (int b : lasts) {
         double gap = 0;
         for (int f : lasts) {
-          if (f == a || f == b) continue;
+          if (f == a || f == b || a == b) continue;
           gap = std::max(gap, sur.Tail(f, a, 2) - sur.Tail(f, b, 2));
         }
-        tail_gap_[{a, b}] = a == b ? 0 : gap;
+        tail_gap_[static_cast<size_t>(a) * n_ + b] = gap;
       }
     }
   }
@@ -111,9 +115,8 @@ class LabelStore {
     }
     std::erase_if(*set, [&](int i) { return Dominates(y, arena[i]); });
     if (static_cast<int>(set->size()) >= options_.max_labels) {
-      auto worst = std::max_element(set->begin(), set->end(), [&](int a, int b) {
-        return Key(arena[a]) < Key(arena[b]);
-      });
+      auto worst = std::max_element(set->begin(), set->end(),
+                                    [&](int a, int b) { return Key(arena[a]) < Key(arena[b]); });
       if (Key(arena[*worst]) <= Key(y)) return;
       *worst = Add(y);
       return;
@@ -131,44 +134,50 @@ class LabelStore {
   }
   bool Dominates(const Label& a, const Label& b) const {
     if (a.P > b.P || a.cfirst > b.cfirst) return false;
-    const double gap = a.last == b.last ? 0 : tail_gap_.at({a.last, b.last});
+    const double gap = tail_gap_[static_cast<size_t>(a.last) * n_ + b.last];
     return a.R + gap <= b.R;
   }
   const Surrogate& sur_;
   DpOptions options_;
-  std::map<std::pair<int, int>, double> tail_gap_;
+  int n_;
+  std::vector<double> tail_gap_;
 };
 
-// Best completed pipeline per (stages, first site, last site).
+// Best completed pipeline per (stages, first site, last site), and the best few overall.
 class Completions {
  public:
+  static constexpr size_t kTop = 8;
   void Offer(double t, int arena_index, const Label& y) {
     best_ = std::min(best_, t);
     auto key = std::make_tuple(y.cnt, y.site, y.last);
     auto it = found_.find(key);
     if (it == found_.end() || t < it->second.first) found_[key] = {t, arena_index};
+    top_.push_back({t, arena_index});
+    std::sort(top_.begin(), top_.end());
+    if (top_.size() > kTop) top_.pop_back();
   }
   double best() const { return best_; }
   std::vector<DpCandidate> Take(const std::vector<Label>& arena) const {
+    std::vector<std::pair<double, int>> all = top_;
+    for (const auto& [key, found] : found_) all.push_back(found);
+    std::sort(all.begin(), all.end());
     std::vector<DpCandidate> out;
-    for (const auto& [key, found] : found_) {
+    for (const auto& [t, index] : all) {
       DpCandidate c;
-      c.surrogate_seconds = found.first;
-      for (int i = found.second; i >= 0; i = arena[i].parent) {
+      c.surrogate_seconds = t;
+      for (int i = index; i >= 0; i = arena[i].parent) {
         c.pipeline.sites.push_back(arena[i].site);
         c.pipeline.layers.push_back(arena[i].n);
       }
-      out.push_back(std::move(c));
+      if (out.empty() || !(out.back().pipeline == c.pipeline)) out.push_back(std::move(c));
     }
-    std::sort(out.begin(), out.end(), [](const DpCandidate& a, const DpCandidate& b) {
-      return a.surrogate_seconds < b.surrogate_seconds;
-    });
     return out;
   }
 
  private:
   double best_ = kInfeasible;
   std::map<std::tuple<int, int, int>, std::pair<double, int>> found_;
+  std::vector<std::pair<double, int>> top_;
 };
 
 }  // namespace
@@ -178,7 +187,7 @@ std::vector<DpCandidate> SolveAnyOrder(const CostModel& model, const std::vector
   const Surrogate sur(model);
   const int N = static_cast<int>(cand.size()), L = sur.L();
   if (N == 0 || N > 16) return {};
-  LabelStore store(sur, cand, options);
+  LabelStore store(sur, model.num_sites(), cand, options);
   Completions done;
   // Link prices by candidate position: act[(a * N + b) * (L + 1) + n], grad likewise with
   // the sender's "is last" flag.
@@ -194,7 +203,9 @@ std::vector<DpCandidate> SolveAnyOrder(const CostModel& model, const std::vector
       }
     }
   }
-  auto linked = [&](int a, int b) { return model.HasLink(cand[a], cand[b]) && model.HasLink(cand[b], cand[a]); };
+  auto linked = [&](int a, int b) {
+    return model.HasLink(cand[a], cand[b]) && model.HasLink(cand[b], cand[a]);
+  };
   // table[mask][first * (L + 1) + layers]: suffixes using `mask`, starting at `first`.
   std::vector<std::vector<std::vector<int>>> table(static_cast<size_t>(1) << N);
   auto at = [&](uint32_t mask, int first, int layers) -> std::vector<int>& {
@@ -235,7 +246,8 @@ std::vector<DpCandidate> SolveAnyOrder(const CostModel& model, const std::vector
               if (!first && next == full) continue;  // no site left for the front
               if (!sur.Fits(cand[a], n, first, false, x.cnt + 1)) break;
               const size_t ka = (static_cast<size_t>(a) * N + b) * (L + 1) + n;
-              const size_t kg = ((static_cast<size_t>(b) * N + a) * (L + 1) + x.n) * 2 + (x.cnt == 1);
+              const size_t kg =
+                  ((static_cast<size_t>(b) * N + a) * (L + 1) + x.n) * 2 + (x.cnt == 1);
               // Compute alone grows with n: once it breaks the bound, larger n does too.
               const double cycle = sur.Cycle(cand[a], n, false);
               if ((sur.M() - 1) * std::max(x.P, cycle) + x.R + cycle > bound) break;
@@ -264,7 +276,7 @@ std::vector<DpCandidate> SolveInOrder(const CostModel& model, const std::vector<
   for (int i = 0; i + 1 < S; ++i) {
     if (!model.HasLink(order[i], order[i + 1]) || !model.HasLink(order[i + 1], order[i])) return {};
   }
-  LabelStore store(sur, {order.back()}, options);
+  LabelStore store(sur, model.num_sites(), {order.back()}, options);
   Completions done;
   // sets[i * (L + 1) + layers]: suffixes starting at stage i covering `layers` layers.
   std::vector<std::vector<int>> sets(static_cast<size_t>(S) * (L + 1));

@@ -30,8 +30,8 @@ struct DpCandidate {
 struct DpOptions {
   bool allow_subsets = true;  // SolveAnyOrder: pipelines may leave sites out
   // Labels more than this fraction above the best surrogate step found are pruned.
-  double slack = 0.3;
-  int max_labels = 12;  // per state
+  double slack = 0.2;
+  int max_labels = 6;  // per state
 };
 
 // `candidates` index CostModel sites. REQUIRES: candidates.size() <= 16.

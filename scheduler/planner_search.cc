@@ -93,16 +93,19 @@ Pipeline LocalSearch(SearchContext* ctx, Pipeline best) {
     improved = false;
     // Re-split the current order.
     const auto split = SolveInOrder(m, best.sites);
-    for (size_t i = 0; i < split.size() && i < 3; ++i) improved |= try_move(split[i].pipeline);
-    // Move one boundary.
-    for (int k = 0; k + 1 < static_cast<int>(best.sites.size()); ++k) {
-      for (int d : {1, -1, 2, -2, 4, -4, 8, -8}) {
-        Pipeline p = best;
-        p.layers[k] += d, p.layers[k + 1] -= d;
-        if (p.layers[k] >= 1 && p.layers[k + 1] >= 1) improved |= try_move(p);
+    for (size_t i = 0; i < split.size() && i < 8; ++i) improved |= try_move(split[i].pipeline);
+    const int S = static_cast<int>(best.sites.size());
+    // Move layers from one stage to another (the stages between keep their counts).
+    for (int a = 0; a < S && ctx->TimeLeft(); ++a) {
+      for (int b = 0; b < S; ++b) {
+        if (a == b) continue;
+        for (int d : {1, 2, 4, 8}) {
+          Pipeline p = best;
+          p.layers[a] += d, p.layers[b] -= d;
+          if (p.layers[b] >= 1) improved |= try_move(p);
+        }
       }
     }
-    const int S = static_cast<int>(best.sites.size());
     // Swap two stages' sites.
     for (int a = 0; a < S && ctx->TimeLeft(); ++a) {
       for (int b = a + 1; b < static_cast<int>(best.sites.size()); ++b) {
@@ -113,7 +116,8 @@ Pipeline LocalSearch(SearchContext* ctx, Pipeline best) {
     }
     std::vector<int> unused;
     for (int u : ctx->candidates) {
-      if (std::find(best.sites.begin(), best.sites.end(), u) == best.sites.end()) unused.push_back(u);
+      if (std::find(best.sites.begin(), best.sites.end(), u) == best.sites.end())
+        unused.push_back(u);
     }
     // Replace a stage's site by an unused one.
     if (ctx->allow_leaving_out) {
@@ -149,13 +153,16 @@ Pipeline LocalSearch(SearchContext* ctx, Pipeline best) {
       for (int u : unused) {
         if (std::find(best.sites.begin(), best.sites.end(), u) != best.sites.end()) continue;
         for (int after : {0, 1}) {
-          Pipeline p = best;
-          const int moved = p.layers[a] / 2;
-          p.layers[a] -= moved;
-          p.sites.insert(p.sites.begin() + a + after, u);
-          p.layers.insert(p.layers.begin() + a + after, moved);
-          improved |= try_move(p);
-          if (a >= static_cast<int>(best.sites.size()) || best.layers[a] < 2) break;
+          // Half of the stage's layers, or a single layer (a relay between two sites).
+          for (int half : {1, 0}) {
+            if (a >= static_cast<int>(best.sites.size()) || best.layers[a] < 2) break;
+            Pipeline p = best;
+            const int moved = half ? p.layers[a] / 2 : 1;
+            p.layers[a] -= moved;
+            p.sites.insert(p.sites.begin() + a + after, u);
+            p.layers.insert(p.layers.begin() + a + after, moved);
+            improved |= try_move(p);
+          }
         }
       }
     }

@@ -75,7 +75,8 @@ Status ValidateProfiles(const Profiles& p) {
 
 Status CheckCoverage(const Profiles& p, const std::vector<std::string>& sites) {
   for (const std::string& s : sites) {
-    if (!p.Site(s)) return absl::NotFoundError(absl::StrCat("profiles: no profile for site '", s, "'"));
+    if (!p.Site(s))
+      return absl::NotFoundError(absl::StrCat("profiles: no profile for site '", s, "'"));
   }
   for (const std::string& a : sites) {
     for (const std::string& b : sites) {

@@ -20,9 +20,16 @@ using model::YamlWalker;
 const std::map<std::string, std::map<std::string, double>>& Units() {
   static const auto* units = new std::map<std::string, std::map<std::string, double>>{
       {"rate",
-       {{"", 1},          {"B/s", 1},         {"KB/s", 1e3},       {"MB/s", 1e6},
-        {"GB/s", 1e9},    {"bit/s", 1 / 8.0}, {"kbit/s", 1e3 / 8}, {"Mbit/s", 1e6 / 8},
-        {"Gbit/s", 1e9 / 8}, {"Tbit/s", 1e12 / 8}}},
+       {{"", 1},
+        {"B/s", 1},
+        {"KB/s", 1e3},
+        {"MB/s", 1e6},
+        {"GB/s", 1e9},
+        {"bit/s", 1 / 8.0},
+        {"kbit/s", 1e3 / 8},
+        {"Mbit/s", 1e6 / 8},
+        {"Gbit/s", 1e9 / 8},
+        {"Tbit/s", 1e12 / 8}}},
       {"time", {{"", 1}, {"s", 1}, {"ms", 1e-3}, {"us", 1e-6}}},
       {"bytes",
        {{"", 1},
@@ -76,7 +83,8 @@ StatusOr<Profiles> ParseProfiles(const std::string& text, const std::string& sou
   const YamlWalker w(source);
   ASSIGN_OR_RETURN(const YamlWalker::Entry root, w.Root(text));
   ASSIGN_OR_RETURN(auto top, w.Map(root, {"sites", "links", "default_link"}));
-  auto quantity = [&](const YamlWalker::Entry& e, const char* kind, double min) -> StatusOr<double> {
+  auto quantity = [&](const YamlWalker::Entry& e, const char* kind,
+                      double min) -> StatusOr<double> {
     if (!e.value.IsScalar()) return w.Error(e, "expected a number");
     auto v = ParseQuantity(e.value.Scalar(), kind);
     if (!v.ok()) return w.Error(e, v.status().message());
@@ -141,7 +149,8 @@ StatusOr<Profiles> ParseProfiles(const std::string& text, const std::string& sou
     if (!given.emplace(std::pair{l.from, l.to}, l).second) {
       return w.Error(e, absl::StrCat("link ", l.from, " -> ", l.to, " is listed twice"));
     }
-    if (symmetric) mirrored[{l.to, l.from}] = {l.to, l.from, l.bandwidth_bytes_per_second, l.rtt_seconds};
+    if (symmetric)
+      mirrored[{l.to, l.from}] = {l.to, l.from, l.bandwidth_bytes_per_second, l.rtt_seconds};
   }
   for (const auto& [key, l] : mirrored) given.emplace(key, l);
   if (auto it = top.find("default_link"); it != top.end()) {
@@ -153,7 +162,8 @@ StatusOr<Profiles> ParseProfiles(const std::string& text, const std::string& sou
     ASSIGN_OR_RETURN(double rtt, quantity(f.at("rtt"), "time", 0));
     for (const auto& a : p.sites) {
       for (const auto& b : p.sites) {
-        if (a.name != b.name) given.emplace(std::pair{a.name, b.name}, LinkProfile{a.name, b.name, bw, rtt});
+        if (a.name != b.name)
+          given.emplace(std::pair{a.name, b.name}, LinkProfile{a.name, b.name, bw, rtt});
       }
     }
   }

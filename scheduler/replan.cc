@@ -37,6 +37,29 @@ Profiles ApplyStraggler(const Profiles& profiles, const StragglerEvent& event) {
   return p;
 }
 
+Profiles FromMeasurements(const Profiles& profiles, const StepEstimate& plan,
+                          const std::vector<StageMeasurement>& recent) {
+  Profiles p = profiles;
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    std::vector<double> measured;
+    for (const StageMeasurement& m : recent) {
+      if (m.stage == static_cast<int>(i) && m.compute_seconds > 0) {
+        measured.push_back(m.compute_seconds);
+      }
+    }
+    if (measured.empty() || !(plan.stages[i].compute_seconds > 0)) continue;
+    std::sort(measured.begin(), measured.end());
+    const double factor = plan.stages[i].compute_seconds / measured[measured.size() / 2];
+    for (SiteProfile& s : p.sites) {
+      if (s.name == plan.stages[i].site) {
+        s.flops *= factor;
+        s.optimizer_params_per_second *= factor;
+      }
+    }
+  }
+  return p;
+}
+
 Profiles WithLinks(const Profiles& profiles, const std::vector<LinkProfile>& links) {
   Profiles p = profiles;
   for (const LinkProfile& fresh : links) {
@@ -117,13 +140,13 @@ StatusOr<ReplanDecision> Replan(const PlacementRequest& request, const Profiles&
     d.explanation = absl::StrCat("a new plan would gain only ", Ms(gain), " per step (",
                                  Ms(d.proposed.step_seconds), " vs ", Ms(now), ")");
   } else if (!pays) {
-    d.explanation = absl::StrCat("moving ", d.moves.size(), " pieces takes ",
-                                 Ms(d.migration_seconds), ", more than ", options.horizon_steps,
-                                 " steps x ", Ms(gain), " gained");
+    d.explanation =
+        absl::StrCat("moving ", d.moves.size(), " pieces takes ", Ms(d.migration_seconds),
+                     ", more than ", options.horizon_steps, " steps x ", Ms(gain), " gained");
   } else {
-    d.explanation = absl::StrCat("re-plan: ", Ms(now), " -> ", Ms(d.proposed.step_seconds),
-                                 " per step; ", d.moves.size(), " moves, ",
-                                 Ms(d.migration_seconds), " of migration");
+    d.explanation =
+        absl::StrCat("re-plan: ", Ms(now), " -> ", Ms(d.proposed.step_seconds), " per step; ",
+                     d.moves.size(), " moves, ", Ms(d.migration_seconds), " of migration");
   }
   return d;
 }

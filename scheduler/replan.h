@@ -27,8 +27,8 @@ struct LayerMove {
   std::string what;  // "layers 12..15", "wte+wpe (first stage)", "wte+lnf (last stage)"
   int layer_begin = 0, layer_end = 0;  // layers; both 0 for embedding moves
   std::string from_site, to_site;
-  int64_t bytes = 0;     // parameters + AdamW m and v, fp32
-  double seconds = 0;    // over the from -> to link, alone
+  int64_t bytes = 0;   // parameters + AdamW m and v, fp32
+  double seconds = 0;  // over the from -> to link, alone
 };
 
 struct ReplanOptions {
@@ -38,7 +38,7 @@ struct ReplanOptions {
 
 struct ReplanDecision {
   bool apply = false;
-  std::vector<StagePlan> plan;  // the new plan (the current one when !apply)
+  std::vector<StagePlan> plan;     // the new plan (the current one when !apply)
   StepEstimate current, proposed;  // both under the measured profiles
   std::vector<LayerMove> moves;
   // Moves over different links run concurrently: the longest link's total.
@@ -49,6 +49,12 @@ struct ReplanDecision {
 // The profiles after a straggler event: the slowed site's FLOP/s divided by the slowdown
 // (a "step" event changes no site; refresh links from the link monitor instead).
 Profiles ApplyStraggler(const Profiles& profiles, const StragglerEvent& event);
+
+// The profiles as measured: each stage's site FLOP/s (and AdamW rate) scaled by the plan's
+// predicted compute over the median measured compute of that stage in `recent` (several
+// steps of StageMeasurements; a stage with none keeps its profile).
+Profiles FromMeasurements(const Profiles& profiles, const StepEstimate& plan,
+                          const std::vector<StageMeasurement>& recent);
 
 // Replaces links (both known to `profiles`) with fresh estimates.
 Profiles WithLinks(const Profiles& profiles, const std::vector<LinkProfile>& links);

@@ -158,15 +158,16 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
                  PathSegment::kTiedLatency, 0);
     lf = rec.Add(rec.Add(lf, in.tied_lf_wire, PathSegment::kTiedWire, 1), in.tied_lf_latency,
                  PathSegment::kTiedLatency, 1);
-    reported[0] = rec.Add(Recorder::Later(first_coded, lf), in.tied_decode,
-                          PathSegment::kTiedCodec, 0);
-    reported[last] = rec.Add(Recorder::Later(last_coded, fl), in.tied_decode,
-                             PathSegment::kTiedCodec, last);
+    reported[0] =
+        rec.Add(Recorder::Later(first_coded, lf), in.tied_decode, PathSegment::kTiedCodec, 0);
+    reported[last] =
+        rec.Add(Recorder::Later(last_coded, fl), in.tied_decode, PathSegment::kTiedCodec, last);
     tied_seconds = reported[0].t - free[0].t;
   }
   Ev decision = root;
   for (int i = 0; i < S; ++i) {
-    decision = Recorder::Later(decision, rec.Add(reported[i], in.report[i], PathSegment::kReport, i));
+    decision =
+        Recorder::Later(decision, rec.Add(reported[i], in.report[i], PathSegment::kReport, i));
   }
   if (result) {
     result->step_seconds = decision.t;

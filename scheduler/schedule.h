@@ -57,9 +57,9 @@ struct PathSegment {
 };
 
 struct ScheduleResult {
-  double step_seconds = 0;       // decision to decision
+  double step_seconds = 0;        // decision to decision
   std::vector<double> stage_end;  // end of each stage's last backward
-  double tied_seconds = 0;       // first stage: last backward to tied gradient combined
+  double tied_seconds = 0;        // first stage: last backward to tied gradient combined
   // The critical path, merged per (kind, index), in no particular order; filled when asked.
   std::vector<PathSegment> critical_path;
 };

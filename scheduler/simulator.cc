@@ -105,7 +105,8 @@ class Sim {
       SimulatedStep step;
       step.step = k;
       step.start_seconds = decisions_[k], step.end_seconds = decisions_[k + 1];
-      step.stages = k < static_cast<int>(measured_.size()) ? measured_[k] : std::vector<StageMeasurement>{};
+      step.stages =
+          k < static_cast<int>(measured_.size()) ? measured_[k] : std::vector<StageMeasurement>{};
       step.activation_codecs = codecs_[k].first, step.gradient_codecs = codecs_[k].second;
       out->steps.push_back(std::move(step));
     }
@@ -199,7 +200,8 @@ class Sim {
     if (s.busy || !s.in_step || s.pc >= s.program.size()) return;
     const auto [forward, mb] = s.program[s.pc];
     const int par = s.step % 2;
-    const int in_rung = forward ? (s.first ? 0 : s.act_in[par][mb]) : (s.last ? 0 : s.grad_in[par][mb]);
+    const int in_rung =
+        forward ? (s.first ? 0 : s.act_in[par][mb]) : (s.last ? 0 : s.grad_in[par][mb]);
     if (in_rung < 0) {
       if (s.waiting_since < 0) s.waiting_since = now_;
       return;
@@ -212,7 +214,8 @@ class Sim {
     if (forward && !s.first) {
       decode = m_.PriceRung(stages_[i - 1].site, s.site, in_rung, true).decode_seconds;
     }
-    if (!forward && !s.last) decode = m_.PriceRung(stages_[i + 1].site, s.site, in_rung, false).decode_seconds;
+    if (!forward && !s.last)
+      decode = m_.PriceRung(stages_[i + 1].site, s.site, in_rung, false).decode_seconds;
     if (!forward) s.budget = s.budget == 0 ? 2 * compute : 0.8 * s.budget + 0.4 * compute;
     out_rung_ = -1;
     if (forward && !s.last) {
@@ -252,7 +255,8 @@ class Sim {
           } else {
             s.busy = true;  // encoding its part of the tied gradient
             const int peer = s.first ? S_ - 1 : 0;
-            Push(now_ + m_.TiedGradient(s.site, stages_[peer].site).encode_seconds, kTiedCoded, e.a);
+            Push(now_ + m_.TiedGradient(s.site, stages_[peer].site).encode_seconds, kTiedCoded,
+                 e.a);
           }
         }
         TryStart(e.a);
@@ -285,7 +289,8 @@ class Sim {
         Stage& s = stages_[e.a];
         const int peer = s.first ? S_ - 1 : 0;
         s.tied_coded = true;
-        Send(e.a, peer, {kTied, s.step, 0, 0, 0, m_.TiedGradient(s.site, stages_[peer].site).wire_bytes});
+        Send(e.a, peer,
+             {kTied, s.step, 0, 0, 0, m_.TiedGradient(s.site, stages_[peer].site).wire_bytes});
         MaybeCombineTied(e.a);
         break;
       }
@@ -294,7 +299,8 @@ class Sim {
           reports_ = 0;
           decisions_.push_back(now_);
           codecs_.push_back({act_codecs_, grad_codecs_});
-          for (int i = 0; i < S_; ++i) Push(now_ + m_.HalfRtt(coordinator_, stages_[i].site), kDecision, i);
+          for (int i = 0; i < S_; ++i)
+            Push(now_ + m_.HalfRtt(coordinator_, stages_[i].site), kDecision, i);
         }
         break;
       case kDecision: {
@@ -309,9 +315,12 @@ class Sim {
         Stage& s = stages_[e.a];
         if (s.in_step) {  // close the step's measurement
           if (static_cast<int>(measured_.size()) <= s.step) measured_.resize(s.step + 1);
-          measured_[s.step].push_back({e.a, static_cast<uint64_t>(s.step), s.compute, s.wait, now_ - s.step_start});
+          measured_[s.step].push_back(
+              {e.a, static_cast<uint64_t>(s.step), s.compute, s.wait, now_ - s.step_start});
           std::sort(measured_[s.step].begin(), measured_[s.step].end(),
-                    [](const StageMeasurement& a, const StageMeasurement& b) { return a.stage < b.stage; });
+                    [](const StageMeasurement& a, const StageMeasurement& b) {
+                      return a.stage < b.stage;
+                    });
           s.act_in[s.step % 2].assign(M_, -1), s.grad_in[s.step % 2].assign(M_, -1);
           ++s.step;
         }
@@ -377,7 +386,8 @@ StatusOr<SimulationResult> Simulate(const CostModel& model, const std::vector<St
   }
   for (const LinkTrace& t : options.links) {
     if (model.profiles().SiteIndex(t.from) < 0 || model.profiles().SiteIndex(t.to) < 0) {
-      return absl::NotFoundError(absl::StrCat("simulator: trace of unknown link ", t.from, " -> ", t.to));
+      return absl::NotFoundError(
+          absl::StrCat("simulator: trace of unknown link ", t.from, " -> ", t.to));
     }
   }
   for (const ComputeTrace& t : options.compute) {

@@ -87,8 +87,7 @@ std::optional<StragglerEvent> StragglerMonitor::Observe(const std::vector<StageM
   for (const StageMeasurement& m : step) {
     if (m.stage < 0 || m.stage >= static_cast<int>(compute_.size())) continue;
     ChangeDetector& d = compute_[m.stage];
-    if (d.Observe(m.compute_seconds) &&
-        (worst < 0 || d.slowdown() > compute_[worst].slowdown())) {
+    if (d.Observe(m.compute_seconds) && (worst < 0 || d.slowdown() > compute_[worst].slowdown())) {
       worst = m.stage;
     }
     step_seconds = std::max(step_seconds, m.step_seconds);
@@ -112,9 +111,10 @@ std::optional<StragglerEvent> StragglerMonitor::Observe(const std::vector<StageM
     e.stage = -1;
     e.component = "step";
     e.slowdown = step_.slowdown();
-    e.explanation = absl::StrCat("steps take ", Fixed(e.slowdown, 2), "x their reference of ",
-                                 Fixed(step_.reference() * 1e3, 1),
-                                 " ms while no stage computes slower: links are slower than planned");
+    e.explanation =
+        absl::StrCat("steps take ", Fixed(e.slowdown, 2), "x their reference of ",
+                     Fixed(step_.reference() * 1e3, 1),
+                     " ms while no stage computes slower: links are slower than planned");
   } else {
     return std::nullopt;
   }

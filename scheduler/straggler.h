@@ -23,11 +23,11 @@
 namespace longhaul::scheduler {
 
 struct StragglerOptions {
-  int warmup_steps = 5;        // observations whose median sets the reference; 0: the plan's
-  double min_slowdown = 1.5;   // REQUIRES: > 1
-  double threshold = 1.5;      // REQUIRES: > 0
-  double clip = 0.375;         // largest contribution of one step; REQUIRES: > 0
-  int estimate_window = 4;     // recent steps whose geometric mean estimates the slowdown
+  int warmup_steps = 5;       // observations whose median sets the reference; 0: the plan's
+  double min_slowdown = 1.5;  // REQUIRES: > 1
+  double threshold = 1.5;     // REQUIRES: > 0
+  double clip = 0.375;        // largest contribution of one step; REQUIRES: > 0
+  int estimate_window = 4;    // recent steps whose geometric mean estimates the slowdown
 };
 
 // The CUSUM over one series.

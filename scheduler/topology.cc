@@ -57,15 +57,16 @@ Profiles RandomMesh(const RandomMeshOptions& o) {
   };
   Profiles p;
   for (int i = 0; i < o.sites; ++i) {
-    p.sites.push_back({absl::StrCat("s", i), log_uniform(o.min_flops, o.max_flops), o.memory_bytes, 0});
+    p.sites.push_back(
+        {absl::StrCat("s", i), log_uniform(o.min_flops, o.max_flops), o.memory_bytes, 0});
   }
   for (int a = 0; a < o.sites; ++a) {
     for (int b = a + 1; b < o.sites; ++b) {
       const double rtt = std::uniform_real_distribution<double>(o.min_rtt, o.max_rtt)(rng);
-      p.links.push_back({p.sites[a].name, p.sites[b].name,
-                         log_uniform(o.min_bandwidth, o.max_bandwidth), rtt});
-      p.links.push_back({p.sites[b].name, p.sites[a].name,
-                         log_uniform(o.min_bandwidth, o.max_bandwidth), rtt});
+      p.links.push_back(
+          {p.sites[a].name, p.sites[b].name, log_uniform(o.min_bandwidth, o.max_bandwidth), rtt});
+      p.links.push_back(
+          {p.sites[b].name, p.sites[a].name, log_uniform(o.min_bandwidth, o.max_bandwidth), rtt});
     }
   }
   return p;
@@ -74,8 +75,8 @@ Profiles RandomMesh(const RandomMeshOptions& o) {
 Profiles RegionTopology(const RegionTopologyOptions& o) {
   std::mt19937_64 rng(o.seed);
   const int regions = std::clamp(o.regions, 1, kRegions);
-  std::discrete_distribution<int> kind({kKinds[0].weight, kKinds[1].weight, kKinds[2].weight,
-                                        kKinds[3].weight});
+  std::discrete_distribution<int> kind(
+      {kKinds[0].weight, kKinds[1].weight, kKinds[2].weight, kKinds[3].weight});
   Profiles p;
   std::vector<int> region_of;
   std::vector<int> count(regions, 0);

@@ -15,7 +15,7 @@ namespace longhaul::scheduler {
 struct RandomMeshOptions {
   int sites = 4;
   uint64_t seed = 1;
-  double min_flops = 2e10, max_flops = 2e11;  // log-uniform per site
+  double min_flops = 2e10, max_flops = 2e11;         // log-uniform per site
   double min_bandwidth = 1e7, max_bandwidth = 1e10;  // bytes/s, log-uniform per direction
   double min_rtt = 0.001, max_rtt = 0.15;            // seconds, uniform per pair
   int64_t memory_bytes = 0;                          // per site; 0 = no limit

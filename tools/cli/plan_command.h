@@ -13,10 +13,10 @@
 namespace longhaul::cli {
 
 struct PlanFlags {
-  std::string job;       // job file
-  std::string profiles;  // profiles file
-  std::string output = "table";  // table | json
-  std::string coordinator;       // site coordinating the job; "" = the first stage's
+  std::string job;                 // job file
+  std::string profiles;            // profiles file
+  std::string output = "table";    // table | json
+  std::string coordinator;         // site coordinating the job; "" = the first stage's
   std::vector<std::string> sites;  // candidates instead of the job's; {"all"}: every profiled site
   double time_budget_seconds = 3;
 };

@@ -1,0 +1,35 @@
+// Codec kernels on the GPU: block quantization (q8/q4/q2, symmetric or asymmetric, nearest or
+// stochastic rounding) and bfloat16 conversion of tensors in device memory, so that only the
+// compressed bytes cross PCIe. The bytes are exactly those of the CPU kernels
+// (compression/kernels.h, the wire format): the same formulas in the same order, double
+// precision where the CPU uses it, and no FMA contraction (built with -fmad=false).
+//
+// Every function queues its kernels on `stream`, then waits for them (it has to read back the
+// error index) and returns kNone, or what the CPU kernel would return: the index of the first
+// offending element (quantize, bf16 encode) or block (dequantize); the output is then
+// incomplete and must be discarded. CUDA errors abort with file:line (kernels/cuda/check.h).
+// All pointers are device memory; encoded-side pointers may be unaligned.
+//
+// REQUIRES (as for the CPU kernels): p.bits is 8, 4 or 2; p.block is a power of two >= 8.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "compression/kernels.h"
+
+namespace longhaul::compression::cuda {
+
+// Writes QuantizedSize(p, n) bytes.
+int64_t QuantizeOnDevice(const kernels::QuantParams& p, const float* in, uint64_t n, uint8_t* out,
+                         cudaStream_t stream);
+// Reads QuantizedSize(p, n) bytes; the output is always finite.
+int64_t DequantizeOnDevice(const kernels::QuantParams& p, const uint8_t* in, uint64_t n, float* out,
+                           cudaStream_t stream);
+// 2n bytes of bfloat16, round to nearest even, saturating; fails on NaN or infinity.
+int64_t FloatsToBf16OnDevice(const float* in, uint64_t n, uint8_t* out, cudaStream_t stream);
+// Fails on a bfloat16 NaN or infinity.
+int64_t Bf16ToFloatsOnDevice(const uint8_t* in, uint64_t n, float* out, cudaStream_t stream);
+
+}  // namespace longhaul::compression::cuda

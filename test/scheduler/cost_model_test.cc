@@ -1,0 +1,229 @@
+// The cost model against step times worked out by hand: a compute-only pipeline takes
+// (M + S - 1) stage times, wire time and latency add where the 1F1B schedule exposes them,
+// the codec is the one the controller itself picks, memory is Fragment::EstimateMemory with
+// the stage runner's slots, and the bottleneck names the slow stage or link.
+#include "scheduler/cost_model.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "model/fragment.h"
+#include "test/scheduler/test_util.h"
+
+namespace longhaul::scheduler {
+namespace {
+
+using testing::FreeCodecs;
+using testing::MakeModel;
+using testing::Mesh;
+using testing::SmallModel;
+using testing::Workload;
+
+TEST_CASE("compute-only pipeline takes (M + S - 1) stage times") {
+  const auto config = SmallModel(8);
+  for (int M : {1, 2, 4, 9}) {
+    for (int S : {1, 2, 4}) {
+      // Middle stages 2 layers; the last stage pays the head, so give it fewer FLOPs to do by
+      // comparing against the model's own Forward/Backward figures.
+      const CostModel m =
+          MakeModel(config, Workload(M), Mesh({1e12, 1e12, 1e12, 1e12}, 1e30, 0), FreeCodecs());
+      Pipeline p;
+      for (int i = 0; i < S; ++i) p.sites.push_back(i), p.layers.push_back(8 / S);
+      double slowest = 0, sum = 0;
+      for (int i = 0; i < S; ++i) {
+        const double c = m.Forward(i, 8 / S, i == S - 1) + m.Backward(i, 8 / S, i == S - 1);
+        slowest = std::max(slowest, c);
+        sum += c;
+      }
+      const double t = m.StepSeconds(p);
+      INFO("M=" << M << " S=" << S);
+      // The last stage is the slowest (it runs the head): it is busy M * c_last, and before
+      // its first forward the other stages' forwards run once; after its last backward the
+      // other stages' backwards run once.
+      double expected = M * slowest;
+      for (int i = 0; i + 1 < S; ++i) {
+        expected += m.Forward(i, 8 / S, false) + m.Backward(i, 8 / S, false);
+      }
+      CHECK(t == Approx(expected).epsilon(1e-9));
+      CHECK(t >= sum * (1 - 1e-12));
+    }
+  }
+}
+
+TEST_CASE("link latency: two stages, two microbatches, worked out by hand") {
+  const auto config = SmallModel(4);
+  const double rtt = 0.2, d = rtt / 2;
+  const CostModel m = MakeModel(config, Workload(2), Mesh({1e12, 1e12}, 1e30, rtt), FreeCodecs());
+  const Pipeline p{{0, 1}, {2, 2}};
+  const double f0 = m.Forward(0, 2, false), b0 = m.Backward(0, 2, false);
+  const double f1 = m.Forward(1, 2, true), b1 = m.Backward(1, 2, true);
+  // Stage 0: F0 F1 [wait] B0 B1; stage 1: F0 B0 F1 B1. Gradient of microbatch 1 reaches
+  // stage 0 at max(f0+d, f0+f0+d ...); then the tied exchange (d to the last stage) and the
+  // last stage's report to the coordinator on stage 0's site (d).
+  const double act1 = 2 * f0 + d;             // microbatch 1's activations at stage 1
+  const double s1_b0_end = f0 + d + f1 + b1;  // stage 1 finishes microbatch 0
+  const double s1_b1_end = std::max(s1_b0_end, act1) + f1 + b1;
+  const double s0_b0_end = std::max(2 * f0, s1_b0_end + d) + b0;
+  const double s0_b1_end = std::max(s0_b0_end, s1_b1_end + d) + b0;
+  const double expected = s0_b1_end + d + d;
+  CHECK(m.StepSeconds(p) == Approx(expected).epsilon(1e-9));
+  auto e = m.Estimate(m.ToPlan(p));
+  REQUIRE(e.ok());
+  CHECK(e->step_seconds == Approx(expected).epsilon(1e-9));
+  CHECK(e->bottleneck.kind == "latency");
+}
+
+TEST_CASE("replayed: the codec is the one the controller settles on from a clean start") {
+  const auto config = SmallModel(4);
+  CostModelOptions replay;
+  replay.settling = CostModelOptions::Settling::kReplay;
+  int checked = 0;
+  for (double bw : {1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9, 1e10}) {
+    for (double rtt : {0.0, 0.002, 0.02}) {
+      for (const char* floor : {"q8", "q4"}) {
+        auto w = Workload(4, "adaptive");
+        w.floor = floor;
+        const CostModel m = MakeModel(config, w, Mesh({1e11, 1e11}, bw, rtt), replay);
+        for (double budget : {0.001, 0.005, 0.02, 0.05, 0.08, 0.2}) {
+          // Gradients: the first decision already sees the real budget.
+          const auto g = m.SteadyDecision(1, 0, m.ActivationBytes(), budget, 0);
+          CHECK(m.Gradient(1, 0, budget).rung == g.rung);
+          // Activations: the first ones leave before any backward was timed (50 ms).
+          const auto a = m.SteadyDecision(0, 1, m.ActivationBytes(), budget, 0.05);
+          INFO("bandwidth " << bw << " rtt " << rtt << " budget " << budget << ": "
+                            << a.explanation);
+          CHECK(m.Activation(0, 1, budget).rung == a.rung);
+          checked += 2;
+        }
+      }
+    }
+  }
+  CHECK(checked == 576);
+  // The estimate shows the controller's own explanation.
+  const CostModel m =
+      MakeModel(config, Workload(4, "adaptive"), Mesh({1e11, 1e11}, 1e8, 0.01), replay);
+  auto e = m.Estimate(m.ToPlan({{0, 1}, {2, 2}}));
+  REQUIRE(e.ok());
+  const auto d = m.SteadyDecision(0, 1, m.ActivationBytes(), m.Budget(0, 2, false), 0.05);
+  CHECK(e->links[0].codec == d.codec);
+  CHECK(e->links[0].reason == d.explanation);
+}
+
+TEST_CASE("under noise: the codec is where the controller ends up when estimates jitter") {
+  const auto config = SmallModel(4);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> noise(0, 0.1);
+  int checked = 0;
+  for (double bw : {1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9}) {
+    const CostModel m = MakeModel(config, Workload(4, "adaptive"), Mesh({1e11, 1e11}, bw, 0.002));
+    for (double budget : {0.002, 0.005, 0.02, 0.05, 0.2}) {
+      // 400 decisions, one a second, around the nominal bandwidth and budget.
+      compression::ControllerInput in;
+      in.rtt_seconds = 0.002;
+      in.tensor_bytes = static_cast<uint64_t>(m.ActivationBytes());
+      in.quality_floor = m.floor_rung();
+      compression::ControllerState state;
+      int rung = -1;
+      for (int t = 0; t < 400; ++t) {
+        in.now_seconds = t;
+        in.bandwidth_bytes_per_second = bw * std::exp(noise(rng));
+        in.budget_seconds = budget * std::exp(noise(rng) / 2);
+        auto d = m.controller().Decide(in, state);
+        REQUIRE(d.ok());
+        state = d->next, rung = d->rung;
+      }
+      // Where a codec's nominal time is within 20% of the budget or of the margin, noise
+      // decides which side it lands on: only check the clear cases.
+      in.bandwidth_bytes_per_second = bw;
+      bool borderline = false;
+      for (int r = 0; r <= m.floor_rung(); ++r) {
+        const double t = m.controller().Predict(r, in);
+        for (double edge : {budget, 0.75 * budget}) borderline |= std::abs(t / edge - 1) < 0.2;
+      }
+      if (borderline) continue;
+      INFO("bandwidth " << bw << " budget " << budget);
+      CHECK(m.Gradient(1, 0, budget).rung == rung);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 20);
+}
+
+TEST_CASE("memory is Fragment::EstimateMemory with the stage runner's slots") {
+  const auto config = SmallModel(8);
+  auto profiles = Mesh({1e12, 1e12, 1e12}, 1e9, 0.01);
+  const CostModel m = MakeModel(config, Workload(8), profiles);
+  auto e = m.Estimate({{"s0", 0, 3}, {"s1", 3, 5}, {"s2", 5, 8}});
+  REQUIRE(e.ok());
+  for (int i = 0; i < 3; ++i) {
+    model::FragmentOptions fo;
+    fo.begin = e->stages[i].layer_begin;
+    fo.end = e->stages[i].layer_end;
+    fo.batch_size = 4;
+    fo.seq_len = 128;
+    fo.slots = std::min(8, 3 - i);
+    CHECK(e->stages[i].memory_bytes == model::Fragment::EstimateMemory(config, fo).total());
+    CHECK(e->stages[i].slots == fo.slots);
+  }
+  CHECK(e->fits_memory);
+  profiles.sites[1].memory_bytes = e->stages[1].memory_bytes - 1;
+  const CostModel tight = MakeModel(config, Workload(8), profiles);
+  CHECK(tight.StepSeconds({{0, 1, 2}, {3, 2, 3}}) == kInfeasible);
+  auto t = tight.Estimate({{"s0", 0, 3}, {"s1", 3, 5}, {"s2", 5, 8}});
+  REQUIRE(t.ok());
+  CHECK_FALSE(t->fits_memory);
+}
+
+TEST_CASE("the bottleneck names the slow stage or the slow link") {
+  const auto config = SmallModel(8);
+  {
+    const CostModel m =
+        MakeModel(config, Workload(16), Mesh({1e12, 1e11, 1e12}, 1e30, 0), FreeCodecs());
+    auto e = m.Estimate({{"s0", 0, 3}, {"s1", 3, 6}, {"s2", 6, 8}});
+    REQUIRE(e.ok());
+    CHECK(e->bottleneck.kind == "compute");
+    CHECK(e->bottleneck.resource == "stage 1 (s1)");
+    CHECK(e->period_limit == "compute of stage 1 (s1)");
+  }
+  {
+    auto profiles = Mesh({1e12, 1e12, 1e12}, 1e12, 0);
+    testing::SetLink(&profiles, "s1", "s2", 1e6, 0);
+    const CostModel m = MakeModel(config, Workload(16), profiles, FreeCodecs());
+    auto e = m.Estimate({{"s0", 0, 3}, {"s1", 3, 6}, {"s2", 6, 8}});
+    REQUIRE(e.ok());
+    CHECK(e->bottleneck.kind == "bandwidth");
+    CHECK(e->bottleneck.resource == "link s1 -> s2");
+    CHECK(e->period_limit == "wire time of link s1 -> s2");
+  }
+}
+
+TEST_CASE("many microbatches: the step approaches M periods") {
+  const auto config = SmallModel(8);
+  auto profiles = Mesh({1e12, 2e12, 1.5e12, 1e12}, 2e8, 0.03);
+  const CostModel m = MakeModel(config, Workload(256, "adaptive"), profiles);
+  const Pipeline p{{0, 1, 2, 3}, {2, 3, 2, 1}};
+  const double period = m.PeriodSeconds(p);
+  const double step = m.StepSeconds(p);
+  CHECK(step / 256 == Approx(period).epsilon(0.05));
+}
+
+TEST_CASE("bad inputs are refused with a message") {
+  const auto config = SmallModel(4);
+  auto w = Workload(4);
+  w.microbatch_size = 0;
+  CHECK_FALSE(CostModel::Create(config, w, Mesh({1e12}, 1e9, 0)).ok());
+  w = Workload(4, "fixed");
+  w.codec = "q3";
+  CHECK_FALSE(CostModel::Create(config, w, Mesh({1e12}, 1e9, 0)).ok());
+  w = Workload(4);
+  w.coordinator = "nowhere";
+  CHECK_FALSE(CostModel::Create(config, w, Mesh({1e12}, 1e9, 0)).ok());
+  const CostModel m = MakeModel(config, Workload(4), Mesh({1e12, 1e12}, 1e9, 0));
+  CHECK_FALSE(m.Estimate({{"s0", 0, 2}, {"s9", 2, 4}}).ok());
+  CHECK_FALSE(m.Estimate({{"s0", 0, 2}, {"s1", 3, 4}}).ok());
+  CHECK_FALSE(m.Estimate({{"s0", 0, 2}, {"s0", 2, 4}}).ok());
+}
+
+}  // namespace
+}  // namespace longhaul::scheduler

@@ -1,0 +1,249 @@
+// The planner against exhaustive search (every subset of sites, every order, every split,
+// priced by the cost model) on random instances of up to 7 sites; its choices on instances
+// whose answer is known (a slow site or one behind a slow link is left out, memory forces
+// more stages); and its speed on 64 sites.
+#include "scheduler/planner.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <random>
+#include <set>
+
+#include "scheduler/planner_dp.h"
+#include "scheduler/topology.h"
+#include "test/scheduler/test_util.h"
+
+namespace longhaul::scheduler {
+namespace {
+
+using testing::Mesh;
+using testing::SmallModel;
+
+// The best step time over every pipeline of the model's sites (subsets, orders, splits).
+double Exhaustive(const CostModel& m, bool allow_subsets, Pipeline* best_pipeline) {
+  const int N = m.num_sites(), L = m.num_layers();
+  double best = kInfeasible;
+  std::vector<int> sites;
+  std::vector<char> used(N, 0);
+  std::function<void()> orders;
+  std::function<void(Pipeline&, int, int)> splits = [&](Pipeline& p, int stage, int left) {
+    const int S = static_cast<int>(p.sites.size());
+    if (stage == S - 1) {
+      p.layers[stage] = left;
+      const double t = m.StepSeconds(p);
+      if (t < best) best = t, *best_pipeline = p;
+      return;
+    }
+    for (int n = 1; n <= left - (S - 1 - stage); ++n) {
+      p.layers[stage] = n;
+      splits(p, stage + 1, left - n);
+    }
+  };
+  orders = [&]() {
+    if (!sites.empty() && (allow_subsets || static_cast<int>(sites.size()) == N) &&
+        static_cast<int>(sites.size()) <= L) {
+      Pipeline p{sites, std::vector<int>(sites.size(), 0)};
+      splits(p, 0, L);
+    }
+    if (static_cast<int>(sites.size()) == std::min(N, L)) return;
+    for (int s = 0; s < N; ++s) {
+      if (used[s]) continue;
+      used[s] = 1, sites.push_back(s);
+      orders();
+      used[s] = 0, sites.pop_back();
+    }
+  };
+  orders();
+  return best;
+}
+
+PlacementRequest Request(const model::GPT2Config& config, const PipelineWorkload& w,
+                         const Profiles& p) {
+  PlacementRequest r;
+  r.model = config;
+  r.workload = w;
+  for (const auto& s : p.sites) r.sites.push_back(s.name);
+  return r;
+}
+
+TEST_CASE("within 1% of exhaustive search on random instances of up to 7 sites") {
+  std::mt19937_64 rng(7);
+  int instances = 0;
+  for (int N = 2; N <= 7; ++N) {
+    const int count = N <= 5 ? 6 : 2;
+    for (int k = 0; k < count; ++k) {
+      RandomMeshOptions o;
+      o.sites = N;
+      o.seed = rng();
+      Profiles profiles = RandomMesh(o);
+      const int L = N == 7 ? 8 : 10;
+      const auto config = SmallModel(L);
+      const char* modes[] = {"off", "adaptive", "fixed"};
+      auto w = testing::Workload(1 << (rng() % 4), modes[rng() % 3]);
+      if (rng() % 3 == 0) {
+        // Memory that holds about a third of the model per site: forces several stages.
+        auto m0 = testing::MakeModel(config, w, profiles);
+        const int64_t third = m0.Memory(L / 3, false, false, 4);
+        for (auto& s : profiles.sites) s.memory_bytes = third;
+      }
+      const auto request = Request(config, w, profiles);
+      const Planner planner(profiles);
+      auto model = planner.Model(request);
+      REQUIRE(model.ok());
+      Pipeline best;
+      const double exhaustive = Exhaustive(*model, true, &best);
+      auto plan = planner.Plan(request);
+      INFO("N=" << N << " k=" << k << " M=" << w.microbatches << " " << w.compression
+                << " exhaustive " << PlanDebugString(model->ToPlan(best)) << " = " << exhaustive);
+      if (exhaustive == kInfeasible) {
+        CHECK_FALSE(plan.ok());
+        continue;
+      }
+      REQUIRE(plan.ok());
+      INFO("planner " << PlanDebugString(plan->stages) << " = " << plan->estimate.step_seconds);
+      CHECK(plan->method == "exact");
+      CHECK(plan->estimate.step_seconds <= exhaustive * 1.01);
+      CHECK(ValidatePlan(plan->stages, L).ok());
+      ++instances;
+    }
+  }
+  CHECK(instances >= 20);
+}
+
+TEST_CASE("the heuristic (used beyond 8 sites) stays close to the exact search") {
+  // On 7 sites, with the exact search limited to 5 (the heuristic's neighbourhood search).
+  std::mt19937_64 rng(21);
+  double worst = 1;
+  std::string worst_case;
+  for (int k = 0; k < 12; ++k) {
+    RandomMeshOptions o;
+    o.sites = 7;
+    o.seed = rng();
+    const Profiles profiles = RandomMesh(o);
+    const auto config = SmallModel(16);
+    const auto w = testing::Workload(1 << (rng() % 4), rng() % 2 ? "adaptive" : "off");
+    const auto request = Request(config, w, profiles);
+    auto exact = Planner(profiles).Plan(request);
+    PlannerOptions heuristic_options;
+    heuristic_options.exact_max_sites = 5;
+    auto heuristic = Planner(profiles, heuristic_options).Plan(request);
+    REQUIRE(exact.ok());
+    REQUIRE(heuristic.ok());
+    CHECK(heuristic->method == "heuristic");
+    const double ratio = heuristic->estimate.step_seconds / exact->estimate.step_seconds;
+    if (ratio > worst) {
+      worst = ratio;
+      worst_case =
+          PlanDebugString(heuristic->stages) + " vs exact " + PlanDebugString(exact->stages);
+    }
+  }
+  INFO("worst heuristic / exact: " << worst << ": " << worst_case);
+  CHECK(worst < 1.05);
+}
+
+TEST_CASE("a slow site and a site behind slow links are left out") {
+  const auto config = SmallModel(8);
+  {
+    Profiles p = Mesh({1e11, 1e11, 1e9, 1e11}, 1e9, 0.005);
+    auto plan = Planner(p).Plan(Request(config, testing::Workload(8), p));
+    REQUIRE(plan.ok());
+    CHECK(plan->unused_sites == std::vector<std::string>{"s2"});
+  }
+  {
+    Profiles p = Mesh({1e11, 1e11, 1e11, 1e11}, 1e9, 0.005);
+    for (const char* other : {"s0", "s1", "s2"}) {
+      testing::SetLink(&p, "s3", other, 1e5, 0.3);
+      testing::SetLink(&p, other, "s3", 1e5, 0.3);
+    }
+    auto plan = Planner(p).Plan(Request(config, testing::Workload(8), p));
+    REQUIRE(plan.ok());
+    for (const auto& s : plan->stages) CHECK(s.site != "s3");
+  }
+}
+
+TEST_CASE("memory: stages fit their sites, and a model that fits nowhere is refused") {
+  const auto config = SmallModel(8);
+  Profiles p = Mesh({1e11, 1e11, 1e11, 1e11}, 1e9, 0.005);
+  auto m = testing::MakeModel(config, testing::Workload(4), p);
+  for (auto& s : p.sites) s.memory_bytes = m.Memory(3, true, false, 4);
+  auto plan = Planner(p).Plan(Request(config, testing::Workload(4), p));
+  REQUIRE(plan.ok());
+  CHECK(plan->estimate.fits_memory);
+  CHECK(plan->stages.size() >= 3);
+  for (auto& s : p.sites) s.memory_bytes = 1 << 20;
+  auto none = Planner(p).Plan(Request(config, testing::Workload(4), p));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == absl::StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("every site is used when leaving sites out is not allowed") {
+  const auto config = SmallModel(8);
+  Profiles p = Mesh({1e11, 1e11, 1e9}, 1e9, 0.005);
+  PlannerOptions o;
+  o.allow_leaving_out_sites = false;
+  auto plan = Planner(p, o).Plan(Request(config, testing::Workload(8), p));
+  REQUIRE(plan.ok());
+  CHECK(plan->stages.size() == 3);
+  CHECK(plan->unused_sites.empty());
+}
+
+TEST_CASE("the Placer interface and bad requests") {
+  const auto config = SmallModel(8);
+  Profiles p = Mesh({1e11, 1e11}, 1e9, 0.005);
+  auto placer = MakePlanner(p);
+  CHECK(placer->name() == "planner");
+  auto stages = placer->Place(Request(config, testing::Workload(4), p));
+  REQUIRE(stages.ok());
+  CHECK(ValidatePlan(*stages, 8).ok());
+  auto r = Request(config, testing::Workload(4), p);
+  r.sites.push_back("elsewhere");
+  CHECK(placer->Place(r).status().code() == absl::StatusCode::kNotFound);
+  r = Request(config, testing::Workload(4), p);
+  r.workload.seq_len = 0;
+  CHECK_FALSE(placer->Place(r).ok());
+}
+
+TEST_CASE("64 sites: a GPT-2 XL plan within 10 s") {
+  RegionTopologyOptions o;
+  o.sites = 64;
+  o.seed = 3;
+  const Profiles p = RegionTopology(o);
+  const auto config = model::MakeConfig(48, 1600, 25, 50257, 1024);
+  PipelineWorkload w;
+  w.microbatch_size = 8;  // too many activations for one site: a pipeline it must be
+  w.seq_len = 1024;
+  w.microbatches = 16;
+  const auto request = Request(config, w, p);
+  const auto start = std::chrono::steady_clock::now();
+  auto plan = Planner(p).Plan(request);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(plan.ok());
+  INFO(PlanDebugString(plan->stages) << ": " << plan->estimate.step_seconds << " s, planned in "
+                                     << seconds << " s, " << plan->plans_priced << " priced");
+  CHECK(seconds < 10);
+  CHECK(plan->method == "heuristic");
+  CHECK(ValidatePlan(plan->stages, 48).ok());
+  CHECK(plan->estimate.fits_memory);
+  CHECK(plan->stages.size() >= 2);
+  // Not worse than an even split over the first sites in name order.
+  auto model = Planner(p).Model(request);
+  REQUIRE(model.ok());
+  auto names = SortedSiteNames(p);
+  names.resize(8);
+  PlacementRequest even_request = request;
+  even_request.sites = names;
+  auto even = MakeEvenSplitPlacer()->Place(even_request);
+  REQUIRE(even.ok());
+  auto even_estimate = model->Estimate(*even);
+  REQUIRE(even_estimate.ok());
+  CHECK(plan->estimate.step_seconds <= even_estimate->step_seconds);
+  // The bandwidth-aware plan keeps its stages in one region (intra-region links).
+  std::set<std::string> regions;
+  for (const auto& s : plan->stages) regions.insert(s.site.substr(0, s.site.find('-')));
+  CHECK(regions.size() == 1);
+}
+
+}  // namespace
+}  // namespace longhaul::scheduler

@@ -1,0 +1,241 @@
+// Scale study of the planner (docs/BENCHMARKS.md, "Placement at scale"): on generated
+// multi-region topologies (scheduler/topology.h: 11 cloud regions, public inter-region RTTs,
+// per-flow bandwidth falling with distance, four GPU node kinds), the step time of
+//   planner      the scheduler's plan (scheduler/planner.h), from the full profiles;
+//   even         an even split over the sites in name order, what a job that lists its
+//                sites naively gets: over all of them (the first L when there are more sites
+//                than layers), and over the fewest leading ones whose split fits memory;
+//   oblivious    the planner given the same sites but every link at the mean bandwidth and
+//                RTT: a placement that knows compute and memory but not the network,
+// each predicted by the cost model and simulated by the discrete-event simulator with
+// bandwidth that wanders +-30% every 5 s on every link and 5% compute jitter.
+//   bazel run -c opt //tools/bench:plan_bench -- --sites 8,32,128 --models xl,13b
+// --calibrate-job JOB.yaml instead times one layer of the job's shape on this machine's CPU
+// backend and prints the profile line for a profiles file.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "kernels/ops.h"
+#include "model/job.h"
+#include "scheduler/calibration.h"
+#include "scheduler/planner.h"
+#include "scheduler/simulator.h"
+#include "scheduler/topology.h"
+
+namespace longhaul::scheduler {
+namespace {
+
+struct Workload {
+  std::string name;
+  model::GPT2Config config;
+  PipelineWorkload w;
+};
+
+Workload MakeWorkload(const std::string& name) {
+  Workload x;
+  x.name = name;
+  x.w.seq_len = 1024;
+  if (name == "xl") {  // GPT-2 XL, 1.56B parameters
+    x.config = model::MakeConfig(48, 1600, 25, 50257, 1024);
+    x.w.microbatch_size = 8;  // too many activations for one 80 GB GPU: at least 2 stages
+    x.w.microbatches = 16;
+  } else {  // "13b": GPT-3 13B's shape in GPT-2's architecture, 12.9B parameters
+    x.config = model::MakeConfig(40, 5120, 40, 50257, 2048);
+    x.w.microbatch_size = 1;
+    x.w.microbatches = 64;
+  }
+  return x;
+}
+
+std::string Region(const std::string& site) { return site.substr(0, site.find('-')); }
+
+struct Row {
+  std::string placement;
+  std::vector<StagePlan> stages;
+  bool fits = false;
+  double predicted = 0, simulated = 0, tokens_per_second = 0, planning = 0;
+  std::string bottleneck;
+};
+
+int Study(const std::vector<int>& sizes, const std::vector<std::string>& models, uint64_t seed,
+          int steps, double budget) {
+  std::printf(
+      "| sites | model | placement | stages | regions | predicted step | simulated step "
+      "| tokens/s | vs planner | bottleneck | planning "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int n : sizes) {
+    RegionTopologyOptions to;
+    to.sites = n;
+    to.seed = seed;
+    const Profiles profiles = RegionTopology(to);
+    for (const std::string& name : models) {
+      const Workload wl = MakeWorkload(name);
+      PlacementRequest request;
+      request.model = wl.config;
+      request.workload = wl.w;
+      request.sites = SiteNames(profiles);
+      PlannerOptions po;
+      po.time_budget_seconds = budget;
+      const Planner planner(profiles, po);
+      auto model = planner.Model(request);
+      if (!model.ok()) {
+        std::cerr << model.status().message() << "\n";
+        return 1;
+      }
+      std::vector<Row> rows;
+      auto plan = planner.Plan(request);
+      if (plan.ok())
+        rows.push_back({"planner", plan->stages, true, 0, 0, 0, plan->planning_seconds});
+      // Even splits in name order: over all sites (at most one per layer), and over the
+      // fewest leading sites whose even split fits.
+      PlacementRequest naive = request;
+      naive.sites = SortedSiteNames(profiles);
+      naive.sites.resize(std::min<size_t>(naive.sites.size(), wl.config.num_layers));
+      if (auto even = MakeEvenSplitPlacer()->Place(naive); even.ok()) {
+        rows.push_back({"even, all sites", *even});
+      }
+      bool fewest = false;
+      for (size_t k = 1; k <= naive.sites.size() && !fewest; ++k) {
+        PlacementRequest prefix = naive;
+        prefix.sites.resize(k);
+        auto even = MakeEvenSplitPlacer()->Place(prefix);
+        if (!even.ok()) break;
+        if (auto e = model->Estimate(*even); e.ok() && e->fits_memory) {
+          rows.push_back({"even, fewest sites", *even});
+          fewest = true;
+        }
+      }
+      if (!fewest) rows.push_back({"even, fewest sites", {}});
+      const Planner blind(UniformLinks(profiles), po);
+      if (auto o = blind.Plan(request); o.ok()) {
+        rows.push_back({"oblivious", o->stages, true, 0, 0, 0, o->planning_seconds});
+      }
+      // Bandwidth that wanders on every link the plans use.
+      std::set<std::pair<std::string, std::string>> used;
+      double horizon = 0;
+      for (Row& r : rows) {
+        if (r.stages.empty()) continue;
+        auto e = model->Estimate(r.stages);
+        r.fits = e.ok() && e->fits_memory;
+        r.predicted = e.ok() ? e->step_seconds : 0;
+        if (e.ok()) r.bottleneck = e->bottleneck.kind;
+        horizon = std::max(horizon, r.predicted);
+        for (size_t i = 0; i < r.stages.size(); ++i) {
+          for (size_t j = 0; j < r.stages.size(); ++j) {
+            if (i != j && (j == i + 1 || i == j + 1 || i + j == r.stages.size() - 1)) {
+              used.insert({r.stages[i].site, r.stages[j].site});
+            }
+          }
+        }
+      }
+      SimulatorOptions so;
+      so.steps = steps;
+      so.compute_jitter = 0.05;
+      so.seed = seed;
+      std::mt19937_64 rng(seed);
+      std::uniform_real_distribution<double> wander(0.7, 1.3);
+      for (const auto& [from, to_site] : used) {
+        const double bw = profiles.Link(from, to_site)->bandwidth_bytes_per_second;
+        LinkTrace t{from, to_site, {}};
+        for (double s = 0; s < horizon * steps * 1.5 + 10; s += 5)
+          t.bandwidth.push_back({s, bw * wander(rng)});
+        so.links.push_back(std::move(t));
+      }
+      double planner_sim = 0;
+      for (Row& r : rows) {
+        if (!r.fits) continue;
+        auto sim = Simulate(*model, r.stages, so);
+        if (!sim.ok()) continue;
+        r.simulated = sim->MeanStepSeconds(2);
+        r.tokens_per_second =
+            double(wl.w.microbatch_size) * wl.w.seq_len * wl.w.microbatches / r.simulated;
+        if (r.placement == "planner") planner_sim = r.simulated;
+      }
+      for (const Row& r : rows) {
+        std::set<std::string> regions;
+        for (const auto& s : r.stages) regions.insert(Region(s.site));
+        char line[512];
+        if (r.stages.empty()) {
+          std::snprintf(line, sizeof line,
+                        "| %d | %s | %s | - | - | fits for no count | - | - | - | - | - |\n", n,
+                        name.c_str(), r.placement.c_str());
+        } else if (!r.fits) {
+          std::snprintf(line, sizeof line,
+                        "| %d | %s | %s | %zu | %zu | does not fit | - | - | - | - | - |\n", n,
+                        name.c_str(), r.placement.c_str(), r.stages.size(), regions.size());
+        } else {
+          std::snprintf(
+              line, sizeof line,
+              "| %d | %s | %s | %zu | %zu | %.3f s | %.3f s | %.0f | %.2fx | %s | %s |\n", n,
+              name.c_str(), r.placement.c_str(), r.stages.size(), regions.size(), r.predicted,
+              r.simulated, r.tokens_per_second, planner_sim > 0 ? r.simulated / planner_sim : 0,
+              r.bottleneck.c_str(),
+              r.planning > 0 ? (std::to_string(int(r.planning * 1000)) + " ms").c_str() : "-");
+        }
+        std::fputs(line, stdout);
+        std::fflush(stdout);
+      }
+      if (plan.ok())
+        std::fprintf(stderr, "%d sites, %s: %s\n", n, name.c_str(),
+                     PlanDebugString(plan->stages).c_str());
+    }
+  }
+  return 0;
+}
+
+int Calibrate(const std::string& job_path) {
+  auto job = model::LoadJob(job_path);
+  if (!job.ok()) {
+    std::cerr << job.status().message() << "\n";
+    return 1;
+  }
+  auto ops = kernels::MakeOps(job->backend, job->threads);
+  if (!ops.ok()) {
+    std::cerr << ops.status().message() << "\n";
+    return 1;
+  }
+  CalibrationOptions o;
+  o.batch_size = job->microbatch_size;
+  o.seq_len = job->seq_len;
+  o.repetitions = 5;
+  auto cal = CalibrateLayer(ops->get(), job->model, o);
+  if (!cal.ok()) {
+    std::cerr << cal.status().message() << "\n";
+    return 1;
+  }
+  std::printf(
+      "# %s on %s (%d threads): %.3f ms forward, %.3f ms backward per layer and microbatch\n",
+      job_path.c_str(), (*ops)->name().c_str(), job->threads, cal->forward_seconds * 1e3,
+      cal->backward_seconds * 1e3);
+  std::printf("  - {name: SITE, flops: %.4g, optimizer: %.4g}\n", cal->flops,
+              cal->optimizer_params_per_second);
+  return 0;
+}
+
+}  // namespace
+}  // namespace longhaul::scheduler
+
+int main(int argc, char** argv) {
+  CLI::App app{"Scale study of the planner against even and bandwidth-oblivious placements"};
+  std::vector<int> sizes = {8, 32, 128};
+  std::vector<std::string> models = {"xl", "13b"};
+  uint64_t seed = 1;
+  int steps = 12;
+  double budget = 20;
+  std::string calibrate;
+  app.add_option("--sites", sizes, "Topology sizes")->delimiter(',');
+  app.add_option("--models", models, "xl (GPT-2 XL) and/or 13b")->delimiter(',');
+  app.add_option("--seed", seed, "Topology seed")->capture_default_str();
+  app.add_option("--steps", steps, "Simulated steps per placement")->capture_default_str();
+  app.add_option("--time-budget", budget, "Planner time budget (s)")->capture_default_str();
+  app.add_option("--calibrate-job", calibrate, "Time one layer of this job's shape instead");
+  CLI11_PARSE(app, argc, argv);
+  if (!calibrate.empty()) return longhaul::scheduler::Calibrate(calibrate);
+  return longhaul::scheduler::Study(sizes, models, seed, steps, budget);
+}
