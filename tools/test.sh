@@ -11,13 +11,36 @@ bazel test //... --test_output=errors --noshow_progress 2>&1 | tee "$log" \
   | grep -vE 'linux-sandbox|^\s*$'
 status=${PIPESTATUS[0]}
 
-passed=$(grep -cE '^//[^ ]+ +PASSED' "$log")
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|FLAKY)' "$log")
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1  # the build itself failed before any test ran
   echo "test.sh: bazel test exited $status (build failure?)"
 fi
 rm -f "$log"
+
+# CUDA is part of the suite where the toolkit is installed (nvcc, cuBLAS and NCCL under
+# /usr/local/cuda), so the GPU code never rots: ONE more check, a single Bazel call that builds
+# everything with --config=cuda (the CUDA backend, GPU codecs, NCCL wrapper and every binary
+# linking them) and runs the tests tagged `gpu`. On a machine without a GPU those run only their
+# no-GPU path (MakeOps("cuda") must fail with "no CUDA device: ...") and print why they skip
+# the rest; tools/gpu-check runs them for real on a GPU machine. Skipped without nvcc.
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda_start=$(date +%s)
+  cuda_log=$(mktemp)
+  if bazel test --config=cuda --test_tag_filters=gpu --test_output=errors --noshow_progress //... \
+    >"$cuda_log" 2>&1; then
+    passed=$((passed + 1))
+    grep -h '^SKIPPED: ' bazel-testlogs/test/kernels/*/test.log 2>/dev/null
+    echo "test.sh: --config=cuda build and gpu tests passed ($(($(date +%s) - cuda_start)) s)"
+  else
+    grep -vE 'linux-sandbox|^\s*$' "$cuda_log" | tail -40
+    echo "test.sh: --config=cuda build or gpu tests FAILED"
+    failed=$((failed + 1))
+    status=1
+  fi
+  rm -f "$cuda_log"
+fi
 
 # Formatting is part of the suite: one more check.
 if tools/lint.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi

@@ -8,7 +8,8 @@
 // error index) and returns kNone, or what the CPU kernel would return: the index of the first
 // offending element (quantize, bf16 encode) or block (dequantize); the output is then
 // incomplete and must be discarded. CUDA errors abort with file:line (kernels/cuda/check.h).
-// All pointers are device memory; encoded-side pointers may be unaligned.
+// All pointers are device memory; encoded-side pointers may be unaligned. The calling thread's
+// current device must be the stream's (the functions allocate a few bytes on it).
 //
 // REQUIRES (as for the CPU kernels): p.bits is 8, 4 or 2; p.block is a power of two >= 8.
 #pragma once

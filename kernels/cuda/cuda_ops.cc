@@ -393,7 +393,9 @@ class CudaOps final : public Ops {
   double* Doubles(size_t count) { return Grow(doubles_, doubles_size_, count); }
 
   // Copies n host ints to a device buffer that stays valid until the next UploadInts. Earlier
-  // kernels that read the buffer come first on the stream, so overwriting it is safe.
+  // kernels that read the buffer come first on the stream, so overwriting it is safe. Ids live
+  // in pageable memory, from which cudaMemcpyAsync has taken its copy when it returns, so the
+  // caller may reuse `host` at once (pinned memory would need a wait here).
   const int32_t* UploadInts(const int32_t* host, size_t n) {
     int32_t* dev = Grow(ints_, ints_size_, n);
     LONGHAUL_CUDA_CHECK(

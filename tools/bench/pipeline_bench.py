@@ -9,7 +9,10 @@
       Prints a Markdown table: the target loss and, per run, the step and the seconds at which
       the trailing mean of the loss first reaches it, the final loss, tokens/s, the measured
       step time against the bound max(slowest stage compute, slowest link's wire bytes per
-      step / its rate), and the speedups of each run over the others of its scenario.
+      step / its rate), the speedups of adaptive over the other runs of its scenario, and
+      per run and phase (split at scheduled rate changes) the details and CPU use.
+  pipeline_bench.py ports N
+      Prints N distinct free TCP ports below the ephemeral range.
 
 Only the Python standard library; run it with /usr/bin/python3.
 """
@@ -163,10 +166,11 @@ def rates_at(run, t):
 
 
 def wire_at(sample):
-    return {f"{l['from_site']}-{l['to_site']}": int(l.get("wire_bytes") or 0) for l in sample["links"]}
+    return {f"{l['from_site']}-{l['to_site']}": int(l.get("wire_bytes") or 0)
+            for l in sample["links"]}
 
 
-def phase_bound(run, samples, t0, t1, compute):
+def phase_bound(run, samples, t0, t1):
     """The bound on the step time between t0 and t1: max(slowest stage compute, slowest link's
     wire bytes per step / its nominal rate), from the samples nearest t0 and t1."""
     inside = [s for s in samples if t0 <= s["t"] <= t1 and s["step"] >= 1]
@@ -180,7 +184,6 @@ def phase_bound(run, samples, t0, t1, compute):
     for pair, w in wb.items():
         if pair in rates:
             link[pair] = (w - wa.get(pair, 0)) / steps / rates[pair]
-    comp = [float(st.get("compute_seconds", 0)) for s in inside for st in s["stages"]]
     per_stage = {}
     for s in inside:
         for st in s["stages"]:
@@ -207,7 +210,7 @@ def analyse(run, window, target):
     # Phases: split at scheduled rate changes; the bound is per phase, weighted by its steps.
     cuts = [t_first or 0] + sorted(c[0] for c in run.get("changes", [])
                                    if (t_first or 0) < c[0] < (t_end or 0)) + [t_end or 0]
-    phases = [phase_bound(run, samples, cuts[i], cuts[i + 1], None) for i in range(len(cuts) - 1)]
+    phases = [phase_bound(run, samples, cuts[i], cuts[i + 1]) for i in range(len(cuts) - 1)]
     phases = [p for p in phases if p]
     n = sum(p["steps"] for p in phases)
     bound = sum(p["bound"] * p["steps"] for p in phases) / n if n else 0
@@ -254,6 +257,7 @@ def fmt(v, spec, none="-"):
 
 def report(a):
     runs = [json.load(open(p)) for p in a.runs]
+    runs = [r for r in runs if isinstance(r, dict) and "samples" in r]  # not report.json
     # The target: the trailing-mean loss the reference run (compression off, first scenario)
     # has at --target-fraction of its steps, unless given.
     target = a.target
@@ -265,7 +269,8 @@ def report(a):
         losses = [float(x) for x in ref["final"]["losses"]]
         target = trailing_mean(losses, a.window)[round(len(losses) * a.target_fraction) - 1]
         print(f"Target loss {target:.4f}: the trailing mean over {a.window} steps that run "
-              f"'{ref['scenario']} / {a.reference}' reaches at {a.target_fraction:.0%} of its steps.\n")
+              f"'{ref['scenario']} / {a.reference}' reaches at {a.target_fraction:.0%} "
+              "of its steps.\n")
     else:
         print(f"Target loss {target:.4f} (trailing mean over {a.window} steps).\n")
     res = [analyse(r, a.window, target) for r in runs]

@@ -75,9 +75,10 @@ for b in daemon/longhauld tools/cli/longhaul tools/linkem/linkem; do
 done
 LONGHAULD=$OUT/bin/longhauld LONGHAUL=$OUT/bin/longhaul LINKEM=$OUT/bin/linkem
 
-pids=()
+pids=() follower=""
 stop_all() {
   local p
+  [ -z "$follower" ] || kill -TERM "$follower" 2>/dev/null || true
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   pids=()
@@ -209,10 +210,15 @@ print(all(l["state"] == "LINK_STATE_UP" and int(l["outbound"]["bandwidth_samples
   local fall=""
   [ "$scen" = fall ] && fall=", $FALL_LINK falls to $FALL_TO ${FALL_AT}s after submission"
   echo "== $scen / $mode: links $rates$fall; job: ${LAYERS}x$CHANNELS, $STEPS steps of $BATCH x $SEQ tokens in microbatches of $MICROBATCH"
+  # In the background and waited for, so that a signal stops everything at once (bash runs
+  # traps only after a foreground child ends).
   $PY "$HELPER" follow --cli "$LONGHAUL" --config "$dir/$A.yaml" --job "$dir/job.yaml" \
     --out "$OUT/$scen-$mode.json" --label "$label" --scenario "$scen" --progress \
     --timeout "$RUN_TIMEOUT" --rates "$rates" --links-started "$links_started" "${change[@]}" \
-    --cpu-pids "daemons=$(IFS=,; echo "${daemon_pids[*]}");linkem=$(IFS=,; echo "${linkem_pids[*]}")"
+    --cpu-pids "daemons=$(IFS=,; echo "${daemon_pids[*]}");linkem=$(IFS=,; echo "${linkem_pids[*]}")" &
+  follower=$!
+  wait "$follower"
+  follower=""
   for s in "${SITES[@]}"; do
     $LONGHAUL --config "$dir/$s.yaml" links >"$dir/links-after-$s.txt" 2>&1 || true
   done
