@@ -3,6 +3,7 @@
 // checkpoint; bad jobs are refused with clear errors while the daemons keep serving.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -139,13 +140,17 @@ TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bi
 TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   Cluster c = StartCluster();
   v1::SubmitJobRequest req;
-  req.set_job_yaml(JobYaml("compression: {mode: fixed, codec: q8}\n"));
+  const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\n");
+  req.set_job_yaml(yaml);
   auto submitted = c.at(1).jobs().Submit(req);
   REQUIRE(submitted.ok());
   const v1::JobStatus s = WaitDone(c.at(1), submitted->job_id(), 120s);
   INFO(s.detail());
   REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
   CHECK(s.losses(s.losses_size() - 1) < s.losses(0));
+  // Within the convergence study's bound for the ladder's codecs: 2% of the exact loss.
+  const std::vector<float> exact = TrainLocalLosses(yaml);
+  CHECK(std::abs(s.losses(s.losses_size() - 1) - exact.back()) < 0.02 * exact.back());
   bool compressed = false;
   for (const auto& l : s.links()) {
     if (l.codec() == "q8" && l.wire_bytes() * 3 < l.raw_bytes()) compressed = true;
