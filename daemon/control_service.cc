@@ -1,20 +1,12 @@
 #include "daemon/control_service.h"
 
+#include "daemon/job/site_channel.h"
 #include "daemon/peer_security.h"
 
 namespace longhaul::daemon {
 
 ControlServiceImpl::ControlServiceImpl(std::string token, ControlViews views, JobHost* jobs)
     : token_(std::move(token)), views_(std::move(views)), jobs_(jobs) {}
-
-namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-}  // namespace
 
 grpc::Status ControlServiceImpl::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request,

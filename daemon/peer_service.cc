@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/version.h"
+#include "daemon/job/site_channel.h"
 #include "daemon/peer_security.h"
 
 namespace longhaul::daemon {
@@ -107,11 +108,6 @@ grpc::Status PeerServiceImpl::Probe(grpc::ServerContext* context,
 }
 
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // Tensors larger than this are refused before anything is allocated.
 constexpr uint64_t kMaxTensorBytes = uint64_t{2} << 30;

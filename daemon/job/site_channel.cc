@@ -9,6 +9,11 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return Status(static_cast<absl::StatusCode>(s.error_code()), what + ": " + s.error_message());
 }
 
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
 namespace {
 
 void SetTimeout(grpc::ClientContext* ctx, double seconds) {

@@ -36,5 +36,7 @@ std::unique_ptr<SiteChannel> MakeRemoteSiteChannel(std::string site,
 
 // absl::Status from a grpc::Status, naming the site and call.
 Status FromGrpc(const grpc::Status& s, const std::string& what);
+// The other way: an absl::Status as the grpc::Status a service handler returns.
+grpc::Status ToGrpc(const Status& s);
 
 }  // namespace longhaul::daemon
