@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "daemon/http/prometheus.h"
+#include "daemon/job/site_backend.h"
 #include "daemon/peer_security.h"
 #include "daemon/status_pages.h"
 
@@ -72,6 +73,8 @@ Status Daemon::LockDataDir() {
 }
 
 Status Daemon::StartAll() {
+  RETURN_IF_ERROR(CheckSiteDevices(config_.devices));
+  if (auto backend = SiteBackend(config_.devices, "cpu"); !backend.ok()) return backend.status();
   RETURN_IF_ERROR(LockDataDir());
   if (options_.token.empty()) {
     ASSIGN_OR_RETURN(options_.token, ReadTokenFile(config_.token_file));
@@ -89,6 +92,7 @@ Status Daemon::StartAll() {
   jo.tls = config_.tls;
   for (const auto& p : config_.peers) jo.peers[p.name] = p.address;
   jo.memory_limit_bytes = config_.memory_limit_bytes;
+  jo.devices = config_.devices;
   jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
 
   // Peer server.

@@ -78,9 +78,10 @@ class JobParser {
     if (const Entry* e = get("checkpoint")) RETURN_IF_ERROR(ParseCheckpoint(*e, &job.checkpoint));
     if (const Entry* e = get("backend")) {
       ASSIGN_OR_RETURN(job.backend, w_.String(*e));
-      if (job.backend != "cpu" && job.backend != "cpu-ref" && job.backend != "cuda") {
+      if (job.backend != "cpu" && job.backend != "cpu-ref" && job.backend != "cuda" &&
+          job.backend != "cuda-bf16") {
         return w_.Error(*e, absl::StrCat("unknown backend '", job.backend,
-                                         "' (expected cpu, cpu-ref or cuda)"));
+                                         "' (expected cpu, cpu-ref, cuda or cuda-bf16)"));
       }
     }
     if (const Entry* e = get("threads")) {

@@ -18,7 +18,9 @@
 //               weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1e-8, grad_clip: 1.0}
 //   seed: 1
 //   checkpoint: {every: 100, dir: checkpoints/tiny}   # default dir: ./checkpoints/NAME
-//   backend: cpu                     # cpu | cpu-ref | cuda
+//   backend: cpu                     # cpu | cpu-ref | cuda | cuda-bf16 (train-local's; in
+//                                    # daemons each site's devices pick CPU or GPU, and this
+//                                    # picks cpu-ref or bf16 compute there: site_backend.h)
 //   threads: 2                       # 0 = all cores
 //
 // Errors read "FILE:LINE:COLUMN: key.path: problem".

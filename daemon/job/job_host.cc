@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/peer_security.h"
 #include "model/file_io.h"
@@ -273,6 +274,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
         "' must have every neighbouring stage's site (and, on the first and last stage, each "
         "other) among its peers");
   }
+  ASSIGN_OR_RETURN(ctx.backend, SiteBackend(options_.devices, ctx.spec.job.backend));
   ctx.monitor = monitor_;
   ctx.log = log_;
   ctx.throttle = throttle_;

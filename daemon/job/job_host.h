@@ -28,8 +28,9 @@ struct JobHostOptions {
   std::string site;
   std::string data_dir;
   std::optional<TlsConfig> tls;
-  std::map<std::string, std::string> peers;  // name -> peer address
-  int64_t memory_limit_bytes = 0;            // 0 = no limit
+  std::map<std::string, std::string> peers;    // name -> peer address
+  int64_t memory_limit_bytes = 0;              // 0 = no limit
+  std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
   size_t inbox_capacity_bytes = 256 << 20;
   double throttle_seconds = 0;  // debug knob: slow this site's compute
 };

@@ -58,8 +58,13 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
         std::to_string(memory_bytes_ >> 20) + " MiB, the site allows " +
         std::to_string(memory_limit_bytes >> 20) + " MiB");
   }
-  ASSIGN_OR_RETURN(ops_, kernels::MakeOps(job.backend, job.threads));
+  ASSIGN_OR_RETURN(
+      ops_, kernels::MakeOps(ctx_.backend.empty() ? job.backend : ctx_.backend, job.threads));
   ASSIGN_OR_RETURN(fragment_, model::Fragment::Create(job.model, fo, ops_.get()));
+  if (ctx_.log) {
+    ctx_.log->info("job {}: stage {} runs layers {}..{} on {}", ctx_.assignment.job_id(), stage_,
+                   fo.begin, fo.end, ops_->name());
+  }
   device_in_ = ops_->Alloc(static_cast<size_t>(B_) * T_ * C_);
   host_buf_.resize(static_cast<size_t>(B_) * T_ * C_);
   tokens_.resize(static_cast<size_t>(B_) * T_);

@@ -36,6 +36,7 @@ struct StageRunnerContext {
   v1::StageAssignment assignment;
   JobSpec spec;
   std::string job_dir;     // this site's directory for the job
+  std::string backend;     // kernels::MakeOps name (site_backend.h); empty: the job's backend
   Inbox* inbox = nullptr;  // owned by the job host; outlives the runner
   SiteChannel* coordinator = nullptr;
   std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline

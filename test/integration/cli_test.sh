@@ -41,6 +41,18 @@ set -e
 [ "$rc" -eq 2 ] || fail "--check on a bad config exited $rc, expected 2"
 echo "$out" | grep -q "bad.yaml:1:7: site" || fail "bad config error lacks file:line:col: $out"
 
+# A site asking for a GPU on a machine without one (or a build without CUDA) does not start,
+# and says which device and why.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  sed 's|^data_dir: .*|data_dir: '"$work"'/gpu-data\ndevices: [cuda:0]|' "$work/site.yaml" \
+    >"$work/gpu.yaml"
+  set +e
+  out=$(timeout 20 $LONGHAULD --config "$work/gpu.yaml" 2>&1); rc=$?
+  set -e
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "longhauld with devices [cuda:0] exited $rc"
+  echo "$out" | grep -q "cuda:0 is not usable here" || fail "no clear GPU error: $out"
+fi
+
 $LONGHAULD --config "$work/site.yaml" --log-level warn 2>"$work/daemon.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch side of tools/bench/train_bench: the same GPT-2 (llm.c's architecture, padded
 vocabulary, tied head), batch and thread count, trained with AdamW and grad-norm clipping;
-prints the median step time and tokens/s. Run with Debian's /usr/bin/python3."""
+prints the median step time and tokens/s. Run with Debian's /usr/bin/python3 on the CPU; on a
+GPU machine `--device cuda` (fp32, TF32 off) or `--device cuda --dtype bf16` (autocast to bf16
+with fp32 master weights, as longhaul's cuda-bf16 backend) gives the GPU baseline."""
 import argparse
 import math
 import time
@@ -45,7 +47,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets, V):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x, self.mask)
         logits = self.lnf(x) @ self.wte.weight.T
@@ -61,11 +63,19 @@ def main():
     ap.add_argument("--peak-gflops", type=float, default=0)
     ap.add_argument("--flops-per-token", type=float, default=0)
     ap.add_argument("--ours-tokens-per-s", type=float, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    if cuda:  # plain fp32 maths on the GPU, as longhaul's fp32 cuda backend
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     Vp = (a.vocab + 127) // 128 * 128
-    model = GPT(a.layers, a.channels, a.heads, Vp, a.context)
+    model = GPT(a.layers, a.channels, a.heads, Vp, a.context).to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -73,22 +83,25 @@ def main():
                             betas=(0.9, 0.95), eps=1e-8)
     times = []
     for step in range(a.warmup + a.steps):
-        data = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1))
+        data = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1)).to(dev)
+        sync()
         t0 = time.perf_counter()
-        loss = model(data[:, :-1], data[:, 1:], a.vocab)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = model(data[:, :-1], data[:, 1:], a.vocab)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         s = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(s)
-        print(f"  pytorch {torch.__version__} step {step}: {s:.3f} s  loss {loss.item():.4f}"
+        print(f"  pytorch {torch.__version__} {a.device} {a.dtype} step {step}: {s:.3f} s  loss {loss.item():.4f}"
               f"{' (warmup)' if step < a.warmup else ''}", flush=True)
     times.sort()
     median = times[len(times) // 2]
     tps = a.batch * a.seq_len / median
-    line = (f"RESULT pytorch tokens_per_s={tps:.1f} median_step_s={median:.3f} "
+    line = (f"RESULT pytorch-{a.device}-{a.dtype} tokens_per_s={tps:.1f} median_step_s={median:.3f} "
             f"best_step_s={times[0]:.3f}")
     if a.flops_per_token and a.peak_gflops:
         gflops = a.flops_per_token * tps / 1e9

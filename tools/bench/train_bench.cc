@@ -55,10 +55,16 @@ struct Flags {
   bool profile = false;
   int rounds = 1;
   std::string torch_script = "tools/bench/torch_train_bench.py";
+  std::string python = "/usr/bin/python3";
+  std::string torch_device = "cpu";  // cpu | cuda
+  std::string torch_dtype = "fp32";  // fp32 | bf16 (autocast)
+  double peak_gflops = 0;            // 0: the OpenBLAS sgemm peak measured here (CPU backends)
 };
 
 int Run(const Flags& f) {
-  const double peak = SgemmPeak(f.threads);
+  // A GPU's peak is given (its datasheet's dense figure for the precision); a CPU's is measured.
+  auto measure_peak = [&f] { return f.peak_gflops > 0 ? f.peak_gflops : SgemmPeak(f.threads); };
+  const double peak = measure_peak();
   const model::GPT2Config config =
       model::MakeConfig(f.layers, f.channels, f.heads, f.vocab, f.context);
   auto ops = kernels::MakeOps(f.backend, f.threads);
@@ -105,7 +111,8 @@ int Run(const Flags& f) {
       f.layers, f.channels, f.heads, f.vocab, config.padded_vocab_size, f.seq_len, params / 1e6,
       f.batch, f.seq_len, f.threads, flops_per_token * tokens / 1e9);
   std::printf("memory: %s\n", (*chain)->memory().DebugString().c_str());
-  std::printf("OpenBLAS sgemm 1024^3 peak (%d threads): %.1f GFLOP/s\n", f.threads, peak);
+  std::printf("peak (%s): %.1f GFLOP/s\n",
+              f.peak_gflops > 0 ? "given" : "OpenBLAS sgemm 1024^3, measured", peak);
   // Rounds alternate between this backend and PyTorch, so that both see the same machine
   // (a shared machine's speed drifts); the summary takes the median over rounds.
   // MFU of a round is against that round's peak; the summary's against the best peak seen.
@@ -113,10 +120,8 @@ int Run(const Flags& f) {
   double best_peak = 0, best_step = 1e30, torch_best_step = 0;
   int step = 0;
   for (int round = 0; round < f.rounds; ++round) {
-    const double round_peak = round == 0 ? peak : SgemmPeak(f.threads);
-    if (round > 0) {
-      std::printf("OpenBLAS sgemm 1024^3 peak (%d threads): %.1f GFLOP/s\n", f.threads, round_peak);
-    }
+    const double round_peak = round == 0 ? peak : measure_peak();
+    if (round > 0) std::printf("peak: %.1f GFLOP/s\n", round_peak);
     best_peak = std::max(best_peak, round_peak);
     std::vector<double> times;
     for (int i = 0; i < f.warmup + f.steps; ++i, ++step) {
@@ -151,19 +156,21 @@ int Run(const Flags& f) {
     std::fflush(stdout);
     if (!f.torch) continue;
     const std::string cmd = absl::StrCat(
-        "/usr/bin/python3 ", f.torch_script, " --layers ", f.layers, " --channels ", f.channels,
-        " --heads ", f.heads, " --vocab ", f.vocab, " --context ", f.context, " --batch ", f.batch,
-        " --seq-len ", f.seq_len, " --warmup ", f.warmup, " --steps ", f.steps, " --threads ",
-        f.threads, " --peak-gflops ", round_peak, " --flops-per-token ", flops_per_token,
-        " --ours-tokens-per-s ", tps);
+        f.python, " ", f.torch_script, " --device ", f.torch_device, " --dtype ", f.torch_dtype,
+        " ", " --layers ", f.layers, " --channels ", f.channels, " --heads ", f.heads, " --vocab ",
+        f.vocab, " --context ", f.context, " --batch ", f.batch, " --seq-len ", f.seq_len,
+        " --warmup ", f.warmup, " --steps ", f.steps, " --threads ", f.threads, " --peak-gflops ",
+        round_peak, " --flops-per-token ", flops_per_token, " --ours-tokens-per-s ", tps);
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (pipe == nullptr) return 1;
     char line[512];
     double torch_tps = 0, torch_best = 0;
     while (std::fgets(line, sizeof(line), pipe) != nullptr) {
       std::printf("%s", line);
-      if (const char* p = std::strstr(line, "RESULT pytorch tokens_per_s=")) {
-        torch_tps = std::atof(p + std::strlen("RESULT pytorch tokens_per_s="));
+      if (std::strstr(line, "RESULT pytorch") != nullptr) {
+        if (const char* p = std::strstr(line, "tokens_per_s=")) {
+          torch_tps = std::atof(p + std::strlen("tokens_per_s="));
+        }
       }
       if (const char* p = std::strstr(line, "best_step_s=")) {
         torch_best = std::atof(p + std::strlen("best_step_s="));
@@ -183,9 +190,9 @@ int Run(const Flags& f) {
   };
   const double ours = median(ours_rounds);
   std::printf(
-      "SUMMARY L=%d C=%d B=%d T=%d threads=%d sgemm_peak=%.1f longhaul_tokens_per_s=%.1f "
+      "SUMMARY backend=%s L=%d C=%d B=%d T=%d threads=%d peak=%.1f longhaul_tokens_per_s=%.1f "
       "mfu=%.1f%%",
-      f.layers, f.channels, f.batch, f.seq_len, f.threads, best_peak, ours,
+      f.backend.c_str(), f.layers, f.channels, f.batch, f.seq_len, f.threads, best_peak, ours,
       100.0 * flops_per_token * ours / 1e9 / best_peak);
   if (!torch_rounds.empty()) {
     std::vector<double> ratios;
@@ -224,6 +231,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--profile", f.profile, "Print the time per op")->capture_default_str();
   app.add_option("--torch-script", f.torch_script)->capture_default_str();
+  app.add_option("--python", f.python, "Python with PyTorch")->capture_default_str();
+  app.add_option("--torch-device", f.torch_device, "PyTorch's device: cpu or cuda")
+      ->capture_default_str();
+  app.add_option("--torch-dtype", f.torch_dtype, "fp32, or bf16 (autocast)")->capture_default_str();
+  app.add_option("--peak-gflops", f.peak_gflops,
+                 "Peak for MFU (a GPU's datasheet figure); 0 measures the OpenBLAS sgemm peak")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return Run(f);
 }
