@@ -69,15 +69,21 @@ StatusOr<PlanResult> Planner::Plan(const PlacementRequest& request) const {
   internal::SearchContext ctx;
   ctx.model = &m;
   for (int i = 0; i < N; ++i) ctx.candidates.push_back(i);
-  ctx.allow_leaving_out = options_.allow_leaving_out_sites;
+  ctx.allow_leaving_out = options_.allow_leaving_out_sites && !options_.keep_order;
+  ctx.keep_order = options_.keep_order;
   ctx.deadline = start + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(options_.time_budget_seconds));
 
   PlanResult result;
   std::vector<Pipeline> starts;
   internal::DpOptions dp;
-  dp.allow_subsets = options_.allow_leaving_out_sites;
-  if (N <= options_.exact_max_sites) {
+  dp.allow_subsets = options_.allow_leaving_out_sites && !options_.keep_order;
+  if (options_.keep_order) {
+    result.method = "in-order";
+    for (const auto& c : internal::SolveInOrder(m, ctx.candidates, dp)) {
+      starts.push_back(c.pipeline);
+    }
+  } else if (N <= options_.exact_max_sites) {
     result.method = "exact";
     for (const auto& c : internal::SolveAnyOrder(m, ctx.candidates, dp))
       starts.push_back(c.pipeline);

@@ -32,6 +32,10 @@ struct PlannerOptions {
   int exact_max_sites = 8;
   // false: every candidate site runs a stage.
   bool allow_leaving_out_sites = true;
+  // true: every candidate runs a stage, in the request's order; only the split is chosen
+  // (exactly, by the in-order dynamic program). What a running job can switch to by moving
+  // layers between the sites it already uses.
+  bool keep_order = false;
   // Wall-clock budget of the heuristic and of local search (never the exact DP).
   double time_budget_seconds = 3;
 };

@@ -106,6 +106,7 @@ Pipeline LocalSearch(SearchContext* ctx, Pipeline best) {
         }
       }
     }
+    if (ctx->keep_order) continue;
     // Swap two stages' sites.
     for (int a = 0; a < S && ctx->TimeLeft(); ++a) {
       for (int b = a + 1; b < static_cast<int>(best.sites.size()); ++b) {

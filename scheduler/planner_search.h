@@ -15,6 +15,7 @@ struct SearchContext {
   const CostModel* model = nullptr;
   std::vector<int> candidates;  // CostModel site indices the pipeline may use
   bool allow_leaving_out = true;
+  bool keep_order = false;  // only layer counts may change (PlannerOptions::keep_order)
   std::chrono::steady_clock::time_point deadline;
   int64_t priced = 0;  // exact evaluations so far
 

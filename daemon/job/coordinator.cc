@@ -13,7 +13,8 @@
 #include "model/layout.h"
 #include "model/optimizer.h"
 #include "scheduler/placement.h"
-#include "scheduler/rebalance.h"
+#include "scheduler/planner.h"
+#include "scheduler/replan.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -361,6 +362,7 @@ void Coordinator::WatchForStragglersLocked(const std::map<uint32_t, v1::StepRepo
     recent.push_back(std::max(r.compute_seconds(), 1e-6));
     if (recent.size() > 3) recent.erase(recent.begin());
     step = r.step();
+    for (const v1::LinkUsage& l : r.links()) recent_links_[{l.from_site(), l.to_site()}] = l;
     if (detectors_[stage].Observe(std::max(r.compute_seconds(), 1e-6)) &&
         (worst < 0 || detectors_[stage].slowdown() > detectors_[worst].slowdown())) {
       worst = static_cast<int>(stage);
@@ -379,49 +381,106 @@ void Coordinator::WatchForStragglersLocked(const std::map<uint32_t, v1::StepRepo
                  replan_reason_);
 }
 
+namespace {
+
+// The re-plan's profiles: each stage's site FLOP/s from its measured compute (a nominal
+// rate scaled by the cost model's predicted over the measured compute), each link's bandwidth
+// and RTT from the stages' latest reports (the link monitors' estimates).
+StatusOr<scheduler::Profiles> MeasuredProfiles(
+    const scheduler::PlacementRequest& request, const std::vector<scheduler::StagePlan>& current,
+    const std::vector<scheduler::StageMeasurement>& recent,
+    const std::map<std::pair<std::string, std::string>, v1::LinkUsage>& links) {
+  constexpr double kNominalFlops = 1e12;
+  constexpr double kUnmeasuredBandwidth = 125e6;  // 1 Gbit/s until a link has an estimate
+  scheduler::Profiles nominal;
+  for (const auto& site : request.sites) nominal.sites.push_back({site, kNominalFlops, 0, 0});
+  for (const auto& from : request.sites) {
+    for (const auto& to : request.sites) {
+      if (from == to) continue;
+      scheduler::LinkProfile l{from, to, kUnmeasuredBandwidth, 0};
+      if (auto it = links.find({from, to}); it != links.end()) {
+        if (it->second.bandwidth_bytes_per_second() > 0) {
+          l.bandwidth_bytes_per_second = it->second.bandwidth_bytes_per_second();
+        }
+        l.rtt_seconds = std::max(0.0, it->second.rtt_seconds());
+      }
+      nominal.links.push_back(l);
+    }
+  }
+  ASSIGN_OR_RETURN(const scheduler::CostModel model, scheduler::Planner(nominal).Model(request));
+  ASSIGN_OR_RETURN(const scheduler::StepEstimate estimate, model.Estimate(current));
+  return scheduler::FromMeasurements(nominal, estimate, recent);
+}
+
+}  // namespace
+
 void Coordinator::Replan() {
   std::vector<scheduler::StagePlan> current;
-  std::vector<double> per_layer;
+  std::vector<scheduler::StageMeasurement> recent;
+  scheduler::PlacementRequest request;
+  std::map<std::pair<std::string, std::string>, v1::LinkUsage> links;
   {
     std::lock_guard<std::mutex> lock(mu_);
     replan_pending_ = false;
+    std::vector<std::string> sites;
     for (int k = 0; k < record_.stages_size(); ++k) {
       const auto& s = record_.stages(k);
       current.push_back({s.site(), int(s.layer_begin()), int(s.layer_end())});
-      const auto& recent = recent_compute_[k];
-      double mean = 0;
-      for (double v : recent) mean += v;
-      mean /= std::max<size_t>(1, recent.size());
-      per_layer.push_back(mean / current.back().layers());
+      sites.push_back(s.site());
+      for (double v : recent_compute_[k]) recent.push_back({k, 0, v, 0, 0});
     }
+    request = PlacementRequestFor(spec_, sites);
+    links = recent_links_;
   }
-  auto r = scheduler::Rebalance(current, per_layer);
-  if (!r.ok() || r->stages == current ||
-      r->bottleneck_seconds > 0.9 * r->current_bottleneck_seconds) {
+  // The planner, on what was measured, restricted to what a running job can do at a step
+  // boundary: the same sites in the same order, layers moved between them.
+  scheduler::PlanResult plan;
+  scheduler::StepEstimate now;
+  Status planned = [&]() -> Status {
+    ASSIGN_OR_RETURN(const scheduler::Profiles measured,
+                     MeasuredProfiles(request, current, recent, links));
+    scheduler::PlannerOptions options;
+    options.keep_order = true;
+    options.time_budget_seconds = 1;
+    const scheduler::Planner planner(measured, options);
+    ASSIGN_OR_RETURN(plan, planner.Plan(request));
+    ASSIGN_OR_RETURN(const scheduler::CostModel model, planner.Model(request));
+    ASSIGN_OR_RETURN(now, model.Estimate(current));
+    return absl::OkStatus();
+  }();
+  if (!planned.ok() || plan.stages == current ||
+      plan.estimate.step_seconds > 0.9 * now.step_seconds) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& d : detectors_) d.Reset();
-    env_.log->info("job {}: re-planning would not help; keeping the plan", record_.job_id());
+    if (!planned.ok()) {
+      env_.log->warn("job {}: re-planning failed ({}); keeping the plan", record_.job_id(),
+                     std::string(planned.message()));
+    } else {
+      env_.log->info(
+          "job {}: re-planning would not help (predicted {:.3f} s/step now, {:.3f} s "
+          "with {}); keeping the plan",
+          record_.job_id(), now.step_seconds, plan.estimate.step_seconds,
+          scheduler::PlanDebugString(plan.stages));
+    }
     return;
   }
+  env_.log->info(
+      "job {}: the cost model predicts {:.3f} s/step now and {:.3f} s/step with {} "
+      "(bottleneck: {})",
+      record_.job_id(), now.step_seconds, plan.estimate.step_seconds,
+      scheduler::PlanDebugString(plan.stages), plan.estimate.bottleneck_description);
+  const std::vector<scheduler::StagePlan>& next = plan.stages;
   StopAttempt();
   {
     std::lock_guard<std::mutex> lock(mu_);
     migrate_from_ = record_.stages();
     migrate_step_ = record_.committed_step();
-    for (size_t k = 0; k < r->stages.size(); ++k) {
+    for (size_t k = 0; k < next.size(); ++k) {
       v1::StageInfo* s = record_.mutable_stages(k);
-      s->set_layer_begin(r->stages[k].layer_begin);
-      s->set_layer_end(r->stages[k].layer_end);
+      s->set_layer_begin(next[k].layer_begin);
+      s->set_layer_end(next[k].layer_end);
     }
-    // 1F1B: the slowest stage computes its M microbatches back to back; the others add
-    // one microbatch each as the pipeline fills and drains.
-    const int M = spec_.job.microbatches();
-    double others = 0;
-    for (size_t k = 0; k < r->stages.size(); ++k) {
-      others += r->stages[k].layers() * per_layer[k];
-    }
-    others -= r->bottleneck_seconds;
-    record_.set_predicted_step_seconds(r->bottleneck_seconds + others / M);
+    record_.set_predicted_step_seconds(plan.estimate.step_seconds);
     record_.set_replans(record_.replans() + 1);
     record_.set_attempt(record_.attempt() + 1);
     const uint64_t keep = record_.committed_step() - record_.losses_offset();
@@ -430,7 +489,7 @@ void Coordinator::Replan() {
     }
     record_.set_step(record_.committed_step());
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replan_reason_ + "; now " + scheduler::PlanDebugString(r->stages));
+                       replan_reason_ + "; now " + scheduler::PlanDebugString(next));
     for (auto& d : detectors_) d.Reset();
     for (auto& recent : recent_compute_) recent.clear();
     PersistLocked();

@@ -90,6 +90,7 @@ class Coordinator {
   // Straggler detection and live re-planning.
   std::vector<scheduler::ChangeDetector> detectors_;
   std::vector<std::vector<double>> recent_compute_;  // per stage, last few steps
+  std::map<std::pair<std::string, std::string>, v1::LinkUsage> recent_links_;  // latest reports
   bool replan_pending_ = false;
   uint64_t replan_detected_step_ = 0;
   std::string replan_reason_;

@@ -92,4 +92,19 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   return spec;
 }
 
+scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
+                                                const std::vector<std::string>& sites) {
+  scheduler::PlacementRequest request;
+  request.model = spec.job.model;
+  request.sites = sites;
+  scheduler::PipelineWorkload& w = request.workload;
+  w.microbatch_size = spec.job.microbatch_size;
+  w.seq_len = spec.job.seq_len;
+  w.microbatches = spec.job.microbatches();
+  w.compression = CompressionModeName(spec.compression);
+  w.codec = spec.codec;
+  w.floor = spec.floor;
+  return request;
+}
+
 }  // namespace longhaul::daemon

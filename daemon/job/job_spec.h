@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "model/job.h"
+#include "scheduler/placement.h"
 
 namespace longhaul::daemon {
 
@@ -37,5 +38,10 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                                const std::string& base_dir);
 
 const char* CompressionModeName(CompressionMode mode);
+
+// What the planner and cost model need of a job: the model, its microbatches and compression,
+// over `sites` (candidates, in the preferred order).
+scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
+                                                const std::vector<std::string>& sites);
 
 }  // namespace longhaul::daemon

@@ -225,8 +225,9 @@ Status StageRunner::RunStep(uint64_t step) {
     l->set_raw_bytes(o.raw_bytes);
     l->set_wire_bytes(o.wire_bytes);
     l->set_tensors(o.tensors);
-    l->set_bandwidth_bytes_per_second(
-        ctx_.monitor->Outbound(o.to_site).bandwidth_bytes_per_second());
+    const v1::LinkEstimate estimate = ctx_.monitor->Outbound(o.to_site);
+    l->set_bandwidth_bytes_per_second(estimate.bandwidth_bytes_per_second());
+    l->set_rtt_seconds(estimate.rtt_seconds());
     if (o.send_seconds > 0) l->set_achieved_bytes_per_second(o.wire_bytes / o.send_seconds);
   }
   StatusOr<v1::StepDecision> decision;

@@ -188,6 +188,50 @@ TEST_CASE("every site is used when leaving sites out is not allowed") {
   CHECK(plan->unused_sites.empty());
 }
 
+TEST_CASE("keep_order: the request's sites in its order, the best split of them") {
+  std::mt19937_64 rng(11);
+  for (int k = 0; k < 8; ++k) {
+    RandomMeshOptions o;
+    o.sites = 3 + k % 3;
+    o.seed = rng();
+    const Profiles profiles = RandomMesh(o);
+    const int L = 9;
+    const auto config = SmallModel(L);
+    const auto request =
+        Request(config, testing::Workload(4, k % 2 ? "adaptive" : "off"), profiles);
+    PlannerOptions po;
+    po.keep_order = true;
+    const Planner planner(profiles, po);
+    auto plan = planner.Plan(request);
+    REQUIRE(plan.ok());
+    CHECK(plan->method == "in-order");
+    REQUIRE(plan->stages.size() == request.sites.size());
+    for (size_t i = 0; i < request.sites.size(); ++i)
+      CHECK(plan->stages[i].site == request.sites[i]);
+    // Every split of the sites in this order, priced by the cost model.
+    auto model = planner.Model(request);
+    REQUIRE(model.ok());
+    const int S = static_cast<int>(request.sites.size());
+    double best = kInfeasible;
+    std::function<void(Pipeline&, int, int)> splits = [&](Pipeline& p, int stage, int left) {
+      if (stage == S - 1) {
+        p.layers[stage] = left;
+        best = std::min(best, model->StepSeconds(p));
+        return;
+      }
+      for (int n = 1; n <= left - (S - 1 - stage); ++n) {
+        p.layers[stage] = n;
+        splits(p, stage + 1, left - n);
+      }
+    };
+    Pipeline p{std::vector<int>(S), std::vector<int>(S, 0)};
+    for (int i = 0; i < S; ++i) p.sites[i] = i;
+    splits(p, 0, L);
+    INFO("instance " << k << ": " << PlanDebugString(plan->stages));
+    CHECK(plan->estimate.step_seconds <= best * 1.01);
+  }
+}
+
 TEST_CASE("the Placer interface and bad requests") {
   const auto config = SmallModel(8);
   Profiles p = Mesh({1e11, 1e11}, 1e9, 0.005);

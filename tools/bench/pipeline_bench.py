@@ -11,6 +11,14 @@
       step time against the bound max(slowest stage compute, slowest link's wire bytes per
       step / its rate), the speedups of adaptive over the other runs of its scenario, and
       per run and phase (split at scheduled rate changes) the details and CPU use.
+  pipeline_bench.py predict --cli LONGHAUL --delay 10ms RUN.json...
+      The cost model against the runs: for each static run, a profiles file of what was
+      measured or set (each site's FLOP/s from its stage's measured compute seconds per step,
+      each link's linkem rate, and its RTT from the link monitors' estimates during the run, or
+      2 x delay with --rtt nominal), `longhaul plan JOB --profiles` for the
+      job's own placement (the even split in the job's order, as submitted), and a Markdown
+      table of the measured steady step time (steps from 30% of the run to its end) against
+      the predicted one, with the error and the predicted bottleneck.
   pipeline_bench.py ports N
       Prints N distinct free TCP ports below the ephemeral range.
 
@@ -18,6 +26,7 @@ Only the Python standard library; run it with /usr/bin/python3.
 """
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -97,7 +106,8 @@ def follow(a):
             "stages": [{k: s.get(k, 0) for k in ("site", "compute_seconds", "wait_seconds",
                                                   "step_seconds")} for s in st.get("stages", [])],
             "links": [{k: l.get(k) for k in ("from_site", "to_site", "codec", "raw_bytes",
-                                             "wire_bytes", "bandwidth_bytes_per_second")}
+                                             "wire_bytes", "bandwidth_bytes_per_second",
+                                             "rtt_seconds")}
                       for l in st.get("links", [])],
         })
         last = st
@@ -348,6 +358,112 @@ def ports(a):
     print(" ".join(map(str, out)))
 
 
+def measured_rtts(samples, first):
+    """Per directed link, the median of the link monitors' RTT estimates from step `first`."""
+    seen = {}
+    for x in samples:
+        if x["step"] < first:
+            continue
+        for l in x["links"]:
+            if l.get("rtt_seconds"):
+                seen.setdefault(f"{l['from_site']}-{l['to_site']}", []).append(l["rtt_seconds"])
+    return {k: statistics.median(v) for k, v in seen.items()}
+
+
+def write_profiles(path, sites, flops, rates, rtt):
+    with open(path, "w") as f:
+        f.write("sites:\n")
+        for site in sites:
+            f.write(f"  - {{name: {site}, flops: {flops[site]:.6g}}}\n")
+        f.write("links:\n")
+        for x in sites:
+            for y in sites:
+                if x != y:
+                    f.write(f"  - {{from: {x}, to: {y}, bandwidth: {rates[f'{x}-{y}']:.6g} B/s, "
+                            f"rtt: {rtt.get(f'{x}-{y}', rtt['default']):.6g} s, "
+                            f"symmetric: false}}\n")
+
+
+def plan_even_split(cli, job, profiles):
+    out = subprocess.run([cli, "plan", job, "--profiles", profiles, "-o", "json"],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"longhaul plan: {out.stderr.strip()}")
+    even = json.loads(out.stdout).get("even_split")
+    if not even:
+        raise RuntimeError("longhaul plan gave no even_split estimate")
+    return even
+
+
+def predict(a):
+    rows, errors = [], []
+    for path in a.runs:
+        run = json.load(open(path))
+        if run.get("changes"):
+            continue  # the cost model is of steady links
+        samples = [x for x in run["samples"] if x["step"] > 0]
+        final = run["final"]
+        total = int(final.get("step", 0))
+        first = max(2, int(math.ceil(a.from_fraction * total)))
+        t0, t1 = time_of_step(samples, first), time_of_step(samples, total)
+        if t0 is None or t1 is None or total <= first:
+            print(f"pipeline_bench: {path}: too few steps", file=sys.stderr)
+            continue
+        measured = (t1 - t0) / (total - first)
+        stages = final.get("stages", [])
+        sites = [st["site"] for st in stages]
+        compute = {}
+        for i, site in enumerate(sites):
+            values = [x["stages"][i]["compute_seconds"] for x in samples
+                      if x["step"] >= first and len(x["stages"]) > i and
+                      x["stages"][i].get("compute_seconds")]
+            compute[site] = statistics.median(values)
+        rates = rates_at(run, 0)
+        rtt = {"default": 2 * parse_time(a.delay)}
+        if a.rtt == "measured":  # the link monitors' estimates (heartbeat round trips)
+            rtt.update(measured_rtts(samples, first))
+        tmp = path + ".profiles.yaml"
+        # Compute scales as 1/FLOP/s: price at a nominal rate, then rescale to what was measured.
+        nominal = {site: 1e12 for site in sites}
+        write_profiles(tmp, sites, nominal, rates, rtt)
+        even = plan_even_split(a.cli, run["job"], tmp)
+        flops = {}
+        for i, site in enumerate(sites):
+            e = even["stages"][i]
+            if e["site"] != site or int(e["layer_begin"]) != int(stages[i]["layer_begin"]) or \
+                    int(e["layer_end"]) != int(stages[i]["layer_end"]):
+                raise RuntimeError(f"{path}: the plan's even split differs from the run's stages")
+            flops[site] = 1e12 * e["compute_seconds"] / compute[site]
+        write_profiles(tmp, sites, flops, rates, rtt)
+        even = plan_even_split(a.cli, run["job"], tmp)
+        predicted = even["step_seconds"]
+        err = 100 * (predicted - measured) / measured
+        errors.append(abs(err))
+        links = ", ".join(f"{k} {8 * parse_rate(v) / 1e6:.0f}" for k, v in run["rates"].items())
+        codecs = ",".join(sorted({l.get("codec", "") for l in final.get("links", [])}))
+        rtts = "/".join(f"{1e3 * rtt.get(f'{x}-{y}', rtt['default']):.0f}"
+                        for x, y in zip(sites, sites[1:]))
+        rows.append((run["label"], links + f"; RTT {rtts} ms", codecs,
+                     " / ".join(f"{compute[s]:.3f}" for s in sites), measured, predicted, err,
+                     even.get("bottleneck_description") or even.get("period_limit", "")))
+    print("| run | links (Mbit/s) | codecs seen | stage compute s/step (measured) | "
+          "measured step s | predicted step s | error | predicted bottleneck |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3f} | {r[5]:.3f} | {r[6]:+.1f}% | "
+              f"{r[7]} |")
+    if errors:
+        print(f"\nlargest |error| {max(errors):.1f}%, mean {statistics.fmean(errors):.1f}% over "
+              f"{len(errors)} runs")
+
+
+def parse_time(s):
+    m = re.fullmatch(r"([0-9.]+)\s*(us|ms|s)?", s.strip())
+    if not m:
+        raise ValueError(f"bad time {s!r}")
+    return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1, None: 1}[m.group(2)]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -372,10 +488,17 @@ def main():
     r.add_argument("--target-fraction", type=float, default=0.65)
     r.add_argument("--reference", default="off")
     r.add_argument("--json")
+    c = sub.add_parser("predict")
+    c.add_argument("runs", nargs="+")
+    c.add_argument("--cli", required=True)
+    c.add_argument("--delay", default="10ms", help="linkem's one-way delay on every link")
+    c.add_argument("--from-fraction", type=float, default=0.3)
+    c.add_argument("--rtt", choices=["measured", "nominal"], default="measured",
+                   help="RTT: the link monitors' estimates from the run, or 2 x --delay")
     q = sub.add_parser("ports")
     q.add_argument("n", type=int)
     a = p.parse_args()
-    {"follow": follow, "report": report, "ports": ports}[a.cmd](a)
+    {"follow": follow, "report": report, "predict": predict, "ports": ports}[a.cmd](a)
 
 
 if __name__ == "__main__":

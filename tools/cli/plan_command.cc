@@ -153,23 +153,14 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   auto profiles = scheduler::LoadProfiles(flags.profiles);
   if (!profiles.ok()) return Fail(profiles.status(), err);
 
-  scheduler::PlacementRequest request;
-  request.model = spec->job.model;
-  request.sites = spec->sites;
+  scheduler::PlacementRequest request = daemon::PlacementRequestFor(*spec, spec->sites);
   if (flags.sites == std::vector<std::string>{"all"}) {
     request.sites.clear();
     for (const auto& s : profiles->sites) request.sites.push_back(s.name);
   } else if (!flags.sites.empty()) {
     request.sites = flags.sites;
   }
-  scheduler::PipelineWorkload& w = request.workload;
-  w.microbatch_size = spec->job.microbatch_size;
-  w.seq_len = spec->job.seq_len;
-  w.microbatches = spec->job.microbatches();
-  w.compression = daemon::CompressionModeName(spec->compression);
-  w.codec = spec->codec;
-  w.floor = spec->floor;
-  w.coordinator = flags.coordinator;
+  request.workload.coordinator = flags.coordinator;
   scheduler::PlannerOptions options;
   options.time_budget_seconds = flags.time_budget_seconds;
   const scheduler::Planner planner(*profiles, options);
@@ -202,6 +193,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     out << j.dump(2) << "\n";
     return 0;
   }
+  const scheduler::PipelineWorkload& w = request.workload;
   out << "job " << spec->job.name << ": GPT-2 " << request.model.DebugString() << ", "
       << w.microbatches << " microbatches of " << w.microbatch_size << " x " << w.seq_len
       << " tokens, compression " << w.compression << "\n"
