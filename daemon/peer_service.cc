@@ -203,6 +203,17 @@ grpc::Status PeerServiceImpl::ControlJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status PeerServiceImpl::ProfileSite(grpc::ServerContext* context,
+                                          const v1::ProfileSiteRequest* request,
+                                          v1::SiteProfileReply* response) {
+  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->ProfileSite(*request);
+  if (!r.ok()) return ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
 grpc::Status PeerServiceImpl::FetchFragment(grpc::ServerContext* context,
                                             const v1::FetchFragmentRequest* request,
                                             grpc::ServerWriter<v1::TensorFrame>* writer) {

@@ -44,6 +44,8 @@ class PeerServiceImpl final : public v1::Peer::Service {
                           v1::JobCommandResponse* response) override;
   grpc::Status FetchFragment(grpc::ServerContext* context, const v1::FetchFragmentRequest* request,
                              grpc::ServerWriter<v1::TensorFrame>* writer) override;
+  grpc::Status ProfileSite(grpc::ServerContext* context, const v1::ProfileSiteRequest* request,
+                           v1::SiteProfileReply* response) override;
 
  private:
   const PeerServiceOptions options_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_join.h"
 #include "compression/controller.h"
+#include "daemon/job/site_profile.h"
 #include "model/checkpoint.h"
 #include "model/file_io.h"
 #include "model/layout.h"
@@ -55,10 +56,20 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     auto codec = controller.FindRung(spec.codec);
     if (!codec.ok()) return Annotate(codec.status(), spec.job.source + ": compression.codec");
   }
-  scheduler::PlacementRequest pr;
-  pr.model = spec.job.model;
-  pr.sites = spec.sites;
-  ASSIGN_OR_RETURN(auto plan, scheduler::MakeEvenSplitPlacer()->Place(pr));
+  std::vector<scheduler::StagePlan> plan;
+  std::string placement;
+  double predicted = 0;
+  if (spec.planned) {
+    auto planned = PlanPlacement(spec, env.channel);
+    if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
+    plan = planned->stages;
+    placement = planned->summary;
+    predicted = planned->predicted_step_seconds;
+    env.log->info("job {}: {}", job_id, placement);
+  } else {
+    ASSIGN_OR_RETURN(
+        plan, scheduler::MakeEvenSplitPlacer()->Place(PlacementRequestFor(spec, spec.sites)));
+  }
 
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
   v1::JobStatus& r = c->record_;
@@ -69,6 +80,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   r.set_coordinator(c->env_.site);
   r.set_submitted_unix(NowUnix());
   r.set_attempt(1);
+  r.set_detail(placement);
+  r.set_predicted_step_seconds(predicted);
   for (size_t i = 0; i < plan.size(); ++i) {
     v1::StageInfo* s = r.add_stages();
     s->set_index(i);

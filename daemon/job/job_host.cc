@@ -31,6 +31,9 @@ class LocalSiteChannel final : public SiteChannel {
                        const std::function<Status(const v1::TensorFrame&)>& sink) override {
     return host_->FetchFragment(req, sink);
   }
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req, double) override {
+    return host_->ProfileSite(req);
+  }
 
  private:
   std::string site_;
@@ -57,6 +60,8 @@ StatusOr<v1::StageAssignment> ReadAssignment(const std::string& path) {
 
 JobHost::JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)), monitor_(monitor), log_(std::move(log)) {
+  profiler_ =
+      std::make_unique<SiteProfiler>(options_.site, options_.devices, options_.memory_limit_bytes);
   throttle_->store(options_.throttle_seconds);
   channels_[options_.site] = std::make_unique<LocalSiteChannel>(options_.site, this);
   for (const auto& [name, address] : options_.peers) {
@@ -173,6 +178,21 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
   v1::SubmitJobResponse r;
   r.set_job_id(id);
   r.set_coordinator(options_.site);
+  return r;
+}
+
+StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest& req) {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(req.job_yaml(), "job", options_.data_dir));
+  std::vector<std::string> peers;
+  for (const auto& [name, address] : options_.peers) peers.push_back(name);
+  auto r = profiler_->Profile(spec, throttle_->load(), *monitor_, peers);
+  if (r.ok() && r->calibration_seconds() > 0 && log_) {
+    log_->info(
+        "calibrated {} for {}x{} tokens per microbatch at C={}: {:.2f} ms per layer "
+        "(forward + backward), {:.1f} GFLOP/s",
+        r->backend(), spec.job.microbatch_size, spec.job.seq_len, spec.job.model.channels,
+        1e3 * r->seconds_per_layer(), r->flops() / 1e9);
+  }
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include "daemon/job/coordinator.h"
 #include "daemon/job/inbox.h"
 #include "daemon/job/site_channel.h"
+#include "daemon/job/site_profile.h"
 #include "daemon/job/stage_runner.h"
 #include "daemon/link_monitor.h"
 
@@ -58,6 +59,8 @@ class JobHost {
   StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c);
   Status FetchFragment(const v1::FetchFragmentRequest& req,
                        const std::function<Status(const v1::TensorFrame&)>& sink);
+  // This site's compute, memory and outbound links for a job's shapes (site_profile.h).
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req);
   // A whole tensor received on SendFrames (`first` carries its metadata).
   Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload);
 
@@ -91,6 +94,7 @@ class JobHost {
   std::map<std::string, std::unique_ptr<SiteChannel>> channels_;
   std::mutex assign_mu_;  // one assignment at a time
   std::shared_ptr<std::atomic<double>> throttle_ = std::make_shared<std::atomic<double>>(0);
+  std::unique_ptr<SiteProfiler> profiler_;  // calibrations, cached by job shape
   bool shut_down_ = false;
 };
 

@@ -26,8 +26,8 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   ASSIGN_OR_RETURN(auto root, w.Root(yaml));
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
-  model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{};
-  bool have_sites = false, have_comp = false, have_replan = false;
+  model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{};
+  bool have_sites = false, have_comp = false, have_replan = false, have_placement = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "sites") {
@@ -39,6 +39,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else if (key == "replan") {
       replan_entry = {it->first, it->second, "replan"};
       have_replan = true;
+    } else if (key == "placement") {
+      placement_entry = {it->first, it->second, "placement"};
+      have_placement = true;
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
@@ -66,6 +69,16 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
       spec.replan = false;
     } else {
       return w.Error(replan_entry, "expected on or off, got '" + v + "'");
+    }
+  }
+  if (have_placement) {
+    ASSIGN_OR_RETURN(std::string v, w.String(placement_entry));
+    if (v == "planned") {
+      spec.planned = true;
+    } else if (v == "even") {
+      spec.planned = false;
+    } else {
+      return w.Error(placement_entry, "expected planned or even, got '" + v + "'");
     }
   }
   if (have_comp) {

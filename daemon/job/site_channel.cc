@@ -67,6 +67,15 @@ class RemoteSiteChannel final : public SiteChannel {
     return status;
   }
 
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
+                                             double timeout) override {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, timeout);
+    v1::SiteProfileReply r;
+    RETURN_IF_ERROR(FromGrpc(stub_->ProfileSite(&ctx, req, &r), "site '" + site_ + "'"));
+    return r;
+  }
+
  private:
   std::string site_;
   std::unique_ptr<v1::Peer::Stub> stub_;

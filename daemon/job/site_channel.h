@@ -28,6 +28,8 @@ class SiteChannel {
   // Calls `sink` for each frame of the stage's parameters.
   virtual Status FetchFragment(const v1::FetchFragmentRequest& req,
                                const std::function<Status(const v1::TensorFrame&)>& sink) = 0;
+  virtual StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
+                                                     double timeout_seconds) = 0;
 };
 
 // A channel to a remote site's Peer service.

@@ -55,6 +55,7 @@ checkpoint: {every: 10}
 backend: cpu
 threads: 1
 sites: [alpha, beta, gamma]
+placement: even   # every site runs a stage (the scenarios kill beta and alpha)
 compression: {mode: off}
 replan: off   # the drop scenario checks that no attempt restarts
 YAML

@@ -35,6 +35,7 @@ std::string JobYaml(const std::string& extra, int steps = 6) {
          "backend: cpu\n"
          "threads: 1\n"
          "sites: [alpha, beta, gamma]\n"
+         "placement: even\n"
          "replan: off\n" +
          extra;
 }
@@ -268,6 +269,34 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
   CHECK(s->state() == v1::JOB_STATE_CANCELLED);
   // The daemons keep serving.
   CHECK(c.at(1).NodeStatus().peers_up() == 2);
+}
+
+TEST_CASE("the planner places a job from the sites' calibrations and links") {
+  Cluster c = StartCluster();
+  // gamma is a slow site before the job starts: 50 ms more per layer and microbatch.
+  c.at(2).jobs().set_throttle(0.05);
+  std::string yaml = JobYaml("compression: {mode: off}\n", /*steps=*/6);
+  yaml.replace(yaml.find("layers: 3"), 9, "layers: 6");
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  auto r = c.at(0).jobs().Submit(req);
+  REQUIRE(r.ok());
+  const v1::JobStatus done = WaitDone(c.at(0), r->job_id(), 120s);
+  INFO(done.detail());
+  REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
+  CHECK(done.predicted_step_seconds() > 0);
+  int gamma_layers = 0, layers = 0;
+  for (const auto& s : done.stages()) {
+    layers += static_cast<int>(s.layer_end() - s.layer_begin());
+    if (s.site() == "gamma") gamma_layers = static_cast<int>(s.layer_end() - s.layer_begin());
+  }
+  CHECK(layers == 6);
+  CHECK(gamma_layers <= 1);  // the slow site gets at most one layer, or is left out
+  // Wherever the layers went, the losses are the single-process run's.
+  const std::vector<float> local = TrainLocalLosses(yaml);
+  REQUIRE(done.losses_size() == static_cast<int>(local.size()));
+  for (size_t i = 0; i < local.size(); ++i) CHECK(done.losses(i) == local[i]);
 }
 
 TEST_CASE("a straggler is detected, layers move off it, and the losses do not change") {

@@ -126,6 +126,7 @@ checkpoint: {every: 0}
 backend: cpu
 threads: $THREADS
 sites: [$A, $B, $C]
+placement: even   # the three sites in this order: the links under study carry the pipeline
 compression:
   mode: $2
 $codec_line

@@ -1,0 +1,125 @@
+// SiteProfiler and ProfilesFromReplies; see site_profile.h.
+#include "daemon/job/site_profile.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "daemon/job/site_backend.h"
+#include "kernels/ops.h"
+#include "scheduler/calibration.h"
+
+namespace longhaul::daemon {
+
+StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double throttle_seconds,
+                                                     const LinkMonitor& monitor,
+                                                     const std::vector<std::string>& peers) {
+  const model::Job& job = spec.job;
+  ASSIGN_OR_RETURN(const std::string backend, SiteBackend(devices_, job.backend));
+  v1::SiteProfileReply r;
+  r.set_site(site_);
+  r.set_backend(backend);
+  const auto key = std::make_tuple(backend, job.model.channels, job.model.num_heads,
+                                   job.model.max_seq_len, job.microbatch_size, job.seq_len);
+  Measured m;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      m = it->second;
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      ASSIGN_OR_RETURN(auto ops, kernels::MakeOps(backend, job.threads));
+      scheduler::CalibrationOptions o;
+      o.batch_size = job.microbatch_size;
+      o.seq_len = job.seq_len;
+      auto c = scheduler::CalibrateLayer(ops.get(), job.model, o);
+      if (!c.ok()) return Annotate(c.status(), "site '" + site_ + "': calibration");
+      m.seconds_per_layer = c->seconds_per_layer();
+      m.optimizer_params_per_second = c->optimizer_params_per_second;
+      cache_[key] = m;
+      r.set_calibration_seconds(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  const double seconds = m.seconds_per_layer + std::max(0.0, throttle_seconds);
+  r.set_seconds_per_layer(seconds);
+  r.set_flops(
+      scheduler::FlopsFromLayerSeconds(job.model, job.microbatch_size, job.seq_len, seconds));
+  r.set_optimizer_params_per_second(m.optimizer_params_per_second);
+  r.set_memory_limit_bytes(static_cast<uint64_t>(std::max<int64_t>(0, memory_limit_bytes_)));
+  for (const auto& peer : peers) *r.add_links() = monitor.Outbound(peer);
+  return r;
+}
+
+StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProfileReply>& replies,
+                                                  std::vector<std::string>* notes) {
+  constexpr double kUnmeasuredBandwidth = 125e6;  // 1 Gbit/s
+  scheduler::Profiles p;
+  for (const auto& r : replies) {
+    p.sites.push_back({r.site(), r.flops(), static_cast<int64_t>(r.memory_limit_bytes()),
+                       r.optimizer_params_per_second()});
+  }
+  for (const auto& from : replies) {
+    for (const auto& to : replies) {
+      if (from.site() == to.site()) continue;
+      scheduler::LinkProfile l{from.site(), to.site(), 0, 0};
+      for (const auto& e : from.links()) {
+        if (e.to_site() != to.site()) continue;
+        l.bandwidth_bytes_per_second = e.bandwidth_bytes_per_second();
+        l.rtt_seconds = std::max(0.0, e.rtt_seconds());
+      }
+      if (l.bandwidth_bytes_per_second <= 0) {
+        l.bandwidth_bytes_per_second = kUnmeasuredBandwidth;
+        notes->push_back(absl::StrCat("link ", from.site(), " -> ", to.site(),
+                                      " not measured yet (assumed 1 Gbit/s)"));
+      }
+      p.links.push_back(l);
+    }
+  }
+  RETURN_IF_ERROR(scheduler::ValidateProfiles(p));
+  return p;
+}
+
+StatusOr<PlannedPlacement> PlanPlacement(
+    const JobSpec& spec, const std::function<SiteChannel*(const std::string&)>& channel) {
+  constexpr double kProfileTimeoutSeconds = 120;
+  v1::ProfileSiteRequest req;
+  req.set_job_yaml(spec.yaml);
+  std::vector<v1::SiteProfileReply> replies;
+  for (const auto& site : spec.sites) {
+    SiteChannel* ch = channel(site);
+    if (ch == nullptr) return absl::InvalidArgumentError("sites: unknown site '" + site + "'");
+    auto r = ch->ProfileSite(req, kProfileTimeoutSeconds);
+    if (!r.ok()) return Annotate(r.status(), "placing the job: profiling site '" + site + "'");
+    replies.push_back(*std::move(r));
+  }
+  std::vector<std::string> notes;
+  ASSIGN_OR_RETURN(const scheduler::Profiles profiles, ProfilesFromReplies(replies, &notes));
+  const scheduler::PlacementRequest request = PlacementRequestFor(spec, spec.sites);
+  const scheduler::Planner planner(profiles);
+  auto plan = planner.Plan(request);
+  if (!plan.ok()) return Annotate(plan.status(), "placing the job");
+  PlannedPlacement p;
+  p.stages = plan->stages;
+  p.predicted_step_seconds = plan->estimate.step_seconds;
+  p.summary = absl::StrCat("planned ", scheduler::PlanDebugString(p.stages), ": predicted ",
+                           absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step (",
+                           plan->estimate.bottleneck_description, ")");
+  if (!plan->unused_sites.empty()) {
+    absl::StrAppend(&p.summary, "; left out ", absl::StrJoin(plan->unused_sites, ", "),
+                    " (faster without)");
+  }
+  if (auto even = scheduler::MakeEvenSplitPlacer()->Place(request); even.ok()) {
+    if (auto model = planner.Model(request); model.ok()) {
+      if (auto e = model->Estimate(*even); e.ok()) {
+        absl::StrAppend(&p.summary, "; the even split in the listed order: ",
+                        absl::StrFormat("%.3f", e->step_seconds), " s/step");
+      }
+    }
+  }
+  for (const auto& n : notes) absl::StrAppend(&p.summary, "; ", n);
+  return p;
+}
+
+}  // namespace longhaul::daemon

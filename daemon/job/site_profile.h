@@ -1,0 +1,67 @@
+// Placing a job from measurements. Each site answers ProfileSite for the job's shapes: a short
+// calibration run of one layer on the backend it would train on (scheduler/calibration.h),
+// its memory limit, and its link monitor's view of its outbound links. The coordinator
+// gathers every candidate site's answer into scheduler::Profiles and runs the planner, which
+// chooses the order of the sites, the split of the layers and which sites to leave out.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/job_spec.h"
+#include "daemon/job/site_channel.h"
+#include "daemon/link_monitor.h"
+#include "proto/longhaul.pb.h"
+#include "scheduler/planner.h"
+
+namespace longhaul::daemon {
+
+// One site's side: calibrations cached by (backend, model shape, microbatch, sequence length).
+class SiteProfiler {
+ public:
+  SiteProfiler(std::string site, std::vector<std::string> devices, int64_t memory_limit_bytes)
+      : site_(std::move(site)),
+        devices_(std::move(devices)),
+        memory_limit_bytes_(memory_limit_bytes) {}
+
+  // `throttle_seconds`: the debug throttle (extra seconds per layer and microbatch), counted
+  // as compute like the stage runner counts it. `monitor` gives the outbound links.
+  StatusOr<v1::SiteProfileReply> Profile(const JobSpec& spec, double throttle_seconds,
+                                         const LinkMonitor& monitor,
+                                         const std::vector<std::string>& peers);
+
+ private:
+  struct Measured {
+    double seconds_per_layer = 0, optimizer_params_per_second = 0;
+  };
+  const std::string site_;
+  const std::vector<std::string> devices_;
+  const int64_t memory_limit_bytes_;
+  std::mutex mu_;  // one calibration at a time; guards the cache
+  std::map<std::tuple<std::string, int, int, int, int, int>, Measured> cache_;
+};
+
+// The coordinator's side: profiles of the candidate sites (every ordered pair of them gets a
+// link; one nobody measured yet is assumed at 1 Gbit/s and named in `notes`).
+StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProfileReply>& replies,
+                                                  std::vector<std::string>* notes);
+
+// A job's placement by the planner.
+struct PlannedPlacement {
+  std::vector<scheduler::StagePlan> stages;
+  double predicted_step_seconds = 0;
+  std::string summary;  // one line for the job's detail and the log
+};
+
+// Asks every site of spec.sites for its profile (ProfileSite) and plans the job over them.
+// Fails naming the site that could not be profiled, or why no plan fits.
+StatusOr<PlannedPlacement> PlanPlacement(
+    const JobSpec& spec, const std::function<SiteChannel*(const std::string&)>& channel);
+
+}  // namespace longhaul::daemon
