@@ -38,17 +38,19 @@ struct LinkConfig {
 };
 
 struct SiteConfig {
-  std::string source;                          // path the config was read from (or the name given)
-  std::string site;                            // [a-z0-9][a-z0-9-]{0,62}; also the TLS cert name
-  std::string peer_listen;                     // host:port (port 0: pick any)
-  std::string control_listen;                  // host:port
-  std::string status_listen;                   // host:port
-  std::vector<PeerConfig> peers;               // may be empty
-  std::string data_dir;                        // absolute; need not exist yet
-  std::vector<std::string> devices = {"cpu"};  // each "cpu" or "cuda:N"
-  std::optional<TlsConfig> tls;                // absent: plaintext
-  std::string token_file;                      // absolute; existed and was non-empty at load
-  std::string log_level = "info";              // trace|debug|info|warn|error
+  std::string source;             // path the config was read from (or the name given)
+  std::string site;               // [a-z0-9][a-z0-9-]{0,62}; also the TLS cert name
+  std::string peer_listen;        // host:port (port 0: pick any)
+  std::string control_listen;     // host:port
+  std::string status_listen;      // host:port
+  std::vector<PeerConfig> peers;  // may be empty
+  std::string data_dir;           // absolute; need not exist yet
+  // Each "cpu", "cpu:N" or "cuda:N". Several GPUs (or CPU replicas) train the site's fragment
+  // data parallel: each microbatch split between them, gradients all-reduced (NCCL on GPUs).
+  std::vector<std::string> devices = {"cpu"};
+  std::optional<TlsConfig> tls;    // absent: plaintext
+  std::string token_file;          // absolute; existed and was non-empty at load
+  std::string log_level = "info";  // trace|debug|info|warn|error
   int64_t memory_limit_bytes = 0;  // memory_limit_mb: what job stages may allocate (0: no limit)
   LinkConfig links;
 };

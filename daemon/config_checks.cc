@@ -138,13 +138,16 @@ StatusOr<HostPort> ParseHostPort(absl::string_view text, bool allow_port_zero) {
 
 Status CheckDevice(absl::string_view device) {
   if (device == "cpu") return absl::OkStatus();
-  absl::string_view index = device.substr(std::min<size_t>(device.size(), 5));
-  if (device.substr(0, 5) == "cuda:" && AllDigits(index) && index.size() <= 4 &&
-      (index.size() == 1 || index.front() != '0')) {
-    return absl::OkStatus();
+  for (absl::string_view prefix : {"cuda:", "cpu:"}) {
+    if (device.substr(0, prefix.size()) != prefix) continue;
+    absl::string_view index = device.substr(prefix.size());
+    if (AllDigits(index) && !index.empty() && index.size() <= 4 &&
+        (index.size() == 1 || index.front() != '0')) {
+      return absl::OkStatus();
+    }
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid device '", device, "': use 'cpu' or 'cuda:N'"));
+      absl::StrCat("invalid device '", device, "': use 'cpu', 'cpu:N' or 'cuda:N'"));
 }
 
 Status CheckLogLevel(absl::string_view level) {

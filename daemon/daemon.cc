@@ -74,7 +74,6 @@ Status Daemon::LockDataDir() {
 
 Status Daemon::StartAll() {
   RETURN_IF_ERROR(CheckSiteDevices(config_.devices));
-  if (auto backend = SiteBackend(config_.devices, "cpu"); !backend.ok()) return backend.status();
   RETURN_IF_ERROR(LockDataDir());
   if (options_.token.empty()) {
     ASSIGN_OR_RETURN(options_.token, ReadTokenFile(config_.token_file));

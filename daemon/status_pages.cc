@@ -212,6 +212,7 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                         {"site", s.site()},
                         {"layers", {s.layer_begin(), s.layer_end()}},
                         {"memory_bytes", s.memory_bytes()},
+                        {"devices", s.devices()},
                         {"compute_seconds", s.compute_seconds()},
                         {"network_wait_seconds", s.wait_seconds()},
                         {"step_seconds", s.step_seconds()}});

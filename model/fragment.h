@@ -128,6 +128,10 @@ class Fragment {
   void GetOptimizerState(float* m_host, float* v_host) const;
   void SetOptimizerState(const float* m_host, const float* v_host);
 
+  // The gradient in backend memory (layout().total() floats, flat layout), for all-reducing
+  // it in place between data-parallel replicas (replicated_fragment.h).
+  float* MutableGradients() { return grads_; }
+
  private:
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;

@@ -200,6 +200,7 @@ bool Coordinator::AssignAll() {
       if (r.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         record_.mutable_stages(i)->set_memory_bytes(r->memory_bytes());
+        record_.mutable_stages(i)->set_devices(r->devices());
         continue;
       }
       s = r.status();

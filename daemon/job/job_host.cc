@@ -294,7 +294,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
         "' must have every neighbouring stage's site (and, on the first and last stage, each "
         "other) among its peers");
   }
-  ASSIGN_OR_RETURN(ctx.backend, SiteBackend(options_.devices, ctx.spec.job.backend));
+  ctx.backends = SiteBackends(options_.devices, ctx.spec.job.backend);
   ctx.monitor = monitor_;
   ctx.log = log_;
   ctx.throttle = throttle_;
@@ -305,6 +305,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
   RETURN_IF_ERROR(model::WriteFileAtomically(JobDir(id) + "/stage.pb", a.SerializeAsString()));
   v1::AssignResponse r;
   r.set_memory_bytes(runner->memory_bytes());
+  r.set_devices(runner->devices());
   stage->runner = std::move(runner);
   stage->runner->Start();
   log_->info("job {}: running stage {} (layers {}..{}), attempt {}, from step {}", id, i,

@@ -18,18 +18,17 @@ std::vector<std::string> Gpus(const std::vector<std::string>& devices) {
 
 }  // namespace
 
-StatusOr<std::string> SiteBackend(const std::vector<std::string>& devices,
-                                  const std::string& job_backend) {
-  const std::vector<std::string> gpus = Gpus(devices);
-  if (gpus.size() > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("devices: ", gpus.size(),
-                     " GPUs listed, but a site trains on one device (data parallelism over "
-                     "several GPUs is not built yet); list one of them"));
+std::vector<std::string> SiteBackends(const std::vector<std::string>& devices,
+                                      const std::string& job_backend) {
+  std::vector<std::string> backends;
+  for (const auto& gpu : Gpus(devices)) {
+    backends.push_back(
+        absl::StrCat(job_backend == "cuda-bf16" ? "cuda-bf16" : "cuda", ":", gpu.substr(5)));
   }
-  if (gpus.empty()) return job_backend == "cpu-ref" ? std::string("cpu-ref") : std::string("cpu");
-  const std::string index = gpus[0].substr(5);
-  return absl::StrCat(job_backend == "cuda-bf16" ? "cuda-bf16" : "cuda", ":", index);
+  if (!backends.empty()) return backends;
+  const std::string cpu = job_backend == "cpu-ref" ? "cpu-ref" : "cpu";
+  backends.assign(std::max<size_t>(1, devices.size()), cpu);
+  return backends;
 }
 
 Status CheckSiteDevices(const std::vector<std::string>& devices) {

@@ -16,12 +16,17 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
                                                      const LinkMonitor& monitor,
                                                      const std::vector<std::string>& peers) {
   const model::Job& job = spec.job;
-  ASSIGN_OR_RETURN(const std::string backend, SiteBackend(devices_, job.backend));
+  // Data-parallel replicas each run a share of the microbatch's rows: calibrate one replica on
+  // its share and count the site as that many times faster (the all-reduce is not priced).
+  const std::vector<std::string> backends = SiteBackends(devices_, job.backend);
+  const std::string& backend = backends[0];
+  const int R = static_cast<int>(backends.size());
+  const int rows = std::max(1, job.microbatch_size / R);
   v1::SiteProfileReply r;
   r.set_site(site_);
-  r.set_backend(backend);
+  r.set_backend(backend + (R > 1 ? absl::StrCat(" x", R) : ""));
   const auto key = std::make_tuple(backend, job.model.channels, job.model.num_heads,
-                                   job.model.max_seq_len, job.microbatch_size, job.seq_len);
+                                   job.model.max_seq_len, rows, job.seq_len);
   Measured m;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -29,9 +34,10 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
       m = it->second;
     } else {
       const auto start = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(auto ops, kernels::MakeOps(backend, job.threads));
+      ASSIGN_OR_RETURN(
+          auto ops, kernels::MakeOps(backend, job.threads == 0 ? 0 : std::max(1, job.threads / R)));
       scheduler::CalibrationOptions o;
-      o.batch_size = job.microbatch_size;
+      o.batch_size = rows;
       o.seq_len = job.seq_len;
       auto c = scheduler::CalibrateLayer(ops.get(), job.model, o);
       if (!c.ok()) return Annotate(c.status(), "site '" + site_ + "': calibration");
@@ -42,7 +48,10 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   }
-  const double seconds = m.seconds_per_layer + std::max(0.0, throttle_seconds);
+  // Seconds per layer for the whole microbatch: the replicas run their rows side by side, the
+  // largest share setting the pace.
+  const int largest = (job.microbatch_size + R - 1) / R;
+  const double seconds = m.seconds_per_layer * largest / rows + std::max(0.0, throttle_seconds);
   r.set_seconds_per_layer(seconds);
   r.set_flops(
       scheduler::FlopsFromLayerSeconds(job.model, job.microbatch_size, job.seq_len, seconds));

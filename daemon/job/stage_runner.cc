@@ -58,14 +58,24 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
         std::to_string(memory_bytes_ >> 20) + " MiB, the site allows " +
         std::to_string(memory_limit_bytes >> 20) + " MiB");
   }
-  ASSIGN_OR_RETURN(
-      ops_, kernels::MakeOps(ctx_.backend.empty() ? job.backend : ctx_.backend, job.threads));
-  ASSIGN_OR_RETURN(fragment_, model::Fragment::Create(job.model, fo, ops_.get()));
+  // One replica of the fragment per backend (a site's GPUs split each microbatch).
+  std::vector<std::string> backends = ctx_.backends;
+  if (backends.empty()) backends = {job.backend};
+  const int replica_threads =
+      job.threads == 0 ? 0 : std::max(1, job.threads / static_cast<int>(backends.size()));
+  std::vector<kernels::Ops*> replicas;
+  for (const auto& b : backends) {
+    ASSIGN_OR_RETURN(auto ops, kernels::MakeOps(b, replica_threads));
+    replicas.push_back(ops.get());
+    ops_.push_back(std::move(ops));
+  }
+  ASSIGN_OR_RETURN(fragment_, model::ReplicatedFragment::Create(job.model, fo, replicas));
+  for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
+  if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
   if (ctx_.log) {
     ctx_.log->info("job {}: stage {} runs layers {}..{} on {}", ctx_.assignment.job_id(), stage_,
-                   fo.begin, fo.end, ops_->name());
+                   fo.begin, fo.end, devices_);
   }
-  device_in_ = ops_->Alloc(static_cast<size_t>(B_) * T_ * C_);
   host_buf_.resize(static_cast<size_t>(B_) * T_ * C_);
   tokens_.resize(static_cast<size_t>(B_) * T_);
   targets_.resize(tokens_.size());
@@ -135,10 +145,6 @@ void StageRunner::Stop() {
     if (sender) sender->Close();
   }
   if (thread_.joinable()) thread_.join();
-  if (device_in_) {
-    ops_->Free(device_in_);
-    device_in_ = nullptr;
-  }
 }
 
 StageRunnerStatus StageRunner::status() const {
@@ -201,6 +207,11 @@ Status StageRunner::RunStep(uint64_t step) {
     RETURN_IF_ERROR(Backward(step, b++));
   }
   while (b < M_) RETURN_IF_ERROR(Backward(step, b++));
+  {
+    const double t0 = Now();
+    RETURN_IF_ERROR(fragment_->ReduceGradients());  // data-parallel replicas: sum their grads
+    compute_acc_ += Now() - t0;
+  }
   RETURN_IF_ERROR(ExchangeTiedGrads(step));
 
   // The barrier: every stage's gradient sums in, the global clipping scale out.
@@ -269,7 +280,6 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
     slot_targets_[slot] = targets_;
   } else {
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act));
-    ops_->Upload(device_in_, host_buf_.data(), act);
     std::vector<float> t(tok);
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
     for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
@@ -277,14 +287,14 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const double start = Now();
   Throttle();
   RETURN_IF_ERROR(fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr,
-                                     fragment_->is_first() ? nullptr : device_in_));
+                                     fragment_->is_first() ? nullptr : host_buf_.data()));
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
     *loss_sum += loss;
     compute_acc_ += Now() - start;
     return absl::OkStatus();
   }
-  ops_->Download(host_buf_.data(), fragment_->Output(slot), act);
+  fragment_->Output(slot, host_buf_.data());
   const double elapsed = Now() - start;
   compute_acc_ += elapsed;
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
@@ -301,18 +311,17 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   const float dloss = 1.0f / (float(B_) * T_ * M_);
   if (!fragment_->is_last()) {
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act));
-    ops_->Upload(device_in_, host_buf_.data(), act);
   }
   const double start = Now();
   Throttle();
-  RETURN_IF_ERROR(fragment_->Backward(slot, fragment_->is_last() ? nullptr : device_in_,
+  RETURN_IF_ERROR(fragment_->Backward(slot, fragment_->is_last() ? nullptr : host_buf_.data(),
                                       fragment_->is_last() ? dloss : 0.0f));
   const double elapsed = Now() - start;
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
   budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
   compute_acc_ += elapsed;
   if (fragment_->is_first()) return absl::OkStatus();
-  ops_->Download(host_buf_.data(), fragment_->InputGrad(), act);
+  fragment_->InputGrad(host_buf_.data());
   return Send(ctx_.to_prev.get(), &status_.outbound.front(), &prev_state_,
               v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act, {B_, T_, C_}, true);
 }
@@ -325,14 +334,14 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   if (!fragment_->is_first() && !fragment_->is_last()) return absl::OkStatus();
   const size_t n = static_cast<size_t>(ctx_.spec.job.model.padded_vocab_size) * C_;
   std::vector<float> own(n), peer(n);
-  ops_->Download(own.data(), fragment_->TiedGradOwn(), n);
+  fragment_->TiedGradOwn(own.data());
   // First and last stage swap their parts, exactly (fp32): both copies of wte must take
   // bit-identical steps. They are not neighbours unless there are two stages, so the
   // exchange goes over a direct link between them.
   RETURN_IF_ERROR(Send(ctx_.to_tied.get(), &tied_usage_, nullptr, v1::TENSOR_KIND_WEIGHT_GRAD, step,
                        0, own.data(), n, {ctx_.spec.job.model.padded_vocab_size, C_}, false));
   RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
-  ops_->Upload(fragment_->TiedGradPeer(), peer.data(), n);
+  fragment_->SetTiedGradPeer(peer.data());
   fragment_->CombineTiedGrads();
   return absl::OkStatus();
 }

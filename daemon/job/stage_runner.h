@@ -28,6 +28,7 @@
 #include "kernels/ops.h"
 #include "model/data_loader.h"
 #include "model/fragment.h"
+#include "model/replicated_fragment.h"
 
 namespace longhaul::daemon {
 
@@ -35,8 +36,10 @@ struct StageRunnerContext {
   std::string site;
   v1::StageAssignment assignment;
   JobSpec spec;
-  std::string job_dir;     // this site's directory for the job
-  std::string backend;     // kernels::MakeOps name (site_backend.h); empty: the job's backend
+  std::string job_dir;  // this site's directory for the job
+  // kernels::MakeOps names, one per data-parallel replica (site_backend.h); empty: the job's
+  // backend, one replica.
+  std::vector<std::string> backends;
   Inbox* inbox = nullptr;  // owned by the job host; outlives the runner
   SiteChannel* coordinator = nullptr;
   std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline
@@ -82,6 +85,8 @@ class StageRunner {
   void Stop();
   StageRunnerStatus status() const;
   int64_t memory_bytes() const { return memory_bytes_; }
+  // The kernel backends of the replicas, e.g. "cpu" or "cuda:0, cuda:1".
+  const std::string& devices() const { return devices_; }
   uint32_t attempt() const { return ctx_.assignment.attempt(); }
 
  private:
@@ -107,15 +112,15 @@ class StageRunner {
   StageRunnerContext ctx_;
   int num_stages_ = 0, stage_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int64_t memory_bytes_ = 0;
+  std::string devices_;
   OutboundUsage tied_usage_;
-  std::unique_ptr<kernels::Ops> ops_;
-  std::unique_ptr<model::Fragment> fragment_;
+  std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
+  std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<compression::Controller> controller_;
   int quality_floor_ = 0;
   int fixed_rung_ = -1;
   compression::ControllerState next_state_, prev_state_;
-  float* device_in_ = nullptr;  // backend buffer for received activations / gradients
   std::vector<float> host_buf_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;

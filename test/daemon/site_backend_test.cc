@@ -1,4 +1,5 @@
-// SiteBackend: the site's devices pick CPU or GPU, the job's backend picks the variant.
+// SiteBackends: the site's devices pick CPU or GPU and the replicas, the job's backend picks
+// the variant.
 #include "daemon/job/site_backend.h"
 
 #include <catch2/catch.hpp>
@@ -6,34 +7,30 @@
 namespace longhaul {
 namespace {
 
-std::string Backend(const std::vector<std::string>& devices, const std::string& job) {
-  auto b = SiteBackend(devices, job);
-  REQUIRE(b.ok());
-  return *b;
-}
+using V = std::vector<std::string>;
 
 TEST_CASE("CPU sites run the job's CPU backend, or cpu when the job names a GPU one") {
-  CHECK(Backend({"cpu"}, "cpu") == "cpu");
-  CHECK(Backend({"cpu"}, "cpu-ref") == "cpu-ref");
-  CHECK(Backend({"cpu"}, "cuda") == "cpu");
-  CHECK(Backend({"cpu"}, "cuda-bf16") == "cpu");
+  CHECK(SiteBackends({"cpu"}, "cpu") == V{"cpu"});
+  CHECK(SiteBackends({"cpu"}, "cpu-ref") == V{"cpu-ref"});
+  CHECK(SiteBackends({"cpu"}, "cuda") == V{"cpu"});
+  CHECK(SiteBackends({"cpu"}, "cuda-bf16") == V{"cpu"});
 }
 
-TEST_CASE("a GPU site runs on its GPU, in bf16 when the job asks for it") {
-  CHECK(Backend({"cuda:0"}, "cpu") == "cuda:0");
-  CHECK(Backend({"cuda:3"}, "cuda") == "cuda:3");
-  CHECK(Backend({"cuda:1"}, "cuda-bf16") == "cuda-bf16:1");
-  CHECK(Backend({"cpu", "cuda:2"}, "cuda-bf16") == "cuda-bf16:2");
+TEST_CASE("CPU replicas: one per listed entry") {
+  CHECK(SiteBackends({"cpu:0", "cpu:1"}, "cpu") == V{"cpu", "cpu"});
+  CHECK(SiteBackends({"cpu:0", "cpu:1", "cpu:2"}, "cpu-ref") == V{"cpu-ref", "cpu-ref", "cpu-ref"});
 }
 
-TEST_CASE("several GPUs at one site are refused with a reason") {
-  auto b = SiteBackend({"cuda:0", "cuda:1"}, "cuda");
-  REQUIRE_FALSE(b.ok());
-  CHECK(std::string(b.status().message()).find("2 GPUs listed") != std::string::npos);
+TEST_CASE("GPU sites run on every listed GPU, in bf16 when the job asks for it") {
+  CHECK(SiteBackends({"cuda:0"}, "cpu") == V{"cuda:0"});
+  CHECK(SiteBackends({"cuda:3"}, "cuda") == V{"cuda:3"});
+  CHECK(SiteBackends({"cuda:1"}, "cuda-bf16") == V{"cuda-bf16:1"});
+  CHECK(SiteBackends({"cpu", "cuda:2"}, "cuda-bf16") == V{"cuda-bf16:2"});
+  CHECK(SiteBackends({"cuda:0", "cuda:1"}, "cuda") == V{"cuda:0", "cuda:1"});
 }
 
-TEST_CASE("CheckSiteDevices accepts cpu and names a GPU it cannot use") {
-  CHECK(CheckSiteDevices({"cpu"}).ok());
+TEST_CASE("CheckSiteDevices accepts CPUs and names a GPU it cannot use") {
+  CHECK(CheckSiteDevices({"cpu", "cpu:1"}).ok());
   // This test runs where there is no GPU (CI); a GPU machine would pass the check.
   const Status s = CheckSiteDevices({"cpu", "cuda:7"});
   if (!s.ok()) {

@@ -45,7 +45,7 @@ struct Cluster {
   Daemon& at(int i) { return *daemons[i]; }
 };
 
-Cluster StartCluster(int64_t gamma_memory_limit = 0) {
+Cluster StartCluster(int64_t gamma_memory_limit = 0, std::vector<std::string> beta_devices = {}) {
   const std::vector<std::string> names = {"alpha", "beta", "gamma"};
   std::vector<int> ports;
   for (size_t i = 0; i < names.size(); ++i) ports.push_back(testing::FreePort());
@@ -58,6 +58,7 @@ Cluster StartCluster(int64_t gamma_memory_limit = 0) {
     auto config = testing::MakeSiteConfig(spec);
     config.links.probe_interval_seconds = 5;
     if (names[i] == "gamma") config.memory_limit_bytes = gamma_memory_limit;
+    if (names[i] == "beta" && !beta_devices.empty()) config.devices = beta_devices;
     auto d = Daemon::Start(config, {0, "token"});
     INFO(d.status().ToString());
     REQUIRE(d.ok());
@@ -269,6 +270,28 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
   CHECK(s->state() == v1::JOB_STATE_CANCELLED);
   // The daemons keep serving.
   CHECK(c.at(1).NodeStatus().peers_up() == 2);
+}
+
+TEST_CASE("a site with two replicas trains its stage data parallel, to the same losses") {
+  // beta: two CPU replicas, each taking one of the microbatch's two sequences.
+  Cluster c = StartCluster(0, {"cpu:0", "cpu:1"});
+  const std::string yaml = JobYaml("compression: {mode: off}\n");
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  auto submitted = c.at(0).jobs().Submit(req);
+  REQUIRE(submitted.ok());
+  const v1::JobStatus s = WaitDone(c.at(0), submitted->job_id(), 120s);
+  INFO("state " << v1::JobState_Name(s.state()) << ": " << s.detail());
+  REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+  CHECK(s.stages(0).devices() == "cpu");
+  CHECK(s.stages(1).devices() == "cpu, cpu (data parallel, host all-reduce)");
+  const std::vector<float> local = TrainLocalLosses(yaml);
+  REQUIRE(s.losses_size() == static_cast<int>(local.size()));
+  for (size_t i = 0; i < local.size(); ++i) {
+    INFO("step " << i + 1 << ": " << s.losses(i) << " vs " << local[i]);
+    // Only the order of beta's gradient sums differs from the single-process run.
+    CHECK(std::fabs(s.losses(i) - local[i]) <= 1e-5 * std::fabs(local[i]));
+  }
 }
 
 TEST_CASE("the planner places a job from the sites' calibrations and links") {

@@ -51,12 +51,13 @@ void PrintDetails(const v1::JobStatus& j) {
             << j.committed_step() << ", loss " << Fixed(j.loss(), 4) << ", "
             << Fixed(j.tokens_per_second(), 0) << " tok/s, " << Fixed(j.step_seconds(), 3)
             << " s/step, coordinator " << j.coordinator() << "\n";
-  Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP"});
+  Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "DEVICES"});
   for (const auto& s : j.stages()) {
     stages.AddRow({std::to_string(s.index()), s.site(),
                    std::to_string(s.layer_begin()) + ".." + std::to_string(s.layer_end()),
                    Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB",
-                   Fixed(s.compute_seconds(), 3) + " s", Fixed(s.wait_seconds(), 3) + " s"});
+                   Fixed(s.compute_seconds(), 3) + " s", Fixed(s.wait_seconds(), 3) + " s",
+                   s.devices().empty() ? "-" : s.devices()});
   }
   std::cout << stages.str();
   if (j.links_size() > 0) {

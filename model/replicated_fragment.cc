@@ -1,0 +1,155 @@
+// ReplicatedFragment; see replicated_fragment.h.
+#include "model/replicated_fragment.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace longhaul::model {
+
+StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
+    const GPT2Config& config, const FragmentOptions& options, std::vector<kernels::Ops*> replicas) {
+  const int R = static_cast<int>(replicas.size());
+  if (R < 1 || R > options.batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data parallelism: ", R, " replicas for a microbatch of ", options.batch_size,
+                     " sequences (each replica needs at least one; lower the devices or raise "
+                     "microbatch_size)"));
+  }
+  std::unique_ptr<ReplicatedFragment> f(new ReplicatedFragment());
+  f->config_ = config;
+  f->options_ = options;
+  int row = 0;
+  for (int i = 0; i < R; ++i) {
+    Replica r;
+    r.ops = replicas[i];
+    r.row_begin = row;
+    r.rows = options.batch_size / R + (i < options.batch_size % R ? 1 : 0);
+    row += r.rows;
+    FragmentOptions o = options;
+    o.batch_size = r.rows;
+    ASSIGN_OR_RETURN(r.fragment, Fragment::Create(config, o, r.ops));
+    r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len * config.channels);
+    f->replicas_.push_back(std::move(r));
+  }
+  ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
+  return f;
+}
+
+ReplicatedFragment::~ReplicatedFragment() {
+  for (auto& r : replicas_) {
+    if (r.in != nullptr) r.ops->Free(r.in);
+  }
+}
+
+size_t ReplicatedFragment::RowFloats() const {
+  return static_cast<size_t>(options_.seq_len) * config_.channels;
+}
+
+void ReplicatedFragment::InitParameters(uint64_t seed) {
+  for (auto& r : replicas_) r.fragment->InitParameters(seed);
+}
+void ReplicatedFragment::SetParameters(const float* host) {
+  for (auto& r : replicas_) r.fragment->SetParameters(host);
+}
+void ReplicatedFragment::GetParameters(float* host) const { primary().GetParameters(host); }
+void ReplicatedFragment::LoadFromModel(const float* model_params) {
+  for (auto& r : replicas_) r.fragment->LoadFromModel(model_params);
+}
+void ReplicatedFragment::SetOptimizerState(const float* m_host, const float* v_host) {
+  for (auto& r : replicas_) r.fragment->SetOptimizerState(m_host, v_host);
+}
+void ReplicatedFragment::GetOptimizerState(float* m_host, float* v_host) const {
+  primary().GetOptimizerState(m_host, v_host);
+}
+
+Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float* activations) {
+  // Every replica's work is queued before any result is read back, so GPUs run concurrently.
+  for (auto& r : replicas_) {
+    const size_t first = static_cast<size_t>(r.row_begin);
+    if (tokens != nullptr) {
+      RETURN_IF_ERROR(r.fragment->Forward(slot, tokens + first * options_.seq_len, nullptr));
+    } else {
+      r.ops->Upload(r.in, activations + first * RowFloats(), r.rows * RowFloats());
+      RETURN_IF_ERROR(r.fragment->Forward(slot, nullptr, r.in));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ReplicatedFragment::Output(int slot, float* host) const {
+  for (const auto& r : replicas_) {
+    r.ops->Download(host + r.row_begin * RowFloats(), r.fragment->Output(slot),
+                    r.rows * RowFloats());
+  }
+}
+
+StatusOr<float> ReplicatedFragment::Loss(int slot, const int32_t* targets) {
+  if (replicas_.size() == 1) return replicas_[0].fragment->Loss(slot, targets);
+  double sum = 0;
+  for (auto& r : replicas_) {
+    ASSIGN_OR_RETURN(
+        const float loss,
+        r.fragment->Loss(slot, targets + static_cast<size_t>(r.row_begin) * options_.seq_len));
+    sum += static_cast<double>(loss) * r.rows;
+  }
+  return static_cast<float>(sum / options_.batch_size);
+}
+
+Status ReplicatedFragment::Backward(int slot, const float* output_grad, float dloss) {
+  for (auto& r : replicas_) {
+    if (output_grad != nullptr) {
+      r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(), r.rows * RowFloats());
+      RETURN_IF_ERROR(r.fragment->Backward(slot, r.in, dloss));
+    } else {
+      RETURN_IF_ERROR(r.fragment->Backward(slot, nullptr, dloss));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ReplicatedFragment::InputGrad(float* host) const {
+  for (const auto& r : replicas_) {
+    r.ops->Download(host + r.row_begin * RowFloats(), r.fragment->InputGrad(),
+                    r.rows * RowFloats());
+  }
+}
+
+void ReplicatedFragment::ZeroGrads() {
+  for (auto& r : replicas_) r.fragment->ZeroGrads();
+}
+
+Status ReplicatedFragment::ReduceGradients() {
+  if (replicas_.size() == 1) return absl::OkStatus();
+  std::vector<float*> grads;
+  for (auto& r : replicas_) grads.push_back(r.fragment->MutableGradients());
+  RETURN_IF_ERROR(reducer_->AllReduceSum(grads, layout().total()));
+  // A whole model computes both parts of wte's gradient itself: the peer part too.
+  if (is_first() && is_last()) {
+    std::vector<float*> peer;
+    for (auto& r : replicas_) peer.push_back(r.fragment->TiedGradPeer());
+    RETURN_IF_ERROR(reducer_->AllReduceSum(peer, layout().model().size(Tensor::kWte)));
+  }
+  return absl::OkStatus();
+}
+
+void ReplicatedFragment::TiedGradOwn(float* host) const {
+  const auto& r = replicas_[0];
+  r.ops->Download(host, r.fragment->TiedGradOwn(), layout().model().size(Tensor::kWte));
+}
+
+void ReplicatedFragment::SetTiedGradPeer(const float* host) {
+  for (auto& r : replicas_) {
+    r.ops->Upload(r.fragment->TiedGradPeer(), host, layout().model().size(Tensor::kWte));
+  }
+}
+
+void ReplicatedFragment::CombineTiedGrads() {
+  for (auto& r : replicas_) r.fragment->CombineTiedGrads();
+}
+
+std::vector<double> ReplicatedFragment::GradSliceSums() const { return primary().GradSliceSums(); }
+
+void ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float grad_scale, int t) {
+  for (auto& r : replicas_) r.fragment->Step(options, lr, grad_scale, t);
+}
+
+}  // namespace longhaul::model

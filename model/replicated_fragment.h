@@ -1,0 +1,89 @@
+// Data parallelism inside a site: one fragment replicated on several backends (a site's GPUs,
+// or CPU replicas), each microbatch split by rows (sequences) between them, the gradients
+// all-reduced before the optimizer step (kernels/replica_reducer.h: NCCL between GPUs), so the
+// replicas take identical steps and stay identical. To the pipeline it looks like one
+// fragment of the whole microbatch: inputs and outputs are host buffers of all B rows, and one
+// frame per microbatch crosses each link whatever the replica count.
+//
+// The per-position loss weight (dloss) is the same for every row, so splitting rows changes
+// only the order of the gradient sums: with one replica this is the plain fragment, bit for
+// bit; with several, the losses match within float rounding.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/ops.h"
+#include "kernels/replica_reducer.h"
+#include "model/fragment.h"
+
+namespace longhaul::model {
+
+class ReplicatedFragment {
+ public:
+  // options.batch_size is the whole microbatch B; replica i gets rows [start_i, start_i + b_i)
+  // (the first B % R replicas one more). `replicas` (backends) must outlive this object.
+  // REQUIRES: 1 <= replicas.size() <= options.batch_size.
+  static StatusOr<std::unique_ptr<ReplicatedFragment>> Create(const GPT2Config& config,
+                                                              const FragmentOptions& options,
+                                                              std::vector<kernels::Ops*> replicas);
+  ~ReplicatedFragment();
+
+  int num_replicas() const { return static_cast<int>(replicas_.size()); }
+  const Fragment& primary() const { return *replicas_[0].fragment; }
+  bool is_first() const { return primary().is_first(); }
+  bool is_last() const { return primary().is_last(); }
+  const FragmentLayout& layout() const { return primary().layout(); }
+  std::string reducer_name() const { return reducer_->name(); }
+
+  // ---- parameters and optimizer state (host, flat layout; every replica gets the same) ----
+  void InitParameters(uint64_t seed);
+  void SetParameters(const float* host);
+  void GetParameters(float* host) const;
+  void LoadFromModel(const float* model_params);
+  void SetOptimizerState(const float* m_host, const float* v_host);
+  void GetOptimizerState(float* m_host, float* v_host) const;
+
+  // ---- one microbatch (host buffers of all B rows) ----------------------------------------
+  // First fragment: tokens (B*T); others: activations (B,T,C). The other is null.
+  Status Forward(int slot, const int32_t* tokens, const float* activations);
+  // Not last: the output activations (B,T,C) of `slot` into `host`.
+  void Output(int slot, float* host) const;
+  // Last: mean loss over all B*T positions.
+  StatusOr<float> Loss(int slot, const int32_t* targets);
+  // Last: output_grad null, dloss the per-position weight; others: output_grad (B,T,C).
+  Status Backward(int slot, const float* output_grad, float dloss);
+  // Not first: the input gradient (B,T,C) of the last Backward into `host`.
+  void InputGrad(float* host) const;
+
+  // ---- end of step ------------------------------------------------------------------------
+  void ZeroGrads();
+  // Sums the gradients over the replicas (every replica then holds the sum). Call once per
+  // step, after the last Backward and before the tied-embedding exchange.
+  Status ReduceGradients();
+  // Tied embedding: this fragment's part of wte's gradient (after ReduceGradients), and the
+  // peer's part into every replica. n = Vp * C floats.
+  void TiedGradOwn(float* host) const;
+  void SetTiedGradPeer(const float* host);
+  void CombineTiedGrads();
+  std::vector<double> GradSliceSums() const;
+  void Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
+
+ private:
+  struct Replica {
+    kernels::Ops* ops = nullptr;
+    std::unique_ptr<Fragment> fragment;
+    int row_begin = 0, rows = 0;
+    float* in = nullptr;  // (rows,T,C) staging for received activations / gradients
+  };
+  ReplicatedFragment() = default;
+  size_t RowFloats() const;  // T * C
+
+  GPT2Config config_;
+  FragmentOptions options_;
+  std::vector<Replica> replicas_;
+  std::unique_ptr<kernels::ReplicaReducer> reducer_;
+};
+
+}  // namespace longhaul::model
