@@ -164,13 +164,15 @@ double CostModel::HalfRtt(int a, int b) const {
 int CostModel::PickRung(int from, int to, double budget, double first_budget) const {
   if (fixed_rung_ >= 0) return fixed_rung_;
   const size_t k = static_cast<size_t>(from) * num_sites() + to;
-  const double half_rtt = rtt_[k] / 2, bw = bw_[k];
+  // The controller's view of a transfer is its serialisation time alone, as the stage runner
+  // feeds it (rtt 0): transfers are pipelined, and no codec shortens the round trip.
+  const double bw = bw_[k];
   const double margin = options_.controller.upgrade_margin;
   double t[16];
   int fastest = 0;
   const int rungs = std::min(floor_rung_ + 1, 16);
   for (int r = 0; r < rungs; ++r) {
-    t[r] = half_rtt + rung_wire_bytes_[r] / bw + rung_codec_seconds_[r];
+    t[r] = rung_wire_bytes_[r] / bw + rung_codec_seconds_[r];
     if (t[r] < t[fastest]) fastest = r;
   }
   auto least_lossy = [&](double limit) {
@@ -208,7 +210,7 @@ compression::Decision CostModel::SteadyDecision(int from, int to, double raw_byt
   const size_t k = static_cast<size_t>(from) * num_sites() + to;
   compression::ControllerInput in;
   in.bandwidth_bytes_per_second = bw_[k];
-  in.rtt_seconds = rtt_[k];
+  in.rtt_seconds = 0;  // as the stage runner feeds its controllers (see PickRung)
   in.tensor_bytes = static_cast<uint64_t>(raw_bytes);
   in.quality_floor = floor_rung_;
   in.budget_seconds = first_budget > 0 ? first_budget : budget;

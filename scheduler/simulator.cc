@@ -147,7 +147,7 @@ class Sim {
     Link& l = links_[LinkIndex(s.site, to_site)];
     compression::ControllerInput in;
     in.bandwidth_bytes_per_second = l.estimate;
-    in.rtt_seconds = 2 * l.latency;
+    in.rtt_seconds = 0;  // as the stage runner feeds its controllers (cost_model.cc, PickRung)
     in.tensor_bytes = static_cast<uint64_t>(m_.ActivationBytes());
     in.budget_seconds = s.budget > 0 ? s.budget : m_.options().initial_budget_seconds;
     in.quality_floor = m_.floor_rung();
