@@ -3,13 +3,26 @@
 // additions use the __f*_rn intrinsics, which are never fused into FMAs, and the file is
 // built with -fmad=false besides, so every byte equals the CPU kernels' bytes.
 //
-// Quantization runs one warp per quantization block: the lanes reduce the block's absolute
-// maximum (as bits, exactly), minimum, maximum and first non-finite index, every lane derives
-// the same scale, and each lane then writes whole output bytes (a block's codes start on a
-// byte boundary because block * bits is a multiple of 8), so no two lanes share a byte and
-// nothing needs atomics except the error index, an integer minimum.
+// Two kinds of kernel do each job, picked at run time from the pointers' alignment:
+//  - vectorized ones, for float pointers aligned to 16 bytes: each thread moves float4s, and
+//    quantization gives each quantization block a group of lanes (one lane for 8 floats up to a
+//    warp for 256 and more) that keeps the block in registers (re-reading only blocks of more
+//    than 1024 floats), reduces its absolute maximum (as bits, exactly), minimum and maximum
+//    with shuffles inside the group, and stores each float4's codes packed into one 4-, 2- or
+//    1-byte word; encoded-side accesses are words where the encoded pointer's alignment allows
+//    and bytes elsewhere;
+//  - general ones, for any 4-byte-aligned float pointer: one warp per quantization block (each
+//    lane writing whole output bytes) or one thread per element.
+// A block's codes start on a byte boundary (block * bits is a multiple of 8), so no two lanes
+// ever share a byte, and nothing needs atomics except the error index, an integer minimum.
+//
+// Error feedback is the quantizer reading x + residual, then an elementwise kernel that
+// updates the residual from the bytes just written, unless the error index says the quantizer
+// failed. Top-k is a radix selection of the k-th largest magnitude and a stable compaction
+// (see its section below).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 
@@ -22,7 +35,9 @@ namespace longhaul::compression::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kWarpsPerBlock = 8;
+constexpr int kThreads = 256;  // threads per CTA, every kernel but the small top-k ones
+constexpr int kWarpsPerBlock = kThreads / kWarp;
+constexpr int kQuadsPerThread = 4;  // elementwise vector kernels: float4s per thread
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kExpMask = 0x7f800000u;
@@ -31,6 +46,7 @@ constexpr unsigned long long kNoError = ~0ull;
 struct DeviceQuantParams {
   int bits;
   uint32_t block;
+  int block_log2;
   bool asymmetric;
   bool stochastic;
   uint32_t key;  // NoiseKey(seed), computed on the host
@@ -53,8 +69,68 @@ __device__ float LoadFloatBytes(const uint8_t* p) {
                          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
 }
 
-__device__ float Noise(uint32_t key, uint64_t index) {
-  uint32_t x = key ^ static_cast<uint32_t>(index);
+// Little-endian store and load of the low kBytes (1, 2, 4 or 8) bytes at p, which is aligned to
+// kAlign bytes: one access when kAlign >= kBytes, else kAlign-byte pieces.
+template <int kBytes, int kAlign>
+__device__ __forceinline__ void StoreLe(uint8_t* p, uint64_t v) {
+  if constexpr (kAlign >= kBytes) {
+    if constexpr (kBytes == 8) {
+      *reinterpret_cast<uint64_t*>(p) = v;
+    } else if constexpr (kBytes == 4) {
+      *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v);
+    } else if constexpr (kBytes == 2) {
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+    } else {
+      *p = static_cast<uint8_t>(v);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes; i += kAlign) StoreLe<kAlign, kAlign>(p + i, v >> (8 * i));
+  }
+}
+
+template <int kBytes, int kAlign>
+__device__ __forceinline__ uint64_t LoadLe(const uint8_t* p) {
+  if constexpr (kAlign >= kBytes) {
+    if constexpr (kBytes == 8) {
+      return *reinterpret_cast<const uint64_t*>(p);
+    } else if constexpr (kBytes == 4) {
+      return *reinterpret_cast<const uint32_t*>(p);
+    } else if constexpr (kBytes == 2) {
+      return *reinterpret_cast<const uint16_t*>(p);
+    } else {
+      return *p;
+    }
+  } else {
+    uint64_t v = 0;
+#pragma unroll
+    for (int i = 0; i < kBytes; i += kAlign) v |= LoadLe<kAlign, kAlign>(p + i) << (8 * i);
+    return v;
+  }
+}
+
+// Float i of a little-endian float array at p (4-byte aligned when kAligned).
+template <bool kAligned>
+__device__ __forceinline__ float LoadFloatAt(const uint8_t* p, uint64_t i) {
+  if constexpr (kAligned) {
+    return reinterpret_cast<const float*>(p)[i];
+  } else {
+    return LoadFloatBytes(p + 4 * i);
+  }
+}
+
+template <bool kAligned>
+__device__ __forceinline__ void StoreFloatAt(uint8_t* p, uint64_t i, float v) {
+  if constexpr (kAligned) {
+    reinterpret_cast<float*>(p)[i] = v;
+  } else {
+    StoreFloatBytes(p + 4 * i, v);
+  }
+}
+
+// The noise of element `index` (the reference truncates the index to 32 bits as well).
+__device__ float Noise(uint32_t key, uint32_t index) {
+  uint32_t x = key ^ index;
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -92,8 +168,8 @@ __device__ BlockScale AsymmetricScale(float lo, float hi, int bits) {
   return MakeBlockScale(scale, mid, static_cast<float>(levels / 2), static_cast<float>(levels));
 }
 
-__device__ uint32_t QuantizeOne(float x, const BlockScale& b, bool stochastic, uint32_t key,
-                                uint64_t index) {
+__device__ __forceinline__ uint32_t QuantizeOne(float x, const BlockScale& b, bool stochastic,
+                                                uint32_t key, uint32_t index) {
   const float d = __fsub_rn(x, b.mid);
   const float y = __fadd_rn(b.divide ? __fdiv_rn(d, b.divisor) : __fmul_rn(d, b.inv), b.c);
   float r = stochastic ? floorf(__fadd_rn(y, Noise(key, index))) : rintf(y);
@@ -102,7 +178,8 @@ __device__ uint32_t QuantizeOne(float x, const BlockScale& b, bool stochastic, u
   return static_cast<uint32_t>(r);
 }
 
-__device__ float DequantizeOne(uint32_t code, float scale, float mid, float c, bool asymmetric) {
+__device__ __forceinline__ float DequantizeOne(uint32_t code, float scale, float mid, float c,
+                                               bool asymmetric) {
   float v = __fmul_rn(__fsub_rn(static_cast<float>(code), c), scale);
   if (asymmetric) v = __fadd_rn(v, mid);
   v = v < -FLT_MAX ? -FLT_MAX : v;
@@ -114,22 +191,176 @@ __device__ bool ValidBlock(float scale, float mid) {
   return scale >= 0.0f && scale <= FLT_MAX && mid >= -FLT_MAX && mid <= FLT_MAX;
 }
 
-// ---- kernels --------------------------------------------------------------------------------
+__device__ __forceinline__ float CodeCenter(const DeviceQuantParams& p) {
+  return p.asymmetric ? static_cast<float>((1 << p.bits) - 1) / 2
+                      : static_cast<float>((1 << (p.bits - 1)) - 1);
+}
 
-__global__ void QuantizeKernel(DeviceQuantParams p, const float* x, uint8_t* out,
+// The code of element i, read bit by bit (any alignment, no byte past the element's).
+__device__ __forceinline__ uint32_t CodeAt(const uint8_t* codes, uint64_t i, int bits) {
+  const uint64_t bit = i * bits;
+  return (codes[bit / 8] >> (bit % 8)) & ((1u << bits) - 1);
+}
+
+__device__ __forceinline__ uint32_t Magnitude(float f) { return __float_as_uint(f) & kAbsMask; }
+
+// How many of the 4 elements from e on exist when `len` do.
+__device__ __forceinline__ uint32_t QuadCount(uint64_t e, uint64_t len) {
+  return e >= len ? 0 : static_cast<uint32_t>(min(uint64_t{4}, len - e));
+}
+
+// ---- quantization, vectorized ----------------------------------------------------------------
+
+// Elements [e, e + 4) of a block at xb (16-byte aligned) of which the first `len` exist, each
+// plus rb's element when rb is not null (error feedback); elements past `len` read as 0.
+__device__ __forceinline__ float4 LoadQuad(const float* __restrict__ xb,
+                                           const float* __restrict__ rb, uint32_t e, uint32_t len) {
+  if (e + 4 <= len) {
+    float4 v = *reinterpret_cast<const float4*>(xb + e);
+    if (rb != nullptr) {
+      const float4 r = *reinterpret_cast<const float4*>(rb + e);
+      v = make_float4(__fadd_rn(v.x, r.x), __fadd_rn(v.y, r.y), __fadd_rn(v.z, r.z),
+                      __fadd_rn(v.w, r.w));
+    }
+    return v;
+  }
+  float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    if (e + j < len) t[j] = rb != nullptr ? __fadd_rn(xb[e + j], rb[e + j]) : xb[e + j];
+  }
+  return make_float4(t[0], t[1], t[2], t[3]);
+}
+
+// Each quantization block belongs to a group of 2^group_log2 consecutive lanes; lane `sub` of
+// the group holds the float4s at element offsets c * chunk + k * step + 4 * sub (k < kVec) of
+// the block, for each of its chunks c (one, unless the block is longer than a group's kVec
+// float4s per lane: then the values are re-read for the second pass). With kAligned the encoded
+// pointer `out` is 4-byte aligned: scales are stored as floats and each float4's codes as one
+// word (4 bytes for q8, 2 for q4; q2's are 1 byte anyway); else byte by byte.
+template <int kBits, int kVec, bool kAligned>
+__global__ void __launch_bounds__(kThreads, 2)
+    QuantizeVecKernel(DeviceQuantParams p, int group_log2, const float* __restrict__ x,
+                      const float* __restrict__ r, uint8_t* __restrict__ out,
+                      unsigned long long* bad) {
+  const uint32_t group = 1u << group_log2;
+  const uint32_t sub = threadIdx.x & (group - 1);
+  const uint64_t block = (static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x) >> group_log2;
+  // A group is active or not as a whole; inactive lanes still take part in the shuffles.
+  const bool active = block < p.blocks;
+  const uint64_t start = active ? block * p.block : 0;
+  const uint32_t len =
+      active ? static_cast<uint32_t>(min(static_cast<uint64_t>(p.block), p.n - start)) : 0;
+  const float* xb = x + start;
+  const float* rb = r != nullptr ? r + start : nullptr;
+  const uint32_t step = 4 * group;
+  const uint32_t chunk = kVec * step;
+  const uint32_t chunks = p.block / chunk;  // >= 1: the host picks group and kVec to fit
+
+  float4 v[kVec];
+  uint32_t absmax = 0;
+  float lo = INFINITY, hi = -INFINITY;
+  for (uint32_t c = 0; c < chunks; c++) {
+#pragma unroll
+    for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len);
+#pragma unroll
+    for (int k = 0; k < kVec; k++) {
+      const uint32_t count = QuadCount(c * chunk + k * step + 4 * sub, len);
+      const float f[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        // Missing elements are 0, which leaves the absolute maximum as it is.
+        absmax = max(absmax, Magnitude(f[j]));
+        if (p.asymmetric && j < count) {
+          lo = fminf(lo, f[j]);
+          hi = fmaxf(hi, f[j]);
+        }
+      }
+    }
+  }
+  for (uint32_t o = group / 2; o > 0; o /= 2) {
+    absmax = max(absmax, __shfl_xor_sync(kFull, absmax, o));
+    if (p.asymmetric) {
+      lo = fminf(lo, __shfl_xor_sync(kFull, lo, o));
+      hi = fmaxf(hi, __shfl_xor_sync(kFull, hi, o));
+    }
+  }
+  if (!active) return;
+
+  if (absmax >= kExpMask) {  // a NaN or infinity: each lane reports its first one
+    for (uint32_t c = 0; c < chunks; c++) {
+#pragma unroll
+      for (int k = 0; k < kVec; k++) {
+        const uint32_t e = c * chunk + k * step + 4 * sub;
+        const float4 q = chunks == 1 ? v[k] : LoadQuad(xb, rb, e, len);
+        const float f[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          if (Magnitude(f[j]) >= kExpMask) {
+            atomicMin(bad, static_cast<unsigned long long>(start + e + j));
+            return;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  const BlockScale b =
+      p.asymmetric ? AsymmetricScale(lo, hi, kBits) : SymmetricScale(absmax, kBits);
+  if (sub == 0) {
+    StoreFloatAt<kAligned>(out, block, b.scale);
+    if (p.asymmetric) StoreFloatAt<kAligned>(out, p.blocks + block, b.mid);
+  }
+  uint8_t* codes = out + 4 * p.blocks * (p.asymmetric ? 2 : 1) + start * kBits / 8;
+  const uint32_t index = static_cast<uint32_t>(start);  // the noise's index, mod 2^32
+  constexpr int kCodeAlign = kAligned ? 4 : 1;
+  for (uint32_t c = 0; c < chunks; c++) {
+    if (chunks > 1) {
+#pragma unroll
+      for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len);
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; k++) {
+      const uint32_t e = c * chunk + k * step + 4 * sub;
+      const uint32_t count = QuadCount(e, len);
+      const float f[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+      uint32_t packed = 0;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (j < count) {
+          packed |= QuantizeOne(f[j], b, p.stochastic, p.key, index + e + j) << (j * kBits);
+        }
+      }
+      uint8_t* dst = codes + (e / 4) * (kBits / 2);
+      if (count == 4) {
+        StoreLe<kBits / 2, kCodeAlign>(dst, packed);
+      } else {
+        for (uint32_t i = 0; i < (count * kBits + 7) / 8; i++) {
+          dst[i] = static_cast<uint8_t>(packed >> (8 * i));
+        }
+      }
+    }
+  }
+}
+
+// ---- quantization, general (any 4-byte-aligned input): one warp per quantization block -------
+
+__global__ void QuantizeKernel(DeviceQuantParams p, const float* x, const float* r, uint8_t* out,
                                unsigned long long* bad) {
   const uint64_t block = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (block >= p.blocks) return;  // the whole warp leaves together
   const uint64_t start = block * p.block;
   const uint64_t len = min(static_cast<uint64_t>(p.block), p.n - start);
+  auto value = [&](uint64_t i) { return r != nullptr ? __fadd_rn(x[i], r[i]) : x[i]; };
 
   uint32_t absmax = 0;
   float lo = INFINITY, hi = -INFINITY;
   unsigned long long first_bad = kNoError;
   for (uint64_t i = lane; i < len; i += kWarp) {
-    const float v = x[start + i];
-    const uint32_t mag = __float_as_uint(v) & kAbsMask;
+    const float v = value(start + i);
+    const uint32_t mag = Magnitude(v);
     absmax = max(absmax, mag);
     if (mag >= kExpMask && first_bad == kNoError) first_bad = start + i;
     lo = fminf(lo, v);
@@ -161,12 +392,81 @@ __global__ void QuantizeKernel(DeviceQuantParams p, const float* x, uint8_t* out
     uint32_t packed = 0;
     for (int e = 0; e < per_byte; e++) {
       const uint64_t i = byte * per_byte + e;
-      if (i < end) packed |= QuantizeOne(x[i], b, p.stochastic, p.key, i) << (e * p.bits);
+      if (i < end) {
+        packed |= QuantizeOne(value(i), b, p.stochastic, p.key, static_cast<uint32_t>(i))
+                  << (e * p.bits);
+      }
     }
     codes[byte] = static_cast<uint8_t>(packed);
   }
 }
 
+// ---- dequantization ----------------------------------------------------------------------------
+
+// The 4 codes of quad q (elements 4q to 4q + 3, those below n), packed as in the stream: one
+// word when the quad is whole (kAligned: the codes are 4-byte aligned), else bit by bit.
+template <int kBits, bool kAligned>
+__device__ __forceinline__ uint32_t QuadCodes(const uint8_t* codes, uint64_t q, uint64_t n) {
+  constexpr int kAlign = kAligned ? 4 : 1;
+  if (4 * q + 4 <= n) {
+    return static_cast<uint32_t>(LoadLe<kBits / 2, kAlign>(codes + q * (kBits / 2)));
+  }
+  uint32_t word = 0;
+  for (uint64_t i = 4 * q; i < n; i++) word |= CodeAt(codes, i, kBits) << ((i - 4 * q) * kBits);
+  return word;
+}
+
+// Thread t of CTA b decodes the quads b * kThreads * kQuadsPerThread + k * kThreads + t,
+// k < kQuadsPerThread, into float4s (`out` is 16-byte aligned); kAligned: `in` is 4-byte aligned.
+template <int kBits, bool kAligned>
+__global__ void __launch_bounds__(kThreads)
+    DequantizeVecKernel(DeviceQuantParams p, const uint8_t* __restrict__ in,
+                        float* __restrict__ out, unsigned long long* bad) {
+  const uint64_t quads = (p.n + 3) / 4;
+  const uint64_t first =
+      static_cast<uint64_t>(blockIdx.x) * (kThreads * kQuadsPerThread) + threadIdx.x;
+  const uint8_t* codes = in + 4 * p.blocks * (p.asymmetric ? 2 : 1);
+  float scale[kQuadsPerThread], mid[kQuadsPerThread];
+  uint32_t word[kQuadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    scale[k] = mid[k] = 0.0f;
+    word[k] = 0;
+    if (q < quads) {
+      const uint64_t block = (4 * q) >> p.block_log2;
+      scale[k] = LoadFloatAt<kAligned>(in, block);
+      if (p.asymmetric) mid[k] = LoadFloatAt<kAligned>(in, p.blocks + block);
+      word[k] = QuadCodes<kBits, kAligned>(codes, q, p.n);
+    }
+  }
+  const float c = CodeCenter(p);
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    if (q >= quads) continue;
+    if (!ValidBlock(scale[k], mid[k])) {
+      atomicMin(bad, static_cast<unsigned long long>((4 * q) >> p.block_log2));
+      continue;
+    }
+    float d[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      d[j] = DequantizeOne((word[k] >> (j * kBits)) & kMask, scale[k], mid[k], c, p.asymmetric);
+    }
+    if (4 * q + 4 <= p.n) {
+      *reinterpret_cast<float4*>(out + 4 * q) = make_float4(d[0], d[1], d[2], d[3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (4 * q + j < p.n) out[4 * q + j] = d[j];
+      }
+    }
+  }
+}
+
+// General: one warp per quantization block, one element per lane at a time.
 __global__ void DequantizeKernel(DeviceQuantParams p, const uint8_t* in, float* out,
                                  unsigned long long* bad) {
   const uint64_t block = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -178,19 +478,190 @@ __global__ void DequantizeKernel(DeviceQuantParams p, const uint8_t* in, float* 
     if (lane == 0) atomicMin(bad, static_cast<unsigned long long>(block));
     return;
   }
-  const float c = p.asymmetric ? static_cast<float>((1 << p.bits) - 1) / 2
-                               : static_cast<float>((1 << (p.bits - 1)) - 1);
-  const uint32_t mask = (1u << p.bits) - 1;
+  const float c = CodeCenter(p);
   const uint8_t* codes = in + 4 * p.blocks * (p.asymmetric ? 2 : 1);
   const uint64_t start = block * p.block;
   const uint64_t end = min(start + p.block, p.n);
   for (uint64_t i = start + lane; i < end; i += kWarp) {
-    const uint64_t bit = i * p.bits;
-    const uint32_t code = (codes[bit / 8] >> (bit % 8)) & mask;
-    out[i] = DequantizeOne(code, scale, mid, c, p.asymmetric);
+    out[i] = DequantizeOne(CodeAt(codes, i, p.bits), scale, mid, c, p.asymmetric);
   }
 }
 
+// ---- error feedback: the residual update after quantizing x + residual into `enc` ------------
+
+// residual = (x + residual) - decode(enc), elementwise, unless the quantizer failed (then the
+// residual stays as it was). kVec: x and residual are 16-byte aligned and enc 4-byte aligned.
+template <int kBits, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    FeedbackKernel(DeviceQuantParams p, const float* __restrict__ x, float* __restrict__ residual,
+                   const uint8_t* __restrict__ enc, const unsigned long long* bad) {
+  if (*bad != kNoError) return;
+  const uint64_t quads = (p.n + 3) / 4;
+  const uint64_t first =
+      static_cast<uint64_t>(blockIdx.x) * (kThreads * kQuadsPerThread) + threadIdx.x;
+  const uint8_t* codes = enc + 4 * p.blocks * (p.asymmetric ? 2 : 1);
+  const float c = CodeCenter(p);
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    if (q >= quads) continue;
+    const uint64_t block = (4 * q) >> p.block_log2;
+    const float scale = LoadFloatAt<kVec>(enc, block);
+    const float mid = p.asymmetric ? LoadFloatAt<kVec>(enc, p.blocks + block) : 0.0f;
+    const uint32_t word = QuadCodes<kBits, kVec>(codes, q, p.n);
+    const bool whole = 4 * q + 4 <= p.n;
+    float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), rv = xv;
+    if (kVec && whole) {
+      xv = *reinterpret_cast<const float4*>(x + 4 * q);
+      rv = *reinterpret_cast<const float4*>(residual + 4 * q);
+    } else {
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f}, rs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (4 * q + j < p.n) {
+          xs[j] = x[4 * q + j];
+          rs[j] = residual[4 * q + j];
+        }
+      }
+      xv = make_float4(xs[0], xs[1], xs[2], xs[3]);
+      rv = make_float4(rs[0], rs[1], rs[2], rs[3]);
+    }
+    const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, rs[4] = {rv.x, rv.y, rv.z, rv.w};
+    float d[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float sent = DequantizeOne((word >> (j * kBits)) & kMask, scale, mid, c, p.asymmetric);
+      d[j] = __fsub_rn(__fadd_rn(xs[j], rs[j]), sent);
+    }
+    if (kVec && whole) {
+      *reinterpret_cast<float4*>(residual + 4 * q) = make_float4(d[0], d[1], d[2], d[3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (4 * q + j < p.n) residual[4 * q + j] = d[j];
+      }
+    }
+  }
+}
+
+// ---- bfloat16 ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t FloatToBf16Bits(uint32_t x) {
+  uint32_t h = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  if ((h & 0x7f80u) == 0x7f80u) h = (h & 0x8000u) | 0x7f7fu;
+  return h;
+}
+
+// float4s in (`in` 16-byte aligned), 8 bytes out at `out`, which is kAlign-byte aligned.
+template <int kAlign>
+__global__ void __launch_bounds__(kThreads)
+    FloatsToBf16VecKernel(const float* __restrict__ in, uint64_t n, uint8_t* __restrict__ out,
+                          unsigned long long* bad) {
+  const uint64_t quads = (n + 3) / 4;
+  const uint64_t first =
+      static_cast<uint64_t>(blockIdx.x) * (kThreads * kQuadsPerThread) + threadIdx.x;
+  float4 v[kQuadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (q < quads) {
+      if (4 * q + 4 <= n) {
+        v[k] = *reinterpret_cast<const float4*>(in + 4 * q);
+      } else {
+        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          if (4 * q + j < n) t[j] = in[4 * q + j];
+        }
+        v[k] = make_float4(t[0], t[1], t[2], t[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    if (q >= quads) continue;
+    const uint32_t x[4] = {__float_as_uint(v[k].x), __float_as_uint(v[k].y),
+                           __float_as_uint(v[k].z), __float_as_uint(v[k].w)};
+    const uint32_t count = QuadCount(4 * q, n);
+    uint32_t first_bad = 4;
+#pragma unroll
+    for (int j = 3; j >= 0; j--) {
+      if (j < count && (x[j] & kAbsMask) >= kExpMask) first_bad = j;
+    }
+    if (first_bad < 4) {
+      atomicMin(bad, static_cast<unsigned long long>(4 * q + first_bad));
+      continue;
+    }
+    const uint64_t word = static_cast<uint64_t>(FloatToBf16Bits(x[0])) |
+                          (static_cast<uint64_t>(FloatToBf16Bits(x[1])) << 16) |
+                          (static_cast<uint64_t>(FloatToBf16Bits(x[2])) << 32) |
+                          (static_cast<uint64_t>(FloatToBf16Bits(x[3])) << 48);
+    if (count == 4) {
+      StoreLe<8, kAlign>(out + 8 * q, word);
+    } else {
+      for (uint32_t i = 0; i < 2 * count; i++) {
+        out[8 * q + i] = static_cast<uint8_t>(word >> (8 * i));
+      }
+    }
+  }
+}
+
+// 8 bytes in at `in` (kAlign-byte aligned), float4s out (`out` 16-byte aligned).
+template <int kAlign>
+__global__ void __launch_bounds__(kThreads)
+    Bf16ToFloatsVecKernel(const uint8_t* __restrict__ in, uint64_t n, float* __restrict__ out,
+                          unsigned long long* bad) {
+  const uint64_t quads = (n + 3) / 4;
+  const uint64_t first =
+      static_cast<uint64_t>(blockIdx.x) * (kThreads * kQuadsPerThread) + threadIdx.x;
+  uint64_t word[kQuadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    word[k] = 0;
+    if (q < quads) {
+      if (4 * q + 4 <= n) {
+        word[k] = LoadLe<8, kAlign>(in + 8 * q);
+      } else {
+        for (uint64_t i = 8 * q; i < 2 * n; i++) {
+          word[k] |= static_cast<uint64_t>(in[i]) << (8 * (i - 8 * q));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; k++) {
+    const uint64_t q = first + k * kThreads;
+    if (q >= quads) continue;
+    const uint32_t count = QuadCount(4 * q, n);
+    uint32_t h[4];
+    uint32_t first_bad = 4;
+#pragma unroll
+    for (int j = 3; j >= 0; j--) {
+      h[j] = static_cast<uint32_t>(word[k] >> (16 * j)) & 0xffffu;
+      if (j < count && (h[j] & 0x7f80u) == 0x7f80u) first_bad = j;
+    }
+    if (first_bad < 4) {
+      atomicMin(bad, static_cast<unsigned long long>(4 * q + first_bad));
+      continue;
+    }
+    if (count == 4) {
+      *reinterpret_cast<float4*>(out + 4 * q) =
+          make_float4(__uint_as_float(h[0] << 16), __uint_as_float(h[1] << 16),
+                      __uint_as_float(h[2] << 16), __uint_as_float(h[3] << 16));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        if (j < count) out[4 * q + j] = __uint_as_float(h[j] << 16);
+      }
+    }
+  }
+}
+
+// General: one element per thread.
 __global__ void FloatsToBf16Kernel(const float* in, uint64_t n, uint8_t* out,
                                    unsigned long long* bad) {
   const uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -200,8 +671,7 @@ __global__ void FloatsToBf16Kernel(const float* in, uint64_t n, uint8_t* out,
     atomicMin(bad, static_cast<unsigned long long>(i));
     return;
   }
-  uint32_t h = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  if ((h & 0x7f80u) == 0x7f80u) h = (h & 0x8000u) | 0x7f7fu;
+  const uint32_t h = FloatToBf16Bits(x);
   out[2 * i] = static_cast<uint8_t>(h);
   out[2 * i + 1] = static_cast<uint8_t>(h >> 8);
 }
@@ -217,6 +687,191 @@ __global__ void Bf16ToFloatsKernel(const uint8_t* in, uint64_t n, float* out,
   }
   out[i] = __uint_as_float(h << 16);
 }
+
+// ---- top-k -------------------------------------------------------------------------------------
+//
+// Radix selection of the k-th largest magnitude T, 8 bits at a time from the top: each pass
+// histograms the next 8 bits of the magnitudes that match the bits chosen so far, and a
+// one-thread kernel picks the digit holding the k-th largest. After 4 passes, T is known and
+// `remaining` is the number of values equal to T to keep (the ties, lowest indices first); the
+// others kept are all those above T. With GT(i) and EQ(i) the numbers of magnitudes above and
+// equal to T before index i, a kept index i goes to position GT(i) + min(EQ(i), ties): ascending
+// order, by tiles of kTopKTile values (a count pass, a scan of the tile counts, a write pass).
+// Every step treats magnitudes as integers, so NaN bits cannot make it write out of bounds.
+
+constexpr int kTopKItems = 16;  // values per thread in the count and write passes
+constexpr uint64_t kTopKTile = kThreads * kTopKItems;
+constexpr int kScanThreads = 1024;
+
+struct TopKState {
+  unsigned long long bad;  // first non-finite index
+  uint32_t prefix;         // magnitude bits chosen so far
+  uint32_t remaining;      // values still to choose among those matching `prefix`
+  uint32_t hist[256];
+};
+
+__global__ void TopKInitKernel(TopKState* s, uint32_t k) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) s->hist[i] = 0;
+  if (threadIdx.x == 0) {
+    s->bad = kNoError;
+    s->prefix = 0;
+    s->remaining = k;
+  }
+}
+
+// Histogram of bits [shift, shift + 8) of the magnitudes whose higher bits equal s->prefix's;
+// the first pass (shift 24) also finds the first non-finite value.
+__global__ void __launch_bounds__(kThreads)
+    TopKHistogramKernel(const float* __restrict__ x, uint64_t n, int shift, TopKState* s) {
+  __shared__ uint32_t hist[256];
+  for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
+  __syncthreads();
+  const uint32_t mask = shift >= 24 ? 0u : ~0u << (shift + 8);
+  const uint32_t prefix = s->prefix;
+  unsigned long long first_bad = kNoError;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += stride) {
+    const uint32_t m = Magnitude(x[i]);
+    if (m >= kExpMask && first_bad == kNoError) first_bad = i;
+    if ((m & mask) == prefix) atomicAdd(&hist[(m >> shift) & 0xffu], 1u);
+  }
+  if (shift == 24 && first_bad != kNoError) atomicMin(&s->bad, first_bad);
+  __syncthreads();
+  for (int i = threadIdx.x; i < 256; i += kThreads) {
+    if (hist[i] != 0) atomicAdd(&s->hist[i], hist[i]);
+  }
+}
+
+// Picks the digit at `shift` that holds the remaining-th largest, and clears the histogram.
+__global__ void TopKChooseKernel(TopKState* s, int shift) {
+  const uint32_t remaining = s->remaining;
+  uint32_t above = 0;
+  bool chosen = false;
+  for (int d = 255; d >= 0; d--) {
+    const uint32_t h = s->hist[d];
+    s->hist[d] = 0;
+    if (!chosen && above + h >= remaining) {
+      s->prefix |= static_cast<uint32_t>(d) << shift;
+      s->remaining = remaining - above;
+      chosen = true;
+    }
+    above += h;
+  }
+}
+
+// How many magnitudes are above the threshold and equal to it.
+struct Counts {
+  uint32_t gt, eq;
+};
+
+__device__ __forceinline__ Counts operator+(Counts a, Counts b) {
+  return {a.gt + b.gt, a.eq + b.eq};
+}
+__device__ __forceinline__ Counts operator-(Counts a, Counts b) {
+  return {a.gt - b.gt, a.eq - b.eq};
+}
+
+// Inclusive prefix sum over the lanes of the warp.
+__device__ Counts WarpInclusiveScan(Counts c) {
+  const int lane = threadIdx.x % kWarp;
+  for (int o = 1; o < kWarp; o *= 2) {
+    const Counts t = {__shfl_up_sync(kFull, c.gt, o), __shfl_up_sync(kFull, c.eq, o)};
+    if (lane >= o) c = c + t;
+  }
+  return c;
+}
+
+// Exclusive prefix sum of c over the CTA's threads (blockDim.x a multiple of 32, at most 1024),
+// and the CTA's total in *total. Every thread of the CTA must call it.
+__device__ Counts CtaExclusiveScan(Counts c, Counts* total) {
+  __shared__ Counts warp_sums[kWarp];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  const Counts inclusive = WarpInclusiveScan(c);
+  if (lane == kWarp - 1) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const Counts sums = WarpInclusiveScan(lane < warps ? warp_sums[lane] : Counts{0, 0});
+    if (lane < warps) warp_sums[lane] = sums;  // now inclusive over the warps
+  }
+  __syncthreads();
+  *total = warp_sums[warps - 1];
+  const Counts before = (warp > 0 ? warp_sums[warp - 1] : Counts{0, 0}) + (inclusive - c);
+  __syncthreads();  // warp_sums is reused by the next call
+  return before;
+}
+
+// Counts of each tile of kTopKTile values, against the threshold s->prefix.
+__global__ void __launch_bounds__(kThreads)
+    TopKCountKernel(const float* __restrict__ x, uint64_t n, const TopKState* s,
+                    Counts* tile_counts) {
+  const uint32_t t = s->prefix;
+  const uint64_t base = static_cast<uint64_t>(blockIdx.x) * kTopKTile;
+  Counts c = {0, 0};
+#pragma unroll
+  for (int j = 0; j < kTopKItems; j++) {
+    const uint64_t i = base + j * kThreads + threadIdx.x;
+    if (i < n) {
+      const uint32_t m = Magnitude(x[i]);
+      c.gt += m > t;
+      c.eq += m == t;
+    }
+  }
+  Counts total;
+  CtaExclusiveScan(c, &total);
+  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
+}
+
+// Exclusive prefix sums of the tile counts, in place; one CTA of kScanThreads threads, each
+// summing a run of consecutive tiles.
+__global__ void __launch_bounds__(kScanThreads)
+    TopKScanKernel(Counts* tile_counts, uint64_t tiles) {
+  const uint64_t per = (tiles + kScanThreads - 1) / kScanThreads;
+  const uint64_t begin = min(tiles, threadIdx.x * per), end = min(tiles, begin + per);
+  Counts run = {0, 0};
+  for (uint64_t i = begin; i < end; i++) run = run + tile_counts[i];
+  Counts total;
+  run = CtaExclusiveScan(run, &total);
+  for (uint64_t i = begin; i < end; i++) {
+    const Counts c = tile_counts[i];
+    tile_counts[i] = run;
+    run = run + c;
+  }
+}
+
+// Writes the kept indices of each tile; thread t owns values kTopKItems * t to
+// kTopKItems * (t + 1) - 1 of the tile, so that the ranks follow index order.
+__global__ void __launch_bounds__(kThreads)
+    TopKWriteKernel(const float* __restrict__ x, uint64_t n, const TopKState* s,
+                    const Counts* tile_counts, uint32_t* indices) {
+  const uint32_t t = s->prefix, ties = s->remaining;
+  const uint64_t base = static_cast<uint64_t>(blockIdx.x) * kTopKTile + threadIdx.x * kTopKItems;
+  uint32_t m[kTopKItems];
+  Counts c = {0, 0};
+#pragma unroll
+  for (int j = 0; j < kTopKItems; j++) {
+    m[j] = base + j < n ? Magnitude(x[base + j]) : 0u;
+    c.gt += base + j < n && m[j] > t;
+    c.eq += base + j < n && m[j] == t;
+  }
+  Counts total;
+  // Above and equal to the threshold before this thread's first value, in the whole tensor.
+  c = tile_counts[blockIdx.x] + CtaExclusiveScan(c, &total);
+#pragma unroll
+  for (int j = 0; j < kTopKItems; j++) {
+    if (base + j >= n) break;
+    if (m[j] > t) {
+      indices[c.gt + min(c.eq, ties)] = static_cast<uint32_t>(base + j);
+      c.gt++;
+    } else if (m[j] == t) {
+      if (c.eq < ties) indices[c.gt + c.eq] = static_cast<uint32_t>(base + j);
+      c.eq++;
+    }
+  }
+}
+
+// ---- host side ---------------------------------------------------------------------------------
 
 // The error index of one call: set to "none" before its kernel, read back after it.
 class ErrorIndex {
@@ -245,9 +900,16 @@ class ErrorIndex {
   unsigned long long* dev_ = nullptr;
 };
 
+int Log2(uint64_t x) {
+  int l = 0;
+  while ((uint64_t{1} << (l + 1)) <= x) l++;
+  return l;
+}
+
 DeviceQuantParams ToDevice(const kernels::QuantParams& p, uint64_t n) {
   return {p.bits,
           p.block,
+          Log2(p.block),
           p.asymmetric,
           p.stochastic,
           kernels::internal::NoiseKey(p.seed),
@@ -259,6 +921,86 @@ unsigned Grid(uint64_t work, uint64_t per_block) {
   return static_cast<unsigned>((work + per_block - 1) / per_block);
 }
 
+// The largest power of two, at most `cap`, that divides the address.
+int AlignmentOf(const void* p, int cap) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int align = 1;
+  while (align < cap && a % (2 * align) == 0) align *= 2;
+  return align;
+}
+
+bool Aligned16(const void* p) { return AlignmentOf(p, 16) == 16; }
+
+template <int kBits, int kVec>
+void LaunchQuantizeVec(const DeviceQuantParams& dp, int group_log2, const float* in, const float* r,
+                       uint8_t* out, unsigned long long* bad, cudaStream_t stream) {
+  const unsigned grid = Grid(dp.blocks << group_log2, kThreads);
+  if (AlignmentOf(out, 4) == 4) {
+    QuantizeVecKernel<kBits, kVec, true>
+        <<<grid, kThreads, 0, stream>>>(dp, group_log2, in, r, out, bad);
+  } else {
+    QuantizeVecKernel<kBits, kVec, false>
+        <<<grid, kThreads, 0, stream>>>(dp, group_log2, in, r, out, bad);
+  }
+}
+
+// Blocks of up to 256 floats: 2 float4s per lane, block / 8 lanes per block; 512: a warp with
+// 4 float4s per lane; 1024 and more: a warp with 8 (re-reading blocks above 1024 floats).
+template <int kBits>
+void QuantizeVec(const DeviceQuantParams& dp, const float* in, const float* r, uint8_t* out,
+                 unsigned long long* bad, cudaStream_t stream) {
+  if (dp.block <= 256) {
+    LaunchQuantizeVec<kBits, 2>(dp, dp.block_log2 - 3, in, r, out, bad, stream);
+  } else if (dp.block == 512) {
+    LaunchQuantizeVec<kBits, 4>(dp, 5, in, r, out, bad, stream);
+  } else {
+    LaunchQuantizeVec<kBits, 8>(dp, 5, in, r, out, bad, stream);
+  }
+}
+
+// Queues the quantizer of (in + r, or in when r is null) on the stream.
+void LaunchQuantize(const DeviceQuantParams& dp, const float* in, const float* r, uint8_t* out,
+                    unsigned long long* bad, cudaStream_t stream) {
+  if (Aligned16(in) && (r == nullptr || Aligned16(r))) {
+    switch (dp.bits) {
+      case 8:
+        QuantizeVec<8>(dp, in, r, out, bad, stream);
+        break;
+      case 4:
+        QuantizeVec<4>(dp, in, r, out, bad, stream);
+        break;
+      default:
+        QuantizeVec<2>(dp, in, r, out, bad, stream);
+        break;
+    }
+  } else {
+    QuantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kThreads, 0, stream>>>(dp, in, r, out, bad);
+  }
+  LONGHAUL_CUDA_CHECK_LAUNCH();
+}
+
+template <int kBits>
+void DequantizeVec(const DeviceQuantParams& dp, const uint8_t* in, float* out,
+                   unsigned long long* bad, cudaStream_t stream) {
+  const unsigned grid = Grid((dp.n + 3) / 4, kThreads * kQuadsPerThread);
+  if (AlignmentOf(in, 4) == 4) {
+    DequantizeVecKernel<kBits, true><<<grid, kThreads, 0, stream>>>(dp, in, out, bad);
+  } else {
+    DequantizeVecKernel<kBits, false><<<grid, kThreads, 0, stream>>>(dp, in, out, bad);
+  }
+}
+
+template <int kBits>
+void LaunchFeedback(const DeviceQuantParams& dp, const float* in, float* residual,
+                    const uint8_t* enc, const unsigned long long* bad, cudaStream_t stream) {
+  const unsigned grid = Grid((dp.n + 3) / 4, kThreads * kQuadsPerThread);
+  if (Aligned16(in) && Aligned16(residual) && AlignmentOf(enc, 4) == 4) {
+    FeedbackKernel<kBits, true><<<grid, kThreads, 0, stream>>>(dp, in, residual, enc, bad);
+  } else {
+    FeedbackKernel<kBits, false><<<grid, kThreads, 0, stream>>>(dp, in, residual, enc, bad);
+  }
+}
+
 }  // namespace
 
 int64_t QuantizeOnDevice(const kernels::QuantParams& p, const float* in, uint64_t n, uint8_t* out,
@@ -266,9 +1008,7 @@ int64_t QuantizeOnDevice(const kernels::QuantParams& p, const float* in, uint64_
   if (n == 0) return kernels::kNone;
   const DeviceQuantParams dp = ToDevice(p, n);
   ErrorIndex bad(stream);
-  QuantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(
-      dp, in, out, bad.get());
-  LONGHAUL_CUDA_CHECK_LAUNCH();
+  LaunchQuantize(dp, in, nullptr, out, bad.get(), stream);
   return bad.Read();
 }
 
@@ -277,8 +1017,43 @@ int64_t DequantizeOnDevice(const kernels::QuantParams& p, const uint8_t* in, uin
   if (n == 0) return kernels::kNone;
   const DeviceQuantParams dp = ToDevice(p, n);
   ErrorIndex bad(stream);
-  DequantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(
-      dp, in, out, bad.get());
+  if (Aligned16(out)) {
+    switch (dp.bits) {
+      case 8:
+        DequantizeVec<8>(dp, in, out, bad.get(), stream);
+        break;
+      case 4:
+        DequantizeVec<4>(dp, in, out, bad.get(), stream);
+        break;
+      default:
+        DequantizeVec<2>(dp, in, out, bad.get(), stream);
+        break;
+    }
+  } else {
+    DequantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kThreads, 0, stream>>>(dp, in, out,
+                                                                               bad.get());
+  }
+  LONGHAUL_CUDA_CHECK_LAUNCH();
+  return bad.Read();
+}
+
+int64_t QuantizeWithFeedbackOnDevice(const kernels::QuantParams& p, const float* in, uint64_t n,
+                                     float* residual, uint8_t* out, cudaStream_t stream) {
+  if (n == 0) return kernels::kNone;
+  const DeviceQuantParams dp = ToDevice(p, n);
+  ErrorIndex bad(stream);
+  LaunchQuantize(dp, in, residual, out, bad.get(), stream);
+  switch (dp.bits) {
+    case 8:
+      LaunchFeedback<8>(dp, in, residual, out, bad.get(), stream);
+      break;
+    case 4:
+      LaunchFeedback<4>(dp, in, residual, out, bad.get(), stream);
+      break;
+    default:
+      LaunchFeedback<2>(dp, in, residual, out, bad.get(), stream);
+      break;
+  }
   LONGHAUL_CUDA_CHECK_LAUNCH();
   return bad.Read();
 }
@@ -286,7 +1061,25 @@ int64_t DequantizeOnDevice(const kernels::QuantParams& p, const uint8_t* in, uin
 int64_t FloatsToBf16OnDevice(const float* in, uint64_t n, uint8_t* out, cudaStream_t stream) {
   if (n == 0) return kernels::kNone;
   ErrorIndex bad(stream);
-  FloatsToBf16Kernel<<<Grid(n, 256), 256, 0, stream>>>(in, n, out, bad.get());
+  if (Aligned16(in)) {
+    const unsigned grid = Grid((n + 3) / 4, kThreads * kQuadsPerThread);
+    switch (AlignmentOf(out, 8)) {
+      case 8:
+        FloatsToBf16VecKernel<8><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+      case 4:
+        FloatsToBf16VecKernel<4><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+      case 2:
+        FloatsToBf16VecKernel<2><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+      default:
+        FloatsToBf16VecKernel<1><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+    }
+  } else {
+    FloatsToBf16Kernel<<<Grid(n, kThreads), kThreads, 0, stream>>>(in, n, out, bad.get());
+  }
   LONGHAUL_CUDA_CHECK_LAUNCH();
   return bad.Read();
 }
@@ -294,9 +1087,59 @@ int64_t FloatsToBf16OnDevice(const float* in, uint64_t n, uint8_t* out, cudaStre
 int64_t Bf16ToFloatsOnDevice(const uint8_t* in, uint64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return kernels::kNone;
   ErrorIndex bad(stream);
-  Bf16ToFloatsKernel<<<Grid(n, 256), 256, 0, stream>>>(in, n, out, bad.get());
+  if (Aligned16(out)) {
+    const unsigned grid = Grid((n + 3) / 4, kThreads * kQuadsPerThread);
+    switch (AlignmentOf(in, 8)) {
+      case 8:
+        Bf16ToFloatsVecKernel<8><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+      case 4:
+        Bf16ToFloatsVecKernel<4><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+      case 2:
+        Bf16ToFloatsVecKernel<2><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+      default:
+        Bf16ToFloatsVecKernel<1><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+        break;
+    }
+  } else {
+    Bf16ToFloatsKernel<<<Grid(n, kThreads), kThreads, 0, stream>>>(in, n, out, bad.get());
+  }
   LONGHAUL_CUDA_CHECK_LAUNCH();
   return bad.Read();
+}
+
+int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
+                     cudaStream_t stream) {
+  if (n == 0) return kernels::kNone;
+  k = k < n ? k : n;
+  // One allocation: the state, then the tile counts.
+  const uint64_t tiles = (n + kTopKTile - 1) / kTopKTile;
+  void* mem = nullptr;
+  LONGHAUL_CUDA_CHECK(cudaMallocAsync(&mem, sizeof(TopKState) + tiles * sizeof(Counts), stream));
+  auto* state = static_cast<TopKState*>(mem);
+  auto* tile_counts = reinterpret_cast<Counts*>(state + 1);
+  TopKInitKernel<<<1, 256, 0, stream>>>(state, static_cast<uint32_t>(k));
+  const unsigned hist_grid = std::min<unsigned>(Grid(n, kThreads * 16), 2048);
+  // With k == 0 only the first pass runs, for its check of the values.
+  for (int shift = 24; shift >= 0 && (k > 0 || shift == 24); shift -= 8) {
+    TopKHistogramKernel<<<hist_grid, kThreads, 0, stream>>>(x, n, shift, state);
+    if (k > 0) TopKChooseKernel<<<1, 1, 0, stream>>>(state, shift);
+  }
+  if (k > 0) {
+    const unsigned grid = static_cast<unsigned>(tiles);
+    TopKCountKernel<<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts);
+    TopKScanKernel<<<1, kScanThreads, 0, stream>>>(tile_counts, tiles);
+    TopKWriteKernel<<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, indices);
+  }
+  LONGHAUL_CUDA_CHECK_LAUNCH();
+  unsigned long long bad = kNoError;
+  LONGHAUL_CUDA_CHECK(
+      cudaMemcpyAsync(&bad, &state->bad, sizeof(bad), cudaMemcpyDeviceToHost, stream));
+  LONGHAUL_CUDA_CHECK(cudaFreeAsync(mem, stream));
+  LONGHAUL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return bad == kNoError ? kernels::kNone : static_cast<int64_t>(bad);
 }
 
 }  // namespace longhaul::compression::cuda

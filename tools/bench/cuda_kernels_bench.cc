@@ -1,8 +1,9 @@
 // Micro-benchmark of the CUDA kernel backends ("cuda", "cuda-bf16") at GPT-2-small shapes: every
 // op of a layer forward and backward plus the LM head and the loss, in ms and (for products)
 // TFLOP/s against cuBLAS's own 4096^3 peak measured in the same run (fp32 for "cuda", bf16
-// tensor cores for "cuda-bf16"); and the GPU codec kernels in GB/s of input against the
-// device-to-device copy rate. Not a test; run by tools/gpu-check. Needs a GPU (--config=cuda).
+// tensor cores for "cuda-bf16"); and the GPU codec kernels (quantization, error feedback, bf16,
+// top-k) in GB/s of input against the device-to-device copy rate. Not a test; run by
+// tools/gpu-check. Needs a GPU (--config=cuda).
 //
 //   bazel run --config=cuda -c opt //tools/bench:cuda_kernels_bench -- [--B 8 --T 1024]
 #include <cublas_v2.h>
@@ -208,11 +209,13 @@ void RunOps(Ops& ops, const Shape& s, double peak, double budget) {
   }
 }
 
-// Codec kernels on `count` floats: GB/s of float input, against the device-to-device copy rate
-// of the same bytes.
+// Codec kernels on `count` floats (16-byte-aligned buffers: the vectorized kernels): GB/s of
+// float input, against the device-to-device copy rate of the same bytes.
 void RunCodecs(Ops& ops, size_t count, double budget) {
+  namespace cc = compression::cuda;
+  using compression::kernels::kNone;
   cudaStream_t stream = cuda::CudaStreamOf(ops);
-  Buffer x(ops, count, 30), y(ops, count, 31);
+  Buffer x(ops, count, 30), y(ops, count, 31), residual(ops, count, 32);
   uint8_t* enc = nullptr;
   LONGHAUL_CUDA_CHECK(cudaMalloc(&enc, count * sizeof(float) + 64));
   auto sync = [&] { ops.Synchronize(); };
@@ -225,48 +228,60 @@ void RunCodecs(Ops& ops, size_t count, double budget) {
     std::printf("  %-28s %9.3f ms %8.1f GB/s %6.1f%% of copy\n", what.c_str(), s * 1e3,
                 bytes / s / 1e9, 100.0 * copy / s);
   };
-  for (int bits : {8, 4}) {
-    for (bool asym : {false, true}) {
-      compression::kernels::QuantParams p;
-      p.bits = bits;
-      p.asymmetric = asym;
-      const std::string label = "q" + std::to_string(bits) + (asym ? ",asym" : "");
-      report(label + " quantize",
-             TimePerCall(
-                 [&] {
-                   if (compression::cuda::QuantizeOnDevice(p, x.p, count, enc, stream) !=
-                       compression::kernels::kNone) {
-                     std::abort();
-                   }
-                 },
-                 sync, budget));
-      report(label + " dequantize",
-             TimePerCall(
-                 [&] {
-                   if (compression::cuda::DequantizeOnDevice(p, enc, count, y.p, stream) !=
-                       compression::kernels::kNone) {
-                     std::abort();
-                   }
-                 },
-                 sync, budget));
-    }
+  // Times fn, which must return kNone.
+  auto timed = [&](const std::function<int64_t()>& fn) {
+    return TimePerCall(
+        [&] {
+          if (fn() != kNone) std::abort();
+        },
+        sync, budget);
+  };
+  struct Variant {
+    int bits;
+    bool asym, stochastic;
+  };
+  for (const Variant v :
+       {Variant{8, false, false}, Variant{8, true, false}, Variant{8, false, true},
+        Variant{4, false, false}, Variant{4, true, false}, Variant{2, false, false},
+        Variant{2, true, false}}) {
+    compression::kernels::QuantParams p;
+    p.bits = v.bits;
+    p.asymmetric = v.asym;
+    p.stochastic = v.stochastic;
+    const std::string label =
+        "q" + std::to_string(v.bits) + (v.asym ? ",asym" : "") + (v.stochastic ? ",sr" : "");
+    report(label + " quantize",
+           timed([&] { return cc::QuantizeOnDevice(p, x.p, count, enc, stream); }));
+    report(label + " dequantize",
+           timed([&] { return cc::DequantizeOnDevice(p, enc, count, y.p, stream); }));
   }
-  report("bf16 encode", TimePerCall(
-                            [&] {
-                              if (compression::cuda::FloatsToBf16OnDevice(
-                                      x.p, count, enc, stream) != compression::kernels::kNone) {
-                                std::abort();
-                              }
-                            },
-                            sync, budget));
-  report("bf16 decode", TimePerCall(
-                            [&] {
-                              if (compression::cuda::Bf16ToFloatsOnDevice(
-                                      enc, count, y.p, stream) != compression::kernels::kNone) {
-                                std::abort();
-                              }
-                            },
-                            sync, budget));
+  {
+    // For comparison: the general kernel, which takes float pointers off a 16-byte boundary.
+    compression::kernels::QuantParams p;
+    report("q8 quantize, unaligned input",
+           timed([&] { return cc::QuantizeOnDevice(p, x.p + 1, count - 1, enc, stream); }));
+  }
+  for (int bits : {8, 4}) {
+    compression::kernels::QuantParams p;
+    p.bits = bits;
+    // The residual stays small: after each call it is the rounding error of x + residual.
+    report("q" + std::to_string(bits) + " error feedback", timed([&] {
+             return cc::QuantizeWithFeedbackOnDevice(p, x.p, count, residual.p, enc, stream);
+           }));
+  }
+  report("bf16 encode", timed([&] { return cc::FloatsToBf16OnDevice(x.p, count, enc, stream); }));
+  report("bf16 decode", timed([&] { return cc::Bf16ToFloatsOnDevice(enc, count, y.p, stream); }));
+  if (count < (uint64_t{1} << 32)) {
+    uint32_t* idx = nullptr;
+    LONGHAUL_CUDA_CHECK(cudaMalloc(&idx, count * sizeof(uint32_t)));
+    for (double fraction : {0.001, 0.01, 0.1}) {
+      const uint64_t k = static_cast<uint64_t>(fraction * count);
+      char label[64];
+      std::snprintf(label, sizeof(label), "top-k, k = %g n", fraction);
+      report(label, timed([&] { return cc::TopKOnDevice(x.p, count, k, idx, stream); }));
+    }
+    LONGHAUL_CUDA_CHECK(cudaFree(idx));
+  }
   LONGHAUL_CUDA_CHECK(cudaFree(enc));
 }
 
