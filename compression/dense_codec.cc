@@ -19,8 +19,9 @@ kernels::QuantParams QuantFor(const ValueSpec& spec, uint64_t seed) {
   return p;
 }
 
-Status BadValue(const ValueSpec& spec, std::span<const float> in, int64_t index) {
-  const float v = in[static_cast<size_t>(index)];
+}  // namespace
+
+Status DenseValueError(const ValueSpec& spec, float v, int64_t index) {
   const std::string_view name = ValueFormatName(spec.format);
   if (std::isfinite(v)) {
     return absl::OutOfRangeError(Cat(name, ": value ", v, " at index ", index,
@@ -28,6 +29,12 @@ Status BadValue(const ValueSpec& spec, std::span<const float> in, int64_t index)
   }
   return absl::InvalidArgumentError(
       Cat(name, ": value ", v, " at index ", index, " is not finite; NaN and Inf are rejected"));
+}
+
+namespace {
+
+Status BadValue(const ValueSpec& spec, std::span<const float> in, int64_t index) {
+  return DenseValueError(spec, in[static_cast<size_t>(index)], index);
 }
 
 }  // namespace

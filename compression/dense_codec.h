@@ -20,6 +20,9 @@ uint64_t DenseEncodedSize(const ValueSpec& spec, uint64_t n);
 // `seed` drives stochastic rounding (ignored otherwise). Errors name the bad value's index.
 Status EncodeDense(const ValueSpec& spec, std::span<const float> in, uint64_t seed, uint8_t* out);
 
+// The error EncodeDense gives for `value` at `index` (device encoders report the same).
+Status DenseValueError(const ValueSpec& spec, float value, int64_t index);
+
 // Decodes out.size() values. REQUIRES nothing of `in`: its size must equal
 // DenseEncodedSize(spec, out.size()) or an error is returned. The output is finite.
 Status DecodeDense(const ValueSpec& spec, std::span<const uint8_t> in, std::span<float> out);

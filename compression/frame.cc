@@ -75,6 +75,14 @@ size_t FrameHeaderSize(size_t ndim) { return kFixedHeader + 8 * ndim + 8; }
 Status EncodeFrame(const Codec& codec, std::span<const float> values,
                    std::span<const int64_t> shape, const EncodeOptions& options,
                    std::vector<uint8_t>* frame) {
+  return EncodeFrameWith(
+      codec.spec(), shape, values.size(),
+      [&](std::vector<uint8_t>* out) { return codec.Encode(values, options, out); }, frame);
+}
+
+Status EncodeFrameWith(const CodecSpec& spec, std::span<const int64_t> shape, uint64_t values,
+                       const std::function<Status(std::vector<uint8_t>*)>& append_payload,
+                       std::vector<uint8_t>* frame) {
   if (shape.size() > kMaxFrameDims) {
     return FrameError(Cat(shape.size(), " dimensions; at most ", kMaxFrameDims));
   }
@@ -86,15 +94,14 @@ Status EncodeFrame(const Codec& codec, std::span<const float> values,
   uint64_t count = has_zero ? 0 : 1;
   for (int64_t d : shape) {
     if (has_zero) break;
-    if (count > values.size() / static_cast<uint64_t>(d)) {
-      return FrameError(Cat("shape holds more than the ", values.size(), " values given"));
+    if (count > values / static_cast<uint64_t>(d)) {
+      return FrameError(Cat("shape holds more than the ", values, " values given"));
     }
     count *= static_cast<uint64_t>(d);
   }
-  if (count != values.size()) {
-    return FrameError(Cat("shape holds ", count, " values but ", values.size(), " were given"));
+  if (count != values) {
+    return FrameError(Cat("shape holds ", count, " values but ", values, " were given"));
   }
-  const CodecSpec& spec = codec.spec();
   uint8_t flags = 0;
   if (spec.topk.enabled) flags |= kFlagTopK;
   if (spec.topk.approximate) flags |= kFlagApprox;
@@ -118,7 +125,7 @@ Status EncodeFrame(const Codec& codec, std::span<const float> values,
   for (int64_t d : shape) w.U64(static_cast<uint64_t>(d));
   w.U64(0);  // checksum, patched below
   const size_t header_size = frame->size();
-  RETURN_IF_ERROR(codec.Encode(values, options, frame));
+  RETURN_IF_ERROR(append_payload(frame));
   const uint64_t payload_size = frame->size() - header_size;
   std::memcpy(frame->data() + 40, &payload_size, 8);
   RecomputeFrameChecksum(*frame);

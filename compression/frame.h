@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -65,6 +66,13 @@ size_t FrameHeaderSize(size_t ndim);
 Status EncodeFrame(const Codec& codec, std::span<const float> values,
                    std::span<const int64_t> shape, const EncodeOptions& options,
                    std::vector<uint8_t>* frame);
+
+// The same frame when another encoder writes the payload (the GPU codecs, device_encoder.h):
+// `count` values of shape `shape` (product == count), `append_payload` appends exactly the
+// bytes spec's Codec::Encode would.
+Status EncodeFrameWith(const CodecSpec& spec, std::span<const int64_t> shape, uint64_t count,
+                       const std::function<Status(std::vector<uint8_t>*)>& append_payload,
+                       std::vector<uint8_t>* frame);
 
 // Validates a frame's header, sizes and checksum without decoding the payload.
 StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame,

@@ -56,6 +56,10 @@ class ReplicatedFragment {
   Status Backward(int slot, const float* output_grad, float dloss);
   // Not first: the input gradient (B,T,C) of the last Backward into `host`.
   void InputGrad(float* host) const;
+  // One replica only: Output(slot) and InputGrad() where they are, in the backend's memory
+  // (for encoding on the device before the copy to the host).
+  const float* DeviceOutput(int slot) const { return replicas_[0].fragment->Output(slot); }
+  const float* DeviceInputGrad() const { return replicas_[0].fragment->InputGrad(); }
 
   // ---- end of step ------------------------------------------------------------------------
   void ZeroGrads();

@@ -70,6 +70,9 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     ops_.push_back(std::move(ops));
   }
   ASSIGN_OR_RETURN(fragment_, model::ReplicatedFragment::Create(job.model, fo, replicas));
+  if (ops_.size() == 1) {
+    ASSIGN_OR_RETURN(device_encoder_, compression::MakeDeviceEncoder(replicas[0]));
+  }
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
   if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
   if (ctx_.log) {
@@ -294,13 +297,14 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
     compute_acc_ += Now() - start;
     return absl::OkStatus();
   }
-  fragment_->Output(slot, host_buf_.data());
+  const float* device_out = device_encoder_ ? fragment_->DeviceOutput(slot) : nullptr;
+  if (device_out == nullptr) fragment_->Output(slot, host_buf_.data());
   const double elapsed = Now() - start;
   compute_acc_ += elapsed;
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
   RETURN_IF_ERROR(Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
                        v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, {B_, T_, C_},
-                       true));
+                       true, device_out));
   return Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_, v1::TENSOR_KIND_TARGETS,
               step, mb, t.data(), tok, {B_, T_}, false);
 }
@@ -321,9 +325,11 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
   compute_acc_ += elapsed;
   if (fragment_->is_first()) return absl::OkStatus();
-  fragment_->InputGrad(host_buf_.data());
+  const float* device_grad = device_encoder_ ? fragment_->DeviceInputGrad() : nullptr;
+  if (device_grad == nullptr) fragment_->InputGrad(host_buf_.data());
   return Send(ctx_.to_prev.get(), &status_.outbound.front(), &prev_state_,
-              v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act, {B_, T_, C_}, true);
+              v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act, {B_, T_, C_}, true,
+              device_grad);
 }
 
 Status StageRunner::ExchangeTiedGrads(uint64_t step) {
@@ -432,7 +438,7 @@ Status StageRunner::Checkpoint(uint64_t step) {
 
 Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
                          v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
-                         std::vector<int64_t> shape, bool adaptive) {
+                         std::vector<int64_t> shape, bool adaptive, const float* device) {
   int rung = 0;  // fp32: exact
   std::string reason = "exact (not an activation or gradient)";
   if (adaptive) {
@@ -459,11 +465,25 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
       reason = d.explanation;
     }
   }
-  ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(controller_->spec(rung)));
+  const compression::CodecSpec& spec = controller_->spec(rung);
   OutgoingTensor t;
   compression::EncodeOptions eo;
   eo.seed = step * 1000003 + mb * 31 + kind;
-  RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
+  if (device != nullptr && device_encoder_ && device_encoder_->Supports(spec)) {
+    RETURN_IF_ERROR(compression::EncodeFrameWith(
+        spec, shape, n,
+        [&](std::vector<uint8_t>* out) {
+          return device_encoder_->Encode(spec, device, n, eo, out);
+        },
+        &t.payload));
+  } else {
+    if (device != nullptr) {  // fp32 or a codec the GPU lacks: the floats come to the host
+      ops_[0]->Download(host_buf_.data(), device, n);
+      host = host_buf_.data();
+    }
+    ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(spec));
+    RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
+  }
   v1::TensorFrame& h = t.header;
   h.set_job_id(ctx_.assignment.job_id());
   h.set_attempt(attempt());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "compression/controller.h"
+#include "compression/device_encoder.h"
 #include "daemon/job/inbox.h"
 #include "daemon/job/job_spec.h"
 #include "daemon/job/sender.h"
@@ -102,10 +103,12 @@ class StageRunner {
   Status Backward(uint64_t step, int mb);
   Status ExchangeTiedGrads(uint64_t step);
   Status Checkpoint(uint64_t step);
-  // Encodes and queues `n` floats (host) for `to`; `adaptive` lets the controller pick.
+  // Encodes and queues `n` floats for `to`; `adaptive` lets the controller pick. The floats
+  // are at `host`, or, with `device`, in the backend's memory: encoded there when the GPU
+  // has the codec (only encoded bytes cross PCIe), else first downloaded into host_buf_.
   Status Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
               v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
-              std::vector<int64_t> shape, bool adaptive);
+              std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
   // Waits for a tensor and decodes it into `host` (exactly n floats).
   Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n);
 
@@ -116,6 +119,8 @@ class StageRunner {
   OutboundUsage tied_usage_;
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
   std::unique_ptr<model::ReplicatedFragment> fragment_;
+  // GPU stages with one replica: encodes outgoing tensors on the device (null otherwise).
+  std::unique_ptr<compression::DeviceEncoder> device_encoder_;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<compression::Controller> controller_;
   int quality_floor_ = 0;
