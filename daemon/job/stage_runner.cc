@@ -476,6 +476,11 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
           return device_encoder_->Encode(spec, device, n, eo, out);
         },
         &t.payload));
+    if (!device_encode_logged_ && ctx_.log) {
+      device_encode_logged_ = true;
+      ctx_.log->info("job {}: stage {} encodes on {} before the copy to the host ({})",
+                     ctx_.assignment.job_id(), stage_, ops_[0]->name(), controller_->name(rung));
+    }
   } else {
     if (device != nullptr) {  // fp32 or a codec the GPU lacks: the floats come to the host
       ops_[0]->Download(host_buf_.data(), device, n);

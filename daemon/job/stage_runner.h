@@ -121,6 +121,7 @@ class StageRunner {
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   // GPU stages with one replica: encodes outgoing tensors on the device (null otherwise).
   std::unique_ptr<compression::DeviceEncoder> device_encoder_;
+  bool device_encode_logged_ = false;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<compression::Controller> controller_;
   int quality_floor_ = 0;

@@ -41,7 +41,8 @@ TEST_CASE("device-encoded frames equal the host codec's, byte for byte") {
   REQUIRE(made.ok());
   REQUIRE(*made != nullptr);
   DeviceEncoder& enc = **made;
-  for (const char* name : {"bf16", "q8", "q4", "q2", "q8,asym", "q4,asym", "q8,sr", "q4:block=256"}) {
+  for (const char* name : {"bf16", "q8", "q4", "q2", "q8:asym", "q4:asym", "q8:sr",
+                           "q2:block=256,asym,sr", "q4:block=256"}) {
     auto codec = MakeCodec(name);
     REQUIRE(codec.ok());
     const CodecSpec& spec = (*codec)->spec();
