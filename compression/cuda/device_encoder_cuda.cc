@@ -99,7 +99,8 @@ class CudaDeviceEncoder final : public DeviceEncoder {
 StatusOr<std::unique_ptr<DeviceEncoder>> NewDeviceEncoderForMake(::longhaul::kernels::Ops* ops) {
   const int device = ::longhaul::kernels::cuda::CudaDeviceOf(*ops);
   if (device < 0) return std::unique_ptr<DeviceEncoder>();
-  auto e = std::make_unique<CudaDeviceEncoder>(device, ::longhaul::kernels::cuda::CudaStreamOf(*ops));
+  auto e =
+      std::make_unique<CudaDeviceEncoder>(device, ::longhaul::kernels::cuda::CudaStreamOf(*ops));
   RETURN_IF_ERROR(e->Init());
   return std::unique_ptr<DeviceEncoder>(std::move(e));
 }
