@@ -25,6 +25,9 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
 
 #include "compression/cuda/device_codec.h"
 #include "compression/kernels.h"
@@ -931,6 +934,25 @@ int AlignmentOf(const void* p, int cap) {
 
 bool Aligned16(const void* p) { return AlignmentOf(p, 16) == 16; }
 
+// Calls launch(std::integral_constant<int, A>{}) for A the alignment of p: 8, 4, 2 or 1 bytes.
+template <typename Launch>
+void WithAlignment(const void* p, Launch&& launch) {
+  switch (AlignmentOf(p, 8)) {
+    case 8:
+      launch(std::integral_constant<int, 8>{});
+      break;
+    case 4:
+      launch(std::integral_constant<int, 4>{});
+      break;
+    case 2:
+      launch(std::integral_constant<int, 2>{});
+      break;
+    default:
+      launch(std::integral_constant<int, 1>{});
+      break;
+  }
+}
+
 template <int kBits, int kVec>
 void LaunchQuantizeVec(const DeviceQuantParams& dp, int group_log2, const float* in, const float* r,
                        uint8_t* out, unsigned long long* bad, cudaStream_t stream) {
@@ -1063,20 +1085,10 @@ int64_t FloatsToBf16OnDevice(const float* in, uint64_t n, uint8_t* out, cudaStre
   ErrorIndex bad(stream);
   if (Aligned16(in)) {
     const unsigned grid = Grid((n + 3) / 4, kThreads * kQuadsPerThread);
-    switch (AlignmentOf(out, 8)) {
-      case 8:
-        FloatsToBf16VecKernel<8><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-      case 4:
-        FloatsToBf16VecKernel<4><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-      case 2:
-        FloatsToBf16VecKernel<2><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-      default:
-        FloatsToBf16VecKernel<1><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-    }
+    WithAlignment(out, [&](auto a) {
+      FloatsToBf16VecKernel<decltype(a)::value>
+          <<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+    });
   } else {
     FloatsToBf16Kernel<<<Grid(n, kThreads), kThreads, 0, stream>>>(in, n, out, bad.get());
   }
@@ -1089,20 +1101,10 @@ int64_t Bf16ToFloatsOnDevice(const uint8_t* in, uint64_t n, float* out, cudaStre
   ErrorIndex bad(stream);
   if (Aligned16(out)) {
     const unsigned grid = Grid((n + 3) / 4, kThreads * kQuadsPerThread);
-    switch (AlignmentOf(in, 8)) {
-      case 8:
-        Bf16ToFloatsVecKernel<8><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-      case 4:
-        Bf16ToFloatsVecKernel<4><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-      case 2:
-        Bf16ToFloatsVecKernel<2><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-      default:
-        Bf16ToFloatsVecKernel<1><<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
-        break;
-    }
+    WithAlignment(in, [&](auto a) {
+      Bf16ToFloatsVecKernel<decltype(a)::value>
+          <<<grid, kThreads, 0, stream>>>(in, n, out, bad.get());
+    });
   } else {
     Bf16ToFloatsKernel<<<Grid(n, kThreads), kThreads, 0, stream>>>(in, n, out, bad.get());
   }
@@ -1113,6 +1115,11 @@ int64_t Bf16ToFloatsOnDevice(const uint8_t* in, uint64_t n, float* out, cudaStre
 int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
                      cudaStream_t stream) {
   if (n == 0) return kernels::kNone;
+  if (n >= (uint64_t{1} << 32)) {  // indices are uint32 (as TopKExact's)
+    std::fprintf(stderr, "TopKOnDevice: %llu values; at most 2^32 - 1\n",
+                 static_cast<unsigned long long>(n));
+    std::abort();
+  }
   k = k < n ? k : n;
   // One allocation: the state, then the tile counts.
   const uint64_t tiles = (n + kTopKTile - 1) / kTopKTile;

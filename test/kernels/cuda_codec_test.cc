@@ -36,8 +36,11 @@ using kernels::QuantParams;
 // cudaMalloc's pointers are 256-byte aligned, so offset 0 is aligned for every kernel.
 class DeviceBytes {
  public:
+  // Filled with a marker (0xa5 bytes), so a kernel that skips writes cannot pass on what an
+  // earlier buffer at the same address held.
   explicit DeviceBytes(size_t n, size_t offset = 0) : offset_(offset) {
     LONGHAUL_CUDA_CHECK(cudaMalloc(&base_, n + offset + 1));
+    LONGHAUL_CUDA_CHECK(cudaMemset(base_, 0xa5, n + offset + 1));
   }
   ~DeviceBytes() { (void)cudaFree(base_); }
   DeviceBytes(const DeviceBytes&) = delete;
@@ -386,9 +389,13 @@ TEST_CASE("GPU top-k selects what TopKExact selects", "[codec][topk]") {
        {size_t{0}, size_t{1}, size_t{10}, n / 100, n / 3, n / 2 + 1, n - 1 + (n == 0), n, n + 7}) {
     INFO("k=" << k);
     const auto want = TopKFromOrder(order, k);
+    LONGHAUL_CUDA_CHECK(cudaMemset(didx.get(), 0xa5, (n + 8) * sizeof(uint32_t)));
     REQUIRE(TopKOnDevice(dx.floats(), n, k, reinterpret_cast<uint32_t*>(didx.get()), nullptr) ==
             kNone);
-    CHECK(FromDevice<uint32_t>(didx.get(), want.size()) == want);
+    auto got = FromDevice<uint32_t>(didx.get(), want.size() + 1);
+    CHECK(got.back() == 0xa5a5a5a5u);  // nothing written past min(k, n)
+    got.pop_back();
+    CHECK(got == want);
   }
   if (n > 2000) {
     x[1999] = std::numeric_limits<float>::quiet_NaN();
