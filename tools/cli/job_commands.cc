@@ -50,7 +50,11 @@ void PrintDetails(const v1::JobStatus& j) {
   std::cout << "\n  step " << j.step() << "/" << j.total_steps() << ", committed "
             << j.committed_step() << ", loss " << Fixed(j.loss(), 4) << ", "
             << Fixed(j.tokens_per_second(), 0) << " tok/s, " << Fixed(j.step_seconds(), 3)
-            << " s/step, coordinator " << j.coordinator() << "\n";
+            << " s/step";
+  if (j.predicted_step_seconds() > 0) {
+    std::cout << " (the planner predicted " << Fixed(j.predicted_step_seconds(), 3) << ")";
+  }
+  std::cout << ", coordinator " << j.coordinator() << "\n";
   Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "DEVICES"});
   for (const auto& s : j.stages()) {
     stages.AddRow({std::to_string(s.index()), s.site(),

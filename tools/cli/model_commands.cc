@@ -124,7 +124,8 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   eval->add_option("--batch-size", eo.batch_size, "Sequences per batch")->capture_default_str();
   eval->add_option("--seq-len", eo.seq_len, "Tokens per sequence (0: the model's context)")
       ->capture_default_str();
-  eval->add_option("--backend", eo.backend, "Kernel backend: cpu, cpu-ref or cuda")
+  eval->add_option("--backend", eo.backend,
+                   "Kernel backend: cpu, cpu-ref, cuda or cuda-bf16 (cuda:N for GPU N)")
       ->capture_default_str();
   eval->add_option("--threads", eo.threads, "CPU threads (0: all cores)")->capture_default_str();
   eval->callback([eval_flags, exit_code] { *exit_code = Eval(*eval_flags); });
