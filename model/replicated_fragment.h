@@ -61,6 +61,12 @@ class ReplicatedFragment {
   const float* DeviceOutput(int slot) const { return replicas_[0].fragment->Output(slot); }
   const float* DeviceInputGrad() const { return replicas_[0].fragment->InputGrad(); }
 
+  // Waits until every replica's queued work is done (GPU backends run asynchronously; for
+  // timing compute).
+  void Synchronize() {
+    for (auto& r : replicas_) r.ops->Synchronize();
+  }
+
   // ---- end of step ------------------------------------------------------------------------
   void ZeroGrads();
   // Sums the gradients over the replicas (every replica then holds the sum). Call once per

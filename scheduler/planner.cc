@@ -24,7 +24,12 @@ StatusOr<Profiles> Restrict(const Profiles& all, const PlacementRequest& r) {
   if (unique.size() != names.size()) {
     return absl::InvalidArgumentError("planner: a candidate site is listed twice");
   }
-  RETURN_IF_ERROR(CheckCoverage(all, names));
+  // Every candidate needs a profile; a missing link is no direct link (no pipeline uses it).
+  for (const std::string& n : names) {
+    if (!all.Site(n)) {
+      return absl::NotFoundError(absl::StrCat("planner: no profile for site '", n, "'"));
+    }
+  }
   const std::string& coord = r.workload.coordinator;
   if (!coord.empty() && !unique.count(coord)) {
     if (!all.Site(coord)) {

@@ -59,12 +59,14 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   std::vector<scheduler::StagePlan> plan;
   std::string placement;
   double predicted = 0;
+  std::map<std::string, int64_t> site_memory;
   if (spec.planned) {
-    auto planned = PlanPlacement(spec, env.channel);
+    auto planned = PlanPlacement(spec, env.site, env.channel);
     if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
     plan = planned->stages;
     placement = planned->summary;
     predicted = planned->predicted_step_seconds;
+    site_memory = planned->memory_limits;
     env.log->info("job {}: {}", job_id, placement);
   } else {
     ASSIGN_OR_RETURN(
@@ -81,6 +83,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   r.set_submitted_unix(NowUnix());
   r.set_attempt(1);
   r.set_detail(placement);
+  c->placement_ = placement;
+  c->site_memory_ = site_memory;
   r.set_predicted_step_seconds(predicted);
   for (size_t i = 0; i < plan.size(); ++i) {
     v1::StageInfo* s = r.add_stages();
@@ -226,9 +230,16 @@ bool Coordinator::AssignAll() {
   need_assign_ = false;
   failed_checks_ = 0;
   record_.set_state(v1::JOB_STATE_RUNNING);
-  record_.set_detail("");
+  record_.set_detail(placement_);  // how the job was placed (empty for an even placement)
   PersistLocked();
   return true;
+}
+
+std::vector<std::string> Coordinator::StageSites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> sites;
+  for (const auto& s : record_.stages()) sites.push_back(s.site());
+  return sites;
 }
 
 void Coordinator::StopAttempt() {
@@ -239,7 +250,7 @@ void Coordinator::StopAttempt() {
     stop.set_attempt(record_.attempt());
   }
   stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
-  for (const auto& st : spec_.sites) {
+  for (const auto& st : StageSites()) {
     if (SiteChannel* c = env_.channel(st)) (void)c->ControlJob(stop, 3);
   }
 }
@@ -317,7 +328,7 @@ void Coordinator::Run() {
     // Recovering: every site must answer before the job restarts from the committed step.
     bool reachable = true;
     std::string waiting;
-    for (const auto& site : spec_.sites) {
+    for (const auto& site : StageSites()) {
       SiteChannel* c = env_.channel(site);
       v1::JobCommand ping;
       ping.set_job_id(record_.job_id());
@@ -403,11 +414,15 @@ namespace {
 StatusOr<scheduler::Profiles> MeasuredProfiles(
     const scheduler::PlacementRequest& request, const std::vector<scheduler::StagePlan>& current,
     const std::vector<scheduler::StageMeasurement>& recent,
-    const std::map<std::pair<std::string, std::string>, v1::LinkUsage>& links) {
+    const std::map<std::pair<std::string, std::string>, v1::LinkUsage>& links,
+    const std::map<std::string, int64_t>& memory) {
   constexpr double kNominalFlops = 1e12;
   constexpr double kUnmeasuredBandwidth = 125e6;  // 1 Gbit/s until a link has an estimate
   scheduler::Profiles nominal;
-  for (const auto& site : request.sites) nominal.sites.push_back({site, kNominalFlops, 0, 0});
+  for (const auto& site : request.sites) {
+    auto m = memory.find(site);  // the sites' limits as profiled at submit (0: none known)
+    nominal.sites.push_back({site, kNominalFlops, m == memory.end() ? 0 : m->second, 0});
+  }
   for (const auto& from : request.sites) {
     for (const auto& to : request.sites) {
       if (from == to) continue;
@@ -433,6 +448,7 @@ void Coordinator::Replan() {
   std::vector<scheduler::StageMeasurement> recent;
   scheduler::PlacementRequest request;
   std::map<std::pair<std::string, std::string>, v1::LinkUsage> links;
+  std::map<std::string, int64_t> memory;
   {
     std::lock_guard<std::mutex> lock(mu_);
     replan_pending_ = false;
@@ -444,7 +460,9 @@ void Coordinator::Replan() {
       for (double v : recent_compute_[k]) recent.push_back({k, 0, v, 0, 0});
     }
     request = PlacementRequestFor(spec_, sites);
+    request.workload.coordinator = env_.site;
     links = recent_links_;
+    memory = site_memory_;
   }
   // The planner, on what was measured, restricted to what a running job can do at a step
   // boundary: the same sites in the same order, layers moved between them.
@@ -452,7 +470,7 @@ void Coordinator::Replan() {
   scheduler::StepEstimate now;
   Status planned = [&]() -> Status {
     ASSIGN_OR_RETURN(const scheduler::Profiles measured,
-                     MeasuredProfiles(request, current, recent, links));
+                     MeasuredProfiles(request, current, recent, links, memory));
     scheduler::PlannerOptions options;
     options.keep_order = true;
     options.time_budget_seconds = 1;
@@ -462,7 +480,7 @@ void Coordinator::Replan() {
     ASSIGN_OR_RETURN(now, model.Estimate(current));
     return absl::OkStatus();
   }();
-  if (!planned.ok() || plan.stages == current ||
+  if (!planned.ok() || plan.stages.size() != current.size() || plan.stages == current ||
       plan.estimate.step_seconds > 0.9 * now.step_seconds) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& d : detectors_) d.Reset();
@@ -506,6 +524,7 @@ void Coordinator::Replan() {
                        replan_reason_ + "; now " + scheduler::PlanDebugString(next));
     for (auto& d : detectors_) d.Reset();
     for (auto& recent : recent_compute_) recent.clear();
+    replan_pending_ = false;  // reports that arrived while planning fired the old detectors
     PersistLocked();
     cv_.notify_all();
     env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
@@ -542,8 +561,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep) {
   if (rep.step() >= record_.total_steps()) {  // a stage finished
     stage_final_[rep.stage()] = true;
     if (stage_final_.size() == n && record_.committed_step() >= record_.total_steps()) {
-      record_.set_state(v1::JOB_STATE_COMPLETED);
-      record_.set_detail("");
+      record_.set_state(v1::JOB_STATE_COMPLETED);  // the detail (placement, re-plan) stays
       PersistLocked();
       env_.log->info("job {}: completed, final loss {:.4f}", record_.job_id(), record_.loss());
       cv_.notify_all();
@@ -631,7 +649,7 @@ StatusOr<v1::JobState> Coordinator::Cancel() {
   v1::JobCommand cancel;
   cancel.set_job_id(record_.job_id());
   cancel.set_kind(v1::JobCommand::KIND_CANCEL);
-  for (const auto& site : spec_.sites) {
+  for (const auto& site : StageSites()) {
     if (SiteChannel* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
   }
   env_.log->info("job {}: cancelled", record_.job_id());

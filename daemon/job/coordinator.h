@@ -61,6 +61,7 @@ class Coordinator {
   void StopAttempt();
   void SetState(v1::JobState state, const std::string& detail);
   // Feeds one step's stage timings to the straggler detectors (mu_ held).
+  std::vector<std::string> StageSites();  // the sites of the current stages
   void WatchForStragglersLocked(const std::map<uint32_t, v1::StepReport>& reports);
   // Moves layers away from a straggler at the committed step, if that helps.
   void Replan();
@@ -91,6 +92,8 @@ class Coordinator {
   std::vector<scheduler::ChangeDetector> detectors_;
   std::vector<std::vector<double>> recent_compute_;  // per stage, last few steps
   std::map<std::pair<std::string, std::string>, v1::LinkUsage> recent_links_;  // latest reports
+  std::string placement_;                       // the planner's summary, kept in the detail
+  std::map<std::string, int64_t> site_memory_;  // memory limits profiled at submit
   bool replan_pending_ = false;
   uint64_t replan_detected_step_ = 0;
   std::string replan_reason_;

@@ -185,7 +185,19 @@ StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(req.job_yaml(), "job", options_.data_dir));
   std::vector<std::string> peers;
   for (const auto& [name, address] : options_.peers) peers.push_back(name);
-  auto r = profiler_->Profile(spec, throttle_->load(), *monitor_, peers);
+  bool busy = false;
+  {
+    std::lock_guard<std::mutex> assign_lock(assign_mu_);  // runners are not swapped meanwhile
+    std::vector<std::shared_ptr<Stage>> stages;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, stage] : stages_) stages.push_back(stage);
+    }
+    for (const auto& stage : stages) {
+      if (stage->runner && stage->runner->status().running) busy = true;
+    }
+  }
+  auto r = profiler_->Profile(spec, throttle_->load(), *monitor_, peers, busy);
   if (r.ok() && r->calibration_seconds() > 0 && log_) {
     log_->info(
         "calibrated {} for {}x{} tokens per microbatch at C={}: {:.2f} ms per layer "

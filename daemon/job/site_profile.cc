@@ -14,7 +14,8 @@ namespace longhaul::daemon {
 
 StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double throttle_seconds,
                                                      const LinkMonitor& monitor,
-                                                     const std::vector<std::string>& peers) {
+                                                     const std::vector<std::string>& peers,
+                                                     bool busy) {
   const model::Job& job = spec.job;
   // Data-parallel replicas each run a share of the microbatch's rows: calibrate one replica on
   // its share and count the site as that many times faster (the all-reduce is not priced).
@@ -26,12 +27,16 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
   r.set_site(site_);
   r.set_backend(backend + (R > 1 ? absl::StrCat(" x", R) : ""));
   const auto key = std::make_tuple(backend, job.model.channels, job.model.num_heads,
-                                   job.model.max_seq_len, rows, job.seq_len);
+                                   job.model.max_seq_len, rows, job.seq_len, job.threads);
   Measured m;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = cache_.find(key); it != cache_.end()) {
       m = it->second;
+    } else if (busy) {
+      return absl::UnavailableError("site '" + site_ +
+                                    "' is training a stage now and has not calibrated this "
+                                    "job's shape (calibrating would disturb that stage)");
     } else {
       const auto start = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(
@@ -48,14 +53,18 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
   }
-  // Seconds per layer for the whole microbatch: the replicas run their rows side by side, the
-  // largest share setting the pace.
+  // Seconds per layer for the whole microbatch. GPU replicas run their rows side by side, the
+  // largest share setting the pace; CPU replicas take turns on the machine's cores.
+  const bool side_by_side = backend.rfind("cuda", 0) == 0;
   const int largest = (job.microbatch_size + R - 1) / R;
-  const double seconds = m.seconds_per_layer * largest / rows + std::max(0.0, throttle_seconds);
+  const double seconds = m.seconds_per_layer * (side_by_side ? double(largest) / rows
+                                                             : double(job.microbatch_size) / rows) +
+                         std::max(0.0, throttle_seconds);
   r.set_seconds_per_layer(seconds);
   r.set_flops(
       scheduler::FlopsFromLayerSeconds(job.model, job.microbatch_size, job.seq_len, seconds));
-  r.set_optimizer_params_per_second(m.optimizer_params_per_second);
+  r.set_optimizer_params_per_second(side_by_side ? m.optimizer_params_per_second
+                                                 : m.optimizer_params_per_second / R);
   r.set_memory_limit_bytes(static_cast<uint64_t>(std::max<int64_t>(0, memory_limit_bytes_)));
   for (const auto& peer : peers) *r.add_links() = monitor.Outbound(peer);
   return r;
@@ -73,11 +82,14 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
     for (const auto& to : replies) {
       if (from.site() == to.site()) continue;
       scheduler::LinkProfile l{from.site(), to.site(), 0, 0};
+      bool peers = false;
       for (const auto& e : from.links()) {
         if (e.to_site() != to.site()) continue;
+        peers = true;
         l.bandwidth_bytes_per_second = e.bandwidth_bytes_per_second();
         l.rtt_seconds = std::max(0.0, e.rtt_seconds());
       }
+      if (!peers) continue;  // not configured as peers: no direct link
       if (l.bandwidth_bytes_per_second <= 0) {
         l.bandwidth_bytes_per_second = kUnmeasuredBandwidth;
         notes->push_back(absl::StrCat("link ", from.site(), " -> ", to.site(),
@@ -91,27 +103,50 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
 }
 
 StatusOr<PlannedPlacement> PlanPlacement(
-    const JobSpec& spec, const std::function<SiteChannel*(const std::string&)>& channel) {
+    const JobSpec& spec, const std::string& coordinator,
+    const std::function<SiteChannel*(const std::string&)>& channel) {
   constexpr double kProfileTimeoutSeconds = 120;
   v1::ProfileSiteRequest req;
   req.set_job_yaml(spec.yaml);
   std::vector<v1::SiteProfileReply> replies;
+  std::vector<std::string> sites, notes, left_out;
   for (const auto& site : spec.sites) {
     SiteChannel* ch = channel(site);
     if (ch == nullptr) return absl::InvalidArgumentError("sites: unknown site '" + site + "'");
     auto r = ch->ProfileSite(req, kProfileTimeoutSeconds);
-    if (!r.ok()) return Annotate(r.status(), "placing the job: profiling site '" + site + "'");
+    if (!r.ok() || r->site() != site) {
+      left_out.push_back(site);
+      notes.push_back(absl::StrCat(
+          "left out ", site, " (no profile: ",
+          r.ok() ? "it answered as '" + r->site() + "'" : std::string(r.status().message()), ")"));
+      continue;
+    }
     replies.push_back(*std::move(r));
+    sites.push_back(site);
   }
-  std::vector<std::string> notes;
+  const bool data_on_first = spec.job.data.train != model::kBuiltinData;
+  if (sites.empty() || (data_on_first && sites.front() != spec.sites.front())) {
+    return absl::UnavailableError(absl::StrCat(
+        "placing the job: ",
+        sites.empty() ? "no site could be profiled"
+                      : "the first site, which holds the training data, could not be profiled",
+        ": ", absl::StrJoin(notes, "; ")));
+  }
   ASSIGN_OR_RETURN(const scheduler::Profiles profiles, ProfilesFromReplies(replies, &notes));
-  const scheduler::PlacementRequest request = PlacementRequestFor(spec, spec.sites);
-  const scheduler::Planner planner(profiles);
+  scheduler::PlacementRequest request = PlacementRequestFor(spec, sites);
+  request.workload.coordinator = coordinator;
+  scheduler::PlannerOptions options;
+  // Token files live on the first listed site: keep it first, and the order with it.
+  options.keep_order = data_on_first;
+  const scheduler::Planner planner(profiles, options);
   auto plan = planner.Plan(request);
   if (!plan.ok()) return Annotate(plan.status(), "placing the job");
   PlannedPlacement p;
   p.stages = plan->stages;
   p.predicted_step_seconds = plan->estimate.step_seconds;
+  for (const auto& r : replies) {
+    p.memory_limits[r.site()] = static_cast<int64_t>(r.memory_limit_bytes());
+  }
   p.summary = absl::StrCat("planned ", scheduler::PlanDebugString(p.stages), ": predicted ",
                            absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step (",
                            plan->estimate.bottleneck_description, ")");
@@ -119,11 +154,14 @@ StatusOr<PlannedPlacement> PlanPlacement(
     absl::StrAppend(&p.summary, "; left out ", absl::StrJoin(plan->unused_sites, ", "),
                     " (faster without)");
   }
-  if (auto even = scheduler::MakeEvenSplitPlacer()->Place(request); even.ok()) {
-    if (auto model = planner.Model(request); model.ok()) {
-      if (auto e = model->Estimate(*even); e.ok()) {
-        absl::StrAppend(&p.summary, "; the even split in the listed order: ",
-                        absl::StrFormat("%.3f", e->step_seconds), " s/step");
+  if (data_on_first) absl::StrAppend(&p.summary, "; listed order kept (data on the first site)");
+  if (left_out.empty()) {
+    if (auto even = scheduler::MakeEvenSplitPlacer()->Place(request); even.ok()) {
+      if (auto model = planner.Model(request); model.ok()) {
+        if (auto e = model->Estimate(*even); e.ok()) {
+          absl::StrAppend(&p.summary, "; the even split in the listed order: ",
+                          absl::StrFormat("%.3f", e->step_seconds), " s/step");
+        }
       }
     }
   }

@@ -31,10 +31,13 @@ class SiteProfiler {
         memory_limit_bytes_(memory_limit_bytes) {}
 
   // `throttle_seconds`: the debug throttle (extra seconds per layer and microbatch), counted
-  // as compute like the stage runner counts it. `monitor` gives the outbound links.
+  // as compute like the stage runner counts it. `monitor` gives the outbound links. With
+  // `busy` (a stage trains here now) a shape not calibrated yet is refused (Unavailable): a
+  // calibration would slow the running job down, read slow itself, and could exhaust the
+  // memory of the GPU the stage uses.
   StatusOr<v1::SiteProfileReply> Profile(const JobSpec& spec, double throttle_seconds,
                                          const LinkMonitor& monitor,
-                                         const std::vector<std::string>& peers);
+                                         const std::vector<std::string>& peers, bool busy);
 
  private:
   struct Measured {
@@ -44,11 +47,13 @@ class SiteProfiler {
   const std::vector<std::string> devices_;
   const int64_t memory_limit_bytes_;
   std::mutex mu_;  // one calibration at a time; guards the cache
-  std::map<std::tuple<std::string, int, int, int, int, int>, Measured> cache_;
+  std::map<std::tuple<std::string, int, int, int, int, int, int>, Measured> cache_;
 };
 
-// The coordinator's side: profiles of the candidate sites (every ordered pair of them gets a
-// link; one nobody measured yet is assumed at 1 Gbit/s and named in `notes`).
+// The coordinator's side: profiles of the candidate sites. A link exists between two sites
+// when one reports the other among its peers; one not measured yet is assumed at 1 Gbit/s and
+// named in `notes`; sites that are not peers get no link (the planner never puts them side by
+// side, nor first and last).
 StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProfileReply>& replies,
                                                   std::vector<std::string>* notes);
 
@@ -56,12 +61,17 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
 struct PlannedPlacement {
   std::vector<scheduler::StagePlan> stages;
   double predicted_step_seconds = 0;
-  std::string summary;  // one line for the job's detail and the log
+  std::string summary;                           // one line for the job's detail and the log
+  std::map<std::string, int64_t> memory_limits;  // per profiled site (0: none)
 };
 
-// Asks every site of spec.sites for its profile (ProfileSite) and plans the job over them.
-// Fails naming the site that could not be profiled, or why no plan fits.
+// Asks every site of spec.sites for its profile (ProfileSite) and plans the job over them,
+// coordinated by `coordinator`. A site that cannot be profiled (unreachable, busy, an older
+// daemon) is left out and named in the summary. Training data other than `builtin` lives on
+// the first listed site, which then stays first with the listed order kept (only the split is
+// planned). Fails when no site can be profiled or no plan fits.
 StatusOr<PlannedPlacement> PlanPlacement(
-    const JobSpec& spec, const std::function<SiteChannel*(const std::string&)>& channel);
+    const JobSpec& spec, const std::string& coordinator,
+    const std::function<SiteChannel*(const std::string&)>& channel);
 
 }  // namespace longhaul::daemon

@@ -131,6 +131,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   status_.checkpoint_step = start_step_;
   if (ctx_.to_prev) status_.outbound.push_back({a.stages(stage_ - 1).site()});
   if (ctx_.to_next) status_.outbound.push_back({a.stages(stage_ + 1).site()});
+  if (ctx_.to_tied) {
+    tied_usage_.to_site = a.stages(fragment_->is_first() ? num_stages_ - 1 : 0).site();
+    tied_usage_.codec = "fp32";
+    tied_usage_.reason = "exact: both copies of the tied embedding must take identical steps";
+  }
   return absl::OkStatus();
 }
 
@@ -230,7 +235,14 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_step_seconds(Now() - start);
   report.set_checkpoint_step(status_.checkpoint_step);
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
-  for (const OutboundUsage& o : status().outbound) {
+  // The stage's outbound links, and the tied-embedding link between the first and the last
+  // stage when they are not neighbours (the re-plan prices it from this estimate).
+  std::vector<OutboundUsage> outbound = status().outbound;
+  if (ctx_.to_tied && num_stages_ > 2) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbound.push_back(tied_usage_);
+  }
+  for (const OutboundUsage& o : outbound) {
     v1::LinkUsage* l = report.add_links();
     l->set_from_site(ctx_.site);
     l->set_to_site(o.to_site);
@@ -259,6 +271,7 @@ Status StageRunner::RunStep(uint64_t step) {
   const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
   const double step_start = Now();
   fragment_->Step(opt, lr, static_cast<float>(decision->grad_scale()), static_cast<int>(step) + 1);
+  fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
   PruneStageStates(ctx_.job_dir, decision->committed_step());
 
@@ -299,6 +312,7 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   }
   const float* device_out = device_encoder_ ? fragment_->DeviceOutput(slot) : nullptr;
   if (device_out == nullptr) fragment_->Output(slot, host_buf_.data());
+  fragment_->Synchronize();  // a GPU's forward is only done when its queue is
   const double elapsed = Now() - start;
   compute_acc_ += elapsed;
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
@@ -320,6 +334,7 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   Throttle();
   RETURN_IF_ERROR(fragment_->Backward(slot, fragment_->is_last() ? nullptr : host_buf_.data(),
                                       fragment_->is_last() ? dloss : 0.0f));
+  fragment_->Synchronize();
   const double elapsed = Now() - start;
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
   budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;

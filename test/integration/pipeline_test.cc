@@ -322,6 +322,26 @@ TEST_CASE("the planner places a job from the sites' calibrations and links") {
   for (size_t i = 0; i < local.size(); ++i) CHECK(done.losses(i) == local[i]);
 }
 
+TEST_CASE("a site that cannot be profiled is left out of a planned job, which still runs") {
+  Cluster c = StartCluster();
+  c.daemons[2].reset();  // gamma is down
+  std::string yaml = JobYaml("compression: {mode: off}\n", /*steps=*/4);
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  auto r = c.at(0).jobs().Submit(req);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  const v1::JobStatus done = WaitDone(c.at(0), r->job_id(), 120s);
+  INFO(done.detail());
+  REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
+  for (const auto& s : done.stages()) CHECK(s.site() != "gamma");
+  CHECK_THAT(done.detail(), Catch::Contains("left out gamma (no profile"));
+  const std::vector<float> local = TrainLocalLosses(yaml);
+  REQUIRE(done.losses_size() == static_cast<int>(local.size()));
+  for (size_t i = 0; i < local.size(); ++i) CHECK(done.losses(i) == local[i]);
+}
+
 TEST_CASE("a straggler is detected, layers move off it, and the losses do not change") {
   Cluster c = StartCluster();
   std::string yaml = JobYaml("compression: {mode: off}\n", /*steps=*/48);

@@ -163,6 +163,8 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   request.workload.coordinator = flags.coordinator;
   scheduler::PlannerOptions options;
   options.time_budget_seconds = flags.time_budget_seconds;
+  // A profiles file must give every pair of candidates a link (or a default_link).
+  if (Status s = scheduler::CheckCoverage(*profiles, request.sites); !s.ok()) return Fail(s, err);
   const scheduler::Planner planner(*profiles, options);
   auto plan = planner.Plan(request);
   if (!plan.ok()) return Fail(plan.status(), err);
