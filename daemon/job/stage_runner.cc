@@ -50,7 +50,22 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   fo.batch_size = B_;
   fo.seq_len = T_;
   fo.slots = std::min(M_, num_stages_ - stage_);
-  memory_bytes_ = model::Fragment::EstimateMemory(job.model, fo).total();
+  std::vector<std::string> backends = ctx_.backends;
+  if (backends.empty()) backends = {job.backend};
+  // Every replica holds its own parameters, gradients, optimizer state and its rows'
+  // activations: CPU replicas share the machine's memory, so theirs add up; each GPU replica
+  // has a device of its own, so the largest one counts.
+  {
+    const int R = static_cast<int>(backends.size());
+    const bool own_devices = backends[0].rfind("cuda", 0) == 0;
+    memory_bytes_ = 0;
+    for (int i = 0; i < R; ++i) {
+      model::FragmentOptions ro = fo;
+      ro.batch_size = std::max(1, B_ / R + (i < B_ % R ? 1 : 0));
+      const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
+      memory_bytes_ = own_devices ? std::max(memory_bytes_, bytes) : memory_bytes_ + bytes;
+    }
+  }
   if (memory_limit_bytes > 0 && memory_bytes_ > memory_limit_bytes) {
     return absl::ResourceExhaustedError(
         "job too large for site '" + ctx_.site + "': stage " + std::to_string(stage_) +
@@ -59,8 +74,6 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
         std::to_string(memory_limit_bytes >> 20) + " MiB");
   }
   // One replica of the fragment per backend (a site's GPUs split each microbatch).
-  std::vector<std::string> backends = ctx_.backends;
-  if (backends.empty()) backends = {job.backend};
   const int replica_threads =
       job.threads == 0 ? 0 : std::max(1, job.threads / static_cast<int>(backends.size()));
   std::vector<kernels::Ops*> replicas;
