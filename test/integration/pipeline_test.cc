@@ -81,6 +81,19 @@ v1::JobStatus WaitDone(Daemon& d, const std::string& id, std::chrono::seconds ti
   return s;
 }
 
+// Submits `yaml` to `d`, waits for the job to end, and requires that it completed.
+v1::JobStatus RunToCompletion(Daemon& d, const std::string& yaml) {
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  auto r = d.jobs().Submit(req);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  const v1::JobStatus s = WaitDone(d, r->job_id(), 120s);
+  INFO("state " << v1::JobState_Name(s.state()) << ": " << s.detail());
+  REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+  return s;
+}
+
 std::vector<float> TrainLocalLosses(const std::string& yaml) {
   const std::string dir = testing::TempDir("train-local");
   auto job = model::ParseJob(yaml, "job.yaml", dir);
@@ -276,13 +289,7 @@ TEST_CASE("a site with two replicas trains its stage data parallel, to the same 
   // beta: two CPU replicas, each taking one of the microbatch's two sequences.
   Cluster c = StartCluster(0, {"cpu:0", "cpu:1"});
   const std::string yaml = JobYaml("compression: {mode: off}\n");
-  v1::SubmitJobRequest req;
-  req.set_job_yaml(yaml);
-  auto submitted = c.at(0).jobs().Submit(req);
-  REQUIRE(submitted.ok());
-  const v1::JobStatus s = WaitDone(c.at(0), submitted->job_id(), 120s);
-  INFO("state " << v1::JobState_Name(s.state()) << ": " << s.detail());
-  REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+  const v1::JobStatus s = RunToCompletion(c.at(0), yaml);
   CHECK(s.stages(0).devices() == "cpu");
   CHECK(s.stages(1).devices() == "cpu, cpu (data parallel, host all-reduce)");
   const std::vector<float> local = TrainLocalLosses(yaml);
@@ -301,13 +308,8 @@ TEST_CASE("the planner places a job from the sites' calibrations and links") {
   std::string yaml = JobYaml("compression: {mode: off}\n", /*steps=*/6);
   yaml.replace(yaml.find("layers: 3"), 9, "layers: 6");
   yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
-  v1::SubmitJobRequest req;
-  req.set_job_yaml(yaml);
-  auto r = c.at(0).jobs().Submit(req);
-  REQUIRE(r.ok());
-  const v1::JobStatus done = WaitDone(c.at(0), r->job_id(), 120s);
+  const v1::JobStatus done = RunToCompletion(c.at(0), yaml);
   INFO(done.detail());
-  REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
   CHECK(done.predicted_step_seconds() > 0);
   int gamma_layers = 0, layers = 0;
   for (const auto& s : done.stages()) {
@@ -327,14 +329,8 @@ TEST_CASE("a site that cannot be profiled is left out of a planned job, which st
   c.daemons[2].reset();  // gamma is down
   std::string yaml = JobYaml("compression: {mode: off}\n", /*steps=*/4);
   yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
-  v1::SubmitJobRequest req;
-  req.set_job_yaml(yaml);
-  auto r = c.at(0).jobs().Submit(req);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  const v1::JobStatus done = WaitDone(c.at(0), r->job_id(), 120s);
+  const v1::JobStatus done = RunToCompletion(c.at(0), yaml);
   INFO(done.detail());
-  REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
   for (const auto& s : done.stages()) CHECK(s.site() != "gamma");
   CHECK_THAT(done.detail(), Catch::Contains("left out gamma (no profile"));
   const std::vector<float> local = TrainLocalLosses(yaml);
