@@ -393,15 +393,31 @@ void Coordinator::WatchForStragglersLocked(const std::map<uint32_t, v1::StepRepo
       worst = static_cast<int>(stage);
     }
   }
-  if (worst < 0 || replan_pending_) return;
+  auto reason = [&](int stage, uint64_t since) {
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "stage %d on %s computes %.1fx slower than its first steps (since step %llu)",
+                  stage, record_.stages(stage).site().c_str(), detectors_[stage].slowdown(),
+                  static_cast<unsigned long long>(since));
+    return std::string(why);
+  };
+  if (replan_pending_) {
+    // Until the re-plan runs, name the stage that has slowed down most of those detected (a
+    // noisy stage can fire a step before the real straggler does).
+    for (size_t k = 0; k < n; ++k) {
+      if (detectors_[k].fired() && static_cast<int>(k) != replan_stage_ &&
+          detectors_[k].slowdown() > detectors_[replan_stage_].slowdown()) {
+        replan_stage_ = static_cast<int>(k);
+        replan_reason_ = reason(replan_stage_, replan_detected_step_);
+      }
+    }
+    return;
+  }
+  if (worst < 0) return;
   replan_pending_ = true;
   replan_detected_step_ = step + 1;
-  char why[256];
-  std::snprintf(why, sizeof why,
-                "stage %d on %s computes %.1fx slower than its first steps (since step %llu)",
-                worst, record_.stages(worst).site().c_str(), detectors_[worst].slowdown(),
-                static_cast<unsigned long long>(step + 1));
-  replan_reason_ = why;
+  replan_stage_ = worst;
+  replan_reason_ = reason(worst, step + 1);
   env_.log->warn("job {}: straggler: {}; re-planning at the next checkpoint", record_.job_id(),
                  replan_reason_);
 }
@@ -502,6 +518,18 @@ void Coordinator::Replan() {
       record_.job_id(), now.step_seconds, plan.estimate.step_seconds,
       scheduler::PlanDebugString(plan.stages), plan.estimate.bottleneck_description);
   const std::vector<scheduler::StagePlan>& next = plan.stages;
+  // Name the slowest stage (measured compute per layer) of those that give up layers: the
+  // detector that fired first can be a noisy one.
+  std::vector<double> per_layer(current.size(), 0);
+  for (const auto& m : recent) per_layer[m.stage] += m.compute_seconds / current[m.stage].layers();
+  int off = -1;
+  for (size_t k = 0; k < next.size(); ++k) {
+    if (next[k].layers() < current[k].layers() && (off < 0 || per_layer[k] > per_layer[off])) {
+      off = static_cast<int>(k);
+    }
+  }
+  const std::string moved =
+      off >= 0 ? "; layers move off stage " + std::to_string(off) + " on " + current[off].site : "";
   StopAttempt();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -521,7 +549,7 @@ void Coordinator::Replan() {
     }
     record_.set_step(record_.committed_step());
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replan_reason_ + "; now " + scheduler::PlanDebugString(next));
+                       replan_reason_ + moved + "; now " + scheduler::PlanDebugString(next));
     for (auto& d : detectors_) d.Reset();
     for (auto& recent : recent_compute_) recent.clear();
     replan_pending_ = false;  // reports that arrived while planning fired the old detectors
@@ -533,7 +561,7 @@ void Coordinator::Replan() {
   std::lock_guard<std::mutex> lock(mu_);
   if (record_.state() == v1::JOB_STATE_RUNNING) {
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replan_reason_);
+                       replan_reason_ + moved);
   }
 }
 

@@ -96,6 +96,7 @@ class Coordinator {
   std::map<std::string, int64_t> site_memory_;  // memory limits profiled at submit
   bool replan_pending_ = false;
   uint64_t replan_detected_step_ = 0;
+  int replan_stage_ = 0;  // the stage the pending re-plan names
   std::string replan_reason_;
   google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move
   uint64_t migrate_step_ = 0;

@@ -360,7 +360,7 @@ TEST_CASE("a straggler is detected, layers move off it, and the losses do not ch
   const v1::JobStatus replanned = status();
   INFO(replanned.detail());
   CHECK(replanned.stages(1).layer_end() - replanned.stages(1).layer_begin() < 2);
-  CHECK_THAT(replanned.detail(), Catch::Contains("stage 1 on beta"));
+  CHECK_THAT(replanned.detail(), Catch::Contains("layers move off stage 1 on beta"));
   // Throughput after the move, against the re-plan's prediction.
   REQUIRE(testing::WaitFor([&] { return status().step() >= replanned.step() + 3; }, 60s));
   const auto t0 = std::chrono::steady_clock::now();
