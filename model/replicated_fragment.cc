@@ -17,12 +17,13 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
   std::unique_ptr<ReplicatedFragment> f(new ReplicatedFragment());
   f->config_ = config;
   f->options_ = options;
+  const std::vector<int> rows = ReplicaRows(options.batch_size, R);
   int row = 0;
   for (int i = 0; i < R; ++i) {
     Replica r;
     r.ops = replicas[i];
     r.row_begin = row;
-    r.rows = options.batch_size / R + (i < options.batch_size % R ? 1 : 0);
+    r.rows = rows[i];
     row += r.rows;
     FragmentOptions o = options;
     o.batch_size = r.rows;
@@ -32,6 +33,12 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
   }
   ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
   return f;
+}
+
+std::vector<int> ReplicatedFragment::ReplicaRows(int batch_size, int replicas) {
+  std::vector<int> rows(static_cast<size_t>(replicas));
+  for (int i = 0; i < replicas; ++i) rows[i] = batch_size / replicas + (i < batch_size % replicas);
+  return rows;
 }
 
 ReplicatedFragment::~ReplicatedFragment() {

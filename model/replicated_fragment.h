@@ -30,6 +30,10 @@ class ReplicatedFragment {
                                                               std::vector<kernels::Ops*> replicas);
   ~ReplicatedFragment();
 
+  // The rows (sequences) of a microbatch of `batch_size` each of `replicas` replicas takes:
+  // the first batch_size % replicas one more than the rest.
+  static std::vector<int> ReplicaRows(int batch_size, int replicas);
+
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   const Fragment& primary() const { return *replicas_[0].fragment; }
   bool is_first() const { return primary().is_first(); }

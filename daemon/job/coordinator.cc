@@ -433,7 +433,6 @@ StatusOr<scheduler::Profiles> MeasuredProfiles(
     const std::map<std::pair<std::string, std::string>, v1::LinkUsage>& links,
     const std::map<std::string, int64_t>& memory) {
   constexpr double kNominalFlops = 1e12;
-  constexpr double kUnmeasuredBandwidth = 125e6;  // 1 Gbit/s until a link has an estimate
   scheduler::Profiles nominal;
   for (const auto& site : request.sites) {
     auto m = memory.find(site);  // the sites' limits as profiled at submit (0: none known)
@@ -442,7 +441,7 @@ StatusOr<scheduler::Profiles> MeasuredProfiles(
   for (const auto& from : request.sites) {
     for (const auto& to : request.sites) {
       if (from == to) continue;
-      scheduler::LinkProfile l{from, to, kUnmeasuredBandwidth, 0};
+      scheduler::LinkProfile l{from, to, kUnmeasuredLinkBandwidth, 0};
       if (auto it = links.find({from, to}); it != links.end()) {
         if (it->second.bandwidth_bytes_per_second() > 0) {
           l.bandwidth_bytes_per_second = it->second.bandwidth_bytes_per_second();

@@ -5,6 +5,7 @@
 // on what it has.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,16 @@ namespace longhaul {
 // replica per entry ("cpu" or "cpu-ref"; several CPU replicas split the machine's threads).
 std::vector<std::string> SiteBackends(const std::vector<std::string>& devices,
                                       const std::string& job_backend);
+
+// Threads for each of `replicas` replicas of a job asking for `job_threads` (0: all cores,
+// which every replica then shares).
+inline int ReplicaThreads(int job_threads, int replicas) {
+  return job_threads == 0 ? 0 : std::max(1, job_threads / replicas);
+}
+
+// Whether a SiteBackends name is a GPU's: GPU replicas run side by side, each on its own
+// device and memory; CPU replicas take turns on one machine's cores and memory.
+inline bool OnGpu(const std::string& backend) { return backend.rfind("cuda", 0) == 0; }
 
 // Checks at daemon start that every device in `devices` exists on this machine, in this
 // build: "cuda:N" needs a CUDA build (--config=cuda) and a GPU N. The error names the device.

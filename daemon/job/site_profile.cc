@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/job/site_backend.h"
 #include "kernels/ops.h"
+#include "model/replicated_fragment.h"
 #include "scheduler/calibration.h"
 
 namespace longhaul::daemon {
@@ -22,7 +23,8 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
   const std::vector<std::string> backends = SiteBackends(devices_, job.backend);
   const std::string& backend = backends[0];
   const int R = static_cast<int>(backends.size());
-  const int rows = std::max(1, job.microbatch_size / R);
+  const std::vector<int> shares = model::ReplicatedFragment::ReplicaRows(job.microbatch_size, R);
+  const int rows = std::max(1, shares.back());
   v1::SiteProfileReply r;
   r.set_site(site_);
   r.set_backend(backend + (R > 1 ? absl::StrCat(" x", R) : ""));
@@ -39,8 +41,7 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
                                     "job's shape (calibrating would disturb that stage)");
     } else {
       const auto start = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(
-          auto ops, kernels::MakeOps(backend, job.threads == 0 ? 0 : std::max(1, job.threads / R)));
+      ASSIGN_OR_RETURN(auto ops, kernels::MakeOps(backend, ReplicaThreads(job.threads, R)));
       scheduler::CalibrationOptions o;
       o.batch_size = rows;
       o.seq_len = job.seq_len;
@@ -55,8 +56,8 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
   }
   // Seconds per layer for the whole microbatch. GPU replicas run their rows side by side, the
   // largest share setting the pace; CPU replicas take turns on the machine's cores.
-  const bool side_by_side = backend.rfind("cuda", 0) == 0;
-  const int largest = (job.microbatch_size + R - 1) / R;
+  const bool side_by_side = OnGpu(backend);
+  const int largest = shares.front();
   const double seconds = m.seconds_per_layer * (side_by_side ? double(largest) / rows
                                                              : double(job.microbatch_size) / rows) +
                          std::max(0.0, throttle_seconds);
@@ -72,7 +73,6 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
 
 StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProfileReply>& replies,
                                                   std::vector<std::string>* notes) {
-  constexpr double kUnmeasuredBandwidth = 125e6;  // 1 Gbit/s
   scheduler::Profiles p;
   for (const auto& r : replies) {
     p.sites.push_back({r.site(), r.flops(), static_cast<int64_t>(r.memory_limit_bytes()),
@@ -91,7 +91,7 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
       }
       if (!peers) continue;  // not configured as peers: no direct link
       if (l.bandwidth_bytes_per_second <= 0) {
-        l.bandwidth_bytes_per_second = kUnmeasuredBandwidth;
+        l.bandwidth_bytes_per_second = kUnmeasuredLinkBandwidth;
         notes->push_back(absl::StrCat("link ", from.site(), " -> ", to.site(),
                                       " not measured yet (assumed 1 Gbit/s)"));
       }

@@ -22,6 +22,9 @@
 
 namespace longhaul::daemon {
 
+// What the planner assumes of a link no probe or transfer has measured yet: 1 Gbit/s.
+inline constexpr double kUnmeasuredLinkBandwidth = 125e6;
+
 // One site's side: calibrations cached by (backend, model shape, microbatch, sequence length).
 class SiteProfiler {
  public:

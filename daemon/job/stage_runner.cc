@@ -7,6 +7,7 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
+#include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "model/checkpoint.h"
 #include "model/layout.h"
@@ -55,16 +56,12 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   // Every replica holds its own parameters, gradients, optimizer state and its rows'
   // activations: CPU replicas share the machine's memory, so theirs add up; each GPU replica
   // has a device of its own, so the largest one counts.
-  {
-    const int R = static_cast<int>(backends.size());
-    const bool own_devices = backends[0].rfind("cuda", 0) == 0;
-    memory_bytes_ = 0;
-    for (int i = 0; i < R; ++i) {
-      model::FragmentOptions ro = fo;
-      ro.batch_size = std::max(1, B_ / R + (i < B_ % R ? 1 : 0));
-      const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
-      memory_bytes_ = own_devices ? std::max(memory_bytes_, bytes) : memory_bytes_ + bytes;
-    }
+  memory_bytes_ = 0;
+  for (int rows : model::ReplicatedFragment::ReplicaRows(B_, static_cast<int>(backends.size()))) {
+    model::FragmentOptions ro = fo;
+    ro.batch_size = std::max(1, rows);
+    const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
+    memory_bytes_ = OnGpu(backends[0]) ? std::max(memory_bytes_, bytes) : memory_bytes_ + bytes;
   }
   if (memory_limit_bytes > 0 && memory_bytes_ > memory_limit_bytes) {
     return absl::ResourceExhaustedError(
@@ -74,8 +71,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
         std::to_string(memory_limit_bytes >> 20) + " MiB");
   }
   // One replica of the fragment per backend (a site's GPUs split each microbatch).
-  const int replica_threads =
-      job.threads == 0 ? 0 : std::max(1, job.threads / static_cast<int>(backends.size()));
+  const int replica_threads = ReplicaThreads(job.threads, static_cast<int>(backends.size()));
   std::vector<kernels::Ops*> replicas;
   for (const auto& b : backends) {
     ASSIGN_OR_RETURN(auto ops, kernels::MakeOps(b, replica_threads));

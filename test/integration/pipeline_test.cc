@@ -154,14 +154,8 @@ TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bi
 
 TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   Cluster c = StartCluster();
-  v1::SubmitJobRequest req;
   const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\n");
-  req.set_job_yaml(yaml);
-  auto submitted = c.at(1).jobs().Submit(req);
-  REQUIRE(submitted.ok());
-  const v1::JobStatus s = WaitDone(c.at(1), submitted->job_id(), 120s);
-  INFO(s.detail());
-  REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+  const v1::JobStatus s = RunToCompletion(c.at(1), yaml);
   CHECK(s.losses(s.losses_size() - 1) < s.losses(0));
   // Within the convergence study's bound for the ladder's codecs: 2% of the exact loss.
   const std::vector<float> exact = TrainLocalLosses(yaml);
@@ -177,14 +171,14 @@ TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   const v1::ListLinksResponse beta_links = c.at(1).Links();
   for (const auto& link : beta_links.links()) {
     for (const auto& u : link.jobs()) {
-      if (u.job_id() == submitted->job_id() && u.codec() == "q8") beta_reports = true;
+      if (u.job_id() == s.job_id() && u.codec() == "q8") beta_reports = true;
     }
   }
   CHECK(beta_reports);
   auto metrics = testing::HttpGet(c.at(1).status_port(), "/metrics");
   REQUIRE(metrics.status == 200);
-  CHECK_THAT(metrics.body, Catch::Contains("longhaul_job_loss{job=\"" + submitted->job_id()));
-  CHECK_THAT(metrics.body, Catch::Contains("longhaul_link_codec_info{job=\"" + submitted->job_id() +
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_job_loss{job=\"" + s.job_id()));
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_link_codec_info{job=\"" + s.job_id() +
                                            "\",from=\"beta\",to=\"gamma\","
                                            "codec=\"q8\"} 1"));
   CHECK_THAT(metrics.body, Catch::Contains("longhaul_stage_network_wait_seconds{"));
