@@ -16,14 +16,18 @@
 // A block's codes start on a byte boundary (block * bits is a multiple of 8), so no two lanes
 // ever share a byte, and nothing needs atomics except the error index, an integer minimum.
 //
-// Error feedback is the quantizer reading x + residual, then an elementwise kernel that
-// updates the residual from the bytes just written, unless the error index says the quantizer
-// failed. Top-k is a radix selection of the k-th largest magnitude and a stable compaction
-// (see its section below).
+// Error feedback into a second residual buffer is the quantizer reading x + residual and writing
+// the new residual beside the codes, in one pass; in place, it is the quantizer, then an
+// elementwise kernel that updates the residual from the bytes just written, unless the error
+// index says the quantizer failed. Top-k is a radix selection of the k-th largest magnitude and
+// a stable compaction, three passes over the input (see its section below).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -241,11 +245,13 @@ __device__ __forceinline__ float4 LoadQuad(const float* __restrict__ xb,
 // float4s per lane: then the values are re-read for the second pass). With kAligned the encoded
 // pointer `out` is 4-byte aligned: scales are stored as floats and each float4's codes as one
 // word (4 bytes for q8, 2 for q4; q2's are 1 byte anyway); else byte by byte.
-template <int kBits, int kVec, bool kAligned>
+// kFeedback (error feedback fused into the quantizer): r is not null, and each element's new
+// residual, (x + r) - decoded code, goes to `next` (16-byte aligned, distinct from x and r).
+template <int kBits, int kVec, bool kAligned, bool kFeedback>
 __global__ void __launch_bounds__(kThreads, 2)
     QuantizeVecKernel(DeviceQuantParams p, int group_log2, const float* __restrict__ x,
                       const float* __restrict__ r, uint8_t* __restrict__ out,
-                      unsigned long long* bad) {
+                      float* __restrict__ next, unsigned long long* bad) {
   const uint32_t group = 1u << group_log2;
   const uint32_t sub = threadIdx.x & (group - 1);
   const uint64_t block = (static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x) >> group_log2;
@@ -318,6 +324,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint8_t* codes = out + 4 * p.blocks * (p.asymmetric ? 2 : 1) + start * kBits / 8;
   const uint32_t index = static_cast<uint32_t>(start);  // the noise's index, mod 2^32
   constexpr int kCodeAlign = kAligned ? 4 : 1;
+  const float center = CodeCenter(p);
   for (uint32_t c = 0; c < chunks; c++) {
     if (chunks > 1) {
 #pragma unroll
@@ -329,10 +336,23 @@ __global__ void __launch_bounds__(kThreads, 2)
       const uint32_t count = QuadCount(e, len);
       const float f[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
       uint32_t packed = 0;
+      float left[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // kFeedback: what the codes lose
 #pragma unroll
       for (int j = 0; j < 4; j++) {
         if (j < count) {
-          packed |= QuantizeOne(f[j], b, p.stochastic, p.key, index + e + j) << (j * kBits);
+          const uint32_t code = QuantizeOne(f[j], b, p.stochastic, p.key, index + e + j);
+          packed |= code << (j * kBits);
+          if constexpr (kFeedback) {
+            left[j] = __fsub_rn(f[j], DequantizeOne(code, b.scale, b.mid, center, p.asymmetric));
+          }
+        }
+      }
+      if constexpr (kFeedback) {
+        float* nb = next + start + e;
+        if (count == 4) {
+          *reinterpret_cast<float4*>(nb) = make_float4(left[0], left[1], left[2], left[3]);
+        } else {
+          for (uint32_t j = 0; j < count; j++) nb[j] = left[j];
         }
       }
       uint8_t* dst = codes + (e / 4) * (kBits / 2);
@@ -492,12 +512,13 @@ __global__ void DequantizeKernel(DeviceQuantParams p, const uint8_t* in, float* 
 
 // ---- error feedback: the residual update after quantizing x + residual into `enc` ------------
 
-// residual = (x + residual) - decode(enc), elementwise, unless the quantizer failed (then the
-// residual stays as it was). kVec: x and residual are 16-byte aligned and enc 4-byte aligned.
+// next = (x + residual) - decode(enc), elementwise, unless the quantizer failed (then `next` is
+// left as it was); next may be residual. kVec: x, residual and next are 16-byte aligned and enc
+// 4-byte aligned.
 template <int kBits, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    FeedbackKernel(DeviceQuantParams p, const float* __restrict__ x, float* __restrict__ residual,
-                   const uint8_t* __restrict__ enc, const unsigned long long* bad) {
+    FeedbackKernel(DeviceQuantParams p, const float* __restrict__ x, const float* residual,
+                   float* next, const uint8_t* __restrict__ enc, const unsigned long long* bad) {
   if (*bad != kNoError) return;
   const uint64_t quads = (p.n + 3) / 4;
   const uint64_t first =
@@ -538,11 +559,11 @@ __global__ void __launch_bounds__(kThreads)
       d[j] = __fsub_rn(__fadd_rn(xs[j], rs[j]), sent);
     }
     if (kVec && whole) {
-      *reinterpret_cast<float4*>(residual + 4 * q) = make_float4(d[0], d[1], d[2], d[3]);
+      *reinterpret_cast<float4*>(next + 4 * q) = make_float4(d[0], d[1], d[2], d[3]);
     } else {
 #pragma unroll
       for (int j = 0; j < 4; j++) {
-        if (4 * q + j < p.n) residual[4 * q + j] = d[j];
+        if (4 * q + j < p.n) next[4 * q + j] = d[j];
       }
     }
   }
@@ -693,74 +714,159 @@ __global__ void Bf16ToFloatsKernel(const uint8_t* in, uint64_t n, float* out,
 
 // ---- top-k -------------------------------------------------------------------------------------
 //
-// Radix selection of the k-th largest magnitude T, 8 bits at a time from the top: each pass
-// histograms the next 8 bits of the magnitudes that match the bits chosen so far, and a
-// one-thread kernel picks the digit holding the k-th largest. After 4 passes, T is known and
-// `remaining` is the number of values equal to T to keep (the ties, lowest indices first); the
-// others kept are all those above T. With GT(i) and EQ(i) the numbers of magnitudes above and
-// equal to T before index i, a kept index i goes to position GT(i) + min(EQ(i), ties): ascending
-// order, by tiles of kTopKTile values (a count pass, a scan of the tile counts, a write pass).
+// A selection of the k-th largest magnitude T (magnitudes are 31-bit integers) among few
+// candidates, then a stable compaction: two passes over x when a sample predicts where T lies,
+// three when it does not.
+//  0. A magnitude's top 11 bits are its digit (2048 of them, 1/8 of an octave each), its top 21
+//     bits its bucket. A strided sample of kTopKSample values gives a range of buckets
+//     [bottom, top] that holds T with high probability: those of the sample's values at ranks
+//     around k's, with a margin of 4 standard deviations of a binomial count (a histogram of the
+//     sample's digits finds the two digits, a second one of the next 10 bits the buckets).
+//  1. Each tile of kTopKTile values counts its magnitudes in buckets above `top` and appends those
+//     in the range (index and magnitude) to the candidate list, whose room is `capacity`; it also
+//     finds the first non-finite value. A check then confirms that T is among the candidates
+//     (fewer than k values above the range, at least k from its bottom up, and room for all).
+//  2. Three radix passes over the candidates (11, 10, 10 bits) give T, and `ties`, the number of
+//     values equal to T to keep (the lowest indices); each candidate above or equal to T adds one
+//     to its tile's counts.
+//  3. With GT(i) and EQ(i) the numbers of magnitudes above and equal to T before index i (a scan
+//     of the tile counts, then a scan inside the tile), a kept index i goes to position
+//     GT(i) + min(EQ(i), ties): ascending order.
+// When the check fails (an unlucky sample, or values crowded into few buckets), the selection runs
+// again from an exact histogram of every digit (an extra pass over x), with [bottom, top] the
+// buckets of the one digit that holds T; if its candidates overflow, once more with room for all.
 // Every step treats magnitudes as integers, so NaN bits cannot make it write out of bounds.
 
-constexpr int kTopKItems = 16;  // values per thread in the count and write passes
+constexpr int kTopKItems = 16;  // values per thread in the tile passes
 constexpr uint64_t kTopKTile = kThreads * kTopKItems;
 constexpr int kScanThreads = 1024;
+constexpr int kTopBits = 11;              // the digit: magnitude bits [20, 31)
+constexpr int kTopShift = 31 - kTopBits;  // 20
+constexpr int kLowBits = 10;              // the candidates' last two digits: [10, 20), [0, 10)
+constexpr uint32_t kTopBins = 1u << kTopBits;
+constexpr int kBucketShift = kTopShift - kLowBits;  // 10: a bucket is a magnitude's bits [10, 31)
+constexpr uint32_t kTopKSample = 65536;
+constexpr int kSampleItems = 4;  // sampled values per thread
 
 struct TopKState {
   unsigned long long bad;  // first non-finite index
-  uint32_t prefix;         // magnitude bits chosen so far
-  uint32_t remaining;      // values still to choose among those matching `prefix`
-  uint32_t hist[256];
+  uint32_t candidates;     // the candidates, or ~0u when the check failed (all later kernels
+                           // then do nothing)
+  uint32_t needed;         // the candidates, failed or not (the host reads these three)
+  unsigned long long found;  // pass 1: values above the range << 32 | candidates
+  uint32_t bottom, top;      // the range of buckets (of digits, after the sample's first step)
+  uint32_t bottom_rank, top_rank;  // the sample's ranks inside those digits
+  uint32_t prefix;           // magnitude bits chosen so far
+  uint32_t remaining;        // values still to choose among those matching `prefix`
+  uint32_t hist[kTopBins];
 };
 
 __global__ void TopKInitKernel(TopKState* s, uint32_t k) {
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) s->hist[i] = 0;
+  for (uint32_t i = threadIdx.x; i < kTopBins; i += blockDim.x) s->hist[i] = 0;
   if (threadIdx.x == 0) {
     s->bad = kNoError;
+    s->candidates = 0;
+    s->needed = 0;
+    s->found = 0;
+    s->bottom = s->top = 0;
+    s->bottom_rank = s->top_rank = 0;
     s->prefix = 0;
     s->remaining = k;
   }
 }
 
-// Histogram of bits [shift, shift + 8) of the magnitudes whose higher bits equal s->prefix's;
-// the first pass (shift 24) also finds the first non-finite value.
-__global__ void __launch_bounds__(kThreads)
-    TopKHistogramKernel(const float* __restrict__ x, uint64_t n, int shift, TopKState* s) {
-  __shared__ uint32_t hist[256];
-  for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
-  __syncthreads();
-  const uint32_t mask = shift >= 24 ? 0u : ~0u << (shift + 8);
-  const uint32_t prefix = s->prefix;
-  unsigned long long first_bad = kNoError;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
-       i += stride) {
-    const uint32_t m = Magnitude(x[i]);
-    if (m >= kExpMask && first_bad == kNoError) first_bad = i;
-    if ((m & mask) == prefix) atomicAdd(&hist[(m >> shift) & 0xffu], 1u);
-  }
-  if (shift == 24 && first_bad != kNoError) atomicMin(&s->bad, first_bad);
-  __syncthreads();
-  for (int i = threadIdx.x; i < 256; i += kThreads) {
-    if (hist[i] != 0) atomicAdd(&s->hist[i], hist[i]);
+// Magnitudes of the 4 values from index i on (kVec: x + i is 16-byte aligned); those at or past
+// n read as 0, and callers test i + j < n.
+template <bool kVec>
+__device__ __forceinline__ void LoadMagnitudes(const float* __restrict__ x, uint64_t i, uint64_t n,
+                                               uint32_t m[4]) {
+  if (kVec && i + 4 <= n) {
+    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    m[0] = Magnitude(v.x);
+    m[1] = Magnitude(v.y);
+    m[2] = Magnitude(v.z);
+    m[3] = Magnitude(v.w);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; j++) m[j] = i + j < n ? Magnitude(x[i + j]) : 0u;
   }
 }
 
-// Picks the digit at `shift` that holds the remaining-th largest, and clears the histogram.
-__global__ void TopKChooseKernel(TopKState* s, int shift) {
-  const uint32_t remaining = s->remaining;
-  uint32_t above = 0;
-  bool chosen = false;
-  for (int d = 255; d >= 0; d--) {
-    const uint32_t h = s->hist[d];
-    s->hist[d] = 0;
-    if (!chosen && above + h >= remaining) {
-      s->prefix |= static_cast<uint32_t>(d) << shift;
-      s->remaining = remaining - above;
-      chosen = true;
-    }
-    above += h;
+// Adds a CTA's shared histogram to the global one.
+__device__ void FlushHistogram(const uint32_t* hist, uint32_t bins, uint32_t* global) {
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < bins; i += blockDim.x) {
+    if (hist[i] != 0) atomicAdd(&global[i], hist[i]);
   }
+}
+
+// The exact histogram of every digit (the fallback's extra pass), and the first non-finite value
+// (k == 0 runs only this).
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    TopKTopHistogramKernel(const float* __restrict__ x, uint64_t n, TopKState* s) {
+  __shared__ uint32_t hist[kTopBins];
+  for (uint32_t i = threadIdx.x; i < kTopBins; i += kThreads) hist[i] = 0;
+  __syncthreads();
+  unsigned long long first_bad = kNoError;
+  const uint64_t stride = 4 * static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = 4 * (static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x); i < n;
+       i += stride) {
+    uint32_t m[4];
+    LoadMagnitudes<kVec>(x, i, n, m);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      if (i + j < n) {
+        if (m[j] >= kExpMask && first_bad == kNoError) first_bad = i + j;
+        atomicAdd(&hist[m[j] >> kTopShift], 1u);
+      }
+    }
+  }
+  if (first_bad != kNoError) atomicMin(&s->bad, first_bad);
+  FlushHistogram(hist, kTopBins, s->hist);
+}
+
+// A histogram of the sample: values (blockIdx.x * kThreads + t + j * gridDim.x * kThreads) *
+// stride, for j < kSampleItems, of those below `samples`. First step: of their digits. Second
+// (`refine`): of the next 10 bits of those in digit s->top (bins 0 to 1023) and in digit
+// s->bottom (bins 1024 to 2047).
+__global__ void __launch_bounds__(kThreads)
+    TopKSampleKernel(const float* __restrict__ x, uint64_t stride, uint32_t samples, bool refine,
+                     TopKState* s) {
+  __shared__ uint32_t hist[kTopBins];
+  for (uint32_t i = threadIdx.x; i < kTopBins; i += kThreads) hist[i] = 0;
+  __syncthreads();
+  const uint32_t top = s->top, bottom = s->bottom;
+  constexpr uint32_t kLowMask = (1u << kLowBits) - 1;
+  uint32_t m[kSampleItems];
+#pragma unroll
+  for (int j = 0; j < kSampleItems; j++) {
+    const uint32_t i = blockIdx.x * kThreads + threadIdx.x + j * gridDim.x * kThreads;
+    m[j] = i < samples ? Magnitude(x[i * stride]) : kAbsMask + 1;
+  }
+#pragma unroll
+  for (int j = 0; j < kSampleItems; j++) {
+    if (m[j] > kAbsMask) continue;
+    const uint32_t d = m[j] >> kTopShift;
+    if (!refine) {
+      atomicAdd(&hist[d], 1u);
+      continue;
+    }
+    const uint32_t low = (m[j] >> kBucketShift) & kLowMask;
+    if (d == top) atomicAdd(&hist[low], 1u);
+    if (d == bottom) atomicAdd(&hist[(1u << kLowBits) + low], 1u);
+  }
+  FlushHistogram(hist, kTopBins, s->hist);
+}
+
+// Inclusive prefix sum over the lanes of the warp.
+__device__ uint32_t WarpInclusiveSum(uint32_t c) {
+  const int lane = threadIdx.x % kWarp;
+  for (int o = 1; o < kWarp; o *= 2) {
+    const uint32_t t = __shfl_up_sync(kFull, c, o);
+    if (lane >= o) c += t;
+  }
+  return c;
 }
 
 // How many magnitudes are above the threshold and equal to it.
@@ -777,12 +883,7 @@ __device__ __forceinline__ Counts operator-(Counts a, Counts b) {
 
 // Inclusive prefix sum over the lanes of the warp.
 __device__ Counts WarpInclusiveScan(Counts c) {
-  const int lane = threadIdx.x % kWarp;
-  for (int o = 1; o < kWarp; o *= 2) {
-    const Counts t = {__shfl_up_sync(kFull, c.gt, o), __shfl_up_sync(kFull, c.eq, o)};
-    if (lane >= o) c = c + t;
-  }
-  return c;
+  return {WarpInclusiveSum(c.gt), WarpInclusiveSum(c.eq)};
 }
 
 // Exclusive prefix sum of c over the CTA's threads (blockDim.x a multiple of 32, at most 1024),
@@ -805,62 +906,240 @@ __device__ Counts CtaExclusiveScan(Counts c, Counts* total) {
   return before;
 }
 
-// Counts of each tile of kTopKTile values, against the threshold s->prefix.
-__global__ void __launch_bounds__(kThreads)
-    TopKCountKernel(const float* __restrict__ x, uint64_t n, const TopKState* s,
-                    Counts* tile_counts) {
-  const uint32_t t = s->prefix;
-  const uint64_t base = static_cast<uint64_t>(blockIdx.x) * kTopKTile;
-  Counts c = {0, 0};
-#pragma unroll
-  for (int j = 0; j < kTopKItems; j++) {
-    const uint64_t i = base + j * kThreads + threadIdx.x;
-    if (i < n) {
-      const uint32_t m = Magnitude(x[i]);
-      c.gt += m > t;
-      c.eq += m == t;
+// The digit d of a histogram (`bins` digits, read from the top down) that holds the rank-th
+// largest value (rank >= 1): count(above d) < rank <= count(d and above); *above gets
+// count(above d). The whole CTA (kScanThreads threads, each owning bins / kScanThreads digits)
+// calls it; a rank beyond the total gives digit 0 and *above the total.
+__device__ uint32_t CtaFindDigit(const uint32_t* hist, uint32_t bins, uint32_t rank,
+                                 uint32_t* above_out) {
+  __shared__ uint32_t found_digit, found_above;
+  const uint32_t per = bins / kScanThreads;  // 1 or 2
+  const uint32_t top = bins - per * threadIdx.x;  // this thread's digits: [top - per, top)
+  uint32_t h[2] = {0, 0};
+  uint32_t sum = 0;
+  for (uint32_t j = 0; j < per; j++) {
+    h[j] = hist[top - 1 - j];
+    sum += h[j];
+  }
+  if (threadIdx.x == 0) {
+    found_digit = 0;
+    found_above = 0;
+  }
+  Counts total;
+  const uint32_t above = CtaExclusiveScan(Counts{sum, 0}, &total).gt;  // in higher digits
+  if (rank > total.gt && threadIdx.x == 0) found_above = total.gt;
+  if (above < rank && rank <= above + sum) {
+    uint32_t a = above;
+    for (uint32_t j = 0; j < per; j++) {
+      if (rank <= a + h[j]) {
+        found_digit = top - 1 - j;
+        found_above = a;
+        break;
+      }
+      a += h[j];
     }
   }
-  Counts total;
-  CtaExclusiveScan(c, &total);
-  if (threadIdx.x == 0) tile_counts[blockIdx.x] = total;
+  __syncthreads();
+  *above_out = found_above;
+  const uint32_t d = found_digit;
+  __syncthreads();  // found_* are reused by the next call
+  return d;
 }
 
-// Exclusive prefix sums of the tile counts, in place; one CTA of kScanThreads threads, each
-// summing a run of consecutive tiles.
+__device__ void ClearHistogram(uint32_t* hist, uint32_t bins) {
+  for (uint32_t i = threadIdx.x; i < bins; i += blockDim.x) hist[i] = 0;
+}
+
+// The sample's range: `top` holds its rank_top-th largest, `bottom` its rank_bottom-th. First
+// step: the digits, from the histogram of digits; second (`refine`): the buckets, from the
+// histograms of the next 10 bits in those two digits. One CTA of kScanThreads threads.
 __global__ void __launch_bounds__(kScanThreads)
-    TopKScanKernel(Counts* tile_counts, uint64_t tiles) {
-  const uint64_t per = (tiles + kScanThreads - 1) / kScanThreads;
-  const uint64_t begin = min(tiles, threadIdx.x * per), end = min(tiles, begin + per);
-  Counts run = {0, 0};
-  for (uint64_t i = begin; i < end; i++) run = run + tile_counts[i];
-  Counts total;
-  run = CtaExclusiveScan(run, &total);
-  for (uint64_t i = begin; i < end; i++) {
-    const Counts c = tile_counts[i];
-    tile_counts[i] = run;
-    run = run + c;
+    TopKSampleRangeKernel(TopKState* s, uint32_t rank_top, uint32_t rank_bottom, bool refine) {
+  uint32_t above_top, above_bottom;
+  if (!refine) {
+    const uint32_t top = CtaFindDigit(s->hist, kTopBins, rank_top, &above_top);
+    const uint32_t bottom = CtaFindDigit(s->hist, kTopBins, rank_bottom, &above_bottom);
+    ClearHistogram(s->hist, kTopBins);
+    if (threadIdx.x == 0) {
+      s->top = top;
+      s->bottom = bottom;
+      s->top_rank = rank_top - above_top;
+      s->bottom_rank = rank_bottom - above_bottom;
+    }
+    return;
+  }
+  constexpr uint32_t kBins = 1u << kLowBits;
+  const uint32_t top = CtaFindDigit(s->hist, kBins, s->top_rank, &above_top);
+  const uint32_t bottom = CtaFindDigit(s->hist + kBins, kBins, s->bottom_rank, &above_bottom);
+  ClearHistogram(s->hist, kTopBins);
+  if (threadIdx.x == 0) {
+    s->top = (s->top << kLowBits) | top;
+    s->bottom = (s->bottom << kLowBits) | bottom;
   }
 }
 
-// Writes the kept indices of each tile; thread t owns values kTopKItems * t to
+// Picks, among `bins` digits at `shift` (s->hist), the one that holds the remaining-th largest
+// of the values matching s->prefix, and clears the histogram. With `sets_range` (the fallback's
+// exact histogram), that digit's buckets are the range [bottom, top] of pass 1. Does nothing once
+// the check has failed. One CTA of kScanThreads threads.
+__global__ void __launch_bounds__(kScanThreads)
+    TopKChooseKernel(TopKState* s, int shift, uint32_t bins, bool sets_range) {
+  if (s->candidates == ~0u) return;
+  const uint32_t remaining = s->remaining;
+  uint32_t above;
+  const uint32_t d = CtaFindDigit(s->hist, bins, remaining, &above);
+  ClearHistogram(s->hist, bins);
+  if (threadIdx.x == 0) {
+    s->prefix |= d << shift;
+    s->remaining = remaining - above;
+    if (sets_range) {
+      s->bottom = d << kLowBits;
+      s->top = s->bottom | ((1u << kLowBits) - 1);
+    }
+  }
+}
+
+// Pass 1: per tile, the values in buckets above s->top into tile_counts, and those in
+// [s->bottom, s->top] appended to the candidates (the first `capacity` of them); also the first
+// non-finite value. Thread t owns values kTopKItems * t to kTopKItems * (t + 1) - 1 of the tile.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    TopKPartitionKernel(const float* __restrict__ x, uint64_t n, TopKState* s, Counts* tile_counts,
+                        uint32_t* cand_index, uint32_t* cand_mag, uint32_t capacity) {
+  const uint32_t bottom = s->bottom, top = s->top;
+  const uint64_t base = static_cast<uint64_t>(blockIdx.x) * kTopKTile + threadIdx.x * kTopKItems;
+  uint32_t m[kTopKItems];
+#pragma unroll
+  for (int q = 0; q < kTopKItems / 4; q++) LoadMagnitudes<kVec>(x, base + 4 * q, n, m + 4 * q);
+  uint32_t above = 0, mine = 0, bad = 0;
+#pragma unroll
+  for (int j = 0; j < kTopKItems; j++) {
+    const bool exists = base + j < n;
+    const uint32_t b = m[j] >> kBucketShift;
+    above += exists && b > top;
+    mine += exists && b >= bottom && b <= top;
+    bad |= exists && m[j] >= kExpMask;
+  }
+  if (bad) {
+    for (int j = 0; j < kTopKItems; j++) {
+      if (base + j < n && m[j] >= kExpMask) {
+        atomicMin(&s->bad, static_cast<unsigned long long>(base + j));
+        break;
+      }
+    }
+  }
+  // One atomic per CTA counts the tile's values above the range and reserves its candidates.
+  Counts total;
+  const Counts before = CtaExclusiveScan(Counts{above, mine}, &total);
+  __shared__ uint32_t first;
+  if (threadIdx.x == 0) {
+    const unsigned long long add = (static_cast<unsigned long long>(total.gt) << 32) | total.eq;
+    first = static_cast<uint32_t>(atomicAdd(&s->found, add));
+    tile_counts[blockIdx.x] = {total.gt, 0};
+  }
+  __syncthreads();
+  uint32_t slot = first + before.eq;
+#pragma unroll
+  for (int j = 0; j < kTopKItems; j++) {
+    const uint32_t b = m[j] >> kBucketShift;
+    if (base + j < n && b >= bottom && b <= top) {
+      if (slot < capacity) {
+        cand_index[slot] = static_cast<uint32_t>(base + j);
+        cand_mag[slot] = m[j];
+      }
+      slot++;
+    }
+  }
+}
+
+// After pass 1: T is among the candidates if fewer than k values lie above the range and at least
+// k from its bottom up, and they all fit. Then the candidates' selection starts afresh (prefix 0,
+// k minus those above); else s->candidates = ~0u turns the kernels after this one off.
+__global__ void TopKCheckKernel(TopKState* s, uint32_t k, uint32_t capacity) {
+  const uint32_t above = static_cast<uint32_t>(s->found >> 32);
+  const uint32_t count = static_cast<uint32_t>(s->found);
+  const bool ok = above < k && k - above <= count && count <= capacity;
+  s->needed = count;
+  s->candidates = ok ? count : ~0u;
+  s->prefix = 0;
+  s->remaining = ok ? k - above : 0;
+}
+
+// The histogram of the candidates' bits [shift, shift + bits) among those matching s->prefix
+// above them.
+__global__ void __launch_bounds__(kThreads)
+    TopKCandidateHistogramKernel(const uint32_t* __restrict__ cand_mag, int shift, int bits,
+                                 TopKState* s) {
+  const uint32_t count = s->candidates;
+  if (count == ~0u) return;
+  __shared__ uint32_t hist[kTopBins];
+  const uint32_t bins = 1u << bits;
+  for (uint32_t i = threadIdx.x; i < bins; i += kThreads) hist[i] = 0;
+  __syncthreads();
+  const uint32_t mask = shift + bits >= 32 ? 0u : ~0u << (shift + bits);
+  const uint32_t prefix = s->prefix;
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < count; i += gridDim.x * kThreads) {
+    const uint32_t m = cand_mag[i];
+    if ((m & mask) == prefix) atomicAdd(&hist[(m >> shift) & (bins - 1)], 1u);
+  }
+  FlushHistogram(hist, bins, s->hist);
+}
+
+// Adds each candidate above or equal to the threshold T = s->prefix to its tile's counts.
+__global__ void __launch_bounds__(kThreads)
+    TopKCandidateCountKernel(const uint32_t* __restrict__ cand_index,
+                             const uint32_t* __restrict__ cand_mag, TopKState* s,
+                             Counts* tile_counts) {
+  const uint32_t count = s->candidates;
+  if (count == ~0u) return;
+  const uint32_t t = s->prefix;
+  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < count; i += gridDim.x * kThreads) {
+    const uint32_t m = cand_mag[i];
+    Counts* c = &tile_counts[cand_index[i] / kTopKTile];
+    if (m > t) {
+      atomicAdd(&c->gt, 1u);
+    } else if (m == t) {
+      atomicAdd(&c->eq, 1u);
+    }
+  }
+}
+
+// Exclusive prefix sums of the tile counts in runs of kScanThreads tiles, in place, one CTA per
+// run; each run's total goes to run_sums. Launched again on run_sums (one run: there are at most
+// 2^32 / kTopKTile / kScanThreads = 1024 of them) with run_sums null.
+__global__ void __launch_bounds__(kScanThreads)
+    TopKScanKernel(const TopKState* s, Counts* tile_counts, uint64_t tiles, Counts* run_sums) {
+  if (s->candidates == ~0u) return;
+  const uint64_t i = static_cast<uint64_t>(blockIdx.x) * kScanThreads + threadIdx.x;
+  const Counts c = i < tiles ? tile_counts[i] : Counts{0, 0};
+  Counts total;
+  const Counts before = CtaExclusiveScan(c, &total);
+  if (i < tiles) tile_counts[i] = before;
+  if (run_sums != nullptr && threadIdx.x == 0) run_sums[blockIdx.x] = total;
+}
+
+// Pass 2: writes the kept indices of each tile; thread t owns values kTopKItems * t to
 // kTopKItems * (t + 1) - 1 of the tile, so that the ranks follow index order.
+template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     TopKWriteKernel(const float* __restrict__ x, uint64_t n, const TopKState* s,
-                    const Counts* tile_counts, uint32_t* indices) {
+                    const Counts* tile_counts, const Counts* run_sums, uint32_t* indices) {
+  if (s->candidates == ~0u) return;
   const uint32_t t = s->prefix, ties = s->remaining;
   const uint64_t base = static_cast<uint64_t>(blockIdx.x) * kTopKTile + threadIdx.x * kTopKItems;
   uint32_t m[kTopKItems];
+#pragma unroll
+  for (int q = 0; q < kTopKItems / 4; q++) LoadMagnitudes<kVec>(x, base + 4 * q, n, m + 4 * q);
   Counts c = {0, 0};
 #pragma unroll
   for (int j = 0; j < kTopKItems; j++) {
-    m[j] = base + j < n ? Magnitude(x[base + j]) : 0u;
     c.gt += base + j < n && m[j] > t;
     c.eq += base + j < n && m[j] == t;
   }
   Counts total;
   // Above and equal to the threshold before this thread's first value, in the whole tensor.
-  c = tile_counts[blockIdx.x] + CtaExclusiveScan(c, &total);
+  c = run_sums[blockIdx.x / kScanThreads] + tile_counts[blockIdx.x] +
+      CtaExclusiveScan(c, &total);
 #pragma unroll
   for (int j = 0; j < kTopKItems; j++) {
     if (base + j >= n) break;
@@ -876,10 +1155,28 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- host side ---------------------------------------------------------------------------------
 
+// Keeps the memory that cudaFreeAsync returns in the current device's default pool, instead of
+// handing it back to the driver at each synchronization: the calls here allocate their scratch
+// (a few bytes, or top-k's tile counts and candidates) per call, and mapping it afresh each time
+// costs more than small kernels take. Set once per device.
+void KeepScratchMemory() {
+  static std::atomic<uint64_t> done{0};
+  int device = 0;
+  LONGHAUL_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if ((done.load(std::memory_order_relaxed) & bit) != 0) return;
+  cudaMemPool_t pool;
+  LONGHAUL_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t keep = UINT64_MAX;
+  LONGHAUL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  done.fetch_or(bit, std::memory_order_relaxed);
+}
+
 // The error index of one call: set to "none" before its kernel, read back after it.
 class ErrorIndex {
  public:
   explicit ErrorIndex(cudaStream_t stream) : stream_(stream) {
+    KeepScratchMemory();
     LONGHAUL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&dev_), sizeof(*dev_), stream_));
     LONGHAUL_CUDA_CHECK(cudaMemsetAsync(dev_, 0xff, sizeof(*dev_), stream_));
   }
@@ -953,30 +1250,46 @@ void WithAlignment(const void* p, Launch&& launch) {
   }
 }
 
-template <int kBits, int kVec>
+template <int kBits, int kVec, bool kFeedback>
 void LaunchQuantizeVec(const DeviceQuantParams& dp, int group_log2, const float* in, const float* r,
-                       uint8_t* out, unsigned long long* bad, cudaStream_t stream) {
+                       uint8_t* out, float* next, unsigned long long* bad, cudaStream_t stream) {
   const unsigned grid = Grid(dp.blocks << group_log2, kThreads);
   if (AlignmentOf(out, 4) == 4) {
-    QuantizeVecKernel<kBits, kVec, true>
-        <<<grid, kThreads, 0, stream>>>(dp, group_log2, in, r, out, bad);
+    QuantizeVecKernel<kBits, kVec, true, kFeedback>
+        <<<grid, kThreads, 0, stream>>>(dp, group_log2, in, r, out, next, bad);
   } else {
-    QuantizeVecKernel<kBits, kVec, false>
-        <<<grid, kThreads, 0, stream>>>(dp, group_log2, in, r, out, bad);
+    QuantizeVecKernel<kBits, kVec, false, kFeedback>
+        <<<grid, kThreads, 0, stream>>>(dp, group_log2, in, r, out, next, bad);
   }
 }
 
 // Blocks of up to 256 floats: 2 float4s per lane, block / 8 lanes per block; 512: a warp with
 // 4 float4s per lane; 1024 and more: a warp with 8 (re-reading blocks above 1024 floats).
-template <int kBits>
+template <int kBits, bool kFeedback>
 void QuantizeVec(const DeviceQuantParams& dp, const float* in, const float* r, uint8_t* out,
-                 unsigned long long* bad, cudaStream_t stream) {
+                 float* next, unsigned long long* bad, cudaStream_t stream) {
   if (dp.block <= 256) {
-    LaunchQuantizeVec<kBits, 2>(dp, dp.block_log2 - 3, in, r, out, bad, stream);
+    LaunchQuantizeVec<kBits, 2, kFeedback>(dp, dp.block_log2 - 3, in, r, out, next, bad, stream);
   } else if (dp.block == 512) {
-    LaunchQuantizeVec<kBits, 4>(dp, 5, in, r, out, bad, stream);
+    LaunchQuantizeVec<kBits, 4, kFeedback>(dp, 5, in, r, out, next, bad, stream);
   } else {
-    LaunchQuantizeVec<kBits, 8>(dp, 5, in, r, out, bad, stream);
+    LaunchQuantizeVec<kBits, 8, kFeedback>(dp, 5, in, r, out, next, bad, stream);
+  }
+}
+
+template <bool kFeedback>
+void QuantizeVecBits(const DeviceQuantParams& dp, const float* in, const float* r, uint8_t* out,
+                     float* next, unsigned long long* bad, cudaStream_t stream) {
+  switch (dp.bits) {
+    case 8:
+      QuantizeVec<8, kFeedback>(dp, in, r, out, next, bad, stream);
+      break;
+    case 4:
+      QuantizeVec<4, kFeedback>(dp, in, r, out, next, bad, stream);
+      break;
+    default:
+      QuantizeVec<2, kFeedback>(dp, in, r, out, next, bad, stream);
+      break;
   }
 }
 
@@ -984,17 +1297,7 @@ void QuantizeVec(const DeviceQuantParams& dp, const float* in, const float* r, u
 void LaunchQuantize(const DeviceQuantParams& dp, const float* in, const float* r, uint8_t* out,
                     unsigned long long* bad, cudaStream_t stream) {
   if (Aligned16(in) && (r == nullptr || Aligned16(r))) {
-    switch (dp.bits) {
-      case 8:
-        QuantizeVec<8>(dp, in, r, out, bad, stream);
-        break;
-      case 4:
-        QuantizeVec<4>(dp, in, r, out, bad, stream);
-        break;
-      default:
-        QuantizeVec<2>(dp, in, r, out, bad, stream);
-        break;
-    }
+    QuantizeVecBits<false>(dp, in, r, out, nullptr, bad, stream);
   } else {
     QuantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kThreads, 0, stream>>>(dp, in, r, out, bad);
   }
@@ -1013,13 +1316,14 @@ void DequantizeVec(const DeviceQuantParams& dp, const uint8_t* in, float* out,
 }
 
 template <int kBits>
-void LaunchFeedback(const DeviceQuantParams& dp, const float* in, float* residual,
-                    const uint8_t* enc, const unsigned long long* bad, cudaStream_t stream) {
+void LaunchFeedback(const DeviceQuantParams& dp, const float* in, const float* residual,
+                    float* next, const uint8_t* enc, const unsigned long long* bad,
+                    cudaStream_t stream) {
   const unsigned grid = Grid((dp.n + 3) / 4, kThreads * kQuadsPerThread);
-  if (Aligned16(in) && Aligned16(residual) && AlignmentOf(enc, 4) == 4) {
-    FeedbackKernel<kBits, true><<<grid, kThreads, 0, stream>>>(dp, in, residual, enc, bad);
+  if (Aligned16(in) && Aligned16(residual) && Aligned16(next) && AlignmentOf(enc, 4) == 4) {
+    FeedbackKernel<kBits, true><<<grid, kThreads, 0, stream>>>(dp, in, residual, next, enc, bad);
   } else {
-    FeedbackKernel<kBits, false><<<grid, kThreads, 0, stream>>>(dp, in, residual, enc, bad);
+    FeedbackKernel<kBits, false><<<grid, kThreads, 0, stream>>>(dp, in, residual, next, enc, bad);
   }
 }
 
@@ -1060,21 +1364,29 @@ int64_t DequantizeOnDevice(const kernels::QuantParams& p, const uint8_t* in, uin
 }
 
 int64_t QuantizeWithFeedbackOnDevice(const kernels::QuantParams& p, const float* in, uint64_t n,
-                                     float* residual, uint8_t* out, cudaStream_t stream) {
+                                     const float* residual, float* next_residual, uint8_t* out,
+                                     cudaStream_t stream) {
   if (n == 0) return kernels::kNone;
   const DeviceQuantParams dp = ToDevice(p, n);
   ErrorIndex bad(stream);
-  LaunchQuantize(dp, in, residual, out, bad.get(), stream);
-  switch (dp.bits) {
-    case 8:
-      LaunchFeedback<8>(dp, in, residual, out, bad.get(), stream);
-      break;
-    case 4:
-      LaunchFeedback<4>(dp, in, residual, out, bad.get(), stream);
-      break;
-    default:
-      LaunchFeedback<2>(dp, in, residual, out, bad.get(), stream);
-      break;
+  if (next_residual != residual && Aligned16(in) && Aligned16(residual) &&
+      Aligned16(next_residual)) {
+    // One pass: x and the residual read once, the codes and the new residual written once.
+    QuantizeVecBits<true>(dp, in, residual, out, next_residual, bad.get(), stream);
+  } else {
+    // In place (or unaligned): the residual may change only once the whole quantizer succeeded.
+    LaunchQuantize(dp, in, residual, out, bad.get(), stream);
+    switch (dp.bits) {
+      case 8:
+        LaunchFeedback<8>(dp, in, residual, next_residual, out, bad.get(), stream);
+        break;
+      case 4:
+        LaunchFeedback<4>(dp, in, residual, next_residual, out, bad.get(), stream);
+        break;
+      default:
+        LaunchFeedback<2>(dp, in, residual, next_residual, out, bad.get(), stream);
+        break;
+    }
   }
   LONGHAUL_CUDA_CHECK_LAUNCH();
   return bad.Read();
@@ -1120,33 +1432,127 @@ int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
                  static_cast<unsigned long long>(n));
     std::abort();
   }
+  KeepScratchMemory();
   k = k < n ? k : n;
-  // One allocation: the state, then the tile counts.
+  const bool vec = Aligned16(x);
+  // One allocation: the state, the tile counts and their runs' sums, and room for the
+  // candidates: an eighth of n (a sampled range holds a few percent of n; only values crowded
+  // into few digits, as with many ties, need more, and then get a second try).
   const uint64_t tiles = (n + kTopKTile - 1) / kTopKTile;
-  void* mem = nullptr;
-  LONGHAUL_CUDA_CHECK(cudaMallocAsync(&mem, sizeof(TopKState) + tiles * sizeof(Counts), stream));
-  auto* state = static_cast<TopKState*>(mem);
+  const uint64_t runs = (tiles + kScanThreads - 1) / kScanThreads;
+  const auto capacity =
+      static_cast<uint32_t>(std::min<uint64_t>(n, std::max<uint64_t>(n / 8, 4096)));
+  const uint64_t head = sizeof(TopKState) + (tiles + runs) * sizeof(Counts);
+  char* mem = nullptr;
+  LONGHAUL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&mem),
+                                      head + (k > 0 ? 8 * uint64_t{capacity} : 0), stream));
+  auto* state = reinterpret_cast<TopKState*>(mem);
   auto* tile_counts = reinterpret_cast<Counts*>(state + 1);
+  auto* run_sums = tile_counts + tiles;
+  auto* cand = reinterpret_cast<uint32_t*>(mem + head);
+  const unsigned grid = static_cast<unsigned>(tiles);
+  int sms = 0;
+  int device = 0;
+  LONGHAUL_CUDA_CHECK(cudaGetDevice(&device));
+  LONGHAUL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const unsigned cand_grid = std::max(1u, std::min<unsigned>(Grid(capacity, kThreads), 2 * sms));
+  auto exact_histogram = [&] {
+    const unsigned hist_grid = std::min<unsigned>(Grid(n, 4 * kThreads * 4), 2048);
+    if (vec) {
+      TopKTopHistogramKernel<true><<<hist_grid, kThreads, 0, stream>>>(x, n, state);
+    } else {
+      TopKTopHistogramKernel<false><<<hist_grid, kThreads, 0, stream>>>(x, n, state);
+    }
+  };
+  // Pass 1 over the range [s->bottom, s->top], the check, the candidates' digits and pass 2.
+  auto select = [&](uint32_t* cand, uint32_t capacity) {
+    uint32_t* cand_mag = cand + capacity;
+    LONGHAUL_CUDA_CHECK(cudaMemsetAsync(&state->found, 0, sizeof(state->found), stream));
+    if (vec) {
+      TopKPartitionKernel<true><<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, cand,
+                                                               cand_mag, capacity);
+    } else {
+      TopKPartitionKernel<false><<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, cand,
+                                                                cand_mag, capacity);
+    }
+    TopKCheckKernel<<<1, 1, 0, stream>>>(state, static_cast<uint32_t>(k), capacity);
+    for (int shift = kTopShift; shift >= 0; shift -= kLowBits) {
+      const int bits = shift == kTopShift ? kTopBits : kLowBits;
+      TopKCandidateHistogramKernel<<<cand_grid, kThreads, 0, stream>>>(cand_mag, shift, bits,
+                                                                       state);
+      TopKChooseKernel<<<1, kScanThreads, 0, stream>>>(state, shift, 1u << bits, false);
+    }
+    TopKCandidateCountKernel<<<cand_grid, kThreads, 0, stream>>>(cand, cand_mag, state,
+                                                                 tile_counts);
+    TopKScanKernel<<<static_cast<unsigned>(runs), kScanThreads, 0, stream>>>(state, tile_counts,
+                                                                            tiles, run_sums);
+    TopKScanKernel<<<1, kScanThreads, 0, stream>>>(state, run_sums, runs, nullptr);
+    if (vec) {
+      TopKWriteKernel<true>
+          <<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, run_sums, indices);
+    } else {
+      TopKWriteKernel<false>
+          <<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, run_sums, indices);
+    }
+  };
+  struct {
+    unsigned long long bad;
+    uint32_t candidates, needed;
+  } result = {kNoError, 0, 0};
+  static_assert(offsetof(TopKState, needed) == sizeof(result) - sizeof(uint32_t));
+  auto read_result = [&] {
+    LONGHAUL_CUDA_CHECK_LAUNCH();
+    LONGHAUL_CUDA_CHECK(
+        cudaMemcpyAsync(&result, state, sizeof(result), cudaMemcpyDeviceToHost, stream));
+    LONGHAUL_CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+
   TopKInitKernel<<<1, 256, 0, stream>>>(state, static_cast<uint32_t>(k));
-  const unsigned hist_grid = std::min<unsigned>(Grid(n, kThreads * 16), 2048);
-  // With k == 0 only the first pass runs, for its check of the values.
-  for (int shift = 24; shift >= 0 && (k > 0 || shift == 24); shift -= 8) {
-    TopKHistogramKernel<<<hist_grid, kThreads, 0, stream>>>(x, n, shift, state);
-    if (k > 0) TopKChooseKernel<<<1, 1, 0, stream>>>(state, shift);
+  if (k == 0) {  // only the check of the values
+    exact_histogram();
+    read_result();
+  } else {
+    if (k < n) {
+      // The sample's range: its ranks k * samples / n, less and more a margin.
+      const uint32_t samples = static_cast<uint32_t>(std::min<uint64_t>(n, kTopKSample));
+      const double rank = static_cast<double>(k) * samples / static_cast<double>(n);
+      const double margin = 4 * std::sqrt(rank) + 16;
+      const auto rank_top = static_cast<uint32_t>(std::max(1.0, std::floor(rank - margin)));
+      const auto rank_bottom =
+          static_cast<uint32_t>(std::min<double>(samples, std::ceil(rank + margin)));
+      for (const bool refine : {false, true}) {
+        TopKSampleKernel<<<Grid(samples, kThreads * kSampleItems), kThreads, 0, stream>>>(
+            x, n / samples, samples, refine, state);
+        TopKSampleRangeKernel<<<1, kScanThreads, 0, stream>>>(state, rank_top, rank_bottom,
+                                                              refine);
+      }
+      select(cand, capacity);
+      read_result();
+    }
+    if (result.bad == kNoError && (k == n || result.candidates == ~0u)) {
+      // No sample (k == n), or it missed: the exact histogram's digit holding T is the range.
+      TopKInitKernel<<<1, 256, 0, stream>>>(state, static_cast<uint32_t>(k));
+      exact_histogram();
+      TopKChooseKernel<<<1, kScanThreads, 0, stream>>>(state, kTopShift, kTopBins, true);
+      select(cand, capacity);
+      read_result();
+      if (result.bad == kNoError && result.candidates == ~0u) {
+        // Too many values share that digit: again, with room for all of them.
+        uint32_t* more = nullptr;
+        LONGHAUL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&more),
+                                            8 * uint64_t{result.needed}, stream));
+        TopKInitKernel<<<1, 256, 0, stream>>>(state, static_cast<uint32_t>(k));
+        exact_histogram();
+        TopKChooseKernel<<<1, kScanThreads, 0, stream>>>(state, kTopShift, kTopBins, true);
+        select(more, result.needed);
+        read_result();
+        LONGHAUL_CUDA_CHECK(cudaFreeAsync(more, stream));
+      }
+    }
   }
-  if (k > 0) {
-    const unsigned grid = static_cast<unsigned>(tiles);
-    TopKCountKernel<<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts);
-    TopKScanKernel<<<1, kScanThreads, 0, stream>>>(tile_counts, tiles);
-    TopKWriteKernel<<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, indices);
-  }
-  LONGHAUL_CUDA_CHECK_LAUNCH();
-  unsigned long long bad = kNoError;
-  LONGHAUL_CUDA_CHECK(
-      cudaMemcpyAsync(&bad, &state->bad, sizeof(bad), cudaMemcpyDeviceToHost, stream));
   LONGHAUL_CUDA_CHECK(cudaFreeAsync(mem, stream));
   LONGHAUL_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return bad == kNoError ? kernels::kNone : static_cast<int64_t>(bad);
+  return result.bad == kNoError ? kernels::kNone : static_cast<int64_t>(result.bad);
 }
 
 }  // namespace longhaul::compression::cuda

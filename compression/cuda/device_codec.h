@@ -12,7 +12,9 @@
 // All pointers are device memory. Float pointers must be 4-byte aligned; encoded-side pointers
 // may be unaligned. Float pointers aligned to 16 bytes (as cudaMalloc's are) take vectorized
 // kernels; others take general kernels that are slower but give the same bytes. The calling
-// thread's current device must be the stream's (the functions allocate a few bytes on it).
+// thread's current device must be the stream's (the functions allocate scratch on it with
+// cudaMallocAsync, and raise the release threshold of its default memory pool so that freed
+// scratch stays there for the next call instead of being unmapped at each synchronization).
 //
 // REQUIRES (as for the CPU kernels): p.bits is 8, 4 or 2; p.block is a power of two >= 8.
 #pragma once
@@ -37,12 +39,17 @@ int64_t FloatsToBf16OnDevice(const float* in, uint64_t n, uint8_t* out, cudaStre
 int64_t Bf16ToFloatsOnDevice(const uint8_t* in, uint64_t n, float* out, cudaStream_t stream);
 
 // Error feedback (compression/error_feedback.h) for the block quantizers: writes to `out`
-// QuantizeOnDevice's bytes for x + residual (a float addition per element), then sets
-// residual = (x + residual) - decoded, where decoded is what DequantizeOnDevice gives for `out`;
-// every operation is the CPU's, in float. Fails as QuantizeOnDevice does on the sum (which can
-// overflow to infinity); on failure the residual is unchanged.
+// QuantizeOnDevice's bytes for x + residual (a float addition per element), and to
+// `next_residual` (x + residual) - decoded, where decoded is what DequantizeOnDevice gives for
+// `out`; every operation is the CPU's, in float. Fails as QuantizeOnDevice does on the sum
+// (which can overflow to infinity). With next_residual == residual the update is in place and a
+// failure leaves the residual unchanged (two passes: the update waits for the whole quantizer);
+// with a second buffer (double buffering: swap the two after each success) it is one pass, and
+// on failure next_residual is unspecified while residual is unchanged.
+// REQUIRES: next_residual is residual or overlaps neither it nor `in`.
 int64_t QuantizeWithFeedbackOnDevice(const kernels::QuantParams& p, const float* in, uint64_t n,
-                                     float* residual, uint8_t* out, cudaStream_t stream);
+                                     const float* residual, float* next_residual, uint8_t* out,
+                                     cudaStream_t stream);
 
 // Top-k by magnitude with compression::TopKExact's result (compression/topk.h): writes to
 // `indices` (room for min(k, n)) the min(k, n) indices of the largest |x[i]|, compared as

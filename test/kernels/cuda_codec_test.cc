@@ -316,18 +316,23 @@ TEST_CASE("GPU error feedback gives the CPU's bytes and residual", "[codec][feed
   // Aligned; the encoded side off by one and three; the float side off (general kernels).
   const std::vector<std::pair<size_t, size_t>> offsets = {{0, 0}, {0, 1}, {0, 3}, {1, 0}, {3, 2}};
   for (const auto& [float_offset, byte_offset] : offsets) {
-    INFO("float offset " << float_offset << ", encoded offset " << byte_offset);
-    DeviceFloats din(n, float_offset), dres(n, float_offset);
-    DeviceBytes dout(size, byte_offset);
-    ToDevice(din.get(), x);
-    ToDevice(dres.get(), residual);
-    REQUIRE(QuantizeWithFeedbackOnDevice(p, din.floats(), n, dres.floats(), dout.get(), nullptr) ==
-            kNone);
-    const auto got = FromDevice<uint8_t>(dout.get(), size);
-    CHECK(FirstDiff(got.data(), want.data(), size) == size);
-    const auto got_residual = FromDevice<float>(dres.get(), n);
-    CHECK(FirstDiff(got_residual.data(), want_residual.data(), n * sizeof(float)) ==
-          n * sizeof(float));
+    for (const bool in_place : {true, false}) {
+      INFO("float offset " << float_offset << ", encoded offset " << byte_offset
+                           << (in_place ? ", in place" : ", into a second buffer"));
+      DeviceFloats din(n, float_offset), dres(n, float_offset), dnext(n, float_offset);
+      DeviceBytes dout(size, byte_offset);
+      ToDevice(din.get(), x);
+      ToDevice(dres.get(), residual);
+      float* next = in_place ? dres.floats() : dnext.floats();
+      REQUIRE(QuantizeWithFeedbackOnDevice(p, din.floats(), n, dres.floats(), next, dout.get(),
+                                           nullptr) == kNone);
+      const auto got = FromDevice<uint8_t>(dout.get(), size);
+      CHECK(FirstDiff(got.data(), want.data(), size) == size);
+      const auto got_residual = FromDevice<float>(in_place ? dres.get() : dnext.get(), n);
+      CHECK(FirstDiff(got_residual.data(), want_residual.data(), n * sizeof(float)) ==
+            n * sizeof(float));
+      if (!in_place) CHECK(FromDevice<float>(dres.get(), n) == residual);
+    }
   }
 
   // x + residual overflows to infinity: the quantizer's error, and the residual is kept.
@@ -337,13 +342,17 @@ TEST_CASE("GPU error feedback gives the CPU's bytes and residual", "[codec][feed
     big[500] = 3e38f;
     big_residual[500] = 3e38f;
     for (size_t float_offset : {size_t{0}, size_t{1}}) {
-      DeviceFloats din(n, float_offset), dres(n, float_offset);
-      DeviceBytes dout(size);
-      ToDevice(din.get(), big);
-      ToDevice(dres.get(), big_residual);
-      CHECK(QuantizeWithFeedbackOnDevice(p, din.floats(), n, dres.floats(), dout.get(), nullptr) ==
-            500);
-      CHECK(FromDevice<float>(dres.get(), n) == big_residual);
+      for (const bool in_place : {true, false}) {
+        INFO("float offset " << float_offset << (in_place ? ", in place" : ", second buffer"));
+        DeviceFloats din(n, float_offset), dres(n, float_offset), dnext(n, float_offset);
+        DeviceBytes dout(size);
+        ToDevice(din.get(), big);
+        ToDevice(dres.get(), big_residual);
+        CHECK(QuantizeWithFeedbackOnDevice(p, din.floats(), n, dres.floats(),
+                                           in_place ? dres.floats() : dnext.floats(), dout.get(),
+                                           nullptr) == 500);
+        CHECK(FromDevice<float>(dres.get(), n) == big_residual);
+      }
     }
   }
 }
@@ -372,17 +381,27 @@ std::vector<uint32_t> TopKFromOrder(const std::vector<uint32_t>& order, size_t k
 TEST_CASE("GPU top-k selects what TopKExact selects", "[codec][topk]") {
   const size_t n = GENERATE(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{4096},
                             size_t{4097}, size_t{100003}, size_t{(1 << 22) + 5});
-  const bool ties = GENERATE(false, true);
-  INFO("n=" << n << " ties=" << ties);
+  // Values as the codec tests', few distinct magnitudes, or a sample that misleads: the kernel
+  // first looks at every (n / 65536)-th value (every 64th for the largest n), here 1000 times
+  // smaller than the rest, so its guess of where the k-th largest lies is wrong.
+  enum class Values { kTest, kTies, kSampleMisled };
+  const Values kind = GENERATE(Values::kTest, Values::kTies, Values::kSampleMisled);
+  INFO("n=" << n << " values " << static_cast<int>(kind));
   std::vector<float> x(TestValues(n, 8));
-  if (ties) {
+  if (kind == Values::kTies) {
     // Few distinct magnitudes, both signs and both zeros: ties everywhere.
     const float levels[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 2.0f, -2.0f, 1e-40f};
     std::mt19937 rng(9);
     for (float& v : x) v = levels[rng() % std::size(levels)];
+  } else if (kind == Values::kSampleMisled) {
+    const size_t stride = std::max<size_t>(1, n / 65536);
+    for (size_t i = 0; i < n; i += stride) x[i] *= 1e-3f;
   }
   const auto order = TopKOrder(x);
-  DeviceFloats dx(n, 0);
+  // Aligned (the float4 kernels) and off a 16-byte boundary (the scalar ones).
+  const size_t offset = GENERATE(size_t{0}, size_t{1});
+  INFO("float offset " << offset);
+  DeviceFloats dx(n, offset);
   ToDevice(dx.get(), x);
   DeviceBytes didx((n + 8) * sizeof(uint32_t));
   for (size_t k :

@@ -265,8 +265,18 @@ void RunCodecs(Ops& ops, size_t count, double budget) {
     compression::kernels::QuantParams p;
     p.bits = bits;
     // The residual stays small: after each call it is the rounding error of x + residual.
-    report("q" + std::to_string(bits) + " error feedback", timed([&] {
-             return cc::QuantizeWithFeedbackOnDevice(p, x.p, count, residual.p, enc, stream);
+    // Double-buffered (the one-pass kernel; the two buffers swap after each call) and in place.
+    float* from = residual.p;
+    float* to = y.p;
+    report("q" + std::to_string(bits) + " error feedback, double-buffered", timed([&] {
+             const int64_t bad =
+                 cc::QuantizeWithFeedbackOnDevice(p, x.p, count, from, to, enc, stream);
+             std::swap(from, to);
+             return bad;
+           }));
+    report("q" + std::to_string(bits) + " error feedback, in place", timed([&] {
+             return cc::QuantizeWithFeedbackOnDevice(p, x.p, count, residual.p, residual.p, enc,
+                                                     stream);
            }));
   }
   report("bf16 encode", timed([&] { return cc::FloatsToBf16OnDevice(x.p, count, enc, stream); }));
