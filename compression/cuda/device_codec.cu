@@ -3,24 +3,24 @@
 // additions use the __f*_rn intrinsics, which are never fused into FMAs, and the file is
 // built with -fmad=false besides, so every byte equals the CPU kernels' bytes.
 //
-// Two kinds of kernel do each job, picked at run time from the pointers' alignment:
-//  - vectorized ones, for float pointers aligned to 16 bytes: each thread moves float4s, and
-//    quantization gives each quantization block a group of lanes (one lane for 8 floats up to a
-//    warp for 256 and more) that keeps the block in registers (re-reading only blocks of more
-//    than 1024 floats), reduces its absolute maximum (as bits, exactly), minimum and maximum
-//    with shuffles inside the group, and stores each float4's codes packed into one 4-, 2- or
-//    1-byte word; encoded-side accesses are words where the encoded pointer's alignment allows
-//    and bytes elsewhere;
-//  - general ones, for any 4-byte-aligned float pointer: one warp per quantization block (each
-//    lane writing whole output bytes) or one thread per element.
+// Quantization gives each quantization block a group of lanes (one lane for 8 floats up to a
+// warp for 256 and more) that keeps the block in registers (re-reading only blocks of more than
+// 1024 floats), reduces its absolute maximum (as bits, exactly), minimum and maximum with
+// shuffles inside the group, and stores each float4's codes packed into one 4-, 2- or 1-byte
+// word; it loads float4s when the float pointers are aligned to 16 bytes, four floats otherwise.
+// Encoded-side accesses are words where the encoded pointer's alignment allows and bytes
+// elsewhere. The other kernels come in two kinds, picked at run time from the pointers'
+// alignment: vectorized ones, for float pointers aligned to 16 bytes (each thread moves
+// float4s), and general ones, for any 4-byte-aligned float pointer (one warp per quantization
+// block, or one thread per element).
 // A block's codes start on a byte boundary (block * bits is a multiple of 8), so no two lanes
 // ever share a byte, and nothing needs atomics except the error index, an integer minimum.
 //
 // Error feedback into a second residual buffer is the quantizer reading x + residual and writing
 // the new residual beside the codes, in one pass; in place, it is the quantizer, then an
 // elementwise kernel that updates the residual from the bytes just written, unless the error
-// index says the quantizer failed. Top-k is a radix selection of the k-th largest magnitude and
-// a stable compaction, three passes over the input (see its section below).
+// index says the quantizer failed. Top-k selects the k-th largest magnitude among candidates
+// that a sample points to, then compacts: two passes over the input (see its section below).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,7 +43,6 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 256;  // threads per CTA, every kernel but the small top-k ones
-constexpr int kWarpsPerBlock = kThreads / kWarp;
 constexpr int kQuadsPerThread = 4;  // elementwise vector kernels: float4s per thread
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
@@ -59,6 +58,7 @@ struct DeviceQuantParams {
   uint32_t key;  // NoiseKey(seed), computed on the host
   uint64_t n;
   uint64_t blocks;  // QuantBlocks(p, n)
+  bool vec_floats;  // the float-side pointers are 16-byte aligned: float4 loads and stores
 };
 
 // ---- scalar pieces, mirroring kernels_internal.h --------------------------------------------
@@ -218,11 +218,13 @@ __device__ __forceinline__ uint32_t QuadCount(uint64_t e, uint64_t len) {
 
 // ---- quantization, vectorized ----------------------------------------------------------------
 
-// Elements [e, e + 4) of a block at xb (16-byte aligned) of which the first `len` exist, each
-// plus rb's element when rb is not null (error feedback); elements past `len` read as 0.
+// Elements [e, e + 4) of a block at xb of which the first `len` exist, each plus rb's element
+// when rb is not null (error feedback); elements past `len` read as 0. With `vec` (xb and rb
+// 16-byte aligned) a whole quad is one float4 load each, else four float loads.
 __device__ __forceinline__ float4 LoadQuad(const float* __restrict__ xb,
-                                           const float* __restrict__ rb, uint32_t e, uint32_t len) {
-  if (e + 4 <= len) {
+                                           const float* __restrict__ rb, uint32_t e, uint32_t len,
+                                           bool vec) {
+  if (vec && e + 4 <= len) {
     float4 v = *reinterpret_cast<const float4*>(xb + e);
     if (rb != nullptr) {
       const float4 r = *reinterpret_cast<const float4*>(rb + e);
@@ -271,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float lo = INFINITY, hi = -INFINITY;
   for (uint32_t c = 0; c < chunks; c++) {
 #pragma unroll
-    for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len);
+    for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len, p.vec_floats);
 #pragma unroll
     for (int k = 0; k < kVec; k++) {
       const uint32_t count = QuadCount(c * chunk + k * step + 4 * sub, len);
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int k = 0; k < kVec; k++) {
         const uint32_t e = c * chunk + k * step + 4 * sub;
-        const float4 q = chunks == 1 ? v[k] : LoadQuad(xb, rb, e, len);
+        const float4 q = chunks == 1 ? v[k] : LoadQuad(xb, rb, e, len, p.vec_floats);
         const float f[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (uint32_t c = 0; c < chunks; c++) {
     if (chunks > 1) {
 #pragma unroll
-      for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len);
+      for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len, p.vec_floats);
     }
 #pragma unroll
     for (int k = 0; k < kVec; k++) {
@@ -367,63 +369,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// ---- quantization, general (any 4-byte-aligned input): one warp per quantization block -------
-
-__global__ void QuantizeKernel(DeviceQuantParams p, const float* x, const float* r, uint8_t* out,
-                               unsigned long long* bad) {
-  const uint64_t block = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (block >= p.blocks) return;  // the whole warp leaves together
-  const uint64_t start = block * p.block;
-  const uint64_t len = min(static_cast<uint64_t>(p.block), p.n - start);
-  auto value = [&](uint64_t i) { return r != nullptr ? __fadd_rn(x[i], r[i]) : x[i]; };
-
-  uint32_t absmax = 0;
-  float lo = INFINITY, hi = -INFINITY;
-  unsigned long long first_bad = kNoError;
-  for (uint64_t i = lane; i < len; i += kWarp) {
-    const float v = value(start + i);
-    const uint32_t mag = Magnitude(v);
-    absmax = max(absmax, mag);
-    if (mag >= kExpMask && first_bad == kNoError) first_bad = start + i;
-    lo = fminf(lo, v);
-    hi = fmaxf(hi, v);
-  }
-  absmax = __reduce_max_sync(kFull, absmax);
-  for (int o = kWarp / 2; o > 0; o /= 2) {
-    first_bad = min(first_bad, __shfl_xor_sync(kFull, first_bad, o));
-    lo = fminf(lo, __shfl_xor_sync(kFull, lo, o));
-    hi = fmaxf(hi, __shfl_xor_sync(kFull, hi, o));
-  }
-  if (first_bad != kNoError) {
-    if (lane == 0) atomicMin(bad, first_bad);
-    return;
-  }
-
-  const BlockScale b =
-      p.asymmetric ? AsymmetricScale(lo, hi, p.bits) : SymmetricScale(absmax, p.bits);
-  uint8_t* codes = out + 4 * p.blocks * (p.asymmetric ? 2 : 1);
-  if (lane == 0) {
-    StoreFloatBytes(out + 4 * block, b.scale);
-    if (p.asymmetric) StoreFloatBytes(out + 4 * p.blocks + 4 * block, b.mid);
-  }
-  const int per_byte = 8 / p.bits;
-  const uint64_t end = start + len;
-  const uint64_t first_byte = start * p.bits / 8;
-  const uint64_t last_byte = (end * p.bits + 7) / 8;
-  for (uint64_t byte = first_byte + lane; byte < last_byte; byte += kWarp) {
-    uint32_t packed = 0;
-    for (int e = 0; e < per_byte; e++) {
-      const uint64_t i = byte * per_byte + e;
-      if (i < end) {
-        packed |= QuantizeOne(value(i), b, p.stochastic, p.key, static_cast<uint32_t>(i))
-                  << (e * p.bits);
-      }
-    }
-    codes[byte] = static_cast<uint8_t>(packed);
-  }
-}
-
 // ---- dequantization ----------------------------------------------------------------------------
 
 // The 4 codes of quad q (elements 4q to 4q + 3, those below n), packed as in the stream: one
@@ -440,7 +385,8 @@ __device__ __forceinline__ uint32_t QuadCodes(const uint8_t* codes, uint64_t q, 
 }
 
 // Thread t of CTA b decodes the quads b * kThreads * kQuadsPerThread + k * kThreads + t,
-// k < kQuadsPerThread, into float4s (`out` is 16-byte aligned); kAligned: `in` is 4-byte aligned.
+// k < kQuadsPerThread, into float4s when `out` is 16-byte aligned (p.vec_floats), else floats;
+// kAligned: `in` is 4-byte aligned.
 template <int kBits, bool kAligned>
 __global__ void __launch_bounds__(kThreads)
     DequantizeVecKernel(DeviceQuantParams p, const uint8_t* __restrict__ in,
@@ -478,7 +424,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; j++) {
       d[j] = DequantizeOne((word[k] >> (j * kBits)) & kMask, scale[k], mid[k], c, p.asymmetric);
     }
-    if (4 * q + 4 <= p.n) {
+    if (p.vec_floats && 4 * q + 4 <= p.n) {
       *reinterpret_cast<float4*>(out + 4 * q) = make_float4(d[0], d[1], d[2], d[3]);
     } else {
 #pragma unroll
@@ -486,27 +432,6 @@ __global__ void __launch_bounds__(kThreads)
         if (4 * q + j < p.n) out[4 * q + j] = d[j];
       }
     }
-  }
-}
-
-// General: one warp per quantization block, one element per lane at a time.
-__global__ void DequantizeKernel(DeviceQuantParams p, const uint8_t* in, float* out,
-                                 unsigned long long* bad) {
-  const uint64_t block = static_cast<uint64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (block >= p.blocks) return;
-  const float scale = LoadFloatBytes(in + 4 * block);
-  const float mid = p.asymmetric ? LoadFloatBytes(in + 4 * p.blocks + 4 * block) : 0.0f;
-  if (!ValidBlock(scale, mid)) {
-    if (lane == 0) atomicMin(bad, static_cast<unsigned long long>(block));
-    return;
-  }
-  const float c = CodeCenter(p);
-  const uint8_t* codes = in + 4 * p.blocks * (p.asymmetric ? 2 : 1);
-  const uint64_t start = block * p.block;
-  const uint64_t end = min(start + p.block, p.n);
-  for (uint64_t i = start + lane; i < end; i += kWarp) {
-    out[i] = DequantizeOne(CodeAt(codes, i, p.bits), scale, mid, c, p.asymmetric);
   }
 }
 
@@ -1214,7 +1139,8 @@ DeviceQuantParams ToDevice(const kernels::QuantParams& p, uint64_t n) {
           p.stochastic,
           kernels::internal::NoiseKey(p.seed),
           n,
-          kernels::QuantBlocks(p, n)};
+          kernels::QuantBlocks(p, n),
+          false};
 }
 
 unsigned Grid(uint64_t work, uint64_t per_block) {
@@ -1294,13 +1220,10 @@ void QuantizeVecBits(const DeviceQuantParams& dp, const float* in, const float* 
 }
 
 // Queues the quantizer of (in + r, or in when r is null) on the stream.
-void LaunchQuantize(const DeviceQuantParams& dp, const float* in, const float* r, uint8_t* out,
+void LaunchQuantize(DeviceQuantParams dp, const float* in, const float* r, uint8_t* out,
                     unsigned long long* bad, cudaStream_t stream) {
-  if (Aligned16(in) && (r == nullptr || Aligned16(r))) {
-    QuantizeVecBits<false>(dp, in, r, out, nullptr, bad, stream);
-  } else {
-    QuantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kThreads, 0, stream>>>(dp, in, r, out, bad);
-  }
+  dp.vec_floats = Aligned16(in) && (r == nullptr || Aligned16(r));
+  QuantizeVecBits<false>(dp, in, r, out, nullptr, bad, stream);
   LONGHAUL_CUDA_CHECK_LAUNCH();
 }
 
@@ -1341,23 +1264,19 @@ int64_t QuantizeOnDevice(const kernels::QuantParams& p, const float* in, uint64_
 int64_t DequantizeOnDevice(const kernels::QuantParams& p, const uint8_t* in, uint64_t n, float* out,
                            cudaStream_t stream) {
   if (n == 0) return kernels::kNone;
-  const DeviceQuantParams dp = ToDevice(p, n);
+  DeviceQuantParams dp = ToDevice(p, n);
+  dp.vec_floats = Aligned16(out);
   ErrorIndex bad(stream);
-  if (Aligned16(out)) {
-    switch (dp.bits) {
-      case 8:
-        DequantizeVec<8>(dp, in, out, bad.get(), stream);
-        break;
-      case 4:
-        DequantizeVec<4>(dp, in, out, bad.get(), stream);
-        break;
-      default:
-        DequantizeVec<2>(dp, in, out, bad.get(), stream);
-        break;
-    }
-  } else {
-    DequantizeKernel<<<Grid(dp.blocks, kWarpsPerBlock), kThreads, 0, stream>>>(dp, in, out,
-                                                                               bad.get());
+  switch (dp.bits) {
+    case 8:
+      DequantizeVec<8>(dp, in, out, bad.get(), stream);
+      break;
+    case 4:
+      DequantizeVec<4>(dp, in, out, bad.get(), stream);
+      break;
+    default:
+      DequantizeVec<2>(dp, in, out, bad.get(), stream);
+      break;
   }
   LONGHAUL_CUDA_CHECK_LAUNCH();
   return bad.Read();
@@ -1372,7 +1291,9 @@ int64_t QuantizeWithFeedbackOnDevice(const kernels::QuantParams& p, const float*
   if (next_residual != residual && Aligned16(in) && Aligned16(residual) &&
       Aligned16(next_residual)) {
     // One pass: x and the residual read once, the codes and the new residual written once.
-    QuantizeVecBits<true>(dp, in, residual, out, next_residual, bad.get(), stream);
+    DeviceQuantParams fused = dp;
+    fused.vec_floats = true;
+    QuantizeVecBits<true>(fused, in, residual, out, next_residual, bad.get(), stream);
   } else {
     // In place (or unaligned): the residual may change only once the whole quantizer succeeded.
     LaunchQuantize(dp, in, residual, out, bad.get(), stream);

@@ -10,8 +10,8 @@
 // offending element (quantize, bf16 encode, top-k) or block (dequantize); the output is then
 // incomplete and must be discarded. CUDA errors abort with file:line (kernels/cuda/check.h).
 // All pointers are device memory. Float pointers must be 4-byte aligned; encoded-side pointers
-// may be unaligned. Float pointers aligned to 16 bytes (as cudaMalloc's are) take vectorized
-// kernels; others take general kernels that are slower but give the same bytes. The calling
+// may be unaligned. Float pointers aligned to 16 bytes (as cudaMalloc's are) are read and written
+// as float4s; others float by float, which is slower but gives the same bytes. The calling
 // thread's current device must be the stream's (the functions allocate scratch on it with
 // cudaMallocAsync, and raise the release threshold of its default memory pool so that freed
 // scratch stays there for the next call instead of being unmapped at each synchronization).

@@ -256,10 +256,12 @@ void RunCodecs(Ops& ops, size_t count, double budget) {
            timed([&] { return cc::DequantizeOnDevice(p, enc, count, y.p, stream); }));
   }
   {
-    // For comparison: the general kernel, which takes float pointers off a 16-byte boundary.
+    // For comparison: float pointers off a 16-byte boundary (float loads and stores, not float4s).
     compression::kernels::QuantParams p;
     report("q8 quantize, unaligned input",
            timed([&] { return cc::QuantizeOnDevice(p, x.p + 1, count - 1, enc, stream); }));
+    report("q8 dequantize, unaligned output",
+           timed([&] { return cc::DequantizeOnDevice(p, enc, count - 1, y.p + 1, stream); }));
   }
   for (int bits : {8, 4}) {
     compression::kernels::QuantParams p;
