@@ -7,7 +7,6 @@
 #include "compression/strings.h"
 
 namespace longhaul::compression {
-namespace {
 
 kernels::QuantParams QuantFor(const ValueSpec& spec, uint64_t seed) {
   kernels::QuantParams p;
@@ -18,8 +17,6 @@ kernels::QuantParams QuantFor(const ValueSpec& spec, uint64_t seed) {
   p.seed = seed;
   return p;
 }
-
-}  // namespace
 
 Status DenseValueError(const ValueSpec& spec, float v, int64_t index) {
   const std::string_view name = ValueFormatName(spec.format);
@@ -75,11 +72,7 @@ Status EncodeDense(const ValueSpec& spec, std::span<const float> in, uint64_t se
 
 Status DecodeDense(const ValueSpec& spec, std::span<const uint8_t> in, std::span<float> out) {
   const uint64_t n = out.size();
-  const std::string_view name = ValueFormatName(spec.format);
-  if (in.size() != DenseEncodedSize(spec, n)) {
-    return absl::InvalidArgumentError(Cat(name, ": ", in.size(), " bytes for ", n,
-                                          " values; expected ", DenseEncodedSize(spec, n)));
-  }
+  RETURN_IF_ERROR(CheckDenseEncodedSize(spec, in.size(), n));
   const kernels::KernelTable& k = kernels::Kernels();
   int64_t bad = kernels::kNone;
   switch (spec.format) {
@@ -94,17 +87,26 @@ Status DecodeDense(const ValueSpec& spec, std::span<const uint8_t> in, std::span
       break;
     default:
       bad = k.dequantize(QuantFor(spec, 0), in.data(), n, out.data());
-      if (bad != kernels::kNone) {
-        return absl::InvalidArgumentError(
-            Cat(name, ": block ", bad, " has a negative or non-finite scale or midpoint"));
-      }
-      return absl::OkStatus();
+      break;
   }
-  if (bad != kernels::kNone) {
-    return absl::InvalidArgumentError(
-        Cat(name, ": encoded value at index ", bad, " is NaN or infinite"));
-  }
+  if (bad != kernels::kNone) return DenseDecodeError(spec, bad);
   return absl::OkStatus();
+}
+
+Status CheckDenseEncodedSize(const ValueSpec& spec, uint64_t bytes, uint64_t n) {
+  if (bytes == DenseEncodedSize(spec, n)) return absl::OkStatus();
+  return absl::InvalidArgumentError(Cat(ValueFormatName(spec.format), ": ", bytes, " bytes for ", n,
+                                        " values; expected ", DenseEncodedSize(spec, n)));
+}
+
+Status DenseDecodeError(const ValueSpec& spec, int64_t index) {
+  const std::string_view name = ValueFormatName(spec.format);
+  if (spec.quantized()) {
+    return absl::InvalidArgumentError(
+        Cat(name, ": block ", index, " has a negative or non-finite scale or midpoint"));
+  }
+  return absl::InvalidArgumentError(
+      Cat(name, ": encoded value at index ", index, " is NaN or infinite"));
 }
 
 }  // namespace longhaul::compression

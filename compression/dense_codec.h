@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "compression/codec_spec.h"
+#include "compression/kernels.h"
 
 namespace longhaul::compression {
 
@@ -26,5 +27,16 @@ Status DenseValueError(const ValueSpec& spec, float value, int64_t index);
 // Decodes out.size() values. REQUIRES nothing of `in`: its size must equal
 // DenseEncodedSize(spec, out.size()) or an error is returned. The output is finite.
 Status DecodeDense(const ValueSpec& spec, std::span<const uint8_t> in, std::span<float> out);
+
+// DecodeDense's check of its input's size: `bytes` must be DenseEncodedSize(spec, n).
+Status CheckDenseEncodedSize(const ValueSpec& spec, uint64_t bytes, uint64_t n);
+
+// The error DecodeDense gives when the decode kernel reports `index` (an encoded value for
+// fp32/fp16/bf16, a block for the quantizers); device decoders report the same.
+Status DenseDecodeError(const ValueSpec& spec, int64_t index);
+
+// The quantization kernels' parameters for a quantized spec (kernels.h); `seed` drives
+// stochastic rounding when encoding and does not matter to decoding.
+kernels::QuantParams QuantFor(const ValueSpec& spec, uint64_t seed);
 
 }  // namespace longhaul::compression

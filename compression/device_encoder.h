@@ -1,13 +1,15 @@
-// Encoding on the GPU, so that only compressed bytes cross PCIe: a tensor that lives in a CUDA
-// backend's memory is quantized (or converted to bf16) there, and only the encoded bytes are
-// copied, through a pinned host buffer on a stream of their own, into the frame. The bytes are
-// exactly Codec::Encode's for the same spec (compression/cuda/device_codec.h), so receivers
-// cannot tell. Dense codecs only (fp32, bf16, q8/q4/q2); a spec with top-k or zstd, or fp16,
-// is not Supported and the caller encodes on the host.
+// Encoding and decoding on the GPU, so that only compressed bytes cross PCIe: a tensor that lives
+// in a CUDA backend's memory is quantized (or converted to bf16) there, and only the encoded
+// bytes are copied, through a pinned host buffer on a stream of their own, into the frame; the
+// other way, a frame's encoded bytes are copied to the GPU the same way and decoded there. The
+// bytes are exactly Codec::Encode's for the same spec, and the decoded floats Codec::Decode's
+// (compression/cuda/device_codec.h), so peers cannot tell. Dense codecs only (bf16, q8/q4/q2); a
+// spec with top-k or zstd, or fp32 or fp16, is not Supported and the caller uses the host codec.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -31,5 +33,21 @@ class DeviceEncoder {
 // A GPU encoder for `ops` when it is a CUDA backend of a --config=cuda build; nullptr
 // otherwise (the CPU backends' tensors are already on the host). `ops` must outlive it.
 StatusOr<std::unique_ptr<DeviceEncoder>> MakeDeviceEncoder(::longhaul::kernels::Ops* ops);
+
+class DeviceDecoder {
+ public:
+  virtual ~DeviceDecoder() = default;
+  virtual bool Supports(const CodecSpec& spec) const = 0;
+  // Decodes `payload` (host memory: a frame's payload, DenseEncodedSize(spec.value, n) bytes)
+  // into the n floats at `device_out` (memory of the backend this decoder was made for), which
+  // hold Codec::Decode's values when it returns. Errors are DecodeDense's (a payload of the wrong
+  // size; the first bad block, or the first NaN or infinite bf16 value).
+  // REQUIRES: Supports(spec).
+  virtual Status Decode(const CodecSpec& spec, std::span<const uint8_t> payload, uint64_t n,
+                        float* device_out) = 0;
+};
+
+// As MakeDeviceEncoder, for decoding.
+StatusOr<std::unique_ptr<DeviceDecoder>> MakeDeviceDecoder(::longhaul::kernels::Ops* ops);
 
 }  // namespace longhaul::compression

@@ -206,16 +206,31 @@ StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame, const Fra
 StatusOr<DecodedFrame> DecodeFrame(std::span<const uint8_t> frame, const FrameLimits& limits) {
   DecodedFrame decoded;
   ASSIGN_OR_RETURN(decoded.header, ParseFrameHeader(frame, limits));
-  ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(decoded.header.spec));
-  const uint64_t n = decoded.header.element_count;
-  if (decoded.header.payload_size > codec->MaxEncodedSize(n)) {
-    return FrameError(Cat("payload of ", decoded.header.payload_size, " bytes exceeds the ",
+  decoded.values.resize(decoded.header.element_count);
+  RETURN_IF_ERROR(DecodeFrameValues(decoded.header, frame, decoded.values));
+  return decoded;
+}
+
+Status DecodeFrameValues(const FrameHeader& header, std::span<const uint8_t> frame,
+                         std::span<float> out) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(header.spec));
+  const uint64_t n = header.element_count;
+  if (out.size() != n) {
+    return absl::InvalidArgumentError(
+        Cat("tensor frame: ", n, " values for room for ", out.size()));
+  }
+  if (header.payload_size > codec->MaxEncodedSize(n)) {
+    return FrameError(Cat("payload of ", header.payload_size, " bytes exceeds the ",
                           codec->MaxEncodedSize(n), " that ", n, " values can take"));
   }
-  decoded.values.resize(n);
-  RETURN_IF_ERROR(Annotate(codec->Decode(frame.subspan(decoded.header.header_size), decoded.values),
-                           Cat("tensor frame (", decoded.header.spec.ToString(), ")")));
-  return decoded;
+  return DecodeFramePayload(
+      header, frame, [&](std::span<const uint8_t> payload) { return codec->Decode(payload, out); });
+}
+
+Status DecodeFramePayload(const FrameHeader& header, std::span<const uint8_t> frame,
+                          const std::function<Status(std::span<const uint8_t>)>& decode_payload) {
+  return Annotate(decode_payload(frame.subspan(header.header_size)),
+                  Cat("tensor frame (", header.spec.ToString(), ")"));
 }
 
 void RecomputeFrameChecksum(std::span<uint8_t> frame) {

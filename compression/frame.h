@@ -84,6 +84,17 @@ struct DecodedFrame {
 };
 StatusOr<DecodedFrame> DecodeFrame(std::span<const uint8_t> frame, const FrameLimits& limits = {});
 
+// DecodeFrame's second half, for a frame whose header ParseFrameHeader gave: its
+// header.element_count values into `out` (exactly that long).
+Status DecodeFrameValues(const FrameHeader& header, std::span<const uint8_t> frame,
+                         std::span<float> out);
+
+// The same when another decoder reads the payload (a device decoder, device_encoder.h):
+// `decode_payload` is handed the header.payload_size bytes; its errors are annotated as
+// DecodeFrame's are.
+Status DecodeFramePayload(const FrameHeader& header, std::span<const uint8_t> frame,
+                          const std::function<Status(std::span<const uint8_t>)>& decode_payload);
+
 // Rewrites the checksum field of a frame-shaped buffer to match its contents (tests and the
 // fuzzer use it to reach the checks behind the checksum). Does nothing to a buffer too short
 // to hold the header its ndim byte announces.

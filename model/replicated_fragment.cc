@@ -75,7 +75,9 @@ Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float*
     if (tokens != nullptr) {
       RETURN_IF_ERROR(r.fragment->Forward(slot, tokens + first * options_.seq_len, nullptr));
     } else {
-      r.ops->Upload(r.in, activations + first * RowFloats(), r.rows * RowFloats());
+      if (activations != r.in) {
+        r.ops->Upload(r.in, activations + first * RowFloats(), r.rows * RowFloats());
+      }
       RETURN_IF_ERROR(r.fragment->Forward(slot, nullptr, r.in));
     }
   }
@@ -104,7 +106,9 @@ StatusOr<float> ReplicatedFragment::Loss(int slot, const int32_t* targets) {
 Status ReplicatedFragment::Backward(int slot, const float* output_grad, float dloss) {
   for (auto& r : replicas_) {
     if (output_grad != nullptr) {
-      r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(), r.rows * RowFloats());
+      if (output_grad != r.in) {
+        r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(), r.rows * RowFloats());
+      }
       RETURN_IF_ERROR(r.fragment->Backward(slot, r.in, dloss));
     } else {
       RETURN_IF_ERROR(r.fragment->Backward(slot, nullptr, dloss));

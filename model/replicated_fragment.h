@@ -64,6 +64,10 @@ class ReplicatedFragment {
   // (for encoding on the device before the copy to the host).
   const float* DeviceOutput(int slot) const { return replicas_[0].fragment->Output(slot); }
   const float* DeviceInputGrad() const { return replicas_[0].fragment->InputGrad(); }
+  // One replica only: the backend buffer Forward's activations and Backward's output_grad are
+  // uploaded into. Passing it as either (a device decoder having written the tensor there)
+  // skips the upload.
+  float* DeviceInput() { return replicas_[0].in; }
 
   // Waits until every replica's queued work is done (GPU backends run asynchronously; for
   // timing compute).

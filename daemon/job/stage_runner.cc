@@ -81,6 +81,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   ASSIGN_OR_RETURN(fragment_, model::ReplicatedFragment::Create(job.model, fo, replicas));
   if (ops_.size() == 1) {
     ASSIGN_OR_RETURN(device_encoder_, compression::MakeDeviceEncoder(replicas[0]));
+    ASSIGN_OR_RETURN(device_decoder_, compression::MakeDeviceDecoder(replicas[0]));
   }
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
   if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
@@ -303,16 +304,21 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   if (fragment_->is_first()) {
     loader_->Next(tokens_.data(), targets_.data());
     slot_targets_[slot] = targets_;
-  } else {
-    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act));
+  }
+  float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
+  bool on_device = false;
+  if (!fragment_->is_first()) {
+    RETURN_IF_ERROR(
+        Receive(v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, staged, &on_device));
     std::vector<float> t(tok);
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
     for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
   }
   const double start = Now();
   Throttle();
-  RETURN_IF_ERROR(fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr,
-                                     fragment_->is_first() ? nullptr : host_buf_.data()));
+  RETURN_IF_ERROR(fragment_->Forward(
+      slot, fragment_->is_first() ? tokens_.data() : nullptr,
+      fragment_->is_first() ? nullptr : (on_device ? staged : host_buf_.data())));
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
     *loss_sum += loss;
@@ -336,13 +342,17 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * C_;
   const float dloss = 1.0f / (float(B_) * T_ * M_);
+  float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
+  bool on_device = false;
   if (!fragment_->is_last()) {
-    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act));
+    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act,
+                            staged, &on_device));
   }
   const double start = Now();
   Throttle();
-  RETURN_IF_ERROR(fragment_->Backward(slot, fragment_->is_last() ? nullptr : host_buf_.data(),
-                                      fragment_->is_last() ? dloss : 0.0f));
+  RETURN_IF_ERROR(fragment_->Backward(
+      slot, fragment_->is_last() ? nullptr : (on_device ? staged : host_buf_.data()),
+      fragment_->is_last() ? dloss : 0.0f));
   fragment_->Synchronize();
   const double elapsed = Now() - start;
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
@@ -541,7 +551,8 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
   return absl::OkStatus();
 }
 
-Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n) {
+Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
+                            float* device, bool* on_device) {
   const TensorKey key{attempt(), step, static_cast<uint32_t>(mb), kind, kMainTensor};
   const double start = Now();
   StatusOr<ReceivedTensor> t;
@@ -554,14 +565,27 @@ Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* h
   if (!t.ok()) return t.status();
   compression::FrameLimits limits;
   limits.max_elements = n;
-  ASSIGN_OR_RETURN(auto decoded, compression::DecodeFrame(t->payload, limits));
-  if (decoded.values.size() != n) {
+  ASSIGN_OR_RETURN(const compression::FrameHeader header,
+                   compression::ParseFrameHeader(t->payload, limits));
+  if (header.element_count != n) {
     return absl::InvalidArgumentError("tensor " + key.DebugString() + " from " + t->from_site +
-                                      " has " + std::to_string(decoded.values.size()) +
+                                      " has " + std::to_string(header.element_count) +
                                       " values, expected " + std::to_string(n));
   }
-  std::copy(decoded.values.begin(), decoded.values.end(), host);
-  return absl::OkStatus();
+  if (device != nullptr && device_decoder_ && device_decoder_->Supports(header.spec)) {
+    RETURN_IF_ERROR(
+        compression::DecodeFramePayload(header, t->payload, [&](std::span<const uint8_t> payload) {
+          return device_decoder_->Decode(header.spec, payload, n, device);
+        }));
+    *on_device = true;
+    if (!device_decode_logged_ && ctx_.log) {
+      device_decode_logged_ = true;
+      ctx_.log->info("job {}: stage {} decodes on {} after the copy from the host ({})",
+                     ctx_.assignment.job_id(), stage_, ops_[0]->name(), header.spec.ToString());
+    }
+    return absl::OkStatus();
+  }
+  return compression::DecodeFrameValues(header, t->payload, {host, n});
 }
 
 }  // namespace longhaul::daemon

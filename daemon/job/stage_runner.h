@@ -109,8 +109,11 @@ class StageRunner {
   Status Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
               v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
               std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
-  // Waits for a tensor and decodes it into `host` (exactly n floats).
-  Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n);
+  // Waits for a tensor and decodes it into `host` (exactly n floats); or, with `device` (backend
+  // memory of n floats) and a codec the device decoder takes, into `device`, and sets
+  // *on_device.
+  Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
+                 float* device = nullptr, bool* on_device = nullptr);
 
   StageRunnerContext ctx_;
   int num_stages_ = 0, stage_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
@@ -119,9 +122,11 @@ class StageRunner {
   OutboundUsage tied_usage_;
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
   std::unique_ptr<model::ReplicatedFragment> fragment_;
-  // GPU stages with one replica: encodes outgoing tensors on the device (null otherwise).
+  // GPU stages with one replica: encode outgoing tensors and decode incoming ones on the device
+  // (null otherwise).
   std::unique_ptr<compression::DeviceEncoder> device_encoder_;
-  bool device_encode_logged_ = false;
+  std::unique_ptr<compression::DeviceDecoder> device_decoder_;
+  bool device_encode_logged_ = false, device_decode_logged_ = false;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<compression::Controller> controller_;
   int quality_floor_ = 0;
