@@ -23,11 +23,21 @@ class DeviceEncoder {
  public:
   virtual ~DeviceEncoder() = default;
   virtual bool Supports(const CodecSpec& spec) const = 0;
-  // Appends the encoding of the n floats at `device_values` (memory of the backend this
-  // encoder was made for) to *out. Errors are EncodeDense's (the first non-finite value).
-  // REQUIRES: Supports(spec).
-  virtual Status Encode(const CodecSpec& spec, const float* device_values, uint64_t n,
-                        const EncodeOptions& options, std::vector<uint8_t>* out) = 0;
+  // Encodes the n floats at `device_values` (memory of the backend this encoder was made for)
+  // and starts copying the encoded bytes to the host; once it returns, the floats may change
+  // (the backend's next work can be queued) while the copy runs. Errors are EncodeDense's (the
+  // first non-finite value); then nothing was started.
+  // REQUIRES: Supports(spec), and no Start without its Finish.
+  virtual Status Start(const CodecSpec& spec, const float* device_values, uint64_t n,
+                       const EncodeOptions& options) = 0;
+  // Waits for the copy the last Start began and appends the encoded bytes to *out.
+  virtual Status Finish(std::vector<uint8_t>* out) = 0;
+  // Both at once.
+  Status Encode(const CodecSpec& spec, const float* device_values, uint64_t n,
+                const EncodeOptions& options, std::vector<uint8_t>* out) {
+    RETURN_IF_ERROR(Start(spec, device_values, n, options));
+    return Finish(out);
+  }
 };
 
 // A GPU encoder for `ops` when it is a CUDA backend of a --config=cuda build; nullptr

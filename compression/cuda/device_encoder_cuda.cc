@@ -27,6 +27,7 @@ class Staging {
   Staging(int device, cudaStream_t compute) : device_(device), compute_(compute) {}
   ~Staging() {
     if (cudaSetDevice(device_) != cudaSuccess) return;
+    if (copy_ != nullptr) (void)cudaStreamSynchronize(copy_);  // a copy still in flight
     if (codes_ != nullptr) (void)cudaFree(codes_);
     if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
     if (copied_ != nullptr) (void)cudaEventDestroy(copied_);
@@ -73,17 +74,18 @@ class CudaDeviceEncoder final : public DeviceEncoder, public Staging {
 
   bool Supports(const CodecSpec& spec) const override { return OnDevice(spec); }
 
-  Status Encode(const CodecSpec& spec, const float* device_values, uint64_t n,
-                const EncodeOptions& options, std::vector<uint8_t>* out) override {
+  Status Start(const CodecSpec& spec, const float* device_values, uint64_t n,
+               const EncodeOptions& options) override {
     if (!Supports(spec)) {
       return absl::InvalidArgumentError("device encoder: this codec is encoded on the host");
     }
+    if (started_) return absl::FailedPreconditionError("device encoder: Start without Finish");
     const uint64_t bytes = DenseEncodedSize(spec.value, n);
     RETURN_IF_ERROR(Reserve(bytes));
     int64_t bad = kernels::kNone;
     if (n > 0) {
       // Both wait for the compute stream before returning (they read back the error index),
-      // so the codes are complete when the copy below starts.
+      // so the codes are complete when the copy below starts, and the floats are free.
       if (spec.value.format == ValueFormat::kBf16) {
         bad = FloatsToBf16OnDevice(device_values, n, codes_, compute_);
       } else {
@@ -99,10 +101,23 @@ class CudaDeviceEncoder final : public DeviceEncoder, public Staging {
     }
     LONGHAUL_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(pinned_, codes_, bytes, cudaMemcpyDeviceToHost, copy_));
-    LONGHAUL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_));
-    out->insert(out->end(), pinned_, pinned_ + bytes);
+    started_ = true;
+    started_bytes_ = bytes;
     return absl::OkStatus();
   }
+
+  Status Finish(std::vector<uint8_t>* out) override {
+    if (!started_) return absl::FailedPreconditionError("device encoder: Finish without Start");
+    started_ = false;
+    LONGHAUL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    LONGHAUL_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_));
+    out->insert(out->end(), pinned_, pinned_ + started_bytes_);
+    return absl::OkStatus();
+  }
+
+ private:
+  bool started_ = false;
+  uint64_t started_bytes_ = 0;
 };
 
 class CudaDeviceDecoder final : public DeviceDecoder, public Staging {

@@ -214,6 +214,11 @@ void StageRunner::Run() {
 Status StageRunner::RunStep(uint64_t step) {
   const double start = Now();
   compute_acc_ = wait_acc_ = 0;
+  if (pending_send_) {  // left by a step that failed: finish its copy, send nothing
+    pending_send_ = nullptr;
+    std::vector<uint8_t> discard;
+    (void)device_encoder_->Finish(&discard);
+  }
   fragment_->ZeroGrads();
   // 1F1B: stage i runs (num_stages - i - 1) warm-up forwards, then alternates.
   const int warmup = std::min(M_, num_stages_ - stage_ - 1);
@@ -225,12 +230,14 @@ Status StageRunner::RunStep(uint64_t step) {
     RETURN_IF_ERROR(Backward(step, b++));
   }
   while (b < M_) RETURN_IF_ERROR(Backward(step, b++));
+  RETURN_IF_ERROR(FinishPendingSend());
   {
     const double t0 = Now();
     RETURN_IF_ERROR(fragment_->ReduceGradients());  // data-parallel replicas: sum their grads
     compute_acc_ += Now() - t0;
   }
   RETURN_IF_ERROR(ExchangeTiedGrads(step));
+  RETURN_IF_ERROR(FinishPendingSend());
 
   // The barrier: every stage's gradient sums in, the global clipping scale out.
   v1::StepReport report;
@@ -319,6 +326,7 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   RETURN_IF_ERROR(fragment_->Forward(
       slot, fragment_->is_first() ? tokens_.data() : nullptr,
       fragment_->is_first() ? nullptr : (on_device ? staged : host_buf_.data())));
+  RETURN_IF_ERROR(FinishPendingSend());  // while a GPU computes
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
     *loss_sum += loss;
@@ -331,11 +339,12 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const double elapsed = Now() - start;
   compute_acc_ += elapsed;
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
+  // The targets first, so that activations encoded on a GPU can stay pending (see Send).
   RETURN_IF_ERROR(Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
-                       v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, {B_, T_, C_},
-                       true, device_out));
-  return Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_, v1::TENSOR_KIND_TARGETS,
-              step, mb, t.data(), tok, {B_, T_}, false);
+                       v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok, {B_, T_}, false));
+  return Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
+              v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, {B_, T_, C_}, true,
+              device_out);
 }
 
 Status StageRunner::Backward(uint64_t step, int mb) {
@@ -353,6 +362,7 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   RETURN_IF_ERROR(fragment_->Backward(
       slot, fragment_->is_last() ? nullptr : (on_device ? staged : host_buf_.data()),
       fragment_->is_last() ? dloss : 0.0f));
+  RETURN_IF_ERROR(FinishPendingSend());  // while a GPU computes
   fragment_->Synchronize();
   const double elapsed = Now() - start;
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
@@ -473,7 +483,8 @@ Status StageRunner::Checkpoint(uint64_t step) {
 Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
                          v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
                          std::vector<int64_t> shape, bool adaptive, const float* device) {
-  int rung = 0;  // fp32: exact
+  RETURN_IF_ERROR(FinishPendingSend());  // one tensor in flight: sends keep their order
+  int rung = 0;                          // fp32: exact
   std::string reason = "exact (not an activation or gradient)";
   if (adaptive) {
     if (fixed_rung_ >= 0) {
@@ -499,67 +510,84 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
       reason = d.explanation;
     }
   }
-  const compression::CodecSpec& spec = controller_->spec(rung);
-  OutgoingTensor t;
+  const compression::CodecSpec spec = controller_->spec(rung);
   compression::EncodeOptions eo;
   eo.seed = step * 1000003 + mb * 31 + kind;
+  // The frame's envelope, and the queueing, once the payload is encoded.
+  auto queue = [this, to, usage, kind, step, mb, n, shape, adaptive, rung,
+                reason](OutgoingTensor t) -> Status {
+    v1::TensorFrame& h = t.header;
+    h.set_job_id(ctx_.assignment.job_id());
+    h.set_attempt(attempt());
+    h.set_step(step);
+    h.set_microbatch(mb);
+    h.set_kind(kind);
+    h.set_tensor_id(kMainTensor);
+    for (int64_t d : shape) h.add_shape(d);
+    h.mutable_codec()->add_stages()->set_name(controller_->name(rung));
+    h.set_raw_size(n * sizeof(float));
+    h.set_from_stage(stage_);
+    int to_stage = kind == v1::TENSOR_KIND_ACTIVATION_GRAD ? stage_ - 1 : stage_ + 1;
+    if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) to_stage = fragment_->is_first() ? num_stages_ - 1 : 0;
+    h.set_to_stage(to_stage);
+    h.set_from_site(ctx_.site);
+    const uint64_t wire = t.payload.size();
+    RETURN_IF_ERROR(to->Enqueue(std::move(t)));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (adaptive) {
+      usage->codec = controller_->name(rung);
+      usage->reason = reason;
+    }
+    ++usage->tensors;
+    usage->raw_bytes += n * sizeof(float);
+    usage->wire_bytes += wire;
+    return absl::OkStatus();
+  };
   if (device != nullptr && device_encoder_ && device_encoder_->Supports(spec)) {
-    RETURN_IF_ERROR(compression::EncodeFrameWith(
-        spec, shape, n,
-        [&](std::vector<uint8_t>* out) {
-          return device_encoder_->Encode(spec, device, n, eo, out);
-        },
-        &t.payload));
+    RETURN_IF_ERROR(device_encoder_->Start(spec, device, n, eo));
     if (!device_encode_logged_ && ctx_.log) {
       device_encode_logged_ = true;
       ctx_.log->info("job {}: stage {} encodes on {} before the copy to the host ({})",
                      ctx_.assignment.job_id(), stage_, ops_[0]->name(), controller_->name(rung));
     }
-  } else {
-    if (device != nullptr) {  // fp32 or a codec the GPU lacks: the floats come to the host
-      ops_[0]->Download(host_buf_.data(), device, n);
-      host = host_buf_.data();
-    }
-    ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(spec));
-    RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
+    pending_send_ = [this, spec, shape, n, queue]() -> Status {
+      OutgoingTensor t;
+      RETURN_IF_ERROR(compression::EncodeFrameWith(
+          spec, shape, n, [&](std::vector<uint8_t>* out) { return device_encoder_->Finish(out); },
+          &t.payload));
+      return queue(std::move(t));
+    };
+    return absl::OkStatus();
   }
-  v1::TensorFrame& h = t.header;
-  h.set_job_id(ctx_.assignment.job_id());
-  h.set_attempt(attempt());
-  h.set_step(step);
-  h.set_microbatch(mb);
-  h.set_kind(kind);
-  h.set_tensor_id(kMainTensor);
-  for (int64_t d : shape) h.add_shape(d);
-  h.mutable_codec()->add_stages()->set_name(controller_->name(rung));
-  h.set_raw_size(n * sizeof(float));
-  h.set_from_stage(stage_);
-  int to_stage = kind == v1::TENSOR_KIND_ACTIVATION_GRAD ? stage_ - 1 : stage_ + 1;
-  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) to_stage = fragment_->is_first() ? num_stages_ - 1 : 0;
-  h.set_to_stage(to_stage);
-  h.set_from_site(ctx_.site);
-  const uint64_t wire = t.payload.size();
-  RETURN_IF_ERROR(to->Enqueue(std::move(t)));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (adaptive) {
-    usage->codec = controller_->name(rung);
-    usage->reason = reason;
+  if (device != nullptr) {  // fp32 or a codec the GPU lacks: the floats come to the host
+    ops_[0]->Download(host_buf_.data(), device, n);
+    host = host_buf_.data();
   }
-  ++usage->tensors;
-  usage->raw_bytes += n * sizeof(float);
-  usage->wire_bytes += wire;
-  return absl::OkStatus();
+  OutgoingTensor t;
+  ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(spec));
+  RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
+  return queue(std::move(t));
+}
+
+Status StageRunner::FinishPendingSend() {
+  if (!pending_send_) return absl::OkStatus();
+  const std::function<Status()> finish = std::move(pending_send_);
+  pending_send_ = nullptr;
+  return finish();
 }
 
 Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
                             float* device, bool* on_device) {
   const TensorKey key{attempt(), step, static_cast<uint32_t>(mb), kind, kMainTensor};
   const double start = Now();
-  StatusOr<ReceivedTensor> t;
-  while (true) {
-    if (stop_) return absl::AbortedError("stopped");
-    t = ctx_.inbox->Take(key, 1.0);
-    if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+  StatusOr<ReceivedTensor> t = ctx_.inbox->Take(key, 0);
+  if (!t.ok() && t.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    RETURN_IF_ERROR(FinishPendingSend());  // not here yet: nothing stays pending while waiting
+    while (true) {
+      if (stop_) return absl::AbortedError("stopped");
+      t = ctx_.inbox->Take(key, 1.0);
+      if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+    }
   }
   wait_acc_ += Now() - start;
   if (!t.ok()) return t.status();

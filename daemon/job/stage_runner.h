@@ -106,9 +106,14 @@ class StageRunner {
   // Encodes and queues `n` floats for `to`; `adaptive` lets the controller pick. The floats
   // are at `host`, or, with `device`, in the backend's memory: encoded there when the GPU
   // has the codec (only encoded bytes cross PCIe), else first downloaded into host_buf_.
+  // Encoded on the GPU, the tensor is left pending: its bytes are still being copied to the
+  // host, and FinishPendingSend queues it once the stage has queued its next compute (so the
+  // copy and the frame's assembly overlap that compute), before it waits for a tensor that is
+  // not there yet, before the next Send, and at the end of the step's passes.
   Status Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
               v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
               std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
+  Status FinishPendingSend();
   // Waits for a tensor and decodes it into `host` (exactly n floats); or, with `device` (backend
   // memory of n floats) and a codec the device decoder takes, into `device`, and sets
   // *on_device.
@@ -127,6 +132,7 @@ class StageRunner {
   std::unique_ptr<compression::DeviceEncoder> device_encoder_;
   std::unique_ptr<compression::DeviceDecoder> device_decoder_;
   bool device_encode_logged_ = false, device_decode_logged_ = false;
+  std::function<Status()> pending_send_;  // see Send
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<compression::Controller> controller_;
   int quality_floor_ = 0;
