@@ -9,10 +9,10 @@
 // shuffles inside the group, and stores each float4's codes packed into one 4-, 2- or 1-byte
 // word; it loads float4s when the float pointers are aligned to 16 bytes, four floats otherwise.
 // Encoded-side accesses are words where the encoded pointer's alignment allows and bytes
-// elsewhere. The other kernels come in two kinds, picked at run time from the pointers'
-// alignment: vectorized ones, for float pointers aligned to 16 bytes (each thread moves
-// float4s), and general ones, for any 4-byte-aligned float pointer (one warp per quantization
-// block, or one thread per element).
+// elsewhere. Dequantization decodes four codes per thread and stores float4s, or four floats
+// when the output is not 16-byte aligned. bf16 and the in-place feedback update come in two
+// kinds, picked at run time from the pointers' alignment: vectorized ones, for float pointers
+// aligned to 16 bytes, and general ones (one thread per element) for the others.
 // A block's codes start on a byte boundary (block * bits is a multiple of 8), so no two lanes
 // ever share a byte, and nothing needs atomics except the error index, an integer minimum.
 //
@@ -640,8 +640,8 @@ __global__ void Bf16ToFloatsKernel(const uint8_t* in, uint64_t n, float* out,
 // ---- top-k -------------------------------------------------------------------------------------
 //
 // A selection of the k-th largest magnitude T (magnitudes are 31-bit integers) among few
-// candidates, then a stable compaction: two passes over x when a sample predicts where T lies,
-// three when it does not.
+// candidates, then a stable compaction: two passes over x when a sample predicts where T lies
+// (more when it does not, below).
 //  0. A magnitude's top 11 bits are its digit (2048 of them, 1/8 of an octave each), its top 21
 //     bits its bucket. A strided sample of kTopKSample values gives a range of buckets
 //     [bottom, top] that holds T with high probability: those of the sample's values at ranks
@@ -658,8 +658,9 @@ __global__ void Bf16ToFloatsKernel(const uint8_t* in, uint64_t n, float* out,
 //     of the tile counts, then a scan inside the tile), a kept index i goes to position
 //     GT(i) + min(EQ(i), ties): ascending order.
 // When the check fails (an unlucky sample, or values crowded into few buckets), the selection runs
-// again from an exact histogram of every digit (an extra pass over x), with [bottom, top] the
-// buckets of the one digit that holds T; if its candidates overflow, once more with room for all.
+// again from an exact histogram of every digit, with [bottom, top] the buckets of the one digit
+// that holds T: three more passes over x (the histogram, pass 1, pass 2); if its candidates
+// overflow, three more with room for all of them.
 // Every step treats magnitudes as integers, so NaN bits cannot make it write out of bounds.
 
 constexpr int kTopKItems = 16;  // values per thread in the tile passes
@@ -1003,7 +1004,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const uint32_t mask = shift + bits >= 32 ? 0u : ~0u << (shift + bits);
   const uint32_t prefix = s->prefix;
-  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < count; i += gridDim.x * kThreads) {
+  for (uint64_t i = blockIdx.x * kThreads + threadIdx.x; i < count; i += gridDim.x * kThreads) {
     const uint32_t m = cand_mag[i];
     if ((m & mask) == prefix) atomicAdd(&hist[(m >> shift) & (bins - 1)], 1u);
   }
@@ -1018,7 +1019,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint32_t count = s->candidates;
   if (count == ~0u) return;
   const uint32_t t = s->prefix;
-  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < count; i += gridDim.x * kThreads) {
+  for (uint64_t i = blockIdx.x * kThreads + threadIdx.x; i < count; i += gridDim.x * kThreads) {
     const uint32_t m = cand_mag[i];
     Counts* c = &tile_counts[cand_index[i] / kTopKTile];
     if (m > t) {
@@ -1083,7 +1084,8 @@ __global__ void __launch_bounds__(kThreads)
 // Keeps the memory that cudaFreeAsync returns in the current device's default pool, instead of
 // handing it back to the driver at each synchronization: the calls here allocate their scratch
 // (a few bytes, or top-k's tile counts and candidates) per call, and mapping it afresh each time
-// costs more than small kernels take. Set once per device.
+// costs more than small kernels take. Up to 256 MiB stays (what top-k of 64M floats uses is a
+// quarter of that); beyond, memory goes back at the next synchronization. Set once per device.
 void KeepScratchMemory() {
   static std::atomic<uint64_t> done{0};
   int device = 0;
@@ -1092,7 +1094,7 @@ void KeepScratchMemory() {
   if ((done.load(std::memory_order_relaxed) & bit) != 0) return;
   cudaMemPool_t pool;
   LONGHAUL_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-  uint64_t keep = UINT64_MAX;
+  uint64_t keep = uint64_t{256} << 20;
   LONGHAUL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   done.fetch_or(bit, std::memory_order_relaxed);
 }

@@ -44,8 +44,9 @@ int64_t Bf16ToFloatsOnDevice(const uint8_t* in, uint64_t n, float* out, cudaStre
 // `out`; every operation is the CPU's, in float. Fails as QuantizeOnDevice does on the sum
 // (which can overflow to infinity). With next_residual == residual the update is in place and a
 // failure leaves the residual unchanged (two passes: the update waits for the whole quantizer);
-// with a second buffer (double buffering: swap the two after each success) it is one pass, and
-// on failure next_residual is unspecified while residual is unchanged.
+// with a second buffer (double buffering: swap the two after each success) it is one pass when
+// in, residual and next_residual are 16-byte aligned (else two), and on failure next_residual
+// is unspecified while residual is unchanged.
 // REQUIRES: next_residual is residual or overlaps neither it nor `in`.
 int64_t QuantizeWithFeedbackOnDevice(const kernels::QuantParams& p, const float* in, uint64_t n,
                                      const float* residual, float* next_residual, uint8_t* out,

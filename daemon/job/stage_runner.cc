@@ -214,11 +214,6 @@ void StageRunner::Run() {
 Status StageRunner::RunStep(uint64_t step) {
   const double start = Now();
   compute_acc_ = wait_acc_ = 0;
-  if (pending_send_) {  // left by a step that failed: finish its copy, send nothing
-    pending_send_ = nullptr;
-    std::vector<uint8_t> discard;
-    (void)device_encoder_->Finish(&discard);
-  }
   fragment_->ZeroGrads();
   // 1F1B: stage i runs (num_stages - i - 1) warm-up forwards, then alternates.
   const int warmup = std::min(M_, num_stages_ - stage_ - 1);
@@ -321,8 +316,8 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
     for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
   }
-  const double start = Now();
-  Throttle();
+  const double start = Now(), sending = send_seconds_;
+  RETURN_IF_ERROR(Throttle());
   RETURN_IF_ERROR(fragment_->Forward(
       slot, fragment_->is_first() ? tokens_.data() : nullptr,
       fragment_->is_first() ? nullptr : (on_device ? staged : host_buf_.data())));
@@ -330,13 +325,13 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
     *loss_sum += loss;
-    compute_acc_ += Now() - start;
+    compute_acc_ += Now() - start - (send_seconds_ - sending);
     return absl::OkStatus();
   }
   const float* device_out = device_encoder_ ? fragment_->DeviceOutput(slot) : nullptr;
   if (device_out == nullptr) fragment_->Output(slot, host_buf_.data());
   fragment_->Synchronize();  // a GPU's forward is only done when its queue is
-  const double elapsed = Now() - start;
+  const double elapsed = Now() - start - (send_seconds_ - sending);
   compute_acc_ += elapsed;
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
   // The targets first, so that activations encoded on a GPU can stay pending (see Send).
@@ -357,14 +352,14 @@ Status StageRunner::Backward(uint64_t step, int mb) {
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act,
                             staged, &on_device));
   }
-  const double start = Now();
-  Throttle();
+  const double start = Now(), sending = send_seconds_;
+  RETURN_IF_ERROR(Throttle());
   RETURN_IF_ERROR(fragment_->Backward(
       slot, fragment_->is_last() ? nullptr : (on_device ? staged : host_buf_.data()),
       fragment_->is_last() ? dloss : 0.0f));
   RETURN_IF_ERROR(FinishPendingSend());  // while a GPU computes
   fragment_->Synchronize();
-  const double elapsed = Now() - start;
+  const double elapsed = Now() - start - (send_seconds_ - sending);
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
   budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
   compute_acc_ += elapsed;
@@ -396,11 +391,15 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   return absl::OkStatus();
 }
 
-void StageRunner::Throttle() {
+Status StageRunner::Throttle() {
   // Seconds per layer and microbatch, like a slower device: half before forward, half
-  // before backward, so it reads as compute time.
+  // before backward, so it reads as compute time. A slower device would not hold back what
+  // it has already sent.
   const double t = (ctx_.throttle ? ctx_.throttle->load() : 0) * fragment_->layout().num_layers();
-  if (t > 0) std::this_thread::sleep_for(std::chrono::duration<double>(t / 2));
+  if (t <= 0) return absl::OkStatus();
+  RETURN_IF_ERROR(FinishPendingSend());
+  std::this_thread::sleep_for(std::chrono::duration<double>(t / 2));
+  return absl::OkStatus();
 }
 
 Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan,
@@ -552,9 +551,19 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
     }
     pending_send_ = [this, spec, shape, n, queue]() -> Status {
       OutgoingTensor t;
-      RETURN_IF_ERROR(compression::EncodeFrameWith(
-          spec, shape, n, [&](std::vector<uint8_t>* out) { return device_encoder_->Finish(out); },
-          &t.payload));
+      bool finished = false;
+      const Status framed = compression::EncodeFrameWith(
+          spec, shape, n,
+          [&](std::vector<uint8_t>* out) {
+            finished = true;
+            return device_encoder_->Finish(out);
+          },
+          &t.payload);
+      if (!finished) {  // the frame failed before its payload: end the copy all the same
+        std::vector<uint8_t> discard;
+        (void)device_encoder_->Finish(&discard);
+      }
+      RETURN_IF_ERROR(framed);
       return queue(std::move(t));
     };
     return absl::OkStatus();
@@ -571,15 +580,19 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
 
 Status StageRunner::FinishPendingSend() {
   if (!pending_send_) return absl::OkStatus();
+  const double start = Now();
   const std::function<Status()> finish = std::move(pending_send_);
   pending_send_ = nullptr;
-  return finish();
+  const Status s = finish();
+  send_seconds_ += Now() - start;
+  return s;
 }
 
 Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
                             float* device, bool* on_device) {
   const TensorKey key{attempt(), step, static_cast<uint32_t>(mb), kind, kMainTensor};
-  const double start = Now();
+  if (stop_) return absl::AbortedError("stopped");
+  const double start = Now(), sending = send_seconds_;
   StatusOr<ReceivedTensor> t = ctx_.inbox->Take(key, 0);
   if (!t.ok() && t.status().code() == absl::StatusCode::kDeadlineExceeded) {
     RETURN_IF_ERROR(FinishPendingSend());  // not here yet: nothing stays pending while waiting
@@ -589,7 +602,7 @@ Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* h
       if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     }
   }
-  wait_acc_ += Now() - start;
+  wait_acc_ += Now() - start - (send_seconds_ - sending);
   if (!t.ok()) return t.status();
   compression::FrameLimits limits;
   limits.max_elements = n;

@@ -96,7 +96,7 @@ class StageRunner {
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that
   // held them (a re-plan moved layers), and checkpoints it here.
   Status Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan, uint64_t step);
-  void Throttle();
+  Status Throttle();
   void Run();
   Status RunStep(uint64_t step);
   Status Forward(uint64_t step, int mb, double* loss_sum);
@@ -149,6 +149,7 @@ class StageRunner {
   mutable std::mutex mu_;
   StageRunnerStatus status_;
   double compute_acc_ = 0, wait_acc_ = 0;
+  double send_seconds_ = 0;  // spent in FinishPendingSend, kept out of compute and wait
 };
 
 }  // namespace longhaul::daemon
