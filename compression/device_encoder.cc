@@ -1,7 +1,10 @@
-// MakeDeviceEncoder and MakeDeviceDecoder; see device_encoder.h. The GPU implementation lives in
-// the CUDA backend's shared library (compression/cuda/device_encoder_cuda.cc), reached through one
-// declared function, as MakeOps reaches the backend (kernels/BUILD).
+// MakeDeviceEncoder and MakeDeviceDecoder, and their host stand-ins; see device_encoder.h. The GPU
+// implementation lives in the CUDA backend's shared library
+// (compression/cuda/device_encoder_cuda.cc), reached through one declared function, as MakeOps
+// reaches the backend (kernels/BUILD).
 #include "compression/device_encoder.h"
+
+#include "compression/dense_codec.h"
 
 namespace longhaul::compression {
 
@@ -29,6 +32,55 @@ StatusOr<std::unique_ptr<DeviceDecoder>> MakeDeviceDecoder(::longhaul::kernels::
   (void)ops;
   return std::unique_ptr<DeviceDecoder>();
 #endif
+}
+
+namespace {
+
+class HostDeviceEncoder final : public DeviceEncoder {
+ public:
+  bool Supports(const CodecSpec& spec) const override { return DeviceCodecSupports(spec); }
+  Status Start(const CodecSpec& spec, const float* values, uint64_t n,
+               const EncodeOptions& options) override {
+    if (!Supports(spec)) {
+      return absl::InvalidArgumentError("device encoder: this codec is encoded on the host");
+    }
+    if (started_) return absl::FailedPreconditionError("device encoder: Start without Finish");
+    bytes_.resize(DenseEncodedSize(spec.value, n));
+    RETURN_IF_ERROR(EncodeDense(spec.value, {values, n}, options.seed, bytes_.data()));
+    started_ = true;
+    return absl::OkStatus();
+  }
+  Status Finish(std::vector<uint8_t>* out) override {
+    if (!started_) return absl::FailedPreconditionError("device encoder: Finish without Start");
+    started_ = false;
+    out->insert(out->end(), bytes_.begin(), bytes_.end());
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  bool started_ = false;
+};
+
+class HostDeviceDecoder final : public DeviceDecoder {
+ public:
+  bool Supports(const CodecSpec& spec) const override { return DeviceCodecSupports(spec); }
+  Status Decode(const CodecSpec& spec, std::span<const uint8_t> payload, uint64_t n,
+                float* out) override {
+    if (!Supports(spec)) {
+      return absl::InvalidArgumentError("device decoder: this codec is decoded on the host");
+    }
+    return DecodeDense(spec.value, payload, {out, n});
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceEncoder> MakeHostDeviceEncoder() {
+  return std::make_unique<HostDeviceEncoder>();
+}
+std::unique_ptr<DeviceDecoder> MakeHostDeviceDecoder() {
+  return std::make_unique<HostDeviceDecoder>();
 }
 
 }  // namespace longhaul::compression

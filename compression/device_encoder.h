@@ -19,6 +19,12 @@
 
 namespace longhaul::compression {
 
+// The codecs a device encoder and decoder take: dense bf16 and q8/q4/q2, without top-k or zstd.
+inline bool DeviceCodecSupports(const CodecSpec& spec) {
+  if (spec.topk.enabled || spec.zstd.enabled) return false;
+  return spec.value.format == ValueFormat::kBf16 || spec.value.quantized();
+}
+
 class DeviceEncoder {
  public:
   virtual ~DeviceEncoder() = default;
@@ -59,5 +65,12 @@ class DeviceDecoder {
 
 // As MakeDeviceEncoder, for decoding.
 StatusOr<std::unique_ptr<DeviceDecoder>> MakeDeviceDecoder(::longhaul::kernels::Ops* ops);
+
+// The same interfaces over host memory, with the host codec (the same codecs Supported, the same
+// bytes and errors): a test seam, so that what a GPU stage does with its device codecs (decoding
+// into the fragment's input buffer, sends left pending while the next pass computes) runs
+// without a GPU (DaemonOptions::host_device_codecs).
+std::unique_ptr<DeviceEncoder> MakeHostDeviceEncoder();
+std::unique_ptr<DeviceDecoder> MakeHostDeviceDecoder();
 
 }  // namespace longhaul::compression

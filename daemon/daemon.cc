@@ -92,6 +92,7 @@ Status Daemon::StartAll() {
   for (const auto& p : config_.peers) jo.peers[p.name] = p.address;
   jo.memory_limit_bytes = config_.memory_limit_bytes;
   jo.devices = config_.devices;
+  jo.host_device_codecs = options_.host_device_codecs;
   jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
 
   // Peer server.

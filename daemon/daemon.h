@@ -28,6 +28,9 @@ struct DaemonOptions {
   uint32_t protocol_version = 0;  // 0 = kProtocolVersion
   // The site's bearer token; empty = read config.token_file.
   std::string token;
+  // Test seam: stages on the CPU encode and decode through the device codec interfaces, on the
+  // host (compression::MakeHostDeviceEncoder), so a GPU stage's control flow runs without one.
+  bool host_device_codecs = false;
 };
 
 class Daemon {

@@ -172,6 +172,7 @@ nlohmann::json UsageJson(const v1::LinkUsage& u) {
           {"wire_bytes", u.wire_bytes()},
           {"compression_ratio", u.wire_bytes() ? double(u.raw_bytes()) / u.wire_bytes() : 0.0},
           {"tensors", u.tensors()},
+          {"device_tensors", u.device_tensors()},
           {"bandwidth_bytes_per_second", u.bandwidth_bytes_per_second()},
           {"achieved_bytes_per_second", u.achieved_bytes_per_second()}};
 }

@@ -14,11 +14,6 @@
 namespace longhaul::compression::cuda {
 namespace {
 
-bool OnDevice(const CodecSpec& spec) {
-  if (spec.topk.enabled || spec.zstd.enabled) return false;
-  return spec.value.format == ValueFormat::kBf16 || spec.value.quantized();
-}
-
 // What both directions hold: the device and its compute stream, a copy stream, an event that
 // orders the two, and grow-only staging for the encoded bytes on the device and pinned on the
 // host.
@@ -72,7 +67,7 @@ class CudaDeviceEncoder final : public DeviceEncoder, public Staging {
  public:
   using Staging::Staging;
 
-  bool Supports(const CodecSpec& spec) const override { return OnDevice(spec); }
+  bool Supports(const CodecSpec& spec) const override { return DeviceCodecSupports(spec); }
 
   Status Start(const CodecSpec& spec, const float* device_values, uint64_t n,
                const EncodeOptions& options) override {
@@ -124,7 +119,7 @@ class CudaDeviceDecoder final : public DeviceDecoder, public Staging {
  public:
   using Staging::Staging;
 
-  bool Supports(const CodecSpec& spec) const override { return OnDevice(spec); }
+  bool Supports(const CodecSpec& spec) const override { return DeviceCodecSupports(spec); }
 
   Status Decode(const CodecSpec& spec, std::span<const uint8_t> payload, uint64_t n,
                 float* device_out) override {

@@ -155,6 +155,7 @@ std::vector<v1::LinkUsage> JobHost::LocalLinkUsage() {
       l.set_raw_bytes(o.raw_bytes);
       l.set_wire_bytes(o.wire_bytes);
       l.set_tensors(o.tensors);
+      l.set_device_tensors(o.device_tensors);
       l.set_bandwidth_bytes_per_second(monitor_->Outbound(o.to_site).bandwidth_bytes_per_second());
       if (o.send_seconds > 0) l.set_achieved_bytes_per_second(o.wire_bytes / o.send_seconds);
       out.push_back(std::move(l));
@@ -310,6 +311,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) 
   ctx.monitor = monitor_;
   ctx.log = log_;
   ctx.throttle = throttle_;
+  ctx.host_device_codecs = options_.host_device_codecs;
   ctx.channel = [this](const std::string& site) { return Channel(site); };
   std::error_code ec;
   std::filesystem::create_directories(ctx.job_dir, ec);

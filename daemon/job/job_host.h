@@ -33,7 +33,8 @@ struct JobHostOptions {
   int64_t memory_limit_bytes = 0;              // 0 = no limit
   std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
   size_t inbox_capacity_bytes = 256 << 20;
-  double throttle_seconds = 0;  // debug knob: slow this site's compute
+  double throttle_seconds = 0;      // debug knob: slow this site's compute
+  bool host_device_codecs = false;  // test seam: see DaemonOptions
 };
 
 class JobHost {

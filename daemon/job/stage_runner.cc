@@ -82,6 +82,10 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   if (ops_.size() == 1) {
     ASSIGN_OR_RETURN(device_encoder_, compression::MakeDeviceEncoder(replicas[0]));
     ASSIGN_OR_RETURN(device_decoder_, compression::MakeDeviceDecoder(replicas[0]));
+    if (device_encoder_ == nullptr && ctx_.host_device_codecs) {
+      device_encoder_ = compression::MakeHostDeviceEncoder();
+      device_decoder_ = compression::MakeHostDeviceDecoder();
+    }
   }
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
   if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
@@ -263,6 +267,7 @@ Status StageRunner::RunStep(uint64_t step) {
     l->set_raw_bytes(o.raw_bytes);
     l->set_wire_bytes(o.wire_bytes);
     l->set_tensors(o.tensors);
+    l->set_device_tensors(o.device_tensors);
     const v1::LinkEstimate estimate = ctx_.monitor->Outbound(o.to_site);
     l->set_bandwidth_bytes_per_second(estimate.bandwidth_bytes_per_second());
     l->set_rtt_seconds(estimate.rtt_seconds());
@@ -513,8 +518,8 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
   compression::EncodeOptions eo;
   eo.seed = step * 1000003 + mb * 31 + kind;
   // The frame's envelope, and the queueing, once the payload is encoded.
-  auto queue = [this, to, usage, kind, step, mb, n, shape, adaptive, rung,
-                reason](OutgoingTensor t) -> Status {
+  auto queue = [this, to, usage, kind, step, mb, n, shape, adaptive, rung, reason](
+                   OutgoingTensor t, bool on_device) -> Status {
     v1::TensorFrame& h = t.header;
     h.set_job_id(ctx_.assignment.job_id());
     h.set_attempt(attempt());
@@ -538,6 +543,7 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
       usage->reason = reason;
     }
     ++usage->tensors;
+    if (on_device) ++usage->device_tensors;
     usage->raw_bytes += n * sizeof(float);
     usage->wire_bytes += wire;
     return absl::OkStatus();
@@ -564,7 +570,7 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
         (void)device_encoder_->Finish(&discard);
       }
       RETURN_IF_ERROR(framed);
-      return queue(std::move(t));
+      return queue(std::move(t), true);
     };
     return absl::OkStatus();
   }
@@ -575,7 +581,7 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
   OutgoingTensor t;
   ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(spec));
   RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
-  return queue(std::move(t));
+  return queue(std::move(t), false);
 }
 
 Status StageRunner::FinishPendingSend() {

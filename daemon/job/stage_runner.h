@@ -50,6 +50,9 @@ struct StageRunnerContext {
   std::shared_ptr<spdlog::logger> log;
   // Debug knob (fault injection): extra seconds of "compute" per layer and microbatch.
   std::shared_ptr<std::atomic<double>> throttle;
+  // Test seam (DaemonOptions::host_device_codecs): a CPU stage uses host stand-ins for the
+  // device encoder and decoder.
+  bool host_device_codecs = false;
   // Channels to other sites (to fetch moved layers when the plan changed).
   std::function<SiteChannel*(const std::string&)> channel;
 };
@@ -60,6 +63,7 @@ struct OutboundUsage {
   std::string codec;
   std::string reason;
   uint64_t tensors = 0, raw_bytes = 0, wire_bytes = 0;
+  uint64_t device_tensors = 0;  // of `tensors`, encoded on the device
   double send_seconds = 0;
 };
 

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "daemon/daemon.h"
@@ -45,7 +47,8 @@ struct Cluster {
   Daemon& at(int i) { return *daemons[i]; }
 };
 
-Cluster StartCluster(int64_t gamma_memory_limit = 0, std::vector<std::string> beta_devices = {}) {
+Cluster StartCluster(int64_t gamma_memory_limit = 0, std::vector<std::string> beta_devices = {},
+                     bool host_device_codecs = false) {
   const std::vector<std::string> names = {"alpha", "beta", "gamma"};
   std::vector<int> ports;
   for (size_t i = 0; i < names.size(); ++i) ports.push_back(testing::FreePort());
@@ -59,7 +62,10 @@ Cluster StartCluster(int64_t gamma_memory_limit = 0, std::vector<std::string> be
     config.links.probe_interval_seconds = 5;
     if (names[i] == "gamma") config.memory_limit_bytes = gamma_memory_limit;
     if (names[i] == "beta" && !beta_devices.empty()) config.devices = beta_devices;
-    auto d = Daemon::Start(config, {0, "token"});
+    daemon::DaemonOptions options;
+    options.token = "token";
+    options.host_device_codecs = host_device_codecs;
+    auto d = Daemon::Start(config, options);
     INFO(d.status().ToString());
     REQUIRE(d.ok());
     c.daemons.push_back(std::move(*d));
@@ -192,6 +198,39 @@ TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   auto status = testing::HttpGet(c.at(1).status_port(), "/status");
   CHECK_THAT(status.body, Catch::Contains("\"compression_ratio\""));
   CHECK_THAT(status.body, Catch::Contains("\"state\": \"completed\""));
+}
+
+// A GPU stage decodes what it receives into its fragment's input buffer, and leaves each send
+// pending while it computes the next pass. With the device codec interfaces on the host (the
+// test seam), CPU stages take those paths; the frames are the host codec's, so the losses and the
+// bytes on the wire must be exactly those of plain CPU stages.
+TEST_CASE("stages through the device codec interfaces train exactly as with the host codec") {
+  const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\n");
+  auto run = [&](bool host_device_codecs) {
+    Cluster c = StartCluster(0, {}, host_device_codecs);
+    return RunToCompletion(c.at(0), yaml);
+  };
+  const v1::JobStatus plain = run(false), seam = run(true);
+  REQUIRE(seam.losses_size() == plain.losses_size());
+  for (int i = 0; i < plain.losses_size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(seam.losses(i) == plain.losses(i));
+  }
+  auto wire = [](const v1::JobStatus& s) {
+    std::map<std::string, uint64_t> bytes;
+    for (const auto& l : s.links()) bytes[l.from_site() + ">" + l.to_site()] += l.wire_bytes();
+    return bytes;
+  };
+  CHECK(wire(seam) == wire(plain));
+  CHECK(wire(plain).size() >= 2);
+  // The seam's stages encoded their activations and gradients "on the device"; plain ones not.
+  auto device_tensors = [](const v1::JobStatus& s) {
+    uint64_t n = 0;
+    for (const auto& l : s.links()) n += l.device_tensors();
+    return n;
+  };
+  CHECK(device_tensors(seam) > 0);
+  CHECK(device_tensors(plain) == 0);
 }
 
 TEST_CASE("bad jobs are refused with clear errors and the daemons keep serving") {
