@@ -29,15 +29,24 @@ LinkSender::~LinkSender() {
 
 Status LinkSender::Enqueue(OutgoingTensor tensor) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] {
-    return closed_ || queued_bytes_ == 0 ||
-           queued_bytes_ + tensor.payload.size() <= options_.queue_capacity_bytes;
-  });
+  cv_.wait(lock, [&] { return closed_ || HasRoomLocked(tensor.payload.size()); });
   if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
+  PushLocked(std::move(tensor));
+  return absl::OkStatus();
+}
+
+StatusOr<bool> LinkSender::TryEnqueue(OutgoingTensor* tensor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
+  if (!HasRoomLocked(tensor->payload.size())) return false;
+  PushLocked(std::move(*tensor));
+  return true;
+}
+
+void LinkSender::PushLocked(OutgoingTensor tensor) {
   queued_bytes_ += tensor.payload.size();
   queue_.push_back(std::make_shared<OutgoingTensor>(std::move(tensor)));
   cv_.notify_all();
-  return absl::OkStatus();
 }
 
 Status LinkSender::Flush() {

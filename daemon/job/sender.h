@@ -56,6 +56,8 @@ class LinkSender {
 
   // Queues a tensor; blocks while the queue holds more than its capacity. Fails once closed.
   Status Enqueue(OutgoingTensor tensor);
+  // Queues *tensor (moving from it) if that needs no wait, and says whether it did.
+  StatusOr<bool> TryEnqueue(OutgoingTensor* tensor);
   // Waits until everything queued so far has been delivered (or the sender is closed).
   Status Flush();
   // Drops queued tensors and stops retrying; Enqueue fails from now on.
@@ -65,6 +67,10 @@ class LinkSender {
  private:
   void Run();
   grpc::Status SendOne(const OutgoingTensor& t);
+  bool HasRoomLocked(size_t bytes) const {
+    return queued_bytes_ == 0 || queued_bytes_ + bytes <= options_.queue_capacity_bytes;
+  }
+  void PushLocked(OutgoingTensor tensor);
   // Busy-period accounting for passive bandwidth samples (mu_ held).
   void StartTransferLocked();
   void FinishTransferLocked(uint64_t bytes);

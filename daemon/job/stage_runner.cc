@@ -326,18 +326,19 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   RETURN_IF_ERROR(fragment_->Forward(
       slot, fragment_->is_first() ? tokens_.data() : nullptr,
       fragment_->is_first() ? nullptr : (on_device ? staged : host_buf_.data())));
-  RETURN_IF_ERROR(FinishPendingSend());  // while a GPU computes
+  RETURN_IF_ERROR(FinishPendingSend(/*wait=*/false));  // while a GPU computes
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
     *loss_sum += loss;
     compute_acc_ += Now() - start - (send_seconds_ - sending);
-    return absl::OkStatus();
+    return FinishPendingSend();  // if the link's queue was full
   }
   const float* device_out = device_encoder_ ? fragment_->DeviceOutput(slot) : nullptr;
   if (device_out == nullptr) fragment_->Output(slot, host_buf_.data());
   fragment_->Synchronize();  // a GPU's forward is only done when its queue is
   const double elapsed = Now() - start - (send_seconds_ - sending);
   compute_acc_ += elapsed;
+  RETURN_IF_ERROR(FinishPendingSend());  // if the link's queue was full
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
   // The targets first, so that activations encoded on a GPU can stay pending (see Send).
   RETURN_IF_ERROR(Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
@@ -362,12 +363,13 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   RETURN_IF_ERROR(fragment_->Backward(
       slot, fragment_->is_last() ? nullptr : (on_device ? staged : host_buf_.data()),
       fragment_->is_last() ? dloss : 0.0f));
-  RETURN_IF_ERROR(FinishPendingSend());  // while a GPU computes
+  RETURN_IF_ERROR(FinishPendingSend(/*wait=*/false));  // while a GPU computes
   fragment_->Synchronize();
   const double elapsed = Now() - start - (send_seconds_ - sending);
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
   budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
   compute_acc_ += elapsed;
+  RETURN_IF_ERROR(FinishPendingSend());  // if the link's queue was full
   if (fragment_->is_first()) return absl::OkStatus();
   const float* device_grad = device_encoder_ ? fragment_->DeviceInputGrad() : nullptr;
   if (device_grad == nullptr) fragment_->InputGrad(host_buf_.data());
@@ -517,10 +519,10 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
   const compression::CodecSpec spec = controller_->spec(rung);
   compression::EncodeOptions eo;
   eo.seed = step * 1000003 + mb * 31 + kind;
-  // The frame's envelope, and the queueing, once the payload is encoded.
-  auto queue = [this, to, usage, kind, step, mb, n, shape, adaptive, rung, reason](
-                   OutgoingTensor t, bool on_device) -> Status {
-    v1::TensorFrame& h = t.header;
+  // The frame's envelope, once the payload is encoded, and what the link's usage counts once
+  // the tensor is queued.
+  auto envelope = [this, kind, step, mb, n, shape, rung](OutgoingTensor* t) {
+    v1::TensorFrame& h = t->header;
     h.set_job_id(ctx_.assignment.job_id());
     h.set_attempt(attempt());
     h.set_step(step);
@@ -535,8 +537,8 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
     if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) to_stage = fragment_->is_first() ? num_stages_ - 1 : 0;
     h.set_to_stage(to_stage);
     h.set_from_site(ctx_.site);
-    const uint64_t wire = t.payload.size();
-    RETURN_IF_ERROR(to->Enqueue(std::move(t)));
+  };
+  auto count = [this, usage, n, adaptive, rung, reason](uint64_t wire, bool on_device) {
     std::lock_guard<std::mutex> lock(mu_);
     if (adaptive) {
       usage->codec = controller_->name(rung);
@@ -546,7 +548,6 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
     if (on_device) ++usage->device_tensors;
     usage->raw_bytes += n * sizeof(float);
     usage->wire_bytes += wire;
-    return absl::OkStatus();
   };
   if (device != nullptr && device_encoder_ && device_encoder_->Supports(spec)) {
     RETURN_IF_ERROR(device_encoder_->Start(spec, device, n, eo));
@@ -555,8 +556,9 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
       ctx_.log->info("job {}: stage {} encodes on {} before the copy to the host ({})",
                      ctx_.assignment.job_id(), stage_, ops_[0]->name(), controller_->name(rung));
     }
-    pending_send_ = [this, spec, shape, n, queue]() -> Status {
-      OutgoingTensor t;
+    pending_.emplace();
+    pending_->to = to;
+    pending_->frame = [this, spec, shape, n, envelope](OutgoingTensor* t) -> Status {
       bool finished = false;
       const Status framed = compression::EncodeFrameWith(
           spec, shape, n,
@@ -564,14 +566,16 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
             finished = true;
             return device_encoder_->Finish(out);
           },
-          &t.payload);
+          &t->payload);
       if (!finished) {  // the frame failed before its payload: end the copy all the same
         std::vector<uint8_t> discard;
         (void)device_encoder_->Finish(&discard);
       }
       RETURN_IF_ERROR(framed);
-      return queue(std::move(t), true);
+      envelope(t);
+      return absl::OkStatus();
     };
+    pending_->count = [count](uint64_t wire) { count(wire, true); };
     return absl::OkStatus();
   }
   if (device != nullptr) {  // fp32 or a codec the GPU lacks: the floats come to the host
@@ -581,16 +585,35 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
   OutgoingTensor t;
   ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(spec));
   RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
-  return queue(std::move(t), false);
+  envelope(&t);
+  const uint64_t wire = t.payload.size();
+  RETURN_IF_ERROR(to->Enqueue(std::move(t)));
+  count(wire, false);
+  return absl::OkStatus();
 }
 
-Status StageRunner::FinishPendingSend() {
-  if (!pending_send_) return absl::OkStatus();
+Status StageRunner::FinishPendingSend(bool wait) {
+  if (!pending_) return absl::OkStatus();
   const double start = Now();
-  const std::function<Status()> finish = std::move(pending_send_);
-  pending_send_ = nullptr;
-  const Status s = finish();
-  send_seconds_ += Now() - start;
+  Status s = [&]() -> Status {
+    if (pending_->frame) {
+      const auto frame = std::move(pending_->frame);
+      pending_->frame = nullptr;
+      RETURN_IF_ERROR(frame(&pending_->tensor));
+    }
+    const uint64_t wire = pending_->tensor.payload.size();
+    if (wait) {
+      RETURN_IF_ERROR(pending_->to->Enqueue(std::move(pending_->tensor)));
+    } else {
+      ASSIGN_OR_RETURN(const bool queued, pending_->to->TryEnqueue(&pending_->tensor));
+      if (!queued) return absl::OkStatus();  // the link's queue is full: stays pending, framed
+    }
+    pending_->count(wire);
+    pending_.reset();
+    return absl::OkStatus();
+  }();
+  if (!s.ok()) pending_.reset();
+  if (wait) send_seconds_ += Now() - start;
   return s;
 }
 

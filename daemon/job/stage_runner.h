@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,13 +112,15 @@ class StageRunner {
   // are at `host`, or, with `device`, in the backend's memory: encoded there when the GPU
   // has the codec (only encoded bytes cross PCIe), else first downloaded into host_buf_.
   // Encoded on the GPU, the tensor is left pending: its bytes are still being copied to the
-  // host, and FinishPendingSend queues it once the stage has queued its next compute (so the
-  // copy and the frame's assembly overlap that compute), before it waits for a tensor that is
-  // not there yet, before the next Send, and at the end of the step's passes.
+  // host. Once the stage has queued its next compute, FinishPendingSend(false) frames it and
+  // queues it if the link's queue has room (so the copy and the frame's assembly overlap that
+  // compute, and a full link does not count as compute); FinishPendingSend() finishes it
+  // whatever it takes: after that compute, before the stage waits for a tensor that is not
+  // there yet, before the next Send, and at the end of the step's passes.
   Status Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
               v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
               std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
-  Status FinishPendingSend();
+  Status FinishPendingSend(bool wait = true);
   // Waits for a tensor and decodes it into `host` (exactly n floats); or, with `device` (backend
   // memory of n floats) and a codec the device decoder takes, into `device`, and sets
   // *on_device.
@@ -136,7 +139,13 @@ class StageRunner {
   std::unique_ptr<compression::DeviceEncoder> device_encoder_;
   std::unique_ptr<compression::DeviceDecoder> device_decoder_;
   bool device_encode_logged_ = false, device_decode_logged_ = false;
-  std::function<Status()> pending_send_;  // see Send
+  struct PendingSend {  // see Send
+    LinkSender* to = nullptr;
+    std::function<Status(OutgoingTensor*)> frame;  // null once framed into `tensor`
+    OutgoingTensor tensor;
+    std::function<void(uint64_t wire_bytes)> count;  // the link's usage, once queued
+  };
+  std::optional<PendingSend> pending_;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<compression::Controller> controller_;
   int quality_floor_ = 0;
@@ -153,7 +162,7 @@ class StageRunner {
   mutable std::mutex mu_;
   StageRunnerStatus status_;
   double compute_acc_ = 0, wait_acc_ = 0;
-  double send_seconds_ = 0;  // spent in FinishPendingSend, kept out of compute and wait
+  double send_seconds_ = 0;  // spent in FinishPendingSend(), kept out of compute and wait
 };
 
 }  // namespace longhaul::daemon
