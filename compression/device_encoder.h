@@ -67,9 +67,9 @@ class DeviceDecoder {
 StatusOr<std::unique_ptr<DeviceDecoder>> MakeDeviceDecoder(::longhaul::kernels::Ops* ops);
 
 // The same interfaces over host memory, with the host codec (the same codecs Supported, the same
-// bytes and errors): a test seam, so that what a GPU stage does with its device codecs (decoding
-// into the fragment's input buffer, sends left pending while the next pass computes) runs
-// without a GPU (DaemonOptions::host_device_codecs).
+// bytes and floats, the errors the GPU versions give): a test seam, so that what a GPU stage does
+// with its device codecs (decoding into the fragment's input buffer, sends left pending while the
+// next pass computes) runs without a GPU (DaemonOptions::host_device_codecs).
 std::unique_ptr<DeviceEncoder> MakeHostDeviceEncoder();
 std::unique_ptr<DeviceDecoder> MakeHostDeviceDecoder();
 
