@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-check}
-mapfile -t files < <(git ls-files '*.cc' '*.h' | grep -v '^third_party/')
+mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' | grep -v '^third_party/')
 [ ${#files[@]} -gt 0 ] || exit 0
 
 if [ "$mode" = "--fix" ]; then

@@ -42,7 +42,7 @@ namespace longhaul::compression::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kThreads = 256;  // threads per CTA, every kernel but the small top-k ones
+constexpr int kThreads = 256;       // threads per CTA, every kernel but the small top-k ones
 constexpr int kQuadsPerThread = 4;  // elementwise vector kernels: float4s per thread
 constexpr unsigned kFull = 0xffffffffu;
 constexpr uint32_t kAbsMask = 0x7fffffffu;
@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   float lo = INFINITY, hi = -INFINITY;
   for (uint32_t c = 0; c < chunks; c++) {
 #pragma unroll
-    for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len, p.vec_floats);
+    for (int k = 0; k < kVec; k++)
+      v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len, p.vec_floats);
 #pragma unroll
     for (int k = 0; k < kVec; k++) {
       const uint32_t count = QuadCount(c * chunk + k * step + 4 * sub, len);
@@ -330,7 +331,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (uint32_t c = 0; c < chunks; c++) {
     if (chunks > 1) {
 #pragma unroll
-      for (int k = 0; k < kVec; k++) v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len, p.vec_floats);
+      for (int k = 0; k < kVec; k++)
+        v[k] = LoadQuad(xb, rb, c * chunk + k * step + 4 * sub, len, p.vec_floats);
     }
 #pragma unroll
     for (int k = 0; k < kVec; k++) {
@@ -675,15 +677,15 @@ constexpr uint32_t kTopKSample = 65536;
 constexpr int kSampleItems = 4;  // sampled values per thread
 
 struct TopKState {
-  unsigned long long bad;  // first non-finite index
-  uint32_t candidates;     // the candidates, or ~0u when the check failed (all later kernels
-                           // then do nothing)
-  uint32_t needed;         // the candidates, failed or not (the host reads these three)
+  unsigned long long bad;    // first non-finite index
+  uint32_t candidates;       // the candidates, or ~0u when the check failed (all later kernels
+                             // then do nothing)
+  uint32_t needed;           // the candidates, failed or not (the host reads these three)
   unsigned long long found;  // pass 1: values above the range << 32 | candidates
   uint32_t bottom, top;      // the range of buckets (of digits, after the sample's first step)
   uint32_t bottom_rank, top_rank;  // the sample's ranks inside those digits
-  uint32_t prefix;           // magnitude bits chosen so far
-  uint32_t remaining;        // values still to choose among those matching `prefix`
+  uint32_t prefix;                 // magnitude bits chosen so far
+  uint32_t remaining;              // values still to choose among those matching `prefix`
   uint32_t hist[kTopBins];
 };
 
@@ -839,7 +841,7 @@ __device__ Counts CtaExclusiveScan(Counts c, Counts* total) {
 __device__ uint32_t CtaFindDigit(const uint32_t* hist, uint32_t bins, uint32_t rank,
                                  uint32_t* above_out) {
   __shared__ uint32_t found_digit, found_above;
-  const uint32_t per = bins / kScanThreads;  // 1 or 2
+  const uint32_t per = bins / kScanThreads;       // 1 or 2
   const uint32_t top = bins - per * threadIdx.x;  // this thread's digits: [top - per, top)
   uint32_t h[2] = {0, 0};
   uint32_t sum = 0;
@@ -1064,8 +1066,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   Counts total;
   // Above and equal to the threshold before this thread's first value, in the whole tensor.
-  c = run_sums[blockIdx.x / kScanThreads] + tile_counts[blockIdx.x] +
-      CtaExclusiveScan(c, &total);
+  c = run_sums[blockIdx.x / kScanThreads] + tile_counts[blockIdx.x] + CtaExclusiveScan(c, &total);
 #pragma unroll
   for (int j = 0; j < kTopKItems; j++) {
     if (base + j >= n) break;
@@ -1392,11 +1393,11 @@ int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
     uint32_t* cand_mag = cand + capacity;
     LONGHAUL_CUDA_CHECK(cudaMemsetAsync(&state->found, 0, sizeof(state->found), stream));
     if (vec) {
-      TopKPartitionKernel<true><<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, cand,
-                                                               cand_mag, capacity);
+      TopKPartitionKernel<true>
+          <<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, cand, cand_mag, capacity);
     } else {
-      TopKPartitionKernel<false><<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, cand,
-                                                                cand_mag, capacity);
+      TopKPartitionKernel<false>
+          <<<grid, kThreads, 0, stream>>>(x, n, state, tile_counts, cand, cand_mag, capacity);
     }
     TopKCheckKernel<<<1, 1, 0, stream>>>(state, static_cast<uint32_t>(k), capacity);
     for (int shift = kTopShift; shift >= 0; shift -= kLowBits) {
@@ -1408,7 +1409,7 @@ int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
     TopKCandidateCountKernel<<<cand_grid, kThreads, 0, stream>>>(cand, cand_mag, state,
                                                                  tile_counts);
     TopKScanKernel<<<static_cast<unsigned>(runs), kScanThreads, 0, stream>>>(state, tile_counts,
-                                                                            tiles, run_sums);
+                                                                             tiles, run_sums);
     TopKScanKernel<<<1, kScanThreads, 0, stream>>>(state, run_sums, runs, nullptr);
     if (vec) {
       TopKWriteKernel<true>
@@ -1446,8 +1447,7 @@ int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
       for (const bool refine : {false, true}) {
         TopKSampleKernel<<<Grid(samples, kThreads * kSampleItems), kThreads, 0, stream>>>(
             x, n / samples, samples, refine, state);
-        TopKSampleRangeKernel<<<1, kScanThreads, 0, stream>>>(state, rank_top, rank_bottom,
-                                                              refine);
+        TopKSampleRangeKernel<<<1, kScanThreads, 0, stream>>>(state, rank_top, rank_bottom, refine);
       }
       select(cand, capacity);
       read_result();
@@ -1462,8 +1462,8 @@ int64_t TopKOnDevice(const float* x, uint64_t n, uint64_t k, uint32_t* indices,
       if (result.bad == kNoError && result.candidates == ~0u) {
         // Too many values share that digit: again, with room for all of them.
         uint32_t* more = nullptr;
-        LONGHAUL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&more),
-                                            8 * uint64_t{result.needed}, stream));
+        LONGHAUL_CUDA_CHECK(
+            cudaMallocAsync(reinterpret_cast<void**>(&more), 8 * uint64_t{result.needed}, stream));
         TopKInitKernel<<<1, 256, 0, stream>>>(state, static_cast<uint32_t>(k));
         exact_histogram();
         TopKChooseKernel<<<1, kScanThreads, 0, stream>>>(state, kTopShift, kTopBins, true);
