@@ -308,24 +308,20 @@ Status StageRunner::RunStep(uint64_t step) {
 Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * C_, tok = static_cast<size_t>(B_) * T_;
+  const float* input = nullptr;
   if (fragment_->is_first()) {
     loader_->Next(tokens_.data(), targets_.data());
     slot_targets_[slot] = targets_;
-  }
-  float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
-  bool on_device = false;
-  if (!fragment_->is_first()) {
-    RETURN_IF_ERROR(
-        Receive(v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, staged, &on_device));
+  } else {
+    ASSIGN_OR_RETURN(input, ReceiveInput(v1::TENSOR_KIND_ACTIVATION, step, mb));
     std::vector<float> t(tok);
     RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
     for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
   }
   const double start = Now(), sending = send_seconds_;
   RETURN_IF_ERROR(Throttle());
-  RETURN_IF_ERROR(fragment_->Forward(
-      slot, fragment_->is_first() ? tokens_.data() : nullptr,
-      fragment_->is_first() ? nullptr : (on_device ? staged : host_buf_.data())));
+  RETURN_IF_ERROR(
+      fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr, input));
   RETURN_IF_ERROR(FinishPendingSend(/*wait=*/false));  // while a GPU computes
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
@@ -338,7 +334,6 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   fragment_->Synchronize();  // a GPU's forward is only done when its queue is
   const double elapsed = Now() - start - (send_seconds_ - sending);
   compute_acc_ += elapsed;
-  RETURN_IF_ERROR(FinishPendingSend());  // if the link's queue was full
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
   // The targets first, so that activations encoded on a GPU can stay pending (see Send).
   RETURN_IF_ERROR(Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
@@ -352,25 +347,20 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * C_;
   const float dloss = 1.0f / (float(B_) * T_ * M_);
-  float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
-  bool on_device = false;
+  const float* output_grad = nullptr;
   if (!fragment_->is_last()) {
-    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act,
-                            staged, &on_device));
+    ASSIGN_OR_RETURN(output_grad, ReceiveInput(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb));
   }
   const double start = Now(), sending = send_seconds_;
   RETURN_IF_ERROR(Throttle());
-  RETURN_IF_ERROR(fragment_->Backward(
-      slot, fragment_->is_last() ? nullptr : (on_device ? staged : host_buf_.data()),
-      fragment_->is_last() ? dloss : 0.0f));
+  RETURN_IF_ERROR(fragment_->Backward(slot, output_grad, fragment_->is_last() ? dloss : 0.0f));
   RETURN_IF_ERROR(FinishPendingSend(/*wait=*/false));  // while a GPU computes
   fragment_->Synchronize();
   const double elapsed = Now() - start - (send_seconds_ - sending);
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
   budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
   compute_acc_ += elapsed;
-  RETURN_IF_ERROR(FinishPendingSend());  // if the link's queue was full
-  if (fragment_->is_first()) return absl::OkStatus();
+  if (fragment_->is_first()) return FinishPendingSend();  // if the link's queue was full
   const float* device_grad = device_encoder_ ? fragment_->DeviceInputGrad() : nullptr;
   if (device_grad == nullptr) fragment_->InputGrad(host_buf_.data());
   return Send(ctx_.to_prev.get(), &status_.outbound.front(), &prev_state_,
@@ -489,8 +479,10 @@ Status StageRunner::Checkpoint(uint64_t step) {
 Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
                          v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
                          std::vector<int64_t> shape, bool adaptive, const float* device) {
-  RETURN_IF_ERROR(FinishPendingSend());  // one tensor in flight: sends keep their order
-  int rung = 0;                          // fp32: exact
+  // One tensor in flight (also one left pending because the link's queue was full): sends keep
+  // their order.
+  RETURN_IF_ERROR(FinishPendingSend());
+  int rung = 0;  // fp32: exact
   std::string reason = "exact (not an activation or gradient)";
   if (adaptive) {
     if (fixed_rung_ >= 0) {
@@ -615,6 +607,14 @@ Status StageRunner::FinishPendingSend(bool wait) {
   if (!s.ok()) pending_.reset();
   if (wait) send_seconds_ += Now() - start;
   return s;
+}
+
+StatusOr<const float*> StageRunner::ReceiveInput(v1::TensorKind kind, uint64_t step, int mb) {
+  const size_t n = static_cast<size_t>(B_) * T_ * C_;
+  float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
+  bool on_device = false;
+  RETURN_IF_ERROR(Receive(kind, step, mb, host_buf_.data(), n, staged, &on_device));
+  return on_device ? staged : host_buf_.data();
 }
 
 Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,

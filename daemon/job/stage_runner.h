@@ -126,6 +126,9 @@ class StageRunner {
   // *on_device.
   Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
                  float* device = nullptr, bool* on_device = nullptr);
+  // Receive for the fragment's (B,T,C) input: where it landed, host_buf_ or, decoded on the
+  // device, the fragment's DeviceInput().
+  StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
 
   StageRunnerContext ctx_;
   int num_stages_ = 0, stage_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
