@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -13,17 +14,49 @@
 
 namespace longhaul::testing {
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Whether a listening socket could take `port` on 127.0.0.1 now.
+bool CanBind(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+// The lowest port the kernel hands out as the local end of outgoing connections.
+int EphemeralLow() {
+  int low = 32768, high = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &low, &high) != 2) low = 32768;
+    std::fclose(f);
+  }
+  return low;
+}
+
+}  // namespace
+
+// Below the ephemeral range: a port the kernel picked with bind(0) can meanwhile become the
+// source port of some daemon's outgoing connection, and the test's listen then fails. The
+// search starts at a place drawn per process and call, so that tests running side by side
+// rarely try the same ports.
+int FreePort() {
+  constexpr int kLowest = 10000;
+  const int span = std::max(1000, EphemeralLow() - kLowest);
+  static std::atomic<int> calls{0};
+  const int start = static_cast<int>(
+      (static_cast<uint64_t>(::getpid()) * 7919 + static_cast<uint64_t>(calls++) * 104729) %
+      static_cast<uint64_t>(span));
+  for (int i = 0; i < span; ++i) {
+    const int port = kLowest + (start + i) % span;
+    if (CanBind(port)) return port;
+  }
+  return 0;
 }
 
 std::string TempDir(const std::string& name) {

@@ -11,7 +11,8 @@
 
 namespace longhaul::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range (so no
+// outgoing connection takes it meanwhile).
 int FreePort();
 
 // A directory under $TEST_TMPDIR (or /tmp) unique to this call.
