@@ -3,9 +3,13 @@
 // (names, addresses, devices, files) live in config_checks.cc.
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <utility>
@@ -39,8 +43,8 @@ struct Entry {
 using Fields = std::map<std::string, Entry, std::less<>>;
 
 const std::vector<absl::string_view> kTopKeys = {
-    "site", "listen", "peers",     "data_dir", "devices",
-    "tls",  "auth",   "log_level", "links",    "memory_limit_mb"};
+    "site", "listen",   "peers", "data_dir",  "data_roots", "devices",
+    "tls",  "insecure", "auth",  "log_level", "links",      "memory_limit_mb"};
 const std::vector<absl::string_view> kListenKeys = {"peer", "control", "status"};
 const std::vector<absl::string_view> kPeerKeys = {"name", "address"};
 const std::vector<absl::string_view> kTlsKeys = {"ca", "cert", "key"};
@@ -178,8 +182,41 @@ class Walker {
     if (auto it = top.find("devices"); it != top.end()) {
       RETURN_IF_ERROR(ParseDevices(it->second, &config));
     }
+    if (auto it = top.find("data_roots"); it != top.end() && !it->second.value.IsNull()) {
+      ASSIGN_OR_RETURN(std::vector<Entry> items, ListItems(it->second, "data_roots"));
+      for (size_t i = 0; i < items.size(); ++i) {
+        const std::string path = absl::StrCat("data_roots[", i, "]");
+        ASSIGN_OR_RETURN(std::string root, String(items[i], path));
+        if (root.empty()) return Error(items[i], path, "empty path");
+        config.data_roots.push_back(ResolvePath(base_dir_, root));
+      }
+    }
+    if (config.data_roots.empty()) config.data_roots.push_back(config.data_dir);
     if (auto it = top.find("tls"); it != top.end()) {
       RETURN_IF_ERROR(ParseTls(it->second, &config));
+    }
+    if (auto it = top.find("insecure"); it != top.end()) {
+      ASSIGN_OR_RETURN(std::string text, Scalar(it->second, "insecure", "true or false"));
+      if (text != "true" && text != "false") {
+        return Error(it->second, "insecure",
+                     absl::StrCat("expected true or false, got '", text, "'"));
+      }
+      config.insecure = text == "true";
+    }
+    if (!config.tls && !config.insecure) {
+      const Entry& listen = top.at("listen");
+      ASSIGN_OR_RETURN(Fields fields, MapFields(listen, "listen", kListenKeys));
+      for (absl::string_view key : {"peer", "control"}) {
+        const std::string& address = key == "peer" ? config.peer_listen : config.control_listen;
+        StatusOr<HostPort> hp = ParseHostPort(address, true);
+        if (hp.ok() && !IsLoopbackHost(hp->host)) {
+          return Error(fields.at(std::string(key)), Join("listen", key),
+                       absl::StrCat("'", address,
+                                    "' is not a loopback address, and without tls: anyone who "
+                                    "reaches it could pose as a peer or read the token; "
+                                    "configure tls:, listen on 127.0.0.1, or set insecure: true"));
+        }
+      }
     }
     if (top.find("auth") == top.end()) {
       return Error(root.value.Mark(), "auth", "missing required key");
@@ -302,6 +339,8 @@ class Walker {
       RETURN_IF_ERROR(
           Check(CheckReadableFile(*out), fields.at(std::string(key)), Join("tls", key)));
     }
+    RETURN_IF_ERROR(
+        Check(CheckPrivateFile(tls.key_file, "private key"), fields.at("key"), "tls.key"));
     config->tls = std::move(tls);
     return absl::OkStatus();
   }
@@ -369,11 +408,44 @@ StatusOr<SiteConfig> LoadSiteConfig(const std::string& path) {
   return ParseSiteConfig(text, path, std::filesystem::path(path).parent_path().string());
 }
 
+Status CheckPrivateFile(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", what, " '", path, "'"));
+  }
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    return absl::PermissionDeniedError(absl::StrCat(what, " '", path, "' has mode ", mode,
+                                                    ": group and others may not read it "
+                                                    "(chmod 600 '",
+                                                    path, "')"));
+  }
+  return absl::OkStatus();
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a{};
+  return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
 StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  RETURN_IF_ERROR(CheckPrivateFile(path, "token file"));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' holds ", st.st_size,
+                                                   " bytes; a token is one line of at most 4 KiB"));
+  }
   ASSIGN_OR_RETURN(std::string contents, ReadFileToString(path, "token file"));
   absl::string_view token = absl::StripAsciiWhitespace(contents);
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));
+  }
+  if (token.size() < kMinTokenBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token file '", path, "' holds a ", token.size(), "-byte token; use at least ",
+                     kMinTokenBytes, " (for example: head -c 24 /dev/urandom | base64)"));
   }
   for (char c : token) {
     if (c < 0x20 || c > 0x7e) {

@@ -48,7 +48,13 @@ struct SiteConfig {
   // Each "cpu", "cpu:N" or "cuda:N". Several GPUs (or CPU replicas) train the site's fragment
   // data parallel: each microbatch split between them, gradients all-reduced (NCCL on GPUs).
   std::vector<std::string> devices = {"cpu"};
-  std::optional<TlsConfig> tls;    // absent: plaintext
+  // Where job data and init_from checkpoints may be read from (absolute, resolved like
+  // data_dir); default: just data_dir. A job naming a file outside them is refused.
+  std::vector<std::string> data_roots;
+  std::optional<TlsConfig> tls;  // absent: plaintext
+  // Plaintext (no tls:) on a non-loopback peer or control address is refused unless this is
+  // set; then the daemon warns at start and in /status. Nothing authenticates peers then.
+  bool insecure = false;
   std::string token_file;          // absolute; existed and was non-empty at load
   std::string log_level = "info";  // trace|debug|info|warn|error
   int64_t memory_limit_bytes = 0;  // memory_limit_mb: what job stages may allocate (0: no limit)
@@ -68,9 +74,19 @@ StatusOr<SiteConfig> ParseSiteConfig(const std::string& yaml_text, const std::st
 StatusOr<SiteConfig> LoadSiteConfig(const std::string& path);
 
 // Reads the bearer token from `path`: its contents with surrounding whitespace trimmed.
-// Errors (naming the path): the file cannot be read (errno-derived code), is empty
-// (InvalidArgument), or holds control or non-ASCII characters, which cannot travel in
-// gRPC metadata (InvalidArgument).
+// Errors (naming the path): the file cannot be read (errno-derived code), is readable by
+// group or others (PermissionDenied: chmod 600), is larger than 4 KiB, holds fewer than 16
+// bytes of token, or holds control or non-ASCII characters, which cannot travel in gRPC
+// metadata (InvalidArgument).
+inline constexpr size_t kMinTokenBytes = 16;
 StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+// OK if the secret file at `path` (a token or a private key) is not readable or writable by
+// group or others; PermissionDenied naming the path, its mode and the fix otherwise.
+Status CheckPrivateFile(const std::string& path, const std::string& what);
+
+// Whether `host` (as ParseHostPort gives it) is a loopback address: 127.0.0.0/8, ::1 or
+// "localhost".
+bool IsLoopbackHost(const std::string& host);
 
 }  // namespace longhaul::daemon

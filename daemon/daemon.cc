@@ -78,6 +78,12 @@ Status Daemon::StartAll() {
   if (options_.token.empty()) {
     ASSIGN_OR_RETURN(options_.token, ReadTokenFile(config_.token_file));
   }
+  if (config_.insecure && !config_.tls) {
+    log_->warn(
+        "insecure: true and no tls: peers are not authenticated and the control token travels "
+        "in plaintext; anyone who reaches {} or {} can pose as a peer site",
+        config_.peer_listen, config_.control_listen);
+  }
   monitor_ = std::make_unique<LinkMonitor>(config_.site);
   std::set<std::string> peer_names;
   for (const auto& p : config_.peers) {
@@ -88,6 +94,7 @@ Status Daemon::StartAll() {
   JobHostOptions jo;
   jo.site = config_.site;
   jo.data_dir = config_.data_dir;
+  jo.data_roots = config_.data_roots;
   jo.tls = config_.tls;
   for (const auto& p : config_.peers) jo.peers[p.name] = p.address;
   jo.memory_limit_bytes = config_.memory_limit_bytes;
@@ -108,6 +115,11 @@ Status Daemon::StartAll() {
     b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port must fail, not share
     b.AddListeningPort(config_.peer_listen, creds, &peer_port_);
     b.SetMaxReceiveMessageSize(64 << 20);
+    // Bounds on what peers can hold open: streams per connection and serving threads.
+    b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+    grpc::ResourceQuota quota("longhauld-peer");
+    quota.SetMaxThreads(1024);
+    b.SetResourceQuota(quota);
     // Wide-area links have large bandwidth-delay products (1 Gbit/s x 100 ms = 12.5 MB):
     // let HTTP/2 flow control open windows that large instead of throttling the sender.
     b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);

@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "common/version.h"
 #include "daemon/config.h"
@@ -82,6 +85,15 @@ int main(int argc, char** argv) {
   sd_notify(0, "STOPPING=1\nSTATUS=stopping");
   std::cerr << "longhauld: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
             << ": finishing in-flight requests\n";
+  // Shutdown always ends within the grace period and a few seconds more: a stage blocked on
+  // a peer that does not answer must not keep the daemon alive. Checkpoints and job records
+  // are written atomically, so exiting then loses nothing committed.
+  std::thread([grace] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace + 5));
+    static const char msg[] = "longhauld: shutdown did not finish in time; exiting\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    std::_Exit(0);
+  }).detach();
   (*daemon)->Shutdown(grace);
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -89,6 +90,49 @@ grpc::Status AuthorizePeerCall(const grpc::ServerContext& context, bool tls,
   return grpc::Status(
       grpc::StatusCode::PERMISSION_DENIED,
       "certificate names [" + got + "], but the caller claims to be site '" + claimed_site + "'");
+}
+
+StatusOr<std::string> PeerCaller(const grpc::ServerContext& context, bool tls,
+                                 const std::set<std::string>& peers,
+                                 const std::string& claimed_site) {
+  if (!tls) {
+    if (claimed_site.empty()) {
+      return absl::UnauthenticatedError("the call names no calling site (from_site is empty)");
+    }
+    if (!peers.count(claimed_site)) {
+      return absl::PermissionDeniedError("site '" + claimed_site.substr(0, 64) +
+                                         "' is not a configured peer of this site");
+    }
+    return claimed_site;
+  }
+  auto auth = context.auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) {
+    return absl::UnauthenticatedError("no verified client certificate");
+  }
+  std::vector<std::string> names, configured;
+  for (const char* property : {"x509_subject_alternative_name", "x509_common_name"}) {
+    for (const auto& v : auth->FindPropertyValues(property)) {
+      std::string n(v.data(), v.size());
+      if (peers.count(n) && std::find(configured.begin(), configured.end(), n) == configured.end())
+        configured.push_back(n);
+      names.push_back(std::move(n));
+    }
+  }
+  std::string got;
+  for (const auto& n : names) got += (got.empty() ? "" : ",") + n.substr(0, 64);
+  if (!claimed_site.empty()) {
+    for (const auto& n : configured) {
+      if (n == claimed_site) return n;
+    }
+    return absl::PermissionDeniedError("certificate names [" + got +
+                                       "], but the caller claims to be site '" +
+                                       claimed_site.substr(0, 64) + "'");
+  }
+  if (configured.size() == 1) return configured[0];
+  return absl::PermissionDeniedError(
+      configured.empty() ? "the caller's certificate names no configured peer ([" + got + "])"
+                         : "the caller's certificate names several configured peers ([" + got +
+                               "]) and the call claims none of them");
 }
 
 grpc::Status AuthorizeAnyPeer(const grpc::ServerContext& context, bool tls,

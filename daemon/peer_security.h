@@ -29,6 +29,17 @@ StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::optional<TlsConf
                                                      const std::string& peer,
                                                      const std::string& address);
 
+// The site that made a Peer RPC. With TLS it is the configured peer that the caller's
+// verified certificate names, never a field of the message: `claimed_site` (the message's
+// from_site, coordinator, ...) must be that name when it is set. Without TLS there is no
+// proof of identity (plaintext is for loopback, or for configs that say `insecure: true`):
+// the claimed name is taken if it is a configured peer. Errors: UNAUTHENTICATED (no verified
+// certificate, no claim without TLS), PERMISSION_DENIED (not a configured peer, or the claim
+// differs from the certificate), each naming what it saw.
+StatusOr<std::string> PeerCaller(const grpc::ServerContext& context, bool tls,
+                                 const std::set<std::string>& peers,
+                                 const std::string& claimed_site);
+
 // OK if the caller of a Peer RPC may act as `claimed_site`: a configured peer and, with TLS,
 // the name in its certificate. Otherwise PERMISSION_DENIED / UNAUTHENTICATED naming why.
 grpc::Status AuthorizePeerCall(const grpc::ServerContext& context, bool tls,

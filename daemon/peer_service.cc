@@ -16,6 +16,16 @@ PeerServiceImpl::PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monito
                                  std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)), monitor_(monitor), jobs_(jobs), log_(std::move(log)) {}
 
+namespace {
+
+// Bytes in one chunk's payload (senders use 1 MiB or less; gRPC refuses messages over 64 MiB).
+constexpr uint64_t kMaxChunkBytes = 8 << 20;
+// A probe's length: more than a link config may ask for (probe_bytes <= 1 GiB).
+constexpr uint64_t kMaxProbeBytes = uint64_t{2} << 30;
+constexpr size_t kMaxProbeChunks = 1 << 20;
+
+}  // namespace
+
 grpc::Status PeerServiceImpl::Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                                     v1::HelloResponse* response) {
   response->set_protocol_version(options_.protocol_version);
@@ -92,6 +102,11 @@ grpc::Status PeerServiceImpl::Probe(grpc::ServerContext* context,
       response->set_probe_id(chunk.probe_id());
     }
     bytes += chunk.filler().size();
+    if (bytes > kMaxProbeBytes || arrivals.size() >= kMaxProbeChunks) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "probe longer than " + std::to_string(kMaxProbeBytes) + " bytes or " +
+                              std::to_string(kMaxProbeChunks) + " chunks");
+    }
     arrivals.emplace_back(now, bytes);
   }
   response->set_bytes_received(bytes);
@@ -107,13 +122,6 @@ grpc::Status PeerServiceImpl::Probe(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-namespace {
-
-// Tensors larger than this are refused before anything is allocated.
-constexpr uint64_t kMaxTensorBytes = uint64_t{2} << 30;
-
-}  // namespace
-
 grpc::Status PeerServiceImpl::SendFrames(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::TensorFrame>* reader,
                                          v1::FrameAck* response) {
@@ -121,28 +129,45 @@ grpc::Status PeerServiceImpl::SendFrames(grpc::ServerContext* context,
   std::vector<uint8_t> payload;
   uint32_t expected_chunk = 0;
   uint64_t frames = 0, bytes = 0;
+  std::string caller;
+  bool in_tensor = false;
   while (reader->Read(&frame)) {
     ++frames;
     bytes += frame.payload().size();
-    if (frame.chunk_index() == 0) {
-      grpc::Status auth =
-          AuthorizePeerCall(*context, options_.tls, options_.peers, frame.from_site());
-      if (!auth.ok()) return auth;
-      if (frame.encoded_size() > kMaxTensorBytes || frame.chunk_count() == 0) {
+    if (frame.payload().size() > kMaxChunkBytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "tensor frame: chunk of " + std::to_string(frame.payload().size()) +
+                              " bytes, at most " + std::to_string(kMaxChunkBytes));
+    }
+    if (!in_tensor) {
+      // The first chunk of a tensor: who sends it, and may it send this tensor here? All of
+      // it is checked before a byte of payload is buffered.
+      if (frame.chunk_index() != 0) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "tensor frame: encoded size " + std::to_string(frame.encoded_size()) +
-                                " or chunk count " + std::to_string(frame.chunk_count()) +
-                                " out of range");
+                            "tensor frame out of sequence (chunk " +
+                                std::to_string(frame.chunk_index()) + ", expected 0)");
+      }
+      auto who = PeerCaller(*context, options_.tls, options_.peers, frame.from_site());
+      if (!who.ok()) return ToGrpc(who.status());
+      if (!caller.empty() && *who != caller) {
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "one stream, two sending sites");
+      }
+      caller = *who;
+      const absl::Status s = jobs_->CheckIncoming(frame, caller);
+      if (!s.ok()) {
+        log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
+        return ToGrpc(s);
       }
       first = frame;
       first.clear_payload();
       payload.clear();
       payload.reserve(frame.encoded_size());
       expected_chunk = 0;
+      in_tensor = true;
     }
     if (frame.chunk_index() != expected_chunk || frame.job_id() != first.job_id() ||
         frame.chunk_offset() != payload.size() ||
-        payload.size() + frame.payload().size() > first.encoded_size()) {
+        frame.payload().size() > first.encoded_size() - payload.size()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "tensor frame out of sequence (chunk " +
                               std::to_string(frame.chunk_index()) + ", expected " +
@@ -151,14 +176,15 @@ grpc::Status PeerServiceImpl::SendFrames(grpc::ServerContext* context,
     payload.insert(payload.end(), frame.payload().begin(), frame.payload().end());
     ++expected_chunk;
     if (expected_chunk == first.chunk_count()) {
+      in_tensor = false;
       if (payload.size() != first.encoded_size() ||
           XXH64(payload.data(), payload.size(), 0) != first.checksum()) {
         return grpc::Status(grpc::StatusCode::DATA_LOSS,
                             "tensor frame checksum or size mismatch (job " + first.job_id() + ")");
       }
-      const absl::Status s = jobs_->Deliver(first, std::move(payload));
+      const absl::Status s = jobs_->Deliver(first, std::move(payload), caller);
       if (!s.ok()) {
-        log_->warn("refused a tensor from {}: {}", first.from_site(), std::string(s.message()));
+        log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
         return ToGrpc(s);
       }
       payload = {};
@@ -172,11 +198,10 @@ grpc::Status PeerServiceImpl::SendFrames(grpc::ServerContext* context,
 grpc::Status PeerServiceImpl::AssignStage(grpc::ServerContext* context,
                                           const v1::StageAssignment* request,
                                           v1::AssignResponse* response) {
-  grpc::Status auth =
-      AuthorizePeerCall(*context, options_.tls, options_.peers, request->coordinator());
-  if (!auth.ok()) return auth;
-  auto r = jobs_->AssignStage(*request);
-  if (!r.ok()) return ToGrpc(r.status());
+  auto caller = PeerCaller(*context, options_.tls, options_.peers, request->coordinator());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  auto r = jobs_->AssignStage(*request, *caller);
+  if (!r.ok()) return Refused("AssignStage", *caller, r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -184,10 +209,10 @@ grpc::Status PeerServiceImpl::AssignStage(grpc::ServerContext* context,
 grpc::Status PeerServiceImpl::ReportStep(grpc::ServerContext* context,
                                          const v1::StepReport* request,
                                          v1::StepDecision* response) {
-  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
-  if (!auth.ok()) return auth;
-  auto r = jobs_->ReportStep(*request);
-  if (!r.ok()) return ToGrpc(r.status());
+  auto caller = PeerCaller(*context, options_.tls, options_.peers, request->from_site());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  auto r = jobs_->ReportStep(*request, *caller);
+  if (!r.ok()) return Refused("ReportStep", *caller, r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -195,10 +220,10 @@ grpc::Status PeerServiceImpl::ReportStep(grpc::ServerContext* context,
 grpc::Status PeerServiceImpl::ControlJob(grpc::ServerContext* context,
                                          const v1::JobCommand* request,
                                          v1::JobCommandResponse* response) {
-  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
-  if (!auth.ok()) return auth;
-  auto r = jobs_->ControlJob(*request);
-  if (!r.ok()) return ToGrpc(r.status());
+  auto caller = PeerCaller(*context, options_.tls, options_.peers, request->from_site());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  auto r = jobs_->ControlJob(*request, *caller);
+  if (!r.ok()) return Refused("ControlJob", *caller, r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -206,10 +231,10 @@ grpc::Status PeerServiceImpl::ControlJob(grpc::ServerContext* context,
 grpc::Status PeerServiceImpl::ProfileSite(grpc::ServerContext* context,
                                           const v1::ProfileSiteRequest* request,
                                           v1::SiteProfileReply* response) {
-  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
-  if (!auth.ok()) return auth;
-  auto r = jobs_->ProfileSite(*request);
-  if (!r.ok()) return ToGrpc(r.status());
+  auto caller = PeerCaller(*context, options_.tls, options_.peers, request->from_site());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  auto r = jobs_->ProfileSite(*request, *caller);
+  if (!r.ok()) return Refused("ProfileSite", *caller, r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -217,12 +242,24 @@ grpc::Status PeerServiceImpl::ProfileSite(grpc::ServerContext* context,
 grpc::Status PeerServiceImpl::FetchFragment(grpc::ServerContext* context,
                                             const v1::FetchFragmentRequest* request,
                                             grpc::ServerWriter<v1::TensorFrame>* writer) {
-  grpc::Status auth = AuthorizeAnyPeer(*context, options_.tls, options_.peers);
-  if (!auth.ok()) return auth;
-  return ToGrpc(jobs_->FetchFragment(*request, [&](const v1::TensorFrame& f) -> absl::Status {
-    if (!writer->Write(f)) return absl::CancelledError("the caller went away");
-    return absl::OkStatus();
-  }));
+  auto caller = PeerCaller(*context, options_.tls, options_.peers, request->from_site());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  const absl::Status s =
+      jobs_->FetchFragment(*request, *caller, [&](const v1::TensorFrame& f) -> absl::Status {
+        if (!writer->Write(f)) return absl::CancelledError("the caller went away");
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return Refused("FetchFragment", *caller, s);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerServiceImpl::Refused(const char* call, const std::string& caller,
+                                      const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kPermissionDenied ||
+      s.code() == absl::StatusCode::kInvalidArgument) {
+    log_->warn("refused {} from site '{}': {}", call, caller, std::string(s.message()));
+  }
+  return ToGrpc(s);
 }
 
 }  // namespace longhaul::daemon

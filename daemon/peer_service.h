@@ -1,6 +1,8 @@
 // The Peer gRPC service: what a daemon answers to other daemons. Hello checks protocol
 // version and both site names; Heartbeat measures RTT (on the caller's side) and swaps link
 // estimates; Probe times the arrival of filler bytes so the caller learns its link's rate.
+// The job calls establish the calling site (PeerCaller: with TLS its certificate's name) and
+// hand it to the JobHost, which authorizes the call for the job it names (docs/SECURITY.md).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -48,6 +50,10 @@ class PeerServiceImpl final : public v1::Peer::Service {
                            v1::SiteProfileReply* response) override;
 
  private:
+  // The gRPC status of a refused call; refusals that point at a wrong or hostile peer
+  // (permission, invalid input) are logged with the caller.
+  grpc::Status Refused(const char* call, const std::string& caller, const absl::Status& s);
+
   const PeerServiceOptions options_;
   LinkMonitor* const monitor_;
   JobHost* const jobs_;

@@ -25,22 +25,16 @@ trap cleanup EXIT
 sites=(alpha beta gamma)
 declare -A rate=([alpha-beta]=200mbit [beta-alpha]=200mbit [beta-gamma]=25mbit
                  [gamma-beta]=25mbit [alpha-gamma]=25mbit [gamma-alpha]=25mbit)
-# Free ports, all taken at once (sockets held open together), so none is handed out twice.
-ports() {
-  /usr/bin/python3 -c '
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))' "$1"
-}
+# Free ports, all taken at once (tools/free_ports.py: below the ephemeral range, none twice).
 declare -A P
-read -r -a free <<<"$(ports 15)"
+read -r -a free <<<"$(/usr/bin/python3 tools/free_ports.py 15)"
 i=0
 for s in "${sites[@]}"; do for k in peer control status; do P[$s.$k]=${free[$i]}; i=$((i + 1)); done; done
 for pair in "${!rate[@]}"; do P[link.$pair]=${free[$i]}; i=$((i + 1)); done
 
 tools/make-certs.sh "$work/certs" "${sites[@]}" 2>/dev/null
 head -c 24 /dev/urandom | base64 >"$work/token"
+chmod 600 "$work/token"
 for s in "${sites[@]}"; do
   {
     echo "site: $s"

@@ -38,4 +38,5 @@ for site in "$@"; do
   rm -f "$out/$site.csr" "$out/$site.ext"
 done
 chmod 644 "$out"/*.pem
+chmod 600 "$out"/*.key
 echo "make-certs: wrote CA and certificates for: $* in $out" >&2

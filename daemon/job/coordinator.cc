@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_join.h"
 #include "compression/controller.h"
+#include "daemon/job/fragment_chunks.h"
+#include "daemon/job/job_checks.h"
 #include "daemon/job/site_profile.h"
 #include "model/checkpoint.h"
 #include "model/file_io.h"
@@ -564,8 +566,17 @@ void Coordinator::Replan() {
   }
 }
 
-StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep) {
+StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
+                                                 const std::string& caller) {
   std::unique_lock<std::mutex> lock(mu_);
+  // Only the site that runs a stage reports for it, within the job's steps.
+  RETURN_IF_ERROR(CheckStepReport(rep, record_.stages_size(), record_.total_steps()));
+  if (record_.stages(rep.stage()).site() != caller) {
+    return absl::PermissionDeniedError("site '" + caller + "' may not report for stage " +
+                                       std::to_string(rep.stage()) + " of job " + record_.job_id() +
+                                       " (site '" + record_.stages(rep.stage()).site() +
+                                       "' runs it)");
+  }
   v1::StepDecision stop;
   stop.set_stop(true);
   if (rep.attempt() != record_.attempt() || Terminal(record_.state())) {
@@ -693,7 +704,8 @@ Status Coordinator::Export(
   std::vector<float> params(model::NumParameters(config));
   for (const auto& st : r.stages()) {
     model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
-    std::vector<float> flat(layout.total());
+    FragmentArray flat;
+    flat.values.resize(layout.total());
     SiteChannel* c = env_.channel(st.site());
     if (!c) return absl::NotFoundError("unknown site " + st.site());
     v1::FetchFragmentRequest req;
@@ -701,22 +713,12 @@ Status Coordinator::Export(
     req.set_step(r.committed_step());
     req.set_layer_begin(st.layer_begin());
     req.set_layer_end(st.layer_end());
-    uint64_t got = 0;
     RETURN_IF_ERROR(c->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
       if (f.kind() != v1::TENSOR_KIND_PARAMETERS) return absl::OkStatus();
-      const uint64_t off = f.chunk_offset(), n = f.payload().size();
-      if (off % 4 || n % 4 || off + n > flat.size() * sizeof(float)) {
-        return absl::DataLossError("fragment from " + st.site() + ": chunk out of range");
-      }
-      std::memcpy(reinterpret_cast<char*>(flat.data()) + off, f.payload().data(), n);
-      got += n;
-      return absl::OkStatus();
+      return PlaceChunk(f, &flat, st.site());
     }));
-    if (got != flat.size() * sizeof(float)) {
-      return absl::DataLossError("fragment from " + st.site() + ": got " + std::to_string(got) +
-                                 " bytes, expected " + std::to_string(flat.size() * 4));
-    }
-    layout.InsertIntoModel(flat.data(), params.data());
+    RETURN_IF_ERROR(CheckComplete(flat, st.site(), "parameters"));
+    layout.InsertIntoModel(flat.values.data(), params.data());
   }
   const std::string path = env_.job_dir + "/export.bin";
   RETURN_IF_ERROR(model::WriteCheckpoint(path, config, params.data()));

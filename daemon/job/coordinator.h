@@ -43,7 +43,8 @@ class Coordinator {
   ~Coordinator();
 
   // The barrier: blocks until every stage reported this step (or the attempt ends).
-  StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report);
+  // `caller` must be the site that runs report.stage (PermissionDenied otherwise).
+  StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report, const std::string& caller);
   v1::JobStatus GetStatus(uint32_t max_losses) const;
   StatusOr<v1::JobState> Cancel();
   // Streams an llm.c checkpoint of the model at the last committed step.

@@ -16,8 +16,35 @@ TensorKey KeyOf(const v1::TensorFrame& frame) {
           frame.tensor_id()};
 }
 
+Status Inbox::CheckKey(const TensorKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckKeyLocked(key);
+}
+
+Status Inbox::CheckKeyLocked(const TensorKey& key) const {
+  if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
+  if (key.attempt < attempt_) {
+    return absl::FailedPreconditionError("stale tensor (" + key.DebugString() +
+                                         "): the job is at attempt " + std::to_string(attempt_));
+  }
+  const bool next_attempt = key.attempt == attempt_ + 1;
+  if ((key.attempt > attempt_ && !next_attempt) ||
+      (key.attempt == attempt_ && key.step > step_ + kStepsAhead)) {
+    return absl::OutOfRangeError("tensor (" + key.DebugString() +
+                                 ") is outside what the stage takes now: attempt " +
+                                 std::to_string(attempt_) + ", steps " + std::to_string(step_) +
+                                 ".." + std::to_string(step_ + kStepsAhead));
+  }
+  return absl::OkStatus();
+}
+
 Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
   std::unique_lock<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CheckKeyLocked(key));
+  if (key.attempt == attempt_ && key.step < step_) {  // a step the stage has passed: a resend
+    ++duplicates_;
+    return absl::OkStatus();
+  }
   const size_t size = tensor.payload.size();
   // A tensor larger than the whole inbox is admitted alone rather than never.
   cv_.wait(lock, [&] {
@@ -58,10 +85,29 @@ StatusOr<ReceivedTensor> Inbox::Take(const TensorKey& key, double timeout_second
   return t;
 }
 
-void Inbox::StartAttempt(uint32_t attempt) {
+void Inbox::AdvanceTo(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (step <= step_) return;
+  step_ = step;
+  for (auto it = tensors_.begin(); it != tensors_.end();) {
+    if (it->first.attempt == attempt_ && it->first.step < step) {
+      bytes_ -= it->second.payload.size();
+      it = tensors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    it = (it->attempt == attempt_ && it->step < step) ? seen_.erase(it) : std::next(it);
+  }
+  cv_.notify_all();
+}
+
+void Inbox::StartAttempt(uint32_t attempt, uint64_t first_step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (attempt <= attempt_ && !(attempt == 0 && attempt_ == 0)) return;
   attempt_ = attempt;
+  step_ = first_step;
   for (auto it = tensors_.begin(); it != tensors_.end();) {
     if (it->first.attempt < attempt) {
       bytes_ -= it->second.payload.size();

@@ -44,15 +44,27 @@ class Inbox {
   explicit Inbox(size_t capacity_bytes) : capacity_(capacity_bytes) {}
 
   // Files a whole tensor. Blocks while the inbox is over capacity, until space frees up,
-  // the attempt is superseded or the inbox is closed. A key seen before is dropped (OK).
+  // the attempt is superseded or the inbox is closed. A key seen before is dropped (OK); a
+  // key CheckKey refuses is refused.
   Status Put(const TensorKey& key, ReceivedTensor tensor);
 
   // Waits for `key`. Fails when the inbox is closed or the key's attempt is superseded, or
   // when `timeout_seconds` pass (DEADLINE_EXCEEDED).
   StatusOr<ReceivedTensor> Take(const TensorKey& key, double timeout_seconds);
 
-  // Drops everything of attempts before `attempt` and refuses them from now on.
-  void StartAttempt(uint32_t attempt);
+  // Whether a tensor with `key` may be filed now: FailedPrecondition for an attempt before
+  // the current one, OutOfRange for one after the next attempt or, in the current attempt,
+  // for a step more than kStepsAhead beyond the step the stage is at (an honest neighbour is
+  // at most one step ahead: the step barrier). A step the stage has passed is a resend, taken
+  // and dropped. So nothing can sit in the inbox that the stage will never take.
+  Status CheckKey(const TensorKey& key) const;
+  static constexpr uint64_t kStepsAhead = 2;
+
+  // Drops everything of attempts before `attempt` and refuses them from now on; the stage
+  // starts at `first_step`.
+  void StartAttempt(uint32_t attempt, uint64_t first_step = 0);
+  // The stage runs `step` now: tensors of earlier steps are dropped and refused.
+  void AdvanceTo(uint64_t step);
   // Wakes every waiter with an error; later Puts and Takes fail.
   void Close(const std::string& reason);
 
@@ -60,6 +72,8 @@ class Inbox {
   uint64_t duplicates() const;
 
  private:
+  Status CheckKeyLocked(const TensorKey& key) const;
+
   const size_t capacity_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -67,6 +81,7 @@ class Inbox {
   std::set<TensorKey> seen_;  // every key ever filed in the current attempt
   size_t bytes_ = 0;
   uint32_t attempt_ = 0;
+  uint64_t step_ = 0;  // the step the stage is at, in attempt_
   bool closed_ = false;
   std::string close_reason_;
   uint64_t duplicates_ = 0;

@@ -5,6 +5,8 @@
 #include <random>
 #include <sstream>
 
+#include "daemon/job/job_checks.h"
+#include "daemon/job/job_paths.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/peer_security.h"
@@ -19,42 +21,26 @@ class LocalSiteChannel final : public SiteChannel {
   LocalSiteChannel(std::string site, JobHost* host) : site_(std::move(site)), host_(host) {}
   const std::string& site() const override { return site_; }
   StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, double) override {
-    return host_->AssignStage(a);
+    return host_->AssignStage(a, site_);
   }
   StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, double) override {
-    return host_->ControlJob(c);
+    return host_->ControlJob(c, site_);
   }
   StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, double) override {
-    return host_->ReportStep(r);
+    return host_->ReportStep(r, site_);
   }
   Status FetchFragment(const v1::FetchFragmentRequest& req,
                        const std::function<Status(const v1::TensorFrame&)>& sink) override {
-    return host_->FetchFragment(req, sink);
+    return host_->FetchFragment(req, site_, sink);
   }
   StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req, double) override {
-    return host_->ProfileSite(req);
+    return host_->ProfileSite(req, site_);
   }
 
  private:
   std::string site_;
   JobHost* host_;
 };
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-StatusOr<v1::StageAssignment> ReadAssignment(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("no stage assignment at " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  v1::StageAssignment a;
-  if (!a.ParseFromString(ss.str())) return absl::DataLossError(path + ": malformed");
-  return a;
-}
 
 }  // namespace
 
@@ -66,7 +52,7 @@ JobHost::JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<s
   channels_[options_.site] = std::make_unique<LocalSiteChannel>(options_.site, this);
   for (const auto& [name, address] : options_.peers) {
     auto ch = PeerChannel(options_.tls, name, address);
-    if (ch.ok()) channels_[name] = MakeRemoteSiteChannel(name, *ch);
+    if (ch.ok()) channels_[name] = MakeRemoteSiteChannel(options_.site, name, *ch);
   }
 }
 
@@ -84,13 +70,37 @@ void JobHost::Shutdown() {
   }
   for (auto& [id, s] : stages) {
     s->inbox->Close("daemon shutting down");
-    if (s->runner) s->runner->Stop();
+    StopRunner(s.get());
   }
   for (auto& [id, c] : coordinators) c->Shutdown();
 }
 
+// REQUIRES: job_id passed CheckJobId (job_checks.h), so the directory stays in data_dir.
 std::string JobHost::JobDir(const std::string& job_id) const {
   return options_.data_dir + "/jobs/" + job_id;
+}
+
+std::shared_ptr<JobHost::Stage> JobHost::FindStage(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = stages_.find(job_id);
+  return it == stages_.end() ? nullptr : it->second;
+}
+
+void JobHost::StopRunner(Stage* stage) {
+  std::shared_ptr<StageRunner> runner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runner.swap(stage->runner);
+  }
+  if (runner) runner->Stop();
+}
+
+StatusOr<JobSpec> JobHost::ParseJob(const std::string& yaml, const std::string& source) {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml, source, options_.data_dir));
+  std::vector<std::string> roots = options_.data_roots;
+  if (roots.empty()) roots.push_back(options_.data_dir);
+  RETURN_IF_ERROR(CheckJobPaths(spec, roots, options_.site));
+  return spec;
 }
 
 SiteChannel* JobHost::Channel(const std::string& site) {
@@ -142,10 +152,14 @@ std::vector<v1::LinkUsage> JobHost::LocalLinkUsage() {
     for (const auto& [id, st] : stages_) stages.emplace_back(id, st);
   }
   std::vector<v1::LinkUsage> out;
-  std::lock_guard<std::mutex> assign_lock(assign_mu_);  // runners are not swapped meanwhile
   for (const auto& [id, st] : stages) {
-    if (!st->runner) continue;
-    for (const OutboundUsage& o : st->runner->status().outbound) {
+    std::shared_ptr<StageRunner> runner;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      runner = st->runner;
+    }
+    if (!runner) continue;
+    for (const OutboundUsage& o : runner->status().outbound) {
       v1::LinkUsage l;
       l.set_job_id(id);
       l.set_from_site(options_.site);
@@ -166,11 +180,20 @@ std::vector<v1::LinkUsage> JobHost::LocalLinkUsage() {
 
 StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& request) {
   const std::string source = request.source().empty() ? "job" : request.source();
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(request.job_yaml(), source, options_.data_dir));
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJob(request.job_yaml(), source));
   std::random_device rd;
   char suffix[16];
   std::snprintf(suffix, sizeof suffix, "%06x", rd() & 0xffffff);
   const std::string id = spec.job.name + "-" + suffix;
+  RETURN_IF_ERROR(CheckJobId(id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (coordinators_.size() >= options_.max_jobs) {
+      return absl::ResourceExhaustedError("site '" + options_.site + "' already coordinates " +
+                                          std::to_string(coordinators_.size()) +
+                                          " jobs, its limit");
+    }
+  }
   CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, JobDir(id),
                      log_};
   ASSIGN_OR_RETURN(auto c, Coordinator::Submit(env, std::move(spec), id));
@@ -179,33 +202,6 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
   v1::SubmitJobResponse r;
   r.set_job_id(id);
   r.set_coordinator(options_.site);
-  return r;
-}
-
-StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest& req) {
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(req.job_yaml(), "job", options_.data_dir));
-  std::vector<std::string> peers;
-  for (const auto& [name, address] : options_.peers) peers.push_back(name);
-  bool busy = false;
-  {
-    std::lock_guard<std::mutex> assign_lock(assign_mu_);  // runners are not swapped meanwhile
-    std::vector<std::shared_ptr<Stage>> stages;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [id, stage] : stages_) stages.push_back(stage);
-    }
-    for (const auto& stage : stages) {
-      if (stage->runner && stage->runner->status().running) busy = true;
-    }
-  }
-  auto r = profiler_->Profile(spec, throttle_->load(), *monitor_, peers, busy);
-  if (r.ok() && r->calibration_seconds() > 0 && log_) {
-    log_->info(
-        "calibrated {} for {}x{} tokens per microbatch at C={}: {:.2f} ms per layer "
-        "(forward + backward), {:.1f} GFLOP/s",
-        r->backend(), spec.job.microbatch_size, spec.job.seq_len, spec.job.model.channels,
-        1e3 * r->seconds_per_layer(), r->flops() / 1e9);
-  }
   return r;
 }
 
@@ -250,236 +246,6 @@ Status JobHost::Export(const std::string& job_id,
     c = it->second.get();
   }
   return c->Export(sink);
-}
-
-StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a) {
-  std::lock_guard<std::mutex> assign_lock(assign_mu_);
-  const std::string& id = a.job_id();
-  if (a.stage() >= static_cast<uint32_t>(a.stages_size()) ||
-      a.stages(a.stage()).site() != options_.site) {
-    return absl::InvalidArgumentError("job " + id + ": stage " + std::to_string(a.stage()) +
-                                      " is not assigned to site '" + options_.site + "'");
-  }
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(a.job_yaml(), "job " + id, options_.data_dir));
-  std::shared_ptr<Stage> stage;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return absl::UnavailableError("site is shutting down");
-    auto& slot = stages_[id];
-    if (!slot) {
-      slot = std::make_shared<Stage>();
-      slot->inbox = std::make_unique<Inbox>(options_.inbox_capacity_bytes);
-    }
-    stage = slot;
-  }
-  if (stage->runner) {  // a previous attempt: stop it first
-    stage->runner->Stop();
-    stage->runner.reset();
-  }
-  stage->inbox->StartAttempt(a.attempt());
-  stage->cancelled = false;
-  stage->assignment = a;
-  stage->B = spec.job.microbatch_size;
-  stage->T = spec.job.seq_len;
-  stage->C = spec.job.model.channels;
-  stage->Vp = spec.job.model.padded_vocab_size;
-
-  StageRunnerContext ctx;
-  ctx.site = options_.site;
-  ctx.assignment = a;
-  ctx.spec = std::move(spec);
-  ctx.job_dir = JobDir(id);
-  ctx.inbox = stage->inbox.get();
-  ctx.coordinator = Channel(a.coordinator());
-  if (!ctx.coordinator) {
-    return absl::NotFoundError("job " + id + ": coordinator '" + a.coordinator() +
-                               "' is not a peer of site '" + options_.site + "'");
-  }
-  const int i = static_cast<int>(a.stage()), n = a.stages_size();
-  if (i > 0) ctx.to_prev = MakeSender(a.stages(i - 1).site());
-  if (i + 1 < n) ctx.to_next = MakeSender(a.stages(i + 1).site());
-  if (n > 1 && (i == 0 || i == n - 1))
-    ctx.to_tied = MakeSender(a.stages(i == 0 ? n - 1 : 0).site());
-  if ((i > 0 && !ctx.to_prev) || (i + 1 < n && !ctx.to_next) ||
-      (n > 1 && (i == 0 || i == n - 1) && !ctx.to_tied)) {
-    return absl::FailedPreconditionError(
-        "job " + id + ": site '" + options_.site +
-        "' must have every neighbouring stage's site (and, on the first and last stage, each "
-        "other) among its peers");
-  }
-  ctx.backends = SiteBackends(options_.devices, ctx.spec.job.backend);
-  ctx.monitor = monitor_;
-  ctx.log = log_;
-  ctx.throttle = throttle_;
-  ctx.host_device_codecs = options_.host_device_codecs;
-  ctx.channel = [this](const std::string& site) { return Channel(site); };
-  std::error_code ec;
-  std::filesystem::create_directories(ctx.job_dir, ec);
-  ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), options_.memory_limit_bytes));
-  RETURN_IF_ERROR(model::WriteFileAtomically(JobDir(id) + "/stage.pb", a.SerializeAsString()));
-  v1::AssignResponse r;
-  r.set_memory_bytes(runner->memory_bytes());
-  r.set_devices(runner->devices());
-  stage->runner = std::move(runner);
-  stage->runner->Start();
-  log_->info("job {}: running stage {} (layers {}..{}), attempt {}, from step {}", id, i,
-             a.stages(i).layer_begin(), a.stages(i).layer_end(), a.attempt(), a.resume_step());
-  return r;
-}
-
-StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r) {
-  Coordinator* c;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = coordinators_.find(r.job_id());
-    if (it == coordinators_.end()) {
-      return absl::NotFoundError("site '" + options_.site + "' does not coordinate job " +
-                                 r.job_id());
-    }
-    c = it->second.get();
-  }
-  return c->OnReport(r);
-}
-
-StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c) {
-  std::shared_ptr<Stage> stage;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = stages_.find(c.job_id());
-    if (it != stages_.end()) stage = it->second;
-  }
-  v1::JobCommandResponse r;
-  if (!stage) return r;  // nothing here (for a ping: not running)
-  switch (c.kind()) {
-    case v1::JobCommand::KIND_PING: {
-      if (stage->runner) {
-        const StageRunnerStatus s = stage->runner->status();
-        r.set_running(s.running);
-        r.set_finished(s.finished);
-        r.set_error(s.error);
-        r.set_step(s.step);
-        r.set_checkpoint_step(s.checkpoint_step);
-        r.set_attempt(stage->runner->attempt());
-      }
-      return r;
-    }
-    case v1::JobCommand::KIND_STOP_ATTEMPT:
-    case v1::JobCommand::KIND_CANCEL: {
-      std::lock_guard<std::mutex> assign_lock(assign_mu_);
-      if (stage->runner &&
-          (c.kind() == v1::JobCommand::KIND_CANCEL || stage->runner->attempt() <= c.attempt())) {
-        stage->runner->Stop();
-        stage->runner.reset();
-      }
-      if (c.kind() == v1::JobCommand::KIND_CANCEL) {
-        stage->cancelled = true;
-        stage->inbox->Close("job " + c.job_id() + " was cancelled");
-        log_->info("job {}: cancelled; stage stopped", c.job_id());
-      }
-      return r;
-    }
-    default:
-      return absl::InvalidArgumentError("unknown job command");
-  }
-}
-
-Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req,
-                              const std::function<Status(const v1::TensorFrame&)>& sink) {
-  const std::string dir = JobDir(req.job_id());
-  int begin = static_cast<int>(req.layer_begin()), end = static_cast<int>(req.layer_end());
-  if (end == 0) {  // the layers of this site's current assignment
-    ASSIGN_OR_RETURN(v1::StageAssignment a, ReadAssignment(dir + "/stage.pb"));
-    begin = static_cast<int>(a.stages(a.stage()).layer_begin());
-    end = static_cast<int>(a.stages(a.stage()).layer_end());
-  }
-  ASSIGN_OR_RETURN(StageState s,
-                   ReadStageState(StageCheckpointPath(dir, req.step(), begin, end), begin, end));
-  // Streams one float array in 1 MiB chunks.
-  auto send = [&](v1::TensorKind kind, uint32_t id, const std::vector<float>& values) -> Status {
-    const size_t bytes = values.size() * sizeof(float), chunk = 1 << 20;
-    const char* data = reinterpret_cast<const char*>(values.data());
-    size_t off = 0;
-    do {
-      v1::TensorFrame f;
-      f.set_job_id(req.job_id());
-      f.set_step(s.step);
-      f.set_kind(kind);
-      f.set_tensor_id(id);
-      f.add_shape(values.size());
-      f.set_raw_size(bytes);
-      f.set_encoded_size(bytes);
-      f.set_chunk_offset(off);
-      f.set_payload(data + off, std::min(chunk, bytes - off));
-      f.set_from_site(options_.site);
-      RETURN_IF_ERROR(sink(f));
-      off += chunk;
-    } while (off < bytes);
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(send(v1::TENSOR_KIND_PARAMETERS, 0, s.params));
-  if (req.include_state()) {
-    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 1, s.m));
-    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 2, s.v));
-    v1::TensorFrame f;
-    f.set_job_id(req.job_id());
-    f.set_step(s.step);
-    f.set_kind(v1::TENSOR_KIND_LOADER_STATE);
-    f.set_payload(s.loader_state);
-    f.set_from_site(options_.site);
-    RETURN_IF_ERROR(sink(f));
-  }
-  return absl::OkStatus();
-}
-
-Status JobHost::Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload) {
-  std::shared_ptr<Stage> stage;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = stages_.find(first.job_id());
-    if (it != stages_.end()) stage = it->second;
-  }
-  if (!stage) {
-    return absl::NotFoundError("no job '" + first.job_id() + "' runs on site '" + options_.site +
-                               "'");
-  }
-  if (stage->cancelled) {
-    return absl::FailedPreconditionError("job '" + first.job_id() +
-                                         "' was cancelled; late frame dropped");
-  }
-  std::vector<int64_t> expected;
-  switch (first.kind()) {
-    case v1::TENSOR_KIND_ACTIVATION:
-    case v1::TENSOR_KIND_ACTIVATION_GRAD:
-      expected = {stage->B, stage->T, stage->C};
-      break;
-    case v1::TENSOR_KIND_TARGETS:
-      expected = {stage->B, stage->T};
-      break;
-    case v1::TENSOR_KIND_WEIGHT_GRAD:
-      expected = {stage->Vp, stage->C};
-      break;
-    default:
-      return absl::InvalidArgumentError("job " + first.job_id() + ": unexpected tensor kind " +
-                                        v1::TensorKind_Name(first.kind()));
-  }
-  const std::vector<int64_t> shape(first.shape().begin(), first.shape().end());
-  if (shape != expected) {
-    return absl::InvalidArgumentError("job " + first.job_id() + ": " +
-                                      v1::TensorKind_Name(first.kind()) + " from " +
-                                      first.from_site() + " has shape " + ShapeString(shape) +
-                                      ", this stage expects " + ShapeString(expected));
-  }
-  if (first.to_stage() != stage->assignment.stage()) {
-    return absl::InvalidArgumentError("job " + first.job_id() + ": frame for stage " +
-                                      std::to_string(first.to_stage()) + " reached stage " +
-                                      std::to_string(stage->assignment.stage()) + " on '" +
-                                      options_.site + "'");
-  }
-  ReceivedTensor t;
-  t.from_site = first.from_site();
-  t.shape = shape;
-  t.payload = std::move(payload);
-  return stage->inbox->Put(KeyOf(first), std::move(t));
 }
 
 }  // namespace longhaul::daemon

@@ -28,11 +28,13 @@ namespace longhaul::daemon {
 struct JobHostOptions {
   std::string site;
   std::string data_dir;
+  std::vector<std::string> data_roots;  // job files must lie under these (job_paths.h)
   std::optional<TlsConfig> tls;
   std::map<std::string, std::string> peers;    // name -> peer address
   int64_t memory_limit_bytes = 0;              // 0 = no limit
   std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
   size_t inbox_capacity_bytes = 256 << 20;
+  size_t max_jobs = 64;             // stages and coordinated jobs held at once, each
   double throttle_seconds = 0;      // debug knob: slow this site's compute
   bool host_device_codecs = false;  // test seam: see DaemonOptions
 };
@@ -54,16 +56,29 @@ class JobHost {
   Status Export(const std::string& job_id,
                 const std::function<Status(const std::string&, uint64_t)>& sink);
 
-  // ---- Peer API ----
-  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a);
-  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r);
-  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c);
-  Status FetchFragment(const v1::FetchFragmentRequest& req,
+  // ---- Peer API (job_host_peer.cc) ----
+  // `caller` is the site that made the call, as the Peer service established it (with TLS:
+  // its certificate's name; this site's own name for local calls). Each call is authorized
+  // for the job it names (docs/SECURITY.md): only the job's coordinator assigns, stops,
+  // cancels and pings its stages; only the job's stage sites (and its coordinator, for
+  // export) fetch its fragments and report steps; tensors come only from a neighbouring
+  // stage's site. Refusals are PERMISSION_DENIED naming the caller, the job and the role.
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, const std::string& caller);
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, const std::string& caller);
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, const std::string& caller);
+  Status FetchFragment(const v1::FetchFragmentRequest& req, const std::string& caller,
                        const std::function<Status(const v1::TensorFrame&)>& sink);
   // This site's compute, memory and outbound links for a job's shapes (site_profile.h).
-  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req);
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
+                                             const std::string& caller);
+  // Checks the header (`first`, chunk 0) of a tensor about to arrive from `caller`: the job
+  // runs a stage here, the sender is a neighbouring stage's site, the attempt and step are
+  // current, and the shape and encoded size fit what the stage expects. Called before any
+  // payload is buffered, so a wrong peer cannot make this site allocate.
+  Status CheckIncoming(const v1::TensorFrame& first, const std::string& caller);
   // A whole tensor received on SendFrames (`first` carries its metadata).
-  Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload);
+  Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
+                 const std::string& caller);
 
   // What this site's running stages send over each outbound link (one entry per job and
   // link), for the status pages and `longhaul links`.
@@ -77,13 +92,21 @@ class JobHost {
 
  private:
   struct Stage {
-    v1::StageAssignment assignment;
+    v1::StageAssignment assignment;  // guarded by mu_
     std::unique_ptr<Inbox> inbox;
-    std::unique_ptr<StageRunner> runner;
-    bool cancelled = false;
-    int64_t B = 0, T = 0, C = 0, Vp = 0;
+    std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
+    bool cancelled = false;               // guarded by mu_
+    int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
   };
   std::string JobDir(const std::string& job_id) const;
+  // The stage of `job_id` here, or null.
+  std::shared_ptr<Stage> FindStage(const std::string& job_id);
+  // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none.
+  std::string KnownCoordinator(const std::string& job_id);
+  // Parses a job from a peer or client and confines its files to the data roots.
+  StatusOr<JobSpec> ParseJob(const std::string& yaml, const std::string& source);
+  // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).
+  void StopRunner(Stage* stage);
   std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
 
   const JobHostOptions options_;

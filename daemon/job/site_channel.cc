@@ -23,8 +23,8 @@ void SetTimeout(grpc::ClientContext* ctx, double seconds) {
 
 class RemoteSiteChannel final : public SiteChannel {
  public:
-  RemoteSiteChannel(std::string site, std::shared_ptr<grpc::Channel> channel)
-      : site_(std::move(site)), stub_(v1::Peer::NewStub(channel)) {}
+  RemoteSiteChannel(std::string self, std::string site, std::shared_ptr<grpc::Channel> channel)
+      : self_(std::move(self)), site_(std::move(site)), stub_(v1::Peer::NewStub(channel)) {}
 
   const std::string& site() const override { return site_; }
 
@@ -36,26 +36,33 @@ class RemoteSiteChannel final : public SiteChannel {
     return r;
   }
 
-  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, double timeout) override {
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& command,
+                                              double timeout) override {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout);
+    v1::JobCommand c = command;
+    c.set_from_site(self_);
     v1::JobCommandResponse r;
     RETURN_IF_ERROR(FromGrpc(stub_->ControlJob(&ctx, c, &r), "site '" + site_ + "'"));
     return r;
   }
 
-  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& rep, double timeout) override {
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& report, double timeout) override {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout);
+    v1::StepReport rep = report;
+    rep.set_from_site(self_);
     v1::StepDecision d;
     RETURN_IF_ERROR(FromGrpc(stub_->ReportStep(&ctx, rep, &d), "coordinator '" + site_ + "'"));
     return d;
   }
 
-  Status FetchFragment(const v1::FetchFragmentRequest& req,
+  Status FetchFragment(const v1::FetchFragmentRequest& request,
                        const std::function<Status(const v1::TensorFrame&)>& sink) override {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, 600);
+    v1::FetchFragmentRequest req = request;
+    req.set_from_site(self_);
     auto reader = stub_->FetchFragment(&ctx, req);
     v1::TensorFrame f;
     Status status;
@@ -67,25 +74,28 @@ class RemoteSiteChannel final : public SiteChannel {
     return status;
   }
 
-  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& request,
                                              double timeout) override {
     grpc::ClientContext ctx;
     SetTimeout(&ctx, timeout);
+    v1::ProfileSiteRequest req = request;
+    req.set_from_site(self_);
     v1::SiteProfileReply r;
     RETURN_IF_ERROR(FromGrpc(stub_->ProfileSite(&ctx, req, &r), "site '" + site_ + "'"));
     return r;
   }
 
  private:
+  std::string self_;
   std::string site_;
   std::unique_ptr<v1::Peer::Stub> stub_;
 };
 
 }  // namespace
 
-std::unique_ptr<SiteChannel> MakeRemoteSiteChannel(std::string site,
+std::unique_ptr<SiteChannel> MakeRemoteSiteChannel(std::string self, std::string site,
                                                    std::shared_ptr<grpc::Channel> channel) {
-  return std::make_unique<RemoteSiteChannel>(std::move(site), std::move(channel));
+  return std::make_unique<RemoteSiteChannel>(std::move(self), std::move(site), std::move(channel));
 }
 
 }  // namespace longhaul::daemon

@@ -32,8 +32,9 @@ class SiteChannel {
                                                      double timeout_seconds) = 0;
 };
 
-// A channel to a remote site's Peer service.
-std::unique_ptr<SiteChannel> MakeRemoteSiteChannel(std::string site,
+// A channel from site `self` to a remote site's Peer service. Every request it sends names
+// `self` as the calling site (with TLS the callee checks that against our certificate).
+std::unique_ptr<SiteChannel> MakeRemoteSiteChannel(std::string self, std::string site,
                                                    std::shared_ptr<grpc::Channel> channel);
 
 // absl::Status from a grpc::Status, naming the site and call.

@@ -7,6 +7,7 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
+#include "daemon/job/fragment_chunks.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "model/checkpoint.h"
@@ -120,7 +121,9 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
 
   start_step_ = a.resume_step();
   if (start_step_ > 0 && a.migrate_from_size() > 0) {
-    RETURN_IF_ERROR(Migrate(a.migrate_from(), start_step_));
+    // The layers come from other sites: fetched on the stage's thread (Run), so no lock of
+    // the JobHost is held across those calls.
+    migrate_ = true;
   } else if (start_step_ > 0) {
     ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(ctx_.job_dir, start_step_,
                                                                       fo.begin, fo.end),
@@ -186,7 +189,8 @@ StageRunnerStatus StageRunner::status() const {
 void StageRunner::Run() {
   const uint64_t steps = static_cast<uint64_t>(ctx_.spec.job.steps);
   Status s;
-  for (uint64_t step = start_step_; step < steps && !stop_; ++step) {
+  if (migrate_) s = Migrate(ctx_.assignment.migrate_from(), start_step_);
+  for (uint64_t step = start_step_; s.ok() && step < steps && !stop_; ++step) {
     s = RunStep(step);
     if (!s.ok()) break;
   }
@@ -217,6 +221,7 @@ void StageRunner::Run() {
 
 Status StageRunner::RunStep(uint64_t step) {
   const double start = Now();
+  ctx_.inbox->AdvanceTo(step);  // earlier steps' tensors are no longer taken
   compute_acc_ = wait_acc_ = 0;
   fragment_->ZeroGrads();
   // 1F1B: stage i runs (num_stages - i - 1) warm-up forwards, then alternates.
@@ -414,8 +419,9 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
     SiteChannel* ch = ctx_.channel ? ctx_.channel(old.site()) : nullptr;
     if (!ch) return absl::UnavailableError("cannot reach site '" + old.site() + "' for its layers");
     model::FragmentLayout layout(config, b, e);
-    std::vector<float> flat[3];
-    for (auto& f : flat) f.resize(layout.total());
+    FragmentArray flat[3];
+    for (auto& f : flat) f.values.resize(layout.total());
+    bool got_loader = false;
     v1::FetchFragmentRequest req;
     req.set_job_id(ctx_.assignment.job_id());
     req.set_step(step);
@@ -423,22 +429,36 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
     req.set_layer_begin(b);
     req.set_layer_end(e);
     RETURN_IF_ERROR(ch->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+      if (stop_) return absl::CancelledError("stage stopped during a layer move");
       if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
+        if (f.payload().size() > (1 << 20)) {
+          return absl::DataLossError("layer move from " + old.site() + ": loader state of " +
+                                     std::to_string(f.payload().size()) + " bytes");
+        }
         if (old_first) loader_state = f.payload();
+        got_loader = true;
         return absl::OkStatus();
       }
-      const int which = f.kind() == v1::TENSOR_KIND_PARAMETERS ? 0 : int(f.tensor_id());
-      if (which < 0 || which > 2 || f.chunk_offset() % 4 ||
-          f.chunk_offset() + f.payload().size() > flat[which].size() * sizeof(float)) {
-        return absl::DataLossError("layer move from " + old.site() + ": chunk out of range");
+      int which = -1;
+      if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
+      if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && (f.tensor_id() == 1 || f.tensor_id() == 2))
+        which = static_cast<int>(f.tensor_id());
+      if (which < 0) {
+        return absl::DataLossError("layer move from " + old.site() + ": unexpected " +
+                                   v1::TensorKind_Name(f.kind()) + " tensor " +
+                                   std::to_string(f.tensor_id()));
       }
-      std::memcpy(reinterpret_cast<char*>(flat[which].data()) + f.chunk_offset(),
-                  f.payload().data(), f.payload().size());
-      return absl::OkStatus();
+      return PlaceChunk(f, &flat[which], old.site());
     }));
-    layout.InsertIntoModel(flat[0].data(), params.data());
-    layout.InsertIntoModel(flat[1].data(), m.data());
-    layout.InsertIntoModel(flat[2].data(), v.data());
+    for (int k = 0; k < 3; ++k) {
+      RETURN_IF_ERROR(CheckComplete(flat[k], old.site(), k == 0 ? "parameters" : "AdamW moments"));
+    }
+    if (old_first && !got_loader) {
+      return absl::DataLossError("layer move from " + old.site() + ": no data loader state");
+    }
+    layout.InsertIntoModel(flat[0].values.data(), params.data());
+    layout.InsertIntoModel(flat[1].values.data(), m.data());
+    layout.InsertIntoModel(flat[2].values.data(), v.data());
   }
   std::vector<float> p(mine.total()), mm(mine.total()), vv(mine.total());
   mine.ExtractFromModel(params.data(), p.data());

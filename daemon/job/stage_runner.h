@@ -159,6 +159,7 @@ class StageRunner {
   std::vector<std::vector<int32_t>> slot_targets_;
   double budget_seconds_ = 0;  // EWMA of compute per microbatch
   uint64_t start_step_ = 0;
+  bool migrate_ = false;  // Run fetches the stage's layers from the old plan's sites first
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -73,15 +73,18 @@ def cuda_library(name, srcs, hdrs = [], nvcc_hdrs = [], nvcc_flags = [], deps = 
             name = "%s_%s_nvcc" % (name, src[:-len(".cu")].replace("/", "_")),
             srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
-            cmd = " ".join(
-                [NVCC] + NVCC_FLAGS + nvcc_flags + [
+            # nvcc names its temporary files after its process id, and every sandboxed
+            # action runs as pid 2: each action gets a temporary directory of its own, or
+            # two nvcc actions at once collide ("cannot open module id file").
+            cmd = "tmp=$$(mktemp -d) && " + " ".join(
+                ["TMPDIR=$$tmp", NVCC] + NVCC_FLAGS + nvcc_flags + [
                     "-I.",
                     "-c",
                     "$(location %s)" % src,
                     "-o",
                     "$(location %s)" % obj,
                 ],
-            ),
+            ) + "; rc=$$?; rm -rf $$tmp; exit $$rc",
             message = "nvcc " + src,
             target_compatible_with = cuda_only(),
             visibility = ["//visibility:private"],

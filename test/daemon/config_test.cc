@@ -14,9 +14,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void WriteFile(const fs::path& path, const std::string& contents) {
+// Written private (0600): tokens and keys must be, and a test file may serve as either.
+void WriteFile(const fs::path& path, const std::string& contents,
+               fs::perms perms = fs::perms::owner_read | fs::perms::owner_write) {
   fs::create_directories(path.parent_path());
   std::ofstream(path) << contents;
+  fs::permissions(path, perms);
 }
 
 // $TEST_TMPDIR/config_test/site, holding a token, an empty token and TLS files.
@@ -25,7 +28,7 @@ const std::string& SiteDir() {
     const char* tmp = std::getenv("TEST_TMPDIR");
     fs::path site = fs::path(tmp != nullptr ? tmp : fs::temp_directory_path().string()) /
                     "config_test" / "site";
-    WriteFile(site / "token", "  s3cret-token\n");
+    WriteFile(site / "token", "  s3cret-token-0123456789\n");
     WriteFile(site / "empty_token", " \n");
     WriteFile(site / "certs/ca.pem", "ca");
     WriteFile(site / "certs/alpha.pem", "cert");
@@ -245,7 +248,7 @@ TEST_CASE("LoadSiteConfig resolves paths against the config file's directory") {
                                          "auth: {token_file: ../site/token}\n"
                                          "tls: {ca: ca.pem, cert: ca.pem, key: ca.pem}\n");
   WriteFile(dir / "conf/ca.pem", "ca");
-  WriteFile(dir / "site/token", "t\n");
+  WriteFile(dir / "site/token", "t-0123456789abcdef\n");
   std::string path = (dir / "conf/alpha.yaml").string();
   StatusOr<SiteConfig> config = LoadSiteConfig(path);
   REQUIRE(config.ok());
@@ -255,7 +258,7 @@ TEST_CASE("LoadSiteConfig resolves paths against the config file's directory") {
   CHECK(config->tls->ca_file == (dir / "conf/ca.pem").string());
 
   // Errors name the file as given.
-  WriteFile(dir / "conf/token", "t\n");
+  WriteFile(dir / "conf/token", "t-0123456789abcdef\n");
   WriteFile(dir / "conf/bad.yaml", kMinimal + "log_level: loud\n");
   StatusOr<SiteConfig> bad = LoadSiteConfig((dir / "conf/bad.yaml").string());
   REQUIRE_FALSE(bad.ok());
@@ -273,7 +276,7 @@ TEST_CASE("LoadSiteConfig on a missing file names it") {
 TEST_CASE("ReadTokenFile trims whitespace and rejects empty or binary tokens") {
   StatusOr<std::string> token = ReadTokenFile(SiteDir() + "/token");
   REQUIRE(token.ok());
-  CHECK(*token == "s3cret-token");
+  CHECK(*token == "s3cret-token-0123456789");
 
   StatusOr<std::string> empty = ReadTokenFile(SiteDir() + "/empty_token");
   REQUIRE_FALSE(empty.ok());
@@ -285,6 +288,75 @@ TEST_CASE("ReadTokenFile trims whitespace and rejects empty or binary tokens") {
 
   StatusOr<std::string> missing = ReadTokenFile(SiteDir() + "/nope");
   CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("token and key files must be private, and tokens at least 16 bytes") {
+  const fs::path dir = fs::path(SiteDir()).parent_path() / "secrets";
+  WriteFile(dir / "short", "abc123\n");
+  StatusOr<std::string> short_token = ReadTokenFile((dir / "short").string());
+  REQUIRE_FALSE(short_token.ok());
+  CHECK_THAT(std::string(short_token.status().message()), Catch::Contains("6-byte token"));
+
+  WriteFile(dir / "shared", "0123456789abcdef0123\n",
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                fs::perms::others_read);
+  StatusOr<std::string> shared = ReadTokenFile((dir / "shared").string());
+  REQUIRE_FALSE(shared.ok());
+  CHECK(shared.status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(shared.status().message()), Catch::Contains("mode 644"));
+  CHECK_THAT(std::string(shared.status().message()), Catch::Contains("chmod 600"));
+
+  WriteFile(dir / "big", std::string(5000, 'a'));
+  CHECK_FALSE(ReadTokenFile((dir / "big").string()).ok());
+
+  // A TLS key others can read is refused where the config names it.
+  WriteFile(fs::path(SiteDir()) / "certs/open.key", "key",
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+  StatusOr<SiteConfig> config =
+      Parse(kMinimal + "tls: {ca: certs/ca.pem, cert: certs/alpha.pem, key: certs/open.key}\n");
+  REQUIRE_FALSE(config.ok());
+  CHECK_THAT(std::string(config.status().message()), Catch::Contains("alpha.yaml:5:"));
+  CHECK_THAT(std::string(config.status().message()), Catch::Contains("tls.key: private key"));
+}
+
+TEST_CASE("plaintext listeners off loopback need insecure: true") {
+  const std::string open_peer =
+      "listen: {peer: '0.0.0.0:7101', control: '127.0.0.1:7102', status: '0.0.0.0:7103'}\n";
+  StatusOr<SiteConfig> refused = Parse(kSite + open_peer + kRest);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("listen.peer"));
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("insecure: true"));
+
+  const std::string open_control =
+      "listen: {peer: '127.0.0.1:7101', control: '10.1.2.3:7102', status: '127.0.0.1:7103'}\n";
+  StatusOr<SiteConfig> control = Parse(kSite + open_control + kRest);
+  REQUIRE_FALSE(control.ok());
+  CHECK_THAT(std::string(control.status().message()), Catch::Contains("listen.control"));
+
+  StatusOr<SiteConfig> allowed = Parse(kSite + open_peer + kRest + "insecure: true\n");
+  REQUIRE(allowed.ok());
+  CHECK(allowed->insecure);
+  // The status listener serves no secrets and may listen anywhere; so may [::1].
+  const std::string v6 =
+      "listen: {peer: '[::1]:7101', control: 'localhost:7102', status: "
+      "'0.0.0.0:7103'}\n";
+  CHECK(Parse(kSite + v6 + kRest).ok());
+  StatusOr<SiteConfig> bad = Parse(kSite + open_peer + kRest + "insecure: yes please\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("insecure"));
+}
+
+TEST_CASE("data_roots default to data_dir and resolve like it") {
+  StatusOr<SiteConfig> config = Parse(kMinimal);
+  REQUIRE(config.ok());
+  CHECK(config->data_roots == std::vector<std::string>{config->data_dir});
+  config = Parse(kMinimal + "data_roots: [/srv/corpora, shards/]\n");
+  REQUIRE(config.ok());
+  CHECK(config->data_roots ==
+        std::vector<std::string>{"/srv/corpora", (fs::path(SiteDir()) / "shards").string()});
+  StatusOr<SiteConfig> bad = Parse(kMinimal + "data_roots: ['']\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("data_roots[0]"));
 }
 
 }  // namespace

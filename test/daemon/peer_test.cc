@@ -53,7 +53,6 @@ TEST_CASE("two daemons handshake, measure their link both ways, and report it") 
   CHECK(l.outbound.to_site() == "beta");
   CHECK(l.outbound.bandwidth_bytes_per_second() > 1e6);  // loopback: far above 1 MB/s
   CHECK(l.outbound.rtt_seconds() > 0);
-  CHECK(l.outbound.rtt_seconds() < 1.0);
   CHECK(l.inbound.from_site() == "beta");
   CHECK(a->NodeStatus().peers_up() == 1);
 }

@@ -9,10 +9,10 @@ LONGHAUL=tools/cli/longhaul
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli.XXXXXX")
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pp=$(port); cp=$(port); sp=$(port)
-echo "s3cret" >"$work/token"
-echo "wrong" >"$work/wrong"
+read -r pp cp sp <<<"$(/usr/bin/python3 tools/free_ports.py 3)"
+echo "s3cret-token-0123456789" >"$work/token"
+echo "wrong-token-0123456789" >"$work/wrong"
+chmod 600 "$work/token" "$work/wrong"
 cat >"$work/site.yaml" <<YAML
 site: alpha
 listen:

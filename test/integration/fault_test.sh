@@ -16,12 +16,11 @@ fail() { echo "FAIL: $*" >&2; for n in alpha beta gamma; do echo "--- $n.log" >&
 cleanup() { for n in "${!pid[@]}"; do kill -9 "${pid[$n]}" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
-freeport() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 sites=(alpha beta gamma)
-for n in "${sites[@]}"; do port[$n]=$(freeport); done
-linkem_port=$(freeport)
-linkem_control=$(freeport)
-echo token >"$work/token"
+read -r port[alpha] port[beta] port[gamma] linkem_port linkem_control cport \
+  <<<"$(/usr/bin/python3 tools/free_ports.py 6)"
+echo fault-test-token-0123456789 >"$work/token"
+chmod 600 "$work/token"
 for n in "${sites[@]}"; do
   {
     echo "site: $n"
@@ -39,7 +38,6 @@ for n in "${sites[@]}"; do
   } >"$work/$n.yaml"
 done
 # The CLI needs a fixed control port for alpha.
-cport=$(freeport)
 sed -i "s/control: \"127.0.0.1:0\"/control: \"127.0.0.1:$cport\"/" "$work/alpha.yaml"
 cat >"$work/job.yaml" <<'YAML'
 name: crash

@@ -42,7 +42,8 @@ ip -n "$ns_b" link set "${tag}vb" up
 ip netns exec "$ns_a" tc qdisc add dev "${tag}va" root tbf rate "${RATE_MBIT}mbit" burst 32kb latency 100ms
 ip netns exec "$ns_b" tc qdisc add dev "${tag}vb" root tbf rate "${RATE_MBIT}mbit" burst 32kb latency 100ms
 
-echo "secret" >"$work/token"
+echo "netns-test-token-0123456789" >"$work/token"
+chmod 600 "$work/token"
 write_config() {  # name ip peer peer_ip
   cat >"$work/$1.yaml" <<YAML
 site: $1
@@ -54,6 +55,8 @@ peers:
   - name: $3
     address: $4:7101
 data_dir: $work/data-$1
+# Plaintext on the namespaces' private veth addresses: a test network nobody else reaches.
+insecure: true
 auth:
   token_file: $work/token
 links:

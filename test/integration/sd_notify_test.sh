@@ -5,7 +5,8 @@ set -euo pipefail
 
 LONGHAULD=daemon/longhauld
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/notify.XXXXXX")
-echo "token" >"$work/token"
+echo "sd-notify-token-0123456789" >"$work/token"
+chmod 600 "$work/token"
 cat >"$work/site.yaml" <<YAML
 site: alpha
 listen: {peer: "127.0.0.1:0", control: "127.0.0.1:0", status: "127.0.0.1:0"}

@@ -148,6 +148,7 @@ run_one() {
   done; done
   tools/make-certs.sh "$dir/certs" "${SITES[@]}" >/dev/null 2>&1
   head -c 24 /dev/urandom | base64 >"$dir/token"
+  chmod 600 "$dir/token"
   for s in "${SITES[@]}"; do
     {
       echo "site: $s"

@@ -248,7 +248,7 @@ TEST_CASE("Stop lets a request being answered finish", "[status_server]") {
   const double stop_seconds = SecondsSince(start);
   request.join();
   CHECK(body == "done\n");
-  CHECK(stop_seconds < 2.5);
+  CHECK(stop_seconds < 60);  // returns at all (a hang), not how fast: tests assert no timing
 }
 
 TEST_CASE("binding a port in use fails and names the address", "[status_server]") {

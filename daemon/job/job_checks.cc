@@ -1,0 +1,130 @@
+// Edge checks for job messages from peers; see job_checks.h.
+#include "daemon/job/job_checks.h"
+
+namespace longhaul::daemon {
+namespace {
+
+bool Alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+// At most `n` characters of `s`, for messages about hostile values.
+std::string Clip(std::string_view s, size_t n = 64) {
+  std::string out;
+  for (char c : s.substr(0, n)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (s.size() > n) out += "...";
+  return out;
+}
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+Status CheckJobId(std::string_view id) {
+  bool ok = !id.empty() && id.size() <= 128 && Alnum(id.front());
+  for (char c : id) ok = ok && (Alnum(c) || c == '.' || c == '_' || c == '-');
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError("invalid job id '" + Clip(id) + "' (" + Str(id.size()) +
+                                    " bytes): use 1-128 letters, digits, '.', '_' and '-', "
+                                    "starting with a letter or digit");
+}
+
+Status CheckSiteNameField(std::string_view name, std::string_view field) {
+  bool ok = !name.empty() && name.size() <= 63 && name.front() != '-';
+  for (char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(std::string(field) + ": invalid site name '" + Clip(name) +
+                                    "': use 1-63 lowercase letters, digits and '-'");
+}
+
+Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+                 const JobSpec& spec, std::string_view field) {
+  const std::string f(field);
+  const int n = stages.size();
+  if (n < 1 || n > kMaxStages) {
+    return absl::InvalidArgumentError(f + ": " + Str(n) + " stages, allowed 1.." +
+                                      Str(kMaxStages));
+  }
+  const uint32_t layers = static_cast<uint32_t>(spec.job.model.num_layers);
+  uint32_t next = 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::StageInfo& s = stages[i];
+    RETURN_IF_ERROR(CheckSiteNameField(s.site(), f + "[" + Str(i) + "].site"));
+    if (s.layer_begin() != next || s.layer_end() <= s.layer_begin() || s.layer_end() > layers) {
+      return absl::InvalidArgumentError(
+          f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) + ".." + Str(s.layer_end()) +
+          " do not continue the plan at layer " + Str(next) + " within the model's " +
+          Str(layers) + " layers");
+    }
+    next = s.layer_end();
+  }
+  if (next != layers) {
+    return absl::InvalidArgumentError(f + ": the stages cover layers 0.." + Str(next) +
+                                      " of the model's " + Str(layers));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::string_view self) {
+  RETURN_IF_ERROR(CheckJobId(a.job_id()));
+  const std::string job = "job " + a.job_id();
+  RETURN_IF_ERROR(CheckSiteNameField(a.coordinator(), job + ": coordinator"));
+  RETURN_IF_ERROR(CheckPlan(a.stages(), spec, job + ": stages"));
+  if (a.stage() >= static_cast<uint32_t>(a.stages_size()) || a.stages(a.stage()).site() != self) {
+    return absl::InvalidArgumentError(job + ": stage " + Str(a.stage()) +
+                                      " is not assigned to site '" + std::string(self) + "'");
+  }
+  if (a.resume_step() > static_cast<uint64_t>(spec.job.steps)) {
+    return absl::InvalidArgumentError(job + ": resume_step " + Str(a.resume_step()) +
+                                      " is past the job's " + Str(spec.job.steps) + " steps");
+  }
+  if (a.migrate_from_size() > 0) {
+    RETURN_IF_ERROR(CheckPlan(a.migrate_from(), spec, job + ": migrate_from"));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckStepReport(const v1::StepReport& r, int num_stages, uint64_t total_steps) {
+  const std::string job = "job " + Clip(r.job_id()) + ": step report";
+  if (r.stage() >= static_cast<uint32_t>(num_stages)) {
+    return absl::InvalidArgumentError(job + ": stage " + Str(r.stage()) + ", the plan has " +
+                                      Str(num_stages));
+  }
+  if (r.step() > total_steps || r.checkpoint_step() > total_steps ||
+      r.checkpoint_step() > r.step() + 1) {
+    return absl::InvalidArgumentError(job + ": step " + Str(r.step()) + " / checkpoint_step " +
+                                      Str(r.checkpoint_step()) + " out of range for " +
+                                      Str(total_steps) + " steps");
+  }
+  if (r.grad_sums_size() > kMaxGradSums) {
+    return absl::InvalidArgumentError(job + ": " + Str(r.grad_sums_size()) +
+                                      " grad sums, allowed " + Str(kMaxGradSums));
+  }
+  // Not finite is what a diverging run honestly reports (the clip scale handles it);
+  // negative is not a sum of squares.
+  for (double g : r.grad_sums()) {
+    if (g < 0) {
+      return absl::InvalidArgumentError(job + ": a grad sum of squares is " + std::to_string(g));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status CheckFragmentRequest(const v1::FetchFragmentRequest& r, int num_layers,
+                            uint64_t total_steps) {
+  RETURN_IF_ERROR(CheckJobId(r.job_id()));
+  const bool current = r.layer_begin() == 0 && r.layer_end() == 0;
+  if (!current && (r.layer_begin() >= r.layer_end() ||
+                   r.layer_end() > static_cast<uint32_t>(num_layers))) {
+    return absl::InvalidArgumentError("job " + r.job_id() + ": fragment layers " +
+                                      Str(r.layer_begin()) + ".." + Str(r.layer_end()) +
+                                      " out of range 0.." + Str(num_layers));
+  }
+  if (r.step() > total_steps) {
+    return absl::InvalidArgumentError("job " + r.job_id() + ": fragment step " + Str(r.step()) +
+                                      " past the job's " + Str(total_steps) + " steps");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::daemon
