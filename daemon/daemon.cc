@@ -211,6 +211,9 @@ v1::NodeStatus Daemon::NodeStatus() const {
   s.set_status_listen(WithPort(config_.status_listen, status_port_));
   for (const auto& d : config_.devices) s.add_devices(d);
   s.set_tls(config_.tls.has_value());
+  if (config_.insecure && !config_.tls) {
+    s.set_warning("insecure: true without tls: peers are not authenticated");
+  }
   uint32_t up = 0;
   for (const auto& l : monitor_->Snapshot()) up += l.state == v1::LINK_STATE_UP;
   s.set_peers_up(up);

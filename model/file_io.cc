@@ -10,16 +10,12 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_env.h"
 
 namespace longhaul::model {
 namespace {
 
-Status Errno(int err, const std::string& what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(message);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
-  return absl::InternalError(message);
-}
+Status Errno(int err, const std::string& what) { return ErrnoStatus(err, what); }
 
 }  // namespace
 
@@ -37,26 +33,15 @@ StatusOr<int64_t> FileSize(const std::string& path, const std::string& what) {
 
 Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
                      size_t n) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, absl::StrCat("cannot read ", what, " '", path, "'"));
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, static_cast<char*>(out) + done, n - done, offset + done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Errno(err, absl::StrCat("cannot read ", what, " '", path, "'"));
-    }
-    if (r == 0) {
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat(what, " '", path, "' is truncated: needed ",
-                                              offset + n, " bytes, the file has ", offset + done));
-    }
-    done += size_t(r);
+  const Status s = CurrentFileEnv()->ReadRange(path, offset, out, n);
+  if (s.ok()) return s;
+  // "cannot read 'P': why" -> "cannot read WHAT 'P': why"; "'P' is truncated" -> "WHAT 'P' ..."
+  absl::string_view m = s.message();
+  constexpr absl::string_view kCannot = "cannot read ";
+  if (m.substr(0, kCannot.size()) == kCannot) {
+    return Status(s.code(), absl::StrCat(kCannot, what, " ", m.substr(kCannot.size())));
   }
-  ::close(fd);
-  return absl::OkStatus();
+  return Status(s.code(), absl::StrCat(what, " ", m));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -82,34 +67,27 @@ Status AtomicFileWriter::Open(const std::string& path) {
 }
 
 Status AtomicFileWriter::Write(const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Errno(errno, absl::StrCat("cannot write '", temp_path_, "'"));
-    p += w;
-    n -= size_t(w);
-  }
-  return absl::OkStatus();
+  return CurrentFileEnv()->Write(fd_, temp_path_, data, n);
 }
 
 Status AtomicFileWriter::Commit() {
-  if (::fchmod(fd_, 0644) != 0 || ::fsync(fd_) != 0) {
-    return Errno(errno, absl::StrCat("cannot sync '", temp_path_, "'"));
-  }
+  FileEnv* env = CurrentFileEnv();
+  if (::fchmod(fd_, 0644) != 0)
+    return Errno(errno, absl::StrCat("cannot chmod '", temp_path_, "'"));
+  RETURN_IF_ERROR(env->Sync(fd_, temp_path_));
   ::close(fd_);
   fd_ = -1;
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
+  if (Status s = env->Rename(temp_path_, path_); !s.ok()) {
     ::unlink(temp_path_.c_str());
-    return Errno(err, absl::StrCat("cannot rename '", temp_path_, "' to '", path_, "'"));
+    return s;
   }
   std::string dir = std::filesystem::path(path_).parent_path().string();
   if (dir.empty()) dir = ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
-    ::fsync(dfd);
+    const Status s = env->Sync(dfd, dir);
     ::close(dfd);
+    RETURN_IF_ERROR(s);
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include "compression/controller.h"
 #include "daemon/job/fragment_chunks.h"
 #include "daemon/job/job_checks.h"
+#include "daemon/job/job_record.h"
 #include "daemon/job/site_profile.h"
 #include "model/checkpoint.h"
 #include "model/file_io.h"
@@ -117,17 +118,10 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
 }
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) {
-  std::string data;
-  {
-    std::ifstream in(env.job_dir + "/job.pb", std::ios::binary);
-    if (!in) return absl::NotFoundError("no job record in " + env.job_dir);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    data = ss.str();
-  }
-  v1::JobStatus record;
-  if (!record.ParseFromString(data)) {
-    return absl::DataLossError(env.job_dir + "/job.pb: not a job record");
+  ASSIGN_OR_RETURN(v1::JobStatus record, ReadJobRecord(env.job_dir + "/job.pb"));
+  if (record.stages_size() < 1 || record.stages_size() > kMaxStages) {
+    return absl::DataLossError(env.job_dir + "/job.pb: " + std::to_string(record.stages_size()) +
+                               " stages");
   }
   std::ifstream in(env.job_dir + "/job.yaml");
   std::stringstream yaml;
@@ -149,18 +143,24 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
 
 Coordinator::~Coordinator() { Shutdown(); }
 
+bool Coordinator::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return Terminal(record_.state());
+}
+
+void Coordinator::RequestShutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+}
+
 void Coordinator::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    shutdown_ = true;
-    cv_.notify_all();
-  }
+  RequestShutdown();
   if (thread_.joinable()) thread_.join();
 }
 
 void Coordinator::PersistLocked() {
-  const Status s =
-      model::WriteFileAtomically(env_.job_dir + "/job.pb", record_.SerializeAsString());
+  const Status s = WriteJobRecord(env_.job_dir + "/job.pb", record_);
   if (!s.ok())
     env_.log->error("job {}: cannot persist: {}", record_.job_id(), std::string(s.message()));
 }
@@ -212,7 +212,26 @@ bool Coordinator::AssignAll() {
       s = r.status();
     }
     StopAttempt();
-    if (Permanent(s)) {
+    if (s.code() == absl::StatusCode::kDataLoss) {
+      // A stage's checkpoint at the committed step is corrupt: fall back once to the step
+      // committed before it (every stage keeps both), else fail at once naming the file.
+      std::lock_guard<std::mutex> lock(mu_);
+      const uint64_t from = record_.committed_step(), to = record_.previous_committed_step();
+      // (Not across a layer move: the step before it was checkpointed under the old plan.)
+      if (to < from && migrate_from_.empty()) {
+        record_.set_committed_step(to);
+        record_.set_previous_committed_step(to);
+        need_assign_ = true;
+        record_.set_state(v1::JOB_STATE_RECOVERING);
+        record_.set_detail("stage " + std::to_string(i) + ": " + std::string(s.message()) +
+                           "; falling back to the checkpoint of step " + std::to_string(to));
+        env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
+        PersistLocked();
+        cv_.notify_all();
+        return false;
+      }
+    }
+    if (Permanent(s) || s.code() == absl::StatusCode::kDataLoss) {
       SetState(v1::JOB_STATE_FAILED, std::string(s.message()));
       for (const auto& st : a.stages()) {
         if (SiteChannel* c = env_.channel(st.site())) {
@@ -591,6 +610,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     uint64_t committed = UINT64_MAX;
     for (const auto& [stage, step] : stage_checkpoint_) committed = std::min(committed, step);
     if (committed > record_.committed_step()) {
+      record_.set_previous_committed_step(record_.committed_step());
       record_.set_committed_step(committed);
       if (committed > migrate_step_) migrate_from_.Clear();
       PersistLocked();

@@ -46,11 +46,17 @@ class Coordinator {
   // `caller` must be the site that runs report.stage (PermissionDenied otherwise).
   StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report, const std::string& caller);
   v1::JobStatus GetStatus(uint32_t max_losses) const;
+  // Completed, failed or cancelled.
+  bool finished() const;
   StatusOr<v1::JobState> Cancel();
   // Streams an llm.c checkpoint of the model at the last committed step.
   Status Export(const std::function<Status(const std::string& bytes, uint64_t total)>& sink);
   // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
   void Shutdown();
+  // Releases every caller waiting at the step barrier (they are told to stop) and tells the
+  // monitor thread to end, without waiting for it: the first half of Shutdown, so that local
+  // stages blocked at the barrier can be stopped before the coordinator is joined.
+  void RequestShutdown();
 
  private:
   Coordinator(CoordinatorEnv env, JobSpec spec) : env_(std::move(env)), spec_(std::move(spec)) {}

@@ -8,12 +8,12 @@ namespace longhaul::daemon {
 Status PlaceChunk(const v1::TensorFrame& f, FragmentArray* array, const std::string& from) {
   const uint64_t capacity = array->values.size() * sizeof(float);
   const uint64_t off = f.chunk_offset(), n = f.payload().size();
-  if (off % sizeof(float) != 0 || n % sizeof(float) != 0 || off > capacity ||
-      n > capacity - off || n > capacity - array->bytes_received) {
+  if (off % sizeof(float) != 0 || n % sizeof(float) != 0 || off > capacity || n > capacity - off ||
+      n > capacity - array->bytes_received) {
     return absl::DataLossError("fragment from site '" + from + "': chunk of " + std::to_string(n) +
-                               " bytes at offset " + std::to_string(off) + " does not fit an array of " +
-                               std::to_string(capacity) + " bytes (" +
-                               std::to_string(array->bytes_received) + " received)");
+                               " bytes at offset " + std::to_string(off) +
+                               " does not fit an array of " + std::to_string(capacity) +
+                               " bytes (" + std::to_string(array->bytes_received) + " received)");
   }
   std::memcpy(reinterpret_cast<char*>(array->values.data()) + off, f.payload().data(), n);
   array->bytes_received += n;

@@ -42,8 +42,7 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
   const std::string f(field);
   const int n = stages.size();
   if (n < 1 || n > kMaxStages) {
-    return absl::InvalidArgumentError(f + ": " + Str(n) + " stages, allowed 1.." +
-                                      Str(kMaxStages));
+    return absl::InvalidArgumentError(f + ": " + Str(n) + " stages, allowed 1.." + Str(kMaxStages));
   }
   const uint32_t layers = static_cast<uint32_t>(spec.job.model.num_layers);
   uint32_t next = 0;
@@ -51,10 +50,10 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
     const v1::StageInfo& s = stages[i];
     RETURN_IF_ERROR(CheckSiteNameField(s.site(), f + "[" + Str(i) + "].site"));
     if (s.layer_begin() != next || s.layer_end() <= s.layer_begin() || s.layer_end() > layers) {
-      return absl::InvalidArgumentError(
-          f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) + ".." + Str(s.layer_end()) +
-          " do not continue the plan at layer " + Str(next) + " within the model's " +
-          Str(layers) + " layers");
+      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) +
+                                        ".." + Str(s.layer_end()) +
+                                        " do not continue the plan at layer " + Str(next) +
+                                        " within the model's " + Str(layers) + " layers");
     }
     next = s.layer_end();
   }
@@ -114,8 +113,8 @@ Status CheckFragmentRequest(const v1::FetchFragmentRequest& r, int num_layers,
                             uint64_t total_steps) {
   RETURN_IF_ERROR(CheckJobId(r.job_id()));
   const bool current = r.layer_begin() == 0 && r.layer_end() == 0;
-  if (!current && (r.layer_begin() >= r.layer_end() ||
-                   r.layer_end() > static_cast<uint32_t>(num_layers))) {
+  if (!current &&
+      (r.layer_begin() >= r.layer_end() || r.layer_end() > static_cast<uint32_t>(num_layers))) {
     return absl::InvalidArgumentError("job " + r.job_id() + ": fragment layers " +
                                       Str(r.layer_begin()) + ".." + Str(r.layer_end()) +
                                       " out of range 0.." + Str(num_layers));

@@ -68,6 +68,9 @@ void JobHost::Shutdown() {
     coordinators.swap(coordinators_);
     stages.swap(stages_);
   }
+  // Barrier waiters first (a local stage may wait there for a report that never comes),
+  // then the stages, then the coordinators' threads.
+  for (auto& [id, c] : coordinators) c->RequestShutdown();
   for (auto& [id, s] : stages) {
     s->inbox->Close("daemon shutting down");
     StopRunner(s.get());
@@ -133,13 +136,27 @@ void JobHost::RestoreJobs() {
     if (!std::filesystem::exists(e.path() / "job.pb")) continue;
     CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); },
                        e.path().string(), log_};
+    const std::string dir_id = e.path().filename().string();
     auto c = Coordinator::Restore(env);
     if (!c.ok()) {
+      // Listed as failed with the reason, not dropped: the operator sees what was lost.
       log_->error("cannot restore job in {}: {}", e.path().string(),
                   std::string(c.status().message()));
+      v1::JobStatus broken;
+      broken.set_job_id(dir_id);
+      broken.set_state(v1::JOB_STATE_FAILED);
+      broken.set_coordinator(options_.site);
+      broken.set_detail("cannot restore the job after a restart: " +
+                        std::string(c.status().message()));
+      std::lock_guard<std::mutex> lock(mu_);
+      unrestorable_[dir_id] = broken;
       continue;
     }
     const std::string id = (*c)->GetStatus(1).job_id();
+    if (id != dir_id) {
+      log_->error("job record in {} names job '{}'; ignored", e.path().string(), id);
+      continue;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     coordinators_[id] = std::move(*c);
   }
@@ -206,9 +223,11 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
 }
 
 StatusOr<v1::JobStatus> JobHost::GetJob(const std::string& job_id, uint32_t max_losses) {
+  RETURN_IF_ERROR(CheckJobId(job_id));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = coordinators_.find(job_id);
   if (it == coordinators_.end()) {
+    if (auto b = unrestorable_.find(job_id); b != unrestorable_.end()) return b->second;
     return absl::NotFoundError("no job '" + job_id + "' is coordinated by site '" + options_.site +
                                "' (longhaul jobs lists them)");
   }
@@ -219,10 +238,12 @@ v1::ListJobsResponse JobHost::ListJobs() {
   std::lock_guard<std::mutex> lock(mu_);
   v1::ListJobsResponse r;
   for (const auto& [id, c] : coordinators_) *r.add_jobs() = c->GetStatus(1);
+  for (const auto& [id, broken] : unrestorable_) *r.add_jobs() = broken;
   return r;
 }
 
 StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
+  RETURN_IF_ERROR(CheckJobId(job_id));
   Coordinator* c;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -238,6 +259,7 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
 
 Status JobHost::Export(const std::string& job_id,
                        const std::function<Status(const std::string&, uint64_t)>& sink) {
+  RETURN_IF_ERROR(CheckJobId(job_id));
   Coordinator* c;
   {
     std::lock_guard<std::mutex> lock(mu_);

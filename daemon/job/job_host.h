@@ -115,6 +115,7 @@ class JobHost {
   std::mutex mu_;  // guards the maps; never held across a call to another site
   std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;
   std::map<std::string, std::shared_ptr<Stage>> stages_;
+  std::map<std::string, v1::JobStatus> unrestorable_;  // records that failed to load
   std::map<std::string, std::unique_ptr<SiteChannel>> channels_;
   std::mutex assign_mu_;  // one assignment at a time
   std::shared_ptr<std::atomic<double>> throttle_ = std::make_shared<std::atomic<double>>(0);

@@ -168,7 +168,9 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ctx.channel = [this](const std::string& site) { return Channel(site); };
   std::error_code ec;
   std::filesystem::create_directories(ctx.job_dir, ec);
-  if (ec) return absl::InternalError("job " + id + ": cannot create " + ctx.job_dir + ": " + ec.message());
+  if (ec)
+    return absl::InternalError("job " + id + ": cannot create " + ctx.job_dir + ": " +
+                               ec.message());
   // The site's memory limit covers every stage it runs, not each one alone.
   int64_t limit = options_.memory_limit_bytes;
   if (limit > 0) {
@@ -195,8 +197,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   return r;
 }
 
-StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r,
-                                               const std::string& caller) {
+StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const std::string& caller) {
   RETURN_IF_ERROR(CheckJobId(r.job_id()));
   Coordinator* c;
   {
@@ -221,9 +222,9 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stage->assignment.coordinator() != caller) {
-      return Denied(caller, c.job_id(),
-                    "control the stages (its coordinator is '" +
-                        stage->assignment.coordinator() + "')");
+      return Denied(
+          caller, c.job_id(),
+          "control the stages (its coordinator is '" + stage->assignment.coordinator() + "')");
     }
     runner = stage->runner;
   }
@@ -246,8 +247,8 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
       std::shared_ptr<StageRunner> stopping;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stage->runner && (c.kind() == v1::JobCommand::KIND_CANCEL ||
-                              stage->runner->attempt() <= c.attempt())) {
+        if (stage->runner &&
+            (c.kind() == v1::JobCommand::KIND_CANCEL || stage->runner->attempt() <= c.attempt())) {
           stopping.swap(stage->runner);
         }
         if (c.kind() == v1::JobCommand::KIND_CANCEL) stage->cancelled = true;
@@ -321,7 +322,8 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
   if (caller != a.coordinator() && !InPlan(a, caller)) {
     return Denied(caller, req.job_id(), "fetch fragments (it is not one of the job's sites)");
   }
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(a.job_yaml(), "job " + req.job_id(), options_.data_dir));
+  ASSIGN_OR_RETURN(JobSpec spec,
+                   ParseJobSpec(a.job_yaml(), "job " + req.job_id(), options_.data_dir));
   RETURN_IF_ERROR(CheckFragmentRequest(req, spec.job.model.num_layers, spec.job.steps));
   int begin = static_cast<int>(req.layer_begin()), end = static_cast<int>(req.layer_end());
   if (end == 0) {  // the layers of this site's current assignment
@@ -390,16 +392,16 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
   const uint32_t from = first.from_stage();
   const bool tied = first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && n > 1 &&
                     ((me == 0 && from == n - 1) || (me == n - 1 && from == 0));
-  const bool neighbour = (first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && from == me + 1) ||
-                         ((first.kind() == v1::TENSOR_KIND_ACTIVATION ||
-                           first.kind() == v1::TENSOR_KIND_TARGETS) &&
-                          me > 0 && from == me - 1);
+  const bool neighbour =
+      (first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && from == me + 1) ||
+      ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS) &&
+       me > 0 && from == me - 1);
   if (first.to_stage() != me || from >= n || from_site != caller || !(tied || neighbour)) {
     return Denied(caller, id,
                   "send " + v1::TensorKind_Name(first.kind()) + " from stage " +
                       std::to_string(from) + " to stage " + std::to_string(first.to_stage()) +
-                      " (this site runs stage " + std::to_string(me) + " of " +
-                      std::to_string(n) + ")");
+                      " (this site runs stage " + std::to_string(me) + " of " + std::to_string(n) +
+                      ")");
   }
   std::vector<int64_t> expected;
   switch (first.kind()) {

@@ -30,10 +30,9 @@ bool Under(const fs::path& path, const fs::path& root) {
 
 Status CheckJobPaths(const JobSpec& spec, const std::vector<std::string>& roots,
                      const std::string& site) {
-  const std::pair<const char*, const std::string*> files[] = {
-      {"data.train", &spec.job.data.train},
-      {"data.val", &spec.job.data.val},
-      {"init_from", &spec.job.init_from}};
+  const std::pair<const char*, const std::string*> files[] = {{"data.train", &spec.job.data.train},
+                                                              {"data.val", &spec.job.data.val},
+                                                              {"init_from", &spec.job.init_from}};
   for (const auto& [key, path] : files) {
     if (path->empty() || *path == model::kBuiltinData) continue;
     const fs::path resolved = Resolved(*path);

@@ -1,5 +1,8 @@
 #include "daemon/job/stage_checkpoint.h"
 
+#include <xxhash.h>
+
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,15 +12,34 @@
 namespace longhaul::daemon {
 namespace {
 
-constexpr char kMagic[8] = {'L', 'H', 'S', 'T', 'A', 'G', 'E', '1'};
+// Version 2 (written now): the header names its version and carries a checksum of itself and
+// one of everything after it, both verified on load. Version 1 files (no checksums), written
+// by earlier builds, are still read.
+constexpr char kMagicV1[8] = {'L', 'H', 'S', 'T', 'A', 'G', 'E', '1'};
+constexpr char kMagic[8] = {'L', 'H', 'S', 'T', 'A', 'G', 'E', '2'};
+constexpr uint32_t kVersion = 2;
 
-struct Header {
+struct HeaderV1 {
   char magic[8];
   uint64_t step;
   int64_t layer_begin, layer_end;
   uint64_t n;  // floats in each of params, m, v
   uint64_t loader_bytes;
 };
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t step;
+  int64_t layer_begin, layer_end;
+  uint64_t n;  // floats in each of params, m, v
+  uint64_t loader_bytes;
+  uint64_t payload_xxh64;  // of params, m, v and the loader state, in file order
+  uint64_t header_xxh64;   // of the header up to this field
+};
+
+uint64_t HeaderChecksum(const Header& h) { return XXH64(&h, offsetof(Header, header_xxh64), 0); }
 
 }  // namespace
 
@@ -35,11 +57,22 @@ Status WriteStageState(const std::string& path, const StageState& s) {
   }
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kVersion;
+  h.header_bytes = sizeof h;
   h.step = s.step;
   h.layer_begin = s.layer_begin;
   h.layer_end = s.layer_end;
   h.n = s.params.size();
   h.loader_bytes = s.loader_state.size();
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  for (const auto* vec : {&s.params, &s.m, &s.v}) {
+    XXH64_update(state, vec->data(), vec->size() * sizeof(float));
+  }
+  XXH64_update(state, s.loader_state.data(), s.loader_state.size());
+  h.payload_xxh64 = XXH64_digest(state);
+  XXH64_freeState(state);
+  h.header_xxh64 = HeaderChecksum(h);
   model::AtomicFileWriter w;
   RETURN_IF_ERROR(w.Open(path));
   RETURN_IF_ERROR(w.Write(&h, sizeof h));
@@ -51,38 +84,75 @@ Status WriteStageState(const std::string& path, const StageState& s) {
 }
 
 StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, int layer_end) {
-  ASSIGN_OR_RETURN(const int64_t size, model::FileSize(path, "stage checkpoint"));
+  const std::string what = "stage checkpoint";
+  ASSIGN_OR_RETURN(const int64_t size, model::FileSize(path, what));
+  if (size < static_cast<int64_t>(sizeof(HeaderV1))) {
+    return absl::DataLossError(what + " '" + path + "': " + std::to_string(size) +
+                               " bytes, shorter than its header (truncated?)");
+  }
+  char magic[8];
+  RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, magic, sizeof magic));
   Header h{};
-  RETURN_IF_ERROR(model::ReadFileRange(path, "stage checkpoint", 0, &h, sizeof h));
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
-    return absl::DataLossError("stage checkpoint '" + path + "': bad magic");
+  const bool v1 = std::memcmp(magic, kMagicV1, sizeof magic) == 0;
+  if (v1) {
+    HeaderV1 old{};
+    RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, &old, sizeof old));
+    h.header_bytes = sizeof old;
+    h.step = old.step;
+    h.layer_begin = old.layer_begin;
+    h.layer_end = old.layer_end;
+    h.n = old.n;
+    h.loader_bytes = old.loader_bytes;
+  } else if (std::memcmp(magic, kMagic, sizeof magic) == 0) {
+    if (size < static_cast<int64_t>(sizeof h)) {
+      return absl::DataLossError(what + " '" + path + "': " + std::to_string(size) +
+                                 " bytes, shorter than its header (truncated?)");
+    }
+    RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, &h, sizeof h));
+    if (h.header_xxh64 != HeaderChecksum(h) || h.version != kVersion ||
+        h.header_bytes != sizeof h) {
+      return absl::DataLossError(what + " '" + path + "': header checksum mismatch (corrupt)");
+    }
+  } else {
+    return absl::DataLossError(what + " '" + path + "': bad magic");
   }
   if (h.layer_begin != layer_begin || h.layer_end != layer_end) {
     return absl::FailedPreconditionError(
-        "stage checkpoint '" + path + "' holds layers " + std::to_string(h.layer_begin) + ".." +
+        what + " '" + path + "' holds layers " + std::to_string(h.layer_begin) + ".." +
         std::to_string(h.layer_end) + ", this stage runs " + std::to_string(layer_begin) + ".." +
         std::to_string(layer_end));
   }
-  const uint64_t expected = sizeof h + 3 * h.n * sizeof(float) + h.loader_bytes;
   if (h.n > (uint64_t(1) << 36) || h.loader_bytes > (1 << 20) ||
-      static_cast<uint64_t>(size) != expected) {
-    return absl::DataLossError("stage checkpoint '" + path + "': " + std::to_string(size) +
-                               " bytes, expected " + std::to_string(expected) + " (truncated?)");
+      static_cast<uint64_t>(size) != h.header_bytes + 3 * h.n * sizeof(float) + h.loader_bytes) {
+    return absl::DataLossError(
+        what + " '" + path + "': " + std::to_string(size) + " bytes, its header describes " +
+        std::to_string(h.header_bytes + 3 * h.n * sizeof(float) + h.loader_bytes) +
+        " (truncated?)");
   }
   StageState s;
   s.step = h.step;
   s.layer_begin = layer_begin;
   s.layer_end = layer_end;
-  int64_t off = sizeof h;
+  int64_t off = h.header_bytes;
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  Status read;
   for (auto* vec : {&s.params, &s.m, &s.v}) {
     vec->resize(h.n);
-    RETURN_IF_ERROR(
-        model::ReadFileRange(path, "stage checkpoint", off, vec->data(), h.n * sizeof(float)));
+    if (read.ok()) read = model::ReadFileRange(path, what, off, vec->data(), h.n * sizeof(float));
+    XXH64_update(state, vec->data(), h.n * sizeof(float));
     off += h.n * sizeof(float);
   }
   s.loader_state.resize(h.loader_bytes);
-  RETURN_IF_ERROR(
-      model::ReadFileRange(path, "stage checkpoint", off, s.loader_state.data(), h.loader_bytes));
+  if (read.ok())
+    read = model::ReadFileRange(path, what, off, s.loader_state.data(), h.loader_bytes);
+  XXH64_update(state, s.loader_state.data(), s.loader_state.size());
+  const uint64_t checksum = XXH64_digest(state);
+  XXH64_freeState(state);
+  RETURN_IF_ERROR(read);
+  if (!v1 && checksum != h.payload_xxh64) {
+    return absl::DataLossError(what + " '" + path + "': checksum mismatch (corrupt)");
+  }
   return s;
 }
 

@@ -1,7 +1,11 @@
 // A pipeline stage's durable state at a step: its fragment's parameters and AdamW moments
 // (the fragment's flat layout), and, on the first stage, the data loader's position. One
 // file per (stage, step) under the job's directory, written atomically, so a restarted
-// daemon resumes its stage exactly where the committed step left it.
+// daemon resumes its stage exactly where the committed step left it. The file carries its
+// format version and checksums of its header and contents (XXH64), verified on load: a
+// flipped byte or a truncated file is DataLoss naming the file, never loaded. Stages keep
+// the checkpoints of the last two committed steps, so a corrupt newest one falls back to
+// the one before (the coordinator's rollback).
 #pragma once
 
 #include <cstdint>
@@ -25,10 +29,12 @@ std::string StageCheckpointPath(const std::string& dir, uint64_t step, int layer
                                 int layer_end);
 
 Status WriteStageState(const std::string& path, const StageState& state);
-// Fails when the file is missing, truncated, not a stage checkpoint, or for other layers.
+// Fails when the file is missing (NotFound), truncated, corrupt or not a stage checkpoint
+// (DataLoss), or holds other layers (FailedPrecondition).
 StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, int layer_end);
 
-// Deletes stage checkpoints in `dir` older than `keep_from` (the committed step).
+// Deletes stage checkpoints in `dir` older than `keep_from` (the committed step before the
+// newest: two committed checkpoints stay).
 void PruneStageStates(const std::string& dir, uint64_t keep_from);
 
 }  // namespace longhaul::daemon

@@ -146,6 +146,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   }
   status_.step = start_step_;
   status_.checkpoint_step = start_step_;
+  last_committed_ = start_step_;
   if (ctx_.to_prev) status_.outbound.push_back({a.stages(stage_ - 1).site()});
   if (ctx_.to_next) status_.outbound.push_back({a.stages(stage_ + 1).site()});
   if (ctx_.to_tied) {
@@ -208,6 +209,15 @@ void StageRunner::Run() {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
   }
+  // The stage is done with its fragment: a finished or failed job holds no model memory
+  // while its record stays for status, export (from the checkpoints) and pings.
+  pending_.reset();
+  device_encoder_.reset();
+  device_decoder_.reset();
+  fragment_.reset();
+  ops_.clear();
+  loader_.reset();
+  host_buf_ = {};
   std::lock_guard<std::mutex> lock(mu_);
   status_.running = false;
   if (!s.ok() && !stop_) {
@@ -295,7 +305,13 @@ Status StageRunner::RunStep(uint64_t step) {
   fragment_->Step(opt, lr, static_cast<float>(decision->grad_scale()), static_cast<int>(step) + 1);
   fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
-  PruneStageStates(ctx_.job_dir, decision->committed_step());
+  // Two committed checkpoints stay: if the newest turns out corrupt, the job falls back to
+  // the one before.
+  if (decision->committed_step() > last_committed_) {
+    previous_committed_ = last_committed_;
+    last_committed_ = decision->committed_step();
+  }
+  PruneStageStates(ctx_.job_dir, previous_committed_);
 
   const int every = ctx_.spec.job.checkpoint.every;
   const uint64_t done = step + 1;

@@ -160,6 +160,7 @@ class StageRunner {
   double budget_seconds_ = 0;  // EWMA of compute per microbatch
   uint64_t start_step_ = 0;
   bool migrate_ = false;  // Run fetches the stage's layers from the old plan's sites first
+  uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

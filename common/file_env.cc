@@ -1,0 +1,96 @@
+// The real FileEnv and the process's current one; see file_env.h.
+#include "common/file_env.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+namespace longhaul {
+namespace {
+
+std::atomic<FileEnv*> current{nullptr};
+
+}  // namespace
+
+Status ErrnoStatus(int err, const std::string& what) {
+  const std::string message = what + ": " + std::strerror(err);
+  if (err == ENOENT) return absl::NotFoundError(message);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+Status FileEnv::Write(int fd, const std::string& path, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return ErrnoStatus(errno, "cannot write '" + path + "'");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+Status FileEnv::Sync(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) return ErrnoStatus(errno, "cannot sync '" + path + "'");
+  return absl::OkStatus();
+}
+
+Status FileEnv::Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return ErrnoStatus(errno, "cannot rename '" + from + "' to '" + to + "'");
+  }
+  return absl::OkStatus();
+}
+
+Status FileEnv::ReadRange(const std::string& path, int64_t offset, void* out, size_t n) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot read '" + path + "'");
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, static_cast<char*>(out) + done, n - done,
+                              offset + static_cast<int64_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(err, "cannot read '" + path + "'");
+    }
+    if (r == 0) {
+      ::close(fd);
+      return absl::DataLossError("'" + path + "' is truncated: needed " +
+                                 std::to_string(offset + static_cast<int64_t>(n)) +
+                                 " bytes, the file has " +
+                                 std::to_string(offset + static_cast<int64_t>(done)));
+    }
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+double FileEnv::NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+FileEnv* FileEnv::Default() {
+  static FileEnv env;
+  return &env;
+}
+
+FileEnv* CurrentFileEnv() {
+  FileEnv* env = current.load();
+  return env ? env : FileEnv::Default();
+}
+
+ScopedFileEnv::ScopedFileEnv(FileEnv* env) : previous_(current.exchange(env)) {}
+ScopedFileEnv::~ScopedFileEnv() { current.store(previous_); }
+
+}  // namespace longhaul

@@ -1,0 +1,54 @@
+// FileEnv: the seam through which durable state touches the disk and the clock (leveldb's
+// Env). Checkpoints and job records are written and read through it (model/file_io.h), so a
+// test can put a faulty env in place and tear writes, fail fsync, fill the disk or flip bytes
+// on read, and check that nothing corrupt is ever loaded and nothing committed is lost.
+// The process has one current env (Default() unless a test installs another).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace longhaul {
+
+class FileEnv {
+ public:
+  virtual ~FileEnv() = default;
+  // Writes all `n` bytes to `fd` (the file `path`), retrying short writes.
+  virtual Status Write(int fd, const std::string& path, const void* data, size_t n);
+  // fsync(2) of `fd` (the file `path`).
+  virtual Status Sync(int fd, const std::string& path);
+  // rename(2): replaces `to` atomically.
+  virtual Status Rename(const std::string& from, const std::string& to);
+  // Reads `n` bytes at `offset` of `path`; a short file is DataLoss naming the sizes.
+  virtual Status ReadRange(const std::string& path, int64_t offset, void* out, size_t n);
+  // Seconds on a monotonic clock.
+  virtual double NowSeconds();
+
+  // The real thing.
+  static FileEnv* Default();
+};
+
+// The env in use (Default() unless replaced).
+FileEnv* CurrentFileEnv();
+
+// Installs `env` for its lifetime (tests): REQUIRES: not nested, and no other thread uses
+// the env while it is swapped.
+class ScopedFileEnv {
+ public:
+  explicit ScopedFileEnv(FileEnv* env);
+  ~ScopedFileEnv();
+  ScopedFileEnv(const ScopedFileEnv&) = delete;
+  ScopedFileEnv& operator=(const ScopedFileEnv&) = delete;
+
+ private:
+  FileEnv* previous_;
+};
+
+// errno as a Status whose message is "WHAT: strerror" (NotFound, PermissionDenied,
+// ResourceExhausted for a full disk, Internal otherwise).
+Status ErrnoStatus(int err, const std::string& what);
+
+}  // namespace longhaul
