@@ -12,9 +12,8 @@
 #include "daemon/daemon.h"
 #include "daemon/job/job_record.h"
 #include "daemon/job/stage_checkpoint.h"
-#include "model/job.h"
-#include "model/trainer.h"
 #include "test/daemon/fault_env.h"
+#include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
 
 namespace longhaul {
@@ -230,19 +229,6 @@ std::pair<std::string, v1::JobStatus> RunAndStop(Pair& p, uint64_t steps) {
   return {r->job_id(), *record};
 }
 
-v1::JobStatus WaitEnd(daemon::Daemon& d, const std::string& id) {
-  v1::JobStatus s;
-  testing::WaitFor(
-      [&] {
-        auto r = d.jobs().GetJob(id, 0);
-        if (!r.ok()) return false;
-        s = *r;
-        return s.state() == v1::JOB_STATE_COMPLETED || s.state() == v1::JOB_STATE_FAILED;
-      },
-      180s);
-  return s;
-}
-
 TEST_CASE("a corrupt newest checkpoint: the job resumes from the previous one, same losses") {
   Pair p = MakePair();
   auto [id, record] = RunAndStop(p, 4);
@@ -254,19 +240,13 @@ TEST_CASE("a corrupt newest checkpoint: the job resumes from the previous one, s
   FlipByteOnDisk(bad, static_cast<int64_t>(fs::file_size(bad)) / 2);
 
   p.Start();
-  const v1::JobStatus done = WaitEnd(*p.a, id);
+  const v1::JobStatus done = testing::WaitJobEnd(*p.a, id, 180s);
   INFO(done.detail());
   REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
 
-  const std::string dir = testing::TempDir("train-local");
-  auto job = model::ParseJob(JobYaml(), "job.yaml", dir);
-  REQUIRE(job.ok());
-  model::TrainerOptions o;
-  o.checkpoint_dir = dir + "/ckpt";
-  auto trainer = model::Trainer::Create(*job, o);
-  REQUIRE(trainer.ok());
-  std::vector<float> local;
-  REQUIRE((*trainer)->Run([&](const model::StepReport& r) { local.push_back(r.loss); }).ok());
+  const auto losses = testing::TrainLocalLosses(JobYaml());
+  REQUIRE(losses.ok());
+  const std::vector<float>& local = *losses;
   REQUIRE(done.losses_size() == static_cast<int>(local.size()));
   for (size_t i = 0; i < local.size(); ++i) {
     INFO("step " << i + 1);
@@ -284,7 +264,7 @@ TEST_CASE("both kept checkpoints corrupt: the job fails at once, naming the file
     fs::resize_file(path, fs::file_size(path) - 8);  // truncated
   }
   p.Start();
-  const v1::JobStatus done = WaitEnd(*p.a, id);
+  const v1::JobStatus done = testing::WaitJobEnd(*p.a, id, 180s);
   CHECK(done.state() == v1::JOB_STATE_FAILED);
   CHECK_THAT(done.detail(), Catch::Contains("stage_"));
   CHECK_THAT(done.detail(), Catch::Contains("truncated"));

@@ -13,8 +13,7 @@
 
 #include "daemon/daemon.h"
 #include "daemon/peer_security.h"
-#include "model/job.h"
-#include "model/trainer.h"
+#include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
 
 namespace longhaul {
@@ -42,19 +41,6 @@ std::string JobYaml(int steps) {
          "placement: even\n"
          "replan: off\n"
          "compression: {mode: off}\n";
-}
-
-std::vector<float> TrainLocalLosses(const std::string& yaml) {
-  const std::string dir = testing::TempDir("train-local");
-  auto job = model::ParseJob(yaml, "job.yaml", dir);
-  REQUIRE(job.ok());
-  model::TrainerOptions o;
-  o.checkpoint_dir = dir + "/ckpt";
-  auto trainer = model::Trainer::Create(*job, o);
-  REQUIRE(trainer.ok());
-  std::vector<float> losses;
-  REQUIRE((*trainer)->Run([&](const model::StepReport& r) { losses.push_back(r.loss); }).ok());
-  return losses;
 }
 
 std::string MakeCerts() {
@@ -277,19 +263,13 @@ TEST_CASE("a peer outside the job is refused everything, and the job completes u
 
   // Both daemons still serve, and the honest job ends as if nothing happened.
   CHECK((*b)->NodeStatus().site() == "beta");
-  v1::JobStatus done;
-  REQUIRE(testing::WaitFor(
-      [&] {
-        auto s = (*a)->jobs().GetJob(id, 0);
-        if (!s.ok()) return false;
-        done = *s;
-        return done.state() == v1::JOB_STATE_COMPLETED || done.state() == v1::JOB_STATE_FAILED;
-      },
-      120s));
+  const v1::JobStatus done = testing::WaitJobEnd(**a, id, 120s);
   INFO(done.detail());
   REQUIRE(done.state() == v1::JOB_STATE_COMPLETED);
   CHECK(done.attempt() == 1);  // no attack cost a rollback
-  const std::vector<float> local = TrainLocalLosses(yaml);
+  const auto losses = testing::TrainLocalLosses(yaml);
+  REQUIRE(losses.ok());
+  const std::vector<float>& local = *losses;
   REQUIRE(done.losses_size() == static_cast<int>(local.size()));
   for (size_t i = 0; i < local.size(); ++i) {
     INFO("step " << i + 1);

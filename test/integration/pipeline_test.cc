@@ -13,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/job.h"
 #include "model/trainer.h"
+#include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
 
 namespace longhaul {
@@ -74,17 +75,7 @@ Cluster StartCluster(int64_t gamma_memory_limit = 0, std::vector<std::string> be
 }
 
 v1::JobStatus WaitDone(Daemon& d, const std::string& id, std::chrono::seconds timeout) {
-  v1::JobStatus s;
-  testing::WaitFor(
-      [&] {
-        auto r = d.jobs().GetJob(id, 0);
-        if (!r.ok()) return false;
-        s = *r;
-        return s.state() == v1::JOB_STATE_COMPLETED || s.state() == v1::JOB_STATE_FAILED ||
-               s.state() == v1::JOB_STATE_CANCELLED;
-      },
-      timeout);
-  return s;
+  return testing::WaitJobEnd(d, id, timeout);
 }
 
 // Submits `yaml` to `d`, waits for the job to end, and requires that it completed.
@@ -101,17 +92,10 @@ v1::JobStatus RunToCompletion(Daemon& d, const std::string& yaml) {
 }
 
 std::vector<float> TrainLocalLosses(const std::string& yaml) {
-  const std::string dir = testing::TempDir("train-local");
-  auto job = model::ParseJob(yaml, "job.yaml", dir);
-  REQUIRE(job.ok());
-  model::TrainerOptions o;
-  o.checkpoint_dir = dir + "/ckpt";
-  auto trainer = model::Trainer::Create(*job, o);
-  INFO(trainer.status().ToString());
-  REQUIRE(trainer.ok());
-  std::vector<float> losses;
-  REQUIRE((*trainer)->Run([&](const model::StepReport& r) { losses.push_back(r.loss); }).ok());
-  return losses;
+  auto losses = testing::TrainLocalLosses(yaml);
+  INFO(losses.status().ToString());
+  REQUIRE(losses.ok());
+  return *losses;
 }
 
 TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bit") {

@@ -1,0 +1,35 @@
+// Job helpers for in-process daemon tests; see job_test_util.h.
+#include "test/daemon/job_test_util.h"
+
+#include "model/job.h"
+#include "model/trainer.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul::testing {
+
+StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml) {
+  const std::string dir = TempDir("train-local");
+  ASSIGN_OR_RETURN(model::Job job, model::ParseJob(yaml, "job.yaml", dir));
+  model::TrainerOptions o;
+  o.checkpoint_dir = dir + "/ckpt";
+  ASSIGN_OR_RETURN(auto trainer, model::Trainer::Create(job, o));
+  std::vector<float> losses;
+  RETURN_IF_ERROR(trainer->Run([&](const model::StepReport& r) { losses.push_back(r.loss); }));
+  return losses;
+}
+
+v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::seconds timeout) {
+  v1::JobStatus s;
+  WaitFor(
+      [&] {
+        auto r = d.jobs().GetJob(id, 0);
+        if (!r.ok()) return false;
+        s = *r;
+        return s.state() == v1::JOB_STATE_COMPLETED || s.state() == v1::JOB_STATE_FAILED ||
+               s.state() == v1::JOB_STATE_CANCELLED;
+      },
+      timeout);
+  return s;
+}
+
+}  // namespace longhaul::testing

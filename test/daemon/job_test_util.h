@@ -1,0 +1,22 @@
+// Helpers for tests that run jobs on in-process daemons: the losses of the same job trained
+// in one process (the bit-exact reference), and waiting for a job to end.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/daemon.h"
+
+namespace longhaul::testing {
+
+// The per-step losses of `yaml` trained in one process (model::Trainer), with checkpoints in
+// a fresh temporary directory.
+StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml);
+
+// Polls job `id` on its coordinator `d` until it completed, failed or was cancelled, or
+// `timeout` passed; returns its last status (all losses).
+v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::seconds timeout);
+
+}  // namespace longhaul::testing

@@ -1,0 +1,188 @@
+// Fuzz target: the Peer API's edge checks on what a peer sends (daemon/job/job_checks.h,
+// daemon/job/fragment_chunks.h, daemon/job/inbox.h). The first byte picks the message: a
+// stage assignment, a step report, a fragment request (protobuf bytes, as they arrive), a
+// run of fragment chunks into a receiver's array, or a sequence of inbox operations.
+// Invariants: no crash; nothing accepted that the checks promise to refuse; the inbox never
+// holds a key outside its window and its byte count matches what it holds.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon/job/fragment_chunks.h"
+#include "daemon/job/inbox.h"
+#include "daemon/job/job_checks.h"
+#include "daemon/job/job_spec.h"
+
+namespace {
+
+using namespace longhaul;
+using namespace longhaul::daemon;
+
+const char kJob[] =
+    "name: f\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+    "steps: 100\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\nsites: [alpha, beta]\n";
+
+const JobSpec& Spec() {
+  static const JobSpec spec = *ParseJobSpec(kJob, "fuzz", "/nonexistent-fuzz-dir");
+  return spec;
+}
+
+void Assignment(const uint8_t* d, size_t n) {
+  v1::StageAssignment a;
+  if (!a.ParseFromArray(d, static_cast<int>(n))) return;
+  if (!CheckAssignment(a, Spec(), "beta").ok()) return;
+  // Accepted: the promises hold.
+  if (!CheckJobId(a.job_id()).ok() || a.stage() >= static_cast<uint32_t>(a.stages_size()) ||
+      a.stages(a.stage()).site() != "beta" || a.resume_step() > 100) {
+    std::abort();
+  }
+  uint32_t next = 0;
+  for (const auto& s : a.stages()) {
+    if (s.layer_begin() != next || s.layer_end() <= s.layer_begin()) std::abort();
+    next = s.layer_end();
+  }
+  if (next != 4) std::abort();
+}
+
+void Report(const uint8_t* d, size_t n) {
+  v1::StepReport r;
+  if (!r.ParseFromArray(d, static_cast<int>(n))) return;
+  if (!CheckStepReport(r, 3, 100).ok()) return;
+  if (r.stage() >= 3 || r.step() > 100 || r.checkpoint_step() > r.step() + 1 ||
+      r.grad_sums_size() > kMaxGradSums) {
+    std::abort();
+  }
+}
+
+void Fetch(const uint8_t* d, size_t n) {
+  v1::FetchFragmentRequest r;
+  if (!r.ParseFromArray(d, static_cast<int>(n))) return;
+  if (!CheckFragmentRequest(r, 4, 100).ok()) return;
+  const bool current = r.layer_begin() == 0 && r.layer_end() == 0;
+  if (!current && (r.layer_begin() >= r.layer_end() || r.layer_end() > 4)) std::abort();
+}
+
+// Chunks: [u16 length][TensorFrame bytes]...; the array holds d[0] * 3 floats.
+void Chunks(const uint8_t* d, size_t n) {
+  if (n < 1) return;
+  FragmentArray array;
+  array.values.resize(static_cast<size_t>(d[0]) * 3);
+  size_t at = 1;
+  while (at + 2 <= n) {
+    const size_t len = d[at] | (size_t{d[at + 1]} << 8);
+    at += 2;
+    if (len > n - at) break;
+    v1::TensorFrame f;
+    if (f.ParseFromArray(d + at, static_cast<int>(len))) {
+      if (!PlaceChunk(f, &array, "fuzz").ok()) break;
+      if (array.bytes_received > array.values.size() * sizeof(float)) std::abort();
+    }
+    at += len;
+  }
+  (void)CheckComplete(array, "fuzz", "parameters");
+}
+
+// Inbox operations: 1 byte op + 3 bytes of key (attempt, step, microbatch).
+void InboxOps(const uint8_t* d, size_t n) {
+  Inbox inbox(1 << 12);
+  for (size_t at = 0; at + 4 <= n; at += 4) {
+    TensorKey key;
+    key.attempt = d[at + 1] % 4;
+    key.step = d[at + 2] % 16;
+    key.microbatch = d[at + 3] % 4;
+    key.kind = 1;
+    switch (d[at] % 4) {
+      case 0: {
+        const bool allowed = inbox.CheckKey(key).ok();
+        ReceivedTensor t;
+        t.payload.resize(d[at] % 64);
+        // Put blocks only while the inbox is over capacity and not empty: never here (each
+        // tensor is small and capacity is 4 KiB), unless the fuzzer fills it: take first.
+        if (inbox.bytes() + t.payload.size() > (1 << 12)) break;
+        const bool put = inbox.Put(key, std::move(t)).ok();
+        if (put && !allowed) std::abort();
+        break;
+      }
+      case 1:
+        (void)inbox.Take(key, 0);
+        break;
+      case 2:
+        inbox.AdvanceTo(key.step);
+        break;
+      default:
+        inbox.StartAttempt(key.attempt, key.step);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t* d = data + 1;
+  const size_t n = size - 1;
+  switch (data[0] % 5) {
+    case 0:
+      Assignment(d, n);
+      break;
+    case 1:
+      Report(d, n);
+      break;
+    case 2:
+      Fetch(d, n);
+      break;
+    case 3:
+      Chunks(d, n);
+      break;
+    default:
+      InboxOps(d, n);
+  }
+  return 0;
+}
+
+extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
+  v1::StageAssignment a;
+  a.set_job_id("f-000001");
+  a.set_coordinator("alpha");
+  a.set_job_yaml(kJob);
+  a.set_stage(1);
+  a.set_resume_step(4);
+  for (auto [site, b, e] : {std::tuple{"alpha", 0, 2}, std::tuple{"beta", 2, 4}}) {
+    auto* s = a.add_stages();
+    s->set_site(site);
+    s->set_layer_begin(b);
+    s->set_layer_end(e);
+  }
+  *a.mutable_migrate_from() = a.stages();
+  seeds->push_back(std::string(1, '\0') + a.SerializeAsString());
+  v1::StepReport r;
+  r.set_job_id("f-000001");
+  r.set_stage(1);
+  r.set_step(7);
+  r.set_checkpoint_step(8);
+  for (int i = 0; i < 5; ++i) r.add_grad_sums(0.5 * i);
+  seeds->push_back(std::string(1, '\1') + r.SerializeAsString());
+  v1::FetchFragmentRequest f;
+  f.set_job_id("f-000001");
+  f.set_step(4);
+  f.set_layer_begin(1);
+  f.set_layer_end(3);
+  seeds->push_back(std::string(1, '\2') + f.SerializeAsString());
+  std::string chunks(1, '\3');
+  chunks += '\x08';  // 24 floats
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorFrame t;
+    t.set_chunk_offset(32 * i);
+    t.set_payload(std::string(32, 'x'));
+    const std::string b = t.SerializeAsString();
+    chunks += static_cast<char>(b.size() & 0xff);
+    chunks += static_cast<char>(b.size() >> 8);
+    chunks += b;
+  }
+  seeds->push_back(chunks);
+  std::string ops(1, '\4');
+  for (int i = 0; i < 64; ++i) ops += std::string{char(i % 4), char(i % 3), char(i % 5), char(i)};
+  seeds->push_back(ops);
+}
