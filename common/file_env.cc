@@ -54,8 +54,8 @@ Status FileEnv::ReadRange(const std::string& path, int64_t offset, void* out, si
   if (fd < 0) return ErrnoStatus(errno, "cannot read '" + path + "'");
   size_t done = 0;
   while (done < n) {
-    const ssize_t r = ::pread(fd, static_cast<char*>(out) + done, n - done,
-                              offset + static_cast<int64_t>(done));
+    const ssize_t r =
+        ::pread(fd, static_cast<char*>(out) + done, n - done, offset + static_cast<int64_t>(done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       const int err = errno;
@@ -76,8 +76,7 @@ Status FileEnv::ReadRange(const std::string& path, int64_t offset, void* out, si
 }
 
 double FileEnv::NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 FileEnv* FileEnv::Default() {

@@ -42,6 +42,24 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   rm -f "$cuda_log"
 fi
 
+# Sanitizers: the fuzz targets (test/fuzz: YAML, Peer messages, chunks and inbox, checkpoint
+# and llm.c readers, HTTP) rebuilt with AddressSanitizer and UBSan: one more check (about ten
+# minutes cold on two cores, most of it the build).
+asan_start=$(date +%s)
+asan_log=$(mktemp)
+if bazel test --config=asan --test_output=errors --noshow_progress //test/fuzz/... \
+  >"$asan_log" 2>&1; then
+  passed=$((passed + 1))
+  grep -h ' no crash ' bazel-testlogs/test/fuzz/*/test.log 2>/dev/null
+  echo "test.sh: fuzz targets clean under ASan+UBSan ($(($(date +%s) - asan_start)) s)"
+else
+  grep -vE 'linux-sandbox|^\s*$' "$asan_log" | tail -60
+  echo "test.sh: fuzz targets under ASan+UBSan FAILED"
+  failed=$((failed + 1))
+  status=1
+fi
+rm -f "$asan_log"
+
 # Formatting is part of the suite: one more check.
 if tools/lint.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 

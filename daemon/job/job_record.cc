@@ -18,8 +18,8 @@ struct Header {
   char magic[8];
   uint32_t version;
   uint32_t reserved;  // 0
-  uint64_t length;  // bytes of the serialized record after the header
-  uint64_t xxh64;   // of those bytes
+  uint64_t length;    // bytes of the serialized record after the header
+  uint64_t xxh64;     // of those bytes
 };
 
 }  // namespace

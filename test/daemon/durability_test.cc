@@ -235,7 +235,8 @@ TEST_CASE("a corrupt newest checkpoint: the job resumes from the previous one, s
   const uint64_t newest = record.committed_step(), previous = record.previous_committed_step();
   REQUIRE(previous < newest);
   // beta runs layers 1..2: flip a byte in the middle of its newest committed checkpoint.
-  const std::string bad = daemon::StageCheckpointPath(p.beta.data_dir + "/jobs/" + id, newest, 1, 2);
+  const std::string bad =
+      daemon::StageCheckpointPath(p.beta.data_dir + "/jobs/" + id, newest, 1, 2);
   REQUIRE(fs::exists(bad));
   FlipByteOnDisk(bad, static_cast<int64_t>(fs::file_size(bad)) / 2);
 

@@ -68,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static int calls = 0;
   Exchange(std::string(reinterpret_cast<const char*>(data), size));
   if (++calls % 64 == 0) {
-    const std::string ok = Exchange("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string ok =
+        Exchange("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     if (ok.rfind("HTTP/1.1 200", 0) != 0) std::abort();
   }
   return 0;
