@@ -15,7 +15,8 @@ Status PlaceChunk(const v1::TensorFrame& f, FragmentArray* array, const std::str
                                " does not fit an array of " + std::to_string(capacity) +
                                " bytes (" + std::to_string(array->bytes_received) + " received)");
   }
-  if (n > 0) std::memcpy(reinterpret_cast<char*>(array->values.data()) + off, f.payload().data(), n);
+  if (n > 0)
+    std::memcpy(reinterpret_cast<char*>(array->values.data()) + off, f.payload().data(), n);
   array->bytes_received += n;
   return absl::OkStatus();
 }
