@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/yaml_load.h"
 #include "daemon/config_checks.h"
 
 namespace longhaul::daemon {
@@ -76,15 +77,16 @@ class Walker {
       : source_(std::move(source)), base_dir_(std::move(base_dir)) {}
 
   StatusOr<SiteConfig> Parse(const std::string& text) {
-    std::vector<YAML::Node> docs;
+    if (text.size() > kMaxYamlBytes) {
+      return Error(YAML::Mark::null_mark(), "",
+                   absl::StrCat("the config is ", text.size(), " bytes, more than the limit of ",
+                                kMaxYamlBytes));
+    }
     try {
-      docs = YAML::LoadAll(text);
-      if (docs.empty()) return Error(YAML::Mark::null_mark(), "", "the config is empty");
-      if (docs.size() > 1) {
-        return Error(docs[1].Mark(), "",
-                     absl::StrCat("expected one YAML document, found ", docs.size()));
-      }
-      return ParseRoot(Entry{docs[0], docs[0]});
+      const YamlDocuments docs = LoadYamlDocuments(text);
+      if (docs.count == 0) return Error(YAML::Mark::null_mark(), "", "the config is empty");
+      if (docs.count > 1) return Error(docs.second_start, "", TooManyDocuments(docs));
+      return ParseRoot(Entry{docs.first, docs.first});
     } catch (const YAML::Exception& e) {
       return Error(e.mark, "", absl::StrCat("invalid YAML: ", e.msg));
     }

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/logger.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,7 +72,11 @@ class Daemon {
   std::unique_ptr<grpc::Server> control_server_;
   std::unique_ptr<http::StatusServer> status_server_;
   std::vector<std::unique_ptr<PeerLink>> links_;
-  int peer_port_ = 0, control_port_ = 0, status_port_ = 0;
+  // gRPC sets these two before either server serves a request.
+  int peer_port_ = 0, control_port_ = 0;
+  // Known only once the status server runs, which (and the control server) may already be
+  // answering NodeStatus with it.
+  std::atomic<int> status_port_{0};
   bool shut_down_ = false;
 };
 

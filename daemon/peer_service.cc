@@ -1,12 +1,11 @@
 #include "daemon/peer_service.h"
 
-#include <xxhash.h>
-
 #include <chrono>
 #include <utility>
 #include <vector>
 
 #include "common/version.h"
+#include "daemon/job/frame_assembler.h"
 #include "daemon/job/site_channel.h"
 #include "daemon/peer_security.h"
 
@@ -18,8 +17,6 @@ PeerServiceImpl::PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monito
 
 namespace {
 
-// Bytes in one chunk's payload (senders use 1 MiB or less; gRPC refuses messages over 64 MiB).
-constexpr uint64_t kMaxChunkBytes = 8 << 20;
 // A probe's length: more than a link config may ask for (probe_bytes <= 1 GiB).
 constexpr uint64_t kMaxProbeBytes = uint64_t{2} << 30;
 constexpr size_t kMaxProbeChunks = 1 << 20;
@@ -125,73 +122,34 @@ grpc::Status PeerServiceImpl::Probe(grpc::ServerContext* context,
 grpc::Status PeerServiceImpl::SendFrames(grpc::ServerContext* context,
                                          grpc::ServerReader<v1::TensorFrame>* reader,
                                          v1::FrameAck* response) {
-  v1::TensorFrame frame, first;
-  std::vector<uint8_t> payload;
-  uint32_t expected_chunk = 0;
-  uint64_t frames = 0, bytes = 0;
+  // Who sends each tensor, and may it send it here? Checked on its first chunk, before a
+  // byte of payload is buffered; one stream carries one sending site.
   std::string caller;
-  bool in_tensor = false;
+  FrameAssembler assembler(
+      [&](const v1::TensorFrame& first) -> Status {
+        auto who = PeerCaller(*context, options_.tls, options_.peers, first.from_site());
+        if (!who.ok()) return who.status();
+        if (!caller.empty() && *who != caller) {
+          return absl::PermissionDeniedError("one stream, two sending sites");
+        }
+        caller = *who;
+        Status s = jobs_->CheckIncoming(first, caller);
+        if (!s.ok()) log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
+        return s;
+      },
+      [&](const v1::TensorFrame& first, std::vector<uint8_t> payload) -> Status {
+        Status s = jobs_->Deliver(first, std::move(payload), caller);
+        if (!s.ok()) log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
+        return s;
+      });
+  v1::TensorFrame frame;
   while (reader->Read(&frame)) {
-    ++frames;
-    bytes += frame.payload().size();
-    if (frame.payload().size() > kMaxChunkBytes) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "tensor frame: chunk of " + std::to_string(frame.payload().size()) +
-                              " bytes, at most " + std::to_string(kMaxChunkBytes));
-    }
-    if (!in_tensor) {
-      // The first chunk of a tensor: who sends it, and may it send this tensor here? All of
-      // it is checked before a byte of payload is buffered.
-      if (frame.chunk_index() != 0) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "tensor frame out of sequence (chunk " +
-                                std::to_string(frame.chunk_index()) + ", expected 0)");
-      }
-      auto who = PeerCaller(*context, options_.tls, options_.peers, frame.from_site());
-      if (!who.ok()) return ToGrpc(who.status());
-      if (!caller.empty() && *who != caller) {
-        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "one stream, two sending sites");
-      }
-      caller = *who;
-      const absl::Status s = jobs_->CheckIncoming(frame, caller);
-      if (!s.ok()) {
-        log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
-        return ToGrpc(s);
-      }
-      first = frame;
-      first.clear_payload();
-      payload.clear();
-      payload.reserve(frame.encoded_size());
-      expected_chunk = 0;
-      in_tensor = true;
-    }
-    if (frame.chunk_index() != expected_chunk || frame.job_id() != first.job_id() ||
-        frame.chunk_offset() != payload.size() ||
-        frame.payload().size() > first.encoded_size() - payload.size()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "tensor frame out of sequence (chunk " +
-                              std::to_string(frame.chunk_index()) + ", expected " +
-                              std::to_string(expected_chunk) + ")");
-    }
-    payload.insert(payload.end(), frame.payload().begin(), frame.payload().end());
-    ++expected_chunk;
-    if (expected_chunk == first.chunk_count()) {
-      in_tensor = false;
-      if (payload.size() != first.encoded_size() ||
-          XXH64(payload.data(), payload.size(), 0) != first.checksum()) {
-        return grpc::Status(grpc::StatusCode::DATA_LOSS,
-                            "tensor frame checksum or size mismatch (job " + first.job_id() + ")");
-      }
-      const absl::Status s = jobs_->Deliver(first, std::move(payload), caller);
-      if (!s.ok()) {
-        log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
-        return ToGrpc(s);
-      }
-      payload = {};
-    }
+    const Status s = assembler.Add(frame);
+    if (!s.ok()) return ToGrpc(s);
   }
-  response->set_frames_received(frames);
-  response->set_bytes_received(bytes);
+  if (Status s = assembler.Finish(); !s.ok()) return ToGrpc(s);
+  response->set_frames_received(assembler.frames());
+  response->set_bytes_received(assembler.bytes());
   return grpc::Status::OK;
 }
 

@@ -53,16 +53,18 @@ std::string ClosestKey(absl::string_view key, const std::vector<absl::string_vie
 }
 
 StatusOr<YamlWalker::Entry> YamlWalker::Root(const std::string& text) const {
+  if (text.size() > kMaxYamlBytes) {
+    return Error(YAML::Mark::null_mark(), "",
+                 absl::StrCat("the file is ", text.size(), " bytes, more than the limit of ",
+                              kMaxYamlBytes));
+  }
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.empty() || docs[0].IsNull()) {
+    const YamlDocuments docs = LoadYamlDocuments(text);
+    if (docs.count > 1) return Error(docs.second_start, "", TooManyDocuments(docs));
+    if (docs.count == 0 || docs.first.IsNull()) {
       return Error(YAML::Mark::null_mark(), "", "the file is empty");
     }
-    if (docs.size() > 1) {
-      return Error(docs[1].Mark(), "",
-                   absl::StrCat("expected one YAML document, found ", docs.size()));
-    }
-    return Entry{docs[0], docs[0], ""};
+    return Entry{docs.first, docs.first, ""};
   } catch (const YAML::Exception& e) {
     return Error(e.mark, "", absl::StrCat("invalid YAML: ", e.msg));
   }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/string_view.h"
 #include "common/status.h"
+#include "common/yaml_load.h"
 
 namespace longhaul::model {
 
@@ -27,7 +28,8 @@ class YamlWalker {
 
   explicit YamlWalker(std::string source) : source_(std::move(source)) {}
 
-  // The single document of `text` as the root entry.
+  // The single document of `text` as the root entry; InvalidArgument for a text over
+  // kMaxYamlBytes (common/yaml_load.h), invalid YAML or more than one document.
   StatusOr<Entry> Root(const std::string& text) const;
 
   Status Error(const YAML::Mark& mark, const std::string& path, absl::string_view problem) const;

@@ -584,7 +584,7 @@ Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::Cont
       ctx_.log->info("job {}: stage {} encodes on {} before the copy to the host ({})",
                      ctx_.assignment.job_id(), stage_, ops_[0]->name(), controller_->name(rung));
     }
-    pending_.emplace();
+    pending_.emplace(PendingSend{});
     pending_->to = to;
     pending_->frame = [this, spec, shape, n, envelope](OutgoingTensor* t) -> Status {
       bool finished = false;

@@ -119,7 +119,7 @@ TEST_CASE("every codec round trips every size and input class within its bound")
         std::vector<float> y(n, 123.0f);
         REQUIRE(codec->Decode(payload, y).ok());
         CheckBounds(spec, x, y);
-        if (spec.lossless()) REQUIRE(std::memcmp(x.data(), y.data(), 4 * n) == 0);
+        if (spec.lossless() && n > 0) REQUIRE(std::memcmp(x.data(), y.data(), 4 * n) == 0);
       }
     }
   }

@@ -101,7 +101,7 @@ TEST_CASE("predictions fall along the ladder on a slow link") {
 TEST_CASE("steady noisy links: fast stays exact, slow pays, at most one change per window") {
   Controller c = Make();
   for (double mean : {10e9, 1e9, 400e6, 150e6, 60e6, 20e6, 2e6}) {
-    std::mt19937 rng(static_cast<unsigned>(mean));
+    std::mt19937 rng(static_cast<unsigned>(static_cast<uint64_t>(mean)));  // low 32 bits
     std::uniform_real_distribution<double> noise(0.9, 1.1);
     auto r = Run(c, c.rungs() - 1, 400, [&](double) { return mean * noise(rng); });
     INFO("mean bandwidth " << mean << ": last " << r.decisions.back().explanation);

@@ -94,8 +94,8 @@ inline std::vector<double> DenseBounds(const ValueSpec& spec, std::span<const fl
       m = std::max(m, std::fabs(static_cast<double>(x[j])));
     }
     const int bits = spec.bits();
-    const double step =
-        spec.asymmetric ? (hi - lo) / ((1 << bits) - 1) : m / ((1 << (bits - 1)) - 1);
+    const double step = spec.asymmetric ? (hi - lo) / (std::ldexp(1.0, bits) - 1)
+                                        : m / (std::ldexp(1.0, bits - 1) - 1);
     const double rounding = spec.stochastic ? 1.0 : 0.5;
     for (size_t j = start; j < end; ++j) {
       const double v = std::fabs(static_cast<double>(x[j]));

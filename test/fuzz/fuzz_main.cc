@@ -1,13 +1,20 @@
-// The driver of longhaul's fuzz targets when they are built as ordinary tests (gcc, under
-// --config=asan in CI): each target defines LLVMFuzzerTestOneInput, as libFuzzer wants, and
-// may define LonghaulFuzzSeeds to add valid inputs built in code. The driver runs the seeds
-// (the committed corpus in test/fuzz/corpus/TARGET and those of the code), then a fixed
-// number of seeded random mutations of them (bit flips, byte sets, inserts, deletes,
-// duplicated and spliced ranges, boundary values), so a run is deterministic and bounded.
+// The driver of longhaul's fuzz targets. Each target defines LLVMFuzzerTestOneInput, as
+// libFuzzer wants, and may define LonghaulFuzzSeeds to add valid inputs built in code. The
+// seeds are the committed corpus in test/fuzz/corpus/TARGET and those of the code.
+//
+// Two modes, one per compiler:
+// - Built with LONGHAUL_LIBFUZZER (--config=asan: clang, libFuzzer, ASan, UBSan; CI runs it):
+//   LLVMFuzzerInitialize writes the seeds into a fresh corpus directory and hands libFuzzer a
+//   fixed -runs and -seed, so a CI run is bounded and repeatable while the search is
+//   coverage-guided. Extra arguments pass through to libFuzzer, for example
+//   `bazel-bin/test/fuzz/fuzz_yaml -max_total_time=600 -runs=-1` to fuzz longer.
+// - Otherwise (gcc, the ordinary test build): main runs the seeds, then a fixed number of
+//   seeded random mutations of them (bit flips, byte sets, inserts, deletes, duplicated and
+//   spliced ranges, boundary values).
 // Any crash, sanitizer report or failed invariant (the target aborts) fails the test.
 //
-// Environment: LONGHAUL_FUZZ_RUNS (mutations; default 20000), LONGHAUL_FUZZ_SEED (default 1).
-// Arguments: corpus directories (default: test/fuzz/corpus/<name of the binary>).
+// Environment: LONGHAUL_FUZZ_RUNS (inputs to try; default 20000), LONGHAUL_FUZZ_SEED (default
+// 1). Arguments in the gcc mode: corpus directories (default: test/fuzz/corpus/<binary name>).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +32,8 @@ extern "C" __attribute__((weak)) void LonghaulFuzzSeeds(std::vector<std::string>
 namespace {
 
 constexpr size_t kMaxLen = 1 << 16;
+
+#ifndef LONGHAUL_LIBFUZZER
 
 void Run(const std::string& input) {
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()), input.size());
@@ -84,14 +93,14 @@ std::string Mutate(std::string s, const std::vector<std::string>& seeds, std::mt
   return s;
 }
 
+#endif  // LONGHAUL_LIBFUZZER
+
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+std::vector<std::string> LoadSeeds(const std::vector<std::string>& dirs) {
   namespace fs = std::filesystem;
-  const std::string name = fs::path(argv[0]).filename().string();
-  std::vector<std::string> dirs;
-  for (int i = 1; i < argc; ++i) dirs.push_back(argv[i]);
-  if (dirs.empty()) dirs.push_back("test/fuzz/corpus/" + name);
   std::vector<std::string> seeds;
   for (const auto& dir : dirs) {
     std::error_code ec;
@@ -104,10 +113,89 @@ int main(int argc, char** argv) {
   }
   if (LonghaulFuzzSeeds) LonghaulFuzzSeeds(&seeds);
   if (seeds.empty()) seeds.push_back("");
+  return seeds;
+}
+
+long RunsFromEnv() {
   const char* runs_env = std::getenv("LONGHAUL_FUZZ_RUNS");
+  return runs_env ? std::atol(runs_env) : 20000;
+}
+
+uint64_t SeedFromEnv() {
   const char* seed_env = std::getenv("LONGHAUL_FUZZ_SEED");
-  const long runs = runs_env ? std::atol(runs_env) : 20000;
-  std::mt19937_64 rng(seed_env ? std::strtoull(seed_env, nullptr, 10) : 1);
+  return seed_env ? std::strtoull(seed_env, nullptr, 10) : 1;
+}
+
+}  // namespace
+
+#ifdef LONGHAUL_LIBFUZZER
+
+namespace {
+
+struct LibFuzzerArgs {
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path((*argv)[0]).filename().string();
+  const std::vector<std::string> seeds = LoadSeeds({"test/fuzz/corpus/" + name});
+  const long runs = RunsFromEnv();
+  static LibFuzzerArgs args_storage;  // libFuzzer keeps pointers into it until exit
+  LibFuzzerArgs* run = &args_storage;
+  auto& a = run->args;
+  a.push_back((*argv)[0]);
+  a.push_back("-runs=" + std::to_string(runs));
+  a.push_back("-seed=" + std::to_string(SeedFromEnv()));
+  a.push_back("-timeout=60");
+  a.push_back("-rss_limit_mb=4096");
+  a.push_back("-print_final_stats=1");
+  // Under bazel test, a crashing or slow input is kept in the test's outputs.
+  if (const char* out = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR")) {
+    a.push_back(std::string("-artifact_prefix=") + out + "/");
+  }
+  bool inputs_given = false;
+  for (int i = 1; i < *argc; ++i) {  // the caller's flags win; its files replace the corpus
+    a.push_back((*argv)[i]);
+    if ((*argv)[i][0] != '-') inputs_given = true;
+  }
+  if (!inputs_given) {
+    // The seeds go into a fresh directory, so what libFuzzer adds never lands in the tree.
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name + ".XXXXXX";
+    if (mkdtemp(dir.data()) == nullptr) {
+      std::perror("fuzz_main: mkdtemp");
+      std::exit(2);
+    }
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      std::ofstream out(dir + "/seed" + std::to_string(i), std::ios::binary);
+      out.write(seeds[i].data(), static_cast<std::streamsize>(seeds[i].size()));
+    }
+    a.push_back(dir);
+    std::printf("%s: libFuzzer over %zu seeds, %ld runs\n", name.c_str(), seeds.size(), runs);
+    std::fflush(stdout);
+  }
+  for (auto& s : a) run->argv.push_back(s.data());
+  run->argv.push_back(nullptr);
+  *argc = static_cast<int>(a.size());
+  *argv = run->argv.data();
+  return 0;
+}
+
+#else
+
+int main(int argc, char** argv) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(argv[0]).filename().string();
+  std::vector<std::string> dirs;
+  for (int i = 1; i < argc; ++i) dirs.push_back(argv[i]);
+  if (dirs.empty()) dirs.push_back("test/fuzz/corpus/" + name);
+  const std::vector<std::string> seeds = LoadSeeds(dirs);
+  const long runs = RunsFromEnv();
+  std::mt19937_64 rng(SeedFromEnv());
   const auto start = std::chrono::steady_clock::now();
   for (const auto& s : seeds) Run(s);
   for (long i = 0; i < runs; ++i) Run(Mutate(seeds[rng() % seeds.size()], seeds, rng));
@@ -117,3 +205,5 @@ int main(int argc, char** argv) {
               runs, seconds);
   return 0;
 }
+
+#endif  // LONGHAUL_LIBFUZZER

@@ -1,9 +1,11 @@
 // Fuzz target: the Peer API's edge checks on what a peer sends (daemon/job/job_checks.h,
 // daemon/job/fragment_chunks.h, daemon/job/inbox.h). The first byte picks the message: a
 // stage assignment, a step report, a fragment request (protobuf bytes, as they arrive), a
-// run of fragment chunks into a receiver's array, or a sequence of inbox operations.
+// run of fragment chunks into a receiver's array, a sequence of inbox operations, or a
+// SendFrames stream of tensor chunks into the frame assembler (daemon/job/frame_assembler.h).
 // Invariants: no crash; nothing accepted that the checks promise to refuse; the inbox never
-// holds a key outside its window and its byte count matches what it holds.
+// holds a key outside its window and its byte count matches what it holds; the assembler
+// buffers nothing it did not admit and delivers only whole tensors whose checksum matches.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -11,9 +13,12 @@
 #include <vector>
 
 #include "daemon/job/fragment_chunks.h"
+#include "daemon/job/frame_assembler.h"
 #include "daemon/job/inbox.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_spec.h"
+#include "google/protobuf/stubs/logging.h"
+#include "xxhash.h"
 
 namespace {
 
@@ -84,6 +89,40 @@ void Chunks(const uint8_t* d, size_t n) {
   (void)CheckComplete(array, "fuzz", "parameters");
 }
 
+// A SendFrames stream: [u16 length][TensorFrame bytes]... until the assembler refuses one.
+// It admits only job f-000001 and tensors of at most 4 KiB.
+void Frames(const uint8_t* d, size_t n) {
+  uint64_t admitted = 0, delivered = 0;
+  FrameAssembler assembler(
+      [&](const v1::TensorFrame& first) -> Status {
+        if (first.job_id() != "f-000001" || first.encoded_size() > 4096) {
+          return absl::PermissionDeniedError("not admitted");
+        }
+        ++admitted;
+        return absl::OkStatus();
+      },
+      [&](const v1::TensorFrame& first, std::vector<uint8_t> payload) -> Status {
+        ++delivered;
+        if (first.job_id() != "f-000001" || !first.payload().empty() ||
+            payload.size() != first.encoded_size() ||
+            XXH64(payload.data(), payload.size(), 0) != first.checksum()) {
+          std::abort();
+        }
+        return absl::OkStatus();
+      });
+  size_t at = 0;
+  while (at + 2 <= n) {
+    const size_t len = d[at] | (size_t{d[at + 1]} << 8);
+    at += 2;
+    if (len > n - at) break;
+    v1::TensorFrame f;
+    if (f.ParseFromArray(d + at, static_cast<int>(len)) && !assembler.Add(f).ok()) break;
+    at += len;
+  }
+  (void)assembler.Finish();
+  if (delivered > admitted) std::abort();
+}
+
 // Inbox operations: 1 byte op + 3 bytes of key (attempt, step, microbatch).
 void InboxOps(const uint8_t* d, size_t n) {
   Inbox inbox(1 << 12);
@@ -120,10 +159,13 @@ void InboxOps(const uint8_t* d, size_t n) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Protobuf logs each string field with invalid UTF-8 it refuses; the refusal is the point.
+  static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
+  (void)quiet;
   if (size == 0) return 0;
   const uint8_t* d = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       Assignment(d, n);
       break;
@@ -136,8 +178,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 3:
       Chunks(d, n);
       break;
-    default:
+    case 4:
       InboxOps(d, n);
+      break;
+    default:
+      Frames(d, n);
   }
   return 0;
 }
@@ -185,4 +230,24 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   std::string ops(1, '\4');
   for (int i = 0; i < 64; ++i) ops += std::string{char(i % 4), char(i % 3), char(i % 5), char(i)};
   seeds->push_back(ops);
+  // A 100-byte tensor in chunks of 40, 40 and 20 bytes.
+  std::string stream(1, '\5');
+  const std::string tensor(100, 'y');
+  for (int i = 0; i < 3; ++i) {
+    v1::TensorFrame t;
+    t.set_job_id("f-000001");
+    if (i == 0) {
+      t.set_encoded_size(tensor.size());
+      t.set_chunk_count(3);
+      t.set_checksum(XXH64(tensor.data(), tensor.size(), 0));
+    }
+    t.set_chunk_index(i);
+    t.set_chunk_offset(40 * i);
+    t.set_payload(tensor.substr(40 * i, 40));
+    const std::string b = t.SerializeAsString();
+    stream += static_cast<char>(b.size() & 0xff);
+    stream += static_cast<char>(b.size() >> 8);
+    stream += b;
+  }
+  seeds->push_back(stream);
 }

@@ -27,7 +27,8 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   // Deep nesting: a recursive parser must not overflow its stack on a peer's job file.
   seeds->push_back("\x01" + std::string(20000, '['));
   seeds->push_back("\x00" + std::string(20000, '{'));
+  // Deep block nesting (about 20 KiB; texts over 256 KiB are refused before parsing).
   std::string deep = "\x01name: x\nmodel:\n";
-  for (int i = 0; i < 2000; ++i) deep += std::string(i + 2, ' ') + "- a:\n";
+  for (int i = 0; i < 200; ++i) deep += std::string(i + 2, ' ') + "- a:\n";
   seeds->push_back(deep);
 }

@@ -7,7 +7,14 @@ set -euo pipefail
 LONGHAULD=daemon/longhauld
 LONGHAUL=tools/cli/longhaul
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli.XXXXXX")
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# On failure: the daemon's sanitizer report whole, if it wrote one, else its last lines.
+fail() {
+  echo "FAIL: $*" >&2
+  if [ -n "${work:-}" ] && [ -f "$work/daemon.log" ]; then
+    grep -A80 -m1 "Sanitizer" "$work/daemon.log" >&2 || tail -20 "$work/daemon.log" >&2
+  fi
+  exit 1
+}
 
 read -r pp cp sp <<<"$(/usr/bin/python3 tools/free_ports.py 3)"
 echo "s3cret-token-0123456789" >"$work/token"

@@ -12,7 +12,15 @@ LONGHAUL=${LONGHAUL:-tools/cli/longhaul}
 LINKEM=${LINKEM:-tools/linkem/linkem}
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
 declare -A pid port
-fail() { echo "FAIL: $*" >&2; for n in alpha beta gamma; do echo "--- $n.log" >&2; tail -20 "$work/$n.log" >&2 || true; done; exit 1; }
+# On failure: each daemon's last lines, and any sanitizer report whole (they are long).
+fail() {
+  echo "FAIL: $*" >&2
+  for n in alpha beta gamma; do
+    echo "--- $n.log" >&2
+    grep -A80 -m1 "Sanitizer" "$work/$n.log" >&2 || tail -20 "$work/$n.log" >&2 || true
+  done
+  exit 1
+}
 cleanup() { for n in "${!pid[@]}"; do kill -9 "${pid[$n]}" 2>/dev/null || true; done; }
 trap cleanup EXIT
 

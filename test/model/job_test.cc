@@ -69,6 +69,9 @@ TEST_CASE("malformed jobs name file, line, column and key", "[job]") {
   CHECK_THAT(ErrorOf(v + "backend: tpu\n"), Contains("backend: unknown backend 'tpu'"));
   CHECK_THAT(ErrorOf(v + "steps2: [1\n"), Contains("invalid YAML"));
   CHECK_THAT(ErrorOf(""), Contains("the file is empty"));
+  CHECK_THAT(ErrorOf(","), Contains("expected one YAML document, found 16 or more"));
+  CHECK_THAT(ErrorOf(v + "# " + std::string(300 << 10, 'x') + "\n"),
+             Contains("more than the limit of 262144"));
   CHECK_THAT(ErrorOf("name: t\nsteps: 1\nbatch_size: 1\n"),
              Contains("model: missing required key (give model or init_from)"));
   CHECK_THAT(ErrorOf("name: t\nmodel: {layers: 2, channels: 30, heads: 4, vocab: 256, "
