@@ -7,6 +7,8 @@
 #include <map>
 #include <utility>
 
+#include "scheduler/pipeline_order.h"
+
 namespace longhaul::scheduler {
 namespace {
 
@@ -72,26 +74,17 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
   std::vector<Ev> act(static_cast<size_t>(S) * M), grad(act.size());
   std::vector<char> act_known(act.size(), 0), grad_known(act.size(), 0);
   std::vector<Ev> act_link(S > 0 ? S - 1 : 0), grad_link(act_link.size());
-  // Program counters: forwards and backwards issued per stage.
-  std::vector<int> nf(S, 0), nb(S, 0);
+  // Program counters: ops issued per stage, in the 1F1B order.
+  std::vector<int> pc(S, 0);
   int done = 0;
   const int total = 2 * S * M;
 
   // Runs stage i's next op if its input is there; returns whether it ran.
   auto step_stage = [&](int i) -> bool {
-    const int warmup = std::min(M, S - i - 1);
-    // The 1F1B order: warm-up forwards, then forward/backward pairs, then backwards.
-    bool forward;
-    if (nf[i] < warmup) {
-      forward = true;
-    } else if (nf[i] == M) {
-      forward = false;
-    } else {
-      forward = (nf[i] - warmup) == nb[i];
-    }
-    if (forward) {
-      if (nf[i] >= M) return false;
-      const int j = nf[i];
+    if (pc[i] == 2 * M) return false;
+    const PipelineOp op = OneFOneB(i, S, M, pc[i]);
+    const int j = op.microbatch;
+    if (op.forward) {
       Ev start = free[i];
       if (i > 0) {
         if (!act_known[i * M + j]) return false;
@@ -105,10 +98,7 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
         act[(i + 1) * M + j] = rec.Add(act_link[i], in.act_latency[i], PathSegment::kActLatency, i);
         act_known[(i + 1) * M + j] = 1;
       }
-      ++nf[i];
     } else {
-      if (nb[i] >= M) return false;
-      const int j = nb[i];
       Ev start = free[i];
       if (i + 1 < S) {
         if (!grad_known[i * M + j]) return false;
@@ -123,8 +113,8 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
         grad[k * M + j] = rec.Add(grad_link[k], in.grad_latency[k], PathSegment::kGradLatency, k);
         grad_known[k * M + j] = 1;
       }
-      ++nb[i];
     }
+    ++pc[i];
     ++done;
     return true;
   };

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/pipeline_order.h"
 
 namespace longhaul::scheduler {
 namespace {
@@ -44,7 +45,7 @@ struct Link {
 struct Stage {
   int site = 0, n = 0;
   bool first = false, last = false;
-  std::vector<std::pair<bool, int>> program;  // (forward?, microbatch)
+  std::vector<PipelineOp> program;  // the 1F1B order
   size_t pc = 0;
   bool busy = false, in_step = false;
   // Arrivals by step parity: rung of the received tensor, -1 while missing.
@@ -78,11 +79,7 @@ class Sim {
     for (int i = 0; i < S_; ++i) {
       Stage s;
       s.site = p.sites[i], s.n = p.layers[i], s.first = i == 0, s.last = i == S_ - 1;
-      const int warmup = std::min(M_, S_ - i - 1);
-      int f = 0, b = 0;
-      for (; f < warmup; ++f) s.program.push_back({true, f});
-      while (f < M_) s.program.push_back({true, f++}), s.program.push_back({false, b++});
-      while (b < M_) s.program.push_back({false, b++});
+      s.program = OneFOneBOrder(i, S_, M_);
       for (int k = 0; k < 2; ++k) s.act_in[k].assign(M_, -1), s.grad_in[k].assign(M_, -1);
       stages_.push_back(std::move(s));
     }

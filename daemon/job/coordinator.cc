@@ -1,3 +1,6 @@
+// Coordinator: the attempt supervisor (Run: watch the stages, roll back, resume), the step
+// barrier's waiting side (OnReport), status and cancel. Setup and restore are in
+// coordinator_setup.cc, export in coordinator_export.cc, re-planning in replanner.h.
 #include "daemon/job/coordinator.h"
 
 #include <chrono>
@@ -23,13 +26,7 @@
 namespace longhaul::daemon {
 namespace {
 
-double NowUnix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-bool Terminal(v1::JobState s) {
-  return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
-}
+bool Terminal(v1::JobState s) { return TerminalState(s); }
 
 // Errors that retrying will not fix.
 bool Permanent(const Status& s) {
@@ -43,103 +40,6 @@ bool Permanent(const Status& s) {
 constexpr uint32_t kMaxAttempts = 50;
 
 }  // namespace
-
-StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, JobSpec spec,
-                                                           const std::string& job_id) {
-  for (const auto& site : spec.sites) {
-    if (!env.channel(site)) {
-      return absl::InvalidArgumentError(spec.job.source + ": sites: unknown site '" + site +
-                                        "' (neither this site nor one of its peers)");
-    }
-  }
-  {
-    ASSIGN_OR_RETURN(auto controller, compression::Controller::Create());
-    auto floor = controller.FindRung(spec.floor);
-    if (!floor.ok()) return Annotate(floor.status(), spec.job.source + ": compression.floor");
-    auto codec = controller.FindRung(spec.codec);
-    if (!codec.ok()) return Annotate(codec.status(), spec.job.source + ": compression.codec");
-  }
-  std::vector<scheduler::StagePlan> plan;
-  std::string placement;
-  double predicted = 0;
-  std::map<std::string, int64_t> site_memory;
-  if (spec.planned) {
-    auto planned = PlanPlacement(spec, env.site, env.channel);
-    if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
-    plan = planned->stages;
-    placement = planned->summary;
-    predicted = planned->predicted_step_seconds;
-    site_memory = planned->memory_limits;
-    env.log->info("job {}: {}", job_id, placement);
-  } else {
-    ASSIGN_OR_RETURN(
-        plan, scheduler::MakeEvenSplitPlacer()->Place(PlacementRequestFor(spec, spec.sites)));
-  }
-
-  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
-  v1::JobStatus& r = c->record_;
-  r.set_job_id(job_id);
-  r.set_name(c->spec_.job.name);
-  r.set_state(v1::JOB_STATE_PENDING);
-  r.set_total_steps(c->spec_.job.steps);
-  r.set_coordinator(c->env_.site);
-  r.set_submitted_unix(NowUnix());
-  r.set_attempt(1);
-  r.set_detail(placement);
-  c->placement_ = placement;
-  c->site_memory_ = site_memory;
-  r.set_predicted_step_seconds(predicted);
-  for (size_t i = 0; i < plan.size(); ++i) {
-    v1::StageInfo* s = r.add_stages();
-    s->set_index(i);
-    s->set_site(plan[i].site);
-    s->set_layer_begin(plan[i].layer_begin);
-    s->set_layer_end(plan[i].layer_end);
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(c->env_.job_dir, ec);
-  RETURN_IF_ERROR(model::WriteFileAtomically(c->env_.job_dir + "/job.yaml", c->spec_.yaml));
-  {
-    std::lock_guard<std::mutex> lock(c->mu_);
-    c->PersistLocked();
-  }
-  // The first assignment is synchronous, so that a job no site can run (too large for a
-  // site's memory, a backend a site lacks) is refused to the submitter right away.
-  if (!c->AssignAll()) {
-    std::lock_guard<std::mutex> lock(c->mu_);
-    if (c->record_.state() == v1::JOB_STATE_FAILED) {
-      return absl::FailedPreconditionError(c->record_.detail());
-    }
-  }
-  c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
-  c->env_.log->info("job {} ({}): {} stage(s) on {}, {} steps", job_id, c->spec_.job.name,
-                    plan.size(), absl::StrJoin(c->spec_.sites, ","), c->spec_.job.steps);
-  return c;
-}
-
-StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) {
-  ASSIGN_OR_RETURN(v1::JobStatus record, ReadJobRecord(env.job_dir + "/job.pb"));
-  if (record.stages_size() < 1 || record.stages_size() > kMaxStages) {
-    return absl::DataLossError(env.job_dir + "/job.pb: " + std::to_string(record.stages_size()) +
-                               " stages");
-  }
-  std::ifstream in(env.job_dir + "/job.yaml");
-  std::stringstream yaml;
-  yaml << in.rdbuf();
-  const std::string base = std::filesystem::path(env.job_dir).parent_path().parent_path();
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml.str(), env.job_dir + "/job.yaml", base));
-  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
-  c->record_ = record;
-  if (!Terminal(record.state())) {
-    c->record_.set_state(v1::JOB_STATE_RECOVERING);
-    c->record_.set_detail("coordinator restarted; resuming from step " +
-                          std::to_string(record.committed_step()));
-    c->need_assign_ = true;
-    c->env_.log->info("job {}: {}", record.job_id(), c->record_.detail());
-  }
-  c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
-  return c;
-}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -193,8 +93,7 @@ bool Coordinator::AssignAll() {
     if (!migrate_from_.empty() && record_.committed_step() == migrate_step_) {
       *a.mutable_migrate_from() = migrate_from_;
     }
-    stage_final_.clear();
-    stage_checkpoint_.clear();
+    barrier_.NewAssignment();
   }
   // Last stage first: every receiver exists before its sender starts.
   for (int i = a.stages_size() - 1; i >= 0; --i) {
@@ -325,8 +224,7 @@ void Coordinator::Run() {
           std::lock_guard<std::mutex> lock(mu_);
           failed_checks_ = 0;
           // Re-plan at a checkpoint taken after the slowdown was seen.
-          replan = replan_pending_ && record_.committed_step() > replan_detected_step_ &&
-                   record_.committed_step() < record_.total_steps();
+          replan = replanner_.Due(record_.committed_step(), record_.total_steps());
         }
         if (replan) Replan();
         continue;
@@ -390,166 +288,19 @@ void Coordinator::Run() {
   }
 }
 
-void Coordinator::WatchForStragglersLocked(const std::map<uint32_t, v1::StepReport>& reports) {
-  const size_t n = record_.stages_size();
-  if (n < 2 || !spec_.replan) return;
-  if (detectors_.size() != n) {
-    scheduler::StragglerOptions o;
-    o.warmup_steps = 3;
-    detectors_.assign(n, scheduler::ChangeDetector(o));
-    recent_compute_.assign(n, {});
-  }
-  // Every stage's detector sees the step; when several fire, the slowest stage is named.
-  int worst = -1;
-  uint64_t step = 0;
-  for (const auto& [stage, r] : reports) {
-    if (stage >= n) continue;
-    auto& recent = recent_compute_[stage];
-    recent.push_back(std::max(r.compute_seconds(), 1e-6));
-    if (recent.size() > 3) recent.erase(recent.begin());
-    step = r.step();
-    for (const v1::LinkUsage& l : r.links()) recent_links_[{l.from_site(), l.to_site()}] = l;
-    if (detectors_[stage].Observe(std::max(r.compute_seconds(), 1e-6)) &&
-        (worst < 0 || detectors_[stage].slowdown() > detectors_[worst].slowdown())) {
-      worst = static_cast<int>(stage);
-    }
-  }
-  auto reason = [&](int stage, uint64_t since) {
-    char why[256];
-    std::snprintf(why, sizeof why,
-                  "stage %d on %s computes %.1fx slower than its first steps (since step %llu)",
-                  stage, record_.stages(stage).site().c_str(), detectors_[stage].slowdown(),
-                  static_cast<unsigned long long>(since));
-    return std::string(why);
-  };
-  if (replan_pending_) {
-    // Until the re-plan runs, name the stage that has slowed down most of those detected (a
-    // noisy stage can fire a step before the real straggler does).
-    for (size_t k = 0; k < n; ++k) {
-      if (detectors_[k].fired() && static_cast<int>(k) != replan_stage_ &&
-          detectors_[k].slowdown() > detectors_[replan_stage_].slowdown()) {
-        replan_stage_ = static_cast<int>(k);
-        replan_reason_ = reason(replan_stage_, replan_detected_step_);
-      }
-    }
-    return;
-  }
-  if (worst < 0) return;
-  replan_pending_ = true;
-  replan_detected_step_ = step + 1;
-  replan_stage_ = worst;
-  replan_reason_ = reason(worst, step + 1);
-  env_.log->warn("job {}: straggler: {}; re-planning at the next checkpoint", record_.job_id(),
-                 replan_reason_);
-}
-
-namespace {
-
-// The re-plan's profiles: each stage's site FLOP/s from its measured compute (a nominal
-// rate scaled by the cost model's predicted over the measured compute), each link's bandwidth
-// and RTT from the stages' latest reports (the link monitors' estimates).
-StatusOr<scheduler::Profiles> MeasuredProfiles(
-    const scheduler::PlacementRequest& request, const std::vector<scheduler::StagePlan>& current,
-    const std::vector<scheduler::StageMeasurement>& recent,
-    const std::map<std::pair<std::string, std::string>, v1::LinkUsage>& links,
-    const std::map<std::string, int64_t>& memory) {
-  constexpr double kNominalFlops = 1e12;
-  scheduler::Profiles nominal;
-  for (const auto& site : request.sites) {
-    auto m = memory.find(site);  // the sites' limits as profiled at submit (0: none known)
-    nominal.sites.push_back({site, kNominalFlops, m == memory.end() ? 0 : m->second, 0});
-  }
-  for (const auto& from : request.sites) {
-    for (const auto& to : request.sites) {
-      if (from == to) continue;
-      scheduler::LinkProfile l{from, to, kUnmeasuredLinkBandwidth, 0};
-      if (auto it = links.find({from, to}); it != links.end()) {
-        if (it->second.bandwidth_bytes_per_second() > 0) {
-          l.bandwidth_bytes_per_second = it->second.bandwidth_bytes_per_second();
-        }
-        l.rtt_seconds = std::max(0.0, it->second.rtt_seconds());
-      }
-      nominal.links.push_back(l);
-    }
-  }
-  ASSIGN_OR_RETURN(const scheduler::CostModel model, scheduler::Planner(nominal).Model(request));
-  ASSIGN_OR_RETURN(const scheduler::StepEstimate estimate, model.Estimate(current));
-  return scheduler::FromMeasurements(nominal, estimate, recent);
-}
-
-}  // namespace
-
 void Coordinator::Replan() {
-  std::vector<scheduler::StagePlan> current;
-  std::vector<scheduler::StageMeasurement> recent;
-  scheduler::PlacementRequest request;
-  std::map<std::pair<std::string, std::string>, v1::LinkUsage> links;
-  std::map<std::string, int64_t> memory;
+  Replanner::Snapshot snapshot;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    replan_pending_ = false;
-    std::vector<std::string> sites;
-    for (int k = 0; k < record_.stages_size(); ++k) {
-      const auto& s = record_.stages(k);
-      current.push_back({s.site(), int(s.layer_begin()), int(s.layer_end())});
-      sites.push_back(s.site());
-      for (double v : recent_compute_[k]) recent.push_back({k, 0, v, 0, 0});
-    }
-    request = PlacementRequestFor(spec_, sites);
-    request.workload.coordinator = env_.site;
-    links = recent_links_;
-    memory = site_memory_;
+    snapshot = replanner_.Take(record_, spec_, env_.site);
   }
-  // The planner, on what was measured, restricted to what a running job can do at a step
-  // boundary: the same sites in the same order, layers moved between them.
-  scheduler::PlanResult plan;
-  scheduler::StepEstimate now;
-  Status planned = [&]() -> Status {
-    ASSIGN_OR_RETURN(const scheduler::Profiles measured,
-                     MeasuredProfiles(request, current, recent, links, memory));
-    scheduler::PlannerOptions options;
-    options.keep_order = true;
-    options.time_budget_seconds = 1;
-    const scheduler::Planner planner(measured, options);
-    ASSIGN_OR_RETURN(plan, planner.Plan(request));
-    ASSIGN_OR_RETURN(const scheduler::CostModel model, planner.Model(request));
-    ASSIGN_OR_RETURN(now, model.Estimate(current));
-    return absl::OkStatus();
-  }();
-  if (!planned.ok() || plan.stages.size() != current.size() || plan.stages == current ||
-      plan.estimate.step_seconds > 0.9 * now.step_seconds) {
+  const std::optional<Replanner::Move> move = replanner_.Plan(snapshot);
+  if (!move) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& d : detectors_) d.Reset();
-    if (!planned.ok()) {
-      env_.log->warn("job {}: re-planning failed ({}); keeping the plan", record_.job_id(),
-                     std::string(planned.message()));
-    } else {
-      env_.log->info(
-          "job {}: re-planning would not help (predicted {:.3f} s/step now, {:.3f} s "
-          "with {}); keeping the plan",
-          record_.job_id(), now.step_seconds, plan.estimate.step_seconds,
-          scheduler::PlanDebugString(plan.stages));
-    }
+    replanner_.Declined();
     return;
   }
-  env_.log->info(
-      "job {}: the cost model predicts {:.3f} s/step now and {:.3f} s/step with {} "
-      "(bottleneck: {})",
-      record_.job_id(), now.step_seconds, plan.estimate.step_seconds,
-      scheduler::PlanDebugString(plan.stages), plan.estimate.bottleneck_description);
-  const std::vector<scheduler::StagePlan>& next = plan.stages;
-  // Name the slowest stage (measured compute per layer) of those that give up layers: the
-  // detector that fired first can be a noisy one.
-  std::vector<double> per_layer(current.size(), 0);
-  for (const auto& m : recent) per_layer[m.stage] += m.compute_seconds / current[m.stage].layers();
-  int off = -1;
-  for (size_t k = 0; k < next.size(); ++k) {
-    if (next[k].layers() < current[k].layers() && (off < 0 || per_layer[k] > per_layer[off])) {
-      off = static_cast<int>(k);
-    }
-  }
-  const std::string moved =
-      off >= 0 ? "; layers move off stage " + std::to_string(off) + " on " + current[off].site : "";
+  const std::vector<scheduler::StagePlan>& next = move->next;
   StopAttempt();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -560,7 +311,7 @@ void Coordinator::Replan() {
       s->set_layer_begin(next[k].layer_begin);
       s->set_layer_end(next[k].layer_end);
     }
-    record_.set_predicted_step_seconds(plan.estimate.step_seconds);
+    record_.set_predicted_step_seconds(move->predicted_step_seconds);
     record_.set_replans(record_.replans() + 1);
     record_.set_attempt(record_.attempt() + 1);
     const uint64_t keep = record_.committed_step() - record_.losses_offset();
@@ -569,10 +320,9 @@ void Coordinator::Replan() {
     }
     record_.set_step(record_.committed_step());
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replan_reason_ + moved + "; now " + scheduler::PlanDebugString(next));
-    for (auto& d : detectors_) d.Reset();
-    for (auto& recent : recent_compute_) recent.clear();
-    replan_pending_ = false;  // reports that arrived while planning fired the old detectors
+                       replanner_.reason() + move->moved + "; now " +
+                       scheduler::PlanDebugString(next));
+    replanner_.Applied();
     PersistLocked();
     cv_.notify_all();
     env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
@@ -581,7 +331,7 @@ void Coordinator::Replan() {
   std::lock_guard<std::mutex> lock(mu_);
   if (record_.state() == v1::JOB_STATE_RUNNING) {
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replan_reason_ + moved);
+                       replanner_.reason() + move->moved);
   }
 }
 
@@ -604,21 +354,16 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     return stop;
   }
   const uint32_t n = record_.stages_size();
-  uint64_t& ck = stage_checkpoint_[rep.stage()];
-  ck = std::max(ck, rep.checkpoint_step());
-  if (stage_checkpoint_.size() == n) {
-    uint64_t committed = UINT64_MAX;
-    for (const auto& [stage, step] : stage_checkpoint_) committed = std::min(committed, step);
-    if (committed > record_.committed_step()) {
-      record_.set_previous_committed_step(record_.committed_step());
-      record_.set_committed_step(committed);
-      if (committed > migrate_step_) migrate_from_.Clear();
-      PersistLocked();
-    }
+  const uint64_t committed = barrier_.NoteCheckpoint(rep.stage(), rep.checkpoint_step(), n);
+  if (committed > record_.committed_step()) {
+    record_.set_previous_committed_step(record_.committed_step());
+    record_.set_committed_step(committed);
+    if (committed > migrate_step_) migrate_from_.Clear();
+    PersistLocked();
   }
   if (rep.step() >= record_.total_steps()) {  // a stage finished
-    stage_final_[rep.stage()] = true;
-    if (stage_final_.size() == n && record_.committed_step() >= record_.total_steps()) {
+    if (barrier_.NoteFinished(rep.stage(), n) &&
+        record_.committed_step() >= record_.total_steps()) {
       record_.set_state(v1::JOB_STATE_COMPLETED);  // the detail (placement, re-plan) stays
       PersistLocked();
       env_.log->info("job {}: completed, final loss {:.4f}", record_.job_id(), record_.loss());
@@ -629,20 +374,9 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     d.set_committed_step(record_.committed_step());
     return d;
   }
-  const auto key = std::make_pair(rep.attempt(), rep.step());
-  Barrier& b = barriers_[key];
-  b.reports[rep.stage()] = rep;
-  if (b.reports.size() == n && !b.decided) {
-    std::vector<double> sums;
-    for (const auto& [stage, r] : b.reports) {
-      model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()}, &sums);
-    }
-    const float norm = model::GradNorm(sums);
-    b.decision.set_grad_scale(model::ClipScale(norm, spec_.job.optimizer.grad_clip));
-    b.decision.set_committed_step(record_.committed_step());
-    b.decided = true;
-    // Progress.
-    const v1::StepReport& last = b.reports.rbegin()->second;
+  if (const auto* reports = barrier_.Add(rep, n, record_.committed_step())) {
+    // The step is decided. Progress:
+    const v1::StepReport& last = reports->rbegin()->second;
     const double now = NowUnix();
     const double step_time = last_step_time_ > 0 ? now - last_step_time_ : last.step_seconds();
     last_step_time_ = now;
@@ -652,9 +386,9 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     record_.set_step_seconds(step_time);
     if (step_time > 0) record_.set_tokens_per_second(last.tokens() / step_time);
     record_.set_eta_seconds(step_time * (record_.total_steps() - record_.step()));
-    WatchForStragglersLocked(b.reports);
+    replanner_.Observe(*reports, record_);
     record_.clear_links();
-    for (const auto& [stage, r] : b.reports) {
+    for (const auto& [stage, r] : *reports) {
       v1::StageInfo* s = record_.mutable_stages(stage);
       s->set_compute_seconds(r.compute_seconds());
       s->set_wait_seconds(r.wait_seconds());
@@ -662,26 +396,22 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
     PersistLocked();
-    // Barriers two steps back have no waiters left.
-    for (auto it = barriers_.begin(); it != barriers_.end();) {
-      it = (it->first.first < rep.attempt() || it->first.second + 2 < rep.step())
-               ? barriers_.erase(it)
-               : std::next(it);
-    }
+    barrier_.Prune(rep.attempt(), rep.step());
     cv_.notify_all();
   }
+  v1::StepDecision decision;
+  StepBarrier::State state;
   cv_.wait(lock, [&] {
-    auto it = barriers_.find(key);
+    state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
     return shutdown_ || record_.attempt() != rep.attempt() || Terminal(record_.state()) ||
-           it == barriers_.end() || it->second.decided;
+           state != StepBarrier::State::kGathering;
   });
-  auto it = barriers_.find(key);
   if (shutdown_ || record_.attempt() != rep.attempt() || Terminal(record_.state()) ||
-      it == barriers_.end()) {
+      state != StepBarrier::State::kDecided) {
     stop.set_detail("attempt ended");
     return stop;
   }
-  return it->second.decision;
+  return decision;
 }
 
 v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
@@ -712,46 +442,6 @@ StatusOr<v1::JobState> Coordinator::Cancel() {
   }
   env_.log->info("job {}: cancelled", record_.job_id());
   return v1::JOB_STATE_CANCELLED;
-}
-
-Status Coordinator::Export(
-    const std::function<Status(const std::string& bytes, uint64_t total)>& sink) {
-  v1::JobStatus r = GetStatus(1);
-  if (r.committed_step() == 0) {
-    return absl::FailedPreconditionError("job " + r.job_id() + " has no committed checkpoint yet");
-  }
-  const model::GPT2Config& config = spec_.job.model;
-  std::vector<float> params(model::NumParameters(config));
-  for (const auto& st : r.stages()) {
-    model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
-    FragmentArray flat;
-    flat.values.resize(layout.total());
-    SiteChannel* c = env_.channel(st.site());
-    if (!c) return absl::NotFoundError("unknown site " + st.site());
-    v1::FetchFragmentRequest req;
-    req.set_job_id(r.job_id());
-    req.set_step(r.committed_step());
-    req.set_layer_begin(st.layer_begin());
-    req.set_layer_end(st.layer_end());
-    RETURN_IF_ERROR(c->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
-      if (f.kind() != v1::TENSOR_KIND_PARAMETERS) return absl::OkStatus();
-      return PlaceChunk(f, &flat, st.site());
-    }));
-    RETURN_IF_ERROR(CheckComplete(flat, st.site(), "parameters"));
-    layout.InsertIntoModel(flat.values.data(), params.data());
-  }
-  const std::string path = env_.job_dir + "/export.bin";
-  RETURN_IF_ERROR(model::WriteCheckpoint(path, config, params.data()));
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
-  std::filesystem::remove(path);
-  const size_t chunk = 1 << 20;
-  for (size_t off = 0; off < bytes.size(); off += chunk) {
-    RETURN_IF_ERROR(sink(bytes.substr(off, chunk), bytes.size()));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace longhaul::daemon

@@ -20,9 +20,10 @@
 
 #include "common/status.h"
 #include "daemon/job/job_spec.h"
+#include "daemon/job/replanner.h"
 #include "daemon/job/site_channel.h"
+#include "daemon/job/step_barrier.h"
 #include "proto/longhaul.pb.h"
-#include "scheduler/straggler.h"
 
 namespace longhaul::daemon {
 
@@ -59,7 +60,11 @@ class Coordinator {
   void RequestShutdown();
 
  private:
-  Coordinator(CoordinatorEnv env, JobSpec spec) : env_(std::move(env)), spec_(std::move(spec)) {}
+  Coordinator(CoordinatorEnv env, JobSpec spec)
+      : env_(std::move(env)),
+        spec_(std::move(spec)),
+        replanner_(spec_.replan, env_.log),
+        barrier_(spec_.job.optimizer.grad_clip) {}
   void Run();
   // Assigns every stage for the current attempt; false on failure (state updated).
   bool AssignAll();
@@ -67,9 +72,7 @@ class Coordinator {
   std::string CheckStages(bool* all_finished);
   void StopAttempt();
   void SetState(v1::JobState state, const std::string& detail);
-  // Feeds one step's stage timings to the straggler detectors (mu_ held).
   std::vector<std::string> StageSites();  // the sites of the current stages
-  void WatchForStragglersLocked(const std::map<uint32_t, v1::StepReport>& reports);
   // Moves layers away from a straggler at the committed step, if that helps.
   void Replan();
   void PersistLocked();
@@ -77,34 +80,16 @@ class Coordinator {
 
   CoordinatorEnv env_;
   JobSpec spec_;
+  Replanner replanner_;  // straggler detection and re-planning, under mu_ (but Plan)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   v1::JobStatus record_;
   bool need_assign_ = true;
   bool shutdown_ = false;
   int failed_checks_ = 0;
-  // Barrier of the step in progress.
-  struct Barrier {
-    uint32_t attempt = 0;
-    uint64_t step = 0;
-    std::map<uint32_t, v1::StepReport> reports;
-    bool decided = false;
-    v1::StepDecision decision;
-  };
-  std::map<std::pair<uint32_t, uint64_t>, Barrier> barriers_;
-  std::map<uint32_t, uint64_t> stage_checkpoint_;  // stage -> newest durable checkpoint
-  std::map<uint32_t, bool> stage_final_;
+  StepBarrier barrier_;  // under mu_
   double last_step_time_ = 0;
-  // Straggler detection and live re-planning.
-  std::vector<scheduler::ChangeDetector> detectors_;
-  std::vector<std::vector<double>> recent_compute_;  // per stage, last few steps
-  std::map<std::pair<std::string, std::string>, v1::LinkUsage> recent_links_;  // latest reports
-  std::string placement_;                       // the planner's summary, kept in the detail
-  std::map<std::string, int64_t> site_memory_;  // memory limits profiled at submit
-  bool replan_pending_ = false;
-  uint64_t replan_detected_step_ = 0;
-  int replan_stage_ = 0;  // the stage the pending re-plan names
-  std::string replan_reason_;
+  std::string placement_;  // the planner's summary, kept in the detail
   google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move
   uint64_t migrate_step_ = 0;
   std::thread thread_;

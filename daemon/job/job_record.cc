@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "model/file_io.h"
@@ -72,6 +73,10 @@ StatusOr<v1::JobStatus> ReadJobRecord(const std::string& path) {
     return absl::DataLossError(what + " '" + path + "': not a job record");
   }
   return record;
+}
+
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace longhaul::daemon

@@ -1,3 +1,6 @@
+// StageRunner: set-up (Init), the stage thread and the schedule loop (Run, RunStep in the
+// 1F1B order, Forward, Backward, the tied-embedding exchange). What crosses the links is in
+// stage_runner_exchange.cc; checkpoints and layer moves in stage_runner_state.cc.
 #include "daemon/job/stage_runner.h"
 
 #include <chrono>
@@ -14,18 +17,13 @@
 #include "model/layout.h"
 #include "model/optimizer.h"
 #include "model/trainer.h"
+#include "scheduler/pipeline_order.h"
 
 namespace longhaul::daemon {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Now() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
-
-// Tensor ids within one (step, microbatch, kind).
-constexpr uint32_t kMainTensor = 0;
-
-}  // namespace
+double StageRunner::Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 StatusOr<std::unique_ptr<StageRunner>> StageRunner::Create(StageRunnerContext context,
                                                            int64_t memory_limit_bytes) {
@@ -234,16 +232,12 @@ Status StageRunner::RunStep(uint64_t step) {
   ctx_.inbox->AdvanceTo(step);  // earlier steps' tensors are no longer taken
   compute_acc_ = wait_acc_ = 0;
   fragment_->ZeroGrads();
-  // 1F1B: stage i runs (num_stages - i - 1) warm-up forwards, then alternates.
-  const int warmup = std::min(M_, num_stages_ - stage_ - 1);
-  int f = 0, b = 0;
   double loss_sum = 0;
-  for (; f < warmup; ++f) RETURN_IF_ERROR(Forward(step, f, &loss_sum));
-  while (f < M_) {
-    RETURN_IF_ERROR(Forward(step, f++, &loss_sum));
-    RETURN_IF_ERROR(Backward(step, b++));
+  for (int k = 0; k < 2 * M_; ++k) {  // the 1F1B order (scheduler/pipeline_order.h)
+    const scheduler::PipelineOp op = scheduler::OneFOneB(stage_, num_stages_, M_, k);
+    RETURN_IF_ERROR(op.forward ? Forward(step, op.microbatch, &loss_sum)
+                               : Backward(step, op.microbatch));
   }
-  while (b < M_) RETURN_IF_ERROR(Backward(step, b++));
   RETURN_IF_ERROR(FinishPendingSend());
   {
     const double t0 = Now();
@@ -418,280 +412,6 @@ Status StageRunner::Throttle() {
   RETURN_IF_ERROR(FinishPendingSend());
   std::this_thread::sleep_for(std::chrono::duration<double>(t / 2));
   return absl::OkStatus();
-}
-
-Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan,
-                            uint64_t step) {
-  const model::GPT2Config& config = ctx_.spec.job.model;
-  const model::FragmentLayout& mine = fragment_->layout();
-  const size_t total = model::NumParameters(config);
-  std::vector<float> params(total), m(total), v(total);
-  std::string loader_state;
-  for (const auto& old : old_plan) {
-    const int b = static_cast<int>(old.layer_begin()), e = static_cast<int>(old.layer_end());
-    const bool old_first = b == 0, old_last = e == config.num_layers;
-    const bool overlaps = b < mine.end() && mine.begin() < e;
-    if (!overlaps && !(mine.is_first() && old_first) && !(mine.is_last() && old_last)) continue;
-    SiteChannel* ch = ctx_.channel ? ctx_.channel(old.site()) : nullptr;
-    if (!ch) return absl::UnavailableError("cannot reach site '" + old.site() + "' for its layers");
-    model::FragmentLayout layout(config, b, e);
-    FragmentArray flat[3];
-    for (auto& f : flat) f.values.resize(layout.total());
-    bool got_loader = false;
-    v1::FetchFragmentRequest req;
-    req.set_job_id(ctx_.assignment.job_id());
-    req.set_step(step);
-    req.set_include_state(true);
-    req.set_layer_begin(b);
-    req.set_layer_end(e);
-    RETURN_IF_ERROR(ch->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
-      if (stop_) return absl::CancelledError("stage stopped during a layer move");
-      if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
-        if (f.payload().size() > (1 << 20)) {
-          return absl::DataLossError("layer move from " + old.site() + ": loader state of " +
-                                     std::to_string(f.payload().size()) + " bytes");
-        }
-        if (old_first) loader_state = f.payload();
-        got_loader = true;
-        return absl::OkStatus();
-      }
-      int which = -1;
-      if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
-      if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && (f.tensor_id() == 1 || f.tensor_id() == 2))
-        which = static_cast<int>(f.tensor_id());
-      if (which < 0) {
-        return absl::DataLossError("layer move from " + old.site() + ": unexpected " +
-                                   v1::TensorKind_Name(f.kind()) + " tensor " +
-                                   std::to_string(f.tensor_id()));
-      }
-      return PlaceChunk(f, &flat[which], old.site());
-    }));
-    for (int k = 0; k < 3; ++k) {
-      RETURN_IF_ERROR(CheckComplete(flat[k], old.site(), k == 0 ? "parameters" : "AdamW moments"));
-    }
-    if (old_first && !got_loader) {
-      return absl::DataLossError("layer move from " + old.site() + ": no data loader state");
-    }
-    layout.InsertIntoModel(flat[0].values.data(), params.data());
-    layout.InsertIntoModel(flat[1].values.data(), m.data());
-    layout.InsertIntoModel(flat[2].values.data(), v.data());
-  }
-  std::vector<float> p(mine.total()), mm(mine.total()), vv(mine.total());
-  mine.ExtractFromModel(params.data(), p.data());
-  mine.ExtractFromModel(m.data(), mm.data());
-  mine.ExtractFromModel(v.data(), vv.data());
-  fragment_->SetParameters(p.data());
-  fragment_->SetOptimizerState(mm.data(), vv.data());
-  if (loader_) {
-    ASSIGN_OR_RETURN(auto ls, model::DataLoaderState::Parse(loader_state));
-    RETURN_IF_ERROR(loader_->Restore(ls));
-  }
-  ctx_.log->info("job {}: stage {} took over layers {}..{} at step {}", ctx_.assignment.job_id(),
-                 stage_, mine.begin(), mine.end(), step);
-  // Checkpoint here at once: a rollback to this step must find the state on this site.
-  return Checkpoint(step);
-}
-
-Status StageRunner::Checkpoint(uint64_t step) {
-  StageState s;
-  s.step = step;
-  const auto& me = ctx_.assignment.stages(stage_);
-  s.layer_begin = static_cast<int>(me.layer_begin());
-  s.layer_end = static_cast<int>(me.layer_end());
-  const size_t n = fragment_->layout().total();
-  s.params.resize(n);
-  s.m.resize(n);
-  s.v.resize(n);
-  fragment_->GetParameters(s.params.data());
-  fragment_->GetOptimizerState(s.m.data(), s.v.data());
-  if (loader_) s.loader_state = loader_->state().Serialize();
-  RETURN_IF_ERROR(
-      WriteStageState(StageCheckpointPath(ctx_.job_dir, step, s.layer_begin, s.layer_end), s));
-  std::lock_guard<std::mutex> lock(mu_);
-  status_.checkpoint_step = step;
-  return absl::OkStatus();
-}
-
-Status StageRunner::Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
-                         v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
-                         std::vector<int64_t> shape, bool adaptive, const float* device) {
-  // One tensor in flight (also one left pending because the link's queue was full): sends keep
-  // their order.
-  RETURN_IF_ERROR(FinishPendingSend());
-  int rung = 0;  // fp32: exact
-  std::string reason = "exact (not an activation or gradient)";
-  if (adaptive) {
-    if (fixed_rung_ >= 0) {
-      rung = fixed_rung_;
-      reason = std::string("compression ") + CompressionModeName(ctx_.spec.compression) + ": " +
-               controller_->name(rung);
-    } else {
-      const std::string& peer = usage->to_site;
-      const v1::LinkEstimate e = ctx_.monitor->Outbound(peer);
-      compression::ControllerInput in;
-      in.bandwidth_bytes_per_second = e.bandwidth_bytes_per_second();
-      // Transfers are pipelined (several in flight, queued behind compute), so what a tensor
-      // costs the link is its serialisation time; the round trip only delays the pipeline
-      // once, at fill, and no codec can shorten it.
-      in.rtt_seconds = 0;
-      in.tensor_bytes = n * sizeof(float);
-      in.budget_seconds = budget_seconds_ > 0 ? budget_seconds_ : 0.05;
-      in.quality_floor = quality_floor_;
-      in.now_seconds = Now();
-      ASSIGN_OR_RETURN(auto d, controller_->Decide(in, *state));
-      *state = d.next;
-      rung = d.rung;
-      reason = d.explanation;
-    }
-  }
-  const compression::CodecSpec spec = controller_->spec(rung);
-  compression::EncodeOptions eo;
-  eo.seed = step * 1000003 + mb * 31 + kind;
-  // The frame's envelope, once the payload is encoded, and what the link's usage counts once
-  // the tensor is queued.
-  auto envelope = [this, kind, step, mb, n, shape, rung](OutgoingTensor* t) {
-    v1::TensorFrame& h = t->header;
-    h.set_job_id(ctx_.assignment.job_id());
-    h.set_attempt(attempt());
-    h.set_step(step);
-    h.set_microbatch(mb);
-    h.set_kind(kind);
-    h.set_tensor_id(kMainTensor);
-    for (int64_t d : shape) h.add_shape(d);
-    h.mutable_codec()->add_stages()->set_name(controller_->name(rung));
-    h.set_raw_size(n * sizeof(float));
-    h.set_from_stage(stage_);
-    int to_stage = kind == v1::TENSOR_KIND_ACTIVATION_GRAD ? stage_ - 1 : stage_ + 1;
-    if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) to_stage = fragment_->is_first() ? num_stages_ - 1 : 0;
-    h.set_to_stage(to_stage);
-    h.set_from_site(ctx_.site);
-  };
-  auto count = [this, usage, n, adaptive, rung, reason](uint64_t wire, bool on_device) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (adaptive) {
-      usage->codec = controller_->name(rung);
-      usage->reason = reason;
-    }
-    ++usage->tensors;
-    if (on_device) ++usage->device_tensors;
-    usage->raw_bytes += n * sizeof(float);
-    usage->wire_bytes += wire;
-  };
-  if (device != nullptr && device_encoder_ && device_encoder_->Supports(spec)) {
-    RETURN_IF_ERROR(device_encoder_->Start(spec, device, n, eo));
-    if (!device_encode_logged_ && ctx_.log) {
-      device_encode_logged_ = true;
-      ctx_.log->info("job {}: stage {} encodes on {} before the copy to the host ({})",
-                     ctx_.assignment.job_id(), stage_, ops_[0]->name(), controller_->name(rung));
-    }
-    pending_.emplace(PendingSend{});
-    pending_->to = to;
-    pending_->frame = [this, spec, shape, n, envelope](OutgoingTensor* t) -> Status {
-      bool finished = false;
-      const Status framed = compression::EncodeFrameWith(
-          spec, shape, n,
-          [&](std::vector<uint8_t>* out) {
-            finished = true;
-            return device_encoder_->Finish(out);
-          },
-          &t->payload);
-      if (!finished) {  // the frame failed before its payload: end the copy all the same
-        std::vector<uint8_t> discard;
-        (void)device_encoder_->Finish(&discard);
-      }
-      RETURN_IF_ERROR(framed);
-      envelope(t);
-      return absl::OkStatus();
-    };
-    pending_->count = [count](uint64_t wire) { count(wire, true); };
-    return absl::OkStatus();
-  }
-  if (device != nullptr) {  // fp32 or a codec the GPU lacks: the floats come to the host
-    ops_[0]->Download(host_buf_.data(), device, n);
-    host = host_buf_.data();
-  }
-  OutgoingTensor t;
-  ASSIGN_OR_RETURN(auto codec, compression::MakeCodec(spec));
-  RETURN_IF_ERROR(compression::EncodeFrame(*codec, {host, n}, shape, eo, &t.payload));
-  envelope(&t);
-  const uint64_t wire = t.payload.size();
-  RETURN_IF_ERROR(to->Enqueue(std::move(t)));
-  count(wire, false);
-  return absl::OkStatus();
-}
-
-Status StageRunner::FinishPendingSend(bool wait) {
-  if (!pending_) return absl::OkStatus();
-  const double start = Now();
-  Status s = [&]() -> Status {
-    if (pending_->frame) {
-      const auto frame = std::move(pending_->frame);
-      pending_->frame = nullptr;
-      RETURN_IF_ERROR(frame(&pending_->tensor));
-    }
-    const uint64_t wire = pending_->tensor.payload.size();
-    if (wait) {
-      RETURN_IF_ERROR(pending_->to->Enqueue(std::move(pending_->tensor)));
-    } else {
-      ASSIGN_OR_RETURN(const bool queued, pending_->to->TryEnqueue(&pending_->tensor));
-      if (!queued) return absl::OkStatus();  // the link's queue is full: stays pending, framed
-    }
-    pending_->count(wire);
-    pending_.reset();
-    return absl::OkStatus();
-  }();
-  if (!s.ok()) pending_.reset();
-  if (wait) send_seconds_ += Now() - start;
-  return s;
-}
-
-StatusOr<const float*> StageRunner::ReceiveInput(v1::TensorKind kind, uint64_t step, int mb) {
-  const size_t n = static_cast<size_t>(B_) * T_ * C_;
-  float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
-  bool on_device = false;
-  RETURN_IF_ERROR(Receive(kind, step, mb, host_buf_.data(), n, staged, &on_device));
-  return on_device ? staged : host_buf_.data();
-}
-
-Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
-                            float* device, bool* on_device) {
-  const TensorKey key{attempt(), step, static_cast<uint32_t>(mb), kind, kMainTensor};
-  if (stop_) return absl::AbortedError("stopped");
-  const double start = Now(), sending = send_seconds_;
-  StatusOr<ReceivedTensor> t = ctx_.inbox->Take(key, 0);
-  if (!t.ok() && t.status().code() == absl::StatusCode::kDeadlineExceeded) {
-    RETURN_IF_ERROR(FinishPendingSend());  // not here yet: nothing stays pending while waiting
-    while (true) {
-      if (stop_) return absl::AbortedError("stopped");
-      t = ctx_.inbox->Take(key, 1.0);
-      if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
-    }
-  }
-  wait_acc_ += Now() - start - (send_seconds_ - sending);
-  if (!t.ok()) return t.status();
-  compression::FrameLimits limits;
-  limits.max_elements = n;
-  ASSIGN_OR_RETURN(const compression::FrameHeader header,
-                   compression::ParseFrameHeader(t->payload, limits));
-  if (header.element_count != n) {
-    return absl::InvalidArgumentError("tensor " + key.DebugString() + " from " + t->from_site +
-                                      " has " + std::to_string(header.element_count) +
-                                      " values, expected " + std::to_string(n));
-  }
-  if (device != nullptr && device_decoder_ && device_decoder_->Supports(header.spec)) {
-    RETURN_IF_ERROR(
-        compression::DecodeFramePayload(header, t->payload, [&](std::span<const uint8_t> payload) {
-          return device_decoder_->Decode(header.spec, payload, n, device);
-        }));
-    *on_device = true;
-    if (!device_decode_logged_ && ctx_.log) {
-      device_decode_logged_ = true;
-      ctx_.log->info("job {}: stage {} decodes on {} after the copy from the host ({})",
-                     ctx_.assignment.job_id(), stage_, ops_[0]->name(), header.spec.ToString());
-    }
-    return absl::OkStatus();
-  }
-  return compression::DecodeFrameValues(header, t->payload, {host, n});
 }
 
 }  // namespace longhaul::daemon

@@ -97,6 +97,10 @@ class StageRunner {
 
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
+  static double Now();  // steady clock, seconds
+  // Tensor ids within one (step, microbatch, kind).
+  static constexpr uint32_t kMainTensor = 0;
+
   Status Init(int64_t memory_limit_bytes);
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that
   // held them (a re-plan moved layers), and checkpoints it here.

@@ -1,0 +1,54 @@
+// Coordinator::Export: an llm.c checkpoint of the model at the job's last committed step,
+// assembled from every stage site's fragment (fetched and checked chunk by chunk).
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/job/coordinator.h"
+#include "daemon/job/fragment_chunks.h"
+#include "model/checkpoint.h"
+#include "model/layout.h"
+
+namespace longhaul::daemon {
+
+Status Coordinator::Export(
+    const std::function<Status(const std::string& bytes, uint64_t total)>& sink) {
+  v1::JobStatus r = GetStatus(1);
+  if (r.committed_step() == 0) {
+    return absl::FailedPreconditionError("job " + r.job_id() + " has no committed checkpoint yet");
+  }
+  const model::GPT2Config& config = spec_.job.model;
+  std::vector<float> params(model::NumParameters(config));
+  for (const auto& st : r.stages()) {
+    model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
+    FragmentArray flat;
+    flat.values.resize(layout.total());
+    SiteChannel* c = env_.channel(st.site());
+    if (!c) return absl::NotFoundError("unknown site " + st.site());
+    v1::FetchFragmentRequest req;
+    req.set_job_id(r.job_id());
+    req.set_step(r.committed_step());
+    req.set_layer_begin(st.layer_begin());
+    req.set_layer_end(st.layer_end());
+    RETURN_IF_ERROR(c->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+      if (f.kind() != v1::TENSOR_KIND_PARAMETERS) return absl::OkStatus();
+      return PlaceChunk(f, &flat, st.site());
+    }));
+    RETURN_IF_ERROR(CheckComplete(flat, st.site(), "parameters"));
+    layout.InsertIntoModel(flat.values.data(), params.data());
+  }
+  const std::string path = env_.job_dir + "/export.bin";
+  RETURN_IF_ERROR(model::WriteCheckpoint(path, config, params.data()));
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  std::filesystem::remove(path);
+  const size_t chunk = 1 << 20;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    RETURN_IF_ERROR(sink(bytes.substr(off, chunk), bytes.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,105 @@
+// StageRunner's durable state: checkpoints of the fragment and optimizer at committed steps,
+// and the layer moves of a re-plan (parameters and optimizer state fetched from the sites
+// that held them, checked chunk by chunk).
+#include <filesystem>
+
+#include "daemon/job/fragment_chunks.h"
+#include "daemon/job/stage_checkpoint.h"
+#include "daemon/job/stage_runner.h"
+#include "model/layout.h"
+
+namespace longhaul::daemon {
+
+Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan,
+                            uint64_t step) {
+  const model::GPT2Config& config = ctx_.spec.job.model;
+  const model::FragmentLayout& mine = fragment_->layout();
+  const size_t total = model::NumParameters(config);
+  std::vector<float> params(total), m(total), v(total);
+  std::string loader_state;
+  for (const auto& old : old_plan) {
+    const int b = static_cast<int>(old.layer_begin()), e = static_cast<int>(old.layer_end());
+    const bool old_first = b == 0, old_last = e == config.num_layers;
+    const bool overlaps = b < mine.end() && mine.begin() < e;
+    if (!overlaps && !(mine.is_first() && old_first) && !(mine.is_last() && old_last)) continue;
+    SiteChannel* ch = ctx_.channel ? ctx_.channel(old.site()) : nullptr;
+    if (!ch) return absl::UnavailableError("cannot reach site '" + old.site() + "' for its layers");
+    model::FragmentLayout layout(config, b, e);
+    FragmentArray flat[3];
+    for (auto& f : flat) f.values.resize(layout.total());
+    bool got_loader = false;
+    v1::FetchFragmentRequest req;
+    req.set_job_id(ctx_.assignment.job_id());
+    req.set_step(step);
+    req.set_include_state(true);
+    req.set_layer_begin(b);
+    req.set_layer_end(e);
+    RETURN_IF_ERROR(ch->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+      if (stop_) return absl::CancelledError("stage stopped during a layer move");
+      if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
+        if (f.payload().size() > (1 << 20)) {
+          return absl::DataLossError("layer move from " + old.site() + ": loader state of " +
+                                     std::to_string(f.payload().size()) + " bytes");
+        }
+        if (old_first) loader_state = f.payload();
+        got_loader = true;
+        return absl::OkStatus();
+      }
+      int which = -1;
+      if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
+      if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && (f.tensor_id() == 1 || f.tensor_id() == 2))
+        which = static_cast<int>(f.tensor_id());
+      if (which < 0) {
+        return absl::DataLossError("layer move from " + old.site() + ": unexpected " +
+                                   v1::TensorKind_Name(f.kind()) + " tensor " +
+                                   std::to_string(f.tensor_id()));
+      }
+      return PlaceChunk(f, &flat[which], old.site());
+    }));
+    for (int k = 0; k < 3; ++k) {
+      RETURN_IF_ERROR(CheckComplete(flat[k], old.site(), k == 0 ? "parameters" : "AdamW moments"));
+    }
+    if (old_first && !got_loader) {
+      return absl::DataLossError("layer move from " + old.site() + ": no data loader state");
+    }
+    layout.InsertIntoModel(flat[0].values.data(), params.data());
+    layout.InsertIntoModel(flat[1].values.data(), m.data());
+    layout.InsertIntoModel(flat[2].values.data(), v.data());
+  }
+  std::vector<float> p(mine.total()), mm(mine.total()), vv(mine.total());
+  mine.ExtractFromModel(params.data(), p.data());
+  mine.ExtractFromModel(m.data(), mm.data());
+  mine.ExtractFromModel(v.data(), vv.data());
+  fragment_->SetParameters(p.data());
+  fragment_->SetOptimizerState(mm.data(), vv.data());
+  if (loader_) {
+    ASSIGN_OR_RETURN(auto ls, model::DataLoaderState::Parse(loader_state));
+    RETURN_IF_ERROR(loader_->Restore(ls));
+  }
+  ctx_.log->info("job {}: stage {} took over layers {}..{} at step {}", ctx_.assignment.job_id(),
+                 stage_, mine.begin(), mine.end(), step);
+  // Checkpoint here at once: a rollback to this step must find the state on this site.
+  return Checkpoint(step);
+}
+
+Status StageRunner::Checkpoint(uint64_t step) {
+  StageState s;
+  s.step = step;
+  const auto& me = ctx_.assignment.stages(stage_);
+  s.layer_begin = static_cast<int>(me.layer_begin());
+  s.layer_end = static_cast<int>(me.layer_end());
+  const size_t n = fragment_->layout().total();
+  s.params.resize(n);
+  s.m.resize(n);
+  s.v.resize(n);
+  fragment_->GetParameters(s.params.data());
+  fragment_->GetOptimizerState(s.m.data(), s.v.data());
+  if (loader_) s.loader_state = loader_->state().Serialize();
+  RETURN_IF_ERROR(
+      WriteStageState(StageCheckpointPath(ctx_.job_dir, step, s.layer_begin, s.layer_end), s));
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.checkpoint_step = step;
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::daemon

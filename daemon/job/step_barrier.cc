@@ -1,0 +1,57 @@
+// StepBarrier: reports in, one clipping decision out (step_barrier.h).
+#include "daemon/job/step_barrier.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "model/optimizer.h"
+
+namespace longhaul::daemon {
+
+uint64_t StepBarrier::NoteCheckpoint(uint32_t stage, uint64_t step, uint32_t stages) {
+  uint64_t& newest = checkpoint_[stage];
+  newest = std::max(newest, step);
+  if (checkpoint_.size() < stages) return 0;
+  uint64_t committed = UINT64_MAX;
+  for (const auto& [s, ck] : checkpoint_) committed = std::min(committed, ck);
+  return committed;
+}
+
+bool StepBarrier::NoteFinished(uint32_t stage, uint32_t stages) {
+  finished_[stage] = true;
+  return finished_.size() == stages;
+}
+
+const std::map<uint32_t, v1::StepReport>* StepBarrier::Add(const v1::StepReport& report,
+                                                           uint32_t stages,
+                                                           uint64_t committed_step) {
+  Barrier& b = barriers_[{report.attempt(), report.step()}];
+  b.reports[report.stage()] = report;
+  if (b.reports.size() != stages || b.decided) return nullptr;
+  std::vector<double> sums;
+  for (const auto& [stage, r] : b.reports) {
+    model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()}, &sums);
+  }
+  b.decision.set_grad_scale(model::ClipScale(model::GradNorm(sums), grad_clip_));
+  b.decision.set_committed_step(committed_step);
+  b.decided = true;
+  return &b.reports;
+}
+
+StepBarrier::State StepBarrier::Lookup(uint32_t attempt, uint64_t step,
+                                       v1::StepDecision* decision) const {
+  auto it = barriers_.find({attempt, step});
+  if (it == barriers_.end()) return State::kGone;
+  if (!it->second.decided) return State::kGathering;
+  *decision = it->second.decision;
+  return State::kDecided;
+}
+
+void StepBarrier::Prune(uint32_t attempt, uint64_t step) {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    it = (it->first.first < attempt || it->first.second + 2 < step) ? barriers_.erase(it)
+                                                                    : std::next(it);
+  }
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,61 @@
+// The coordinator's per-step barrier, as bookkeeping: each stage's newest durable checkpoint
+// (the job's committed step is their minimum), which stages have finished, and the reports
+// of each (attempt, step) until every stage is in; then one decision for all of them: the
+// global gradient-norm clipping scale and the committed step. Not locked and never blocks:
+// the coordinator holds its lock around each call and waits on its own condition variable.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+class StepBarrier {
+ public:
+  explicit StepBarrier(float grad_clip) : grad_clip_(grad_clip) {}
+
+  // Stage `stage` holds a durable checkpoint of step `step`. The committed step: the oldest
+  // newest checkpoint over all `stages` stages, 0 while one has not reported any.
+  uint64_t NoteCheckpoint(uint32_t stage, uint64_t step, uint32_t stages);
+
+  // Stage `stage` ran its last step; whether all `stages` stages have.
+  bool NoteFinished(uint32_t stage, uint32_t stages);
+
+  // Adds a report. When it is the last of its (attempt, step) to arrive, decides the step
+  // (committed_step: the job's, to pass on) and returns every stage's report of it, by stage;
+  // otherwise nullptr. The pointer lives until the next call.
+  const std::map<uint32_t, v1::StepReport>* Add(const v1::StepReport& report, uint32_t stages,
+                                                uint64_t committed_step);
+
+  // The barrier of (attempt, step): still gathering, decided (then *decision is set), or
+  // gone (pruned: its attempt ended or it is long past).
+  enum class State { kGathering, kDecided, kGone };
+  State Lookup(uint32_t attempt, uint64_t step, v1::StepDecision* decision) const;
+
+  // Every stage is (re)assigned: forget which reported checkpoints and finished (each stage
+  // reports again under its new assignment).
+  void NewAssignment() {
+    checkpoint_.clear();
+    finished_.clear();
+  }
+
+  // Forgets the barriers of attempts before `attempt` and of steps more than two before
+  // `step` (none has a waiter left).
+  void Prune(uint32_t attempt, uint64_t step);
+
+ private:
+  struct Barrier {
+    std::map<uint32_t, v1::StepReport> reports;
+    bool decided = false;
+    v1::StepDecision decision;
+  };
+  const float grad_clip_;
+  std::map<std::pair<uint32_t, uint64_t>, Barrier> barriers_;
+  std::map<uint32_t, uint64_t> checkpoint_;  // stage -> newest durable checkpoint
+  std::map<uint32_t, bool> finished_;
+};
+
+}  // namespace longhaul::daemon
