@@ -19,29 +19,6 @@ if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
 fi
 rm -f "$log"
 
-# CUDA is part of the suite where the toolkit is installed (nvcc, cuBLAS and NCCL under
-# /usr/local/cuda), so the GPU code never rots: ONE more check, a single Bazel call that builds
-# everything with --config=cuda (the CUDA backend, GPU codecs, NCCL wrapper and every binary
-# linking them) and runs the tests tagged `gpu`. On a machine without a GPU those run only their
-# no-GPU path (MakeOps("cuda") must fail with "no CUDA device: ...") and print why they skip
-# the rest; tools/gpu-check runs them for real on a GPU machine. Skipped without nvcc.
-if [ -x /usr/local/cuda/bin/nvcc ]; then
-  cuda_start=$(date +%s)
-  cuda_log=$(mktemp)
-  if bazel test --config=cuda --test_tag_filters=gpu --test_output=errors --noshow_progress //... \
-    >"$cuda_log" 2>&1; then
-    passed=$((passed + 1))
-    grep -h '^SKIPPED: ' bazel-testlogs/test/kernels/*/test.log 2>/dev/null
-    echo "test.sh: --config=cuda build and gpu tests passed ($(($(date +%s) - cuda_start)) s)"
-  else
-    grep -vE 'linux-sandbox|^\s*$' "$cuda_log" | tail -40
-    echo "test.sh: --config=cuda build or gpu tests FAILED"
-    failed=$((failed + 1))
-    status=1
-  fi
-  rm -f "$cuda_log"
-fi
-
 # One more check: a Bazel command run quietly; its tail is shown when it fails.
 extra_check() {
   local what="$1"
@@ -60,6 +37,18 @@ extra_check() {
   fi
   rm -f "$out"
 }
+
+# CUDA is part of the suite where the toolkit is installed (nvcc, cuBLAS and NCCL under
+# /usr/local/cuda), so the GPU code never rots: ONE more check, a single Bazel call that builds
+# everything with --config=cuda (the CUDA backend, GPU codecs, NCCL wrapper and every binary
+# linking them) and runs the tests tagged `gpu`. On a machine without a GPU those run only their
+# no-GPU path (MakeOps("cuda") must fail with "no CUDA device: ...") and print why they skip
+# the rest; tools/gpu-check runs them for real on a GPU machine. Skipped without nvcc.
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  extra_check "--config=cuda build and gpu tests" \
+    bazel test --config=cuda --test_tag_filters=gpu --test_output=errors --noshow_progress //...
+  grep -h '^SKIPPED: ' bazel-testlogs/test/kernels/*/test.log 2>/dev/null
+fi
 
 # Sanitizers, two more checks. ASan+UBSan: the whole suite rebuilt with clang, the fuzz
 # targets (test/fuzz) as coverage-guided libFuzzer binaries over their committed corpus for a

@@ -69,23 +69,38 @@ void Fetch(const uint8_t* d, size_t n) {
   if (!current && (r.layer_begin() >= r.layer_end() || r.layer_end() > 4)) std::abort();
 }
 
-// Chunks: [u16 length][TensorFrame bytes]...; the array holds d[0] * 3 floats.
+// Frames as the fuzzer writes them, [u16 length, little endian][TensorFrame bytes]...:
+// `take` gets each one that parses, until it returns false.
+template <typename Take>
+void ForEachFrame(const uint8_t* d, size_t n, Take take) {
+  size_t at = 0;
+  while (at + 2 <= n) {
+    const size_t len = d[at] | (size_t{d[at + 1]} << 8);
+    at += 2;
+    if (len > n - at) return;
+    v1::TensorFrame f;
+    if (f.ParseFromArray(d + at, static_cast<int>(len)) && !take(f)) return;
+    at += len;
+  }
+}
+
+void AppendFrame(const v1::TensorFrame& f, std::string* out) {
+  const std::string b = f.SerializeAsString();
+  *out += static_cast<char>(b.size() & 0xff);
+  *out += static_cast<char>(b.size() >> 8);
+  *out += b;
+}
+
+// Chunks: the array holds d[0] * 3 floats, then frames.
 void Chunks(const uint8_t* d, size_t n) {
   if (n < 1) return;
   FragmentArray array;
   array.values.resize(static_cast<size_t>(d[0]) * 3);
-  size_t at = 1;
-  while (at + 2 <= n) {
-    const size_t len = d[at] | (size_t{d[at + 1]} << 8);
-    at += 2;
-    if (len > n - at) break;
-    v1::TensorFrame f;
-    if (f.ParseFromArray(d + at, static_cast<int>(len))) {
-      if (!PlaceChunk(f, &array, "fuzz").ok()) break;
-      if (array.bytes_received > array.values.size() * sizeof(float)) std::abort();
-    }
-    at += len;
-  }
+  ForEachFrame(d + 1, n - 1, [&](const v1::TensorFrame& f) {
+    if (!PlaceChunk(f, &array, "fuzz").ok()) return false;
+    if (array.bytes_received > array.values.size() * sizeof(float)) std::abort();
+    return true;
+  });
   (void)CheckComplete(array, "fuzz", "parameters");
 }
 
@@ -110,15 +125,7 @@ void Frames(const uint8_t* d, size_t n) {
         }
         return absl::OkStatus();
       });
-  size_t at = 0;
-  while (at + 2 <= n) {
-    const size_t len = d[at] | (size_t{d[at + 1]} << 8);
-    at += 2;
-    if (len > n - at) break;
-    v1::TensorFrame f;
-    if (f.ParseFromArray(d + at, static_cast<int>(len)) && !assembler.Add(f).ok()) break;
-    at += len;
-  }
+  ForEachFrame(d, n, [&](const v1::TensorFrame& f) { return assembler.Add(f).ok(); });
   (void)assembler.Finish();
   if (delivered > admitted) std::abort();
 }
@@ -221,10 +228,7 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
     v1::TensorFrame t;
     t.set_chunk_offset(32 * i);
     t.set_payload(std::string(32, 'x'));
-    const std::string b = t.SerializeAsString();
-    chunks += static_cast<char>(b.size() & 0xff);
-    chunks += static_cast<char>(b.size() >> 8);
-    chunks += b;
+    AppendFrame(t, &chunks);
   }
   seeds->push_back(chunks);
   std::string ops(1, '\4');
@@ -244,10 +248,7 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
     t.set_chunk_index(i);
     t.set_chunk_offset(40 * i);
     t.set_payload(tensor.substr(40 * i, 40));
-    const std::string b = t.SerializeAsString();
-    stream += static_cast<char>(b.size() & 0xff);
-    stream += static_cast<char>(b.size() >> 8);
-    stream += b;
+    AppendFrame(t, &stream);
   }
   seeds->push_back(stream);
 }
