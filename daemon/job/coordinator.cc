@@ -4,29 +4,13 @@
 #include "daemon/job/coordinator.h"
 
 #include <chrono>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "absl/strings/str_join.h"
-#include "compression/controller.h"
-#include "daemon/job/fragment_chunks.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
-#include "daemon/job/site_profile.h"
-#include "model/checkpoint.h"
-#include "model/file_io.h"
-#include "model/layout.h"
-#include "model/optimizer.h"
-#include "scheduler/placement.h"
-#include "scheduler/planner.h"
 #include "scheduler/replan.h"
 
 namespace longhaul::daemon {
 namespace {
-
-bool Terminal(v1::JobState s) { return TerminalState(s); }
 
 // Errors that retrying will not fix.
 bool Permanent(const Status& s) {
@@ -45,7 +29,7 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 bool Coordinator::finished() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return Terminal(record_.state());
+  return TerminalState(record_.state());
 }
 
 void Coordinator::RequestShutdown() {
@@ -67,7 +51,7 @@ void Coordinator::PersistLocked() {
 
 void Coordinator::SetState(v1::JobState state, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Terminal(record_.state())) return;
+  if (TerminalState(record_.state())) return;
   if (record_.state() != state || record_.detail() != detail) {
     env_.log->info("job {}: {}{}{}", record_.job_id(), v1::JobState_Name(state),
                    detail.empty() ? "" : ": ", detail);
@@ -208,7 +192,7 @@ void Coordinator::Run() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return shutdown_; });
       if (shutdown_) return;
-      if (Terminal(record_.state())) return;
+      if (TerminalState(record_.state())) return;
     }
     bool need_assign;
     {
@@ -348,9 +332,9 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   v1::StepDecision stop;
   stop.set_stop(true);
-  if (rep.attempt() != record_.attempt() || Terminal(record_.state())) {
-    stop.set_detail(Terminal(record_.state()) ? "job " + v1::JobState_Name(record_.state())
-                                              : "attempt superseded");
+  if (rep.attempt() != record_.attempt() || TerminalState(record_.state())) {
+    stop.set_detail(TerminalState(record_.state()) ? "job " + v1::JobState_Name(record_.state())
+                                                   : "attempt superseded");
     return stop;
   }
   const uint32_t n = record_.stages_size();
@@ -403,10 +387,10 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   StepBarrier::State state;
   cv_.wait(lock, [&] {
     state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
-    return shutdown_ || record_.attempt() != rep.attempt() || Terminal(record_.state()) ||
+    return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
            state != StepBarrier::State::kGathering;
   });
-  if (shutdown_ || record_.attempt() != rep.attempt() || Terminal(record_.state()) ||
+  if (shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
       state != StepBarrier::State::kDecided) {
     stop.set_detail("attempt ended");
     return stop;
@@ -428,7 +412,7 @@ v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
 StatusOr<v1::JobState> Coordinator::Cancel() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (Terminal(record_.state())) return record_.state();
+    if (TerminalState(record_.state())) return record_.state();
     record_.set_state(v1::JOB_STATE_CANCELLED);
     record_.set_detail("cancelled by the user at step " + std::to_string(record_.step()));
     PersistLocked();
