@@ -48,7 +48,7 @@ const std::vector<absl::string_view> kTopKeys = {
     "tls",  "insecure", "auth",  "log_level", "links",      "memory_limit_mb"};
 const std::vector<absl::string_view> kListenKeys = {"peer", "control", "status"};
 const std::vector<absl::string_view> kPeerKeys = {"name", "address"};
-const std::vector<absl::string_view> kTlsKeys = {"ca", "cert", "key"};
+const std::vector<absl::string_view> kTlsKeys = {"ca", "cert", "key", "control"};
 const std::vector<absl::string_view> kAuthKeys = {"token_file"};
 const std::vector<absl::string_view> kLinkKeys = {
     "heartbeat_interval_seconds", "probe_interval_seconds", "probe_bytes",
@@ -154,6 +154,15 @@ class Walker {
     return text;
   }
 
+  // true or false.
+  StatusOr<bool> Bool(const Entry& e, const std::string& path) const {
+    ASSIGN_OR_RETURN(std::string text, Scalar(e, path, "true or false"));
+    if (text != "true" && text != "false") {
+      return Error(e, path, absl::StrCat("expected true or false, got '", text, "'"));
+    }
+    return text == "true";
+  }
+
   // The string at `key` of map `map` (whose entries are `fields`), which must be present.
   StatusOr<std::string> RequiredString(const Fields& fields, const Entry& map,
                                        const std::string& map_path, absl::string_view key) const {
@@ -198,27 +207,18 @@ class Walker {
       RETURN_IF_ERROR(ParseTls(it->second, &config));
     }
     if (auto it = top.find("insecure"); it != top.end()) {
-      ASSIGN_OR_RETURN(std::string text, Scalar(it->second, "insecure", "true or false"));
-      if (text != "true" && text != "false") {
-        return Error(it->second, "insecure",
-                     absl::StrCat("expected true or false, got '", text, "'"));
-      }
-      config.insecure = text == "true";
+      ASSIGN_OR_RETURN(config.insecure, Bool(it->second, "insecure"));
     }
-    if (!config.tls && !config.insecure) {
+    if (!config.insecure) {
       const Entry& listen = top.at("listen");
       ASSIGN_OR_RETURN(Fields fields, MapFields(listen, "listen", kListenKeys));
-      for (absl::string_view key : {"peer", "control"}) {
-        const std::string& address = key == "peer" ? config.peer_listen : config.control_listen;
-        StatusOr<HostPort> hp = ParseHostPort(address, true);
-        if (hp.ok() && !IsLoopbackHost(hp->host)) {
-          return Error(fields.at(std::string(key)), Join("listen", key),
-                       absl::StrCat("'", address,
-                                    "' is not a loopback address, and without tls: anyone who "
-                                    "reaches it could pose as a peer or read the token; "
-                                    "configure tls:, listen on 127.0.0.1, or set insecure: true"));
-        }
-      }
+      RETURN_IF_ERROR(CheckPlaintext(fields, "peer", config.peer_listen, config.tls.has_value(),
+                                     "anyone who reaches it could pose as a peer; configure "
+                                     "tls:, listen on 127.0.0.1, or set insecure: true"));
+      RETURN_IF_ERROR(CheckPlaintext(
+          fields, "control", config.control_listen, config.tls && config.tls->control,
+          "the control token would travel in the clear; set tls: {control: true} (the CLI "
+          "then needs --tls-ca), listen on 127.0.0.1, or set insecure: true"));
     }
     if (top.find("auth") == top.end()) {
       return Error(root.value.Mark(), "auth", "missing required key");
@@ -329,6 +329,17 @@ class Walker {
     return absl::OkStatus();
   }
 
+  // A listener at `address` (listen.`key`) without TLS must be on loopback.
+  Status CheckPlaintext(const Fields& listen, absl::string_view key, const std::string& address,
+                        bool tls, absl::string_view why) const {
+    if (tls) return absl::OkStatus();
+    StatusOr<HostPort> hp = ParseHostPort(address, true);
+    if (!hp.ok() || IsLoopbackHost(hp->host)) return absl::OkStatus();
+    return Error(listen.at(std::string(key)), Join("listen", key),
+                 absl::StrCat("'", address, "' is not a loopback address and is served without ",
+                              "TLS: ", why));
+  }
+
   Status ParseTls(const Entry& map, SiteConfig* config) const {
     ASSIGN_OR_RETURN(Fields fields, MapFields(map, "tls", kTlsKeys));
     TlsConfig tls;
@@ -343,6 +354,9 @@ class Walker {
     }
     RETURN_IF_ERROR(
         Check(CheckPrivateFile(tls.key_file, "private key"), fields.at("key"), "tls.key"));
+    if (auto it = fields.find("control"); it != fields.end()) {
+      ASSIGN_OR_RETURN(tls.control, Bool(it->second, "tls.control"));
+    }
     config->tls = std::move(tls);
     return absl::OkStatus();
   }

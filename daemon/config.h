@@ -26,6 +26,11 @@ struct TlsConfig {
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
+  // `control: true`: the Control API is served over TLS too, with the same certificate (the
+  // CLI checks it against ca with --tls-ca; the bearer token still authenticates the CLI, no
+  // client certificate is asked for). Required for a control listener on a non-loopback
+  // address, unless `insecure: true`.
+  bool control = false;
 };
 
 // Timing of the inter-site links. Ranges are enforced by the loader.
@@ -52,8 +57,9 @@ struct SiteConfig {
   // data_dir); default: just data_dir. A job naming a file outside them is refused.
   std::vector<std::string> data_roots;
   std::optional<TlsConfig> tls;  // absent: plaintext
-  // Plaintext (no tls:) on a non-loopback peer or control address is refused unless this is
-  // set; then the daemon warns at start and in /status. Nothing authenticates peers then.
+  // Plaintext on a non-loopback address (a peer listener without tls:, a control listener
+  // without tls.control) is refused unless this is set; then the daemon warns at start and in
+  // /status. Nothing authenticates peers then, and the token travels in the clear.
   bool insecure = false;
   std::string token_file;          // absolute; existed and was non-empty at load
   std::string log_level = "info";  // trace|debug|info|warn|error

@@ -80,9 +80,13 @@ Status Daemon::StartAll() {
   }
   if (config_.insecure && !config_.tls) {
     log_->warn(
-        "insecure: true and no tls: peers are not authenticated and the control token travels "
-        "in plaintext; anyone who reaches {} or {} can pose as a peer site",
-        config_.peer_listen, config_.control_listen);
+        "insecure: true and no tls: peers are not authenticated; anyone who reaches {} can pose "
+        "as a peer site",
+        config_.peer_listen);
+  }
+  if (config_.insecure && !(config_.tls && config_.tls->control)) {
+    log_->warn("insecure: true and no tls.control: the control token travels in the clear to {}",
+               config_.control_listen);
   }
   monitor_ = std::make_unique<LinkMonitor>(config_.site);
   std::set<std::string> peer_names;
@@ -139,7 +143,8 @@ Status Daemon::StartAll() {
   {
     grpc::ServerBuilder b;
     b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    b.AddListeningPort(config_.control_listen, grpc::InsecureServerCredentials(), &control_port_);
+    ASSIGN_OR_RETURN(auto creds, ControlServerCredentials(config_.tls));
+    b.AddListeningPort(config_.control_listen, creds, &control_port_);
     b.RegisterService(control_service_.get());
     control_server_ = b.BuildAndStart();
     if (!control_server_ || control_port_ == 0) {
@@ -176,9 +181,10 @@ Status Daemon::StartAll() {
     links_.push_back(std::make_unique<PeerLink>(o, monitor_.get(), log_));
     links_.back()->Start();
   }
-  log_->info("serving: peer {} (tls {}), control {}, status http://{}/status; {} peer(s)",
+  log_->info("serving: peer {} (tls {}), control {} (tls {}), status http://{}/status; {} peer(s)",
              WithPort(config_.peer_listen, peer_port_), config_.tls ? "on" : "off",
              WithPort(config_.control_listen, control_port_),
+             config_.tls && config_.tls->control ? "on" : "off",
              WithPort(config_.status_listen, status_port_), config_.peers.size());
   return absl::OkStatus();
 }
@@ -211,8 +217,11 @@ v1::NodeStatus Daemon::NodeStatus() const {
   s.set_status_listen(WithPort(config_.status_listen, status_port_));
   for (const auto& d : config_.devices) s.add_devices(d);
   s.set_tls(config_.tls.has_value());
+  s.set_control_tls(config_.tls && config_.tls->control);
   if (config_.insecure && !config_.tls) {
     s.set_warning("insecure: true without tls: peers are not authenticated");
+  } else if (config_.insecure && !s.control_tls()) {
+    s.set_warning("insecure: true without tls.control: the control token travels in the clear");
   }
   uint32_t up = 0;
   for (const auto& l : monitor_->Snapshot()) up += l.state == v1::LINK_STATE_UP;

@@ -45,6 +45,15 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
   return grpc::SslServerCredentials(options);
 }
 
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> ControlServerCredentials(
+    const std::optional<TlsConfig>& tls) {
+  if (!tls || !tls->control) return grpc::InsecureServerCredentials();
+  ASSIGN_OR_RETURN(TlsFiles f, ReadTls(*tls));
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  options.pem_key_cert_pairs.push_back({f.key, f.cert});
+  return grpc::SslServerCredentials(options);
+}
+
 StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::optional<TlsConfig>& tls,
                                                      const std::string& peer,
                                                      const std::string& address) {

@@ -5,7 +5,8 @@
 // meant to reach (the configured peer name is the TLS target name); the answering side
 // checks, on every call, that the caller's certificate names the site the caller claims to
 // be. Without TLS the claimed name is only checked against the configured peers.
-// Control API: every call carries "authorization: Bearer TOKEN", compared in constant time.
+// Control API: every call carries "authorization: Bearer TOKEN", compared in constant time;
+// with `tls: {control: true}` the CLI reaches it over TLS and checks the site's certificate.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -22,6 +23,12 @@ namespace longhaul::daemon {
 
 // Credentials for the peer gRPC server; reads the TLS files when `tls` is set.
 StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
+    const std::optional<TlsConfig>& tls);
+
+// Credentials for the control gRPC server: TLS with the site's certificate when `tls` is set
+// with `control: true` (no client certificate asked for: the bearer token authenticates the
+// CLI), plaintext otherwise.
+StatusOr<std::shared_ptr<grpc::ServerCredentials>> ControlServerCredentials(
     const std::optional<TlsConfig>& tls);
 
 // A channel to `peer` at `address`, with mutual TLS when `tls` is set.

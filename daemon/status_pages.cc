@@ -189,6 +189,7 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                  {"status", node.status_listen()}};
   j["devices"] = std::vector<std::string>(node.devices().begin(), node.devices().end());
   j["tls"] = node.tls();
+  j["control_tls"] = node.control_tls();
   if (!node.warning().empty()) j["warning"] = node.warning();
   j["peers_up"] = node.peers_up();
   j["peers_total"] = node.peers_total();

@@ -350,6 +350,31 @@ TEST_CASE("plaintext listeners off loopback need insecure: true") {
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("insecure"));
 }
 
+TEST_CASE("a control listener off loopback needs tls.control, not just tls:") {
+  const std::string open =
+      "listen: {peer: '0.0.0.0:7101', control: '0.0.0.0:7102', status: '0.0.0.0:7103'}\n";
+  const std::string tls = "tls: {ca: certs/ca.pem, cert: certs/alpha.pem, key: certs/alpha.key";
+  // Mutual TLS for peers covers the peer listener; the control token would still be plaintext.
+  StatusOr<SiteConfig> peer_only = Parse(kSite + open + kRest + tls + "}\n");
+  REQUIRE_FALSE(peer_only.ok());
+  CHECK_THAT(std::string(peer_only.status().message()), Catch::Contains("listen.control"));
+  CHECK_THAT(std::string(peer_only.status().message()), Catch::Contains("tls: {control: true}"));
+
+  StatusOr<SiteConfig> both = Parse(kSite + open + kRest + tls + ", control: true}\n");
+  INFO(both.status().ToString());
+  REQUIRE(both.ok());
+  REQUIRE(both->tls);
+  CHECK(both->tls->control);
+  StatusOr<SiteConfig> off = Parse(kMinimal + tls + ", control: false}\n");
+  REQUIRE(off.ok());
+  CHECK_FALSE(off->tls->control);
+
+  StatusOr<SiteConfig> bad = Parse(kSite + open + kRest + tls + ", control: maybe}\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("tls.control"));
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("'maybe'"));
+}
+
 TEST_CASE("data_roots default to data_dir and resolve like it") {
   StatusOr<SiteConfig> config = Parse(kMinimal);
   REQUIRE(config.ok());

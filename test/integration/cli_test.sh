@@ -93,4 +93,60 @@ $LONGHAUL --config "$work/site.yaml" --timeout 1 links 2>"$work/err"; rc=$?
 set -e
 [ "$rc" -eq 3 ] || fail "an unreachable daemon exited $rc, expected 3"
 grep -q "unreachable" "$work/err" || fail "unreachable message: $(cat "$work/err")"
+
+# The Control API over TLS (tls: {control: true}): the CLI must verify the daemon's certificate
+# with --tls-ca (or take it from --config); plaintext, another CA or another name get nowhere.
+tools/make-certs.sh "$work/certs" alpha 2>/dev/null
+tools/make-certs.sh "$work/rogue" alpha 2>/dev/null
+read -r pp cp sp <<<"$(/usr/bin/python3 tools/free_ports.py 3)"
+cat >"$work/tls.yaml" <<YAML
+site: alpha
+listen:
+  peer: 127.0.0.1:$pp
+  control: 127.0.0.1:$cp
+  status: 127.0.0.1:$sp
+data_dir: $work/tls-data
+auth:
+  token_file: token
+tls:
+  ca: certs/ca.pem
+  cert: certs/alpha.pem
+  key: certs/alpha.key
+  control: true
+YAML
+$LONGHAULD --config "$work/tls.yaml" --log-level info 2>"$work/daemon.log" &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  $LONGHAUL --config "$work/tls.yaml" node status >/dev/null 2>&1 && break
+  sleep 0.1
+done
+$LONGHAUL --config "$work/tls.yaml" node status | grep -q "(TLS)" || fail "node status over TLS"
+tls_flags=(--addr "127.0.0.1:$cp" --token-file "$work/token")
+$LONGHAUL "${tls_flags[@]}" --tls-ca "$work/certs/ca.pem" --tls-name alpha links >/dev/null \
+  || fail "--tls-ca with --tls-name"
+LONGHAUL_TLS_CA="$work/certs/ca.pem" LONGHAUL_TLS_NAME=alpha $LONGHAUL "${tls_flags[@]}" \
+  links >/dev/null || fail "LONGHAUL_TLS_CA and LONGHAUL_TLS_NAME"
+expect_unreachable() {
+  local what=$1
+  shift
+  set +e
+  $LONGHAUL "${tls_flags[@]}" --timeout 2 "$@" links 2>"$work/err"
+  local rc=$?
+  set -e
+  [ "$rc" -eq 3 ] || fail "$what: exited $rc, expected 3: $(cat "$work/err")"
+}
+expect_unreachable "plaintext to a TLS control port"
+grep -q "does it need TLS (--tls-ca)" "$work/err" || fail "no TLS hint: $(cat "$work/err")"
+expect_unreachable "a CA that did not sign the daemon" --tls-ca "$work/rogue/ca.pem" --tls-name alpha
+expect_unreachable "another site name" --tls-ca "$work/certs/ca.pem" --tls-name beta
+set +e
+$LONGHAUL "${tls_flags[@]}" --tls-name alpha links 2>"$work/err"; rc=$?
+$LONGHAUL "${tls_flags[@]}" --tls-ca "$work/token" links 2>"$work/err2"; rc2=$?
+set -e
+[ "$rc" -ne 0 ] && grep -q "needs --tls-ca" "$work/err" || fail "--tls-name alone: $(cat "$work/err")"
+[ "$rc2" -ne 0 ] && grep -q "PEM certificate" "$work/err2" || fail "a CA file that is no PEM"
+grep -q "control 127.0.0.1:$cp (tls on)" "$work/daemon.log" || fail "no 'tls on' for control"
+kill -TERM $pid
+wait $pid || fail "longhauld (TLS control) did not exit cleanly on SIGTERM"
 echo "PASS"

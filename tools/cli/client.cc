@@ -3,7 +3,9 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "daemon/config.h"
 
@@ -13,6 +15,25 @@ namespace {
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
+}
+
+// The daemon's control channel: TLS verified against `ca_file` when one is given.
+std::shared_ptr<grpc::Channel> ControlChannel(const std::string& addr, const std::string& ca_file,
+                                              const std::string& name) {
+  if (ca_file.empty()) return grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  std::ifstream in(ca_file, std::ios::binary);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  if (!in || pem.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    std::cerr << "longhaul: --tls-ca " << ca_file
+              << ": cannot read a PEM certificate from it (the site CA, ca.pem)\n";
+    return nullptr;
+  }
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem.str();
+  grpc::ChannelArguments args;
+  if (!name.empty()) args.SetSslTargetNameOverride(name);
+  return grpc::CreateCustomChannel(addr, grpc::SslCredentials(options), args);
 }
 
 }  // namespace
@@ -31,6 +52,8 @@ std::unique_ptr<ControlClient> ControlClient::Connect(const ClientOptions& optio
   std::string addr = options.addr.empty() ? Env("LONGHAUL_ADDR") : options.addr;
   std::string token_file =
       options.token_file.empty() ? Env("LONGHAUL_TOKEN_FILE") : options.token_file;
+  std::string tls_ca = options.tls_ca.empty() ? Env("LONGHAUL_TLS_CA") : options.tls_ca;
+  std::string tls_name = options.tls_name.empty() ? Env("LONGHAUL_TLS_NAME") : options.tls_name;
   if (!options.config.empty()) {
     auto site = daemon::LoadSiteConfig(options.config);
     if (!site.ok()) {
@@ -39,6 +62,15 @@ std::unique_ptr<ControlClient> ControlClient::Connect(const ClientOptions& optio
     }
     if (addr.empty()) addr = site->control_listen;
     if (token_file.empty()) token_file = site->token_file;
+    if (site->tls && site->tls->control) {
+      if (tls_ca.empty()) tls_ca = site->tls->ca_file;
+      if (tls_name.empty()) tls_name = site->site;
+    }
+  }
+  if (!tls_name.empty() && tls_ca.empty()) {
+    std::cerr << "longhaul: --tls-name needs --tls-ca (the CA that signed the daemon's "
+                 "certificate)\n";
+    return nullptr;
   }
   if (addr.empty()) addr = "127.0.0.1:7102";
   if (token_file.empty()) {
@@ -55,7 +87,10 @@ std::unique_ptr<ControlClient> ControlClient::Connect(const ClientOptions& optio
   c->addr_ = addr;
   c->token_ = *token;
   c->timeout_seconds_ = options.timeout_seconds;
-  c->stub_ = v1::Control::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  c->tls_ = !tls_ca.empty();
+  auto channel = ControlChannel(addr, tls_ca, tls_name);
+  if (!channel) return nullptr;
+  c->stub_ = v1::Control::NewStub(channel);
   return c;
 }
 
@@ -72,8 +107,10 @@ int ControlClient::Fail(const grpc::Status& status, const std::string& what) con
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       std::cerr << "longhaul: " << what << ": daemon at " << addr_
-                << " is unreachable (is longhauld running there?): " << status.error_message()
-                << "\n";
+                << " is unreachable (is longhauld running there?"
+                << (tls_ ? " does it serve TLS (tls.control), signed by --tls-ca, for --tls-name?"
+                         : " does it need TLS (--tls-ca)?")
+                << "): " << status.error_message() << "\n";
       return kExitUnreachable;
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:

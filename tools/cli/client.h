@@ -1,5 +1,7 @@
-// How the CLI reaches a daemon: the control address and bearer token come from flags, the
-// environment (LONGHAUL_ADDR, LONGHAUL_TOKEN_FILE) or a site config (--config), in that order.
+// How the CLI reaches a daemon: the control address, bearer token and TLS settings come from
+// flags, the environment (LONGHAUL_ADDR, LONGHAUL_TOKEN_FILE, LONGHAUL_TLS_CA,
+// LONGHAUL_TLS_NAME) or a site config (--config), in that order. With a CA the CLI talks TLS
+// and checks that the daemon's certificate comes from that CA and names the expected site.
 // Errors map to distinct exit codes so scripts can tell "down" from "refused".
 #pragma once
 
@@ -23,7 +25,9 @@ enum ExitCode {
 struct ClientOptions {
   std::string addr;
   std::string token_file;
-  std::string config;  // a site config to take addr and token_file from
+  std::string config;    // a site config to take addr, token_file and TLS settings from
+  std::string tls_ca;    // PEM CA file: talk TLS and verify the daemon's certificate with it
+  std::string tls_name;  // the name the daemon's certificate must carry (its site name)
   double timeout_seconds = 5;
   std::string output = "table";  // table | json
 };
@@ -48,6 +52,7 @@ class ControlClient {
   std::string addr_;
   std::string token_;
   double timeout_seconds_ = 5;
+  bool tls_ = false;
   std::unique_ptr<v1::Control::Stub> stub_;
 };
 

@@ -23,7 +23,13 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", options.token_file,
                  "File holding the site's bearer token (env LONGHAUL_TOKEN_FILE)");
   app.add_option("--config", options.config,
-                 "Site config to take the control address and token file from");
+                 "Site config to take the control address, token file and TLS settings from");
+  app.add_option("--tls-ca", options.tls_ca,
+                 "CA file (PEM): reach the daemon over TLS (its tls: {control: true}) and check "
+                 "its certificate (env LONGHAUL_TLS_CA)");
+  app.add_option("--tls-name", options.tls_name,
+                 "Site name the daemon's certificate must carry, when --addr is not that name "
+                 "(env LONGHAUL_TLS_NAME)");
   app.add_option("-o,--output", options.output, "Output format")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

@@ -25,7 +25,7 @@ int NodeStatus(const ClientOptions& options) {
   t.AddRow({"version", s.version() + " (protocol " + std::to_string(s.protocol_version()) + ")"});
   t.AddRow({"uptime", FormatDuration(s.uptime_seconds())});
   t.AddRow({"peer listen", s.peer_listen() + (s.tls() ? " (mutual TLS)" : " (plaintext)")});
-  t.AddRow({"control listen", s.control_listen()});
+  t.AddRow({"control listen", s.control_listen() + (s.control_tls() ? " (TLS)" : " (plaintext)")});
   t.AddRow({"status", "http://" + s.status_listen() + "/status"});
   t.AddRow({"devices", devices});
   t.AddRow({"peers up", std::to_string(s.peers_up()) + " of " + std::to_string(s.peers_total())});
