@@ -9,6 +9,7 @@ namespace longhaul {
 inline constexpr const char* kBuildVersion = "0.1.0";
 
 // Peers must speak the same protocol version; Hello rejects any other.
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: fragment transfers carry fp32 compression frames (TensorFrame.element_offset).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 }  // namespace longhaul

@@ -1,7 +1,7 @@
 #include "daemon/control_service.h"
 
-#include "daemon/job/site_channel.h"
 #include "daemon/peer_security.h"
+#include "daemon/transport/grpc_link.h"
 
 namespace longhaul::daemon {
 
@@ -14,7 +14,7 @@ grpc::Status ControlServiceImpl::SubmitJob(grpc::ServerContext* context,
   grpc::Status auth = AuthorizeControlCall(*context, token_);
   if (!auth.ok()) return auth;
   auto r = jobs_->Submit(*request);
-  if (!r.ok()) return ToGrpc(r.status());
+  if (!r.ok()) return transport::ToGrpc(r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -24,7 +24,7 @@ grpc::Status ControlServiceImpl::GetJob(grpc::ServerContext* context,
   grpc::Status auth = AuthorizeControlCall(*context, token_);
   if (!auth.ok()) return auth;
   auto r = jobs_->GetJob(request->job_id(), request->max_losses());
-  if (!r.ok()) return ToGrpc(r.status());
+  if (!r.ok()) return transport::ToGrpc(r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -43,7 +43,7 @@ grpc::Status ControlServiceImpl::CancelJob(grpc::ServerContext* context,
   grpc::Status auth = AuthorizeControlCall(*context, token_);
   if (!auth.ok()) return auth;
   auto r = jobs_->Cancel(request->job_id());
-  if (!r.ok()) return ToGrpc(r.status());
+  if (!r.ok()) return transport::ToGrpc(r.status());
   *response = *r;
   return grpc::Status::OK;
 }
@@ -67,14 +67,14 @@ grpc::Status ControlServiceImpl::ExportJob(grpc::ServerContext* context,
                                            grpc::ServerWriter<v1::ExportChunk>* writer) {
   grpc::Status auth = AuthorizeControlCall(*context, token_);
   if (!auth.ok()) return auth;
-  return ToGrpc(jobs_->Export(request->job_id(),
-                              [&](const std::string& bytes, uint64_t total) -> absl::Status {
-                                v1::ExportChunk c;
-                                c.set_total_bytes(total);
-                                c.set_data(bytes);
-                                if (!writer->Write(c)) return absl::CancelledError("client left");
-                                return absl::OkStatus();
-                              }));
+  return transport::ToGrpc(jobs_->Export(
+      request->job_id(), [&](const std::string& bytes, uint64_t total) -> absl::Status {
+        v1::ExportChunk c;
+        c.set_total_bytes(total);
+        c.set_data(bytes);
+        if (!writer->Write(c)) return absl::CancelledError("client left");
+        return absl::OkStatus();
+      }));
 }
 
 grpc::Status ControlServiceImpl::GetNodeStatus(grpc::ServerContext* context,

@@ -14,6 +14,7 @@
 #include "daemon/job/site_backend.h"
 #include "daemon/peer_security.h"
 #include "daemon/status_pages.h"
+#include "daemon/transport/grpc_link.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -72,6 +73,47 @@ Status Daemon::LockDataDir() {
   return absl::OkStatus();
 }
 
+std::string Daemon::PeerListen() const {
+  return options_.loopback ? "loopback" : WithPort(config_.peer_listen, peer_port_);
+}
+
+StatusOr<std::unique_ptr<transport::Link>> Daemon::Dial(const std::string& peer) const {
+  if (options_.loopback) return options_.loopback->Dial(config_.site, peer);
+  for (const auto& p : config_.peers) {
+    if (p.name != peer) continue;
+    ASSIGN_OR_RETURN(auto channel, PeerChannel(config_.tls, p.name, p.address));
+    return transport::MakeGrpcLink(config_.site, p.name, std::move(channel));
+  }
+  return absl::NotFoundError("site '" + peer + "' is not a configured peer");
+}
+
+Status Daemon::StartPeerServer(const std::set<std::string>& peer_names) {
+  transport::GrpcPeerServiceOptions pso;
+  pso.peers = peer_names;
+  pso.tls = config_.tls.has_value();
+  peer_service_ = std::make_unique<transport::GrpcPeerService>(pso, peer_handler_.get(), log_);
+  ASSIGN_OR_RETURN(auto creds, PeerServerCredentials(config_.tls));
+  grpc::ServerBuilder b;
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port must fail, not share
+  b.AddListeningPort(config_.peer_listen, creds, &peer_port_);
+  b.SetMaxReceiveMessageSize(64 << 20);
+  // Bounds on what peers can hold open: streams per connection and serving threads.
+  b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+  grpc::ResourceQuota quota("longhauld-peer");
+  quota.SetMaxThreads(1024);
+  b.SetResourceQuota(quota);
+  // Wide-area links have large bandwidth-delay products (1 Gbit/s x 100 ms = 12.5 MB):
+  // let HTTP/2 flow control open windows that large instead of throttling the sender.
+  b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
+  b.RegisterService(peer_service_.get());
+  peer_server_ = b.BuildAndStart();
+  if (!peer_server_ || peer_port_ == 0) {
+    return absl::UnavailableError("listen.peer: cannot listen on " + config_.peer_listen +
+                                  " (address in use or not local?)");
+  }
+  return absl::OkStatus();
+}
+
 Status Daemon::StartAll() {
   RETURN_IF_ERROR(CheckSiteDevices(config_.devices));
   RETURN_IF_ERROR(LockDataDir());
@@ -99,40 +141,31 @@ Status Daemon::StartAll() {
   jo.site = config_.site;
   jo.data_dir = config_.data_dir;
   jo.data_roots = config_.data_roots;
-  jo.tls = config_.tls;
   for (const auto& p : config_.peers) jo.peers[p.name] = p.address;
+  jo.dial = [this](const std::string& peer) -> std::unique_ptr<transport::Link> {
+    auto link = Dial(peer);
+    if (!link.ok()) {
+      log_->error("no link to {}: {}", peer, std::string(link.status().message()));
+      return nullptr;
+    }
+    return std::move(*link);
+  };
+  jo.heartbeat_seconds = config_.links.heartbeat_interval_seconds;
   jo.memory_limit_bytes = config_.memory_limit_bytes;
   jo.devices = config_.devices;
   jo.host_device_codecs = options_.host_device_codecs;
   jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
 
-  // Peer server.
-  PeerServiceOptions pso;
-  pso.site = config_.site;
-  pso.peers = peer_names;
-  pso.tls = config_.tls.has_value();
-  pso.protocol_version = options_.protocol_version;
-  peer_service_ = std::make_unique<PeerServiceImpl>(pso, monitor_.get(), jobs_.get(), log_);
-  ASSIGN_OR_RETURN(auto creds, PeerServerCredentials(config_.tls));
-  {
-    grpc::ServerBuilder b;
-    b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port must fail, not share
-    b.AddListeningPort(config_.peer_listen, creds, &peer_port_);
-    b.SetMaxReceiveMessageSize(64 << 20);
-    // Bounds on what peers can hold open: streams per connection and serving threads.
-    b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
-    grpc::ResourceQuota quota("longhauld-peer");
-    quota.SetMaxThreads(1024);
-    b.SetResourceQuota(quota);
-    // Wide-area links have large bandwidth-delay products (1 Gbit/s x 100 ms = 12.5 MB):
-    // let HTTP/2 flow control open windows that large instead of throttling the sender.
-    b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 << 20);
-    b.RegisterService(peer_service_.get());
-    peer_server_ = b.BuildAndStart();
-    if (!peer_server_ || peer_port_ == 0) {
-      return absl::UnavailableError("listen.peer: cannot listen on " + config_.peer_listen +
-                                    " (address in use or not local?)");
-    }
+  // Peer server: what other sites reach, over gRPC or the loopback.
+  SitePeerHandlerOptions ho;
+  ho.site = config_.site;
+  ho.peers = peer_names;
+  ho.protocol_version = options_.protocol_version;
+  peer_handler_ = std::make_unique<SitePeerHandler>(ho, monitor_.get(), jobs_.get(), log_);
+  if (options_.loopback) {
+    RETURN_IF_ERROR(options_.loopback->Attach(peer_handler_.get()));
+  } else {
+    RETURN_IF_ERROR(StartPeerServer(peer_names));
   }
 
   // Control server.
@@ -175,14 +208,14 @@ Status Daemon::StartAll() {
     o.site = config_.site;
     o.peer = p.name;
     o.address = p.address;
-    o.tls = config_.tls;
+    o.dial = [this, peer = p.name] { return Dial(peer); };
     o.links = config_.links;
     o.protocol_version = options_.protocol_version;
     links_.push_back(std::make_unique<PeerLink>(o, monitor_.get(), log_));
     links_.back()->Start();
   }
   log_->info("serving: peer {} (tls {}), control {} (tls {}), status http://{}/status; {} peer(s)",
-             WithPort(config_.peer_listen, peer_port_), config_.tls ? "on" : "off",
+             PeerListen(), config_.tls ? "on" : "off",
              WithPort(config_.control_listen, control_port_),
              config_.tls && config_.tls->control ? "on" : "off",
              WithPort(config_.status_listen, status_port_), config_.peers.size());
@@ -194,6 +227,9 @@ void Daemon::Shutdown(double grace_seconds) {
   shut_down_ = true;
   for (auto& l : links_) l->Stop();
   if (jobs_) jobs_->Shutdown();
+  // No call into this site is left running once Detach returns (the job host released the
+  // ones that wait).
+  if (options_.loopback && peer_handler_) options_.loopback->Detach(config_.site);
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
   if (control_server_) control_server_->Shutdown(deadline);
@@ -212,7 +248,7 @@ v1::NodeStatus Daemon::NodeStatus() const {
   s.set_version(kBuildVersion);
   s.set_protocol_version(options_.protocol_version);
   s.set_uptime_seconds(NowMono() - start_mono_);
-  s.set_peer_listen(WithPort(config_.peer_listen, peer_port_));
+  s.set_peer_listen(PeerListen());
   s.set_control_listen(WithPort(config_.control_listen, control_port_));
   s.set_status_listen(WithPort(config_.status_listen, status_port_));
   for (const auto& d : config_.devices) s.add_devices(d);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,9 @@
 #include "daemon/job/job_host.h"
 #include "daemon/link_monitor.h"
 #include "daemon/peer_link.h"
-#include "daemon/peer_service.h"
+#include "daemon/site_peer_handler.h"
+#include "daemon/transport/grpc_service.h"
+#include "daemon/transport/loopback.h"
 
 namespace longhaul::daemon {
 
@@ -32,6 +35,9 @@ struct DaemonOptions {
   // Test seam: stages on the CPU encode and decode through the device codec interfaces, on the
   // host (compression::MakeHostDeviceEncoder), so a GPU stage's control flow runs without one.
   bool host_device_codecs = false;
+  // Test seam: reach peers through this in-process network instead of gRPC (no peer port is
+  // served; peers must be daemons of the same network). Must outlive the daemon.
+  transport::LoopbackNetwork* loopback = nullptr;
 };
 
 class Daemon {
@@ -57,6 +63,11 @@ class Daemon {
   Daemon(SiteConfig config, DaemonOptions options);
   Status StartAll();
   Status LockDataDir();
+  // A fresh link to configured peer `peer` over this daemon's transport.
+  StatusOr<std::unique_ptr<transport::Link>> Dial(const std::string& peer) const;
+  Status StartPeerServer(const std::set<std::string>& peer_names);
+  // Where peers reach this site: the peer listener's address, or "loopback".
+  std::string PeerListen() const;
 
   SiteConfig config_;
   DaemonOptions options_;
@@ -66,7 +77,8 @@ class Daemon {
   int lock_fd_ = -1;
   std::unique_ptr<LinkMonitor> monitor_;
   std::unique_ptr<JobHost> jobs_;
-  std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<SitePeerHandler> peer_handler_;
+  std::unique_ptr<transport::GrpcPeerService> peer_service_;
   std::unique_ptr<ControlServiceImpl> control_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   std::unique_ptr<grpc::Server> control_server_;

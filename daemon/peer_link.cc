@@ -5,8 +5,6 @@
 #include <functional>
 #include <random>
 
-#include "daemon/peer_security.h"
-
 namespace longhaul::daemon {
 namespace {
 
@@ -14,11 +12,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-void SetDeadline(grpc::ClientContext* ctx, double seconds) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
 }
 
 }  // namespace
@@ -49,87 +42,69 @@ bool PeerLink::Sleep(double seconds) {
   return !stopping_;
 }
 
-grpc::Status PeerLink::Handshake(v1::Peer::Stub& stub, bool* rejected) {
+Status PeerLink::Handshake(transport::Link& link, bool* rejected) {
   *rejected = false;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, 5.0);
   v1::HelloRequest req;
   req.set_protocol_version(options_.protocol_version);
   req.set_from_site(options_.site);
   req.set_to_site(options_.peer);
-  v1::HelloResponse resp;
-  grpc::Status s = stub.Hello(&ctx, req, &resp);
-  if (!s.ok()) {
-    *rejected = s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-                s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
-                s.error_code() == grpc::StatusCode::UNAUTHENTICATED;
-    return s;
+  StatusOr<v1::HelloResponse> resp = link.Hello(req, 5.0);
+  if (!resp.ok()) {
+    const absl::StatusCode code = resp.status().code();
+    *rejected = code == absl::StatusCode::kFailedPrecondition ||
+                code == absl::StatusCode::kPermissionDenied ||
+                code == absl::StatusCode::kUnauthenticated;
+    return resp.status();
   }
   // Check the answer too: the peer must be who we dialled and speak our version.
-  if (resp.protocol_version() != options_.protocol_version) {
+  if (resp->protocol_version() != options_.protocol_version) {
     *rejected = true;
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "peer speaks protocol version " + std::to_string(resp.protocol_version()) +
-                            ", we speak " + std::to_string(options_.protocol_version));
+    return absl::FailedPreconditionError("peer speaks protocol version " +
+                                         std::to_string(resp->protocol_version()) + ", we speak " +
+                                         std::to_string(options_.protocol_version));
   }
-  if (resp.site() != options_.peer) {
+  if (resp->site() != options_.peer) {
     *rejected = true;
-    return grpc::Status(
-        grpc::StatusCode::FAILED_PRECONDITION,
-        "peer answered as site '" + resp.site() + "', expected '" + options_.peer + "'");
+    return absl::FailedPreconditionError("peer answered as site '" + resp->site() +
+                                         "', expected '" + options_.peer + "'");
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status PeerLink::Heartbeat(v1::Peer::Stub& stub) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, std::max(5.0, 3 * options_.links.heartbeat_interval_seconds));
+Status PeerLink::Heartbeat(transport::Link& link) {
   v1::HeartbeatRequest req;
   req.set_from_site(options_.site);
   req.set_sequence(++sequence_);
   *req.mutable_caller_to_callee() = monitor_->Outbound(options_.peer);
-  v1::HeartbeatResponse resp;
   const auto start = Clock::now();
-  grpc::Status s = stub.Heartbeat(&ctx, req, &resp);
-  if (!s.ok()) return s;
+  StatusOr<v1::HeartbeatResponse> resp =
+      link.Heartbeat(req, std::max(5.0, 3 * options_.links.heartbeat_interval_seconds));
+  if (!resp.ok()) return resp.status();
   monitor_->AddRttSample(options_.peer, SecondsSince(start));
-  if (resp.has_callee_to_caller()) monitor_->SetInbound(options_.peer, resp.callee_to_caller());
-  return grpc::Status::OK;
+  if (resp->has_callee_to_caller()) monitor_->SetInbound(options_.peer, resp->callee_to_caller());
+  return absl::OkStatus();
 }
 
-grpc::Status PeerLink::Probe(v1::Peer::Stub& stub, bool* done) {
+Status PeerLink::Probe(transport::Link& link, bool* done) {
   *done = false;
-  if (monitor_->Probing(options_.peer, /*outbound=*/false)) return grpc::Status::OK;
+  if (monitor_->Probing(options_.peer, /*outbound=*/false)) return absl::OkStatus();
   monitor_->SetProbing(options_.peer, /*outbound=*/true, true);
-  grpc::Status s = ProbeOnce(stub, done);
+  Status s = ProbeOnce(link, done);
   monitor_->SetProbing(options_.peer, /*outbound=*/true, false);
   // The peer was probing towards us: not a failure, just try again shortly.
-  if (s.error_code() == grpc::StatusCode::ABORTED) return grpc::Status::OK;
+  if (s.code() == absl::StatusCode::kAborted) return absl::OkStatus();
   return s;
 }
 
-grpc::Status PeerLink::ProbeOnce(v1::Peer::Stub& stub, bool* done) {
-  grpc::ClientContext ctx;
+Status PeerLink::ProbeOnce(transport::Link& link, bool* done) {
+  transport::ProbeRequest req;
+  req.probe_id = ++probe_id_;
+  req.bytes = options_.links.probe_bytes;
+  req.chunk_bytes = options_.probe_chunk_bytes;
   // Generous: a 4 MiB probe on a 1 Mbit/s link takes ~34 s.
-  SetDeadline(&ctx, 30.0 + options_.links.probe_bytes / 100e3);
-  v1::ProbeResult result;
-  auto writer = stub.Probe(&ctx, &result);
-  const std::string filler(options_.probe_chunk_bytes, '\x5a');
-  const uint64_t id = ++probe_id_;
+  req.timeout_seconds = 30.0 + options_.links.probe_bytes / 100e3;
   const auto start = Clock::now();
-  uint64_t sent = 0;
-  while (sent < options_.links.probe_bytes) {
-    v1::ProbeChunk chunk;
-    if (sent == 0) chunk.set_from_site(options_.site);
-    chunk.set_probe_id(id);
-    const size_t n = std::min<uint64_t>(filler.size(), options_.links.probe_bytes - sent);
-    chunk.set_filler(filler.data(), n);
-    if (!writer->Write(chunk)) break;
-    sent += n;
-  }
-  writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  if (!s.ok()) return s;
+  ASSIGN_OR_RETURN(const v1::ProbeResult result, link.Probe(req));
   // Prefer the receiver's arrival timing (free of connection setup and send buffering);
   // fall back to the sender's wall time when the span is too short to trust.
   if (result.arrival_span_seconds() > 0.02 && result.bytes_after_first() > 0) {
@@ -139,7 +114,7 @@ grpc::Status PeerLink::ProbeOnce(v1::Peer::Stub& stub, bool* done) {
     monitor_->AddBandwidthSample(options_.peer, result.bytes_received(), SecondsSince(start));
   }
   *done = true;
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 void PeerLink::Run() {
@@ -164,17 +139,17 @@ void PeerLink::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
     }
-    auto channel = PeerChannel(options_.tls, options_.peer, options_.address);
-    if (!channel.ok()) {
-      note_problem(v1::LINK_STATE_DOWN, std::string(channel.status().message()));
+    auto link = options_.dial();
+    if (!link.ok()) {
+      note_problem(v1::LINK_STATE_DOWN, std::string(link.status().message()));
       if (!Sleep(cfg.reconnect_max_seconds)) return;
       continue;
     }
-    auto stub = v1::Peer::NewStub(*channel);
     bool rejected = false;
-    grpc::Status s = Handshake(*stub, &rejected);
+    Status s = Handshake(**link, &rejected);
     if (!s.ok()) {
-      note_problem(rejected ? v1::LINK_STATE_REJECTED : v1::LINK_STATE_DOWN, s.error_message());
+      note_problem(rejected ? v1::LINK_STATE_REJECTED : v1::LINK_STATE_DOWN,
+                   std::string(s.message()));
       // A refused handshake will not heal by itself soon: retry at the slowest pace.
       if (!Sleep(rejected ? cfg.reconnect_max_seconds : backoff)) return;
       backoff = std::min(backoff * 2, cfg.reconnect_max_seconds);
@@ -186,16 +161,16 @@ void PeerLink::Run() {
     backoff = cfg.reconnect_initial_seconds;
     auto next_probe = Clock::now();
     while (true) {
-      s = Heartbeat(*stub);
+      s = Heartbeat(**link);
       if (s.ok() && Clock::now() >= next_probe) {
         bool done = false;
-        s = Probe(*stub, &done);
+        s = Probe(**link, &done);
         // +-20% jitter keeps the two directions' probes from falling into lockstep.
         const double wait = done ? cfg.probe_interval_seconds * jitter(rng) : 0.05 * jitter(rng);
         next_probe = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait * 1e6));
       }
       if (!s.ok()) {
-        note_problem(v1::LINK_STATE_DOWN, s.error_message());
+        note_problem(v1::LINK_STATE_DOWN, std::string(s.message()));
         break;
       }
       if (!Sleep(cfg.heartbeat_interval_seconds)) return;

@@ -1,13 +1,15 @@
-// PeerLink: the dialling side of one peer link. A thread connects to the peer, handshakes
-// (Hello), then sends heartbeats (RTT, estimate exchange) and periodic bandwidth probes,
-// feeding the LinkMonitor. When the peer goes away it reconnects with exponential backoff;
-// when the peer refuses the handshake the link is marked REJECTED and retried slowly.
+// PeerLink: the dialling side of one peer link. A thread opens a Link to the peer (gRPC or
+// loopback: whatever `dial` makes), handshakes (Hello), then sends heartbeats (RTT, estimate
+// exchange) and periodic bandwidth probes, feeding the LinkMonitor. When the peer goes away it
+// reconnects with exponential backoff; when the peer refuses the handshake the link is marked
+// REJECTED and retried slowly.
 #pragma once
 
 #include <spdlog/logger.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,15 +18,16 @@
 
 #include "daemon/config.h"
 #include "daemon/link_monitor.h"
-#include "proto/longhaul.grpc.pb.h"
+#include "daemon/transport/link.h"
 
 namespace longhaul::daemon {
 
 struct PeerLinkOptions {
   std::string site;     // this site
   std::string peer;     // the peer's configured name
-  std::string address;  // host:port of its peer service
-  std::optional<TlsConfig> tls;
+  std::string address;  // host:port of its peer service (for messages)
+  // A fresh link to the peer, opened on each (re)connect.
+  std::function<StatusOr<std::unique_ptr<transport::Link>>()> dial;
   LinkConfig links;
   uint32_t protocol_version = 0;
   size_t probe_chunk_bytes = 64 << 10;
@@ -41,12 +44,12 @@ class PeerLink {
  private:
   void Run();
   // Returns OK when the handshake succeeded; sets *rejected when the peer refused it.
-  grpc::Status Handshake(v1::Peer::Stub& stub, bool* rejected);
-  grpc::Status Heartbeat(v1::Peer::Stub& stub);
+  Status Handshake(transport::Link& link, bool* rejected);
+  Status Heartbeat(transport::Link& link);
   // Runs a bandwidth probe unless the peer is probing towards us; *done says whether a
   // sample was taken.
-  grpc::Status Probe(v1::Peer::Stub& stub, bool* done);
-  grpc::Status ProbeOnce(v1::Peer::Stub& stub, bool* done);
+  Status Probe(transport::Link& link, bool* done);
+  Status ProbeOnce(transport::Link& link, bool* done);
   // Sleeps up to `seconds`; returns false if Stop() was called meanwhile.
   bool Sleep(double seconds);
 

@@ -82,7 +82,7 @@ bool Coordinator::AssignAll() {
   // Last stage first: every receiver exists before its sender starts.
   for (int i = a.stages_size() - 1; i >= 0; --i) {
     a.set_stage(i);
-    SiteChannel* ch = env_.channel(a.stages(i).site());
+    transport::Link* ch = env_.channel(a.stages(i).site());
     Status s = ch ? Status() : absl::NotFoundError("unknown site " + a.stages(i).site());
     if (s.ok()) {
       auto r = ch->AssignStage(a, 120);
@@ -117,7 +117,7 @@ bool Coordinator::AssignAll() {
     if (Permanent(s) || s.code() == absl::StatusCode::kDataLoss) {
       SetState(v1::JOB_STATE_FAILED, std::string(s.message()));
       for (const auto& st : a.stages()) {
-        if (SiteChannel* c = env_.channel(st.site())) {
+        if (transport::Link* c = env_.channel(st.site())) {
           v1::JobCommand cancel;
           cancel.set_job_id(a.job_id());
           cancel.set_kind(v1::JobCommand::KIND_CANCEL);
@@ -155,7 +155,7 @@ void Coordinator::StopAttempt() {
   }
   stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
   for (const auto& st : StageSites()) {
-    if (SiteChannel* c = env_.channel(st)) (void)c->ControlJob(stop, 3);
+    if (transport::Link* c = env_.channel(st)) (void)c->ControlJob(stop, 3);
   }
 }
 
@@ -173,7 +173,7 @@ std::string Coordinator::CheckStages(bool* all_finished) {
   ping.set_attempt(attempt);
   *all_finished = true;
   for (const auto& site : sites) {
-    SiteChannel* c = env_.channel(site);
+    transport::Link* c = env_.channel(site);
     if (!c) return "site '" + site + "' is unknown";
     auto r = c->ControlJob(ping, 3);
     if (!r.ok()) return "site '" + site + "' is unreachable: " + std::string(r.status().message());
@@ -232,7 +232,7 @@ void Coordinator::Run() {
     bool reachable = true;
     std::string waiting;
     for (const auto& site : StageSites()) {
-      SiteChannel* c = env_.channel(site);
+      transport::Link* c = env_.channel(site);
       v1::JobCommand ping;
       ping.set_job_id(record_.job_id());
       ping.set_kind(v1::JobCommand::KIND_PING);
@@ -422,7 +422,7 @@ StatusOr<v1::JobState> Coordinator::Cancel() {
   cancel.set_job_id(record_.job_id());
   cancel.set_kind(v1::JobCommand::KIND_CANCEL);
   for (const auto& site : StageSites()) {
-    if (SiteChannel* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
+    if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
   }
   env_.log->info("job {}: cancelled", record_.job_id());
   return v1::JOB_STATE_CANCELLED;

@@ -21,16 +21,16 @@
 #include "common/status.h"
 #include "daemon/job/job_spec.h"
 #include "daemon/job/replanner.h"
-#include "daemon/job/site_channel.h"
 #include "daemon/job/step_barrier.h"
+#include "daemon/transport/link.h"
 #include "proto/longhaul.pb.h"
 
 namespace longhaul::daemon {
 
 struct CoordinatorEnv {
-  std::string site;                                         // this daemon
-  std::function<SiteChannel*(const std::string&)> channel;  // null for an unknown site
-  std::string job_dir;                                      // this job's directory here
+  std::string site;                                             // this daemon
+  std::function<transport::Link*(const std::string&)> channel;  // null for an unknown site
+  std::string job_dir;                                          // this job's directory here
   std::shared_ptr<spdlog::logger> log;
 };
 

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "daemon/job/coordinator.h"
-#include "daemon/job/fragment_chunks.h"
+#include "daemon/job/fragment_slices.h"
 #include "model/checkpoint.h"
 #include "model/layout.h"
 
@@ -23,16 +23,16 @@ Status Coordinator::Export(
     model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
     FragmentArray flat;
     flat.values.resize(layout.total());
-    SiteChannel* c = env_.channel(st.site());
+    transport::Link* c = env_.channel(st.site());
     if (!c) return absl::NotFoundError("unknown site " + st.site());
     v1::FetchFragmentRequest req;
     req.set_job_id(r.job_id());
     req.set_step(r.committed_step());
     req.set_layer_begin(st.layer_begin());
     req.set_layer_end(st.layer_end());
-    RETURN_IF_ERROR(c->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
-      if (f.kind() != v1::TENSOR_KIND_PARAMETERS) return absl::OkStatus();
-      return PlaceChunk(f, &flat, st.site());
+    RETURN_IF_ERROR(c->FetchFragment(req, [&](transport::WireTensor t) -> Status {
+      if (t.header.kind() != v1::TENSOR_KIND_PARAMETERS) return absl::OkStatus();
+      return PlaceSlice(t, &flat, st.site());
     }));
     RETURN_IF_ERROR(CheckComplete(flat, st.site(), "parameters"));
     layout.InsertIntoModel(flat.values.data(), params.data());

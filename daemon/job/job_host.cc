@@ -9,17 +9,26 @@
 #include "daemon/job/job_paths.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
-#include "daemon/peer_security.h"
 #include "model/file_io.h"
 
 namespace longhaul::daemon {
 namespace {
 
-// This daemon's own site, reached by direct calls.
-class LocalSiteChannel final : public SiteChannel {
+// This daemon's own site, reached by direct calls: the coordinator's own stage goes through
+// the same job calls as every other.
+class LocalLink final : public transport::Link {
  public:
-  LocalSiteChannel(std::string site, JobHost* host) : site_(std::move(site)), host_(host) {}
+  LocalLink(std::string site, JobHost* host) : site_(std::move(site)), host_(host) {}
   const std::string& site() const override { return site_; }
+  StatusOr<v1::HelloResponse> Hello(const v1::HelloRequest&, double) override {
+    return NoLinkToSelf();
+  }
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&, double) override {
+    return NoLinkToSelf();
+  }
+  StatusOr<v1::ProbeResult> Probe(const transport::ProbeRequest&) override {
+    return NoLinkToSelf();
+  }
   StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, double) override {
     return host_->AssignStage(a, site_);
   }
@@ -29,15 +38,22 @@ class LocalSiteChannel final : public SiteChannel {
   StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, double) override {
     return host_->ReportStep(r, site_);
   }
-  Status FetchFragment(const v1::FetchFragmentRequest& req,
-                       const std::function<Status(const v1::TensorFrame&)>& sink) override {
-    return host_->FetchFragment(req, site_, sink);
-  }
   StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req, double) override {
     return host_->ProfileSite(req, site_);
   }
+  Status FetchFragment(const v1::FetchFragmentRequest& req,
+                       const transport::TensorSink& sink) override {
+    return host_->FetchFragment(req, site_, sink);
+  }
+  Status SendTensor(const transport::WireTensor& t, double) override {
+    RETURN_IF_ERROR(host_->CheckIncoming(t.header, site_));
+    return host_->Deliver(t.header, t.payload, site_);
+  }
 
  private:
+  Status NoLinkToSelf() const {
+    return absl::UnimplementedError("site '" + site_ + "' keeps no link to itself");
+  }
   std::string site_;
   JobHost* host_;
 };
@@ -49,10 +65,11 @@ JobHost::JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<s
   profiler_ =
       std::make_unique<SiteProfiler>(options_.site, options_.devices, options_.memory_limit_bytes);
   throttle_->store(options_.throttle_seconds);
-  channels_[options_.site] = std::make_unique<LocalSiteChannel>(options_.site, this);
-  for (const auto& [name, address] : options_.peers) {
-    auto ch = PeerChannel(options_.tls, name, address);
-    if (ch.ok()) channels_[name] = MakeRemoteSiteChannel(options_.site, name, *ch);
+  channels_[options_.site] = std::make_unique<LocalLink>(options_.site, this);
+  if (options_.dial) {
+    for (const auto& [name, address] : options_.peers) {
+      if (auto link = options_.dial(name)) channels_[name] = std::move(link);
+    }
   }
 }
 
@@ -106,7 +123,7 @@ StatusOr<JobSpec> JobHost::ParseJob(const std::string& yaml, const std::string& 
   return spec;
 }
 
-SiteChannel* JobHost::Channel(const std::string& site) {
+transport::Link* JobHost::Channel(const std::string& site) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = channels_.find(site);
   return it == channels_.end() ? nullptr : it->second.get();
@@ -120,14 +137,12 @@ double JobHost::set_throttle(double seconds) {
 }
 
 std::unique_ptr<LinkSender> JobHost::MakeSender(const std::string& peer) {
-  auto it = options_.peers.find(peer);
-  if (it == options_.peers.end()) return nullptr;
+  transport::Link* link = peer == options_.site ? nullptr : Channel(peer);
+  if (link == nullptr) return nullptr;
   LinkSenderOptions o;
   o.site = options_.site;
   o.peer = peer;
-  o.address = it->second;
-  o.tls = options_.tls;
-  return std::make_unique<LinkSender>(o, monitor_, log_);
+  return std::make_unique<LinkSender>(o, link, monitor_, log_);
 }
 
 void JobHost::RestoreJobs() {

@@ -18,19 +18,23 @@
 #include "daemon/config.h"
 #include "daemon/job/coordinator.h"
 #include "daemon/job/inbox.h"
-#include "daemon/job/site_channel.h"
 #include "daemon/job/site_profile.h"
 #include "daemon/job/stage_runner.h"
 #include "daemon/link_monitor.h"
+#include "daemon/transport/link.h"
 
 namespace longhaul::daemon {
 
 struct JobHostOptions {
   std::string site;
   std::string data_dir;
-  std::vector<std::string> data_roots;  // job files must lie under these (job_paths.h)
-  std::optional<TlsConfig> tls;
-  std::map<std::string, std::string> peers;    // name -> peer address
+  std::vector<std::string> data_roots;       // job files must lie under these (job_paths.h)
+  std::map<std::string, std::string> peers;  // name -> peer address
+  // Opens the link to a configured peer (gRPC or loopback: daemon.cc); null or a null
+  // result: the peer cannot be reached.
+  std::function<std::unique_ptr<transport::Link>(const std::string& peer)> dial;
+  // How often a stage waiting for a tensor checks its own sends for failures.
+  double heartbeat_seconds = 1.0;
   int64_t memory_limit_bytes = 0;              // 0 = no limit
   std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
   size_t inbox_capacity_bytes = 256 << 20;
@@ -66,8 +70,12 @@ class JobHost {
   StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, const std::string& caller);
   StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, const std::string& caller);
   StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, const std::string& caller);
+  // The tensors of a stage checkpoint: the parameters and (with include_state) the AdamW
+  // moments as fp32 compression frames of at most kFragmentSliceFloats values each, in order
+  // (element_offset says where each starts in its array), then the data loader's position.
   Status FetchFragment(const v1::FetchFragmentRequest& req, const std::string& caller,
-                       const std::function<Status(const v1::TensorFrame&)>& sink);
+                       const transport::TensorSink& sink);
+  static constexpr uint64_t kFragmentSliceFloats = uint64_t{16} << 20;
   // This site's compute, memory and outbound links for a job's shapes (site_profile.h).
   StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
                                              const std::string& caller);
@@ -84,8 +92,8 @@ class JobHost {
   // link), for the status pages and `longhaul links`.
   std::vector<v1::LinkUsage> LocalLinkUsage();
 
-  // The channel to `site` (this daemon or a configured peer); null when unknown.
-  SiteChannel* Channel(const std::string& site);
+  // The link to `site` (this daemon or a configured peer); null when unknown.
+  transport::Link* Channel(const std::string& site);
   // Fault injection: extra compute seconds per layer and microbatch of this site's stages,
   // from the next microbatch on (a slower device). Returns the previous setting.
   double set_throttle(double seconds);
@@ -116,7 +124,7 @@ class JobHost {
   std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;
   std::map<std::string, std::shared_ptr<Stage>> stages_;
   std::map<std::string, v1::JobStatus> unrestorable_;  // records that failed to load
-  std::map<std::string, std::unique_ptr<SiteChannel>> channels_;
+  std::map<std::string, std::unique_ptr<transport::Link>> channels_;
   std::mutex assign_mu_;  // one assignment at a time
   std::shared_ptr<std::atomic<double>> throttle_ = std::make_shared<std::atomic<double>>(0);
   std::unique_ptr<SiteProfiler> profiler_;  // calibrations, cached by job shape

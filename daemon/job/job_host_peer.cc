@@ -11,6 +11,8 @@
 #include <new>
 #include <sstream>
 
+#include "compression/codec.h"
+#include "compression/frame.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_host.h"
 #include "daemon/job/site_backend.h"
@@ -166,6 +168,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ctx.throttle = throttle_;
   ctx.host_device_codecs = options_.host_device_codecs;
   ctx.channel = [this](const std::string& site) { return Channel(site); };
+  ctx.heartbeat_seconds = options_.heartbeat_seconds;
   std::error_code ec;
   std::filesystem::create_directories(ctx.job_dir, ec);
   if (ec)
@@ -313,7 +316,7 @@ StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest
 }
 
 Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::string& caller,
-                              const std::function<Status(const v1::TensorFrame&)>& sink) {
+                              const transport::TensorSink& sink) {
   RETURN_IF_ERROR(CheckJobId(req.job_id()));
   const std::string dir = JobDir(req.job_id());
   // The site's latest assignment for the job names who may fetch: the coordinator (export)
@@ -332,39 +335,40 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
   }
   ASSIGN_OR_RETURN(StageState s,
                    ReadStageState(StageCheckpointPath(dir, req.step(), begin, end), begin, end));
-  // Streams one float array in 1 MiB chunks.
+  // One float array as fp32 frames of at most kFragmentSliceFloats values, in order.
+  ASSIGN_OR_RETURN(auto fp32, compression::MakeCodec("fp32"));
   auto send = [&](v1::TensorKind kind, uint32_t id, const std::vector<float>& values) -> Status {
-    const size_t bytes = values.size() * sizeof(float), chunk = 1 << 20;
-    const char* data = reinterpret_cast<const char*>(values.data());
-    size_t off = 0;
+    uint64_t offset = 0;
     do {
-      v1::TensorFrame f;
-      f.set_job_id(req.job_id());
-      f.set_step(s.step);
-      f.set_kind(kind);
-      f.set_tensor_id(id);
-      f.add_shape(values.size());
-      f.set_raw_size(bytes);
-      f.set_encoded_size(bytes);
-      f.set_chunk_offset(off);
-      f.set_payload(data + off, std::min(chunk, bytes - off));
-      f.set_from_site(options_.site);
-      RETURN_IF_ERROR(sink(f));
-      off += chunk;
-    } while (off < bytes);
+      const uint64_t count = std::min<uint64_t>(kFragmentSliceFloats, values.size() - offset);
+      transport::WireTensor t;
+      v1::TensorFrame& h = t.header;
+      h.set_job_id(req.job_id());
+      h.set_step(s.step);
+      h.set_kind(kind);
+      h.set_tensor_id(id);
+      h.set_element_offset(offset);
+      h.set_raw_size(count * sizeof(float));
+      h.set_from_site(options_.site);
+      const int64_t shape[] = {static_cast<int64_t>(count)};
+      RETURN_IF_ERROR(
+          compression::EncodeFrame(*fp32, {values.data() + offset, count}, shape, {}, &t.payload));
+      RETURN_IF_ERROR(sink(std::move(t)));
+      offset += count;
+    } while (offset < values.size());
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(send(v1::TENSOR_KIND_PARAMETERS, 0, s.params));
   if (req.include_state()) {
     RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 1, s.m));
     RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 2, s.v));
-    v1::TensorFrame f;
-    f.set_job_id(req.job_id());
-    f.set_step(s.step);
-    f.set_kind(v1::TENSOR_KIND_LOADER_STATE);
-    f.set_payload(s.loader_state);
-    f.set_from_site(options_.site);
-    RETURN_IF_ERROR(sink(f));
+    transport::WireTensor t;
+    t.header.set_job_id(req.job_id());
+    t.header.set_step(s.step);
+    t.header.set_kind(v1::TENSOR_KIND_LOADER_STATE);
+    t.header.set_from_site(options_.site);
+    t.payload.assign(s.loader_state.begin(), s.loader_state.end());
+    RETURN_IF_ERROR(sink(std::move(t)));
   }
   return absl::OkStatus();
 }

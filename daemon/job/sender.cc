@@ -1,22 +1,18 @@
 #include "daemon/job/sender.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 
-#include "daemon/peer_security.h"
+#include "daemon/job/inbox.h"
 
 namespace longhaul::daemon {
 namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-LinkSender::LinkSender(LinkSenderOptions options, LinkMonitor* monitor,
+LinkSender::LinkSender(LinkSenderOptions options, transport::Link* link, LinkMonitor* monitor,
                        std::shared_ptr<spdlog::logger> log)
-    : options_(std::move(options)), monitor_(monitor), log_(std::move(log)) {
-  auto channel = PeerChannel(options_.tls, options_.peer, options_.address);
-  if (channel.ok()) stub_ = v1::Peer::NewStub(*channel);
+    : options_(std::move(options)), link_(link), monitor_(monitor), log_(std::move(log)) {
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     threads_.emplace_back([this] { Run(); });
   }
@@ -27,17 +23,28 @@ LinkSender::~LinkSender() {
   for (auto& t : threads_) t.join();
 }
 
+Status LinkSender::RefusedLocked() const {
+  if (!error_.ok()) return error_;
+  if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
+  return absl::OkStatus();
+}
+
+Status LinkSender::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
 Status LinkSender::Enqueue(OutgoingTensor tensor) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return closed_ || HasRoomLocked(tensor.payload.size()); });
-  if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
+  cv_.wait(lock, [&] { return !RefusedLocked().ok() || HasRoomLocked(tensor.payload.size()); });
+  RETURN_IF_ERROR(RefusedLocked());
   PushLocked(std::move(tensor));
   return absl::OkStatus();
 }
 
 StatusOr<bool> LinkSender::TryEnqueue(OutgoingTensor* tensor) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return absl::CancelledError("sender to " + options_.peer + " is closed");
+  RETURN_IF_ERROR(RefusedLocked());
   if (!HasRoomLocked(tensor->payload.size())) return false;
   PushLocked(std::move(*tensor));
   return true;
@@ -51,7 +58,8 @@ void LinkSender::PushLocked(OutgoingTensor tensor) {
 
 Status LinkSender::Flush() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return closed_ || (queue_.empty() && in_flight_ == 0); });
+  cv_.wait(lock, [&] { return closed_ || !error_.ok() || (queue_.empty() && in_flight_ == 0); });
+  RETURN_IF_ERROR(error_);
   if (closed_ && (!queue_.empty() || in_flight_ > 0)) {
     return absl::CancelledError("sender to " + options_.peer + " closed with tensors queued");
   }
@@ -69,34 +77,6 @@ void LinkSender::Close() {
 LinkSenderStats LinkSender::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
-}
-
-grpc::Status LinkSender::SendOne(const OutgoingTensor& t) {
-  if (!stub_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no channel to peer");
-  grpc::ClientContext ctx;
-  // Generous: a whole tensor at 1 Mbit/s plus a minute.
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::seconds(60 + t.payload.size() / (1000000 / 8)));
-  v1::FrameAck ack;
-  auto writer = stub_->SendFrames(&ctx, &ack);
-  const size_t n = t.payload.size();
-  const uint32_t chunks =
-      std::max<size_t>(1, (n + options_.chunk_bytes - 1) / options_.chunk_bytes);
-  const uint64_t checksum = XXH64(t.payload.data(), n, 0);
-  for (uint32_t i = 0; i < chunks; ++i) {
-    v1::TensorFrame f = t.header;
-    const size_t off = static_cast<size_t>(i) * options_.chunk_bytes;
-    const size_t len = std::min(options_.chunk_bytes, n - off);
-    f.set_encoded_size(n);
-    f.set_chunk_index(i);
-    f.set_chunk_count(chunks);
-    f.set_chunk_offset(off);
-    f.set_checksum(checksum);
-    f.set_payload(t.payload.data() + off, len);
-    if (!writer->Write(f)) break;
-  }
-  writer->WritesDone();
-  return writer->Finish();
 }
 
 namespace {
@@ -138,9 +118,8 @@ void LinkSender::Run() {
       queue_.pop_front();
       StartTransferLocked();
     }
-    const auto start = Clock::now();
-    grpc::Status s = SendOne(*t);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    // Generous: a whole tensor at 1 Mbit/s plus a minute.
+    const Status s = link_->SendTensor(*t, 60.0 + t->payload.size() / (1e6 / 8));
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_) {
       --in_flight_;
@@ -150,14 +129,18 @@ void LinkSender::Run() {
     if (!s.ok()) {
       ++stats_.retries;
       --in_flight_;
-      // A refusal (wrong shape, unknown job) will not heal: drop the tensor, say why.
-      const bool permanent = s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-                             s.error_code() == grpc::StatusCode::NOT_FOUND ||
-                             s.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
-      log_->warn("sending {} to {} failed: {}{}", t->header.job_id(), options_.peer,
-                 s.error_message(), permanent ? " (dropped)" : "; retrying");
+      // A refusal (wrong shape, unknown job, another attempt) will not heal: the sender
+      // fails, and the stage with it, naming the tensor and the peer.
+      const bool permanent = !transport::Retryable(s);
+      log_->warn("sending {} of job {} to {} failed: {}{}", KeyOf(t->header).DebugString(),
+                 t->header.job_id(), options_.peer, std::string(s.message()),
+                 permanent ? "" : "; retrying");
       if (permanent) {
         queued_bytes_ -= t->payload.size();
+        if (error_.ok()) {
+          error_ = Status(s.code(), "sending " + KeyOf(t->header).DebugString() + " to site '" +
+                                        options_.peer + "' failed: " + std::string(s.message()));
+        }
       } else {
         queue_.push_front(t);  // first in line again
         cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return closed_; });
@@ -171,7 +154,6 @@ void LinkSender::Run() {
     ++stats_.tensors;
     stats_.raw_bytes += t->header.raw_size();
     stats_.wire_bytes += t->payload.size();
-    (void)seconds;
     FinishTransferLocked(t->payload.size());
     cv_.notify_all();
   }

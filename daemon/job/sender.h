@@ -1,35 +1,32 @@
 // LinkSender: the one sender of one job's tensors over one directed link. The stage executor
 // enqueues encoded tensors and goes back to computing; worker threads send them, in queue
-// order, as chunked TensorFrames on Peer SendFrames calls, one call per tensor and several
-// calls in flight, so a long round trip does not cap the link at one tensor per RTT. A failed
-// call (peer restarting, connection dropped) is retried until it succeeds or the sender is
-// closed; the receiver drops duplicates by key, so a retry never delivers a microbatch twice.
+// order, each with one Link::SendTensor call, several in flight, so a long round trip does
+// not cap the link at one tensor per RTT. A call that may heal (peer restarting, connection
+// dropped) is retried until it succeeds or the sender is closed; the receiver drops
+// duplicates by key, so a retry never delivers a microbatch twice. A refusal that will not
+// heal (the peer says the tensor is wrong or unexpected) fails the sender: error() says which
+// tensor, to which site and why, and every later call returns it, so the stage stops with it.
 // Busy periods of the link (from the first transfer starting to the last one finishing) are
 // passive bandwidth samples for the link monitor.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
 #include <spdlog/logger.h>
 
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "daemon/config.h"
+#include "common/status.h"
 #include "daemon/link_monitor.h"
-#include "proto/longhaul.grpc.pb.h"
+#include "daemon/transport/link.h"
 
 namespace longhaul::daemon {
 
-struct OutgoingTensor {
-  v1::TensorFrame header;        // every field but the chunking fields and payload
-  std::vector<uint8_t> payload;  // encoded tensor
-};
+using OutgoingTensor = transport::WireTensor;
 
 struct LinkSenderStats {
   uint64_t tensors = 0;
@@ -42,31 +39,36 @@ struct LinkSenderStats {
 struct LinkSenderOptions {
   std::string site;
   std::string peer;
-  std::string address;
-  std::optional<TlsConfig> tls;
-  size_t chunk_bytes = 1 << 20;
   size_t queue_capacity_bytes = 512 << 20;
   int workers = 4;  // calls in flight at once
 };
 
 class LinkSender {
  public:
-  LinkSender(LinkSenderOptions options, LinkMonitor* monitor, std::shared_ptr<spdlog::logger> log);
+  // `link` (to options.peer) must outlive the sender.
+  LinkSender(LinkSenderOptions options, transport::Link* link, LinkMonitor* monitor,
+             std::shared_ptr<spdlog::logger> log);
   ~LinkSender();  // closes
 
-  // Queues a tensor; blocks while the queue holds more than its capacity. Fails once closed.
+  // Queues a tensor; blocks while the queue holds more than its capacity. Fails once closed
+  // or failed.
   Status Enqueue(OutgoingTensor tensor);
   // Queues *tensor (moving from it) if that needs no wait, and says whether it did.
   StatusOr<bool> TryEnqueue(OutgoingTensor* tensor);
-  // Waits until everything queued so far has been delivered (or the sender is closed).
+  // Waits until everything queued so far has been delivered (or the sender is closed or
+  // failed).
   Status Flush();
   // Drops queued tensors and stops retrying; Enqueue fails from now on.
   void Close();
+  // OK, or the refusal that failed the sender (naming the tensor and the peer).
+  Status error() const;
+  const std::string& peer() const { return options_.peer; }
   LinkSenderStats stats() const;
 
  private:
   void Run();
-  grpc::Status SendOne(const OutgoingTensor& t);
+  // Why nothing can be queued: closed or failed; OK otherwise (mu_ held).
+  Status RefusedLocked() const;
   bool HasRoomLocked(size_t bytes) const {
     return queued_bytes_ == 0 || queued_bytes_ + bytes <= options_.queue_capacity_bytes;
   }
@@ -76,15 +78,16 @@ class LinkSender {
   void FinishTransferLocked(uint64_t bytes);
 
   const LinkSenderOptions options_;
+  transport::Link* const link_;
   LinkMonitor* const monitor_;
   std::shared_ptr<spdlog::logger> log_;
-  std::unique_ptr<v1::Peer::Stub> stub_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<OutgoingTensor>> queue_;  // not yet taken by a worker
   size_t queued_bytes_ = 0;                            // queued or in flight
   int in_flight_ = 0;
   bool closed_ = false;
+  Status error_;  // set once, by the first refusal that will not heal
   LinkSenderStats stats_;
   double busy_start_ = 0;
   uint64_t busy_bytes_ = 0;

@@ -104,14 +104,14 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
 
 StatusOr<PlannedPlacement> PlanPlacement(
     const JobSpec& spec, const std::string& coordinator,
-    const std::function<SiteChannel*(const std::string&)>& channel) {
+    const std::function<transport::Link*(const std::string&)>& channel) {
   constexpr double kProfileTimeoutSeconds = 120;
   v1::ProfileSiteRequest req;
   req.set_job_yaml(spec.yaml);
   std::vector<v1::SiteProfileReply> replies;
   std::vector<std::string> sites, notes, left_out;
   for (const auto& site : spec.sites) {
-    SiteChannel* ch = channel(site);
+    transport::Link* ch = channel(site);
     if (ch == nullptr) return absl::InvalidArgumentError("sites: unknown site '" + site + "'");
     auto r = ch->ProfileSite(req, kProfileTimeoutSeconds);
     if (!r.ok() || r->site() != site) {

@@ -15,8 +15,8 @@
 
 #include "common/status.h"
 #include "daemon/job/job_spec.h"
-#include "daemon/job/site_channel.h"
 #include "daemon/link_monitor.h"
+#include "daemon/transport/link.h"
 #include "proto/longhaul.pb.h"
 #include "scheduler/planner.h"
 
@@ -75,6 +75,6 @@ struct PlannedPlacement {
 // planned). Fails when no site can be profiled or no plan fits.
 StatusOr<PlannedPlacement> PlanPlacement(
     const JobSpec& spec, const std::string& coordinator,
-    const std::function<SiteChannel*(const std::string&)>& channel);
+    const std::function<transport::Link*(const std::string&)>& channel);
 
 }  // namespace longhaul::daemon

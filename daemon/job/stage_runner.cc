@@ -10,7 +10,7 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
-#include "daemon/job/fragment_chunks.h"
+#include "daemon/job/fragment_slices.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "model/checkpoint.h"

@@ -25,8 +25,8 @@
 #include "daemon/job/inbox.h"
 #include "daemon/job/job_spec.h"
 #include "daemon/job/sender.h"
-#include "daemon/job/site_channel.h"
 #include "daemon/link_monitor.h"
+#include "daemon/transport/link.h"
 #include "kernels/ops.h"
 #include "model/data_loader.h"
 #include "model/fragment.h"
@@ -43,7 +43,7 @@ struct StageRunnerContext {
   // backend, one replica.
   std::vector<std::string> backends;
   Inbox* inbox = nullptr;  // owned by the job host; outlives the runner
-  SiteChannel* coordinator = nullptr;
+  transport::Link* coordinator = nullptr;
   std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline
   // First and last stage of a multi-stage job: to each other, for the tied embedding.
   std::unique_ptr<LinkSender> to_tied;
@@ -54,8 +54,10 @@ struct StageRunnerContext {
   // Test seam (DaemonOptions::host_device_codecs): a CPU stage uses host stand-ins for the
   // device encoder and decoder.
   bool host_device_codecs = false;
-  // Channels to other sites (to fetch moved layers when the plan changed).
-  std::function<SiteChannel*(const std::string&)> channel;
+  // A stage waiting for a tensor checks its own senders for failures this often.
+  double heartbeat_seconds = 1.0;
+  // Links to other sites (to fetch moved layers when the plan changed).
+  std::function<transport::Link*(const std::string&)> channel;
 };
 
 // Per outbound link: what the controller chose and what crossed.
@@ -125,6 +127,8 @@ class StageRunner {
               v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
               std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
   Status FinishPendingSend(bool wait = true);
+  // The first failure of this stage's senders (which names the tensor and the peer), or OK.
+  Status SendError() const;
   // Waits for a tensor and decodes it into `host` (exactly n floats); or, with `device` (backend
   // memory of n floats) and a codec the device decoder takes, into `device`, and sets
   // *on_device.

@@ -142,6 +142,14 @@ Status StageRunner::FinishPendingSend(bool wait) {
   return s;
 }
 
+Status StageRunner::SendError() const {
+  for (const LinkSender* sender : {ctx_.to_prev.get(), ctx_.to_next.get(), ctx_.to_tied.get()}) {
+    if (sender == nullptr) continue;
+    RETURN_IF_ERROR(sender->error());
+  }
+  return absl::OkStatus();
+}
+
 StatusOr<const float*> StageRunner::ReceiveInput(v1::TensorKind kind, uint64_t step, int mb) {
   const size_t n = static_cast<size_t>(B_) * T_ * C_;
   float* staged = device_decoder_ ? fragment_->DeviceInput() : nullptr;
@@ -160,7 +168,9 @@ Status StageRunner::Receive(v1::TensorKind kind, uint64_t step, int mb, float* h
     RETURN_IF_ERROR(FinishPendingSend());  // not here yet: nothing stays pending while waiting
     while (true) {
       if (stop_) return absl::AbortedError("stopped");
-      t = ctx_.inbox->Take(key, 1.0);
+      // A tensor of ours the neighbour refused means it will not answer: fail now, naming it.
+      RETURN_IF_ERROR(SendError());
+      t = ctx_.inbox->Take(key, ctx_.heartbeat_seconds);
       if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     }
   }

@@ -3,7 +3,7 @@
 // that held them, checked chunk by chunk).
 #include <filesystem>
 
-#include "daemon/job/fragment_chunks.h"
+#include "daemon/job/fragment_slices.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/job/stage_runner.h"
 #include "model/layout.h"
@@ -22,7 +22,7 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
     const bool old_first = b == 0, old_last = e == config.num_layers;
     const bool overlaps = b < mine.end() && mine.begin() < e;
     if (!overlaps && !(mine.is_first() && old_first) && !(mine.is_last() && old_last)) continue;
-    SiteChannel* ch = ctx_.channel ? ctx_.channel(old.site()) : nullptr;
+    transport::Link* ch = ctx_.channel ? ctx_.channel(old.site()) : nullptr;
     if (!ch) return absl::UnavailableError("cannot reach site '" + old.site() + "' for its layers");
     model::FragmentLayout layout(config, b, e);
     FragmentArray flat[3];
@@ -34,14 +34,15 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
     req.set_include_state(true);
     req.set_layer_begin(b);
     req.set_layer_end(e);
-    RETURN_IF_ERROR(ch->FetchFragment(req, [&](const v1::TensorFrame& f) -> Status {
+    RETURN_IF_ERROR(ch->FetchFragment(req, [&](transport::WireTensor t) -> Status {
       if (stop_) return absl::CancelledError("stage stopped during a layer move");
+      const v1::TensorFrame& f = t.header;
       if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
-        if (f.payload().size() > (1 << 20)) {
+        if (t.payload.size() > (1 << 20)) {
           return absl::DataLossError("layer move from " + old.site() + ": loader state of " +
-                                     std::to_string(f.payload().size()) + " bytes");
+                                     std::to_string(t.payload.size()) + " bytes");
         }
-        if (old_first) loader_state = f.payload();
+        if (old_first) loader_state.assign(t.payload.begin(), t.payload.end());
         got_loader = true;
         return absl::OkStatus();
       }
@@ -54,7 +55,7 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
                                    v1::TensorKind_Name(f.kind()) + " tensor " +
                                    std::to_string(f.tensor_id()));
       }
-      return PlaceChunk(f, &flat[which], old.site());
+      return PlaceSlice(t, &flat[which], old.site());
     }));
     for (int k = 0; k < 3; ++k) {
       RETURN_IF_ERROR(CheckComplete(flat[k], old.site(), k == 0 ? "parameters" : "AdamW moments"));

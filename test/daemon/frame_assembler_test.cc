@@ -1,6 +1,6 @@
 // FrameAssembler: whole tensors out of chunked frames, and every way a stream can be wrong
 // refused with its code before anything is buffered or delivered.
-#include "daemon/job/frame_assembler.h"
+#include "daemon/transport/frame_assembler.h"
 
 #include <catch2/catch.hpp>
 #include <string>
@@ -9,6 +9,8 @@
 #include "xxhash.h"
 
 namespace longhaul::daemon {
+using transport::FrameAssembler;
+
 namespace {
 
 // The chunks of one tensor of `bytes` bytes cut every `cut` bytes.

@@ -1,35 +1,49 @@
-// LinkSender's queue (daemon/job/sender.h): TryEnqueue queues a tensor only when that needs no
-// wait (an empty queue takes anything; otherwise what fits in the capacity, counting tensors
-// still in flight) and leaves the others with the caller; it fails once the sender is closed.
-// The peer here does not listen, so nothing queued ever leaves.
+// LinkSender (daemon/job/sender.h) against a fake link: TryEnqueue queues a tensor only when
+// that needs no wait (an empty queue takes anything; otherwise what fits in the capacity,
+// counting tensors still in flight); tensors leave in queue order; a send that may heal is
+// retried until it is delivered, once; a refusal that will not heal fails the sender, naming
+// the tensor and the peer, and every later call returns that error.
 #include "daemon/job/sender.h"
 
 #include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <string>
 
+#include "daemon/job/inbox.h"
+#include "test/daemon/fake_link.h"
 #include "test/daemon/test_util.h"
 
 namespace longhaul::daemon {
 namespace {
 
-OutgoingTensor Tensor(size_t bytes) {
+using namespace std::chrono_literals;
+
+OutgoingTensor Tensor(size_t bytes, uint32_t microbatch = 0) {
   OutgoingTensor t;
   t.header.set_job_id("j");
+  t.header.set_step(3);
+  t.header.set_microbatch(microbatch);
+  t.header.set_kind(v1::TENSOR_KIND_ACTIVATION);
   t.payload.assign(bytes, 7);
   return t;
 }
 
-TEST_CASE("TryEnqueue queues only what fits without a wait, and fails once closed") {
-  LinkMonitor monitor("alpha");
+LinkSenderOptions Options(size_t capacity = 512 << 20) {
   LinkSenderOptions o;
   o.site = "alpha";
   o.peer = "beta";
-  o.address = "127.0.0.1:" + std::to_string(testing::FreePort());
-  o.queue_capacity_bytes = 1000;
+  o.queue_capacity_bytes = capacity;
   o.workers = 1;
-  LinkSender sender(o, &monitor, spdlog::default_logger());
+  return o;
+}
+
+TEST_CASE("TryEnqueue queues only what fits without a wait, and fails once closed") {
+  LinkMonitor monitor("alpha");
+  testing::FakeLink link("beta");
+  link.Hold();  // nothing leaves
+  LinkSender sender(Options(1000), &link, &monitor, spdlog::default_logger());
 
   OutgoingTensor big = Tensor(800);
   auto queued = sender.TryEnqueue(&big);
@@ -51,6 +65,49 @@ TEST_CASE("TryEnqueue queues only what fits without a wait, and fails once close
   OutgoingTensor late = Tensor(1);
   CHECK(sender.TryEnqueue(&late).status().code() == absl::StatusCode::kCancelled);
   CHECK(sender.Enqueue(Tensor(1)).code() == absl::StatusCode::kCancelled);
+  link.Release();
+}
+
+TEST_CASE("tensors leave in queue order; one that may heal is retried and delivered once") {
+  LinkMonitor monitor("alpha");
+  testing::FakeLink link("beta");
+  link.Script({absl::UnavailableError("connection reset"), absl::DeadlineExceededError("slow")});
+  LinkSender sender(Options(), &link, &monitor, spdlog::default_logger());
+  for (uint32_t mb = 0; mb < 4; ++mb) REQUIRE(sender.Enqueue(Tensor(100 + mb, mb)).ok());
+  REQUIRE(sender.Flush().ok());
+  const auto delivered = link.delivered();
+  REQUIRE(delivered.size() == 4);
+  for (uint32_t mb = 0; mb < 4; ++mb) {
+    CHECK(delivered[mb].header.microbatch() == mb);
+    CHECK(delivered[mb].payload.size() == 100 + mb);
+  }
+  CHECK(link.attempts() == 6);
+  CHECK(sender.stats().retries == 2);
+  CHECK(sender.stats().tensors == 4);
+  CHECK(sender.stats().wire_bytes == 100 + 101 + 102 + 103);
+  CHECK(sender.error().ok());
+}
+
+TEST_CASE("a refusal that will not heal fails the sender, naming the tensor and the peer") {
+  LinkMonitor monitor("alpha");
+  testing::FakeLink link("beta");
+  link.Script({absl::OkStatus(), absl::InvalidArgumentError("shape [2,3] is not [2,4]")});
+  LinkSender sender(Options(), &link, &monitor, spdlog::default_logger());
+  REQUIRE(sender.Enqueue(Tensor(10, 0)).ok());
+  REQUIRE(sender.Enqueue(Tensor(10, 1)).ok());
+  const Status flushed = sender.Flush();
+  REQUIRE_FALSE(flushed.ok());
+  CHECK(flushed.code() == absl::StatusCode::kInvalidArgument);
+  const std::string message(flushed.message());
+  CHECK_THAT(message, Catch::Contains("site 'beta'"));
+  CHECK_THAT(message, Catch::Contains("shape [2,3] is not [2,4]"));
+  CHECK_THAT(message, Catch::Contains(KeyOf(Tensor(10, 1).header).DebugString()));
+  CHECK(sender.error() == flushed);
+  CHECK(sender.Enqueue(Tensor(10, 2)) == flushed);
+  OutgoingTensor t = Tensor(10, 3);
+  CHECK(sender.TryEnqueue(&t).status() == flushed);
+  CHECK(link.delivered().size() == 1);  // the first one; nothing after the refusal
+  CHECK(link.attempts() == 2);
 }
 
 }  // namespace

@@ -1,22 +1,25 @@
 // Fuzz target: the Peer API's edge checks on what a peer sends (daemon/job/job_checks.h,
-// daemon/job/fragment_chunks.h, daemon/job/inbox.h). The first byte picks the message: a
+// daemon/job/fragment_slices.h, daemon/job/inbox.h). The first byte picks the message: a
 // stage assignment, a step report, a fragment request (protobuf bytes, as they arrive), a
-// run of fragment chunks into a receiver's array, a sequence of inbox operations, or a
-// SendFrames stream of tensor chunks into the frame assembler (daemon/job/frame_assembler.h).
-// Invariants: no crash; nothing accepted that the checks promise to refuse; the inbox never
-// holds a key outside its window and its byte count matches what it holds; the assembler
-// buffers nothing it did not admit and delivers only whole tensors whose checksum matches.
+// run of fragment slices (fp32 frames) into a receiver's array, a sequence of inbox operations, or
+// a SendFrames stream of tensor chunks into the frame assembler
+// (daemon/transport/frame_assembler.h). Invariants: no crash; nothing accepted that the checks
+// promise to refuse; the inbox never holds a key outside its window and its byte count matches what
+// it holds; the assembler buffers nothing it did not admit and delivers only whole tensors whose
+// checksum matches.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "daemon/job/fragment_chunks.h"
-#include "daemon/job/frame_assembler.h"
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "daemon/job/fragment_slices.h"
 #include "daemon/job/inbox.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_spec.h"
+#include "daemon/transport/frame_assembler.h"
 #include "google/protobuf/stubs/logging.h"
 #include "xxhash.h"
 
@@ -24,6 +27,7 @@ namespace {
 
 using namespace longhaul;
 using namespace longhaul::daemon;
+using longhaul::daemon::transport::FrameAssembler;
 
 const char kJob[] =
     "name: f\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
@@ -91,14 +95,16 @@ void AppendFrame(const v1::TensorFrame& f, std::string* out) {
   *out += b;
 }
 
-// Chunks: the array holds d[0] * 3 floats, then frames.
+// Slices: the array holds d[0] * 3 floats, then frames whose payloads are fp32 frames.
 void Chunks(const uint8_t* d, size_t n) {
   if (n < 1) return;
   FragmentArray array;
   array.values.resize(static_cast<size_t>(d[0]) * 3);
   ForEachFrame(d + 1, n - 1, [&](const v1::TensorFrame& f) {
-    if (!PlaceChunk(f, &array, "fuzz").ok()) return false;
-    if (array.bytes_received > array.values.size() * sizeof(float)) std::abort();
+    transport::WireTensor t{f, {f.payload().begin(), f.payload().end()}};
+    t.header.clear_payload();
+    if (!PlaceSlice(t, &array, "fuzz").ok()) return false;
+    if (array.filled > array.values.size()) std::abort();
     return true;
   });
   (void)CheckComplete(array, "fuzz", "parameters");
@@ -223,11 +229,16 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   f.set_layer_end(3);
   seeds->push_back(std::string(1, '\2') + f.SerializeAsString());
   std::string chunks(1, '\3');
-  chunks += '\x08';  // 24 floats
+  chunks += '\x08';  // 24 floats, in three slices of 8 (fp32 frames)
+  auto fp32 = compression::MakeCodec("fp32");
   for (int i = 0; i < 3; ++i) {
+    const std::vector<float> values(8, 0.25f * i);
+    const int64_t shape[] = {8};
+    std::vector<uint8_t> frame;
+    if (!fp32.ok() || !compression::EncodeFrame(**fp32, values, shape, {}, &frame).ok()) return;
     v1::TensorFrame t;
-    t.set_chunk_offset(32 * i);
-    t.set_payload(std::string(32, 'x'));
+    t.set_element_offset(8 * i);
+    t.set_payload(frame.data(), frame.size());
     AppendFrame(t, &chunks);
   }
   seeds->push_back(chunks);

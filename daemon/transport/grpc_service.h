@@ -1,8 +1,10 @@
-// The Peer gRPC service: what a daemon answers to other daemons. Hello checks protocol
-// version and both site names; Heartbeat measures RTT (on the caller's side) and swaps link
-// estimates; Probe times the arrival of filler bytes so the caller learns its link's rate.
-// The job calls establish the calling site (PeerCaller: with TLS its certificate's name) and
-// hand it to the JobHost, which authorizes the call for the job it names (docs/SECURITY.md).
+// The Peer gRPC service: the server side of the gRPC transport. Each call first establishes
+// the calling site (PeerCaller: with TLS the configured peer its verified certificate names,
+// never a field it sends), then hands the call to the site's PeerHandler, which authorizes it
+// for the job it names. Tensors arrive in chunks and are reassembled and checked
+// (FrameAssembler) after their header passed the handler's CheckIncoming; a fragment fetch
+// goes out as chunked tensors. What only a socket can do stays here: Probe times the arrival
+// of filler bytes so the caller learns its link's rate.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -11,23 +13,19 @@
 #include <set>
 #include <string>
 
-#include "daemon/job/job_host.h"
-#include "daemon/link_monitor.h"
+#include "daemon/transport/peer_handler.h"
 #include "proto/longhaul.grpc.pb.h"
 
-namespace longhaul::daemon {
+namespace longhaul::daemon::transport {
 
-struct PeerServiceOptions {
-  std::string site;
+struct GrpcPeerServiceOptions {
   std::set<std::string> peers;  // configured peer names
   bool tls = false;
-  // The version this side speaks; tests override it to check rejection.
-  uint32_t protocol_version = 0;
 };
 
-class PeerServiceImpl final : public v1::Peer::Service {
+class GrpcPeerService final : public v1::Peer::Service {
  public:
-  PeerServiceImpl(PeerServiceOptions options, LinkMonitor* monitor, JobHost* jobs,
+  GrpcPeerService(GrpcPeerServiceOptions options, PeerHandler* handler,
                   std::shared_ptr<spdlog::logger> log);
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
@@ -50,14 +48,15 @@ class PeerServiceImpl final : public v1::Peer::Service {
                            v1::SiteProfileReply* response) override;
 
  private:
+  // The calling site, established from the context (see PeerCaller).
+  StatusOr<std::string> Caller(const grpc::ServerContext& context, const std::string& claimed);
   // The gRPC status of a refused call; refusals that point at a wrong or hostile peer
   // (permission, invalid input) are logged with the caller.
-  grpc::Status Refused(const char* call, const std::string& caller, const absl::Status& s);
+  grpc::Status Refused(const char* call, const std::string& caller, const Status& s);
 
-  const PeerServiceOptions options_;
-  LinkMonitor* const monitor_;
-  JobHost* const jobs_;
+  const GrpcPeerServiceOptions options_;
+  PeerHandler* const handler_;
   std::shared_ptr<spdlog::logger> log_;
 };
 
-}  // namespace longhaul::daemon
+}  // namespace longhaul::daemon::transport

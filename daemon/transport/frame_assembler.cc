@@ -1,11 +1,11 @@
 // FrameAssembler: chunked TensorFrames of one stream into whole, checked tensors.
-#include "daemon/job/frame_assembler.h"
+#include "daemon/transport/frame_assembler.h"
 
 #include <string>
 
 #include "xxhash.h"
 
-namespace longhaul::daemon {
+namespace longhaul::daemon::transport {
 
 Status FrameAssembler::Add(const v1::TensorFrame& frame) {
   ++frames_;
@@ -59,4 +59,4 @@ Status FrameAssembler::Finish() const {
                                     std::to_string(first_.chunk_count()) + " chunks)");
 }
 
-}  // namespace longhaul::daemon
+}  // namespace longhaul::daemon::transport

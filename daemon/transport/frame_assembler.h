@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "proto/longhaul.pb.h"
 
-namespace longhaul::daemon {
+namespace longhaul::daemon::transport {
 
 class FrameAssembler {
  public:
@@ -49,4 +49,4 @@ class FrameAssembler {
   uint64_t frames_ = 0, bytes_ = 0;
 };
 
-}  // namespace longhaul::daemon
+}  // namespace longhaul::daemon::transport

@@ -1,0 +1,36 @@
+// Checked placement of fragment slices; see fragment_slices.h.
+#include "daemon/job/fragment_slices.h"
+
+#include "compression/frame.h"
+
+namespace longhaul::daemon {
+
+Status PlaceSlice(const transport::WireTensor& t, FragmentArray* array, const std::string& from) {
+  const uint64_t size = array->values.size(), offset = t.header.element_offset();
+  auto refuse = [&](const std::string& why) {
+    return absl::DataLossError("fragment from site '" + from + "': slice at value " +
+                               std::to_string(offset) + " of an array of " + std::to_string(size) +
+                               " values (" + std::to_string(array->filled) + " received): " + why);
+  };
+  if (offset != array->filled) return refuse("not the next slice");
+  compression::FrameLimits limits;
+  limits.max_elements = size - array->filled;
+  StatusOr<compression::FrameHeader> header = compression::ParseFrameHeader(t.payload, limits);
+  if (!header.ok()) return refuse(std::string(header.status().message()));
+  const uint64_t count = header->element_count;
+  if (count > size - array->filled) return refuse(std::to_string(count) + " values do not fit");
+  Status s = compression::DecodeFrameValues(
+      *header, t.payload, {array->values.data() + array->filled, static_cast<size_t>(count)});
+  if (!s.ok()) return refuse(std::string(s.message()));
+  array->filled += count;
+  return absl::OkStatus();
+}
+
+Status CheckComplete(const FragmentArray& array, const std::string& from, const std::string& what) {
+  if (array.filled == array.values.size()) return absl::OkStatus();
+  return absl::DataLossError("fragment from site '" + from + "': " + what + " got " +
+                             std::to_string(array.filled) + " values, expected " +
+                             std::to_string(array.values.size()));
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,91 @@
+// A Link for unit tests of what sits above the transport (LinkSender, the stage exchange): it
+// records the tensors sent through it, answers each send with the next scripted status (OK
+// once the script runs out), can hold sends until released, and answers every other call
+// UNIMPLEMENTED.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/transport/link.h"
+
+namespace longhaul::testing {
+
+class FakeLink final : public daemon::transport::Link {
+ public:
+  explicit FakeLink(std::string site) : site_(std::move(site)) {}
+  ~FakeLink() override { Release(); }
+
+  // The statuses the next sends return, in order.
+  void Script(std::vector<Status> statuses) {
+    std::lock_guard<std::mutex> lock(mu_);
+    script_.assign(statuses.begin(), statuses.end());
+  }
+  // Sends wait until Release().
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  // Tensors sent successfully, and every send attempted.
+  std::vector<daemon::transport::WireTensor> delivered() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return delivered_;
+  }
+  int attempts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return attempts_;
+  }
+
+  const std::string& site() const override { return site_; }
+  StatusOr<v1::HelloResponse> Hello(const v1::HelloRequest&, double) override { return No(); }
+  StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest&, double) override {
+    return No();
+  }
+  StatusOr<v1::ProbeResult> Probe(const daemon::transport::ProbeRequest&) override { return No(); }
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment&, double) override {
+    return No();
+  }
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand&, double) override {
+    return No();
+  }
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport&, double) override { return No(); }
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest&, double) override {
+    return No();
+  }
+  Status FetchFragment(const v1::FetchFragmentRequest&,
+                       const daemon::transport::TensorSink&) override {
+    return No();
+  }
+  Status SendTensor(const daemon::transport::WireTensor& t, double) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !held_; });
+    ++attempts_;
+    Status s;
+    if (!script_.empty()) {
+      s = script_.front();
+      script_.pop_front();
+    }
+    if (s.ok()) delivered_.push_back(t);
+    return s;
+  }
+
+ private:
+  static Status No() { return absl::UnimplementedError("fake link"); }
+  const std::string site_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Status> script_;
+  bool held_ = false;
+  int attempts_ = 0;
+  std::vector<daemon::transport::WireTensor> delivered_;
+};
+
+}  // namespace longhaul::testing
