@@ -46,8 +46,11 @@ class LocalLink final : public transport::Link {
     return host_->FetchFragment(req, site_, sink);
   }
   Status SendTensor(const transport::WireTensor& t, double) override {
-    RETURN_IF_ERROR(host_->CheckIncoming(t.header, site_));
-    return host_->Deliver(t.header, t.payload, site_);
+    v1::TensorFrame header = t.header;
+    header.set_encoded_size(t.payload.size());
+    header.set_chunk_count(1);
+    RETURN_IF_ERROR(host_->CheckIncoming(header, site_));
+    return host_->Deliver(header, t.payload, site_);
   }
 
  private:

@@ -429,13 +429,12 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
   for (int64_t d : expected) raw *= static_cast<uint64_t>(d);
   // An encoding may exceed the raw size by its headers and incompressible zstd blocks.
   const uint64_t max_encoded = raw + raw / 64 + (64 << 10);
-  if (first.raw_size() != raw || first.encoded_size() > max_encoded || first.chunk_count() == 0 ||
-      first.chunk_count() > max_encoded / 1024 + 1) {
+  if (first.raw_size() != raw || first.encoded_size() > max_encoded) {
     return absl::InvalidArgumentError(
         "job " + id + ": " + v1::TensorKind_Name(first.kind()) + " from " + caller + ": raw " +
         std::to_string(first.raw_size()) + " bytes (expected " + std::to_string(raw) +
         "), encoded " + std::to_string(first.encoded_size()) + " (at most " +
-        std::to_string(max_encoded) + "), " + std::to_string(first.chunk_count()) + " chunks");
+        std::to_string(max_encoded) + ")");
   }
   if (first.microbatch() >= static_cast<uint64_t>(std::max<int64_t>(1, M)) ||
       first.tensor_id() != 0 || first.step() >= static_cast<uint64_t>(steps)) {

@@ -20,6 +20,13 @@ Status FrameAssembler::Add(const v1::TensorFrame& frame) {
       return absl::InvalidArgumentError("tensor frame out of sequence (chunk " +
                                         std::to_string(frame.chunk_index()) + ", expected 0)");
     }
+    // At most 16 chunks plus one per KiB (the sender cuts at 1 MiB): a stream of empty chunks
+    // cannot keep the receiver busy.
+    if (frame.chunk_count() == 0 || frame.chunk_count() > frame.encoded_size() / 1024 + 16) {
+      return absl::InvalidArgumentError("tensor frame: " + std::to_string(frame.chunk_count()) +
+                                        " chunks for " + std::to_string(frame.encoded_size()) +
+                                        " bytes");
+    }
     RETURN_IF_ERROR(admit_(frame));
     first_ = frame;
     first_.clear_payload();

@@ -1,5 +1,5 @@
-// One SendFrames stream, reassembled: a tensor arrives as chunked TensorFrames (chunk 0
-// carries its metadata: job, attempt, step, shape, codec, encoded size, checksum). The
+// One SendFrames or FetchFragment stream, reassembled: a tensor arrives as chunked TensorFrames
+// (chunk 0 carries its metadata: job, attempt, step, shape, codec, encoded size, checksum). The
 // assembler admits a tensor on its first chunk before buffering a byte (the caller checks
 // who sends it and whether the job expects it), then takes chunks only in sequence and at
 // the right offsets, never past the announced size, and hands the tensor on only when it is

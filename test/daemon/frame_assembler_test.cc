@@ -74,6 +74,18 @@ TEST_CASE("frame assembler: tensors in chunks arrive whole, one after another") 
   CHECK(a.bytes() == 1064);
 }
 
+TEST_CASE("frame assembler: a tensor announcing no chunks, or far too many, is refused") {
+  for (uint32_t count : {0u, 17u, 1u << 30}) {
+    Sink sink;
+    FrameAssembler a = sink.Make();
+    v1::TensorFrame f = Chunks("j", Pattern(100), 100)[0];
+    f.set_chunk_count(count);
+    const Status s = a.Add(f);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    CHECK(sink.admitted == 0);  // refused before admission
+  }
+}
+
 TEST_CASE("frame assembler: an empty tensor is one empty chunk") {
   Sink sink;
   FrameAssembler a = sink.Make();

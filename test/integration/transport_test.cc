@@ -1,0 +1,196 @@
+// The same jobs over the two transports: real daemons in one process, once over gRPC on
+// loopback addresses and once over the in-process loopback transport (daemon/transport/).
+// The losses are the same bit for bit and each link carries the same bytes; a site that
+// restarts mid-job and a straggler whose layers move away change nothing in the losses on
+// either; a tensor the neighbour refuses stops the sending stage with an error naming that
+// neighbour, and once the refusals stop the job completes with the same losses.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/daemon.h"
+#include "daemon/transport/loopback.h"
+#include "test/daemon/job_test_util.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul {
+namespace {
+
+using namespace std::chrono_literals;
+using daemon::Daemon;
+
+std::string JobYaml(const std::string& extra, int steps = 6, int layers = 3) {
+  return "name: tiny\nmodel: {layers: " + std::to_string(layers) +
+         ", channels: 32, heads: 2, vocab: 256, context: 32}\n"
+         "data: {train: builtin}\nsteps: " +
+         std::to_string(steps) +
+         "\nbatch_size: 8\nmicrobatch_size: 2\nseq_len: 32\n"
+         "optimizer: {lr: 3e-3, warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0}\n"
+         "seed: 7\ncheckpoint: {every: 2}\nbackend: cpu\nthreads: 1\n"
+         "sites: [alpha, beta, gamma]\nplacement: even\n" +
+         extra;
+}
+
+// Three sites, over gRPC or (with a network) over the loopback transport.
+struct Cluster {
+  std::unique_ptr<daemon::transport::LoopbackNetwork> net;
+  std::vector<daemon::SiteConfig> configs;
+  std::vector<std::unique_ptr<Daemon>> daemons;
+
+  explicit Cluster(bool loopback) {
+    if (loopback) net = std::make_unique<daemon::transport::LoopbackNetwork>();
+    const std::vector<std::string> names = {"alpha", "beta", "gamma"};
+    std::vector<int> ports;
+    for (size_t i = 0; i < names.size(); ++i) ports.push_back(testing::FreePort());
+    for (size_t i = 0; i < names.size(); ++i) {
+      testing::SiteSpec spec{names[i], ports[i], {}};
+      for (size_t j = 0; j < names.size(); ++j) {
+        if (j != i) spec.peers.push_back({names[j], ports[j]});
+      }
+      configs.push_back(testing::MakeSiteConfig(spec));
+      configs.back().links.probe_interval_seconds = 5;
+      daemons.emplace_back();
+      Start(i);
+    }
+  }
+  ~Cluster() {
+    for (auto& d : daemons) d.reset();  // before the network they are attached to
+  }
+  void Start(size_t i) {
+    daemon::DaemonOptions options;
+    options.token = "token";
+    options.loopback = net.get();
+    auto d = Daemon::Start(configs[i], options);
+    INFO(d.status().ToString());
+    REQUIRE(d.ok());
+    daemons[i] = std::move(*d);
+  }
+  Daemon& at(size_t i) { return *daemons[i]; }
+
+  std::string Submit(const std::string& yaml) {
+    v1::SubmitJobRequest req;
+    req.set_job_yaml(yaml);
+    auto r = at(0).jobs().Submit(req);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return r->job_id();
+  }
+  v1::JobStatus Status(const std::string& id) {
+    auto s = at(0).jobs().GetJob(id, 1);
+    REQUIRE(s.ok());
+    return *s;
+  }
+  v1::JobStatus WaitCompleted(const std::string& id) {
+    const v1::JobStatus s = testing::WaitJobEnd(at(0), id, 180s);
+    INFO("state " << v1::JobState_Name(s.state()) << ": " << s.detail());
+    REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+    return s;
+  }
+};
+
+std::vector<float> Losses(const v1::JobStatus& s) { return {s.losses().begin(), s.losses().end()}; }
+
+// Per directed link: tensors, bytes before and after compression.
+using LinkBytes =
+    std::map<std::pair<std::string, std::string>, std::tuple<uint64_t, uint64_t, uint64_t>>;
+LinkBytes Links(const v1::JobStatus& s) {
+  LinkBytes out;
+  for (const auto& l : s.links()) {
+    out[{l.from_site(), l.to_site()}] = {l.tensors(), l.raw_bytes(), l.wire_bytes()};
+  }
+  return out;
+}
+
+std::vector<float> TrainLocal(const std::string& yaml) {
+  auto losses = testing::TrainLocalLosses(yaml);
+  INFO(losses.status().ToString());
+  REQUIRE(losses.ok());
+  return *losses;
+}
+
+TEST_CASE("a pipeline job: the same losses and the same bytes on every link over both transports") {
+  const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\nreplan: off\n");
+  std::vector<float> losses[2];
+  LinkBytes links[2];
+  for (int loopback = 0; loopback < 2; ++loopback) {
+    Cluster c(loopback == 1);
+    const v1::JobStatus s = c.WaitCompleted(c.Submit(yaml));
+    losses[loopback] = Losses(s);
+    links[loopback] = Links(s);
+    if (c.net) {
+      CHECK(c.net->Delivered("alpha", "beta").first > 0);
+      CHECK(c.net->Delivered("gamma", "beta").first > 0);
+    }
+  }
+  REQUIRE(losses[0].size() == 6);
+  CHECK(losses[1] == losses[0]);  // bit for bit
+  REQUIRE(links[0].count({"alpha", "beta"}));
+  CHECK(std::get<2>(links[0].at({"alpha", "beta"})) < std::get<1>(links[0].at({"alpha", "beta"})));
+  CHECK(links[1] == links[0]);
+}
+
+TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same losses on both") {
+  const std::string yaml = JobYaml("compression: {mode: off}\nreplan: off\n", /*steps=*/10);
+  const std::vector<float> local = TrainLocal(yaml);
+  for (int loopback = 0; loopback < 2; ++loopback) {
+    INFO((loopback ? "loopback" : "gRPC"));
+    Cluster c(loopback == 1);
+    const std::string id = c.Submit(yaml);
+    REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 60s));
+    c.daemons[1].reset();  // beta goes away with its stage
+    REQUIRE(
+        testing::WaitFor([&] { return c.Status(id).state() == v1::JOB_STATE_RECOVERING; }, 60s));
+    c.Start(1);
+    const v1::JobStatus s = c.WaitCompleted(id);
+    CHECK(s.attempt() >= 1);
+    CHECK(Losses(s) == local);
+  }
+}
+
+TEST_CASE("layers move off a straggler over both transports, and the losses do not change") {
+  std::string yaml = JobYaml("compression: {mode: off}\nreplan: on\n", /*steps=*/40, /*layers=*/6);
+  yaml.replace(yaml.find("every: 2"), 8, "every: 4");
+  const std::vector<float> local = TrainLocal(yaml);
+  for (int loopback = 0; loopback < 2; ++loopback) {
+    INFO((loopback ? "loopback" : "gRPC"));
+    Cluster c(loopback == 1);
+    const std::string id = c.Submit(yaml);
+    REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= 6; }, 60s));
+    c.at(1).jobs().set_throttle(0.02);  // beta slows down
+    REQUIRE(testing::WaitFor([&] { return c.Status(id).replans() >= 1; }, 120s));
+    const v1::JobStatus s = c.WaitCompleted(id);
+    CHECK(s.stages(1).layer_end() - s.stages(1).layer_begin() < 2);
+    CHECK(Losses(s) == local);
+  }
+}
+
+TEST_CASE("a tensor the neighbour refuses stops the sending stage, naming the neighbour") {
+  const std::string yaml = JobYaml("compression: {mode: off}\nreplan: off\n", /*steps=*/4);
+  Cluster c(/*loopback=*/true);
+  // Every tensor alpha sends beta is refused, as a peer that does not expect it would.
+  c.net->FailSends("alpha", "beta", absl::InvalidArgumentError("injected refusal"));
+  const std::string id = c.Submit(yaml);
+  std::string detail;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        detail = c.Status(id).detail();
+        return detail.find("injected refusal") != std::string::npos;
+      },
+      60s));
+  CHECK_THAT(detail, Catch::Contains("site 'alpha' failed"));
+  CHECK_THAT(detail, Catch::Contains("to site 'beta' failed"));
+  CHECK_THAT(detail, Catch::Contains("step 0 microbatch 0"));  // which tensor
+  // The refusals stop: the job recovers from its last checkpoint and ends as if nothing
+  // had happened.
+  c.net->FailSends("alpha", "beta", absl::OkStatus(), 0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(s.attempt() >= 1);
+  CHECK(Losses(s) == TrainLocal(yaml));
+}
+
+}  // namespace
+}  // namespace longhaul
