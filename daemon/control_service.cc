@@ -1,3 +1,5 @@
+// The Control gRPC service (control_service.h): the CLI's calls, each authorized by the
+// bearer token, answered from the daemon's views and its JobHost.
 #include "daemon/control_service.h"
 
 #include "daemon/peer_security.h"

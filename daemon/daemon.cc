@@ -1,3 +1,5 @@
+// Daemon (daemon.h): one longhauld: its servers (peer over gRPC or the loopback, control,
+// status), links, job host, start-up checks and graceful shutdown.
 #include "daemon/daemon.h"
 
 #include <fcntl.h>

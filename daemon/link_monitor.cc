@@ -1,3 +1,5 @@
+// LinkMonitor (link_monitor.h): per-peer link state and the RTT and bandwidth estimates
+// that heartbeats, probes and senders feed.
 #include "daemon/link_monitor.h"
 
 namespace longhaul::daemon {

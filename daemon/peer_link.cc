@@ -1,3 +1,5 @@
+// PeerLink (peer_link.h): the dialling side of one peer link: handshake, heartbeats and
+// bandwidth probes over a Link, with reconnects and backoff.
 #include "daemon/peer_link.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// How sites and the CLI authenticate (peer_security.h): TLS credentials for the peer and
+// control servers, peer channels, the caller of a Peer RPC, the control token check.
 #include "daemon/peer_security.h"
 
 #include <openssl/crypto.h>

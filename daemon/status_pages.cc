@@ -1,3 +1,5 @@
+// The status endpoint's pages (status_pages.h): /status as JSON and /metrics in the
+// Prometheus text format, from the node, link and job views.
 #include "daemon/status_pages.h"
 
 #include <nlohmann/json.hpp>

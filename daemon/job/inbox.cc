@@ -1,3 +1,5 @@
+// Inbox (inbox.h): one job's incoming tensors, filed by key in a bounded window until the
+// stage takes them.
 #include "daemon/job/inbox.h"
 
 #include <chrono>

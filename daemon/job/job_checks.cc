@@ -126,4 +126,18 @@ Status CheckFragmentRequest(const v1::FetchFragmentRequest& r, int num_layers,
   return absl::OkStatus();
 }
 
+Status RoleDenied(const std::string& caller, const std::string& job, const std::string& what) {
+  return absl::PermissionDeniedError("site '" + caller + "' may not " + what + " of job " + job);
+}
+
+bool InPlan(const v1::StageAssignment& a, const std::string& site) {
+  for (const auto& s : a.stages()) {
+    if (s.site() == site) return true;
+  }
+  for (const auto& s : a.migrate_from()) {
+    if (s.site() == site) return true;
+  }
+  return false;
+}
+
 }  // namespace longhaul::daemon

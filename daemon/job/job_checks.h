@@ -46,4 +46,10 @@ Status CheckStepReport(const v1::StepReport& r, int num_stages, uint64_t total_s
 Status CheckFragmentRequest(const v1::FetchFragmentRequest& r, int num_layers,
                             uint64_t total_steps);
 
+// PermissionDenied: "site 'CALLER' may not WHAT of job JOB".
+Status RoleDenied(const std::string& caller, const std::string& job, const std::string& what);
+
+// Whether `site` runs a stage in the assignment's plan or in the plan it migrates from.
+bool InPlan(const v1::StageAssignment& a, const std::string& site);
+
 }  // namespace longhaul::daemon

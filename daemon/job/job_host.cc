@@ -1,3 +1,6 @@
+// JobHost (job_host.h): the job side of a daemon: its links to other sites, the jobs it
+// coordinates, restoring them after a restart, and the Control API's job calls. The Peer
+// API's job calls are in job_host_peer.cc.
 #include "daemon/job/job_host.h"
 
 #include <filesystem>

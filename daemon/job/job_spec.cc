@@ -1,3 +1,5 @@
+// Parsing and validating a distributed job file (job_spec.h): the train-local schema plus
+// sites, placement, compression and re-planning.
 #include "daemon/job/job_spec.h"
 
 #include <set>

@@ -1,3 +1,5 @@
+// LinkSender (sender.h): one job's queue of tensors to one peer, its worker threads, retries
+// and refusals, and the passive bandwidth samples of its busy periods.
 #include "daemon/job/sender.h"
 
 #include <algorithm>

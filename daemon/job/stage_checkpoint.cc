@@ -1,3 +1,5 @@
+// Stage checkpoints (stage_checkpoint.h): versioned, checksummed files of a fragment's
+// parameters, AdamW moments and data position, written through the FileEnv seam.
 #include "daemon/job/stage_checkpoint.h"
 
 #include <xxhash.h>
@@ -6,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "model/file_io.h"
 
@@ -165,6 +169,19 @@ void PruneStageStates(const std::string& dir, uint64_t keep_from) {
       std::filesystem::remove(e.path(), ec);
     }
   }
+}
+
+StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("no stage assignment at " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  v1::StageAssignment a;
+  if (!a.ParseFromString(ss.str())) return absl::DataLossError(path + ": malformed");
+  if (a.stage() >= static_cast<uint32_t>(a.stages_size())) {
+    return absl::DataLossError(path + ": stage index out of its plan");
+  }
+  return a;
 }
 
 }  // namespace longhaul::daemon

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "proto/longhaul.pb.h"
 
 namespace longhaul::daemon {
 
@@ -36,5 +37,9 @@ StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, in
 // Deletes stage checkpoints in `dir` older than `keep_from` (the committed step before the
 // newest: two committed checkpoints stay).
 void PruneStageStates(const std::string& dir, uint64_t keep_from);
+
+// A site's record of its stage of a job (stage.pb, the assignment it last took). NotFound
+// when there is none; DataLoss when it does not parse or names a stage outside its plan.
+StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path);
 
 }  // namespace longhaul::daemon

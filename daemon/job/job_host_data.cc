@@ -1,0 +1,167 @@
+// JobHost's data calls (job_host.h): tensors arriving from a neighbouring stage's site,
+// checked at the edge before any payload is buffered and then filed in the job's inbox; and
+// a stage checkpoint served to the sites that may fetch it (layer moves, export) as fp32
+// frames in slices.
+#include <algorithm>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "daemon/job/job_checks.h"
+#include "daemon/job/job_host.h"
+#include "daemon/job/stage_checkpoint.h"
+
+namespace longhaul::daemon {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::string& caller,
+                              const transport::TensorSink& sink) {
+  RETURN_IF_ERROR(CheckJobId(req.job_id()));
+  const std::string dir = JobDir(req.job_id());
+  // The site's latest assignment for the job names who may fetch: the coordinator (export)
+  // and the sites of its plan or the plan it migrates from (layer moves).
+  ASSIGN_OR_RETURN(v1::StageAssignment a, ReadStageAssignment(dir + "/stage.pb"));
+  if (caller != a.coordinator() && !InPlan(a, caller)) {
+    return RoleDenied(caller, req.job_id(), "fetch fragments (it is not one of the job's sites)");
+  }
+  ASSIGN_OR_RETURN(JobSpec spec,
+                   ParseJobSpec(a.job_yaml(), "job " + req.job_id(), options_.data_dir));
+  RETURN_IF_ERROR(CheckFragmentRequest(req, spec.job.model.num_layers, spec.job.steps));
+  int begin = static_cast<int>(req.layer_begin()), end = static_cast<int>(req.layer_end());
+  if (end == 0) {  // the layers of this site's current assignment
+    begin = static_cast<int>(a.stages(a.stage()).layer_begin());
+    end = static_cast<int>(a.stages(a.stage()).layer_end());
+  }
+  ASSIGN_OR_RETURN(StageState s,
+                   ReadStageState(StageCheckpointPath(dir, req.step(), begin, end), begin, end));
+  // One float array as fp32 frames of at most kFragmentSliceFloats values, in order.
+  ASSIGN_OR_RETURN(auto fp32, compression::MakeCodec("fp32"));
+  auto send = [&](v1::TensorKind kind, uint32_t id, const std::vector<float>& values) -> Status {
+    uint64_t offset = 0;
+    do {
+      const uint64_t count = std::min<uint64_t>(kFragmentSliceFloats, values.size() - offset);
+      transport::WireTensor t;
+      v1::TensorFrame& h = t.header;
+      h.set_job_id(req.job_id());
+      h.set_step(s.step);
+      h.set_kind(kind);
+      h.set_tensor_id(id);
+      h.set_element_offset(offset);
+      h.set_raw_size(count * sizeof(float));
+      h.set_from_site(options_.site);
+      const int64_t shape[] = {static_cast<int64_t>(count)};
+      RETURN_IF_ERROR(
+          compression::EncodeFrame(*fp32, {values.data() + offset, count}, shape, {}, &t.payload));
+      RETURN_IF_ERROR(sink(std::move(t)));
+      offset += count;
+    } while (offset < values.size());
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(send(v1::TENSOR_KIND_PARAMETERS, 0, s.params));
+  if (req.include_state()) {
+    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 1, s.m));
+    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 2, s.v));
+    transport::WireTensor t;
+    t.header.set_job_id(req.job_id());
+    t.header.set_step(s.step);
+    t.header.set_kind(v1::TENSOR_KIND_LOADER_STATE);
+    t.header.set_from_site(options_.site);
+    t.payload.assign(s.loader_state.begin(), s.loader_state.end());
+    RETURN_IF_ERROR(sink(std::move(t)));
+  }
+  return absl::OkStatus();
+}
+
+Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& caller) {
+  RETURN_IF_ERROR(CheckJobId(first.job_id()));
+  const std::string& id = first.job_id();
+  std::shared_ptr<Stage> stage = FindStage(id);
+  if (!stage) {
+    return absl::NotFoundError("no job '" + id + "' runs on site '" + options_.site + "'");
+  }
+  uint32_t me, n;
+  int64_t B, T, C, Vp, M, steps;
+  std::string from_site;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
+    if (stage->cancelled) {
+      return absl::FailedPreconditionError("job '" + id + "' was cancelled; late frame dropped");
+    }
+    me = stage->assignment.stage();
+    n = static_cast<uint32_t>(stage->assignment.stages_size());
+    if (first.from_stage() < n) from_site = stage->assignment.stages(first.from_stage()).site();
+  }
+  const uint32_t from = first.from_stage();
+  const bool tied = first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && n > 1 &&
+                    ((me == 0 && from == n - 1) || (me == n - 1 && from == 0));
+  const bool neighbour =
+      (first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && from == me + 1) ||
+      ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS) &&
+       me > 0 && from == me - 1);
+  if (first.to_stage() != me || from >= n || from_site != caller || !(tied || neighbour)) {
+    return RoleDenied(caller, id,
+                      "send " + v1::TensorKind_Name(first.kind()) + " from stage " +
+                          std::to_string(from) + " to stage " + std::to_string(first.to_stage()) +
+                          " (this site runs stage " + std::to_string(me) + " of " +
+                          std::to_string(n) + ")");
+  }
+  std::vector<int64_t> expected;
+  switch (first.kind()) {
+    case v1::TENSOR_KIND_ACTIVATION:
+    case v1::TENSOR_KIND_ACTIVATION_GRAD:
+      expected = {B, T, C};
+      break;
+    case v1::TENSOR_KIND_TARGETS:
+      expected = {B, T};
+      break;
+    default:
+      expected = {Vp, C};
+  }
+  const std::vector<int64_t> shape(first.shape().begin(), first.shape().end());
+  if (shape != expected) {
+    return absl::InvalidArgumentError("job " + id + ": " + v1::TensorKind_Name(first.kind()) +
+                                      " from " + caller + " has shape " + ShapeString(shape) +
+                                      ", this stage expects " + ShapeString(expected));
+  }
+  uint64_t raw = sizeof(float);
+  for (int64_t d : expected) raw *= static_cast<uint64_t>(d);
+  // An encoding may exceed the raw size by its headers and incompressible zstd blocks.
+  const uint64_t max_encoded = raw + raw / 64 + (64 << 10);
+  if (first.raw_size() != raw || first.encoded_size() > max_encoded) {
+    return absl::InvalidArgumentError(
+        "job " + id + ": " + v1::TensorKind_Name(first.kind()) + " from " + caller + ": raw " +
+        std::to_string(first.raw_size()) + " bytes (expected " + std::to_string(raw) +
+        "), encoded " + std::to_string(first.encoded_size()) + " (at most " +
+        std::to_string(max_encoded) + ")");
+  }
+  if (first.microbatch() >= static_cast<uint64_t>(std::max<int64_t>(1, M)) ||
+      first.tensor_id() != 0 || first.step() >= static_cast<uint64_t>(steps)) {
+    return absl::InvalidArgumentError("job " + id + ": tensor " + KeyOf(first).DebugString() +
+                                      " from " + caller + " is outside the job (" +
+                                      std::to_string(M) + " microbatches, " +
+                                      std::to_string(steps) + " steps)");
+  }
+  return stage->inbox->CheckKey(KeyOf(first));
+}
+
+Status JobHost::Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
+                        const std::string& caller) {
+  RETURN_IF_ERROR(CheckIncoming(first, caller));
+  std::shared_ptr<Stage> stage = FindStage(first.job_id());
+  if (!stage) return absl::NotFoundError("job '" + first.job_id() + "' ended meanwhile");
+  ReceivedTensor t;
+  t.from_site = caller;
+  t.shape.assign(first.shape().begin(), first.shape().end());
+  t.payload = std::move(payload);
+  return stage->inbox->Put(KeyOf(first), std::move(t));
+}
+
+}  // namespace longhaul::daemon
