@@ -424,52 +424,10 @@ StatusOr<SiteConfig> LoadSiteConfig(const std::string& path) {
   return ParseSiteConfig(text, path, std::filesystem::path(path).parent_path().string());
 }
 
-Status CheckPrivateFile(const std::string& path, const std::string& what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", what, " '", path, "'"));
-  }
-  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
-    return absl::PermissionDeniedError(absl::StrCat(what, " '", path, "' has mode ", mode,
-                                                    ": group and others may not read it "
-                                                    "(chmod 600 '",
-                                                    path, "')"));
-  }
-  return absl::OkStatus();
-}
-
 bool IsLoopbackHost(const std::string& host) {
   if (host == "localhost" || host == "::1") return true;
   in_addr a{};
   return inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
-StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  RETURN_IF_ERROR(CheckPrivateFile(path, "token file"));
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && st.st_size > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' holds ", st.st_size,
-                                                   " bytes; a token is one line of at most 4 KiB"));
-  }
-  ASSIGN_OR_RETURN(std::string contents, ReadFileToString(path, "token file"));
-  absl::string_view token = absl::StripAsciiWhitespace(contents);
-  if (token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));
-  }
-  if (token.size() < kMinTokenBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token file '", path, "' holds a ", token.size(), "-byte token; use at least ",
-                     kMinTokenBytes, " (for example: head -c 24 /dev/urandom | base64)"));
-  }
-  for (char c : token) {
-    if (c < 0x20 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token file '", path, "' must hold one line of printable ASCII (gRPC metadata)"));
-    }
-  }
-  return std::string(token);
 }
 
 }  // namespace longhaul::daemon

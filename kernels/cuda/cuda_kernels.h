@@ -1,4 +1,5 @@
-// Host-side launchers of the CUDA backend's own kernels (cuda_kernels.cu): everything in
+// Host-side launchers of the CUDA backend's own kernels (one .cu file per op family: attention,
+// embedding, layernorm, loss, optimizer, pointwise): everything in
 // kernels/ops.h that is not a cuBLAS matrix product. cuda_ops.cc strings them together with
 // cuBLAS. Every launcher queues its kernel on `stream` and checks the launch (check.h); all
 // pointers are device memory, sizes as in ops.h. No launcher uses floating-point atomics:

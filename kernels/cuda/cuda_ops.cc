@@ -1,5 +1,6 @@
 // The "cuda" / "cuda-bf16" backend (see cuda_ops.h): device memory, the cuBLAS products for the
-// linear layers and attention, and the launchers of cuda_kernels.cu, all on one stream.
+// linear layers and attention, and the launchers of its own kernels (cuda_kernels.h), all on
+// one stream.
 //
 // Row-major (out, in) matrices seen by column-major cuBLAS are their transposes, so each
 // product below is written for the transposed problem; the comment above each call gives the

@@ -1,6 +1,6 @@
 // The "cuda" kernel backend: every op of kernels/ops.h on one NVIDIA GPU. Matrix products
 // (the linear layers and attention's two batched products) run on cuBLAS; everything else is
-// this backend's own kernels (cuda_kernels.cu). All work is queued on one stream per backend,
+// this backend's own kernels (cuda_kernels.h). All work is queued on one stream per backend,
 // in order; Download, SumSquares and Synchronize wait for it.
 //
 // Two precisions, picked by the backend name (kernels/ops.cc):
