@@ -1,6 +1,7 @@
 // StageRunner: set-up (Init), the stage thread and the schedule loop (Run, RunStep in the
-// 1F1B order, Forward, Backward, the tied-embedding exchange). What crosses the links is in
-// stage_runner_exchange.cc; checkpoints and layer moves in stage_runner_state.cc.
+// 1F1B order, Forward, Backward, the tied-embedding exchange). What crosses the links is the
+// StageExchange's (stage_exchange.h); checkpoints and layer moves are in
+// stage_runner_state.cc.
 #include "daemon/job/stage_runner.h"
 
 #include <chrono>
@@ -78,34 +79,49 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     ops_.push_back(std::move(ops));
   }
   ASSIGN_OR_RETURN(fragment_, model::ReplicatedFragment::Create(job.model, fo, replicas));
-  if (ops_.size() == 1) {
-    ASSIGN_OR_RETURN(device_encoder_, compression::MakeDeviceEncoder(replicas[0]));
-    ASSIGN_OR_RETURN(device_decoder_, compression::MakeDeviceDecoder(replicas[0]));
-    if (device_encoder_ == nullptr && ctx_.host_device_codecs) {
-      device_encoder_ = compression::MakeHostDeviceEncoder();
-      device_decoder_ = compression::MakeHostDeviceDecoder();
-    }
-  }
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
   if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
   if (ctx_.log) {
     ctx_.log->info("job {}: stage {} runs layers {}..{} on {}", ctx_.assignment.job_id(), stage_,
                    fo.begin, fo.end, devices_);
   }
-  host_buf_.resize(static_cast<size_t>(B_) * T_ * C_);
   tokens_.resize(static_cast<size_t>(B_) * T_);
   targets_.resize(tokens_.size());
   slot_targets_.assign(fo.slots, std::vector<int32_t>(tokens_.size()));
 
-  // Compression.
-  ASSIGN_OR_RETURN(auto controller, compression::Controller::Create());
-  controller_ = std::make_unique<compression::Controller>(std::move(controller));
-  ASSIGN_OR_RETURN(quality_floor_, controller_->FindRung(ctx_.spec.floor));
-  if (ctx_.spec.compression == CompressionMode::kFixed) {
-    ASSIGN_OR_RETURN(fixed_rung_, controller_->FindRung(ctx_.spec.codec));
-  } else if (ctx_.spec.compression == CompressionMode::kOff) {
-    ASSIGN_OR_RETURN(fixed_rung_, controller_->FindRung("fp32"));
+  // What crosses the links: GPU stages with one replica encode outgoing tensors and decode
+  // incoming ones on the device.
+  StageExchangeOptions xo;
+  xo.site = ctx_.site;
+  xo.job_id = a.job_id();
+  xo.attempt = a.attempt();
+  xo.stage = stage_;
+  xo.num_stages = num_stages_;
+  xo.compression = ctx_.spec.compression;
+  xo.codec = ctx_.spec.codec;
+  xo.floor = ctx_.spec.floor;
+  xo.monitor = ctx_.monitor;
+  xo.log = ctx_.log;
+  xo.inbox = ctx_.inbox;
+  xo.heartbeat_seconds = ctx_.heartbeat_seconds;
+  xo.stop = &stop_;
+  xo.to_prev = ctx_.to_prev.get();
+  xo.to_next = ctx_.to_next.get();
+  xo.to_tied = ctx_.to_tied.get();
+  if (stage_ > 0) xo.prev_site = a.stages(stage_ - 1).site();
+  if (stage_ + 1 < num_stages_) xo.next_site = a.stages(stage_ + 1).site();
+  xo.tied_site = a.stages(stage_ == 0 ? num_stages_ - 1 : 0).site();
+  xo.ops = replicas[0];
+  if (ops_.size() == 1) {
+    ASSIGN_OR_RETURN(xo.encoder, compression::MakeDeviceEncoder(replicas[0]));
+    ASSIGN_OR_RETURN(xo.decoder, compression::MakeDeviceDecoder(replicas[0]));
+    if (xo.encoder == nullptr && ctx_.host_device_codecs) {
+      xo.encoder = compression::MakeHostDeviceEncoder();
+      xo.decoder = compression::MakeHostDeviceDecoder();
+    }
   }
+  xo.host_floats = static_cast<size_t>(B_) * T_ * C_;
+  ASSIGN_OR_RETURN(exchange_, StageExchange::Create(std::move(xo)));
 
   if (fragment_->is_first()) {
     ASSIGN_OR_RETURN(auto data, model::LoadData(job.data.train, job.data.format, 1,
@@ -145,13 +161,6 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   status_.step = start_step_;
   status_.checkpoint_step = start_step_;
   last_committed_ = start_step_;
-  if (ctx_.to_prev) status_.outbound.push_back({a.stages(stage_ - 1).site()});
-  if (ctx_.to_next) status_.outbound.push_back({a.stages(stage_ + 1).site()});
-  if (ctx_.to_tied) {
-    tied_usage_.to_site = a.stages(fragment_->is_first() ? num_stages_ - 1 : 0).site();
-    tied_usage_.codec = "fp32";
-    tied_usage_.reason = "exact: both copies of the tied embedding must take identical steps";
-  }
   return absl::OkStatus();
 }
 
@@ -172,16 +181,12 @@ void StageRunner::Stop() {
 }
 
 StageRunnerStatus StageRunner::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  StageRunnerStatus s = status_;
-  for (auto& o : s.outbound) {
-    LinkSender* sender = (stage_ > 0 && o.to_site == ctx_.assignment.stages(stage_ - 1).site())
-                             ? ctx_.to_prev.get()
-                             : ctx_.to_next.get();
-    if (!sender) continue;
-    const LinkSenderStats st = sender->stats();
-    o.send_seconds = st.send_seconds;
+  StageRunnerStatus s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = status_;
   }
+  s.outbound = exchange_->Usage(/*tied=*/false);
   return s;
 }
 
@@ -209,13 +214,10 @@ void StageRunner::Run() {
   }
   // The stage is done with its fragment: a finished or failed job holds no model memory
   // while its record stays for status, export (from the checkpoints) and pings.
-  pending_.reset();
-  device_encoder_.reset();
-  device_decoder_.reset();
+  exchange_->ReleaseDevice();
   fragment_.reset();
   ops_.clear();
   loader_.reset();
-  host_buf_ = {};
   std::lock_guard<std::mutex> lock(mu_);
   status_.running = false;
   if (!s.ok() && !stop_) {
@@ -230,7 +232,8 @@ void StageRunner::Run() {
 Status StageRunner::RunStep(uint64_t step) {
   const double start = Now();
   ctx_.inbox->AdvanceTo(step);  // earlier steps' tensors are no longer taken
-  compute_acc_ = wait_acc_ = 0;
+  compute_acc_ = 0;
+  const double waited = exchange_->wait_seconds();
   fragment_->ZeroGrads();
   double loss_sum = 0;
   for (int k = 0; k < 2 * M_; ++k) {  // the 1F1B order (scheduler/pipeline_order.h)
@@ -238,14 +241,15 @@ Status StageRunner::RunStep(uint64_t step) {
     RETURN_IF_ERROR(op.forward ? Forward(step, op.microbatch, &loss_sum)
                                : Backward(step, op.microbatch));
   }
-  RETURN_IF_ERROR(FinishPendingSend());
+  RETURN_IF_ERROR(exchange_->FinishPendingSend());
   {
     const double t0 = Now();
     RETURN_IF_ERROR(fragment_->ReduceGradients());  // data-parallel replicas: sum their grads
     compute_acc_ += Now() - t0;
   }
   RETURN_IF_ERROR(ExchangeTiedGrads(step));
-  RETURN_IF_ERROR(FinishPendingSend());
+  RETURN_IF_ERROR(exchange_->FinishPendingSend());
+  wait_acc_ = exchange_->wait_seconds() - waited;
 
   // The barrier: every stage's gradient sums in, the global clipping scale out.
   v1::StepReport report;
@@ -262,12 +266,7 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
   // The stage's outbound links, and the tied-embedding link between the first and the last
   // stage when they are not neighbours (the re-plan prices it from this estimate).
-  std::vector<OutboundUsage> outbound = status().outbound;
-  if (ctx_.to_tied && num_stages_ > 2) {
-    std::lock_guard<std::mutex> lock(mu_);
-    outbound.push_back(tied_usage_);
-  }
-  for (const OutboundUsage& o : outbound) {
+  for (const OutboundUsage& o : exchange_->Usage(/*tied=*/num_stages_ > 2)) {
     v1::LinkUsage* l = report.add_links();
     l->set_from_site(ctx_.site);
     l->set_to_site(o.to_site);
@@ -330,32 +329,34 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   } else {
     ASSIGN_OR_RETURN(input, ReceiveInput(v1::TENSOR_KIND_ACTIVATION, step, mb));
     std::vector<float> t(tok);
-    RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
+    RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
     for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
   }
-  const double start = Now(), sending = send_seconds_;
+  const double start = Now(), sending = exchange_->send_seconds();
   RETURN_IF_ERROR(Throttle());
   RETURN_IF_ERROR(
       fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr, input));
-  RETURN_IF_ERROR(FinishPendingSend(/*wait=*/false));  // while a GPU computes
+  RETURN_IF_ERROR(exchange_->FinishPendingSend(/*wait=*/false));  // while a GPU computes
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
     *loss_sum += loss;
-    compute_acc_ += Now() - start - (send_seconds_ - sending);
-    return FinishPendingSend();  // if the link's queue was full
+    compute_acc_ += Now() - start - (exchange_->send_seconds() - sending);
+    return exchange_->FinishPendingSend();  // if the link's queue was full
   }
-  const float* device_out = device_encoder_ ? fragment_->DeviceOutput(slot) : nullptr;
-  if (device_out == nullptr) fragment_->Output(slot, host_buf_.data());
+  float* host = exchange_->host_buffer();
+  const float* device_out =
+      exchange_->encodes_on_device() ? fragment_->DeviceOutput(slot) : nullptr;
+  if (device_out == nullptr) fragment_->Output(slot, host);
   fragment_->Synchronize();  // a GPU's forward is only done when its queue is
-  const double elapsed = Now() - start - (send_seconds_ - sending);
+  const double elapsed = Now() - start - (exchange_->send_seconds() - sending);
   compute_acc_ += elapsed;
   std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
   // The targets first, so that activations encoded on a GPU can stay pending (see Send).
-  RETURN_IF_ERROR(Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
-                       v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok, {B_, T_}, false));
-  return Send(ctx_.to_next.get(), &status_.outbound.back(), &next_state_,
-              v1::TENSOR_KIND_ACTIVATION, step, mb, host_buf_.data(), act, {B_, T_, C_}, true,
-              device_out);
+  using To = StageExchange::To;
+  RETURN_IF_ERROR(exchange_->Send(To::kNext, v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok,
+                                  {B_, T_}, false));
+  return exchange_->Send(To::kNext, v1::TENSOR_KIND_ACTIVATION, step, mb, host, act, {B_, T_, C_},
+                         true, device_out);
 }
 
 Status StageRunner::Backward(uint64_t step, int mb) {
@@ -366,21 +367,22 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   if (!fragment_->is_last()) {
     ASSIGN_OR_RETURN(output_grad, ReceiveInput(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb));
   }
-  const double start = Now(), sending = send_seconds_;
+  const double start = Now(), sending = exchange_->send_seconds();
   RETURN_IF_ERROR(Throttle());
   RETURN_IF_ERROR(fragment_->Backward(slot, output_grad, fragment_->is_last() ? dloss : 0.0f));
-  RETURN_IF_ERROR(FinishPendingSend(/*wait=*/false));  // while a GPU computes
+  RETURN_IF_ERROR(exchange_->FinishPendingSend(/*wait=*/false));  // while a GPU computes
   fragment_->Synchronize();
-  const double elapsed = Now() - start - (send_seconds_ - sending);
+  const double elapsed = Now() - start - (exchange_->send_seconds() - sending);
   // The controller's budget: compute per microbatch (forward + backward), smoothed.
-  budget_seconds_ = budget_seconds_ == 0 ? 2 * elapsed : 0.8 * budget_seconds_ + 0.4 * elapsed;
+  exchange_->NoteMicrobatchCompute(elapsed);
   compute_acc_ += elapsed;
-  if (fragment_->is_first()) return FinishPendingSend();  // if the link's queue was full
-  const float* device_grad = device_encoder_ ? fragment_->DeviceInputGrad() : nullptr;
-  if (device_grad == nullptr) fragment_->InputGrad(host_buf_.data());
-  return Send(ctx_.to_prev.get(), &status_.outbound.front(), &prev_state_,
-              v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host_buf_.data(), act, {B_, T_, C_}, true,
-              device_grad);
+  if (fragment_->is_first()) return exchange_->FinishPendingSend();  // if the queue was full
+  float* host = exchange_->host_buffer();
+  const float* device_grad =
+      exchange_->encodes_on_device() ? fragment_->DeviceInputGrad() : nullptr;
+  if (device_grad == nullptr) fragment_->InputGrad(host);
+  return exchange_->Send(StageExchange::To::kPrev, v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host,
+                         act, {B_, T_, C_}, true, device_grad);
 }
 
 Status StageRunner::ExchangeTiedGrads(uint64_t step) {
@@ -395,12 +397,22 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   // First and last stage swap their parts, exactly (fp32): both copies of wte must take
   // bit-identical steps. They are not neighbours unless there are two stages, so the
   // exchange goes over a direct link between them.
-  RETURN_IF_ERROR(Send(ctx_.to_tied.get(), &tied_usage_, nullptr, v1::TENSOR_KIND_WEIGHT_GRAD, step,
-                       0, own.data(), n, {ctx_.spec.job.model.padded_vocab_size, C_}, false));
-  RETURN_IF_ERROR(Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
+  RETURN_IF_ERROR(exchange_->Send(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD, step, 0,
+                                  own.data(), n, {ctx_.spec.job.model.padded_vocab_size, C_},
+                                  false));
+  RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
   fragment_->SetTiedGradPeer(peer.data());
   fragment_->CombineTiedGrads();
   return absl::OkStatus();
+}
+
+StatusOr<const float*> StageRunner::ReceiveInput(v1::TensorKind kind, uint64_t step, int mb) {
+  const size_t n = static_cast<size_t>(B_) * T_ * C_;
+  float* staged = exchange_->decodes_on_device() ? fragment_->DeviceInput() : nullptr;
+  bool on_device = false;
+  RETURN_IF_ERROR(
+      exchange_->Receive(kind, step, mb, exchange_->host_buffer(), n, staged, &on_device));
+  return on_device ? staged : exchange_->host_buffer();
 }
 
 Status StageRunner::Throttle() {
@@ -409,7 +421,7 @@ Status StageRunner::Throttle() {
   // it has already sent.
   const double t = (ctx_.throttle ? ctx_.throttle->load() : 0) * fragment_->layout().num_layers();
   if (t <= 0) return absl::OkStatus();
-  RETURN_IF_ERROR(FinishPendingSend());
+  RETURN_IF_ERROR(exchange_->FinishPendingSend());
   std::this_thread::sleep_for(std::chrono::duration<double>(t / 2));
   return absl::OkStatus();
 }

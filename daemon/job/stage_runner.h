@@ -6,7 +6,8 @@
 // backward pass it exchanges the tied-embedding gradient parts, reports its gradient sums to
 // the coordinator (a barrier that returns the global clipping scale), steps AdamW, and
 // checkpoints every `checkpoint.every` steps. It never blocks compute on a send: senders
-// have their own threads and queues.
+// have their own threads and queues. What crosses the links (codecs, encoding, pending sends,
+// receiving and decoding) is the StageExchange's (stage_exchange.h).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -20,11 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "compression/controller.h"
-#include "compression/device_encoder.h"
 #include "daemon/job/inbox.h"
 #include "daemon/job/job_spec.h"
 #include "daemon/job/sender.h"
+#include "daemon/job/stage_exchange.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
 #include "kernels/ops.h"
@@ -60,16 +60,6 @@ struct StageRunnerContext {
   std::function<transport::Link*(const std::string&)> channel;
 };
 
-// Per outbound link: what the controller chose and what crossed.
-struct OutboundUsage {
-  std::string to_site;
-  std::string codec;
-  std::string reason;
-  uint64_t tensors = 0, raw_bytes = 0, wire_bytes = 0;
-  uint64_t device_tensors = 0;  // of `tensors`, encoded on the device
-  double send_seconds = 0;
-};
-
 struct StageRunnerStatus {
   bool running = false;
   bool finished = false;  // ran its last step
@@ -100,8 +90,6 @@ class StageRunner {
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
   static double Now();  // steady clock, seconds
-  // Tensor ids within one (step, microbatch, kind).
-  static constexpr uint32_t kMainTensor = 0;
 
   Status Init(int64_t memory_limit_bytes);
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that
@@ -114,58 +102,20 @@ class StageRunner {
   Status Backward(uint64_t step, int mb);
   Status ExchangeTiedGrads(uint64_t step);
   Status Checkpoint(uint64_t step);
-  // Encodes and queues `n` floats for `to`; `adaptive` lets the controller pick. The floats
-  // are at `host`, or, with `device`, in the backend's memory: encoded there when the GPU
-  // has the codec (only encoded bytes cross PCIe), else first downloaded into host_buf_.
-  // Encoded on the GPU, the tensor is left pending: its bytes are still being copied to the
-  // host. Once the stage has queued its next compute, FinishPendingSend(false) frames it and
-  // queues it if the link's queue has room (so the copy and the frame's assembly overlap that
-  // compute, and a full link does not count as compute); FinishPendingSend() finishes it
-  // whatever it takes: after that compute, before the stage waits for a tensor that is not
-  // there yet, before the next Send, and at the end of the step's passes.
-  Status Send(LinkSender* to, OutboundUsage* usage, compression::ControllerState* state,
-              v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
-              std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
-  Status FinishPendingSend(bool wait = true);
-  // The first failure of this stage's senders (which names the tensor and the peer), or OK.
-  Status SendError() const;
-  // Waits for a tensor and decodes it into `host` (exactly n floats); or, with `device` (backend
-  // memory of n floats) and a codec the device decoder takes, into `device`, and sets
-  // *on_device.
-  Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
-                 float* device = nullptr, bool* on_device = nullptr);
-  // Receive for the fragment's (B,T,C) input: where it landed, host_buf_ or, decoded on the
-  // device, the fragment's DeviceInput().
+  // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
+  // decoded on the device, the fragment's DeviceInput().
   StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
 
   StageRunnerContext ctx_;
   int num_stages_ = 0, stage_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int64_t memory_bytes_ = 0;
   std::string devices_;
-  OutboundUsage tied_usage_;
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
   std::unique_ptr<model::ReplicatedFragment> fragment_;
-  // GPU stages with one replica: encode outgoing tensors and decode incoming ones on the device
-  // (null otherwise).
-  std::unique_ptr<compression::DeviceEncoder> device_encoder_;
-  std::unique_ptr<compression::DeviceDecoder> device_decoder_;
-  bool device_encode_logged_ = false, device_decode_logged_ = false;
-  struct PendingSend {  // see Send
-    LinkSender* to = nullptr;
-    std::function<Status(OutgoingTensor*)> frame;  // null once framed into `tensor`
-    OutgoingTensor tensor;
-    std::function<void(uint64_t wire_bytes)> count;  // the link's usage, once queued
-  };
-  std::optional<PendingSend> pending_;
+  std::unique_ptr<StageExchange> exchange_;
   std::unique_ptr<model::DataLoader> loader_;
-  std::unique_ptr<compression::Controller> controller_;
-  int quality_floor_ = 0;
-  int fixed_rung_ = -1;
-  compression::ControllerState next_state_, prev_state_;
-  std::vector<float> host_buf_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;
-  double budget_seconds_ = 0;  // EWMA of compute per microbatch
   uint64_t start_step_ = 0;
   bool migrate_ = false;  // Run fetches the stage's layers from the old plan's sites first
   uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept
@@ -175,7 +125,6 @@ class StageRunner {
   mutable std::mutex mu_;
   StageRunnerStatus status_;
   double compute_acc_ = 0, wait_acc_ = 0;
-  double send_seconds_ = 0;  // spent in FinishPendingSend(), kept out of compute and wait
 };
 
 }  // namespace longhaul::daemon

@@ -1,11 +1,12 @@
-// A Link for unit tests of what sits above the transport (LinkSender, the stage exchange): it
-// records the tensors sent through it, answers each send with the next scripted status (OK
-// once the script runs out), can hold sends until released, and answers every other call
-// UNIMPLEMENTED.
+// A Link for unit tests of what sits above the transport (LinkSender, the stage exchange; the
+// coordinator's test overrides the job calls it needs): it records the tensors sent through
+// it, answers each send with the next scripted status (OK once the script runs out), can hold
+// sends until released, and answers every other call UNIMPLEMENTED.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,7 +15,7 @@
 
 namespace longhaul::testing {
 
-class FakeLink final : public daemon::transport::Link {
+class FakeLink : public daemon::transport::Link {
  public:
   explicit FakeLink(std::string site) : site_(std::move(site)) {}
   ~FakeLink() override { Release(); }
@@ -23,6 +24,12 @@ class FakeLink final : public daemon::transport::Link {
   void Script(std::vector<Status> statuses) {
     std::lock_guard<std::mutex> lock(mu_);
     script_.assign(statuses.begin(), statuses.end());
+  }
+  // Every successful send also goes to `deliver` (a test wires it to a receiver's inbox); its
+  // error is the send's.
+  void OnDeliver(std::function<Status(const daemon::transport::WireTensor&)> deliver) {
+    std::lock_guard<std::mutex> lock(mu_);
+    deliver_ = std::move(deliver);
   }
   // Sends wait until Release().
   void Hold() {
@@ -73,6 +80,7 @@ class FakeLink final : public daemon::transport::Link {
       s = script_.front();
       script_.pop_front();
     }
+    if (s.ok() && deliver_) s = deliver_(t);
     if (s.ok()) delivered_.push_back(t);
     return s;
   }
@@ -84,6 +92,7 @@ class FakeLink final : public daemon::transport::Link {
   std::condition_variable cv_;
   std::deque<Status> script_;
   bool held_ = false;
+  std::function<Status(const daemon::transport::WireTensor&)> deliver_;
   int attempts_ = 0;
   std::vector<daemon::transport::WireTensor> delivered_;
 };

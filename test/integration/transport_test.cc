@@ -1,9 +1,10 @@
 // The same jobs over the two transports: real daemons in one process, once over gRPC on
 // loopback addresses and once over the in-process loopback transport (daemon/transport/).
 // The losses are the same bit for bit and each link carries the same bytes; a site that
-// restarts mid-job and a straggler whose layers move away change nothing in the losses on
-// either; a tensor the neighbour refuses stops the sending stage with an error naming that
-// neighbour, and once the refusals stop the job completes with the same losses.
+// restarts mid-job changes nothing in the losses on either, nor does a straggler whose layers
+// move away (here over the loopback; over gRPC in pipeline_test); a tensor the neighbour refuses
+// stops the sending stage with an error naming that neighbour, and once the refusals stop the job
+// completes with the same losses.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
@@ -151,21 +152,23 @@ TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same 
   }
 }
 
-TEST_CASE("layers move off a straggler over both transports, and the losses do not change") {
-  std::string yaml = JobYaml("compression: {mode: off}\nreplan: on\n", /*steps=*/40, /*layers=*/6);
+// Over gRPC the same scenario is pipeline_test's; both check the losses against train-local's.
+TEST_CASE("layers move off a straggler over the loopback, and the losses do not change") {
+  std::string yaml = JobYaml("compression: {mode: off}\nreplan: on\n", /*steps=*/48, /*layers=*/6);
   yaml.replace(yaml.find("every: 2"), 8, "every: 4");
   const std::vector<float> local = TrainLocal(yaml);
-  for (int loopback = 0; loopback < 2; ++loopback) {
-    INFO((loopback ? "loopback" : "gRPC"));
-    Cluster c(loopback == 1);
-    const std::string id = c.Submit(yaml);
-    REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= 6; }, 60s));
-    c.at(1).jobs().set_throttle(0.02);  // beta slows down
-    REQUIRE(testing::WaitFor([&] { return c.Status(id).replans() >= 1; }, 120s));
-    const v1::JobStatus s = c.WaitCompleted(id);
-    CHECK(s.stages(1).layer_end() - s.stages(1).layer_begin() < 2);
-    CHECK(Losses(s) == local);
-  }
+  Cluster c(/*loopback=*/true);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= 6; }, 60s));
+  // beta slows down, by far more than the detector's 1.5x even where everything is slow
+  // (sanitizers), until the layers have moved.
+  c.at(1).jobs().set_throttle(0.1);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replans() >= 1; }, 300s));
+  const v1::JobStatus replanned = c.Status(id);
+  c.at(1).jobs().set_throttle(0);
+  CHECK(replanned.stages(1).layer_end() - replanned.stages(1).layer_begin() < 2);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(Losses(s) == local);
 }
 
 TEST_CASE("a tensor the neighbour refuses stops the sending stage, naming the neighbour") {

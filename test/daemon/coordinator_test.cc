@@ -1,0 +1,181 @@
+// The Coordinator (daemon/job/coordinator.h) against fake sites: it assigns every stage of
+// the plan (last stage first), runs the step barrier (one decision for all stages, only from
+// the site that runs each stage), supervises the attempt (pings; a stage that failed makes it
+// stop the attempt and reassign every stage under the next attempt from the committed step),
+// and finishes the job when every stage ran its last step.
+#include "daemon/job/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/job/job_spec.h"
+#include "test/daemon/fake_link.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A site as the coordinator sees it: takes assignments, answers pings with its stage's state.
+class FakeSite final : public testing::FakeLink {
+ public:
+  explicit FakeSite(std::string site) : FakeLink(std::move(site)) {}
+
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, double) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    assignments_.push_back(a);
+    running_attempt_ = a.attempt();
+    error_.clear();  // a fresh stage
+    return v1::AssignResponse{};
+  }
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, double) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(c.kind());
+    v1::JobCommandResponse r;
+    if (c.kind() == v1::JobCommand::KIND_PING) {
+      r.set_running(true);
+      r.set_attempt(running_attempt_);
+      r.set_error(error_);
+    }
+    return r;
+  }
+  // The stage fails (its pings say why) until the next assignment.
+  void Fail(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = why;
+  }
+  std::vector<v1::StageAssignment> assignments() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return assignments_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<v1::StageAssignment> assignments_;
+  std::vector<int> commands_;
+  uint32_t running_attempt_ = 0;
+  std::string error_;
+};
+
+const char kJob[] =
+    "name: unit\nmodel: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+    "data: {train: builtin}\nsteps: 4\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
+    "checkpoint: {every: 2}\nsites: [alpha, beta]\nplacement: even\nreplan: off\n";
+
+struct Fixture {
+  FakeSite alpha{"alpha"}, beta{"beta"};
+  std::unique_ptr<Coordinator> c;
+
+  Fixture() {
+    CoordinatorEnv env;
+    env.site = "alpha";
+    env.channel = [this](const std::string& s) -> transport::Link* {
+      if (s == "alpha") return &alpha;
+      if (s == "beta") return &beta;
+      return nullptr;
+    };
+    env.job_dir = testing::TempDir("coordinator");
+    env.log = spdlog::default_logger();
+    auto spec = ParseJobSpec(kJob, "job.yaml", env.job_dir);
+    REQUIRE(spec.ok());
+    auto submitted = Coordinator::Submit(env, *spec, "unit-000001");
+    INFO(submitted.status().ToString());
+    REQUIRE(submitted.ok());
+    c = std::move(*submitted);
+  }
+  ~Fixture() { c->Shutdown(); }
+
+  v1::StepReport Report(uint32_t stage, uint64_t step, uint64_t checkpoint_step) {
+    v1::StepReport r;
+    r.set_job_id("unit-000001");
+    r.set_attempt(c->GetStatus(1).attempt());
+    r.set_stage(stage);
+    r.set_step(step);
+    r.set_checkpoint_step(checkpoint_step);
+    r.add_grad_sums(stage == 0 ? 0.25 : 0.75);
+    if (stage == 1) r.set_loss(5.5f - step);
+    return r;
+  }
+  // Both stages report `step` at once (each waits at the barrier for the other).
+  std::pair<v1::StepDecision, v1::StepDecision> Step(uint64_t step, uint64_t checkpoint_step) {
+    StatusOr<v1::StepDecision> d0 = absl::UnknownError("not run");
+    std::thread t([&] { d0 = c->OnReport(Report(0, step, checkpoint_step), "alpha"); });
+    StatusOr<v1::StepDecision> d1 = c->OnReport(Report(1, step, checkpoint_step), "beta");
+    t.join();
+    REQUIRE(d0.ok());
+    REQUIRE(d1.ok());
+    return {*d0, *d1};
+  }
+};
+
+TEST_CASE("coordinator: every stage assigned, last first, with the plan and attempt 1") {
+  Fixture f;
+  const auto a = f.alpha.assignments(), b = f.beta.assignments();
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  CHECK(a[0].stage() == 0);
+  CHECK(b[0].stage() == 1);
+  CHECK(a[0].attempt() == 1);
+  CHECK(a[0].coordinator() == "alpha");
+  CHECK(a[0].resume_step() == 0);
+  REQUIRE(a[0].stages_size() == 2);
+  CHECK(a[0].stages(0).layer_end() == 1);
+  CHECK(a[0].stages(1).site() == "beta");
+  CHECK(f.c->GetStatus(1).state() == v1::JOB_STATE_RUNNING);
+}
+
+TEST_CASE("coordinator: one barrier decision for all stages, only from the stage's own site") {
+  Fixture f;
+  CHECK(f.c->OnReport(f.Report(1, 0, 0), "alpha").status().code() ==
+        absl::StatusCode::kPermissionDenied);
+  const auto [d0, d1] = f.Step(0, 0);
+  CHECK_FALSE(d0.stop());
+  CHECK(d0.grad_scale() == d1.grad_scale());
+  CHECK(d0.grad_scale() > 0);
+  const v1::JobStatus s = f.c->GetStatus(10);
+  CHECK(s.step() == 1);
+  REQUIRE(s.losses_size() == 1);
+  CHECK(s.losses(0) == 5.5f);
+}
+
+TEST_CASE("coordinator: a failed stage rolls every stage back to the committed step") {
+  Fixture f;
+  f.Step(0, 0);
+  f.Step(1, 2);  // both stages checkpointed step 2
+  REQUIRE(f.c->GetStatus(1).committed_step() == 2);
+  f.beta.Fail("out of memory on beta");
+  REQUIRE(testing::WaitFor([&] { return f.beta.assignments().size() >= 2; }, 30s));
+  const v1::StageAssignment again = f.beta.assignments().back();
+  CHECK(again.attempt() == 2);
+  CHECK(again.resume_step() == 2);
+  CHECK(f.alpha.assignments().back().attempt() == 2);
+  const v1::JobStatus s = f.c->GetStatus(10);
+  CHECK(s.attempt() == 2);
+  CHECK(s.losses_size() == 2);  // the losses of the committed steps stay
+  // Reports of the old attempt are told to stop.
+  v1::StepReport old = f.Report(0, 2, 2);
+  old.set_attempt(1);
+  auto d = f.c->OnReport(old, "alpha");
+  REQUIRE(d.ok());
+  CHECK(d->stop());
+}
+
+TEST_CASE("coordinator: the job completes once every stage ran its last step") {
+  Fixture f;
+  for (uint64_t step = 0; step < 4; ++step) f.Step(step, (step + 1) / 2 * 2);
+  CHECK(f.c->GetStatus(1).committed_step() == 4);
+  REQUIRE(f.c->OnReport(f.Report(0, 4, 4), "alpha").ok());
+  REQUIRE(f.c->OnReport(f.Report(1, 4, 4), "beta").ok());
+  CHECK(f.c->GetStatus(1).state() == v1::JOB_STATE_COMPLETED);
+  CHECK(f.c->finished());
+}
+
+}  // namespace
+}  // namespace longhaul::daemon

@@ -1,0 +1,120 @@
+// Inbox (daemon/job/inbox.h) on its own: tensors filed and taken by key, byte accounting,
+// duplicates dropped, the window of attempts and steps it accepts, what AdvanceTo and
+// StartAttempt drop, and every way a wait ends (the tensor, a timeout, a superseded attempt,
+// closing) -- the checks the stage and the transport rely on.
+#include "daemon/job/inbox.h"
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+namespace longhaul::daemon {
+namespace {
+
+TensorKey Key(uint32_t attempt, uint64_t step, uint32_t mb = 0,
+              int kind = v1::TENSOR_KIND_ACTIVATION) {
+  return {attempt, step, mb, kind, 0};
+}
+
+ReceivedTensor Tensor(size_t bytes, const std::string& from = "alpha") {
+  ReceivedTensor t;
+  t.from_site = from;
+  t.payload.assign(bytes, 1);
+  return t;
+}
+
+TEST_CASE("inbox: a tensor is taken by its key, once, and its bytes are counted") {
+  Inbox inbox(1 << 20);
+  inbox.StartAttempt(1, 0);
+  REQUIRE(inbox.Put(Key(1, 0, 0), Tensor(100)).ok());
+  REQUIRE(inbox.Put(Key(1, 0, 1), Tensor(30)).ok());
+  CHECK(inbox.bytes() == 130);
+  auto t = inbox.Take(Key(1, 0, 1), 0);
+  REQUIRE(t.ok());
+  CHECK(t->payload.size() == 30);
+  CHECK(t->from_site == "alpha");
+  CHECK(inbox.bytes() == 100);
+  CHECK(inbox.Take(Key(1, 0, 1), 0).status().code() == absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("inbox: a resent key is dropped, not filed twice") {
+  Inbox inbox(1 << 20);
+  inbox.StartAttempt(1, 0);
+  REQUIRE(inbox.Put(Key(1, 0), Tensor(10)).ok());
+  REQUIRE(inbox.Put(Key(1, 0), Tensor(10)).ok());  // a sender retrying after a dropped call
+  CHECK(inbox.duplicates() == 1);
+  CHECK(inbox.bytes() == 10);
+  REQUIRE(inbox.Take(Key(1, 0), 0).ok());
+  REQUIRE(inbox.Put(Key(1, 0), Tensor(10)).ok());  // taken already: still a duplicate
+  CHECK(inbox.duplicates() == 2);
+  CHECK(inbox.bytes() == 0);
+}
+
+TEST_CASE("inbox: only the current and next attempt, and at most two steps ahead") {
+  Inbox inbox(1 << 20);
+  inbox.StartAttempt(3, 5);
+  CHECK(inbox.CheckKey(Key(3, 5)).ok());
+  CHECK(inbox.CheckKey(Key(3, 5 + Inbox::kStepsAhead)).ok());
+  CHECK(inbox.CheckKey(Key(4, 0)).ok());  // the next attempt may start early
+  CHECK(inbox.CheckKey(Key(2, 5)).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(inbox.CheckKey(Key(5, 0)).code() == absl::StatusCode::kOutOfRange);
+  CHECK(inbox.CheckKey(Key(3, 6 + Inbox::kStepsAhead)).code() == absl::StatusCode::kOutOfRange);
+  CHECK(inbox.Put(Key(3, 9), Tensor(1)).code() == absl::StatusCode::kOutOfRange);
+  CHECK(inbox.bytes() == 0);
+}
+
+TEST_CASE("inbox: moving on drops what the stage will never take") {
+  Inbox inbox(1 << 20);
+  inbox.StartAttempt(1, 0);
+  REQUIRE(inbox.Put(Key(1, 0), Tensor(10)).ok());
+  REQUIRE(inbox.Put(Key(1, 1), Tensor(20)).ok());
+  REQUIRE(inbox.Put(Key(2, 0), Tensor(40)).ok());
+  inbox.AdvanceTo(1);  // step 0's tensor goes
+  CHECK(inbox.bytes() == 60);
+  REQUIRE(inbox.Put(Key(1, 0, 3), Tensor(5)).ok());  // a step passed: a resend, dropped
+  CHECK(inbox.bytes() == 60);
+  inbox.StartAttempt(2, 0);  // attempt 1's tensors go; attempt 2's stays
+  CHECK(inbox.bytes() == 40);
+  REQUIRE(inbox.Take(Key(2, 0), 0).ok());
+  CHECK(inbox.Take(Key(1, 1), 0).status().code() == absl::StatusCode::kAborted);
+}
+
+TEST_CASE("inbox: a waiting Take ends with the tensor, a new attempt, or closing") {
+  Inbox inbox(1 << 20);
+  inbox.StartAttempt(1, 0);
+  std::thread put([&] { (void)inbox.Put(Key(1, 0), Tensor(8)); });
+  auto t = inbox.Take(Key(1, 0), 60);  // returns as soon as the tensor is filed
+  put.join();
+  REQUIRE(t.ok());
+
+  StatusOr<ReceivedTensor> superseded = absl::UnknownError("not run");
+  std::thread wait([&] { superseded = inbox.Take(Key(1, 1), 60); });
+  inbox.StartAttempt(2, 0);
+  wait.join();
+  CHECK(superseded.status().code() == absl::StatusCode::kAborted);
+
+  StatusOr<ReceivedTensor> closed = absl::UnknownError("not run");
+  std::thread wait2([&] { closed = inbox.Take(Key(2, 0), 60); });
+  inbox.Close("daemon shutting down");
+  wait2.join();
+  CHECK(closed.status().code() == absl::StatusCode::kCancelled);
+  CHECK_THAT(std::string(closed.status().message()), Catch::Contains("daemon shutting down"));
+  CHECK(inbox.Put(Key(2, 0), Tensor(1)).code() == absl::StatusCode::kCancelled);
+}
+
+TEST_CASE("inbox: a full inbox holds a Put back until the stage takes something") {
+  Inbox inbox(100);
+  inbox.StartAttempt(1, 0);
+  REQUIRE(inbox.Put(Key(1, 0, 0), Tensor(80)).ok());
+  Status second = absl::UnknownError("not run");
+  std::thread put([&] { second = inbox.Put(Key(1, 0, 1), Tensor(50)); });
+  REQUIRE(inbox.Take(Key(1, 0, 0), 0).ok());  // frees room: the Put goes through
+  put.join();
+  CHECK(second.ok());
+  CHECK(inbox.bytes() == 50);
+  // A tensor larger than the whole inbox is admitted once the inbox is empty.
+  REQUIRE(inbox.Take(Key(1, 0, 1), 0).ok());
+  CHECK(inbox.Put(Key(1, 0, 2), Tensor(500)).ok());
+}
+
+}  // namespace
+}  // namespace longhaul::daemon

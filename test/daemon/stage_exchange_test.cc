@@ -1,0 +1,175 @@
+// StageExchange (daemon/job/stage_exchange.h) between two stages wired by fake links: what
+// stage 0 sends arrives in stage 1's inbox and decodes to the values sent (exactly with
+// compression off, within q8's bound with a fixed q8), the usage of each link counts what
+// crossed, and a tensor the neighbour refuses ends the sending stage's next wait with the
+// refusal, naming the tensor and the peer, instead of a wait without end.
+#include "daemon/job/stage_exchange.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "test/daemon/fake_link.h"
+
+namespace longhaul::daemon {
+namespace {
+
+constexpr int kB = 2, kT = 4, kC = 8;
+constexpr size_t kAct = size_t{kB} * kT * kC;
+
+// Two stages of one job, alpha (stage 0) -> beta (stage 1), each with its inbox and its
+// sender to the other over a fake link that files what it carries in the other's inbox.
+struct Pair {
+  LinkMonitor monitor{"alpha"};
+  Inbox inbox0{1 << 20}, inbox1{1 << 20};
+  testing::FakeLink link01{"beta"}, link10{"alpha"};
+  std::unique_ptr<LinkSender> to_next, to_prev;
+  std::atomic<bool> stop{false};
+  std::unique_ptr<StageExchange> x0, x1;
+
+  explicit Pair(CompressionMode mode) {
+    auto wire = [](Inbox* inbox) {
+      return [inbox](const transport::WireTensor& t) {
+        ReceivedTensor r;
+        r.from_site = t.header.from_site();
+        r.payload = t.payload;
+        return inbox->Put(KeyOf(t.header), std::move(r));
+      };
+    };
+    link01.OnDeliver(wire(&inbox1));
+    link10.OnDeliver(wire(&inbox0));
+    LinkSenderOptions so;
+    so.site = "alpha";
+    so.peer = "beta";
+    to_next = std::make_unique<LinkSender>(so, &link01, &monitor, spdlog::default_logger());
+    so.site = "beta";
+    so.peer = "alpha";
+    to_prev = std::make_unique<LinkSender>(so, &link10, &monitor, spdlog::default_logger());
+    x0 = Make(mode, 0, &inbox0);
+    x1 = Make(mode, 1, &inbox1);
+  }
+  ~Pair() {
+    stop = true;
+    to_next->Close();
+    to_prev->Close();
+  }
+  std::unique_ptr<StageExchange> Make(CompressionMode mode, int stage, Inbox* inbox) {
+    StageExchangeOptions o;
+    o.site = stage == 0 ? "alpha" : "beta";
+    o.job_id = "j-000001";
+    o.attempt = 1;
+    o.stage = stage;
+    o.num_stages = 2;
+    o.compression = mode;
+    o.codec = "q8";
+    o.monitor = &monitor;
+    o.inbox = inbox;
+    o.heartbeat_seconds = 0.05;
+    o.stop = &stop;
+    if (stage == 0) {
+      o.to_next = to_next.get();
+      o.next_site = "beta";
+    } else {
+      o.to_prev = to_prev.get();
+      o.prev_site = "alpha";
+    }
+    o.host_floats = kAct;
+    auto x = StageExchange::Create(std::move(o));
+    REQUIRE(x.ok());
+    inbox->StartAttempt(1, 0);
+    return std::move(*x);
+  }
+};
+
+std::vector<float> Values() {
+  std::vector<float> v(kAct);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i)) * 3;
+  return v;
+}
+
+TEST_CASE("stage exchange: compression off delivers the exact values, counted per link") {
+  Pair p(CompressionMode::kOff);
+  const std::vector<float> sent = Values();
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_ACTIVATION, 0, 0, sent.data(), kAct,
+                     {kB, kT, kC}, /*adaptive=*/true)
+              .ok());
+  std::vector<float> got(kAct);
+  REQUIRE(p.x1->Receive(v1::TENSOR_KIND_ACTIVATION, 0, 0, got.data(), kAct).ok());
+  CHECK(got == sent);
+  const auto usage = p.x0->Usage(false);
+  REQUIRE(usage.size() == 1);
+  CHECK(usage[0].to_site == "beta");
+  CHECK(usage[0].codec == "fp32");
+  CHECK(usage[0].tensors == 1);
+  CHECK(usage[0].raw_bytes == kAct * sizeof(float));
+  CHECK(usage[0].wire_bytes >= usage[0].raw_bytes);  // the frame's header on top
+  const transport::WireTensor& t = p.link01.delivered().at(0);
+  CHECK(t.header.from_stage() == 0);
+  CHECK(t.header.to_stage() == 1);
+  CHECK(t.header.attempt() == 1);
+}
+
+TEST_CASE("stage exchange: a fixed q8 stays within its bound and shrinks the wire bytes") {
+  Pair p(CompressionMode::kFixed);
+  const std::vector<float> sent = Values();
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_ACTIVATION, 0, 1, sent.data(), kAct,
+                     {kB, kT, kC}, true)
+              .ok());
+  // Not adaptive (the targets travel exact whatever the mode).
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_TARGETS, 0, 1, sent.data(), kB * kT,
+                     {kB, kT}, false)
+              .ok());
+  std::vector<float> got(kAct), targets(kB * kT);
+  REQUIRE(p.x1->Receive(v1::TENSOR_KIND_ACTIVATION, 0, 1, got.data(), kAct).ok());
+  REQUIRE(p.x1->Receive(v1::TENSOR_KIND_TARGETS, 0, 1, targets.data(), kB * kT).ok());
+  for (size_t i = 0; i < kAct; ++i) CHECK(std::fabs(got[i] - sent[i]) <= 3.0f / 127 + 1e-6f);
+  CHECK(std::vector<float>(sent.begin(), sent.begin() + kB * kT) == targets);
+  const auto usage = p.x0->Usage(false);
+  CHECK(usage[0].codec == "q8");
+  CHECK(usage[0].tensors == 2);
+}
+
+TEST_CASE("stage exchange: a size other than expected is refused at the receiver") {
+  Pair p(CompressionMode::kOff);
+  const std::vector<float> sent = Values();
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_ACTIVATION, 0, 0, sent.data(),
+                     kAct - 1, {static_cast<int64_t>(kAct) - 1}, true)
+              .ok());
+  std::vector<float> got(kAct);
+  const Status s = p.x1->Receive(v1::TENSOR_KIND_ACTIVATION, 0, 0, got.data(), kAct);
+  CHECK_FALSE(s.ok());
+}
+
+TEST_CASE("stage exchange: a refused send ends the sender's next wait, naming peer and tensor") {
+  Pair p(CompressionMode::kOff);
+  p.link01.Script({absl::InvalidArgumentError("beta does not expect it")});
+  const std::vector<float> sent = Values();
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_ACTIVATION, 0, 0, sent.data(), kAct,
+                     {kB, kT, kC}, true)
+              .ok());
+  // Stage 0 now waits for the gradient that beta, which never got the activation, will not send.
+  std::vector<float> grad(kAct);
+  const Status s = p.x0->Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, 0, 0, grad.data(), kAct);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("to site 'beta' failed"));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("beta does not expect it"));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("TENSOR_KIND_ACTIVATION"));
+  CHECK(p.x0->SendError() == s);
+}
+
+TEST_CASE("stage exchange: a stopped stage's wait ends") {
+  Pair p(CompressionMode::kOff);
+  p.stop = true;
+  std::vector<float> grad(kAct);
+  CHECK(p.x0->Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, 0, 0, grad.data(), kAct).code() ==
+        absl::StatusCode::kAborted);
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
