@@ -108,7 +108,9 @@ TEST_CASE("stage exchange: compression off delivers the exact values, counted pe
   CHECK(usage[0].tensors == 1);
   CHECK(usage[0].raw_bytes == kAct * sizeof(float));
   CHECK(usage[0].wire_bytes >= usage[0].raw_bytes);  // the frame's header on top
-  const transport::WireTensor& t = p.link01.delivered().at(0);
+  const std::vector<transport::WireTensor> delivered = p.link01.delivered();
+  REQUIRE(delivered.size() == 1);
+  const transport::WireTensor& t = delivered[0];
   CHECK(t.header.from_stage() == 0);
   CHECK(t.header.to_stage() == 1);
   CHECK(t.header.attempt() == 1);
