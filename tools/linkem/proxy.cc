@@ -238,12 +238,17 @@ void Proxy::Pump(std::shared_ptr<Connection> c, bool up) {
         ::shutdown(dst, SHUT_WR);
         break;
       }
-      if (c->dead || !WriteAll(dst, item.second.data(), item.second.size())) {
+      if (c->dead) break;
+      {
+        // Counted as they are handed on, before the write: once the far end has them, so do
+        // the stats (the other order let a reader that saw the bytes arrive see them uncounted).
+        std::lock_guard<std::mutex> lock(mu_);
+        (up ? stats_.bytes_up : stats_.bytes_down) += item.second.size();
+      }
+      if (!WriteAll(dst, item.second.data(), item.second.size())) {
         c->Kill();
         break;
       }
-      std::lock_guard<std::mutex> lock(mu_);
-      (up ? stats_.bytes_up : stats_.bytes_down) += item.second.size();
     }
     ++c->finished;
   });
