@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -30,6 +31,8 @@ class ErrorFeedback {
   void Reset() { residual_.clear(); }
 
   const std::vector<float>& residual() const { return residual_; }
+  // A checkpointed residual (its size is the tensor's; an empty one is a zero residual).
+  void SetResidual(std::vector<float> residual) { residual_ = std::move(residual); }
 
  private:
   const Codec* codec_;

@@ -124,11 +124,9 @@ float FragmentChain::ReduceGradients() {
   return GradNorm(sums);
 }
 
-StatusOr<StepResult> FragmentChain::TrainStep(DataLoader& loader, int microbatches,
-                                              const OptimizerOptions& optimizer, int step,
-                                              int total_steps) {
+StatusOr<double> FragmentChain::AccumulateGradients(DataLoader& loader, int microbatches,
+                                                    float dloss) {
   for (auto& f : fragments_) f->ZeroGrads();
-  const float dloss = 1.0f / (float(options_.batch_size) * options_.seq_len * microbatches);
   double loss_sum = 0.0;
   for (int m = 0; m < microbatches; ++m) {
     loader.Next(inputs_.data(), targets_.data());
@@ -136,13 +134,49 @@ StatusOr<StepResult> FragmentChain::TrainStep(DataLoader& loader, int microbatch
     loss_sum += loss;
     RETURN_IF_ERROR(Backward(dloss));
   }
+  return loss_sum;
+}
+
+void FragmentChain::ApplyStep(const OptimizerOptions& optimizer, float lr, float grad_scale,
+                              int t) {
+  for (auto& f : fragments_) f->Step(optimizer, lr, grad_scale, t);
+}
+
+StatusOr<StepResult> FragmentChain::TrainStep(DataLoader& loader, int microbatches,
+                                              const OptimizerOptions& optimizer, int step,
+                                              int total_steps) {
+  const float dloss = 1.0f / (float(options_.batch_size) * options_.seq_len * microbatches);
+  ASSIGN_OR_RETURN(const double loss_sum, AccumulateGradients(loader, microbatches, dloss));
   StepResult result;
   result.loss = float(loss_sum / microbatches);
   result.grad_norm = ReduceGradients();
   result.lr = LearningRate(optimizer, step, total_steps);
-  const float scale = ClipScale(result.grad_norm, optimizer.grad_clip);
-  for (auto& f : fragments_) f->Step(optimizer, result.lr, scale, step + 1);
+  ApplyStep(optimizer, result.lr, ClipScale(result.grad_norm, optimizer.grad_clip), step + 1);
   return result;
+}
+
+float FragmentChain::GradientNorm() const {
+  std::vector<double> sums;
+  for (const auto& f : fragments_) AddSliceSums(f->GradSliceSums(), &sums);
+  return GradNorm(sums);
+}
+
+void FragmentChain::GetGradients(float* model_grads) const {
+  // wte's combined gradient is the same on the first and the last fragment.
+  for (auto it = fragments_.rbegin(); it != fragments_.rend(); ++it) {
+    const Fragment& f = **it;
+    std::vector<float> g(f.layout().total());
+    f.GetGradients(g.data());
+    f.layout().InsertIntoModel(g.data(), model_grads);
+  }
+}
+
+void FragmentChain::SetGradients(const float* model_grads) {
+  for (auto& f : fragments_) {
+    std::vector<float> g(f->layout().total());
+    f->layout().ExtractFromModel(model_grads, g.data());
+    f->SetGradients(g.data());
+  }
 }
 
 StatusOr<float> FragmentChain::MeanLoss(DataLoader& loader, int batches) {

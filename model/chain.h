@@ -69,12 +69,28 @@ class FragmentChain {
   // Mean loss over `batches` batches from `loader`.
   StatusOr<float> MeanLoss(DataLoader& loader, int batches);
 
+  // TrainStep in pieces, for replicas that combine their gradients before the step
+  // (fleet/local_fleet.h); TrainStep is AccumulateGradients, ReduceGradients, then ApplyStep
+  // with LearningRate and ClipScale, bit for bit.
+  // Zeroes the gradients, then forward and backward `microbatches` batches from `loader` with
+  // `dloss` per position; returns the sum of their mean losses.
+  StatusOr<double> AccumulateGradients(DataLoader& loader, int microbatches, float dloss);
+  // The tied-embedding exchange (what a pipeline sends between its first and last stage
+  // before the step); returns the global gradient norm.
+  float ReduceGradients();
+  // The global gradient norm of the gradients as they are (after ReduceGradients or
+  // SetGradients).
+  float GradientNorm() const;
+  // AdamW on every fragment (t >= 1) with gradients scaled by `grad_scale`.
+  void ApplyStep(const OptimizerOptions& optimizer, float lr, float grad_scale, int t);
+  // The whole model's gradient (after ReduceGradients) as an llm.c-layout array of
+  // NumParameters(config) floats, and its replacement from one (wte's tied parts included).
+  void GetGradients(float* model_grads) const;
+  void SetGradients(const float* model_grads);
+
  private:
   FragmentChain(const GPT2Config& config, const ChainOptions& options)
       : config_(config), options_(options) {}
-  // The tied-embedding exchange and global grad norm: what a pipeline sends between
-  // stages before its step.
-  float ReduceGradients();
 
   GPT2Config config_;
   ChainOptions options_;

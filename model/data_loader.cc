@@ -11,8 +11,12 @@
 namespace longhaul::model {
 
 std::string DataLoaderState::Serialize() const {
-  return absl::StrCat("dataloader v1 seed=", seed, " windows=", num_windows, " seq_len=", seq_len,
-                      " shuffle=", shuffle ? 1 : 0, " position=", position);
+  std::string text =
+      absl::StrCat("dataloader v1 seed=", seed, " windows=", num_windows, " seq_len=", seq_len,
+                   " shuffle=", shuffle ? 1 : 0, " position=", position);
+  // Unsharded states keep the line they always had (older checkpoints read the same).
+  if (shards > 1) absl::StrAppend(&text, " shard=", shard, "/", shards, " block=", shard_block);
+  return text;
 }
 
 StatusOr<DataLoaderState> DataLoaderState::Parse(const std::string& text) {
@@ -24,10 +28,27 @@ StatusOr<DataLoaderState> DataLoaderState::Parse(const std::string& text) {
                             "dataloader v1 seed=%" SCNu64 " windows=%" SCNd64
                             " seq_len=%d shuffle=%d position=%" SCNd64 "%n",
                             &seed, &windows, &seq_len, &shuffle, &position, &consumed);
-  if (n != 5 || (consumed != int(text.size()) && text.substr(consumed) != "\n") || windows <= 0 ||
-      seq_len <= 0 || position < 0 || (shuffle != 0 && shuffle != 1)) {
+  auto malformed = [&] {
     return absl::InvalidArgumentError(absl::StrCat("malformed data loader state '", text, "'"));
+  };
+  if (n != 5) return malformed();
+  std::string rest = text.substr(size_t(consumed));
+  if (!rest.empty() && rest.back() == '\n') rest.pop_back();
+  int shard = 0, shards = 1, used = 0;
+  int64_t block = 1;
+  if (!rest.empty()) {
+    if (std::sscanf(rest.c_str(), " shard=%d/%d block=%" SCNd64 "%n", &shard, &shards, &block,
+                    &used) != 3 ||
+        used != int(rest.size()) || shards < 2 || shard < 0 || shard >= shards || block <= 0) {
+      return malformed();
+    }
   }
+  if (windows <= 0 || seq_len <= 0 || position < 0 || (shuffle != 0 && shuffle != 1)) {
+    return malformed();
+  }
+  s.shards = shards;
+  s.shard = shard;
+  s.shard_block = block;
   s.seed = seed;
   s.num_windows = windows;
   s.seq_len = seq_len;
@@ -46,6 +67,12 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const T
   if (options.batch_size <= 0 || options.seq_len <= 0) {
     return absl::InvalidArgumentError("data loader: batch size and sequence length must be > 0");
   }
+  if (options.shards < 1 || options.shard < 0 || options.shard >= options.shards ||
+      options.shard_block < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("data loader: shard ", options.shard, " of ",
+                                                   options.shards, " (block ", options.shard_block,
+                                                   " windows) is not a shard"));
+  }
   if (int64_t(data->tokens.size()) < int64_t(options.seq_len) + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data '", data->source, "' has ", data->tokens.size(), " tokens; a sequence length of ",
@@ -54,7 +81,12 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const T
   return std::unique_ptr<DataLoader>(new DataLoader(std::move(data), options));
 }
 
-int64_t DataLoader::WindowAt(int64_t position) {
+int64_t DataLoader::WindowAt(int64_t local) {
+  const int64_t block = options_.shard_block;
+  const int64_t position =
+      options_.shards == 1
+          ? local
+          : (local / block * options_.shards + options_.shard) * block + local % block;
   const int64_t epoch = position / num_windows_;
   const int64_t index = position % num_windows_;
   if (!options_.shuffle) return index;
@@ -91,15 +123,21 @@ DataLoaderState DataLoader::state() const {
   s.seq_len = options_.seq_len;
   s.shuffle = options_.shuffle;
   s.position = position_;
+  if (options_.shards > 1) {
+    s.shards = options_.shards;
+    s.shard = options_.shard;
+    s.shard_block = options_.shard_block;
+  }
   return s;
 }
 
 Status DataLoader::Restore(const DataLoaderState& s) {
   if (s.seed != options_.seed || s.num_windows != num_windows_ || s.seq_len != options_.seq_len ||
-      s.shuffle != options_.shuffle) {
+      s.shuffle != options_.shuffle || s.shards != options_.shards || s.shard != options_.shard ||
+      (s.shards > 1 && s.shard_block != options_.shard_block)) {
     return absl::InvalidArgumentError(
         absl::StrCat("data loader state (", s.Serialize(), ") does not match this loader (",
-                     state().Serialize(), "): different data, seed or sequence length"));
+                     state().Serialize(), "): different data, seed, sequence length or shard"));
   }
   position_ = s.position;
   return absl::OkStatus();

@@ -5,6 +5,12 @@
 // windows in a permutation drawn from (seed, e) by Fisher-Yates over mt19937_64; without it
 // they come in file order. The whole state is one counter (windows handed out so far), so
 // saving and restoring it resumes the exact sequence of batches.
+//
+// Shards (pipeline replicas, each reading its own part of the data): with S shards of block
+// K windows, shard r's position p reads the global position (p / K * S + r) * K + p % K of
+// that same sequence, so the S shards together read, block after block, exactly what one
+// unsharded loader reads; with K = a step's windows per replica, one step of the S replicas
+// covers one step of a single pipeline with S times the batch.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,9 @@ struct DataLoaderOptions {
   int seq_len = 1;     // T; REQUIRES: > 0
   uint64_t seed = 0;
   bool shuffle = true;
+  int shards = 1;           // S; REQUIRES: > 0
+  int shard = 0;            // r; REQUIRES: 0 <= r < S
+  int64_t shard_block = 1;  // K windows; REQUIRES: > 0
 };
 
 // Where a loader stands. Serialized as one text line so checkpoints can carry it.
@@ -31,6 +40,8 @@ struct DataLoaderState {
   int seq_len = 0;
   bool shuffle = true;
   int64_t position = 0;  // windows handed out since the start
+  int shards = 1, shard = 0;
+  int64_t shard_block = 1;
 
   std::string Serialize() const;
   static StatusOr<DataLoaderState> Parse(const std::string& text);
@@ -56,7 +67,8 @@ class DataLoader {
 
  private:
   DataLoader(std::shared_ptr<const TokenData> data, const DataLoaderOptions& options);
-  int64_t WindowAt(int64_t position);
+  // The window of this loader's `local`-th position (sharding applied).
+  int64_t WindowAt(int64_t local);
 
   std::shared_ptr<const TokenData> data_;
   DataLoaderOptions options_;

@@ -83,6 +83,51 @@ TEST_CASE("a restored loader continues exactly", "[data]") {
   CHECK(!DataLoaderState::Parse(saved + " junk").ok());
 }
 
+TEST_CASE("shards read, block after block, what one loader reads", "[data]") {
+  // 3 shards of blocks of 4 windows (2 batches of 2): a step of 3 replicas with 2 microbatches
+  // each covers a step of one pipeline with 6.
+  const DataLoaderOptions whole{.batch_size = 2, .seq_len = 4, .seed = 9, .shuffle = true};
+  auto one = DataLoader::Create(Counting(161), whole);  // 40 windows: crosses epochs
+  REQUIRE(one.ok());
+  std::vector<std::unique_ptr<DataLoader>> shards;
+  for (int r = 0; r < 3; ++r) {
+    DataLoaderOptions o = whole;
+    o.shards = 3;
+    o.shard = r;
+    o.shard_block = 4;
+    auto l = DataLoader::Create(Counting(161), o);
+    REQUIRE(l.ok());
+    shards.push_back(std::move(*l));
+  }
+  for (int step = 0; step < 12; ++step) {
+    std::vector<int32_t> expected = Batches(**one, 6, 8), got;
+    for (auto& shard : shards) {
+      const std::vector<int32_t> part = Batches(*shard, 2, 8);
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    INFO("step " << step);
+    CHECK(got == expected);
+  }
+  // A shard's state names it: it resumes only as the same shard.
+  const std::string saved = shards[1]->state().Serialize();
+  CHECK(saved.find(" shard=1/3 block=4") != std::string::npos);
+  auto state = DataLoaderState::Parse(saved);
+  REQUIRE(state.ok());
+  CHECK(state->shard == 1);
+  CHECK(state->shards == 3);
+  CHECK(state->shard_block == 4);
+  CHECK(shards[1]->Restore(*state).ok());
+  CHECK(!shards[2]->Restore(*state).ok());
+  CHECK(!(*one)->Restore(*state).ok());
+  CHECK(!DataLoaderState::Parse((*one)->state().Serialize() + " shard=3/3 block=4").ok());
+  CHECK(!DataLoaderState::Parse((*one)->state().Serialize() + " shard=0/3 block=0").ok());
+  CHECK((*one)->state().Serialize().find("shard") == std::string::npos);  // the old line
+  DataLoaderOptions bad = whole;
+  bad.shards = 2;
+  bad.shard = 2;
+  CHECK(!DataLoader::Create(Counting(161), bad).ok());
+}
+
 TEST_CASE("data shorter than one sequence is an error", "[data]") {
   const DataLoaderOptions o{.batch_size = 1, .seq_len = 8, .seed = 0, .shuffle = true};
   auto loader = DataLoader::Create(Counting(8), o);

@@ -28,7 +28,7 @@ struct ProxyOptions {
 struct ProxyStats {
   uint64_t connections = 0;  // accepted so far
   uint64_t open = 0;         // open now
-  uint64_t bytes_up = 0;  // handed on to the far side, per direction
+  uint64_t bytes_up = 0;     // handed on to the far side, per direction
   uint64_t bytes_down = 0;
   uint64_t drops = 0;  // connections cut by DropConnections()
 };

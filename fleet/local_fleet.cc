@@ -1,0 +1,171 @@
+// Replicas of one model in one process, synced in step or local mode (see local_fleet.h).
+#include "fleet/local_fleet.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/layout.h"
+
+namespace longhaul::fleet {
+
+StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
+    const model::GPT2Config& config, std::shared_ptr<const model::TokenData> train,
+    const LocalFleetOptions& options, const std::vector<kernels::Ops*>& ops) {
+  if (options.replicas < 1 || static_cast<int>(ops.size()) != options.replicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fleet: ", options.replicas, " replicas on ", ops.size(), " backends"));
+  }
+  if (options.microbatches < 1) {
+    return absl::InvalidArgumentError("fleet: microbatches per step must be >= 1");
+  }
+  RETURN_IF_ERROR(ValidateSyncOptions(options.sync));
+  std::unique_ptr<LocalFleet> fleet(new LocalFleet(config, options));
+  const model::ParameterLayout layout(config);
+  for (int i = 0; i < model::kNumTensors; ++i) {
+    const auto t = static_cast<model::Tensor>(i);
+    if (!model::IsPerLayer(t)) {
+      fleet->slices_.emplace_back(layout.offset(t), layout.size(t));
+      continue;
+    }
+    for (int l = 0; l < config.num_layers; ++l) {
+      fleet->slices_.emplace_back(layout.offset(t, l), layout.slice_size(t));
+    }
+  }
+  for (int r = 0; r < options.replicas; ++r) {
+    Replica rep;
+    model::ChainOptions co;
+    co.fragments = options.fragments;
+    co.batch_size = options.batch_size;
+    co.seq_len = options.seq_len;
+    ASSIGN_OR_RETURN(rep.chain, model::FragmentChain::Create(config, co, ops[r]));
+    model::DataLoaderOptions lo;
+    lo.batch_size = options.batch_size;
+    lo.seq_len = options.seq_len;
+    lo.seed = options.seed;
+    lo.shards = options.replicas;
+    lo.shard = r;
+    lo.shard_block = static_cast<int64_t>(options.batch_size) * options.microbatches;
+    ASSIGN_OR_RETURN(rep.loader, model::DataLoader::Create(train, lo));
+    for (size_t k = 0; k < fleet->slices_.size(); ++k) {
+      ASSIGN_OR_RETURN(auto encoder, ContributionEncoder::Create(options.sync.codec));
+      rep.encoders.push_back(std::move(encoder));
+    }
+    fleet->replicas_.push_back(std::move(rep));
+  }
+  return fleet;
+}
+
+void LocalFleet::InitParameters(uint64_t seed) {
+  for (Replica& r : replicas_) r.chain->InitParameters(seed);
+  std::vector<float> params(static_cast<size_t>(model::NumParameters(config_)));
+  replicas_[0].chain->StoreIntoModel(params.data());
+  outer_.Reset(params);
+}
+
+StatusOr<FleetStepResult> LocalFleet::TrainStep(const model::OptimizerOptions& optimizer, int step,
+                                                int total_steps) {
+  traffic_.tokens += static_cast<uint64_t>(options_.batch_size) * options_.seq_len *
+                     options_.microbatches * replicas_.size();
+  return options_.sync.mode == SyncMode::kStep ? StepMode(optimizer, step, total_steps)
+                                               : LocalMode(optimizer, step, total_steps);
+}
+
+Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions, float weight,
+                          uint64_t seed, std::vector<float>* sum) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n = replicas_.size();
+  const std::vector<float> weights(n, weight);
+  sum->resize(contributions[0].size());
+  std::vector<std::vector<uint8_t>> frames(n);
+  for (size_t k = 0; k < slices_.size(); ++k) {
+    const auto [offset, size] = slices_[k];
+    for (size_t r = 0; r < n; ++r) {
+      const std::span<const float> part(contributions[r].data() + offset, size);
+      RETURN_IF_ERROR(
+          replicas_[r].encoders[k]->Encode(part, (seed * slices_.size() + k) * n + r, &frames[r]));
+      traffic_.wire_bytes += frames[r].size() * (n - 1);
+      traffic_.raw_bytes += size * sizeof(float) * (n - 1);
+    }
+    std::vector<std::span<const uint8_t>> views(frames.begin(), frames.end());
+    RETURN_IF_ERROR(SumContributions(views, weights, std::span<float>(sum->data() + offset, size)));
+  }
+  ++traffic_.syncs;
+  traffic_.codec_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return absl::OkStatus();
+}
+
+StatusOr<FleetStepResult> LocalFleet::StepMode(const model::OptimizerOptions& optimizer, int step,
+                                               int total_steps) {
+  const size_t n = replicas_.size();
+  const int M = options_.microbatches;
+  // Each replica's share of the union batch's mean: its microbatches are M of the N M.
+  const float dloss = 1.0f / (float(options_.batch_size) * options_.seq_len * float(M) * float(n));
+  const size_t P = static_cast<size_t>(model::NumParameters(config_));
+  std::vector<std::vector<float>> grads(n, std::vector<float>(P));
+  double loss_sum = 0;
+  for (size_t r = 0; r < n; ++r) {
+    model::FragmentChain& chain = *replicas_[r].chain;
+    ASSIGN_OR_RETURN(const double sum, chain.AccumulateGradients(*replicas_[r].loader, M, dloss));
+    loss_sum += sum;
+    chain.ReduceGradients();  // the tied embedding's parts, inside the replica
+    chain.GetGradients(grads[r].data());
+  }
+  std::vector<float> total;
+  RETURN_IF_ERROR(Reduce(grads, 1.0f, static_cast<uint64_t>(step), &total));
+  const float lr = model::LearningRate(optimizer, step, total_steps);
+  for (Replica& r : replicas_) {
+    r.chain->SetGradients(total.data());
+    const float scale = model::ClipScale(r.chain->GradientNorm(), optimizer.grad_clip);
+    r.chain->ApplyStep(optimizer, lr, scale, step + 1);
+  }
+  FleetStepResult result;
+  result.loss = static_cast<float>(loss_sum / (double(M) * double(n)));
+  result.synced = true;
+  return result;
+}
+
+StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& optimizer, int step,
+                                                int total_steps) {
+  const size_t n = replicas_.size();
+  double loss_sum = 0;
+  for (Replica& r : replicas_) {
+    ASSIGN_OR_RETURN(const model::StepResult s, r.chain->TrainStep(*r.loader, options_.microbatches,
+                                                                   optimizer, step, total_steps));
+    loss_sum += s.loss;
+  }
+  FleetStepResult result;
+  result.loss = static_cast<float>(loss_sum / double(n));
+  const int done = step + 1;
+  if (done % options_.sync.every != 0 && done != total_steps) return result;
+  // Every replica trained the same tokens since the last sync: equal weights.
+  const size_t P = outer_.size();
+  std::vector<std::vector<float>> deltas(n, std::vector<float>(P));
+  std::vector<float> params(P);
+  for (size_t r = 0; r < n; ++r) {
+    replicas_[r].chain->StoreIntoModel(params.data());
+    outer_.PseudoGradient(params, deltas[r]);
+  }
+  std::vector<float> mean;
+  RETURN_IF_ERROR(Reduce(deltas, 1.0f / static_cast<float>(n), static_cast<uint64_t>(step), &mean));
+  outer_.Step(options_.sync.outer, mean);
+  for (Replica& r : replicas_) r.chain->LoadFromModel(outer_.anchor().data());
+  result.synced = true;
+  return result;
+}
+
+float LocalFleet::MaxDivergence() const {
+  const size_t P = static_cast<size_t>(model::NumParameters(config_));
+  std::vector<float> first(P), other(P);
+  replicas_[0].chain->StoreIntoModel(first.data());
+  float worst = 0;
+  for (size_t r = 1; r < replicas_.size(); ++r) {
+    replicas_[r].chain->StoreIntoModel(other.data());
+    for (size_t i = 0; i < P; ++i) worst = std::max(worst, std::fabs(other[i] - first[i]));
+  }
+  return worst;
+}
+
+}  // namespace longhaul::fleet

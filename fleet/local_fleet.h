@@ -1,0 +1,111 @@
+// N pipeline replicas of one model trained in one process and kept in sync the way a job's
+// sync groups keep them over the network (sync_options.h, sync_reduce.h, outer_optimizer.h):
+// the single-process stand-in for a fleet, as model::FragmentChain is for one pipeline. The
+// convergence study of replicated training runs on it, and it is the oracle the daemon's
+// replicated jobs are tested against.
+//
+// Replica r is a FragmentChain on its own backend reading shard r of the data (data_loader.h:
+// blocks of one step's windows), so a step of the N replicas reads what one pipeline with N
+// times the microbatches would. Each sync encodes, per replica and parameter slice (each
+// whole non-layer tensor and each layer's slice of a per-layer tensor, layout.h), one frame
+// with that replica's ContributionEncoder for the slice (error feedback per sender and
+// tensor; a sparsifier keeps its fraction of every slice, not of the model), and sums the
+// decoded frames in replica order; the traffic counts the bytes an all-gather of those
+// frames puts on the links (every frame to every other replica).
+//
+//   step:  gradients (each replica's with dloss 1 / (B T M N)) summed before one clipped
+//          AdamW step that every replica takes identically: one model, the union batch.
+//   local: each replica takes ordinary steps (its own clipping and AdamW state); after every
+//          `every`-th step and the last, the token-weighted mean pseudo-gradient goes through
+//          the outer step and every replica continues from the new anchor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "fleet/outer_optimizer.h"
+#include "fleet/sync_options.h"
+#include "fleet/sync_reduce.h"
+#include "kernels/ops.h"
+#include "model/chain.h"
+#include "model/config.h"
+#include "model/data_loader.h"
+#include "model/optimizer.h"
+#include "model/token_data.h"
+
+namespace longhaul::fleet {
+
+struct LocalFleetOptions {
+  int replicas = 1;      // N
+  int fragments = 1;     // K per replica (the result does not depend on it)
+  int batch_size = 1;    // B: sequences per microbatch
+  int seq_len = 1;       // T
+  int microbatches = 1;  // M per replica and step
+  uint64_t seed = 0;     // the data order (every shard of the same permutation)
+  SyncOptions sync;      // with a fixed codec
+};
+
+struct FleetStepResult {
+  float loss = 0;  // mean over every replica's microbatches
+  bool synced = false;
+};
+
+// What the syncs put on the links so far.
+struct FleetTraffic {
+  uint64_t syncs = 0;
+  uint64_t wire_bytes = 0;  // sum over frames of frame bytes x (N - 1) receivers
+  uint64_t raw_bytes = 0;   // the same count for fp32 values (4 bytes each, no header)
+  uint64_t tokens = 0;      // trained by all replicas together
+  double codec_seconds = 0;
+};
+
+class LocalFleet {
+ public:
+  // `ops`: one backend per replica (N), outliving the fleet.
+  static StatusOr<std::unique_ptr<LocalFleet>> Create(const model::GPT2Config& config,
+                                                      std::shared_ptr<const model::TokenData> train,
+                                                      const LocalFleetOptions& options,
+                                                      const std::vector<kernels::Ops*>& ops);
+
+  // The same initial parameters on every replica (and as the first anchor).
+  void InitParameters(uint64_t seed);
+  // One step of every replica; `step` is 0-based.
+  StatusOr<FleetStepResult> TrainStep(const model::OptimizerOptions& optimizer, int step,
+                                      int total_steps);
+
+  int size() const { return static_cast<int>(replicas_.size()); }
+  model::FragmentChain& replica(int r) { return *replicas_[r].chain; }
+  const FleetTraffic& traffic() const { return traffic_; }
+  // The largest |difference| between any replica's parameters and replica 0's (0 after a
+  // sync, and always in step mode).
+  float MaxDivergence() const;
+
+ private:
+  struct Replica {
+    std::unique_ptr<model::FragmentChain> chain;
+    std::unique_ptr<model::DataLoader> loader;
+    std::vector<std::unique_ptr<ContributionEncoder>> encoders;  // one per slice
+  };
+  LocalFleet(const model::GPT2Config& config, const LocalFleetOptions& options)
+      : config_(config), options_(options) {}
+  StatusOr<FleetStepResult> StepMode(const model::OptimizerOptions& optimizer, int step,
+                                     int total_steps);
+  StatusOr<FleetStepResult> LocalMode(const model::OptimizerOptions& optimizer, int step,
+                                      int total_steps);
+  // Encodes each replica's `contributions[r]`, sums the decoded frames with `weight` each into
+  // *sum, and counts the traffic.
+  Status Reduce(const std::vector<std::vector<float>>& contributions, float weight, uint64_t seed,
+                std::vector<float>* sum);
+
+  model::GPT2Config config_;
+  LocalFleetOptions options_;
+  std::vector<Replica> replicas_;
+  std::vector<std::pair<size_t, size_t>> slices_;  // (offset, size) in the llm.c array
+  OuterOptimizer outer_;
+  FleetTraffic traffic_;
+};
+
+}  // namespace longhaul::fleet

@@ -1,0 +1,50 @@
+// The DiLoCo outer step (see outer_optimizer.h).
+#include "fleet/outer_optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace longhaul::fleet {
+
+Status ValidateOuterOptions(const OuterOptions& o) {
+  if (!std::isfinite(o.lr) || o.lr <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sync.outer.lr must be > 0, not ", o.lr));
+  }
+  if (!std::isfinite(o.momentum) || o.momentum < 0 || o.momentum >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.outer.momentum must be in [0, 1), not ", o.momentum));
+  }
+  return absl::OkStatus();
+}
+
+void OuterOptimizer::Reset(std::span<const float> params) {
+  anchor_.assign(params.begin(), params.end());
+  momentum_.assign(params.size(), 0.0f);
+}
+
+Status OuterOptimizer::Restore(std::vector<float> anchor, std::vector<float> momentum) {
+  if (anchor.empty() || anchor.size() != momentum.size()) {
+    return absl::DataLossError(absl::StrCat("outer optimizer state: anchor of ", anchor.size(),
+                                            " values, momentum of ", momentum.size()));
+  }
+  anchor_ = std::move(anchor);
+  momentum_ = std::move(momentum);
+  return absl::OkStatus();
+}
+
+void OuterOptimizer::PseudoGradient(std::span<const float> params, std::span<float> out) const {
+  for (size_t i = 0; i < anchor_.size(); ++i) out[i] = anchor_[i] - params[i];
+}
+
+void OuterOptimizer::Step(const OuterOptions& o, std::span<const float> delta) {
+  const float mu = o.momentum;
+  for (size_t i = 0; i < anchor_.size(); ++i) {
+    const float buf = mu * momentum_[i] + delta[i];
+    momentum_[i] = buf;
+    const float update = o.nesterov ? delta[i] + mu * buf : buf;
+    anchor_[i] -= o.lr * update;
+  }
+}
+
+}  // namespace longhaul::fleet

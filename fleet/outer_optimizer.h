@@ -1,0 +1,54 @@
+// The outer optimizer of local-step data parallelism across pipeline replicas (DiLoCo,
+// Douillard et al. 2023): every replica trains `every` inner steps with its own AdamW, then
+// the group averages the replicas' pseudo-gradients (the parameters at the last outer step,
+// the anchor, minus the parameters now) and takes one SGD step with Nesterov momentum from
+// the anchor:
+//
+//   buf    = momentum * buf + delta
+//   update = nesterov ? delta + momentum * buf : buf
+//   anchor = anchor - lr * update            (every replica continues from the new anchor)
+//
+// which is PyTorch's SGD(nesterov=True) applied to the pseudo-gradient. With lr 1 and no
+// momentum the new anchor is the plain average of the replicas. Every member of a sync group
+// holds one OuterOptimizer over the same tensor and feeds it the same delta, so the anchors
+// stay bit-identical on every site. Its state (anchor and buf) is checkpointed with the stage.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+
+namespace longhaul::fleet {
+
+struct OuterOptions {
+  float lr = 0.7f;        // DiLoCo's outer learning rate
+  float momentum = 0.9f;  // in [0, 1)
+  bool nesterov = true;
+};
+
+// Ranges: lr finite and > 0, momentum in [0, 1); messages name the field.
+Status ValidateOuterOptions(const OuterOptions& options);
+
+class OuterOptimizer {
+ public:
+  // Starts from `params` as the anchor, with no momentum.
+  void Reset(std::span<const float> params);
+  // A checkpointed state; fails (naming the sizes) unless both have the same, non-zero size.
+  Status Restore(std::vector<float> anchor, std::vector<float> momentum);
+
+  // This replica's pseudo-gradient, anchor - params, into `out`.
+  // REQUIRES: params.size() == out.size() == size().
+  void PseudoGradient(std::span<const float> params, std::span<float> out) const;
+  // The outer step with the group's mean pseudo-gradient. REQUIRES: delta.size() == size().
+  void Step(const OuterOptions& options, std::span<const float> delta);
+
+  size_t size() const { return anchor_.size(); }
+  const std::vector<float>& anchor() const { return anchor_; }
+  const std::vector<float>& momentum() const { return momentum_; }
+
+ private:
+  std::vector<float> anchor_, momentum_;
+};
+
+}  // namespace longhaul::fleet

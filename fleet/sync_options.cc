@@ -1,0 +1,39 @@
+// Parsing and validating the sync options (see sync_options.h).
+#include "fleet/sync_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace longhaul::fleet {
+
+const char* SyncModeName(SyncMode mode) { return mode == SyncMode::kStep ? "step" : "local"; }
+
+StatusOr<SyncMode> ParseSyncMode(std::string_view text) {
+  if (text == "step") return SyncMode::kStep;
+  if (text == "local") return SyncMode::kLocal;
+  return absl::InvalidArgumentError(
+      absl::StrCat("sync.mode must be step or local, not '", std::string(text), "'"));
+}
+
+StatusOr<compression::CodecSpec> FixedSyncCodec(std::string_view codec) {
+  if (codec == "exact") return compression::ParseCodecSpec("fp32");
+  if (codec == "adaptive") {
+    return absl::InvalidArgumentError("sync codec 'adaptive' is chosen at run time, not fixed");
+  }
+  auto spec = compression::ParseCodecSpec(codec);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sync.codec '", std::string(codec),
+                                                   "': ", std::string(spec.status().message())));
+  }
+  return spec;
+}
+
+Status ValidateSyncOptions(const SyncOptions& o) {
+  if (o.every < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("sync.every must be >= 1, not ", o.every));
+  }
+  RETURN_IF_ERROR(ValidateOuterOptions(o.outer));
+  if (o.codec != "adaptive") RETURN_IF_ERROR(FixedSyncCodec(o.codec).status());
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::fleet

@@ -1,0 +1,63 @@
+// Contributions encoded with error feedback and summed in member order (see sync_reduce.h).
+#include "fleet/sync_reduce.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "compression/frame.h"
+#include "fleet/sync_options.h"
+
+namespace longhaul::fleet {
+
+StatusOr<std::unique_ptr<ContributionEncoder>> ContributionEncoder::Create(std::string_view codec) {
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, FixedSyncCodec(codec));
+  ASSIGN_OR_RETURN(auto c, compression::MakeCodec(spec));
+  return std::unique_ptr<ContributionEncoder>(new ContributionEncoder(std::move(c)));
+}
+
+Status ContributionEncoder::Encode(std::span<const float> values, uint64_t seed,
+                                   std::vector<uint8_t>* frame) {
+  const int64_t shape[1] = {static_cast<int64_t>(values.size())};
+  compression::EncodeOptions options;
+  options.seed = seed;
+  return feedback_.EncodeFrame(values, shape, options, frame);
+}
+
+Status ContributionEncoder::RestoreResidual(std::vector<float> residual, size_t n) {
+  if (!residual.empty() && residual.size() != n) {
+    return absl::DataLossError(
+        absl::StrCat("sync residual of ", residual.size(), " values for a tensor of ", n));
+  }
+  feedback_.SetResidual(std::move(residual));
+  return absl::OkStatus();
+}
+
+Status SumContributions(const std::vector<std::span<const uint8_t>>& frames,
+                        std::span<const float> weights, std::span<float> out) {
+  if (frames.size() != weights.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync: ", frames.size(), " contributions and ", weights.size(), " weights"));
+  }
+  std::fill(out.begin(), out.end(), 0.0f);
+  compression::FrameLimits limits;
+  limits.max_elements = std::max<uint64_t>(out.size(), 1);
+  std::vector<float> decoded(out.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto header = compression::ParseFrameHeader(frames[i], limits);
+    if (!header.ok()) {
+      return Annotate(header.status(), absl::StrCat("sync contribution of member ", i));
+    }
+    if (header->element_count != out.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("sync contribution of member ", i, " has ",
+                                                     header->element_count, " values, the tensor ",
+                                                     out.size()));
+    }
+    RETURN_IF_ERROR(Annotate(compression::DecodeFrameValues(*header, frames[i], decoded),
+                             absl::StrCat("sync contribution of member ", i)));
+    const float w = weights[i];
+    for (size_t j = 0; j < out.size(); ++j) out[j] += w * decoded[j];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::fleet

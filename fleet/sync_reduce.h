@@ -1,0 +1,51 @@
+// One tensor reduced over the members of a sync group (the pipeline replicas' stages that hold
+// the same layers): each member encodes its contribution (a gradient, or a pseudo-gradient)
+// into a frame (compression/frame.h) with error feedback, every frame goes to every other
+// member, and every member sums the decoded frames, its own included, in member order with the
+// same weights. Every member thus computes the same bits from the same bytes: replicas that
+// start identical stay identical whatever the codec drops, and what it drops is carried in the
+// sender's residual into its next contribution (Stich et al.; SparseLoCo keeps one per
+// replica and tensor the same way).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "compression/codec.h"
+#include "compression/error_feedback.h"
+
+namespace longhaul::fleet {
+
+class ContributionEncoder {
+ public:
+  // A fixed sync codec (sync_options.h: "exact", "q4", "topk:0.01+q4", ...).
+  static StatusOr<std::unique_ptr<ContributionEncoder>> Create(std::string_view codec);
+
+  // Encodes `values` plus the carried residual as a frame of shape {n} into *frame; the
+  // residual becomes what the frame does not carry (always zero for a lossless codec).
+  // `seed` varies stochastic rounding between sends (the step, say).
+  Status Encode(std::span<const float> values, uint64_t seed, std::vector<uint8_t>* frame);
+
+  const compression::CodecSpec& spec() const { return codec_->spec(); }
+  const std::vector<float>& residual() const { return feedback_.residual(); }
+  // A checkpointed residual of a tensor of `n` values (empty: none carried).
+  Status RestoreResidual(std::vector<float> residual, size_t n);
+
+ private:
+  explicit ContributionEncoder(std::unique_ptr<compression::Codec> codec)
+      : codec_(std::move(codec)), feedback_(codec_.get()) {}
+  std::unique_ptr<compression::Codec> codec_;
+  compression::ErrorFeedback feedback_;
+};
+
+// out = sum over i of weights[i] * decode(frames[i]), the terms added in index (member) order
+// starting from zero. Every frame must decode (checksum, header, codec) to exactly out.size()
+// values; errors name the member and the sizes. REQUIRES: frames.size() == weights.size().
+Status SumContributions(const std::vector<std::span<const uint8_t>>& frames,
+                        std::span<const float> weights, std::span<float> out);
+
+}  // namespace longhaul::fleet

@@ -1,0 +1,193 @@
+// The in-process fleet (fleet/local_fleet.h): one replica in step mode is plain training bit
+// for bit; N replicas in step mode with the exact codec are one pipeline training the union
+// batch (the first step bit for bit, then within float rounding, since the gradient sum is
+// associated per replica), whatever each replica's fragment count; local mode keeps the
+// replicas apart between syncs and identical after each, with a lossy codec's bytes.
+#include "fleet/local_fleet.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "model/corpus.h"
+
+namespace longhaul::fleet {
+namespace {
+
+constexpr int kB = 2, kT = 16, kM = 2;
+
+model::GPT2Config Config() { return model::MakeConfig(2, 32, 4, 256, kT); }
+
+std::shared_ptr<const model::TokenData> Data() {
+  static const auto data = std::make_shared<const model::TokenData>(
+      model::TokensFromText(model::BuiltinCorpus(1, 40000), "builtin"));
+  return data;
+}
+
+model::OptimizerOptions Optimizer() {
+  model::OptimizerOptions o;
+  o.lr = 3e-3f;
+  o.warmup_steps = 2;
+  o.weight_decay = 0.1f;
+  return o;
+}
+
+struct Fleet {
+  std::vector<std::unique_ptr<kernels::Ops>> ops;
+  std::unique_ptr<LocalFleet> fleet;
+};
+
+Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1) {
+  Fleet f;
+  std::vector<kernels::Ops*> raw;
+  for (int r = 0; r < replicas; ++r) {
+    auto ops = kernels::MakeOps("cpu", 1);
+    REQUIRE(ops.ok());
+    raw.push_back(ops->get());
+    f.ops.push_back(std::move(*ops));
+  }
+  LocalFleetOptions o;
+  o.replicas = replicas;
+  o.fragments = fragments;
+  o.batch_size = kB;
+  o.seq_len = kT;
+  o.microbatches = kM;
+  o.seed = 3;
+  o.sync = sync;
+  auto fleet = LocalFleet::Create(Config(), Data(), o, raw);
+  INFO(fleet.status().ToString());
+  REQUIRE(fleet.ok());
+  f.fleet = std::move(*fleet);
+  f.fleet->InitParameters(11);
+  return f;
+}
+
+// One pipeline (one chain) with `microbatches` per step on the unsharded data.
+struct Plain {
+  std::unique_ptr<kernels::Ops> ops;
+  std::unique_ptr<model::FragmentChain> chain;
+  std::unique_ptr<model::DataLoader> loader;
+};
+
+Plain MakePlain() {
+  Plain p;
+  p.ops = std::move(*kernels::MakeOps("cpu", 1));
+  model::ChainOptions co;
+  co.batch_size = kB;
+  co.seq_len = kT;
+  p.chain = std::move(*model::FragmentChain::Create(Config(), co, p.ops.get()));
+  p.chain->InitParameters(11);
+  model::DataLoaderOptions lo{.batch_size = kB, .seq_len = kT, .seed = 3, .shuffle = true};
+  p.loader = std::move(*model::DataLoader::Create(Data(), lo));
+  return p;
+}
+
+std::vector<float> Params(model::FragmentChain& chain) {
+  std::vector<float> p(static_cast<size_t>(model::NumParameters(chain.config())));
+  chain.StoreIntoModel(p.data());
+  return p;
+}
+
+SyncOptions Step(const std::string& codec = "exact") {
+  SyncOptions s;
+  s.mode = SyncMode::kStep;
+  s.codec = codec;
+  return s;
+}
+
+TEST_CASE("one replica in step mode is plain training, bit for bit", "[fleet]") {
+  Fleet f = MakeFleet(1, Step());
+  Plain p = MakePlain();
+  const int steps = 6;
+  for (int s = 0; s < steps; ++s) {
+    auto a = f.fleet->TrainStep(Optimizer(), s, steps);
+    auto b = p.chain->TrainStep(*p.loader, kM, Optimizer(), s, steps);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(a->loss == b->loss);
+  }
+  CHECK(Params(f.fleet->replica(0)) == Params(*p.chain));
+  CHECK(f.fleet->traffic().wire_bytes == 0);  // no other replica to send to
+}
+
+TEST_CASE("N replicas in step mode train the union batch", "[fleet]") {
+  Fleet f = MakeFleet(3, Step());
+  Fleet split = MakeFleet(3, Step(), /*fragments=*/2);
+  Plain p = MakePlain();
+  const int steps = 8;
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto a = f.fleet->TrainStep(Optimizer(), s, steps);
+    auto c = split.fleet->TrainStep(Optimizer(), s, steps);
+    auto b = p.chain->TrainStep(*p.loader, 3 * kM, Optimizer(), s, steps);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(c.ok());
+    INFO("step " << s << ": fleet " << a->loss << ", union " << b->loss);
+    if (s == 0) CHECK(a->loss == Approx(b->loss).epsilon(1e-6));  // same parameters and data
+    CHECK(c->loss == a->loss);  // a replica's fragments do not change a bit
+    worst = std::max(worst, std::fabs(double(a->loss) / b->loss - 1));
+    CHECK(f.fleet->MaxDivergence() == 0.0f);
+  }
+  CHECK(worst < 1e-4);
+  const std::vector<float> fa = Params(f.fleet->replica(0)), pa = Params(*p.chain);
+  double diff = 0;
+  for (size_t i = 0; i < fa.size(); ++i) diff = std::max(diff, double(std::fabs(fa[i] - pa[i])));
+  CHECK(diff < 1e-4);
+  CHECK(diff > 0);  // the gradient sums are associated per replica: rounding, not bits
+  // Every step, each replica's gradient went to the 2 others, exactly.
+  const uint64_t P = static_cast<uint64_t>(model::NumParameters(Config()));
+  CHECK(f.fleet->traffic().syncs == steps);
+  CHECK(f.fleet->traffic().raw_bytes == steps * 3 * 2 * P * 4);
+  CHECK(f.fleet->traffic().wire_bytes > f.fleet->traffic().raw_bytes);  // plus frame headers
+}
+
+TEST_CASE("local mode: apart between syncs, identical after each", "[fleet]") {
+  SyncOptions sync;
+  sync.mode = SyncMode::kLocal;
+  sync.every = 3;
+  sync.codec = "q8";
+  Fleet f = MakeFleet(2, sync);
+  const int steps = 20;
+  float first = 0, last = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto r = f.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(r.ok());
+    const bool sync_step = (s + 1) % 3 == 0 || s + 1 == steps;
+    CHECK(r->synced == sync_step);
+    INFO("step " << s);
+    if (sync_step) {
+      CHECK(f.fleet->MaxDivergence() == 0.0f);
+    } else {
+      CHECK(f.fleet->MaxDivergence() > 0.0f);  // different shards, different steps
+    }
+    if (s == 0) first = r->loss;
+    last = r->loss;
+  }
+  CHECK(last < first);
+  const FleetTraffic& t = f.fleet->traffic();
+  CHECK(t.syncs == 7);
+  CHECK(t.wire_bytes * 3 < t.raw_bytes);  // q8: about a quarter of fp32
+  CHECK(t.tokens == uint64_t(steps) * 2 * kB * kT * kM);
+}
+
+TEST_CASE("a fleet is checked before it trains", "[fleet]") {
+  auto ops = kernels::MakeOps("cpu", 1);
+  REQUIRE(ops.ok());
+  LocalFleetOptions o;
+  o.replicas = 2;
+  o.batch_size = kB;
+  o.seq_len = kT;
+  o.sync.codec = "q4";
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());  // 2 replicas, 1 backend
+  o.replicas = 1;
+  o.sync.codec = "adaptive";  // a runtime choice, not a fixed codec
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.codec = "q4";
+  o.sync.every = 0;
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+}
+
+}  // namespace
+}  // namespace longhaul::fleet

@@ -1,0 +1,361 @@
+// Replica study: what syncing pipeline replicas sparsely and compressed costs in loss and
+// saves in bytes, against replicas that sum exact gradients every step.
+//
+// The model of a job file (default configs/job.example.yaml) is trained as N replicas in one
+// process (fleet/local_fleet.h), each on its own shard of the job's data with the job's
+// microbatches per step, for the job's steps: once in `step` mode with the exact codec (the
+// baseline: one model training the union batch), and once per (every, codec) in `local` mode
+// (DiLoCo: `every` inner AdamW steps, then the outer Nesterov step on the mean pseudo-gradient,
+// sent with the codec and error feedback). All runs of one N and seed see the same tokens.
+// The table reports per run: the final training loss (mean of the last --last steps) and
+// validation loss, each against the baseline of the same N and seed, and the bytes per
+// trained token that the syncs put on the links between replicas (an all-gather: each
+// replica's frame to every other), with their ratio to the baseline's.
+//
+// Runs are independent and deterministic (one backend thread each); --jobs only changes the
+// wall time.
+//
+//   bazel build //tools/bench:replica_study
+//   bazel-bin/tools/bench/replica_study --replicas 2 4 --every 10 50 \
+//       --codecs q4 topk:0.03+q4 topk:0.01+q8 --seeds 3 --jobs 2
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "fleet/local_fleet.h"
+#include "fleet/sync_options.h"
+#include "kernels/ops.h"
+#include "model/data_loader.h"
+#include "model/job.h"
+#include "model/trainer.h"
+
+namespace {
+
+using namespace longhaul;  // NOLINT(google-build-using-namespace)
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string job = "configs/job.example.yaml";
+  std::vector<int> replicas = {2, 4};
+  std::vector<int> every = {10, 50};
+  std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
+  float outer_lr = 0.7f;
+  float outer_momentum = 0.9f;
+  int steps = 0;  // 0: the job's
+  int seeds = 3;
+  int jobs = 2;
+  int last = 10;
+  int progress = 100;
+  double tolerance = 2.0;  // percent
+  std::string markdown;
+  std::string curves;
+};
+
+struct RunSpec {
+  int replicas = 1;
+  uint64_t seed = 0;
+  fleet::SyncOptions sync;
+  std::string label() const {
+    return sync.mode == fleet::SyncMode::kStep
+               ? absl::StrCat("N=", replicas, " step ", sync.codec)
+               : absl::StrCat("N=", replicas, " local/", sync.every, " ", sync.codec);
+  }
+};
+
+struct RunResult {
+  RunSpec spec;
+  std::string error;
+  std::vector<float> losses;
+  double train_loss = 0, val_loss = 0;
+  double bytes_per_token = 0;
+  double seconds = 0;
+};
+
+class Printer {
+ public:
+  template <typename... Args>
+  void Line(const absl::FormatSpec<Args...>& format, const Args&... args) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::printf("%s\n", absl::StrFormat(format, args...).c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenData>& train,
+              const std::shared_ptr<const model::TokenData>& val, const Flags& f, Printer* out,
+              RunResult* r) {
+  const auto start = Clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto fail = [&](const Status& s) {
+    r->error = std::string(s.message());
+    out->Line("[%-28s seed %d] FAILED after %d steps: %s", r->spec.label(), r->spec.seed,
+              r->losses.size(), r->error);
+  };
+  std::vector<std::unique_ptr<kernels::Ops>> owned;
+  std::vector<kernels::Ops*> ops;
+  for (int i = 0; i < r->spec.replicas; ++i) {
+    auto o = kernels::MakeOps(job.backend, 1);
+    if (!o.ok()) return fail(o.status());
+    ops.push_back(o->get());
+    owned.push_back(std::move(*o));
+  }
+  fleet::LocalFleetOptions o;
+  o.replicas = r->spec.replicas;
+  o.batch_size = job.microbatch_size;
+  o.seq_len = job.seq_len;
+  o.microbatches = job.microbatches();
+  o.seed = r->spec.seed;
+  o.sync = r->spec.sync;
+  auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
+  if (!fl.ok()) return fail(fl.status());
+  (*fl)->InitParameters(r->spec.seed);
+  for (int step = 0; step < job.steps; ++step) {
+    auto s = (*fl)->TrainStep(job.optimizer, step, job.steps);
+    if (!s.ok()) return fail(s.status());
+    if (!std::isfinite(s->loss)) return fail(absl::InternalError("loss is not finite"));
+    r->losses.push_back(s->loss);
+    if (f.progress > 0 && (step + 1) % f.progress == 0 && step + 1 < job.steps) {
+      out->Line("[%-28s seed %d] step %4d/%d  loss %.4f  %6.1f s", r->spec.label(), r->spec.seed,
+                step + 1, job.steps, s->loss, elapsed());
+    }
+  }
+  const int last = std::min<int>(f.last, static_cast<int>(r->losses.size()));
+  double sum = 0;
+  for (int i = static_cast<int>(r->losses.size()) - last; i < static_cast<int>(r->losses.size());
+       ++i) {
+    sum += r->losses[i];
+  }
+  r->train_loss = sum / std::max(last, 1);
+  // Every replica holds the same model after the last step's sync: evaluate replica 0.
+  model::DataLoaderOptions lo;
+  lo.batch_size = job.microbatch_size;
+  lo.seq_len = job.seq_len;
+  lo.seed = r->spec.seed;
+  lo.shuffle = false;
+  auto loader = model::DataLoader::Create(val, lo);
+  if (!loader.ok()) return fail(loader.status());
+  auto v = (*fl)->replica(0).MeanLoss(**loader, job.data.val_batches);
+  if (!v.ok()) return fail(v.status());
+  r->val_loss = *v;
+  const fleet::FleetTraffic& t = (*fl)->traffic();
+  r->bytes_per_token = t.tokens > 0 ? double(t.wire_bytes) / double(t.tokens) : 0;
+  r->seconds = elapsed();
+  out->Line("[%-28s seed %d] done in %.1f s: train %.4f (last %d)  val %.4f  %.1f bytes/token",
+            r->spec.label(), r->spec.seed, r->seconds, r->train_loss, last, r->val_loss,
+            r->bytes_per_token);
+}
+
+std::string Percent(double p) { return absl::StrFormat("%+.2f%%", p); }
+
+int Run(Flags f) {
+  auto loaded = model::LoadJob(f.job);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "replica_study: %s\n", std::string(loaded.status().message()).c_str());
+    return 1;
+  }
+  model::Job job = *loaded;
+  if (f.steps > 0) job.steps = f.steps;
+  for (const std::string& c : f.codecs) {
+    fleet::SyncOptions s;
+    s.codec = c;
+    const Status ok = fleet::ValidateSyncOptions(s);
+    if (!ok.ok() || c == "adaptive") {
+      std::fprintf(stderr, "replica_study: codec '%s': %s\n", c.c_str(),
+                   ok.ok() ? "a fixed codec is needed" : std::string(ok.message()).c_str());
+      return 1;
+    }
+  }
+  const model::GPT2Config& c = job.model;
+  auto train = model::LoadData(job.data.train, job.data.format, 1, c.vocab_size, "data.train");
+  if (!train.ok()) {
+    std::fprintf(stderr, "replica_study: %s\n", std::string(train.status().message()).c_str());
+    return 1;
+  }
+  if (job.data.val.empty()) {
+    std::fprintf(stderr, "replica_study: %s has no data.val\n", f.job.c_str());
+    return 1;
+  }
+  auto val = model::LoadData(job.data.val, job.data.format, 2, c.vocab_size, "data.val");
+  if (!val.ok()) {
+    std::fprintf(stderr, "replica_study: %s\n", std::string(val.status().message()).c_str());
+    return 1;
+  }
+  std::vector<RunResult> results;
+  for (int s = 0; s < f.seeds; ++s) {
+    for (int n : f.replicas) {
+      RunResult base;
+      base.spec.replicas = n;
+      base.spec.seed = job.seed + s;
+      base.spec.sync.mode = fleet::SyncMode::kStep;
+      base.spec.sync.codec = "exact";
+      results.push_back(base);
+      for (int every : f.every) {
+        for (const std::string& codec : f.codecs) {
+          RunResult r = base;
+          r.spec.sync.mode = fleet::SyncMode::kLocal;
+          r.spec.sync.every = every;
+          r.spec.sync.codec = codec;
+          r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
+          results.push_back(r);
+        }
+      }
+    }
+  }
+  absl::PrintF(
+      "replica study: %s (%s): L=%d C=%d V=%d T=%d, %.2fM parameters; %d steps x %d "
+      "microbatches of %d per replica, lr %g; outer lr %g momentum %g (Nesterov); %zu runs, %d "
+      "at once\n",
+      f.job, job.name, c.num_layers, c.channels, c.vocab_size, job.seq_len,
+      model::NumParameters(c) / 1e6, job.steps, job.microbatches(), job.microbatch_size,
+      job.optimizer.lr, f.outer_lr, f.outer_momentum, results.size(), f.jobs);
+  std::fflush(stdout);
+  Printer printer;
+  std::atomic<size_t> next{0};
+  const auto start = Clock::now();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < std::max(1, f.jobs); ++w) {
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < results.size(); i = next++) {
+        TrainOne(job, *train, *val, f, &printer, &results[i]);
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+
+  // One row per configuration: means over the seeds of the differences to the baseline of
+  // the same N and seed, and the worst seed.
+  struct Row {
+    std::string label;
+    int ok = 0, failed = 0;
+    std::string error;
+    double train = 0, val = 0, d_train = 0, d_val = 0, worst = -1e30, bytes = 0, ratio = 0;
+  };
+  std::vector<Row> rows;
+  for (const RunResult& r : results) {
+    if (r.spec.seed != job.seed) continue;  // one row per configuration
+    Row row;
+    row.label = r.spec.label();
+    for (const RunResult& x : results) {
+      if (x.spec.label() != row.label) continue;
+      const RunResult* base = nullptr;
+      for (const RunResult& b : results) {
+        if (b.spec.replicas == x.spec.replicas && b.spec.seed == x.spec.seed &&
+            b.spec.sync.mode == fleet::SyncMode::kStep && b.error.empty()) {
+          base = &b;
+        }
+      }
+      if (!x.error.empty() || base == nullptr) {
+        ++row.failed;
+        row.error = x.error.empty() ? "baseline failed" : x.error;
+        continue;
+      }
+      ++row.ok;
+      row.train += x.train_loss;
+      row.val += x.val_loss;
+      const double dt = 100 * (x.train_loss / base->train_loss - 1);
+      const double dv = 100 * (x.val_loss / base->val_loss - 1);
+      row.d_train += dt;
+      row.d_val += dv;
+      row.worst = std::max({row.worst, dt, dv});
+      row.bytes += x.bytes_per_token;
+      row.ratio += base->bytes_per_token / std::max(x.bytes_per_token, 1e-12);
+    }
+    if (row.ok > 0) {
+      for (double* v : {&row.train, &row.val, &row.d_train, &row.d_val, &row.bytes, &row.ratio}) {
+        *v /= row.ok;
+      }
+    }
+    rows.push_back(row);
+  }
+  std::vector<std::string> table = {
+      "| run | train loss | vs step/exact | val loss | vs step/exact | worst seed | "
+      "sync bytes/token | less than step/exact |",
+      "| --- | --- | --- | --- | --- | --- | --- | --- |"};
+  for (const Row& r : rows) {
+    if (r.ok == 0) {
+      table.push_back(absl::StrCat("| ", r.label, " | failed: ", r.error, " |"));
+      continue;
+    }
+    const bool base = r.label.find(" step ") != std::string::npos;
+    table.push_back(absl::StrFormat(
+        "| %s%s | %.4f | %s | %.4f | %s | %s | %.2f | %s |", r.label,
+        r.failed > 0 ? absl::StrCat(" (", r.failed, " seeds failed)") : "", r.train,
+        base ? "-" : Percent(r.d_train), r.val, base ? "-" : Percent(r.d_val),
+        base ? "-" : Percent(r.worst), r.bytes,
+        base ? "1x"
+             : absl::StrFormat("%.0fx%s", r.ratio,
+                               r.worst <= f.tolerance && r.ratio >= 100 ? " ✓" : "")));
+  }
+  std::printf("\nall runs done in %.1f s\n\n%s\n", wall, absl::StrJoin(table, "\n").c_str());
+  std::printf(
+      "\n✓: within %.1f%% of step/exact on every seed (train and val) at >= 100x fewer "
+      "bytes per token\n",
+      f.tolerance);
+  if (!f.markdown.empty()) {
+    std::ofstream md(f.markdown);
+    md << absl::StrJoin(table, "\n") << "\n";
+  }
+  if (!f.curves.empty()) {
+    std::ofstream csv(f.curves);
+    csv << "run,seed,step,loss\n";
+    for (const RunResult& r : results) {
+      for (size_t i = 0; i < r.losses.size(); ++i) {
+        csv << r.spec.label() << "," << r.spec.seed << "," << i + 1 << "," << r.losses[i] << "\n";
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Replica study: loss and sync bytes of local-step, compressed replica sync"};
+  app.add_option("--job", f.job, "Job file: model, data, steps, batch, optimizer")
+      ->capture_default_str();
+  app.add_option("--replicas", f.replicas, "Replica counts N")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--every", f.every, "Inner steps per outer step (local mode)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--codecs", f.codecs,
+                 "Sync codecs for local mode: exact, or a codec spec (q4, topk:0.01+q8, ...); "
+                 "error feedback on every lossy one")
+      ->capture_default_str();
+  app.add_option("--outer-lr", f.outer_lr, "Outer learning rate")->capture_default_str();
+  app.add_option("--outer-momentum", f.outer_momentum, "Outer Nesterov momentum")
+      ->capture_default_str();
+  app.add_option("--steps", f.steps, "Steps per run (0: the job's)")->capture_default_str();
+  app.add_option("--seeds", f.seeds, "Seeds: the job's, +1, ...")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  app.add_option("--jobs", f.jobs, "Runs at once")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--last", f.last, "Steps averaged for the final training loss")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--progress", f.progress, "Steps between progress lines (0: none)")
+      ->capture_default_str();
+  app.add_option("--tolerance", f.tolerance, "Loss tolerance, percent")->capture_default_str();
+  app.add_option("--markdown", f.markdown, "Also write the table to this file");
+  app.add_option("--curves", f.curves, "Write every step's loss as CSV to this file");
+  CLI11_PARSE(app, argc, argv);
+  return Run(f);
+}
