@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "model/layout.h"
 
 namespace longhaul::fleet {
 
@@ -22,17 +21,7 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
   }
   RETURN_IF_ERROR(ValidateSyncOptions(options.sync));
   std::unique_ptr<LocalFleet> fleet(new LocalFleet(config, options));
-  const model::ParameterLayout layout(config);
-  for (int i = 0; i < model::kNumTensors; ++i) {
-    const auto t = static_cast<model::Tensor>(i);
-    if (!model::IsPerLayer(t)) {
-      fleet->slices_.emplace_back(layout.offset(t), layout.size(t));
-      continue;
-    }
-    for (int l = 0; l < config.num_layers; ++l) {
-      fleet->slices_.emplace_back(layout.offset(t, l), layout.slice_size(t));
-    }
-  }
+  fleet->slices_ = SyncSlices(model::FragmentLayout(config, 0, config.num_layers));
   for (int r = 0; r < options.replicas; ++r) {
     Replica rep;
     model::ChainOptions co;
@@ -79,12 +68,15 @@ Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions, 
   const std::vector<float> weights(n, weight);
   sum->resize(contributions[0].size());
   std::vector<std::vector<uint8_t>> frames(n);
+  const int num_slices = static_cast<int>(slices_.size());
   for (size_t k = 0; k < slices_.size(); ++k) {
-    const auto [offset, size] = slices_[k];
+    const size_t offset = static_cast<size_t>(slices_[k].offset);
+    const size_t size = static_cast<size_t>(slices_[k].size);
     for (size_t r = 0; r < n; ++r) {
       const std::span<const float> part(contributions[r].data() + offset, size);
-      RETURN_IF_ERROR(
-          replicas_[r].encoders[k]->Encode(part, (seed * slices_.size() + k) * n + r, &frames[r]));
+      const uint64_t s =
+          SyncSeed(seed, slices_[k].index, num_slices, static_cast<int>(r), static_cast<int>(n));
+      RETURN_IF_ERROR(replicas_[r].encoders[k]->Encode(part, s, &frames[r]));
       traffic_.wire_bytes += frames[r].size() * (n - 1);
       traffic_.raw_bytes += size * sizeof(float) * (n - 1);
     }

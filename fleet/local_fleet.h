@@ -22,13 +22,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "fleet/outer_optimizer.h"
 #include "fleet/sync_options.h"
 #include "fleet/sync_reduce.h"
+#include "fleet/sync_slices.h"
 #include "kernels/ops.h"
 #include "model/chain.h"
 #include "model/config.h"
@@ -103,7 +103,7 @@ class LocalFleet {
   model::GPT2Config config_;
   LocalFleetOptions options_;
   std::vector<Replica> replicas_;
-  std::vector<std::pair<size_t, size_t>> slices_;  // (offset, size) in the llm.c array
+  std::vector<SyncSlice> slices_;  // of the whole model
   OuterOptimizer outer_;
   FleetTraffic traffic_;
 };

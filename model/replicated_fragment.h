@@ -86,6 +86,13 @@ class ReplicatedFragment {
   void SetTiedGradPeer(const float* host);
   void CombineTiedGrads();
   std::vector<double> GradSliceSums() const;
+  // The combined gradient (after CombineTiedGrads) into `host` (layout().total() floats), and
+  // its replacement on every replica: pipeline replicas sum their gradients between them
+  // (fleet/, sync mode step).
+  void GetGradients(float* host) const { primary().GetGradients(host); }
+  void SetGradients(const float* host) {
+    for (auto& r : replicas_) r.fragment->SetGradients(host);
+  }
   void Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
 
  private:

@@ -7,6 +7,7 @@
 
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
+#include "daemon/job/stage_grid.h"
 #include "scheduler/replan.h"
 
 namespace longhaul::daemon {
@@ -152,6 +153,11 @@ void Coordinator::StopAttempt() {
     std::lock_guard<std::mutex> lock(mu_);
     stop.set_job_id(record_.job_id());
     stop.set_attempt(record_.attempt());
+    // Stages of this attempt waiting at the barrier are told to stop now: a stage is stopped
+    // by joining its thread, and a thread waiting here for a stage that is gone (another
+    // replica's, say) would otherwise never return.
+    stopped_attempt_ = record_.attempt();
+    cv_.notify_all();
   }
   stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
   for (const auto& st : StageSites()) {
@@ -332,7 +338,8 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   v1::StepDecision stop;
   stop.set_stop(true);
-  if (rep.attempt() != record_.attempt() || TerminalState(record_.state())) {
+  if (rep.attempt() != record_.attempt() || TerminalState(record_.state()) ||
+      stopped_attempt_ == rep.attempt()) {
     stop.set_detail(TerminalState(record_.state()) ? "job " + v1::JobState_Name(record_.state())
                                                    : "attempt superseded");
     return stop;
@@ -358,17 +365,28 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     d.set_committed_step(record_.committed_step());
     return d;
   }
-  if (const auto* reports = barrier_.Add(rep, n, record_.committed_step())) {
-    // The step is decided. Progress:
+  const StageGrid grid = StageGrid::Of(spec_.replicas, static_cast<int>(n));
+  if (const auto* reports =
+          barrier_.Add(rep, n, record_.committed_step(), static_cast<uint32_t>(grid.replicas))) {
+    // The step is decided. Progress: the loss is the mean over the replicas' last stages,
+    // the tokens their sum.
     const v1::StepReport& last = reports->rbegin()->second;
+    double loss = 0;
+    uint64_t tokens = 0;
+    for (const auto& [stage, r] : *reports) {
+      if (!grid.last(static_cast<int>(stage))) continue;
+      loss += r.loss();
+      tokens += r.tokens();
+    }
+    loss /= grid.replicas;
     const double now = NowUnix();
     const double step_time = last_step_time_ > 0 ? now - last_step_time_ : last.step_seconds();
     last_step_time_ = now;
     record_.set_step(rep.step() + 1);
-    record_.set_loss(last.loss());
-    record_.add_losses(last.loss());
+    record_.set_loss(loss);
+    record_.add_losses(loss);
     record_.set_step_seconds(step_time);
-    if (step_time > 0) record_.set_tokens_per_second(last.tokens() / step_time);
+    if (step_time > 0) record_.set_tokens_per_second(tokens / step_time);
     record_.set_eta_seconds(step_time * (record_.total_steps() - record_.step()));
     replanner_.Observe(*reports, record_);
     record_.clear_links();
@@ -388,10 +406,10 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   cv_.wait(lock, [&] {
     state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
     return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-           state != StepBarrier::State::kGathering;
+           stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
   });
   if (shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-      state != StepBarrier::State::kDecided) {
+      stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kDecided) {
     stop.set_detail("attempt ended");
     return stop;
   }

@@ -87,7 +87,8 @@ class Coordinator {
   bool need_assign_ = true;
   bool shutdown_ = false;
   int failed_checks_ = 0;
-  StepBarrier barrier_;  // under mu_
+  uint32_t stopped_attempt_ = 0;  // StopAttempt was called for this attempt (under mu_)
+  StepBarrier barrier_;           // under mu_
   double last_step_time_ = 0;
   std::string placement_;  // the planner's summary, kept in the detail
   google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move

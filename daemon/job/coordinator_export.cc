@@ -20,6 +20,8 @@ Status Coordinator::Export(
   const model::GPT2Config& config = spec_.job.model;
   std::vector<float> params(model::NumParameters(config));
   for (const auto& st : r.stages()) {
+    // Pipeline replicas: replica 0's model (the replicas are identical after each sync).
+    if (st.replica() != 0) continue;
     model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
     FragmentArray flat;
     flat.values.resize(layout.total());

@@ -45,9 +45,17 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     site_memory = planned->memory_limits;
     env.log->info("job {}: {}", job_id, placement);
   } else {
-    ASSIGN_OR_RETURN(
-        plan, scheduler::MakeEvenSplitPlacer()->Place(PlacementRequestFor(spec, spec.sites)));
+    // Replica r on the r-th S of the listed sites, each split evenly the same way.
+    const int S = spec.stages();
+    for (int r = 0; r < spec.replicas; ++r) {
+      const std::vector<std::string> sites(spec.sites.begin() + r * S,
+                                           spec.sites.begin() + (r + 1) * S);
+      ASSIGN_OR_RETURN(auto part,
+                       scheduler::MakeEvenSplitPlacer()->Place(PlacementRequestFor(spec, sites)));
+      plan.insert(plan.end(), part.begin(), part.end());
+    }
   }
+  const int per_replica = static_cast<int>(plan.size()) / spec.replicas;
 
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
   v1::JobStatus& r = c->record_;
@@ -68,6 +76,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     s->set_site(plan[i].site);
     s->set_layer_begin(plan[i].layer_begin);
     s->set_layer_end(plan[i].layer_end);
+    s->set_replica(static_cast<uint32_t>(i) / per_replica);
   }
   std::error_code ec;
   std::filesystem::create_directories(c->env_.job_dir, ec);
@@ -85,8 +94,13 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     }
   }
   c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
-  c->env_.log->info("job {} ({}): {} stage(s) on {}, {} steps", job_id, c->spec_.job.name,
-                    plan.size(), absl::StrJoin(c->spec_.sites, ","), c->spec_.job.steps);
+  c->env_.log->info("job {} ({}): {} stage(s) on {}, {} steps{}", job_id, c->spec_.job.name,
+                    plan.size(), absl::StrJoin(c->spec_.sites, ","), c->spec_.job.steps,
+                    c->spec_.replicas > 1
+                        ? ", " + std::to_string(c->spec_.replicas) + " replicas in sync mode " +
+                              fleet::SyncModeName(c->spec_.sync.mode) + " (" + c->spec_.sync.codec +
+                              ")"
+                        : std::string());
   return c;
 }
 
@@ -101,6 +115,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
   yaml << in.rdbuf();
   const std::string base = std::filesystem::path(env.job_dir).parent_path().parent_path();
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml.str(), env.job_dir + "/job.yaml", base));
+  RETURN_IF_ERROR(CheckPlan(record.stages(), spec, env.job_dir + "/job.pb: stages"));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
   c->record_ = record;
   if (!TerminalState(record.state())) {

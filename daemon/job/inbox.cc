@@ -87,6 +87,35 @@ StatusOr<ReceivedTensor> Inbox::Take(const TensorKey& key, double timeout_second
   return t;
 }
 
+StatusOr<std::pair<TensorKey, ReceivedTensor>> Inbox::TakeAny(const std::vector<TensorKey>& keys,
+                                                              double timeout_seconds) {
+  if (keys.empty()) return absl::InvalidArgumentError("inbox: no key to wait for");
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
+  std::map<TensorKey, ReceivedTensor>::iterator found = tensors_.end();
+  const bool ready = cv_.wait_until(lock, deadline, [&] {
+    if (closed_ || keys[0].attempt < attempt_) return true;
+    for (const TensorKey& k : keys) {
+      found = tensors_.find(k);
+      if (found != tensors_.end()) return true;
+    }
+    return false;
+  });
+  if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
+  if (keys[0].attempt < attempt_) return absl::AbortedError("attempt superseded");
+  if (!ready || found == tensors_.end()) {
+    return absl::DeadlineExceededError("waited " + std::to_string(timeout_seconds) + " s for " +
+                                       std::to_string(keys.size()) + " tensors from " +
+                                       keys[0].DebugString());
+  }
+  std::pair<TensorKey, ReceivedTensor> out{found->first, std::move(found->second)};
+  bytes_ -= out.second.payload.size();
+  tensors_.erase(found);
+  cv_.notify_all();
+  return out;
+}
+
 void Inbox::AdvanceTo(uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (step <= step_) return;

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -51,6 +52,11 @@ class Inbox {
   // Waits for `key`. Fails when the inbox is closed or the key's attempt is superseded, or
   // when `timeout_seconds` pass (DEADLINE_EXCEEDED).
   StatusOr<ReceivedTensor> Take(const TensorKey& key, double timeout_seconds);
+  // Waits for whichever of `keys` (all of one attempt) is filed first and takes it: a receiver
+  // of many tensors takes them as they come, so that senders running ahead of the others
+  // cannot fill the inbox with tensors it does not take yet. Fails as Take does.
+  StatusOr<std::pair<TensorKey, ReceivedTensor>> TakeAny(const std::vector<TensorKey>& keys,
+                                                         double timeout_seconds);
 
   // Whether a tensor with `key` may be filed now: FailedPrecondition for an attempt before
   // the current one, OutOfRange for one after the next attempt or, in the current attempt,

@@ -1,6 +1,10 @@
 // Edge checks for job messages from peers; see job_checks.h.
 #include "daemon/job/job_checks.h"
 
+#include <set>
+
+#include "daemon/job/stage_grid.h"
+
 namespace longhaul::daemon {
 namespace {
 
@@ -44,22 +48,46 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
   if (n < 1 || n > kMaxStages) {
     return absl::InvalidArgumentError(f + ": " + Str(n) + " stages, allowed 1.." + Str(kMaxStages));
   }
+  const int replicas = spec.replicas;
+  if (replicas < 1 || n % replicas != 0) {
+    return absl::InvalidArgumentError(f + ": " + Str(n) + " stages do not form the job's " +
+                                      Str(replicas) + " replicas");
+  }
+  const StageGrid grid = StageGrid::Of(replicas, n);
   const uint32_t layers = static_cast<uint32_t>(spec.job.model.num_layers);
+  std::set<std::string> sites;
   uint32_t next = 0;
   for (int i = 0; i < n; ++i) {
     const v1::StageInfo& s = stages[i];
     RETURN_IF_ERROR(CheckSiteNameField(s.site(), f + "[" + Str(i) + "].site"));
+    if (!sites.insert(s.site()).second) {
+      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: site '" + s.site() +
+                                        "' runs another stage of the job already");
+    }
+    if (grid.first(i)) next = 0;
+    if (s.replica() != static_cast<uint32_t>(grid.replica(i))) {
+      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: replica " + Str(s.replica()) +
+                                        ", expected " + Str(grid.replica(i)));
+    }
     if (s.layer_begin() != next || s.layer_end() <= s.layer_begin() || s.layer_end() > layers) {
       return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) +
                                         ".." + Str(s.layer_end()) +
                                         " do not continue the plan at layer " + Str(next) +
                                         " within the model's " + Str(layers) + " layers");
     }
+    // Sync groups exchange whole fragments: every replica is split the same way.
+    const v1::StageInfo& same = stages[grid.position(i)];
+    if (s.layer_begin() != same.layer_begin() || s.layer_end() != same.layer_end()) {
+      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) +
+                                        ".." + Str(s.layer_end()) + ", replica 0 splits them " +
+                                        Str(same.layer_begin()) + ".." + Str(same.layer_end()));
+    }
     next = s.layer_end();
-  }
-  if (next != layers) {
-    return absl::InvalidArgumentError(f + ": the stages cover layers 0.." + Str(next) +
-                                      " of the model's " + Str(layers));
+    if (grid.last(i) && next != layers) {
+      return absl::InvalidArgumentError(f + ": replica " + Str(grid.replica(i)) +
+                                        "'s stages cover layers 0.." + Str(next) +
+                                        " of the model's " + Str(layers));
+    }
   }
   return absl::OkStatus();
 }

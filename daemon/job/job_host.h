@@ -19,9 +19,11 @@
 #include "daemon/job/coordinator.h"
 #include "daemon/job/inbox.h"
 #include "daemon/job/site_profile.h"
+#include "daemon/job/stage_grid.h"
 #include "daemon/job/stage_runner.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
+#include "fleet/sync_slices.h"
 
 namespace longhaul::daemon {
 
@@ -105,6 +107,8 @@ class JobHost {
     std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
     bool cancelled = false;               // guarded by mu_
     int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
+    int replicas = 1;
+    std::vector<fleet::SyncSlice> slices;  // the fragment's, for checking sync tensors
   };
   std::string JobDir(const std::string& job_id) const;
   // The stage of `job_id` here, or null.
@@ -116,6 +120,12 @@ class JobHost {
   // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).
   void StopRunner(Stage* stage);
   std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
+  // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the same stage of another
+  // replica, a slice of this stage's fragment with its exact size.
+  static Status CheckSyncIncoming(const v1::TensorFrame& first, const std::string& caller,
+                                  const StageGrid& grid, int self, int64_t steps,
+                                  const std::string& from_site,
+                                  const std::vector<fleet::SyncSlice>& slices, Inbox* inbox);
 
   const JobHostOptions options_;
   LinkMonitor* const monitor_;

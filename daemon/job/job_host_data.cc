@@ -9,6 +9,7 @@
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_host.h"
 #include "daemon/job/stage_checkpoint.h"
+#include "daemon/job/stage_grid.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -84,14 +85,22 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
   const std::string& id = first.job_id();
   std::shared_ptr<Stage> stage = FindStage(id);
   if (!stage) {
-    return absl::NotFoundError("no job '" + id + "' runs on site '" + options_.site + "'");
+    // Unavailable, so the sender retries: the same stage of another pipeline replica may start
+    // sending before the coordinator has assigned this site its stage (a site that lost its
+    // stage is found by the coordinator's pings, which stop the sender).
+    return absl::UnavailableError("no job '" + id + "' runs on site '" + options_.site +
+                                  "' (not assigned yet, or gone)");
   }
   uint32_t me, n;
   int64_t B, T, C, Vp, M, steps;
+  int replicas;
   std::string from_site;
+  std::vector<fleet::SyncSlice> slices;
   {
     std::lock_guard<std::mutex> lock(mu_);
     B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
+    replicas = stage->replicas;
+    if (first.kind() == v1::TENSOR_KIND_SYNC) slices = stage->slices;
     if (stage->cancelled) {
       return absl::FailedPreconditionError("job '" + id + "' was cancelled; late frame dropped");
     }
@@ -100,12 +109,19 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
     if (first.from_stage() < n) from_site = stage->assignment.stages(first.from_stage()).site();
   }
   const uint32_t from = first.from_stage();
-  const bool tied = first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && n > 1 &&
-                    ((me == 0 && from == n - 1) || (me == n - 1 && from == 0));
+  const StageGrid grid = StageGrid::Of(replicas, static_cast<int>(n));
+  const int self = static_cast<int>(me), sender = static_cast<int>(from);
+  if (first.kind() == v1::TENSOR_KIND_SYNC) {
+    return CheckSyncIncoming(first, caller, grid, self, steps, from_site, slices,
+                             stage->inbox.get());
+  }
+  const bool tied =
+      first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && from < n && grid.tied(self) == sender;
   const bool neighbour =
-      (first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && from == me + 1) ||
-      ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS) &&
-       me > 0 && from == me - 1);
+      from < n &&
+      ((first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && grid.next(self) == sender) ||
+       ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS) &&
+        grid.prev(self) == sender));
   if (first.to_stage() != me || from >= n || from_site != caller || !(tied || neighbour)) {
     return RoleDenied(caller, id,
                       "send " + v1::TensorKind_Name(first.kind()) + " from stage " +
@@ -150,6 +166,49 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
                                       std::to_string(steps) + " steps)");
   }
   return stage->inbox->CheckKey(KeyOf(first));
+}
+
+Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, const std::string& caller,
+                                  const StageGrid& grid, int self, int64_t steps,
+                                  const std::string& from_site,
+                                  const std::vector<fleet::SyncSlice>& slices, Inbox* inbox) {
+  const std::string& id = first.job_id();
+  const int me = static_cast<int>(first.to_stage()), from = static_cast<int>(first.from_stage());
+  // Only the same stage of another replica sends this stage its sync contributions.
+  const bool member = grid.replicas > 1 &&
+                      first.from_stage() < static_cast<uint32_t>(grid.size()) && from != self &&
+                      grid.position(from) == grid.position(self);
+  if (me != self || !member || from_site != caller) {
+    return RoleDenied(caller, id,
+                      "send sync contributions from stage " + std::to_string(first.from_stage()) +
+                          " to stage " + std::to_string(first.to_stage()) +
+                          " (this site runs stage " + std::to_string(self) + " of " +
+                          std::to_string(grid.size()) + ", " + std::to_string(grid.replicas) +
+                          " replicas)");
+  }
+  const fleet::SyncSlice* slice = nullptr;
+  for (const auto& s : slices) {
+    if (static_cast<uint32_t>(s.index) == first.tensor_id()) slice = &s;
+  }
+  if (first.microbatch() != static_cast<uint32_t>(grid.replica(from)) || slice == nullptr ||
+      first.step() >= static_cast<uint64_t>(steps)) {
+    return absl::InvalidArgumentError(
+        "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
+        " names another replica, a slice this stage does not hold or a step outside the job");
+  }
+  const std::vector<int64_t> shape(first.shape().begin(), first.shape().end());
+  const uint64_t raw = static_cast<uint64_t>(slice->size) * sizeof(float);
+  const uint64_t max_encoded = raw + raw / 64 + (64 << 10);
+  if (shape != std::vector<int64_t>{slice->size} || first.raw_size() != raw ||
+      first.encoded_size() > max_encoded) {
+    return absl::InvalidArgumentError(
+        "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller +
+        " has shape " + ShapeString(shape) + ", raw " + std::to_string(first.raw_size()) +
+        ", encoded " + std::to_string(first.encoded_size()) + " bytes; this stage expects [" +
+        std::to_string(slice->size) + "], " + std::to_string(raw) + ", at most " +
+        std::to_string(max_encoded));
+  }
+  return inbox->CheckKey(KeyOf(first));
 }
 
 Status JobHost::Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,

@@ -12,8 +12,11 @@
 #include "daemon/job/job_host.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
+#include "daemon/job/stage_grid.h"
+#include "fleet/sync_slices.h"
 #include "model/file_io.h"
 #include "model/fragment.h"
+#include "model/layout.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -99,6 +102,10 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->Vp = spec.job.model.padded_vocab_size;
     stage->M = spec.job.microbatches();
     stage->steps = spec.job.steps;
+    stage->replicas = spec.replicas;
+    const v1::StageInfo& mine = a.stages(static_cast<int>(a.stage()));
+    stage->slices = fleet::SyncSlices(model::FragmentLayout(
+        spec.job.model, static_cast<int>(mine.layer_begin()), static_cast<int>(mine.layer_end())));
   }
 
   StageRunnerContext ctx;
@@ -112,17 +119,24 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     return absl::NotFoundError("job " + id + ": coordinator '" + a.coordinator() +
                                "' is not a peer of site '" + options_.site + "'");
   }
-  const int i = static_cast<int>(a.stage()), n = a.stages_size();
-  if (i > 0) ctx.to_prev = MakeSender(a.stages(i - 1).site());
-  if (i + 1 < n) ctx.to_next = MakeSender(a.stages(i + 1).site());
-  if (n > 1 && (i == 0 || i == n - 1))
-    ctx.to_tied = MakeSender(a.stages(i == 0 ? n - 1 : 0).site());
-  if ((i > 0 && !ctx.to_prev) || (i + 1 < n && !ctx.to_next) ||
-      (n > 1 && (i == 0 || i == n - 1) && !ctx.to_tied)) {
+  const int i = static_cast<int>(a.stage());
+  const StageGrid grid = StageGrid::Of(ctx.spec.replicas, a.stages_size());
+  bool all_peers = true;
+  auto sender_to = [&](int stage_index) -> std::unique_ptr<LinkSender> {
+    if (stage_index < 0) return nullptr;
+    auto sender = MakeSender(a.stages(stage_index).site());
+    all_peers = all_peers && sender != nullptr;
+    return sender;
+  };
+  ctx.to_prev = sender_to(grid.prev(i));
+  ctx.to_next = sender_to(grid.next(i));
+  ctx.to_tied = sender_to(grid.tied(i));
+  for (int member : grid.group(i)) ctx.to_group.push_back(sender_to(member == i ? -1 : member));
+  if (!all_peers) {
     return absl::FailedPreconditionError(
         "job " + id + ": site '" + options_.site +
-        "' must have every neighbouring stage's site (and, on the first and last stage, each "
-        "other) among its peers");
+        "' must have every neighbouring stage's site (on the first and last stage, each other; "
+        "with replicas, the same stage of every other replica) among its peers");
   }
   ctx.backends = SiteBackends(options_.devices, ctx.spec.job.backend);
   ctx.monitor = monitor_;

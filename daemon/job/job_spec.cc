@@ -8,6 +8,60 @@
 
 namespace longhaul::daemon {
 
+namespace {
+
+// The `sync:` block (or its defaults when absent: `entry` null).
+Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* entry, JobSpec* spec) {
+  fleet::SyncOptions& sync = spec->sync;
+  bool codec_given = false;
+  if (entry != nullptr) {
+    ASSIGN_OR_RETURN(auto fields, w.Map(*entry, {"mode", "every", "outer", "codec"}));
+    if (auto it = fields.find("mode"); it != fields.end()) {
+      ASSIGN_OR_RETURN(std::string mode, w.String(it->second));
+      auto m = fleet::ParseSyncMode(mode);
+      if (!m.ok()) return w.Error(it->second, m.status().message());
+      sync.mode = *m;
+    }
+    if (auto it = fields.find("every"); it != fields.end()) {
+      ASSIGN_OR_RETURN(const int64_t every, w.Int(it->second, 1, 1000000));
+      sync.every = static_cast<int>(every);
+    }
+    if (auto it = fields.find("outer"); it != fields.end()) {
+      ASSIGN_OR_RETURN(auto outer, w.Map(it->second, {"lr", "momentum", "nesterov"}));
+      if (auto o = outer.find("lr"); o != outer.end()) {
+        ASSIGN_OR_RETURN(const double lr, w.Double(o->second, 1e-9, 100));
+        sync.outer.lr = static_cast<float>(lr);
+      }
+      if (auto o = outer.find("momentum"); o != outer.end()) {
+        ASSIGN_OR_RETURN(const double m, w.Double(o->second, 0, 0.999999));
+        sync.outer.momentum = static_cast<float>(m);
+      }
+      if (auto o = outer.find("nesterov"); o != outer.end()) {
+        ASSIGN_OR_RETURN(std::string v, w.String(o->second));
+        if (v != "true" && v != "false") {
+          return w.Error(o->second, "expected true or false, got '" + v + "'");
+        }
+        sync.outer.nesterov = v == "true";
+      }
+    }
+    if (auto it = fields.find("codec"); it != fields.end()) {
+      ASSIGN_OR_RETURN(sync.codec, w.String(it->second));
+      codec_given = true;
+      if (sync.codec == "adaptive") {
+        return w.Error(it->second,
+                       "adaptive sync codecs are not built yet; name one (exact, q8, q4, "
+                       "topk:0.03+q4, ...)");
+      }
+      const auto spec_or = fleet::FixedSyncCodec(sync.codec);
+      if (!spec_or.ok()) return w.Error(it->second, spec_or.status().message());
+    }
+  }
+  if (!codec_given) sync.codec = sync.mode == fleet::SyncMode::kStep ? "exact" : "q4";
+  return fleet::ValidateSyncOptions(sync);
+}
+
+}  // namespace
+
 const char* CompressionModeName(CompressionMode mode) {
   switch (mode) {
     case CompressionMode::kOff:
@@ -28,8 +82,10 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   ASSIGN_OR_RETURN(auto root, w.Root(yaml));
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
-  model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{};
-  bool have_sites = false, have_comp = false, have_replan = false, have_placement = false;
+  model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{},
+      replicas_entry{}, sync_entry{};
+  bool have_sites = false, have_comp = false, have_replan = false, have_placement = false,
+       have_replicas = false, have_sync = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "sites") {
@@ -44,6 +100,12 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else if (key == "placement") {
       placement_entry = {it->first, it->second, "placement"};
       have_placement = true;
+    } else if (key == "replicas") {
+      replicas_entry = {it->first, it->second, "replicas"};
+      have_replicas = true;
+    } else if (key == "sync") {
+      sync_entry = {it->first, it->second, "sync"};
+      have_sync = true;
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
@@ -58,11 +120,27 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     if (!seen.insert(site).second) return w.Error(e, "site '" + site + "' is listed twice");
     spec.sites.push_back(site);
   }
-  if (static_cast<int>(spec.sites.size()) > spec.job.model.num_layers) {
-    return w.Error(sites_entry, "more sites (" + std::to_string(spec.sites.size()) +
+  if (have_replicas) {
+    ASSIGN_OR_RETURN(std::string v, w.String(replicas_entry));
+    if (v == "auto") {
+      return w.Error(replicas_entry,
+                     "auto needs the planner to place replicas, which it does not yet; give a "
+                     "number and placement: even");
+    }
+    ASSIGN_OR_RETURN(const int64_t n, w.Int(replicas_entry, 1, kMaxReplicas));
+    spec.replicas = static_cast<int>(n);
+  }
+  if (spec.sites.size() % static_cast<size_t>(spec.replicas) != 0) {
+    return w.Error(replicas_entry, std::to_string(spec.sites.size()) + " sites do not form " +
+                                       std::to_string(spec.replicas) +
+                                       " replicas of the same length");
+  }
+  if (spec.stages() > spec.job.model.num_layers) {
+    return w.Error(sites_entry, "more stages per replica (" + std::to_string(spec.stages()) +
                                     ") than layers (" + std::to_string(spec.job.model.num_layers) +
                                     ")");
   }
+  RETURN_IF_ERROR(ParseSync(w, have_sync ? &sync_entry : nullptr, &spec));
   if (have_replan) {
     ASSIGN_OR_RETURN(std::string v, w.String(replan_entry));
     if (v == "on" || v == "true") {
@@ -82,6 +160,13 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else {
       return w.Error(placement_entry, "expected planned or even, got '" + v + "'");
     }
+  }
+  if (spec.replicas > 1) {
+    if (spec.planned) {
+      return w.Error(have_placement ? placement_entry : replicas_entry,
+                     "replicas need placement: even (the planner does not place replicas yet)");
+    }
+    spec.replan = false;  // a straggler's layers would have to move in every replica
   }
   if (have_comp) {
     ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor"}));

@@ -10,6 +10,21 @@
 //     codec: q8                      # mode fixed: the codec for activations and gradients
 //     floor: q4                      # mode adaptive: the most lossy codec allowed
 //   replan: on                       # move layers away from a straggler (default on)
+//   replicas: 2                      # pipeline replicas (default 1): with placement: even,
+//                                    # replica r runs on sites[r*S .. (r+1)*S), S = sites /
+//                                    # replicas, every replica with the same even split
+//   sync:                            # how the replicas stay in sync (fleet/sync_options.h)
+//     mode: local                    # step: gradients summed across replicas every step
+//                                    # local (default): `every` inner steps, then an outer step
+//     every: 50                      # local: inner steps per outer step
+//     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
+//     codec: q4                      # what crosses between replicas, with error feedback on
+//                                    # lossy codecs: exact | bf16 | q8 | q4 | q2 |
+//                                    # topk:F+CODEC ... (default: exact in step mode, q4 in
+//                                    # local mode, from the replica study in BENCHMARKS.md)
+//
+// Replicas need placement: even for now (the planner does not yet place replicas), and a job
+// with replicas is not re-planned (a straggler's layers would have to move in every replica).
 //
 // On a daemon, relative data paths resolve against its data_dir.
 #pragma once
@@ -18,12 +33,16 @@
 #include <vector>
 
 #include "common/status.h"
+#include "fleet/sync_options.h"
 #include "model/job.h"
 #include "scheduler/placement.h"
 
 namespace longhaul::daemon {
 
 enum class CompressionMode { kOff, kFixed, kAdaptive };
+
+// Most pipeline replicas a job may have.
+inline constexpr int kMaxReplicas = 256;
 
 struct JobSpec {
   model::Job job;
@@ -37,6 +56,10 @@ struct JobSpec {
   // sites to leave out, from the sites' calibrations and links (site_profile.h); false
   // (placement: even): `sites` in the listed order, the layers split evenly.
   bool planned = true;
+  int replicas = 1;  // pipeline replicas; `sites` holds replicas x stages sites
+  fleet::SyncOptions sync;
+  // Stages per replica.
+  int stages() const { return static_cast<int>(sites.size()) / replicas; }
 };
 
 // Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).

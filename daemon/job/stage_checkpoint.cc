@@ -165,7 +165,9 @@ void PruneStageStates(const std::string& dir, uint64_t keep_from) {
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     unsigned long long step = 0;
-    if (std::sscanf(name.c_str(), "stage_%llu_", &step) == 1 && step < keep_from) {
+    if ((std::sscanf(name.c_str(), "stage_%llu_", &step) == 1 ||
+         std::sscanf(name.c_str(), "sync_%llu_", &step) == 1) &&
+        step < keep_from) {
       std::filesystem::remove(e.path(), ec);
     }
   }

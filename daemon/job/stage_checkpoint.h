@@ -34,8 +34,8 @@ Status WriteStageState(const std::string& path, const StageState& state);
 // (DataLoss), or holds other layers (FailedPrecondition).
 StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, int layer_end);
 
-// Deletes stage checkpoints in `dir` older than `keep_from` (the committed step before the
-// newest: two committed checkpoints stay).
+// Deletes stage checkpoints (and their sync states, sync_checkpoint.h) in `dir` older than
+// `keep_from` (the committed step before the newest: two committed checkpoints stay).
 void PruneStageStates(const std::string& dir, uint64_t keep_from);
 
 // A site's record of its stage of a job (stage.pb, the assignment it last took). NotFound

@@ -45,7 +45,7 @@ struct StageExchangeOptions {
   std::string site;
   std::string job_id;
   uint32_t attempt = 0;
-  int stage = 0, num_stages = 1;
+  int stage = 0, num_stages = 1;  // flat index (stage_grid.h); stages per replica
   CompressionMode compression = CompressionMode::kAdaptive;
   std::string codec = "q8";  // kFixed
   std::string floor = "q4";  // kAdaptive

@@ -38,8 +38,10 @@ StageRunner::~StageRunner() { Stop(); }
 Status StageRunner::Init(int64_t memory_limit_bytes) {
   const auto& a = ctx_.assignment;
   const model::Job& job = ctx_.spec.job;
-  num_stages_ = a.stages_size();
+  grid_ = StageGrid::Of(ctx_.spec.replicas, a.stages_size());
+  num_stages_ = grid_.stages;
   stage_ = static_cast<int>(a.stage());
+  pos_ = grid_.position(stage_);
   B_ = job.microbatch_size;
   T_ = job.seq_len;
   C_ = job.model.channels;
@@ -50,7 +52,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   fo.end = static_cast<int>(me.layer_end());
   fo.batch_size = B_;
   fo.seq_len = T_;
-  fo.slots = std::min(M_, num_stages_ - stage_);
+  fo.slots = std::min(M_, num_stages_ - pos_);
   std::vector<std::string> backends = ctx_.backends;
   if (backends.empty()) backends = {job.backend};
   // Every replica holds its own parameters, gradients, optimizer state and its rows'
@@ -108,9 +110,9 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   xo.to_prev = ctx_.to_prev.get();
   xo.to_next = ctx_.to_next.get();
   xo.to_tied = ctx_.to_tied.get();
-  if (stage_ > 0) xo.prev_site = a.stages(stage_ - 1).site();
-  if (stage_ + 1 < num_stages_) xo.next_site = a.stages(stage_ + 1).site();
-  xo.tied_site = a.stages(stage_ == 0 ? num_stages_ - 1 : 0).site();
+  if (grid_.prev(stage_) >= 0) xo.prev_site = a.stages(grid_.prev(stage_)).site();
+  if (grid_.next(stage_) >= 0) xo.next_site = a.stages(grid_.next(stage_)).site();
+  if (grid_.tied(stage_) >= 0) xo.tied_site = a.stages(grid_.tied(stage_)).site();
   xo.ops = replicas[0];
   if (ops_.size() == 1) {
     ASSIGN_OR_RETURN(xo.encoder, compression::MakeDeviceEncoder(replicas[0]));
@@ -130,6 +132,10 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     lo.batch_size = B_;
     lo.seq_len = T_;
     lo.seed = job.seed;
+    // Replica r reads shard r: blocks of one step's windows (data_loader.h).
+    lo.shards = grid_.replicas;
+    lo.shard = grid_.replica(stage_);
+    lo.shard_block = static_cast<int64_t>(B_) * M_;
     ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(data, lo));
   }
 
@@ -158,6 +164,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   } else {
     fragment_->InitParameters(job.seed);
   }
+  RETURN_IF_ERROR(InitSync(start_step_));
   status_.step = start_step_;
   status_.checkpoint_step = start_step_;
   last_committed_ = start_step_;
@@ -175,6 +182,9 @@ void StageRunner::Start() {
 void StageRunner::Stop() {
   stop_ = true;
   for (auto* sender : {ctx_.to_prev.get(), ctx_.to_next.get(), ctx_.to_tied.get()}) {
+    if (sender) sender->Close();
+  }
+  for (auto& sender : ctx_.to_group) {
     if (sender) sender->Close();
   }
   if (thread_.joinable()) thread_.join();
@@ -237,7 +247,7 @@ Status StageRunner::RunStep(uint64_t step) {
   fragment_->ZeroGrads();
   double loss_sum = 0;
   for (int k = 0; k < 2 * M_; ++k) {  // the 1F1B order (scheduler/pipeline_order.h)
-    const scheduler::PipelineOp op = scheduler::OneFOneB(stage_, num_stages_, M_, k);
+    const scheduler::PipelineOp op = scheduler::OneFOneB(pos_, num_stages_, M_, k);
     RETURN_IF_ERROR(op.forward ? Forward(step, op.microbatch, &loss_sum)
                                : Backward(step, op.microbatch));
   }
@@ -249,6 +259,8 @@ Status StageRunner::RunStep(uint64_t step) {
   }
   RETURN_IF_ERROR(ExchangeTiedGrads(step));
   RETURN_IF_ERROR(exchange_->FinishPendingSend());
+  const double sync_waited = sync_ ? sync_->wait_seconds() : 0;
+  RETURN_IF_ERROR(SyncGradients(step));  // sync mode step: the replicas' gradients summed
   wait_acc_ = exchange_->wait_seconds() - waited;
 
   // The barrier: every stage's gradient sums in, the global clipping scale out.
@@ -266,7 +278,11 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
   // The stage's outbound links, and the tied-embedding link between the first and the last
   // stage when they are not neighbours (the re-plan prices it from this estimate).
-  for (const OutboundUsage& o : exchange_->Usage(/*tied=*/num_stages_ > 2)) {
+  std::vector<OutboundUsage> usage = exchange_->Usage(/*tied=*/num_stages_ > 2);
+  if (sync_) {
+    for (const OutboundUsage& o : sync_->Usage()) usage.push_back(o);
+  }
+  for (const OutboundUsage& o : usage) {
     v1::LinkUsage* l = report.add_links();
     l->set_from_site(ctx_.site);
     l->set_to_site(o.to_site);
@@ -295,9 +311,16 @@ Status StageRunner::RunStep(uint64_t step) {
   const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
   const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
   const double step_start = Now();
-  fragment_->Step(opt, lr, static_cast<float>(decision->grad_scale()), static_cast<int>(step) + 1);
+  // Pipeline replicas: each replica clips by its own stages' gradient norm.
+  const int replica = grid_.replica(stage_);
+  const double scale = replica < decision->replica_grad_scales_size()
+                           ? decision->replica_grad_scales(replica)
+                           : decision->grad_scale();
+  fragment_->Step(opt, lr, static_cast<float>(scale), static_cast<int>(step) + 1);
   fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
+  RETURN_IF_ERROR(OuterStep(step));  // local mode, at a sync step
+  if (sync_) wait_acc_ += sync_->wait_seconds() - sync_waited;
   // Two committed checkpoints stay: if the newest turns out corrupt, the job falls back to
   // the one before.
   if (decision->committed_step() > last_committed_) {
@@ -362,7 +385,9 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
 Status StageRunner::Backward(uint64_t step, int mb) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * C_;
-  const float dloss = 1.0f / (float(B_) * T_ * M_);
+  // Sync mode step: each replica's share of the union batch's mean (fleet/local_fleet.h).
+  const int share = ctx_.spec.sync.mode == fleet::SyncMode::kStep ? grid_.replicas : 1;
+  const float dloss = 1.0f / (float(B_) * T_ * float(M_) * float(share));
   const float* output_grad = nullptr;
   if (!fragment_->is_last()) {
     ASSIGN_OR_RETURN(output_grad, ReceiveInput(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb));

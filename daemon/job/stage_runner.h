@@ -25,8 +25,11 @@
 #include "daemon/job/job_spec.h"
 #include "daemon/job/sender.h"
 #include "daemon/job/stage_exchange.h"
+#include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_exchange.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
+#include "fleet/outer_optimizer.h"
 #include "kernels/ops.h"
 #include "model/data_loader.h"
 #include "model/fragment.h"
@@ -47,6 +50,8 @@ struct StageRunnerContext {
   std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline
   // First and last stage of a multi-stage job: to each other, for the tied embedding.
   std::unique_ptr<LinkSender> to_tied;
+  // Pipeline replicas: to the same stage of every replica, by replica (null for its own).
+  std::vector<std::unique_ptr<LinkSender>> to_group;
   LinkMonitor* monitor = nullptr;
   std::shared_ptr<spdlog::logger> log;
   // Debug knob (fault injection): extra seconds of "compute" per layer and microbatch.
@@ -102,17 +107,30 @@ class StageRunner {
   Status Backward(uint64_t step, int mb);
   Status ExchangeTiedGrads(uint64_t step);
   Status Checkpoint(uint64_t step);
+  // Pipeline replicas (stage_runner_sync.cc): the sync group's exchange and state, restored
+  // from the checkpoint at `resume_step` (0: from scratch); sync mode step's gradient sum
+  // before the step report; local mode's outer step after the optimizer step of `step`, when
+  // it is a sync step; the sync state beside a stage checkpoint.
+  Status InitSync(uint64_t resume_step);
+  Status SyncGradients(uint64_t step);
+  Status OuterStep(uint64_t step);
+  Status CheckpointSync(uint64_t step);
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
   StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
 
   StageRunnerContext ctx_;
-  int num_stages_ = 0, stage_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
+  // stage_: the flat index in the plan (stage_grid.h); pos_: the position in its replica of
+  // num_stages_ stages.
+  StageGrid grid_;
+  int num_stages_ = 0, stage_ = 0, pos_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int64_t memory_bytes_ = 0;
   std::string devices_;
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<StageExchange> exchange_;
+  std::unique_ptr<SyncExchange> sync_;  // with replicas
+  fleet::OuterOptimizer outer_;         // local mode
   std::unique_ptr<model::DataLoader> loader_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;

@@ -84,6 +84,7 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
 }
 
 Status StageRunner::Checkpoint(uint64_t step) {
+  RETURN_IF_ERROR(CheckpointSync(step));  // first: a stage checkpoint implies its sync state
   StageState s;
   s.step = step;
   const auto& me = ctx_.assignment.stages(stage_);

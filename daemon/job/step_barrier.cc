@@ -23,16 +23,23 @@ bool StepBarrier::NoteFinished(uint32_t stage, uint32_t stages) {
 }
 
 const std::map<uint32_t, v1::StepReport>* StepBarrier::Add(const v1::StepReport& report,
-                                                           uint32_t stages,
-                                                           uint64_t committed_step) {
+                                                           uint32_t stages, uint64_t committed_step,
+                                                           uint32_t replicas) {
   Barrier& b = barriers_[{report.attempt(), report.step()}];
   b.reports[report.stage()] = report;
   if (b.reports.size() != stages || b.decided) return nullptr;
-  std::vector<double> sums;
+  replicas = std::max<uint32_t>(replicas, 1);
+  const uint32_t per_replica = stages / replicas;
+  std::vector<std::vector<double>> sums(replicas);
   for (const auto& [stage, r] : b.reports) {
-    model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()}, &sums);
+    model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()},
+                        &sums[std::min(stage / per_replica, replicas - 1)]);
   }
-  b.decision.set_grad_scale(model::ClipScale(model::GradNorm(sums), grad_clip_));
+  for (uint32_t i = 0; i < replicas; ++i) {
+    const float scale = model::ClipScale(model::GradNorm(sums[i]), grad_clip_);
+    if (i == 0) b.decision.set_grad_scale(scale);
+    if (replicas > 1) b.decision.add_replica_grad_scales(scale);
+  }
   b.decision.set_committed_step(committed_step);
   b.decided = true;
   return &b.reports;

@@ -26,9 +26,11 @@ class StepBarrier {
 
   // Adds a report. When it is the last of its (attempt, step) to arrive, decides the step
   // (committed_step: the job's, to pass on) and returns every stage's report of it, by stage;
-  // otherwise nullptr. The pointer lives until the next call.
+  // otherwise nullptr. The pointer lives until the next call. With `replicas` pipeline
+  // replicas (stage_grid.h: `stages` is all of them, replica-major), each replica's clipping
+  // scale comes from its own stages' sums (replica_grad_scales; grad_scale is replica 0's).
   const std::map<uint32_t, v1::StepReport>* Add(const v1::StepReport& report, uint32_t stages,
-                                                uint64_t committed_step);
+                                                uint64_t committed_step, uint32_t replicas = 1);
 
   // The barrier of (attempt, step): still gathering, decided (then *decision is set), or
   // gone (pruned: its attempt ended or it is long past).

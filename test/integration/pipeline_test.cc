@@ -236,12 +236,14 @@ TEST_CASE("bad jobs are refused with clear errors and the daemons keep serving")
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("compression.codec"));
 
-  // A frame for a job nobody runs.
+  // A frame for a job nobody runs: not taken, and UNAVAILABLE (a sender retries: the stage may
+  // not be assigned yet; the coordinator's pings stop a sender whose peer lost it).
   v1::TensorFrame frame;
   frame.set_job_id("ghost-000000");
   frame.set_kind(v1::TENSOR_KIND_ACTIVATION);
   auto d = c.at(1).jobs().Deliver(frame, {}, "alpha");
-  CHECK(d.code() == absl::StatusCode::kNotFound);
+  CHECK(d.code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("no job 'ghost-000000'"));
 
   // Still serving: a good job runs.
   req.set_job_yaml(JobYaml("compression: {mode: off}\n", 2));

@@ -1,0 +1,113 @@
+// StageRunner with pipeline replicas: the sync group's exchange (sync_exchange.h), sync mode
+// step's gradient sum before the step report, local mode's outer step (fleet/
+// outer_optimizer.h) after every `every`-th step and the last, and the sync state kept beside
+// the stage checkpoints (sync_checkpoint.h). Without replicas every call here does nothing.
+#include "daemon/job/stage_runner.h"
+#include "daemon/job/sync_checkpoint.h"
+#include "model/layout.h"
+
+namespace longhaul::daemon {
+
+Status StageRunner::InitSync(uint64_t resume_step) {
+  if (grid_.replicas < 2) return absl::OkStatus();
+  const v1::StageAssignment& a = ctx_.assignment;
+  SyncExchangeOptions so;
+  so.site = ctx_.site;
+  so.job_id = a.job_id();
+  so.attempt = a.attempt();
+  so.stage = stage_;
+  so.grid = grid_;
+  for (int member : grid_.group(stage_)) {
+    so.member_sites.push_back(a.stages(member).site());
+    const int r = grid_.replica(member);
+    so.to_member.push_back(r < static_cast<int>(ctx_.to_group.size()) ? ctx_.to_group[r].get()
+                                                                      : nullptr);
+    if (member != stage_ && so.to_member.back() == nullptr) {
+      return absl::FailedPreconditionError("job " + a.job_id() + ": no sender to replica " +
+                                           std::to_string(r) + "'s stage " +
+                                           std::to_string(member));
+    }
+  }
+  so.codec = ctx_.spec.sync.codec;
+  so.slices = fleet::SyncSlices(fragment_->layout());
+  so.model_slices = fragment_->layout().model().num_slices();
+  so.inbox = ctx_.inbox;
+  so.heartbeat_seconds = ctx_.heartbeat_seconds;
+  so.stop = &stop_;
+  const std::vector<fleet::SyncSlice> slices = so.slices;
+  ASSIGN_OR_RETURN(sync_, SyncExchange::Create(std::move(so)));
+  const size_t n = static_cast<size_t>(fragment_->layout().total());
+  const bool local = ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
+  if (resume_step == 0 || migrate_) {
+    if (local) {  // the first anchor: the initial parameters
+      std::vector<float> params(n);
+      fragment_->GetParameters(params.data());
+      outer_.Reset(params);
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> sizes;
+  for (const auto& s : slices) sizes.push_back(s.size);
+  const auto& me = a.stages(stage_);
+  ASSIGN_OR_RETURN(SyncState state,
+                   ReadSyncState(SyncCheckpointPath(ctx_.job_dir, resume_step,
+                                                    static_cast<int>(me.layer_begin()),
+                                                    static_cast<int>(me.layer_end())),
+                                 resume_step, static_cast<int64_t>(n), sizes));
+  if (local) {
+    if (state.anchor.empty()) {
+      return absl::DataLossError("job " + a.job_id() + ": the sync state of step " +
+                                 std::to_string(resume_step) + " has no outer-step anchor");
+    }
+    RETURN_IF_ERROR(outer_.Restore(std::move(state.anchor), std::move(state.momentum)));
+  }
+  return sync_->RestoreResiduals(std::move(state.residuals));
+}
+
+Status StageRunner::SyncGradients(uint64_t step) {
+  if (!sync_ || ctx_.spec.sync.mode != fleet::SyncMode::kStep) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(fragment_->layout().total());
+  std::vector<float> grads(n), sum(n);
+  fragment_->GetGradients(grads.data());
+  RETURN_IF_ERROR(sync_->AllGather(step, grads, 1.0f, sum));
+  fragment_->SetGradients(sum.data());
+  return absl::OkStatus();
+}
+
+Status StageRunner::OuterStep(uint64_t step) {
+  if (!sync_ || ctx_.spec.sync.mode != fleet::SyncMode::kLocal) return absl::OkStatus();
+  const uint64_t done = step + 1;
+  const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
+  if (done % every != 0 && done != static_cast<uint64_t>(ctx_.spec.job.steps)) {
+    return absl::OkStatus();
+  }
+  const size_t n = static_cast<size_t>(fragment_->layout().total());
+  std::vector<float> params(n), delta(n), mean(n);
+  fragment_->GetParameters(params.data());
+  outer_.PseudoGradient(params, delta);
+  // Every replica trained the same tokens since the last sync: equal weights.
+  RETURN_IF_ERROR(sync_->AllGather(step, delta, 1.0f / static_cast<float>(grid_.replicas), mean));
+  outer_.Step(ctx_.spec.sync.outer, mean);
+  fragment_->SetParameters(outer_.anchor().data());
+  return absl::OkStatus();
+}
+
+Status StageRunner::CheckpointSync(uint64_t step) {
+  if (!sync_) return absl::OkStatus();
+  SyncState s;
+  s.step = step;
+  if (ctx_.spec.sync.mode == fleet::SyncMode::kLocal) {
+    s.anchor = outer_.anchor();
+    s.momentum = outer_.momentum();
+  }
+  s.residuals = sync_->residuals();
+  bool any = false;
+  for (const auto& r : s.residuals) any = any || !r.empty();
+  if (!any) s.residuals.clear();
+  const auto& me = ctx_.assignment.stages(stage_);
+  return WriteSyncState(SyncCheckpointPath(ctx_.job_dir, step, static_cast<int>(me.layer_begin()),
+                                           static_cast<int>(me.layer_end())),
+                        s);
+}
+
+}  // namespace longhaul::daemon

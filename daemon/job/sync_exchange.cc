@@ -1,0 +1,176 @@
+// One stage's side of its sync group: contributions out, frames in as they come, the sum in
+// replica order (see sync_exchange.h).
+#include "daemon/job/sync_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "compression/frame.h"
+#include "fleet/sync_options.h"
+
+namespace longhaul::daemon {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions options) {
+  const int replicas = options.grid.replicas;
+  if (static_cast<int>(options.to_member.size()) != replicas ||
+      static_cast<int>(options.member_sites.size()) != replicas || options.inbox == nullptr) {
+    return absl::InvalidArgumentError("sync exchange: " + std::to_string(replicas) + " replicas, " +
+                                      std::to_string(options.to_member.size()) + " senders, " +
+                                      std::to_string(options.member_sites.size()) + " sites");
+  }
+  std::unique_ptr<SyncExchange> x(new SyncExchange(std::move(options)));
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(x->o_.codec));
+  for (size_t k = 0; k < x->o_.slices.size(); ++k) {
+    ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(x->o_.codec));
+    x->encoders_.push_back(std::move(encoder));
+  }
+  x->usage_.resize(static_cast<size_t>(replicas));
+  for (int r = 0; r < replicas; ++r) {
+    x->usage_[r].to_site = x->o_.member_sites[r];
+    x->usage_[r].codec = spec.ToString();
+    x->usage_[r].reason = "sync group (replica " + std::to_string(r) + ")";
+  }
+  return x;
+}
+
+Status SyncExchange::SendError() const {
+  for (const LinkSender* sender : o_.to_member) {
+    if (sender != nullptr) RETURN_IF_ERROR(sender->error());
+  }
+  return absl::OkStatus();
+}
+
+Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, float weight,
+                               std::span<float> out) {
+  const int replicas = o_.grid.replicas;
+  const int me = o_.grid.replica(o_.stage);
+  const size_t n = values.size();
+  if (out.size() != n) {
+    return absl::InvalidArgumentError("sync: " + std::to_string(n) + " values into " +
+                                      std::to_string(out.size()));
+  }
+  // Every member's decoded contribution, by replica; this stage's own from its own frames.
+  std::vector<std::vector<float>> decoded(static_cast<size_t>(replicas), std::vector<float>(n));
+  std::vector<TensorKey> wanted;
+  for (size_t k = 0; k < o_.slices.size(); ++k) {
+    const fleet::SyncSlice& slice = o_.slices[k];
+    if (slice.offset < 0 || slice.offset + slice.size > static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError("sync: slice " + std::to_string(slice.index) +
+                                        " outside the fragment's " + std::to_string(n) + " values");
+    }
+    const std::span<const float> part = values.subspan(slice.offset, slice.size);
+    std::vector<uint8_t> frame;
+    RETURN_IF_ERROR(encoders_[k]->Encode(
+        part, fleet::SyncSeed(step, slice.index, o_.model_slices, me, replicas), &frame));
+    ASSIGN_OR_RETURN(const compression::FrameHeader own, compression::ParseFrameHeader(frame));
+    RETURN_IF_ERROR(compression::DecodeFrameValues(
+        own, frame, std::span<float>(decoded[me].data() + slice.offset, slice.size)));
+    for (int r = 0; r < replicas; ++r) {
+      if (r == me) continue;
+      wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
+                        static_cast<uint32_t>(slice.index)});
+      OutgoingTensor t;
+      v1::TensorFrame& h = t.header;
+      h.set_job_id(o_.job_id);
+      h.set_attempt(o_.attempt);
+      h.set_step(step);
+      h.set_microbatch(static_cast<uint32_t>(me));
+      h.set_kind(v1::TENSOR_KIND_SYNC);
+      h.set_tensor_id(static_cast<uint32_t>(slice.index));
+      h.add_shape(slice.size);
+      h.mutable_codec()->add_stages()->set_name(encoders_[k]->spec().ToString());
+      h.set_raw_size(static_cast<uint64_t>(slice.size) * sizeof(float));
+      h.set_from_stage(static_cast<uint32_t>(o_.stage));
+      h.set_to_stage(static_cast<uint32_t>(o_.grid.flat(r, o_.grid.position(o_.stage))));
+      h.set_from_site(o_.site);
+      t.payload = frame;
+      const uint64_t wire = t.payload.size();
+      RETURN_IF_ERROR(o_.to_member[r]->Enqueue(std::move(t)));
+      std::lock_guard<std::mutex> lock(mu_);
+      ++usage_[r].tensors;
+      usage_[r].raw_bytes += static_cast<uint64_t>(slice.size) * sizeof(float);
+      usage_[r].wire_bytes += wire;
+    }
+  }
+  // The others' frames, as they come.
+  const double start = Now();
+  auto stopped = [this] { return o_.stop != nullptr && o_.stop->load(); };
+  while (!wanted.empty()) {
+    if (stopped()) return absl::AbortedError("stopped");
+    RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
+    auto got = o_.inbox->TakeAny(wanted, o_.heartbeat_seconds);
+    if (!got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
+    if (!got.ok()) return got.status();
+    const TensorKey key = got->first;
+    wanted.erase(std::find(wanted.begin(), wanted.end(), key));
+    const fleet::SyncSlice* slice = nullptr;
+    for (const auto& s : o_.slices) {
+      if (static_cast<uint32_t>(s.index) == key.tensor_id) slice = &s;
+    }
+    if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(replicas)) {
+      return absl::InternalError("sync: unexpected tensor " + key.DebugString());
+    }
+    compression::FrameLimits limits;
+    limits.max_elements = static_cast<uint64_t>(slice->size);
+    auto header = compression::ParseFrameHeader(got->second.payload, limits);
+    if (!header.ok() || header->element_count != static_cast<uint64_t>(slice->size)) {
+      return absl::InvalidArgumentError(
+          "sync tensor " + key.DebugString() + " from " + got->second.from_site + ": " +
+          (header.ok() ? std::to_string(header->element_count) + " values, the slice has " +
+                             std::to_string(slice->size)
+                       : std::string(header.status().message())));
+    }
+    RETURN_IF_ERROR(
+        Annotate(compression::DecodeFrameValues(
+                     *header, got->second.payload,
+                     std::span<float>(decoded[key.microbatch].data() + slice->offset, slice->size)),
+                 "sync tensor " + key.DebugString() + " from " + got->second.from_site));
+  }
+  wait_seconds_ += Now() - start;
+  // The sum in replica order, as fleet::SumContributions adds: from zero, weight x value.
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (int r = 0; r < replicas; ++r) {
+    const std::vector<float>& d = decoded[r];
+    for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::vector<float>> SyncExchange::residuals() const {
+  std::vector<std::vector<float>> r;
+  for (const auto& e : encoders_) r.push_back(e->residual());
+  return r;
+}
+
+Status SyncExchange::RestoreResiduals(std::vector<std::vector<float>> residuals) {
+  if (residuals.empty()) return absl::OkStatus();  // none carried
+  if (residuals.size() != encoders_.size()) {
+    return absl::DataLossError("sync residuals for " + std::to_string(residuals.size()) +
+                               " slices, the fragment has " + std::to_string(encoders_.size()));
+  }
+  for (size_t k = 0; k < residuals.size(); ++k) {
+    RETURN_IF_ERROR(encoders_[k]->RestoreResidual(std::move(residuals[k]),
+                                                  static_cast<size_t>(o_.slices[k].size)));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<OutboundUsage> SyncExchange::Usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OutboundUsage> out;
+  for (size_t r = 0; r < usage_.size(); ++r) {
+    if (o_.to_member[r] == nullptr) continue;
+    out.push_back(usage_[r]);
+    out.back().send_seconds = o_.to_member[r]->stats().send_seconds;
+  }
+  return out;
+}
+
+}  // namespace longhaul::daemon

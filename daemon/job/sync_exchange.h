@@ -1,0 +1,72 @@
+// SyncExchange: one stage's side of its sync group, the same stage of every pipeline replica
+// (stage_grid.h). AllGather sends this stage's contribution (its gradient in sync mode step,
+// its pseudo-gradient in local mode) to every other member as one frame per parameter slice
+// (fleet/sync_slices.h), encoded with the job's sync codec and error feedback per slice
+// (fleet/sync_reduce.h), takes the others' frames as they arrive, and sums every member's
+// decoded contribution, its own included, in replica order: every member computes the same
+// bits, so replicas that start identical stay identical. A refused send (naming the peer)
+// or a stop ends the wait within one heartbeat.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/inbox.h"
+#include "daemon/job/sender.h"
+#include "daemon/job/stage_exchange.h"
+#include "daemon/job/stage_grid.h"
+#include "fleet/sync_reduce.h"
+#include "fleet/sync_slices.h"
+
+namespace longhaul::daemon {
+
+struct SyncExchangeOptions {
+  std::string site, job_id;
+  uint32_t attempt = 0;
+  int stage = 0;  // this stage's flat index
+  StageGrid grid;
+  std::vector<std::string> member_sites;  // by replica
+  std::vector<LinkSender*> to_member;     // by replica; null for this stage's own
+  std::string codec;                      // a fixed sync codec (fleet/sync_options.h)
+  std::vector<fleet::SyncSlice> slices;   // the fragment's
+  int model_slices = 0;                   // ParameterLayout::num_slices (for the seeds)
+  Inbox* inbox = nullptr;
+  double heartbeat_seconds = 1.0;
+  const std::atomic<bool>* stop = nullptr;
+};
+
+class SyncExchange {
+ public:
+  static StatusOr<std::unique_ptr<SyncExchange>> Create(SyncExchangeOptions options);
+
+  // out = sum over the members, in replica order, of weight x decode(the member's frames of
+  // `values`); values and out are the fragment's flat arrays. REQUIRES: same sizes, covering
+  // every slice.
+  Status AllGather(uint64_t step, std::span<const float> values, float weight,
+                   std::span<float> out);
+
+  // The error-feedback residuals, by slice (for the stage checkpoint), and their restore.
+  std::vector<std::vector<float>> residuals() const;
+  Status RestoreResiduals(std::vector<std::vector<float>> residuals);
+
+  // What this stage sent to each other member (their sites, by replica, its own left out).
+  std::vector<OutboundUsage> Usage() const;
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  explicit SyncExchange(SyncExchangeOptions options) : o_(std::move(options)) {}
+  Status SendError() const;
+
+  SyncExchangeOptions o_;
+  std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders_;  // by slice
+  mutable std::mutex mu_;
+  std::vector<OutboundUsage> usage_;  // by replica
+  double wait_seconds_ = 0;
+};
+
+}  // namespace longhaul::daemon

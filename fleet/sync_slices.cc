@@ -1,0 +1,27 @@
+// A fragment's parameter slices for syncing (see sync_slices.h).
+#include "fleet/sync_slices.h"
+
+#include <algorithm>
+
+namespace longhaul::fleet {
+
+std::vector<SyncSlice> SyncSlices(const model::FragmentLayout& layout) {
+  const model::ParameterLayout& model = layout.model();
+  std::vector<SyncSlice> slices;
+  for (int i = 0; i < model::kNumTensors; ++i) {
+    const auto t = static_cast<model::Tensor>(i);
+    if (!layout.has(t)) continue;
+    if (!model::IsPerLayer(t)) {
+      slices.push_back({model.SliceIndex(t, 0), layout.offset(t), layout.size(t)});
+      continue;
+    }
+    for (int l = layout.begin(); l < layout.end(); ++l) {
+      slices.push_back({model.SliceIndex(t, l), layout.offset(t, l), model.slice_size(t)});
+    }
+  }
+  std::sort(slices.begin(), slices.end(),
+            [](const SyncSlice& a, const SyncSlice& b) { return a.index < b.index; });
+  return slices;
+}
+
+}  // namespace longhaul::fleet

@@ -1,0 +1,203 @@
+// The pieces of replicated jobs that need no network: the job file's `replicas` and `sync`
+// keys (defaults, values, errors naming the key), the stage grid, plan checks with replicas,
+// the barrier's per-replica clipping scales, and sync state files (round trip; a flipped byte,
+// a truncation or sizes that do not fit the fragment are DataLoss, never loaded).
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "daemon/job/job_checks.h"
+#include "daemon/job/job_spec.h"
+#include "daemon/job/stage_grid.h"
+#include "daemon/job/step_barrier.h"
+#include "daemon/job/sync_checkpoint.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul::daemon {
+namespace {
+
+std::string Job(const std::string& extra) {
+  return "name: r\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+         "data: {train: builtin}\nsteps: 10\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
+         "sites: [a, b, c, d]\nplacement: even\n" +
+         extra;
+}
+
+TEST_CASE("replicas and sync in a job file", "[replicas]") {
+  auto one = ParseJobSpec(Job(""), "job.yaml", ".");
+  REQUIRE(one.ok());
+  CHECK(one->replicas == 1);
+  CHECK(one->stages() == 4);
+
+  auto two = ParseJobSpec(Job("replicas: 2\n"), "job.yaml", ".");
+  REQUIRE(two.ok());
+  CHECK(two->stages() == 2);
+  CHECK(two->sync.mode == fleet::SyncMode::kLocal);
+  CHECK(two->sync.codec == "q4");  // local mode's default
+  CHECK(two->sync.every == 50);
+  CHECK_FALSE(two->replan);  // not re-planned with replicas
+
+  auto step = ParseJobSpec(Job("replicas: 2\nsync: {mode: step}\n"), "job.yaml", ".");
+  REQUIRE(step.ok());
+  CHECK(step->sync.codec == "exact");
+
+  auto full = ParseJobSpec(Job("replicas: 4\nsync:\n  mode: local\n  every: 10\n"
+                               "  outer: {lr: 0.5, momentum: 0.8, nesterov: false}\n"
+                               "  codec: topk:0.03+q4\n"),
+                           "job.yaml", ".");
+  REQUIRE(full.ok());
+  CHECK(full->stages() == 1);
+  CHECK(full->sync.every == 10);
+  CHECK(full->sync.outer.lr == 0.5f);
+  CHECK(full->sync.outer.momentum == 0.8f);
+  CHECK_FALSE(full->sync.outer.nesterov);
+  CHECK(full->sync.codec == "topk:0.03+q4");
+
+  auto error = [](const std::string& extra) {
+    auto s = ParseJobSpec(Job(extra), "job.yaml", ".");
+    REQUIRE_FALSE(s.ok());
+    return std::string(s.status().message());
+  };
+  CHECK_THAT(error("replicas: 3\n"), Catch::Contains("4 sites do not form 3 replicas"));
+  CHECK_THAT(error("replicas: 0\n"), Catch::Contains("replicas"));
+  CHECK_THAT(error("replicas: auto\n"), Catch::Contains("placement: even"));
+  CHECK_THAT(error("replicas: 2\nsync: {mode: async}\n"), Catch::Contains("step or local"));
+  CHECK_THAT(error("replicas: 2\nsync: {codec: q3}\n"), Catch::Contains("sync.codec"));
+  CHECK_THAT(error("replicas: 2\nsync: {codec: adaptive}\n"), Catch::Contains("adaptive"));
+  CHECK_THAT(error("replicas: 2\nsync: {every: 0}\n"), Catch::Contains("every"));
+  CHECK_THAT(error("replicas: 2\nsync: {outer: {momentum: 1}}\n"), Catch::Contains("momentum"));
+  CHECK_THAT(error("replicas: 2\nsync: {cadence: 3}\n"), Catch::Contains("cadence"));
+  std::string planned = Job("replicas: 2\n");
+  planned.replace(planned.find("placement: even"), 15, "placement: planned");
+  auto p = ParseJobSpec(planned, "job.yaml", ".");
+  REQUIRE_FALSE(p.ok());
+  CHECK_THAT(std::string(p.status().message()), Catch::Contains("placement: even"));
+}
+
+TEST_CASE("the stage grid: neighbours and tied partners within a replica, groups across",
+          "[replicas]") {
+  const StageGrid g = StageGrid::Of(3, 9);  // 3 replicas of 3 stages
+  CHECK(g.stages == 3);
+  CHECK(g.replica(4) == 1);
+  CHECK(g.position(4) == 1);
+  CHECK(g.prev(3) == -1);
+  CHECK(g.next(5) == -1);
+  CHECK(g.next(4) == 5);
+  CHECK(g.tied(3) == 5);
+  CHECK(g.tied(5) == 3);
+  CHECK(g.tied(4) == -1);
+  CHECK(g.group(4) == std::vector<int>{1, 4, 7});
+  const StageGrid single = StageGrid::Of(2, 2);
+  CHECK(single.tied(0) == -1);
+  CHECK(single.prev(1) == -1);
+  CHECK(single.group(1) == std::vector<int>{0, 1});
+}
+
+google::protobuf::RepeatedPtrField<v1::StageInfo> Plan(
+    const std::vector<std::tuple<std::string, int, int, int>>& stages) {
+  google::protobuf::RepeatedPtrField<v1::StageInfo> plan;
+  for (const auto& [site, begin, end, replica] : stages) {
+    v1::StageInfo* s = plan.Add();
+    s->set_site(site);
+    s->set_layer_begin(begin);
+    s->set_layer_end(end);
+    s->set_replica(replica);
+  }
+  return plan;
+}
+
+TEST_CASE("plans with replicas are checked", "[replicas]") {
+  auto spec = ParseJobSpec(Job("replicas: 2\n"), "job.yaml", ".");
+  REQUIRE(spec.ok());
+  CHECK(CheckPlan(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 2, 1}, {"d", 2, 4, 1}}), *spec,
+                  "stages")
+            .ok());
+  auto error = [&](const google::protobuf::RepeatedPtrField<v1::StageInfo>& plan) {
+    const Status s = CheckPlan(plan, *spec, "stages");
+    REQUIRE_FALSE(s.ok());
+    return std::string(s.message());
+  };
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 4, 1}})),
+             Catch::Contains("do not form"));
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 1, 1}, {"d", 1, 4, 1}})),
+             Catch::Contains("replica 0 splits them"));
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 2, 0}, {"d", 2, 4, 1}})),
+             Catch::Contains("replica 0, expected 1"));
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"a", 0, 2, 1}, {"d", 2, 4, 1}})),
+             Catch::Contains("runs another stage"));
+}
+
+TEST_CASE("the barrier clips each replica by its own stages' gradient norm", "[replicas]") {
+  StepBarrier barrier(/*grad_clip=*/1.0f);
+  auto report = [](uint32_t stage, double sum) {
+    v1::StepReport r;
+    r.set_attempt(1);
+    r.set_step(0);
+    r.set_stage(stage);
+    r.add_grad_sums(stage % 2 == 0 ? sum : 0);  // slice 0 lives on each replica's first stage
+    r.add_grad_sums(stage % 2 == 1 ? sum : 0);
+    return r;
+  };
+  // Replica 0: norm sqrt(2 + 2) = 2 -> scale 0.5; replica 1: norm sqrt(0.5) -> no clipping.
+  CHECK(barrier.Add(report(0, 2.0), 4, 0, 2) == nullptr);
+  CHECK(barrier.Add(report(1, 2.0), 4, 0, 2) == nullptr);
+  CHECK(barrier.Add(report(2, 0.25), 4, 0, 2) == nullptr);
+  REQUIRE(barrier.Add(report(3, 0.25), 4, 0, 2) != nullptr);
+  v1::StepDecision d;
+  REQUIRE(barrier.Lookup(1, 0, &d) == StepBarrier::State::kDecided);
+  REQUIRE(d.replica_grad_scales_size() == 2);
+  CHECK(d.replica_grad_scales(0) == Approx(0.5));
+  CHECK(d.replica_grad_scales(1) == 1.0);
+  CHECK(d.grad_scale() == d.replica_grad_scales(0));
+}
+
+TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {
+  const std::string dir = testing::TempDir("sync-state");
+  const std::string path = SyncCheckpointPath(dir, 12, 0, 2);
+  CHECK(path == dir + "/sync_00000012_0-2.bin");
+  SyncState s;
+  s.step = 12;
+  s.anchor = {1, 2, 3, 4, 5};
+  s.momentum = {0.5f, 0, 0, 0, -1};
+  s.residuals = {{0.25f, 0.5f}, {}, {1, 2, 3}};
+  REQUIRE(WriteSyncState(path, s).ok());
+  const std::vector<int64_t> sizes = {2, 0, 3};
+  auto back = ReadSyncState(path, 12, 5, sizes);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(back->anchor == s.anchor);
+  CHECK(back->momentum == s.momentum);
+  CHECK(back->residuals == s.residuals);
+  CHECK(ReadSyncState(path, 13, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 12, 6, sizes).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 12, 5, {2, 0, 4}).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(dir + "/none.bin", 12, 5, sizes).status().code() ==
+        absl::StatusCode::kNotFound);
+
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  for (size_t at : {size_t{3}, size_t{20}, bytes.size() / 2, bytes.size() - 1}) {
+    std::string flipped = bytes;
+    flipped[at] ^= 0x04;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << flipped;
+    INFO("byte " << at);
+    CHECK(ReadSyncState(path, 12, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 9);
+  CHECK(ReadSyncState(path, 12, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+  // A header announcing a huge anchor is refused before anything is allocated.
+  std::string huge = bytes;
+  const uint64_t big = uint64_t{1} << 60;
+  std::memcpy(huge.data() + 16, &big, 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << huge;
+  CHECK(ReadSyncState(path, 12, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace longhaul::daemon

@@ -1,0 +1,272 @@
+// Pipeline replicas across daemons (issue 14): four sites in one process over the loopback
+// transport run a job as 2 replicas x 2 stages. The in-process fleet (fleet/local_fleet.h)
+// is the oracle: sync mode step with the exact codec trains the union batch and ends with
+// replica 0's parameters equal to the fleet's bit for bit (the losses within float rounding:
+// the coordinator averages the replicas' losses, the fleet all microbatches); local mode with
+// q4 and error feedback the same; a replica's site restarting mid-job rolls the job back and
+// it still ends with those parameters. A peer outside the sync group cannot send sync tensors.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/daemon.h"
+#include "daemon/job/job_spec.h"
+#include "daemon/transport/loopback.h"
+#include "fleet/local_fleet.h"
+#include "kernels/ops.h"
+#include "model/checkpoint.h"
+#include "model/trainer.h"
+#include "test/daemon/job_test_util.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul {
+namespace {
+
+using namespace std::chrono_literals;
+using daemon::Daemon;
+
+const std::vector<std::string> kSites = {"alpha", "beta", "gamma", "delta"};
+
+std::string JobYaml(const std::string& sync, int steps) {
+  return "name: tiny\nmodel: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+         "data: {train: builtin}\nsteps: " +
+         std::to_string(steps) +
+         "\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
+         "optimizer: {lr: 3e-3, warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0}\n"
+         "seed: 7\ncheckpoint: {every: 2}\nbackend: cpu\nthreads: 1\n"
+         "sites: [alpha, beta, gamma, delta]\nplacement: even\nreplicas: 2\n"
+         "compression: {mode: off}\n" +
+         sync;
+}
+
+struct Cluster {
+  std::unique_ptr<daemon::transport::LoopbackNetwork> net =
+      std::make_unique<daemon::transport::LoopbackNetwork>();
+  std::vector<daemon::SiteConfig> configs;
+  std::vector<std::unique_ptr<Daemon>> daemons;
+
+  Cluster() {
+    std::vector<int> ports;
+    for (size_t i = 0; i < kSites.size(); ++i) ports.push_back(testing::FreePort());
+    for (size_t i = 0; i < kSites.size(); ++i) {
+      testing::SiteSpec spec{kSites[i], ports[i], {}};
+      for (size_t j = 0; j < kSites.size(); ++j) {
+        if (j != i) spec.peers.push_back({kSites[j], ports[j]});
+      }
+      configs.push_back(testing::MakeSiteConfig(spec));
+      configs.back().links.probe_interval_seconds = 5;
+      daemons.emplace_back();
+      Start(i);
+    }
+  }
+  ~Cluster() {
+    for (auto& d : daemons) d.reset();
+  }
+  void Start(size_t i) {
+    daemon::DaemonOptions options;
+    options.token = "token";
+    options.loopback = net.get();
+    auto d = Daemon::Start(configs[i], options);
+    INFO(d.status().ToString());
+    REQUIRE(d.ok());
+    daemons[i] = std::move(*d);
+  }
+  Daemon& at(size_t i) { return *daemons[i]; }
+  std::string Submit(const std::string& yaml) {
+    v1::SubmitJobRequest req;
+    req.set_job_yaml(yaml);
+    auto r = at(0).jobs().Submit(req);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return r->job_id();
+  }
+  v1::JobStatus Status(const std::string& id) {
+    auto s = at(0).jobs().GetJob(id, 0);
+    REQUIRE(s.ok());
+    return *s;
+  }
+  v1::JobStatus WaitCompleted(const std::string& id) {
+    const v1::JobStatus s = testing::WaitJobEnd(at(0), id, 300s);
+    INFO("state " << v1::JobState_Name(s.state()) << ": " << s.detail());
+    REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+    return s;
+  }
+  // Replica 0's model at the last committed step, as the export writes it.
+  std::vector<float> Export(const std::string& id) {
+    std::string bytes;
+    REQUIRE(at(0)
+                .jobs()
+                .Export(id,
+                        [&](const std::string& b, uint64_t) {
+                          bytes += b;
+                          return absl::OkStatus();
+                        })
+                .ok());
+    const std::string path = testing::TempDir("replica-export") + "/model.bin";
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+    auto ckpt = model::ReadCheckpoint(path);
+    REQUIRE(ckpt.ok());
+    return ckpt->params;
+  }
+};
+
+// The oracle: the job's replicas trained in one process.
+struct Oracle {
+  std::vector<float> losses, params;
+};
+
+Oracle TrainFleet(const std::string& yaml) {
+  auto spec = daemon::ParseJobSpec(yaml, "job", ".");
+  INFO(spec.status().ToString());
+  REQUIRE(spec.ok());
+  const model::Job& job = spec->job;
+  auto data = model::LoadData(job.data.train, job.data.format, 1, job.model.vocab_size, "train");
+  REQUIRE(data.ok());
+  std::vector<std::unique_ptr<kernels::Ops>> owned;
+  std::vector<kernels::Ops*> ops;
+  for (int r = 0; r < spec->replicas; ++r) {
+    owned.push_back(std::move(*kernels::MakeOps(job.backend, 1)));
+    ops.push_back(owned.back().get());
+  }
+  fleet::LocalFleetOptions o;
+  o.replicas = spec->replicas;
+  o.fragments = spec->stages();
+  o.batch_size = job.microbatch_size;
+  o.seq_len = job.seq_len;
+  o.microbatches = job.microbatches();
+  o.seed = job.seed;
+  o.sync = spec->sync;
+  auto fl = fleet::LocalFleet::Create(job.model, *data, o, ops);
+  INFO(fl.status().ToString());
+  REQUIRE(fl.ok());
+  (*fl)->InitParameters(job.seed);
+  Oracle out;
+  for (int s = 0; s < job.steps; ++s) {
+    auto r = (*fl)->TrainStep(job.optimizer, s, job.steps);
+    REQUIRE(r.ok());
+    out.losses.push_back(r->loss);
+  }
+  out.params.resize(static_cast<size_t>(model::NumParameters(job.model)));
+  (*fl)->replica(0).StoreIntoModel(out.params.data());
+  return out;
+}
+
+void CheckAgainst(const Oracle& oracle, const v1::JobStatus& s, const std::vector<float>& params) {
+  REQUIRE(s.losses_size() == static_cast<int>(oracle.losses.size()));
+  for (size_t i = 0; i < oracle.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(s.losses(static_cast<int>(i)) == Approx(oracle.losses[i]).epsilon(1e-6));
+  }
+  REQUIRE(params.size() == oracle.params.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < params.size(); ++i) differ += params[i] != oracle.params[i];
+  CHECK(differ == 0);  // bit for bit
+}
+
+TEST_CASE("replicas in sync mode step train the union batch, as the in-process fleet does") {
+  const std::string yaml = JobYaml("sync: {mode: step, codec: exact}\n", 6);
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  REQUIRE(s.stages_size() == 4);
+  CHECK(s.stages(2).replica() == 1);
+  CheckAgainst(oracle, s, c.Export(id));
+  // Each sync link carried fp32 frames of gradients: as many bytes as the fragments, plus
+  // frame headers.
+  bool sync_link = false;
+  for (const auto& l : s.links()) {
+    if (l.from_site() == "alpha" && l.to_site() == "gamma") {
+      sync_link = true;
+      CHECK(l.codec() == "fp32");
+      CHECK(l.wire_bytes() > l.raw_bytes());
+    }
+  }
+  CHECK(sync_link);
+
+  // Sync tensors come only from the same stage of another replica, for a slice it holds.
+  v1::TensorFrame frame;
+  frame.set_job_id(id);
+  frame.set_kind(v1::TENSOR_KIND_SYNC);
+  frame.set_from_stage(1);  // beta: replica 0's second stage, not in gamma's group
+  frame.set_to_stage(2);
+  frame.set_microbatch(0);
+  frame.set_tensor_id(1);  // wpe
+  frame.add_shape(32 * 32);
+  frame.set_raw_size(32 * 32 * 4);
+  auto d = c.at(2).jobs().Deliver(frame, {}, "beta");
+  CHECK(d.code() == absl::StatusCode::kPermissionDenied);
+  frame.set_from_stage(0);                        // alpha: the same stage of replica 0
+  d = c.at(2).jobs().Deliver(frame, {}, "beta");  // but not from alpha's site
+  CHECK(d.code() == absl::StatusCode::kPermissionDenied);
+  frame.set_tensor_id(9999);  // a slice gamma does not hold
+  d = c.at(2).jobs().Deliver(frame, {}, "alpha");
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  frame.set_tensor_id(1);
+  frame.set_raw_size(12);  // the wrong size for wpe
+  frame.clear_shape();
+  frame.add_shape(3);
+  d = c.at(2).jobs().Deliver(frame, {}, "alpha");
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("expects [1024]"));
+}
+
+TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's model at the end") {
+  const std::string yaml =
+      JobYaml("sync: {mode: local, every: 3, codec: q4, outer: {lr: 0.7, momentum: 0.9}}\n", 8);
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  for (const auto& l : s.links()) {
+    if (l.from_site() == "beta" && l.to_site() == "delta") {
+      CHECK(l.codec() == "q4");
+      CHECK(l.wire_bytes() * 3 < l.raw_bytes());
+    }
+  }
+}
+
+TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
+  const std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8}\n", 10);
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  c.daemons[3].reset();  // delta: replica 1's last stage
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).state() == v1::JOB_STATE_RECOVERING; }, 60s));
+  c.Start(3);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(s.attempt() >= 2);
+  CheckAgainst(oracle, s, c.Export(id));
+}
+
+TEST_CASE("replica jobs are checked when submitted") {
+  Cluster c;
+  v1::SubmitJobRequest req;
+  std::string yaml = JobYaml("sync: {mode: local, codec: adaptive}\n", 4);
+  req.set_job_yaml(yaml);
+  auto r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("adaptive"));
+  yaml = JobYaml("", 4);
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 3");
+  req.set_job_yaml(yaml);
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("3 replicas"));
+  yaml = JobYaml("", 4);
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  req.set_job_yaml(yaml);
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("placement: even"));
+}
+
+}  // namespace
+}  // namespace longhaul
