@@ -3,6 +3,7 @@
 // the barrier's per-replica clipping scales, and sync state files (round trip; a flipped byte,
 // a truncation or sizes that do not fit the fragment are DataLoss, never loaded).
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -75,6 +76,21 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   auto p = ParseJobSpec(planned, "job.yaml", ".");
   REQUIRE_FALSE(p.ok());
   CHECK_THAT(std::string(p.status().message()), Catch::Contains("placement: even"));
+}
+
+TEST_CASE("the example replica job parses", "[replicas]") {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const std::string path =
+      (srcdir ? std::string(srcdir) + "/longhaul/" : std::string()) + "configs/replicas-job.yaml";
+  std::ifstream in(path);
+  REQUIRE(in);
+  const std::string yaml((std::istreambuf_iterator<char>(in)), {});
+  auto spec = ParseJobSpec(yaml, path, ".");
+  INFO(spec.status().ToString());
+  REQUIRE(spec.ok());
+  CHECK(spec->replicas == 2);
+  CHECK(spec->stages() == 2);
+  CHECK(spec->sync.every == 10);
 }
 
 TEST_CASE("the stage grid: neighbours and tied partners within a replica, groups across",

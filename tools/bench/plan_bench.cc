@@ -10,6 +10,9 @@
 // each predicted by the cost model and simulated by the discrete-event simulator with
 // bandwidth that wanders +-30% every 5 s on every link and 5% compute jitter.
 //   bazel run -c opt //tools/bench:plan_bench -- --sites 8,32,128 --models xl,13b
+// --replicas instead compares replicated plans (pipeline replicas synced every --sync-every
+// steps, scheduler/replica_planner.h) with the single pipeline:
+//   bazel run -c opt //tools/bench:plan_bench -- --replicas --sites 8,32,128 --models xl,13b
 // --calibrate-job JOB.yaml instead times one layer of the job's shape on this machine's CPU
 // backend and prints the profile line for a profiles file.
 #include <CLI/CLI.hpp>
@@ -25,6 +28,7 @@
 #include "model/job.h"
 #include "scheduler/calibration.h"
 #include "scheduler/planner.h"
+#include "scheduler/replica_planner.h"
 #include "scheduler/simulator.h"
 #include "scheduler/topology.h"
 
@@ -189,6 +193,67 @@ int Study(const std::vector<int>& sizes, const std::vector<std::string>& models,
   return 0;
 }
 
+// Replicated plans (scheduler/replica_planner.h) against the single-pipeline plan: how many
+// of the sites each uses and the tokens/s the cost model predicts, with the sync priced at
+// `every` inner steps per sync in q4 (or `bytes_per_value`), streamed behind the next steps.
+int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& models,
+                 uint64_t seed, double budget, int every, double bytes_per_value) {
+  std::printf(
+      "| sites | model | plan | replicas | sites used | replica step | sync (one) | sync GB | "
+      "exposed/step | tokens/s | vs single | sync bottleneck |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int n : sizes) {
+    RegionTopologyOptions to;
+    to.sites = n;
+    to.seed = seed;
+    const Profiles profiles = RegionTopology(to);
+    for (const std::string& name : models) {
+      const Workload wl = MakeWorkload(name);
+      ReplicaPlanRequest r;
+      r.request.model = wl.config;
+      r.request.workload = wl.w;
+      r.request.sites = SiteNames(profiles);
+      r.sync.every = every;
+      r.sync.bytes_per_value = bytes_per_value;
+      PlannerOptions po;
+      po.time_budget_seconds = budget;
+      const Planner planner(profiles, po);
+      auto single = planner.Plan(r.request);
+      auto fleet = PlanReplicas(planner, r);
+      r.paced = true;
+      auto paced = PlanReplicas(planner, r);
+      if (!single.ok() || !fleet.ok() || !paced.ok()) {
+        std::printf(
+            "| %d | %s | - | no plan fits: %s |\n", n, name.c_str(),
+            std::string((single.ok() ? fleet.status() : single.status()).message()).c_str());
+        continue;
+      }
+      const double single_tps = single->estimate.tokens_per_second;
+      std::printf(
+          "| %d | %s | single pipeline | 1 | %zu of %d (%.0f%%) | %.3f s | - | - | - | %.0f "
+          "| 1.00x | - |\n",
+          n, name.c_str(), single->stages.size(), n, 100.0 * single->stages.size() / n,
+          single->estimate.step_seconds, single_tps);
+      std::printf(
+          "| %d | %s | replicated, sync every %d | %zu | %d of %d (%.0f%%) | %.3f s | "
+          "%.2f s | %.2f | %.4f s | %.0f | %.2fx | %s |\n",
+          n, name.c_str(), every, fleet->replicas.size(), fleet->sites_used, n,
+          100.0 * fleet->sites_used / n, fleet->replica_step_seconds, fleet->sync_seconds,
+          fleet->sync_bytes / 1e9, fleet->exposed_sync_per_step, fleet->tokens_per_second,
+          fleet->tokens_per_second / single_tps, fleet->sync_bottleneck.c_str());
+      std::printf(
+          "| %d | %s | replicated, paced, sync every %d | %zu | %d of %d (%.0f%%) | "
+          "%.3f s (slowest) | %.2f s | %.2f | - | %.0f | %.2fx | %s |\n",
+          n, name.c_str(), every, paced->replicas.size(), paced->sites_used, n,
+          100.0 * paced->sites_used / n, paced->replica_step_seconds, paced->sync_seconds,
+          paced->sync_bytes / 1e9, paced->paced_tokens_per_second,
+          paced->paced_tokens_per_second / single_tps, paced->sync_bottleneck.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 int Calibrate(const std::string& job_path) {
   auto job = model::LoadJob(job_path);
   if (!job.ok()) {
@@ -235,7 +300,20 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "Simulated steps per placement")->capture_default_str();
   app.add_option("--time-budget", budget, "Planner time budget (s)")->capture_default_str();
   app.add_option("--calibrate-job", calibrate, "Time one layer of this job's shape instead");
+  bool replicas = false;
+  int every = 50;
+  double bytes_per_value = 0.5625;
+  app.add_flag("--replicas", replicas,
+               "Compare replicated plans (pipeline replicas synced every --sync-every steps) "
+               "with the single pipeline instead");
+  app.add_option("--sync-every", every, "Inner steps per sync")->capture_default_str();
+  app.add_option("--sync-bytes-per-value", bytes_per_value,
+                 "Sync codec's bytes per value (q4 with per-64 scales: 0.5625; exact: 4)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!calibrate.empty()) return longhaul::scheduler::Calibrate(calibrate);
+  if (replicas) {
+    return longhaul::scheduler::ReplicaStudy(sizes, models, seed, budget, every, bytes_per_value);
+  }
   return longhaul::scheduler::Study(sizes, models, seed, steps, budget);
 }

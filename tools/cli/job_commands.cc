@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -55,13 +56,19 @@ void PrintDetails(const v1::JobStatus& j) {
     std::cout << " (the planner predicted " << Fixed(j.predicted_step_seconds(), 3) << ")";
   }
   std::cout << ", coordinator " << j.coordinator() << "\n";
+  // With pipeline replicas a stage is REPLICA.POSITION (replica 1's second stage: 1.1).
+  uint32_t replicas = 1;
+  for (const auto& s : j.stages()) replicas = std::max(replicas, s.replica() + 1);
+  const uint32_t per_replica = std::max<uint32_t>(1, j.stages_size() / replicas);
   Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "DEVICES"});
   for (const auto& s : j.stages()) {
-    stages.AddRow({std::to_string(s.index()), s.site(),
-                   std::to_string(s.layer_begin()) + ".." + std::to_string(s.layer_end()),
-                   Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB",
-                   Fixed(s.compute_seconds(), 3) + " s", Fixed(s.wait_seconds(), 3) + " s",
-                   s.devices().empty() ? "-" : s.devices()});
+    const std::string label =
+        replicas > 1 ? std::to_string(s.replica()) + "." + std::to_string(s.index() % per_replica)
+                     : std::to_string(s.index());
+    stages.AddRow(
+        {label, s.site(), std::to_string(s.layer_begin()) + ".." + std::to_string(s.layer_end()),
+         Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB", Fixed(s.compute_seconds(), 3) + " s",
+         Fixed(s.wait_seconds(), 3) + " s", s.devices().empty() ? "-" : s.devices()});
   }
   std::cout << stages.str();
   if (j.links_size() > 0) {

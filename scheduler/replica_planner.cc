@@ -1,0 +1,179 @@
+// Replicated placement and its price (see replica_planner.h).
+#include "scheduler/replica_planner.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "model/layout.h"
+
+namespace longhaul::scheduler {
+namespace {
+
+// Parameters of the layers [begin, end) a stage holds, with the embeddings its place brings
+// (wte and wpe on the first stage, wte's copy and the final layernorm on the last).
+double StageParams(const model::GPT2Config& config, int begin, int end) {
+  return static_cast<double>(model::FragmentLayout(config, begin, end).total());
+}
+
+// The parameters two stages of different replicas hold in common: their layers' overlap,
+// with the embeddings both hold.
+double SharedParams(const model::GPT2Config& config, const StagePlan& a, const StagePlan& b) {
+  const int begin = std::max(a.layer_begin, b.layer_begin);
+  const int end = std::min(a.layer_end, b.layer_end);
+  double shared = 0;
+  if (begin < end) {
+    const model::ParameterLayout layout(config);
+    double per_layer = 0;
+    for (int i = 0; i < model::kNumTensors; ++i) {
+      const auto t = static_cast<model::Tensor>(i);
+      if (model::IsPerLayer(t)) per_layer += static_cast<double>(layout.slice_size(t));
+    }
+    shared += per_layer * (end - begin);
+  }
+  const int L = config.num_layers;
+  const model::ParameterLayout layout(config);
+  const bool first = a.layer_begin == 0 && b.layer_begin == 0;
+  const bool last = a.layer_end == L && b.layer_end == L;
+  if (first) shared += layout.size(model::Tensor::kWte) + layout.size(model::Tensor::kWpe);
+  if (last && !first) shared += layout.size(model::Tensor::kWte);
+  if (last) shared += layout.size(model::Tensor::kLnfw) + layout.size(model::Tensor::kLnfb);
+  return shared;
+}
+
+}  // namespace
+
+ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
+                          const PipelineWorkload& workload, std::vector<PlanResult> replicas,
+                          const SyncCostOptions& sync) {
+  ReplicaPlan p;
+  p.replicas = std::move(replicas);
+  for (const PlanResult& r : p.replicas) {
+    p.sites_used += static_cast<int>(r.stages.size());
+    p.replica_step_seconds = std::max(p.replica_step_seconds, r.estimate.step_seconds);
+  }
+  // A sync: every stage sends what it shares with each stage of every other replica, the
+  // flows in parallel; the slowest stage's slowest flow sets the time.
+  for (size_t r = 0; r < p.replicas.size(); ++r) {
+    for (const StagePlan& s : p.replicas[r].stages) {
+      for (size_t q = 0; q < p.replicas.size(); ++q) {
+        if (q == r) continue;
+        for (const StagePlan& d : p.replicas[q].stages) {
+          const double bytes = SharedParams(model, s, d) * sync.bytes_per_value;
+          if (bytes <= 0) continue;
+          p.sync_bytes += bytes;
+          const LinkProfile* link = profiles.Link(s.site, d.site);
+          const double seconds = link == nullptr || link->bandwidth_bytes_per_second <= 0
+                                     ? 1e30
+                                     : bytes / link->bandwidth_bytes_per_second + link->rtt_seconds;
+          if (seconds > p.sync_seconds) {
+            p.sync_seconds = seconds;
+            p.sync_bottleneck = s.site + " -> " + d.site;
+          }
+        }
+      }
+    }
+  }
+  const int every = std::max(1, sync.every);
+  const double hidden = sync.overlap ? every * p.replica_step_seconds : 0;
+  p.exposed_sync_per_step = std::max(0.0, p.sync_seconds - hidden) / every;
+  p.step_seconds = p.replica_step_seconds + p.exposed_sync_per_step;
+  const double tokens = static_cast<double>(workload.microbatch_size) * workload.seq_len *
+                        workload.microbatches * p.replicas.size();
+  p.tokens_per_second = p.step_seconds > 0 ? tokens / p.step_seconds : 0;
+  double fastest = 0, paced = 0;
+  for (const PlanResult& r : p.replicas) {
+    if (fastest == 0 || r.estimate.step_seconds < fastest) fastest = r.estimate.step_seconds;
+  }
+  const double interval = every * fastest;  // wall time between syncs
+  const double exposed = std::max(0.0, p.sync_seconds - (sync.overlap ? interval : 0));
+  for (const PlanResult& r : p.replicas) {
+    if (r.estimate.step_seconds > 0) paced += r.estimate.tokens_per_step / r.estimate.step_seconds;
+  }
+  p.paced_tokens_per_second = interval > 0 ? paced * interval / (interval + exposed) : 0;
+  return p;
+}
+
+namespace {
+
+// Replicas formed greedily: the fastest site left and its `cap` - 1 best-connected sites left
+// are the candidates of the next pipeline (all sites left when cap is 0); the planner picks
+// among them; the sites it uses are taken. A candidate set where nothing fits drops its seed.
+std::vector<PlanResult> FormReplicas(const Planner& planner, const ReplicaPlanRequest& r,
+                                     size_t cap, Status* first_error) {
+  const Profiles& profiles = planner.profiles();
+  std::vector<std::string> left = r.request.sites;
+  auto flops = [&](const std::string& s) {
+    const SiteProfile* p = profiles.Site(s);
+    return p == nullptr ? 0.0 : p->flops;
+  };
+  std::stable_sort(left.begin(), left.end(),
+                   [&](const std::string& a, const std::string& b) { return flops(a) > flops(b); });
+  std::vector<PlanResult> found;
+  while (!left.empty() &&
+         (r.max_replicas <= 0 || static_cast<int>(found.size()) < r.max_replicas)) {
+    std::vector<std::string> candidates = left;
+    if (cap > 0 && candidates.size() > cap) {
+      const std::string seed = left[0];
+      auto bandwidth = [&](const std::string& to) {
+        const LinkProfile* l = profiles.Link(seed, to);
+        return l == nullptr ? 0.0 : l->bandwidth_bytes_per_second;
+      };
+      std::stable_sort(
+          candidates.begin() + 1, candidates.end(),
+          [&](const std::string& a, const std::string& b) { return bandwidth(a) > bandwidth(b); });
+      candidates.resize(cap);
+    }
+    PlacementRequest request = r.request;
+    request.sites = candidates;
+    auto plan = planner.Plan(request);
+    std::set<std::string> used;
+    if (plan.ok() && plan->estimate.fits_memory) {
+      for (const StagePlan& s : plan->stages) used.insert(s.site);
+      found.push_back(*std::move(plan));
+    } else {
+      if (found.empty() && first_error->ok()) {
+        *first_error =
+            plan.ok() ? absl::ResourceExhaustedError("the model does not fit") : plan.status();
+      }
+      if (cap == 0) break;  // all sites left were candidates: nothing more fits
+      used.insert(candidates[0]);
+    }
+    std::vector<std::string> rest;
+    for (const std::string& s : left) {
+      if (!used.count(s)) rest.push_back(s);
+    }
+    left = std::move(rest);
+  }
+  return found;
+}
+
+}  // namespace
+
+StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& r) {
+  // Candidate sets of up to 1, 2, 3, 4, 6 and 8 sites per replica (small enough for the
+  // planner's exact search), and all sites left (the single-pipeline planner's own choice).
+  ReplicaPlan best;
+  Status error;
+  bool any = false;
+  for (size_t cap : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{6}, size_t{8}, size_t{0}}) {
+    if (cap > r.request.sites.size()) continue;
+    const std::vector<PlanResult> found = FormReplicas(planner, r, cap, &error);
+    // The best count of the replicas found (best first): more replicas add tokens, but
+    // also a slower slowest replica and a sync over more, and farther, sites.
+    for (size_t n = 1; n <= found.size(); ++n) {
+      ReplicaPlan p =
+          PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
+                        std::vector<PlanResult>(found.begin(), found.begin() + n), r.sync);
+      any = true;
+      if (r.paced ? p.paced_tokens_per_second > best.paced_tokens_per_second
+                  : p.tokens_per_second > best.tokens_per_second) {
+        best = std::move(p);
+      }
+    }
+  }
+  if (!any) return error.ok() ? absl::ResourceExhaustedError("no pipeline fits") : error;
+  return best;
+}
+
+}  // namespace longhaul::scheduler

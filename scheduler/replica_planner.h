@@ -1,0 +1,62 @@
+// Replicated placement: several pipelines on disjoint sites, kept in sync by data parallelism
+// across them (fleet/, the job's `replicas` and `sync`), priced by the cost model. Replicas
+// are formed greedily: the fastest site left and its best-connected neighbours left (up to a
+// cap of 1, 2, 3, 4, 6 or 8 sites, or every site left) are the candidates the planner
+// (planner.h) places the next pipeline on; the sites it uses are taken, and so on while a
+// pipeline fits. Of every cap and every count n of the replicas it found (best first), the
+// one with the most predicted tokens/s wins.
+//
+// A replica's step is its pipeline's predicted step; the fleet goes at its slowest replica's
+// pace (the syncs wait for it). A sync moves each stage's contribution (its layers'
+// parameters in the sync codec: bytes_per_value each) to the sites that hold the same layers
+// in every other replica, all flows in parallel; the slowest site's sending time is the
+// sync's. Every `every` steps one sync; with `overlap` (streaming syncs that run behind the
+// next inner steps) only the part longer than those steps is exposed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/planner.h"
+
+namespace longhaul::scheduler {
+
+struct SyncCostOptions {
+  int every = 50;                   // inner steps per sync; 1: sync mode step
+  double bytes_per_value = 0.5625;  // q4 with an fp32 scale per 64 values; exact: 4
+  bool overlap = true;              // a sync runs behind the next inner steps
+};
+
+struct ReplicaPlanRequest {
+  PlacementRequest request;  // the model, the workload of one replica, the candidate sites
+  SyncCostOptions sync;
+  int max_replicas = 0;  // 0: as many as fit
+  bool paced = false;    // choose the count by paced_tokens_per_second (else lockstep)
+};
+
+struct ReplicaPlan {
+  std::vector<PlanResult> replicas;  // each replica's pipeline, best first
+  int sites_used = 0;
+  double replica_step_seconds = 0;  // the slowest replica's predicted step
+  double sync_seconds = 0;          // one sync, the slowest site's sending
+  double sync_bytes = 0;            // one sync, all sites together
+  double exposed_sync_per_step = 0;
+  double step_seconds = 0;       // replica step + exposed sync per step
+  double tokens_per_second = 0;  // in lockstep: every replica at the slowest one's pace
+  // Each replica at its own pace, a sync every `every` steps of the fastest, pseudo-gradients
+  // weighted by the tokens each trained (the design for local mode; the runtime steps the
+  // replicas in lockstep today).
+  double paced_tokens_per_second = 0;
+  std::string sync_bottleneck;  // "FROM -> TO" of the slowest sync flow
+};
+
+// Fails as Planner::Plan does when not even one pipeline fits.
+StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& request);
+
+// The price of given replicas (each a pipeline over its own sites) under `sync`.
+ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
+                          const PipelineWorkload& workload, std::vector<PlanResult> replicas,
+                          const SyncCostOptions& sync);
+
+}  // namespace longhaul::scheduler
