@@ -229,6 +229,13 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
         continue;
       }
       const double single_tps = single->estimate.tokens_per_second;
+      // The compute bound of any replicated plan against the single pipeline: all sites'
+      // FLOP/s over the single pipeline's sites'.
+      double all_flops = 0, single_flops = 0;
+      for (const auto& site : profiles.sites) all_flops += site.flops;
+      for (const auto& st : single->stages) single_flops += profiles.Site(st.site)->flops;
+      std::fprintf(stderr, "%d sites, %s: all sites' FLOP/s are %.1fx the single pipeline's\n", n,
+                   name.c_str(), all_flops / single_flops);
       std::printf(
           "| %d | %s | single pipeline | 1 | %zu of %d (%.0f%%) | %.3f s | - | - | - | %.0f "
           "| 1.00x | - |\n",
