@@ -98,6 +98,7 @@ StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_
   size_t off = static_cast<size_t>(kFixed + count * 8);
   auto take = [&](std::vector<float>* v, uint64_t count_floats) {
     v->resize(count_floats);
+    if (count_floats == 0) return;  // an empty vector's data() may be null: no memcpy
     std::memcpy(v->data(), all.data() + off, count_floats * sizeof(float));
     off += count_floats * sizeof(float);
   };
