@@ -5,7 +5,7 @@
 //      (fp32 is implied when no value codec is named)
 //   3. an optional byte stage:  zstd[:level=N]
 // The same spec has three equivalent spellings: a string (configs, logs, CLI), a list of
-// (name, numeric params) stages that maps one-to-one onto proto CodecDescriptor, and the
+// (name, numeric params) stages (as a structured config or status would list them), and the
 // binary fields of the frame header (frame.h). All three go through Validate().
 #pragma once
 
@@ -83,7 +83,7 @@ struct CodecSpec {
 // fraction, q*'s block, zstd's level). Errors name the offending stage and argument.
 StatusOr<CodecSpec> ParseCodecSpec(std::string_view text);
 
-// One stage as proto CodecStage spells it: a name and numeric params (flags are 0 or 1).
+// One stage as a list of stages spells it: a name and numeric params (flags are 0 or 1).
 struct StageDescription {
   std::string name;
   std::vector<std::pair<std::string, double>> params;

@@ -132,7 +132,13 @@ Status EncodeFrameWith(const CodecSpec& spec, std::span<const int64_t> shape, ui
   return absl::OkStatus();
 }
 
-StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame, const FrameLimits& limits) {
+namespace {
+
+// The header's fields, checked in the documented order. With `whole`, `frame` is the whole
+// frame and its payload size and checksum are checked too; otherwise it is a prefix (the
+// first chunk of a frame in transit) that must hold the header, and those two are not.
+StatusOr<FrameHeader> ParseHeader(std::span<const uint8_t> frame, const FrameLimits& limits,
+                                  bool whole) {
   ByteReader r(frame, "tensor frame");
   std::span<const uint8_t> magic;
   RETURN_IF_ERROR(r.Bytes("magic", 4, &magic));
@@ -162,14 +168,16 @@ StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame, const Fra
   const size_t checksummed = r.position();
   RETURN_IF_ERROR(r.U64("checksum", &header.checksum));
   header.header_size = r.position();
-  if (payload_size != r.remaining()) {
+  if (whole && payload_size != r.remaining()) {
     return FrameError(
         Cat("header announces ", payload_size, " payload bytes but ", r.remaining(), " follow"));
   }
-  const uint64_t actual = Checksum(frame.first(checksummed), r.Rest());
-  if (actual != header.checksum) {
-    return FrameError(Cat("checksum mismatch (header 0x", absl::Hex(header.checksum),
-                          ", contents 0x", absl::Hex(actual), "): corrupted in transit?"));
+  if (whole) {
+    const uint64_t actual = Checksum(frame.first(checksummed), r.Rest());
+    if (actual != header.checksum) {
+      return FrameError(Cat("checksum mismatch (header 0x", absl::Hex(header.checksum),
+                            ", contents 0x", absl::Hex(actual), "): corrupted in transit?"));
+    }
   }
   ASSIGN_OR_RETURN(header.spec,
                    SpecFromHeader(format, flags, block, static_cast<int32_t>(level), fraction));
@@ -201,6 +209,17 @@ StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame, const Fra
   header.raw_size = raw_size;
   header.payload_size = payload_size;
   return header;
+}
+
+}  // namespace
+
+StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame, const FrameLimits& limits) {
+  return ParseHeader(frame, limits, /*whole=*/true);
+}
+
+StatusOr<FrameHeader> ParseFrameHeaderPrefix(std::span<const uint8_t> prefix,
+                                             const FrameLimits& limits) {
+  return ParseHeader(prefix, limits, /*whole=*/false);
 }
 
 StatusOr<DecodedFrame> DecodeFrame(std::span<const uint8_t> frame, const FrameLimits& limits) {

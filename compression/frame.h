@@ -78,6 +78,13 @@ Status EncodeFrameWith(const CodecSpec& spec, std::span<const int64_t> shape, ui
 StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t> frame,
                                        const FrameLimits& limits = {});
 
+// The same checks of a frame's first bytes (at least its header; a frame in transit, before
+// the rest has arrived) except the two that need the whole frame: that the payload size
+// matches and the checksum. A receiver uses it to refuse a tensor of the wrong shape or size
+// before buffering it, and ParseFrameHeader once it is whole.
+StatusOr<FrameHeader> ParseFrameHeaderPrefix(std::span<const uint8_t> prefix,
+                                             const FrameLimits& limits = {});
+
 struct DecodedFrame {
   FrameHeader header;
   std::vector<float> values;  // header.element_count finite values

@@ -91,9 +91,10 @@ Status SitePeerHandler::FetchFragment(const v1::FetchFragmentRequest& request,
   return jobs_->FetchFragment(request, caller, sink);
 }
 
-Status SitePeerHandler::CheckIncoming(const v1::TensorFrame& header, const std::string& caller) {
+Status SitePeerHandler::CheckIncoming(const v1::TensorFrame& header, std::span<const uint8_t> head,
+                                      const std::string& caller) {
   RETURN_IF_ERROR(Known(caller));
-  return jobs_->CheckIncoming(header, caller);
+  return jobs_->CheckIncoming(header, head, caller);
 }
 
 Status SitePeerHandler::Deliver(transport::WireTensor tensor, const std::string& caller) {

@@ -45,7 +45,8 @@ class SitePeerHandler final : public transport::PeerHandler {
                                              const std::string& caller) override;
   Status FetchFragment(const v1::FetchFragmentRequest& request, const std::string& caller,
                        const transport::TensorSink& sink) override;
-  Status CheckIncoming(const v1::TensorFrame& header, const std::string& caller) override;
+  Status CheckIncoming(const v1::TensorFrame& header, std::span<const uint8_t> head,
+                       const std::string& caller) override;
   Status Deliver(transport::WireTensor tensor, const std::string& caller) override;
 
  private:

@@ -1,6 +1,6 @@
 // Inbox: where one job's incoming tensors wait for the stage executor. Frames arrive on Peer
 // SendFrames streams (one tensor may span several chunks); once a tensor is whole and its
-// checksum holds, it is filed under its key until the executor takes it. The inbox is
+// frame's checksum holds, it is filed under its key until the executor takes it. The inbox is
 // bounded in bytes: a sender that runs ahead is held back (the gRPC stream stops being
 // read, so TCP pushes back) rather than growing memory. Duplicates (a sender retrying after
 // a dropped connection) are recognised by key and dropped, so nothing is processed twice.
@@ -36,8 +36,7 @@ TensorKey KeyOf(const v1::TensorFrame& frame);
 
 struct ReceivedTensor {
   std::string from_site;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> payload;  // the encoded tensor (compression frame)
+  std::vector<uint8_t> payload;  // the encoded tensor: a whole compression frame
 };
 
 class Inbox {

@@ -52,7 +52,7 @@ class LocalLink final : public transport::Link {
     v1::TensorFrame header = t.header;
     header.set_encoded_size(t.payload.size());
     header.set_chunk_count(1);
-    RETURN_IF_ERROR(host_->CheckIncoming(header, site_));
+    RETURN_IF_ERROR(host_->CheckIncoming(header, t.payload, site_));
     return host_->Deliver(header, t.payload, site_);
   }
 

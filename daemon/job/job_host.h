@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "daemon/config.h"
@@ -81,12 +82,15 @@ class JobHost {
   // This site's compute, memory and outbound links for a job's shapes (site_profile.h).
   StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
                                              const std::string& caller);
-  // Checks the header (`first`, chunk 0) of a tensor about to arrive from `caller`: the job
-  // runs a stage here, the sender is a neighbouring stage's site, the attempt and step are
-  // current, and the shape and encoded size fit what the stage expects. Called before any
-  // payload is buffered, so a wrong peer cannot make this site allocate.
-  Status CheckIncoming(const v1::TensorFrame& first, const std::string& caller);
-  // A whole tensor received on SendFrames (`first` carries its metadata).
+  // Checks a tensor about to arrive from `caller`: the job runs a stage here, the sender is a
+  // neighbouring stage's site, the attempt and step are current, and the compression frame's
+  // header at the start of `head` (chunk 0's payload) names the shape and raw size the stage
+  // expects, with an encoded size that fits. Called before the rest of the payload is
+  // buffered, so a wrong peer cannot make this site allocate.
+  Status CheckIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                       const std::string& caller);
+  // A whole tensor received on SendFrames (`first` carries its metadata): checked again as a
+  // whole, its frame's checksum included, and filed in the stage's inbox.
   Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
                  const std::string& caller);
 
@@ -122,9 +126,9 @@ class JobHost {
   std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
   // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the same stage of another
   // replica, a slice of this stage's fragment with its exact size.
-  static Status CheckSyncIncoming(const v1::TensorFrame& first, const std::string& caller,
-                                  const StageGrid& grid, int self, int64_t steps,
-                                  const std::string& from_site,
+  static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                                  const std::string& caller, const StageGrid& grid, int self,
+                                  int64_t steps, const std::string& from_site,
                                   const std::vector<fleet::SyncSlice>& slices, Inbox* inbox);
 
   const JobHostOptions options_;

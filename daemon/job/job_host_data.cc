@@ -6,6 +6,7 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
+#include "daemon/job/fragment_slices.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_host.h"
 #include "daemon/job/stage_checkpoint.h"
@@ -18,6 +19,34 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// The compression frame header at the start of `head` (a tensor's first chunk) against
+// what the receiving stage expects: its fields valid, the shape `expected`, and the encoded
+// size the transport announced exactly the frame's, within what that shape can take.
+// InvalidArgument naming `what` otherwise.
+Status CheckFrameHead(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                      const std::vector<int64_t>& expected, const std::string& what) {
+  uint64_t count = 1;
+  for (int64_t d : expected) count *= static_cast<uint64_t>(d);
+  compression::FrameLimits limits;
+  limits.max_elements = count;
+  StatusOr<compression::FrameHeader> h = compression::ParseFrameHeaderPrefix(head, limits);
+  if (!h.ok()) return absl::InvalidArgumentError(what + ": " + std::string(h.status().message()));
+  if (h->shape != expected) {
+    return absl::InvalidArgumentError(what + " has shape " + ShapeString(h->shape) +
+                                      ", this stage expects " + ShapeString(expected));
+  }
+  // An encoding may exceed the raw size by its headers and incompressible zstd blocks.
+  const uint64_t raw = count * sizeof(float), max_encoded = raw + raw / 64 + (64 << 10);
+  const uint64_t framed = h->header_size + h->payload_size;
+  if (h->payload_size > max_encoded || first.encoded_size() != framed) {
+    return absl::InvalidArgumentError(
+        what + ": frame of " + std::to_string(h->header_size) + " + " +
+        std::to_string(h->payload_size) + " bytes for " + std::to_string(raw) + " raw (at most " +
+        std::to_string(max_encoded) + "), announced as " + std::to_string(first.encoded_size()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -55,7 +84,6 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
       h.set_kind(kind);
       h.set_tensor_id(id);
       h.set_element_offset(offset);
-      h.set_raw_size(count * sizeof(float));
       h.set_from_site(options_.site);
       const int64_t shape[] = {static_cast<int64_t>(count)};
       RETURN_IF_ERROR(
@@ -74,13 +102,14 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
     t.header.set_step(s.step);
     t.header.set_kind(v1::TENSOR_KIND_LOADER_STATE);
     t.header.set_from_site(options_.site);
-    t.payload.assign(s.loader_state.begin(), s.loader_state.end());
+    t.payload = SealLoaderState(s.loader_state);
     RETURN_IF_ERROR(sink(std::move(t)));
   }
   return absl::OkStatus();
 }
 
-Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& caller) {
+Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                              const std::string& caller) {
   RETURN_IF_ERROR(CheckJobId(first.job_id()));
   const std::string& id = first.job_id();
   std::shared_ptr<Stage> stage = FindStage(id);
@@ -112,7 +141,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
   const StageGrid grid = StageGrid::Of(replicas, static_cast<int>(n));
   const int self = static_cast<int>(me), sender = static_cast<int>(from);
   if (first.kind() == v1::TENSOR_KIND_SYNC) {
-    return CheckSyncIncoming(first, caller, grid, self, steps, from_site, slices,
+    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, slices,
                              stage->inbox.get());
   }
   const bool tied =
@@ -141,23 +170,9 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
     default:
       expected = {Vp, C};
   }
-  const std::vector<int64_t> shape(first.shape().begin(), first.shape().end());
-  if (shape != expected) {
-    return absl::InvalidArgumentError("job " + id + ": " + v1::TensorKind_Name(first.kind()) +
-                                      " from " + caller + " has shape " + ShapeString(shape) +
-                                      ", this stage expects " + ShapeString(expected));
-  }
-  uint64_t raw = sizeof(float);
-  for (int64_t d : expected) raw *= static_cast<uint64_t>(d);
-  // An encoding may exceed the raw size by its headers and incompressible zstd blocks.
-  const uint64_t max_encoded = raw + raw / 64 + (64 << 10);
-  if (first.raw_size() != raw || first.encoded_size() > max_encoded) {
-    return absl::InvalidArgumentError(
-        "job " + id + ": " + v1::TensorKind_Name(first.kind()) + " from " + caller + ": raw " +
-        std::to_string(first.raw_size()) + " bytes (expected " + std::to_string(raw) +
-        "), encoded " + std::to_string(first.encoded_size()) + " (at most " +
-        std::to_string(max_encoded) + ")");
-  }
+  RETURN_IF_ERROR(
+      CheckFrameHead(first, head, expected,
+                     "job " + id + ": " + v1::TensorKind_Name(first.kind()) + " from " + caller));
   if (first.microbatch() >= static_cast<uint64_t>(std::max<int64_t>(1, M)) ||
       first.tensor_id() != 0 || first.step() >= static_cast<uint64_t>(steps)) {
     return absl::InvalidArgumentError("job " + id + ": tensor " + KeyOf(first).DebugString() +
@@ -168,9 +183,9 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, const std::string& c
   return stage->inbox->CheckKey(KeyOf(first));
 }
 
-Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, const std::string& caller,
-                                  const StageGrid& grid, int self, int64_t steps,
-                                  const std::string& from_site,
+Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                                  const std::string& caller, const StageGrid& grid, int self,
+                                  int64_t steps, const std::string& from_site,
                                   const std::vector<fleet::SyncSlice>& slices, Inbox* inbox) {
   const std::string& id = first.job_id();
   const int me = static_cast<int>(first.to_stage()), from = static_cast<int>(first.from_stage());
@@ -196,29 +211,24 @@ Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, const std::strin
         "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
         " names another replica, a slice this stage does not hold or a step outside the job");
   }
-  const std::vector<int64_t> shape(first.shape().begin(), first.shape().end());
-  const uint64_t raw = static_cast<uint64_t>(slice->size) * sizeof(float);
-  const uint64_t max_encoded = raw + raw / 64 + (64 << 10);
-  if (shape != std::vector<int64_t>{slice->size} || first.raw_size() != raw ||
-      first.encoded_size() > max_encoded) {
-    return absl::InvalidArgumentError(
-        "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller +
-        " has shape " + ShapeString(shape) + ", raw " + std::to_string(first.raw_size()) +
-        ", encoded " + std::to_string(first.encoded_size()) + " bytes; this stage expects [" +
-        std::to_string(slice->size) + "], " + std::to_string(raw) + ", at most " +
-        std::to_string(max_encoded));
-  }
+  RETURN_IF_ERROR(CheckFrameHead(
+      first, head, {slice->size},
+      "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller));
   return inbox->CheckKey(KeyOf(first));
 }
 
 Status JobHost::Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
                         const std::string& caller) {
-  RETURN_IF_ERROR(CheckIncoming(first, caller));
+  RETURN_IF_ERROR(CheckIncoming(first, payload, caller));
+  // Whole now: the frame's sizes and checksum (its header's fields passed CheckIncoming).
+  if (StatusOr<compression::FrameHeader> h = compression::ParseFrameHeader(payload); !h.ok()) {
+    return absl::DataLossError("job " + first.job_id() + ": tensor " + KeyOf(first).DebugString() +
+                               " from " + caller + ": " + std::string(h.status().message()));
+  }
   std::shared_ptr<Stage> stage = FindStage(first.job_id());
   if (!stage) return absl::NotFoundError("job '" + first.job_id() + "' ended meanwhile");
   ReceivedTensor t;
   t.from_site = caller;
-  t.shape.assign(first.shape().begin(), first.shape().end());
   t.payload = std::move(payload);
   return stage->inbox->Put(KeyOf(first), std::move(t));
 }

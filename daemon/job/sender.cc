@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "compression/frame.h"
 #include "daemon/job/inbox.h"
 
 namespace longhaul::daemon {
@@ -154,7 +155,10 @@ void LinkSender::Run() {
     backoff = 0.1;
     queued_bytes_ -= t->payload.size();
     ++stats_.tensors;
-    stats_.raw_bytes += t->header.raw_size();
+    // The raw size its frame's header names (the sender's own frame: valid by construction).
+    if (auto h = compression::ParseFrameHeaderPrefix(t->payload); h.ok()) {
+      stats_.raw_bytes += h->raw_size;
+    }
     stats_.wire_bytes += t->payload.size();
     FinishTransferLocked(t->payload.size());
     cv_.notify_all();

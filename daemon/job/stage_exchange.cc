@@ -124,7 +124,7 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
   // The frame's envelope, once the payload is encoded, and what the link's usage counts once
   // the tensor is queued.
   const int to_stage = ToStage(kind);
-  auto envelope = [this, kind, step, mb, n, shape, rung, to_stage](OutgoingTensor* t) {
+  auto envelope = [this, kind, step, mb, to_stage](OutgoingTensor* t) {
     v1::TensorFrame& h = t->header;
     h.set_job_id(o_.job_id);
     h.set_attempt(o_.attempt);
@@ -132,9 +132,6 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
     h.set_microbatch(mb);
     h.set_kind(kind);
     h.set_tensor_id(kMainTensor);
-    for (int64_t d : shape) h.add_shape(d);
-    h.mutable_codec()->add_stages()->set_name(controller_->name(rung));
-    h.set_raw_size(n * sizeof(float));
     h.set_from_stage(o_.stage);
     h.set_to_stage(to_stage);
     h.set_from_site(o_.site);

@@ -38,11 +38,8 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
       if (stop_) return absl::CancelledError("stage stopped during a layer move");
       const v1::TensorFrame& f = t.header;
       if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
-        if (t.payload.size() > (1 << 20)) {
-          return absl::DataLossError("layer move from " + old.site() + ": loader state of " +
-                                     std::to_string(t.payload.size()) + " bytes");
-        }
-        if (old_first) loader_state.assign(t.payload.begin(), t.payload.end());
+        ASSIGN_OR_RETURN(std::string text, OpenLoaderState(t.payload, old.site()));
+        if (old_first) loader_state = std::move(text);
         got_loader = true;
         return absl::OkStatus();
       }

@@ -84,9 +84,6 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, flo
       h.set_microbatch(static_cast<uint32_t>(me));
       h.set_kind(v1::TENSOR_KIND_SYNC);
       h.set_tensor_id(static_cast<uint32_t>(slice.index));
-      h.add_shape(slice.size);
-      h.mutable_codec()->add_stages()->set_name(encoders_[k]->spec().ToString());
-      h.set_raw_size(static_cast<uint64_t>(slice.size) * sizeof(float));
       h.set_from_stage(static_cast<uint32_t>(o_.stage));
       h.set_to_stage(static_cast<uint32_t>(o_.grid.flat(r, o_.grid.position(o_.stage))));
       h.set_from_site(o_.site);

@@ -3,8 +3,6 @@
 
 #include <string>
 
-#include "xxhash.h"
-
 namespace longhaul::daemon::transport {
 
 Status FrameAssembler::Add(const v1::TensorFrame& frame) {
@@ -48,10 +46,9 @@ Status FrameAssembler::Add(const v1::TensorFrame& frame) {
   ++expected_chunk_;
   if (expected_chunk_ != first_.chunk_count()) return absl::OkStatus();
   in_tensor_ = false;
-  if (payload_.size() != first_.encoded_size() ||
-      XXH64(payload_.data(), payload_.size(), 0) != first_.checksum()) {
-    return absl::DataLossError("tensor frame checksum or size mismatch (job " + first_.job_id() +
-                               ", " + std::to_string(payload_.size()) + " of " +
+  if (payload_.size() != first_.encoded_size()) {
+    return absl::DataLossError("tensor frame size mismatch (job " + first_.job_id() + ", " +
+                               std::to_string(payload_.size()) + " of " +
                                std::to_string(first_.encoded_size()) + " bytes)");
   }
   std::vector<uint8_t> payload = std::move(payload_);

@@ -1,9 +1,12 @@
 // One SendFrames or FetchFragment stream, reassembled: a tensor arrives as chunked TensorFrames
-// (chunk 0 carries its metadata: job, attempt, step, shape, codec, encoded size, checksum). The
-// assembler admits a tensor on its first chunk before buffering a byte (the caller checks
-// who sends it and whether the job expects it), then takes chunks only in sequence and at
-// the right offsets, never past the announced size, and hands the tensor on only when it is
-// whole and its XXH64 checksum matches.
+// (chunk 0 carries its metadata: job, attempt, step, kind, encoded size; its payload begins
+// with the compression frame's header, which names shape, codec and sizes). The assembler
+// admits a tensor on its first chunk before buffering a byte (the caller checks who sends
+// it, whether the job expects it and the frame header in that chunk), then takes chunks only
+// in sequence and at the right offsets, never past the announced size, and hands the tensor
+// on only when it is whole. The payload's integrity is the frame's own checksum, which the
+// receiver checks on the whole tensor (JobHost::Deliver, fragment_slices.h): the transport
+// adds none of its own.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +32,7 @@ class FrameAssembler {
       : admit_(std::move(admit)), deliver_(std::move(deliver)) {}
 
   // One chunk. InvalidArgument for a chunk out of sequence, at the wrong offset, past the
-  // announced size or too large; DataLoss when a whole tensor's size or checksum is wrong;
+  // announced size or too large; DataLoss when a whole tensor's size is wrong;
   // otherwise what admit or deliver returned.
   Status Add(const v1::TensorFrame& frame);
 

@@ -1,8 +1,6 @@
 // The gRPC Link (grpc_link.h).
 #include "daemon/transport/grpc_link.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 
@@ -25,7 +23,6 @@ bool WriteChunks(const WireTensor& tensor, size_t chunk_bytes,
   const size_t n = tensor.payload.size();
   const uint32_t chunks =
       static_cast<uint32_t>(std::max<size_t>(1, (n + chunk_bytes - 1) / chunk_bytes));
-  const uint64_t checksum = XXH64(tensor.payload.data(), n, 0);
   for (uint32_t i = 0; i < chunks; ++i) {
     v1::TensorFrame f = tensor.header;
     const size_t off = static_cast<size_t>(i) * chunk_bytes;
@@ -34,7 +31,6 @@ bool WriteChunks(const WireTensor& tensor, size_t chunk_bytes,
     f.set_chunk_index(i);
     f.set_chunk_count(chunks);
     f.set_chunk_offset(off);
-    f.set_checksum(checksum);
     f.set_payload(tensor.payload.data() + off, len);
     if (!write(f)) return false;
   }

@@ -116,7 +116,9 @@ grpc::Status GrpcPeerService::SendFrames(grpc::ServerContext* context,
           return absl::PermissionDeniedError("one stream, two sending sites");
         }
         caller = *who;
-        Status s = handler_->CheckIncoming(first, caller);
+        const std::string& head = first.payload();
+        Status s = handler_->CheckIncoming(
+            first, {reinterpret_cast<const uint8_t*>(head.data()), head.size()}, caller);
         if (!s.ok()) log_->warn("refused a tensor from {}: {}", caller, std::string(s.message()));
         return s;
       },

@@ -6,9 +6,9 @@
 // caller; the other side takes that claim only where the transport proves it (gRPC with TLS:
 // the certificate) or where nothing can lie (loopback: one process).
 //
-// Implementations: gRPC over the Peer service (grpc_link.h: tensors cut into checksummed
-// chunks, reassembled by FrameAssembler) and in-process loopback (loopback.h: direct calls
-// into the other site's PeerHandler, for tests and for a site's calls to itself).
+// Implementations: gRPC over the Peer service (grpc_link.h: tensors cut into chunks,
+// reassembled by FrameAssembler) and in-process loopback (loopback.h: direct calls into the
+// other site's PeerHandler, for tests and for a site's calls to itself).
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,9 @@
 namespace longhaul::daemon::transport {
 
 // One whole tensor as it crosses a link: what it is and where it goes (a TensorFrame without
-// the chunking fields, checksum and payload), and its bytes (a compression frame, or for a
-// loader state the raw bytes).
+// the chunking fields and payload), and its bytes: a compression frame, which names its
+// shape, codec and sizes and carries its checksum, or for a loader state its text and the
+// text's checksum (daemon/job/fragment_slices.h).
 struct WireTensor {
   v1::TensorFrame header;
   std::vector<uint8_t> payload;

@@ -164,7 +164,7 @@ class LoopbackLink final : public Link {
     whole.header.set_encoded_size(tensor.payload.size());
     whole.header.set_chunk_count(1);
     Status s = Call("SendFrames", [&](PeerHandler* h) -> Status {
-      RETURN_IF_ERROR(h->CheckIncoming(whole.header, from_));
+      RETURN_IF_ERROR(h->CheckIncoming(whole.header, whole.payload, from_));
       return h->Deliver(std::move(whole), from_);
     });
     if (s.ok()) net_->CountDelivered(from_, to_, tensor.payload.size());

@@ -6,6 +6,7 @@
 // gRPC Peer service and the loopback both deliver into one.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "common/status.h"
@@ -43,10 +44,13 @@ class PeerHandler {
                                const TensorSink& sink) = 0;
 
   // ---- data ----
-  // Checks a tensor about to arrive from `caller` (its header, before any payload is
-  // buffered): may the caller send it here, is it expected now, do its sizes fit.
-  virtual Status CheckIncoming(const v1::TensorFrame& header, const std::string& caller) = 0;
+  // Checks a tensor about to arrive from `caller`, before the rest of its payload is buffered:
+  // may the caller send it here, is it expected now, and does the frame header at the start
+  // of `head` (the first chunk's payload) name the shape and sizes the job expects.
+  virtual Status CheckIncoming(const v1::TensorFrame& header, std::span<const uint8_t> head,
+                               const std::string& caller) = 0;
   // A whole tensor from `caller` that passed CheckIncoming; blocks while the inbox is full.
+  // Its frame's checksum is checked here, before it is filed.
   virtual Status Deliver(WireTensor tensor, const std::string& caller) = 0;
 };
 

@@ -81,6 +81,45 @@ TEST_CASE("EncodeFrame checks the shape") {
   CHECK(EncodeFrame(**codec, x, std::vector<int64_t>{1, 2, 3}, {}, &frame).ok());
 }
 
+TEST_CASE("a frame's first bytes give its header before the rest has arrived") {
+  const auto x = MakeInput(InputKind::kGaussian, 2 * 3 * 50, 4);
+  const auto frame = Frame("topk:0.1+q8+zstd", x, {2, 3, 50});
+  const size_t header = FrameHeaderSize(3);
+  auto whole = ParseFrameHeader(frame);
+  REQUIRE(whole.ok());
+  // The header alone, or the header and part of the payload: the same fields, unchecked sizes
+  // and checksum (those need the whole frame).
+  for (size_t len : {header, header + 1, frame.size() - 1, frame.size()}) {
+    INFO("first " << len << " bytes");
+    auto head = ParseFrameHeaderPrefix(std::span(frame).first(len));
+    REQUIRE(head.ok());
+    CHECK(head->shape == whole->shape);
+    CHECK(head->spec == whole->spec);
+    CHECK(head->payload_size == whole->payload_size);
+    CHECK(head->raw_size == 1200);
+    CHECK(head->header_size == header);
+  }
+  // Fewer bytes than the header: refused, naming the field that did not fit.
+  for (size_t len = 0; len < header; ++len) {
+    INFO("first " << len << " bytes");
+    CHECK_FALSE(ParseFrameHeaderPrefix(std::span(frame).first(len)).ok());
+  }
+  // A flipped payload byte passes the prefix (it cannot see the checksum fail), not the whole.
+  auto bad = frame;
+  bad[header + 3] ^= 1;
+  CHECK(ParseFrameHeaderPrefix(bad).ok());
+  CHECK_FALSE(ParseFrameHeader(bad).ok());
+  // Lying fields and limits are refused as ParseFrameHeader refuses them.
+  FrameLimits small;
+  small.max_elements = 299;
+  CHECK_FALSE(ParseFrameHeaderPrefix(frame, small).ok());
+  auto lying = frame;
+  Poke<uint8_t>(&lying, 6, 200);  // an unknown value format
+  auto r = ParseFrameHeaderPrefix(lying);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("unknown value format 200"));
+}
+
 TEST_CASE("every truncation and every bit flip is rejected") {
   const auto x = MakeInput(InputKind::kGaussian, 100, 2);
   for (std::string_view spec : {"q8", "topk:0.2+q4+zstd"}) {

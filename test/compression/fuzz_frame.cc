@@ -6,12 +6,14 @@
 //   1, 2  DecodeFrame after rewriting the checksum, to reach every check behind it
 //   3     ParseCodecSpec, then a round trip of a small tensor through the parsed codec
 // Invariants beyond "no crash, no sanitizer report": a decoded frame has exactly
-// element_count finite values and re-encodes with its own codec; a parsed spec prints and
+// element_count finite values, its header alone parses (ParseFrameHeaderPrefix) to the same
+// fields, and it re-encodes with its own codec; a parsed spec prints and
 // describes itself back to the same spec.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,8 +39,15 @@ void FuzzFrame(std::vector<uint8_t> frame, bool fix_checksum) {
   if (fix_checksum) RecomputeFrameChecksum(frame);
   FrameLimits limits;
   limits.max_elements = kMaxElements;
+  const bool prefix_ok = ParseFrameHeaderPrefix(frame, limits).ok();
   auto decoded = DecodeFrame(frame, limits);
   if (!decoded.ok()) return;
+  // What a receiver admits on a frame's first bytes agrees with the whole frame's header.
+  FUZZ_CHECK(prefix_ok);
+  const FrameHeader& h = decoded->header;
+  auto head = ParseFrameHeaderPrefix(std::span<const uint8_t>(frame).first(h.header_size), limits);
+  FUZZ_CHECK(head.ok() && head->shape == h.shape && head->spec == h.spec &&
+             head->payload_size == h.payload_size && head->element_count == h.element_count);
   FUZZ_CHECK(decoded->values.size() == decoded->header.element_count);
   for (float v : decoded->values) FUZZ_CHECK(std::isfinite(v));
   auto codec = MakeCodec(decoded->header.spec);

@@ -12,6 +12,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "compression/codec.h"
+#include "compression/frame.h"
+
 namespace longhaul::testing {
 
 namespace {
@@ -137,6 +140,16 @@ int RunCommand(const std::string& command, std::string* output) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) output->append(buf, n);
   const int status = ::pclose(p);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<uint8_t> ZeroFrame(const std::vector<int64_t>& shape) {
+  uint64_t count = 1;
+  for (int64_t d : shape) count *= static_cast<uint64_t>(d);
+  const std::vector<float> zeros(count, 0.0f);
+  std::vector<uint8_t> frame;
+  auto fp32 = compression::MakeCodec("fp32");
+  if (!fp32.ok() || !compression::EncodeFrame(**fp32, zeros, shape, {}, &frame).ok()) std::abort();
+  return frame;
 }
 
 }  // namespace longhaul::testing

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,5 +40,8 @@ HttpResult HttpGet(int port, const std::string& path);
 
 // Runs a shell command, returns its exit status and (in *output) stdout+stderr.
 int RunCommand(const std::string& command, std::string* output);
+
+// A valid fp32 compression frame of zeros of `shape`, as a peer would send a tensor.
+std::vector<uint8_t> ZeroFrame(const std::vector<int64_t>& shape);
 
 }  // namespace longhaul::testing

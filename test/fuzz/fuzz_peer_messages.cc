@@ -3,10 +3,11 @@
 // stage assignment, a step report, a fragment request (protobuf bytes, as they arrive), a
 // run of fragment slices (fp32 frames) into a receiver's array, a sequence of inbox operations, or
 // a SendFrames stream of tensor chunks into the frame assembler
-// (daemon/transport/frame_assembler.h). Invariants: no crash; nothing accepted that the checks
-// promise to refuse; the inbox never holds a key outside its window and its byte count matches what
-// it holds; the assembler buffers nothing it did not admit and delivers only whole tensors whose
-// checksum matches.
+// (daemon/transport/frame_assembler.h), or a sealed loader state. Invariants: no crash; nothing
+// accepted that the checks promise to refuse; the inbox never holds a key outside its window
+// and its byte count matches what it holds; the assembler buffers nothing it did not admit and
+// delivers only whole tensors of their announced size; a loader state opens only when its
+// checksum holds.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +22,6 @@
 #include "daemon/job/job_spec.h"
 #include "daemon/transport/frame_assembler.h"
 #include "google/protobuf/stubs/logging.h"
-#include "xxhash.h"
 
 namespace {
 
@@ -125,8 +125,7 @@ void Frames(const uint8_t* d, size_t n) {
       [&](const v1::TensorFrame& first, std::vector<uint8_t> payload) -> Status {
         ++delivered;
         if (first.job_id() != "f-000001" || !first.payload().empty() ||
-            payload.size() != first.encoded_size() ||
-            XXH64(payload.data(), payload.size(), 0) != first.checksum()) {
+            payload.size() != first.encoded_size()) {
           std::abort();
         }
         return absl::OkStatus();
@@ -134,6 +133,18 @@ void Frames(const uint8_t* d, size_t n) {
   ForEachFrame(d, n, [&](const v1::TensorFrame& f) { return assembler.Add(f).ok(); });
   (void)assembler.Finish();
   if (delivered > admitted) std::abort();
+}
+
+// A sealed loader state as a fragment fetch delivers it: opened only when its checksum
+// holds, and then exactly the text before the checksum.
+void LoaderState(const uint8_t* d, size_t n) {
+  StatusOr<std::string> text = OpenLoaderState({d, n}, "fuzz");
+  if (!text.ok()) return;
+  if (n < 8 || n > kMaxLoaderStateBytes || text->size() != n - 8 ||
+      std::memcmp(text->data(), d, text->size()) != 0 ||
+      SealLoaderState(*text) != std::vector<uint8_t>(d, d + n)) {
+    std::abort();
+  }
 }
 
 // Inbox operations: 1 byte op + 3 bytes of key (attempt, step, microbatch).
@@ -178,7 +189,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* d = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0:
       Assignment(d, n);
       break;
@@ -194,8 +205,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 4:
       InboxOps(d, n);
       break;
-    default:
+    case 5:
       Frames(d, n);
+      break;
+    default:
+      LoaderState(d, n);
   }
   return 0;
 }
@@ -254,7 +268,6 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
     if (i == 0) {
       t.set_encoded_size(tensor.size());
       t.set_chunk_count(3);
-      t.set_checksum(XXH64(tensor.data(), tensor.size(), 0));
     }
     t.set_chunk_index(i);
     t.set_chunk_offset(40 * i);
@@ -262,4 +275,6 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
     AppendFrame(t, &stream);
   }
   seeds->push_back(stream);
+  const std::vector<uint8_t> sealed = SealLoaderState("pos=12 epoch=0 shard=0/2 block=3");
+  seeds->push_back(std::string(1, '\6') + std::string(sealed.begin(), sealed.end()));
 }

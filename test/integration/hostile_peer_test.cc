@@ -228,8 +228,6 @@ TEST_CASE("a peer outside the job is refused everything, and the job completes u
     f.set_kind(v1::TENSOR_KIND_ACTIVATION);
     f.set_from_stage(0);
     f.set_to_stage(1);
-    for (int d : {2, 32, 32}) f.add_shape(d);
-    f.set_raw_size(2 * 32 * 32 * 4);
     f.set_encoded_size(uint64_t{2} << 30);
     f.set_chunk_count(1);
     f.set_step(1000);

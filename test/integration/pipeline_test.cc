@@ -284,17 +284,34 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
   frame.set_from_site("alpha");
   frame.set_to_stage(1);
   frame.set_kind(v1::TENSOR_KIND_ACTIVATION);
-  for (int d : {2, 32, 31}) frame.add_shape(d);  // (B, T, C) is (2, 32, 32)
-  auto d = c.at(1).jobs().Deliver(frame, {}, "alpha");
+  // The shape is the frame's own (its header, at the start of the payload): (B, T, C) is
+  // (2, 32, 32).
+  std::vector<uint8_t> payload = testing::ZeroFrame({2, 32, 31});
+  frame.set_encoded_size(payload.size());
+  auto d = c.at(1).jobs().Deliver(frame, payload, "alpha");
   CHECK(d.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(d.message()), Catch::Contains("has shape [2,32,31]"));
   CHECK_THAT(std::string(d.message()), Catch::Contains("expects [2,32,32]"));
+  // The right shape, but the transport announced another size than the frame's.
+  payload = testing::ZeroFrame({2, 32, 32});
+  d = c.at(1).jobs().Deliver(frame, payload, "alpha");
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("announced as"));
+  // A flipped byte in a frame the stage would take (for the next attempt, which the inbox
+  // accepts ahead of time): data loss, caught by the frame's checksum before it is filed.
+  auto now = c.at(0).jobs().GetJob(r->job_id(), 1);
+  REQUIRE(now.ok());
+  frame.set_attempt(now->attempt() + 1);
+  frame.set_encoded_size(payload.size());
+  payload[payload.size() / 2] ^= 0x10;
+  d = c.at(1).jobs().Deliver(frame, payload, "alpha");
+  CHECK(d.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("checksum mismatch"));
 
   auto cancelled = c.at(0).jobs().Cancel(r->job_id());
   REQUIRE(cancelled.ok());
   CHECK(cancelled->state() == v1::JOB_STATE_CANCELLED);
-  frame.set_shape(2, 32);
-  d = c.at(1).jobs().Deliver(frame, {}, "alpha");
+  d = c.at(1).jobs().Deliver(frame, payload, "alpha");
   CHECK(d.code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(d.message()), Catch::Contains("was cancelled"));
   auto s = c.at(0).jobs().GetJob(r->job_id(), 1);

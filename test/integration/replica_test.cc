@@ -197,21 +197,20 @@ TEST_CASE("replicas in sync mode step train the union batch, as the in-process f
   frame.set_to_stage(2);
   frame.set_microbatch(0);
   frame.set_tensor_id(1);  // wpe
-  frame.add_shape(32 * 32);
-  frame.set_raw_size(32 * 32 * 4);
-  auto d = c.at(2).jobs().Deliver(frame, {}, "beta");
+  std::vector<uint8_t> payload = testing::ZeroFrame({32 * 32});
+  frame.set_encoded_size(payload.size());
+  auto d = c.at(2).jobs().Deliver(frame, payload, "beta");
   CHECK(d.code() == absl::StatusCode::kPermissionDenied);
-  frame.set_from_stage(0);                        // alpha: the same stage of replica 0
-  d = c.at(2).jobs().Deliver(frame, {}, "beta");  // but not from alpha's site
+  frame.set_from_stage(0);                             // alpha: the same stage of replica 0
+  d = c.at(2).jobs().Deliver(frame, payload, "beta");  // but not from alpha's site
   CHECK(d.code() == absl::StatusCode::kPermissionDenied);
   frame.set_tensor_id(9999);  // a slice gamma does not hold
-  d = c.at(2).jobs().Deliver(frame, {}, "alpha");
+  d = c.at(2).jobs().Deliver(frame, payload, "alpha");
   CHECK(d.code() == absl::StatusCode::kInvalidArgument);
   frame.set_tensor_id(1);
-  frame.set_raw_size(12);  // the wrong size for wpe
-  frame.clear_shape();
-  frame.add_shape(3);
-  d = c.at(2).jobs().Deliver(frame, {}, "alpha");
+  payload = testing::ZeroFrame({3});  // the wrong size for wpe
+  frame.set_encoded_size(payload.size());
+  d = c.at(2).jobs().Deliver(frame, payload, "alpha");
   CHECK(d.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(d.message()), Catch::Contains("expects [1024]"));
 }
