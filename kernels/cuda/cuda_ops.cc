@@ -13,12 +13,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <numeric>
-#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/embedding_buckets.h"
 #include "kernels/cuda/status_check.h"
 
 namespace longhaul::kernels::cuda {
@@ -156,27 +155,10 @@ class CudaOps final : public Ops {
     const size_t BT = static_cast<size_t>(B) * T;
     if (BT == 0 || C == 0) return;
     Use();
-    // Group positions by token, each group in ascending position order (a stable sort).
-    std::vector<int32_t> order(BT);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
-    std::vector<int32_t> bucket_tokens, bucket_starts;
-    for (size_t i = 0; i < BT; i++) {
-      if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) {
-        bucket_tokens.push_back(tokens[order[i]]);
-        bucket_starts.push_back(static_cast<int32_t>(i));
-      }
-    }
-    const int num_buckets = static_cast<int>(bucket_tokens.size());
-    bucket_starts.push_back(static_cast<int32_t>(BT));
-    // One upload: [bucket_tokens | bucket_starts | positions].
-    std::vector<int32_t> host(bucket_tokens);
-    host.insert(host.end(), bucket_starts.begin(), bucket_starts.end());
-    host.insert(host.end(), order.begin(), order.end());
-    const int32_t* dev = UploadInts(host.data(), host.size());
-    cuda::EmbeddingBackwardWte(stream_, dwte, dout, dev, dev + num_buckets,
-                               dev + 2 * num_buckets + 1, num_buckets, C);
+    const EmbeddingBuckets plan = PlanEmbeddingBuckets(tokens, BT);
+    const int n = plan.num_buckets;
+    const int32_t* dev = UploadInts(plan.packed.data(), plan.packed.size());
+    cuda::EmbeddingBackwardWte(stream_, dwte, dout, dev, dev + n, dev + 2 * n + 1, n, C);
     cuda::EmbeddingBackwardWpe(stream_, dwpe, dout, B, T, C);
   }
 
