@@ -1,6 +1,9 @@
 // Fragments chained in one process (see chain.h).
 #include "model/chain.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 
 namespace longhaul::model {
@@ -37,6 +40,11 @@ StatusOr<std::unique_ptr<FragmentChain>> FragmentChain::Create(const GPT2Config&
   const size_t bt = size_t(options.batch_size) * options.seq_len;
   chain->inputs_.resize(bt);
   chain->targets_.resize(bt);
+  if (options.fragments > 1) {  // a whole model has no tied exchange
+    for (auto& c : chain->tied_codecs_) {
+      ASSIGN_OR_RETURN(c, TiedGradCodec::Create(options.tied_codec));
+    }
+  }
   return chain;
 }
 
@@ -113,6 +121,7 @@ float FragmentChain::ReduceGradients() {
     // Both parts travel before either fragment combines (combining overwrites its own).
     kernels::Ops* ops = first.ops();
     const size_t n = first.layout().model().size(Tensor::kWte);
+    if (tied_codecs_[0]) ExchangeTiedEncoded(n);
     ops->Copy(first.TiedGradPeer(), last.TiedGradOwn(), n);
     ops->Copy(last.TiedGradPeer(), first.TiedGradOwn(), n);
   }
@@ -122,6 +131,27 @@ float FragmentChain::ReduceGradients() {
     AddSliceSums(f->GradSliceSums(), &sums);
   }
   return GradNorm(sums);
+}
+
+void FragmentChain::ExchangeTiedEncoded(size_t n) {
+  // Each end's part as its frame carries it (tied_exchange.h), in place of the exact part.
+  const int64_t shape[2] = {config_.padded_vocab_size, config_.channels};
+  std::vector<float> part(n);
+  std::vector<uint8_t> frame;
+  for (int end = 0; end < 2; ++end) {
+    Fragment& f = end == 0 ? *fragments_.front() : *fragments_.back();
+    f.ops()->Download(part.data(), f.TiedGradOwn(), n);
+    f.ops()->Synchronize();
+    // The pipeline's seed for step `tied_sends_`'s tied tensor (StageExchange's, kind 4).
+    const Status s = tied_codecs_[end]->Encode(part, shape, tied_sends_ * 1000003 + 4, &frame);
+    if (!s.ok()) {  // only on a codec bug: the values are this process's own
+      std::fprintf(stderr, "tied-embedding exchange: %s\n", std::string(s.message()).c_str());
+      std::abort();
+    }
+    tied_wire_bytes_ += frame.size();
+    f.ops()->Upload(f.MutableTiedGradOwn(), part.data(), n);
+  }
+  ++tied_sends_;
 }
 
 StatusOr<double> FragmentChain::AccumulateGradients(DataLoader& loader, int microbatches,

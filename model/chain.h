@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -16,6 +17,7 @@
 #include "model/data_loader.h"
 #include "model/fragment.h"
 #include "model/optimizer.h"
+#include "model/tied_exchange.h"
 
 namespace longhaul::model {
 
@@ -24,6 +26,10 @@ struct ChainOptions {
   int batch_size = 1;  // B: sequences per microbatch
   int seq_len = 1;     // T
   bool training = true;
+  // The tied-embedding exchange between the first and the last fragment (K >= 2):
+  // "exact" (fp32, as the pipeline's default), or a codec with error feedback
+  // (tied_exchange.h), as a pipeline with that tied codec computes it.
+  std::string tied_codec = "exact";
 };
 
 // Results of one optimizer step.
@@ -88,14 +94,22 @@ class FragmentChain {
   void GetGradients(float* model_grads) const;
   void SetGradients(const float* model_grads);
 
+  // Bytes the tied exchange's frames took so far, both ends together (0 when exact).
+  uint64_t tied_wire_bytes() const { return tied_wire_bytes_; }
+
  private:
   FragmentChain(const GPT2Config& config, const ChainOptions& options)
       : config_(config), options_(options) {}
 
   GPT2Config config_;
   ChainOptions options_;
+  // Replaces each end's tied part (n floats) with what its frame carries.
+  void ExchangeTiedEncoded(size_t n);
+
   std::vector<std::unique_ptr<Fragment>> fragments_;
   std::vector<int32_t> inputs_, targets_;
+  std::unique_ptr<TiedGradCodec> tied_codecs_[2];  // first, last; null when exact
+  uint64_t tied_sends_ = 0, tied_wire_bytes_ = 0;
 };
 
 }  // namespace longhaul::model

@@ -110,6 +110,7 @@ class Fragment {
   // and the buffer for the peer's part (Vp*C floats each, backend memory). A whole model
   // fills both itself.
   const float* TiedGradOwn() const;
+  float* MutableTiedGradOwn();  // where a compressed exchange puts the part it sent
   float* TiedGradPeer();
   // grad(wte) = head part + encoder part.
   void CombineTiedGrads();

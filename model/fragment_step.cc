@@ -15,6 +15,8 @@ const float* Fragment::TiedGradOwn() const {
   return tied_peer_ == nullptr ? nullptr : G(Tensor::kWte);
 }
 
+float* Fragment::MutableTiedGradOwn() { return tied_peer_ == nullptr ? nullptr : G(Tensor::kWte); }
+
 float* Fragment::TiedGradPeer() { return tied_peer_; }
 
 void Fragment::CombineTiedGrads() {

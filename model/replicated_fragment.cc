@@ -147,6 +147,12 @@ void ReplicatedFragment::TiedGradOwn(float* host) const {
   r.ops->Download(host, r.fragment->TiedGradOwn(), layout().model().size(Tensor::kWte));
 }
 
+void ReplicatedFragment::SetTiedGradOwn(const float* host) {
+  for (auto& r : replicas_) {
+    r.ops->Upload(r.fragment->MutableTiedGradOwn(), host, layout().model().size(Tensor::kWte));
+  }
+}
+
 void ReplicatedFragment::SetTiedGradPeer(const float* host) {
   for (auto& r : replicas_) {
     r.ops->Upload(r.fragment->TiedGradPeer(), host, layout().model().size(Tensor::kWte));

@@ -83,6 +83,9 @@ class ReplicatedFragment {
   // Tied embedding: this fragment's part of wte's gradient (after ReduceGradients), and the
   // peer's part into every replica. n = Vp * C floats.
   void TiedGradOwn(float* host) const;
+  // Replaces this fragment's own part on every replica (with what a compressed exchange's
+  // frame carries, model/tied_exchange.h).
+  void SetTiedGradOwn(const float* host);
   void SetTiedGradPeer(const float* host);
   void CombineTiedGrads();
   std::vector<double> GradSliceSums() const;

@@ -54,6 +54,7 @@ Status Trainer::Init() {
   ASSIGN_OR_RETURN(ops_, kernels::MakeOps(job_.backend, job_.threads));
   ChainOptions co;
   co.fragments = options_.fragments;
+  co.tied_codec = options_.tied_codec;
   co.batch_size = job_.microbatch_size;
   co.seq_len = job_.seq_len;
   ASSIGN_OR_RETURN(chain_, FragmentChain::Create(c, co, ops_.get()));

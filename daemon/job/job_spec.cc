@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "model/tied_exchange.h"
 #include "model/yaml_walker.h"
 
 namespace longhaul::daemon {
@@ -169,7 +170,7 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     spec.replan = false;  // a straggler's layers would have to move in every replica
   }
   if (have_comp) {
-    ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor"}));
+    ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor", "tied"}));
     if (auto it = fields.find("mode"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string mode, w.String(it->second));
       if (mode == "off") {
@@ -187,6 +188,12 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
     if (auto it = fields.find("floor"); it != fields.end()) {
       ASSIGN_OR_RETURN(spec.floor, w.String(it->second));
+    }
+    if (auto it = fields.find("tied"); it != fields.end()) {
+      ASSIGN_OR_RETURN(spec.tied_codec, w.String(it->second));
+      if (auto c = model::TiedGradCodec::Create(spec.tied_codec); !c.ok()) {
+        return w.Error(it->second, std::string(c.status().message()));
+      }
     }
   }
   return spec;

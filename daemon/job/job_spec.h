@@ -9,6 +9,9 @@
 //     mode: adaptive                 # off (exact fp32) | fixed | adaptive (default)
 //     codec: q8                      # mode fixed: the codec for activations and gradients
 //     floor: q4                      # mode adaptive: the most lossy codec allowed
+//     tied: exact                    # the tied-embedding gradient exchange between the first
+//                                    # and last stage: exact (default) or a codec with error
+//                                    # feedback (q8, q4, q2, topk:0.1+q8; model/tied_exchange.h)
 //   replan: on                       # move layers away from a straggler (default on)
 //   replicas: 2                      # pipeline replicas (default 1): with placement: even,
 //                                    # replica r runs on sites[r*S .. (r+1)*S), S = sites /
@@ -49,9 +52,10 @@ struct JobSpec {
   std::string yaml;  // the job file as submitted
   std::vector<std::string> sites;
   CompressionMode compression = CompressionMode::kAdaptive;
-  std::string codec = "q8";  // kFixed
-  std::string floor = "q4";  // kAdaptive
-  bool replan = true;        // move layers away from a straggler
+  std::string codec = "q8";          // kFixed
+  std::string floor = "q4";          // kAdaptive
+  std::string tied_codec = "exact";  // compression.tied
+  bool replan = true;                // move layers away from a straggler
   // true (placement: planned): the planner chooses the order of `sites`, the split and which
   // sites to leave out, from the sites' calibrations and links (site_profile.h); false
   // (placement: even): `sites` in the listed order, the layers split evenly.

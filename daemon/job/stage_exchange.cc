@@ -27,8 +27,15 @@ StageExchange::StageExchange(StageExchangeOptions options) : o_(std::move(option
   prev_usage_.to_site = o_.prev_site;
   next_usage_.to_site = o_.next_site;
   tied_usage_.to_site = o_.tied_site;
-  tied_usage_.codec = "fp32";
-  tied_usage_.reason = "exact: both copies of the tied embedding must take identical steps";
+  if (o_.tied_codec.empty() || o_.tied_codec == "exact") {
+    tied_usage_.codec = "fp32";
+    tied_usage_.reason = "exact: both copies of the tied embedding must take identical steps";
+  } else {
+    tied_usage_.codec = o_.tied_codec;
+    tied_usage_.reason =
+        "compression.tied, with error feedback: both ends add the parts as "
+        "their frames carry them";
+  }
 }
 
 StatusOr<std::unique_ptr<StageExchange>> StageExchange::Create(StageExchangeOptions options) {
@@ -53,6 +60,44 @@ LinkSender* StageExchange::Sender(To to) const {
     default:
       return o_.to_tied;
   }
+}
+
+StatusOr<LinkSender*> StageExchange::SenderFor(To to, v1::TensorKind kind) const {
+  LinkSender* sender = Sender(to);
+  if (sender == nullptr) {
+    return absl::InternalError("stage " + std::to_string(o_.stage) + " of job " + o_.job_id +
+                               " has no link for a " + v1::TensorKind_Name(kind) + " tensor");
+  }
+  return sender;
+}
+
+void StageExchange::Envelope(v1::TensorKind kind, uint64_t step, int mb, v1::TensorFrame* h) const {
+  h->set_job_id(o_.job_id);
+  h->set_attempt(o_.attempt);
+  h->set_step(step);
+  h->set_microbatch(mb);
+  h->set_kind(kind);
+  h->set_tensor_id(kMainTensor);
+  h->set_from_stage(o_.stage);
+  h->set_to_stage(ToStage(kind));
+  h->set_from_site(o_.site);
+}
+
+Status StageExchange::SendFrame(To to, v1::TensorKind kind, uint64_t step, int mb,
+                                std::vector<uint8_t> frame, size_t n) {
+  RETURN_IF_ERROR(FinishPendingSend());
+  ASSIGN_OR_RETURN(LinkSender * sender, SenderFor(to, kind));
+  OutgoingTensor t;
+  Envelope(kind, step, mb, &t.header);
+  t.payload = std::move(frame);
+  const uint64_t wire = t.payload.size();
+  RETURN_IF_ERROR(sender->Enqueue(std::move(t)));
+  std::lock_guard<std::mutex> lock(mu_);
+  OutboundUsage* usage = UsageOf(to);
+  ++usage->tensors;
+  usage->raw_bytes += n * sizeof(float);
+  usage->wire_bytes += wire;
+  return absl::OkStatus();
 }
 
 OutboundUsage* StageExchange::UsageOf(To to) {
@@ -86,11 +131,7 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
   // One tensor in flight (also one left pending because the link's queue was full): sends keep
   // their order.
   RETURN_IF_ERROR(FinishPendingSend());
-  LinkSender* sender = Sender(to);
-  if (sender == nullptr) {
-    return absl::InternalError("stage " + std::to_string(o_.stage) + " of job " + o_.job_id +
-                               " has no link for a " + v1::TensorKind_Name(kind) + " tensor");
-  }
+  ASSIGN_OR_RETURN(LinkSender * sender, SenderFor(to, kind));
   OutboundUsage* usage = UsageOf(to);
   int rung = 0;  // fp32: exact
   std::string reason = "exact (not an activation or gradient)";
@@ -123,18 +164,8 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
   eo.seed = step * 1000003 + mb * 31 + kind;
   // The frame's envelope, once the payload is encoded, and what the link's usage counts once
   // the tensor is queued.
-  const int to_stage = ToStage(kind);
-  auto envelope = [this, kind, step, mb, to_stage](OutgoingTensor* t) {
-    v1::TensorFrame& h = t->header;
-    h.set_job_id(o_.job_id);
-    h.set_attempt(o_.attempt);
-    h.set_step(step);
-    h.set_microbatch(mb);
-    h.set_kind(kind);
-    h.set_tensor_id(kMainTensor);
-    h.set_from_stage(o_.stage);
-    h.set_to_stage(to_stage);
-    h.set_from_site(o_.site);
+  auto envelope = [this, kind, step, mb](OutgoingTensor* t) {
+    Envelope(kind, step, mb, &t->header);
   };
   auto count = [this, usage, n, adaptive, rung, reason](uint64_t wire, bool on_device) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -60,7 +60,8 @@ struct StageExchangeOptions {
   LinkSender* to_next = nullptr;
   LinkSender* to_tied = nullptr;
   std::string prev_site, next_site, tied_site;
-  kernels::Ops* ops = nullptr;  // the stage's (first) backend: downloads, and its name in logs
+  std::string tied_codec = "exact";  // the job's compression.tied: what the tied link carries
+  kernels::Ops* ops = nullptr;       // the stage's (first) backend: downloads, and its name in logs
   std::unique_ptr<compression::DeviceEncoder> encoder;  // null: encode on the host
   std::unique_ptr<compression::DeviceDecoder> decoder;  // null: decode on the host
   size_t host_floats = 0;  // the largest tensor staged through host memory
@@ -85,6 +86,10 @@ class StageExchange {
   Status Send(To to, v1::TensorKind kind, uint64_t step, int mb, const float* host, size_t n,
               std::vector<int64_t> shape, bool adaptive, const float* device = nullptr);
   Status FinishPendingSend(bool wait = true);
+  // Queues a frame already encoded (the tied-embedding exchange's, model/tied_exchange.h) of
+  // `n` floats for `to`.
+  Status SendFrame(To to, v1::TensorKind kind, uint64_t step, int mb, std::vector<uint8_t> frame,
+                   size_t n);
 
   // Waits for a tensor and decodes it into `host` (exactly n floats); or, with `device`
   // (backend memory of n floats) and a codec the device decoder takes, into `device`, and sets
@@ -119,6 +124,10 @@ class StageExchange {
   explicit StageExchange(StageExchangeOptions options);
   static double Now();
   LinkSender* Sender(To to) const;
+  // Sender(to), or an error naming the stage and the tensor's kind when there is none.
+  StatusOr<LinkSender*> SenderFor(To to, v1::TensorKind kind) const;
+  // The routing header of a tensor this stage sends.
+  void Envelope(v1::TensorKind kind, uint64_t step, int mb, v1::TensorFrame* h) const;
   OutboundUsage* UsageOf(To to);
   int ToStage(v1::TensorKind kind) const;
 

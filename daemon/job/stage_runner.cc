@@ -112,7 +112,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   xo.to_tied = ctx_.to_tied.get();
   if (grid_.prev(stage_) >= 0) xo.prev_site = a.stages(grid_.prev(stage_)).site();
   if (grid_.next(stage_) >= 0) xo.next_site = a.stages(grid_.next(stage_)).site();
-  if (grid_.tied(stage_) >= 0) xo.tied_site = a.stages(grid_.tied(stage_)).site();
+  if (grid_.tied(stage_) >= 0) {
+    xo.tied_site = a.stages(grid_.tied(stage_)).site();
+    xo.tied_codec = ctx_.spec.tied_codec;
+    ASSIGN_OR_RETURN(tied_codec_, model::TiedGradCodec::Create(ctx_.spec.tied_codec));
+  }
   xo.ops = replicas[0];
   if (ops_.size() == 1) {
     ASSIGN_OR_RETURN(xo.encoder, compression::MakeDeviceEncoder(replicas[0]));
@@ -419,12 +423,22 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   const size_t n = static_cast<size_t>(ctx_.spec.job.model.padded_vocab_size) * C_;
   std::vector<float> own(n), peer(n);
   fragment_->TiedGradOwn(own.data());
-  // First and last stage swap their parts, exactly (fp32): both copies of wte must take
-  // bit-identical steps. They are not neighbours unless there are two stages, so the
-  // exchange goes over a direct link between them.
-  RETURN_IF_ERROR(exchange_->Send(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD, step, 0,
-                                  own.data(), n, {ctx_.spec.job.model.padded_vocab_size, C_},
-                                  false));
+  // First and last stage swap their parts: both copies of wte must take bit-identical steps.
+  // They are not neighbours unless there are two stages, so the exchange goes over a direct
+  // link between them. Exactly (fp32), or with the job's tied codec: then each end adds the
+  // parts as their frames carry them, its own included (model/tied_exchange.h).
+  const std::vector<int64_t> shape = {ctx_.spec.job.model.padded_vocab_size, C_};
+  if (tied_codec_) {
+    std::vector<uint8_t> frame;
+    RETURN_IF_ERROR(
+        tied_codec_->Encode(own, shape, step * 1000003 + v1::TENSOR_KIND_WEIGHT_GRAD, &frame));
+    fragment_->SetTiedGradOwn(own.data());
+    RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD,
+                                         step, 0, std::move(frame), n));
+  } else {
+    RETURN_IF_ERROR(exchange_->Send(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD, step, 0,
+                                    own.data(), n, shape, false));
+  }
   RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
   fragment_->SetTiedGradPeer(peer.data());
   fragment_->CombineTiedGrads();

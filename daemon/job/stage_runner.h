@@ -34,6 +34,7 @@
 #include "model/data_loader.h"
 #include "model/fragment.h"
 #include "model/replicated_fragment.h"
+#include "model/tied_exchange.h"
 
 namespace longhaul::daemon {
 
@@ -112,6 +113,7 @@ class StageRunner {
   // before the step report; local mode's outer step after the optimizer step of `step`, when
   // it is a sync step; the sync state beside a stage checkpoint.
   Status InitSync(uint64_t resume_step);
+  Status InitSyncExchange();  // the replicas' part of InitSync
   Status SyncGradients(uint64_t step);
   Status OuterStep(uint64_t step);
   Status CheckpointSync(uint64_t step);
@@ -130,7 +132,9 @@ class StageRunner {
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<StageExchange> exchange_;
   std::unique_ptr<SyncExchange> sync_;  // with replicas
-  fleet::OuterOptimizer outer_;         // local mode
+  // First or last stage of a job with a lossy compression.tied; null otherwise.
+  std::unique_ptr<model::TiedGradCodec> tied_codec_;
+  fleet::OuterOptimizer outer_;  // local mode
   std::unique_ptr<model::DataLoader> loader_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;

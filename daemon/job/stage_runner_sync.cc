@@ -1,7 +1,8 @@
 // StageRunner with pipeline replicas: the sync group's exchange (sync_exchange.h), sync mode
 // step's gradient sum before the step report, local mode's outer step (fleet/
 // outer_optimizer.h) after every `every`-th step and the last, and the sync state kept beside
-// the stage checkpoints (sync_checkpoint.h). Without replicas every call here does nothing.
+// the stage checkpoints (sync_checkpoint.h), which also holds a lossy tied-embedding codec's
+// residual. Without either every call here does nothing.
 #include "daemon/job/stage_runner.h"
 #include "daemon/job/sync_checkpoint.h"
 #include "model/layout.h"
@@ -9,7 +10,48 @@
 namespace longhaul::daemon {
 
 Status StageRunner::InitSync(uint64_t resume_step) {
-  if (grid_.replicas < 2) return absl::OkStatus();
+  if (grid_.replicas >= 2) RETURN_IF_ERROR(InitSyncExchange());
+  if (!sync_ && !tied_codec_) return absl::OkStatus();
+  const v1::StageAssignment& a = ctx_.assignment;
+  const size_t n = static_cast<size_t>(fragment_->layout().total());
+  const bool local = sync_ && ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
+  if (resume_step == 0 || migrate_) {
+    // Nothing carried yet; a layer move starts the residuals afresh.
+    if (local) {  // the first anchor: the initial parameters
+      std::vector<float> params(n);
+      fragment_->GetParameters(params.data());
+      outer_.Reset(params);
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> sizes;
+  if (sync_) {
+    for (const auto& s : fleet::SyncSlices(fragment_->layout())) sizes.push_back(s.size);
+  }
+  const int64_t tied_floats =
+      static_cast<int64_t>(ctx_.spec.job.model.padded_vocab_size) * ctx_.spec.job.model.channels;
+  const auto& me = a.stages(stage_);
+  ASSIGN_OR_RETURN(SyncState state,
+                   ReadSyncState(SyncCheckpointPath(ctx_.job_dir, resume_step,
+                                                    static_cast<int>(me.layer_begin()),
+                                                    static_cast<int>(me.layer_end())),
+                                 resume_step, static_cast<int64_t>(n), sizes, tied_floats));
+  if (tied_codec_) {
+    RETURN_IF_ERROR(tied_codec_->RestoreResidual(std::move(state.tied_residual),
+                                                 static_cast<size_t>(tied_floats)));
+  }
+  if (!sync_) return absl::OkStatus();
+  if (local) {
+    if (state.anchor.empty()) {
+      return absl::DataLossError("job " + a.job_id() + ": the sync state of step " +
+                                 std::to_string(resume_step) + " has no outer-step anchor");
+    }
+    RETURN_IF_ERROR(outer_.Restore(std::move(state.anchor), std::move(state.momentum)));
+  }
+  return sync_->RestoreResiduals(std::move(state.residuals));
+}
+
+Status StageRunner::InitSyncExchange() {
   const v1::StageAssignment& a = ctx_.assignment;
   SyncExchangeOptions so;
   so.site = ctx_.site;
@@ -34,34 +76,8 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   so.inbox = ctx_.inbox;
   so.heartbeat_seconds = ctx_.heartbeat_seconds;
   so.stop = &stop_;
-  const std::vector<fleet::SyncSlice> slices = so.slices;
   ASSIGN_OR_RETURN(sync_, SyncExchange::Create(std::move(so)));
-  const size_t n = static_cast<size_t>(fragment_->layout().total());
-  const bool local = ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
-  if (resume_step == 0 || migrate_) {
-    if (local) {  // the first anchor: the initial parameters
-      std::vector<float> params(n);
-      fragment_->GetParameters(params.data());
-      outer_.Reset(params);
-    }
-    return absl::OkStatus();
-  }
-  std::vector<int64_t> sizes;
-  for (const auto& s : slices) sizes.push_back(s.size);
-  const auto& me = a.stages(stage_);
-  ASSIGN_OR_RETURN(SyncState state,
-                   ReadSyncState(SyncCheckpointPath(ctx_.job_dir, resume_step,
-                                                    static_cast<int>(me.layer_begin()),
-                                                    static_cast<int>(me.layer_end())),
-                                 resume_step, static_cast<int64_t>(n), sizes));
-  if (local) {
-    if (state.anchor.empty()) {
-      return absl::DataLossError("job " + a.job_id() + ": the sync state of step " +
-                                 std::to_string(resume_step) + " has no outer-step anchor");
-    }
-    RETURN_IF_ERROR(outer_.Restore(std::move(state.anchor), std::move(state.momentum)));
-  }
-  return sync_->RestoreResiduals(std::move(state.residuals));
+  return absl::OkStatus();
 }
 
 Status StageRunner::SyncGradients(uint64_t step) {
@@ -93,14 +109,15 @@ Status StageRunner::OuterStep(uint64_t step) {
 }
 
 Status StageRunner::CheckpointSync(uint64_t step) {
-  if (!sync_) return absl::OkStatus();
+  if (!sync_ && !tied_codec_) return absl::OkStatus();
   SyncState s;
   s.step = step;
-  if (ctx_.spec.sync.mode == fleet::SyncMode::kLocal) {
+  if (sync_ && ctx_.spec.sync.mode == fleet::SyncMode::kLocal) {
     s.anchor = outer_.anchor();
     s.momentum = outer_.momentum();
   }
-  s.residuals = sync_->residuals();
+  if (sync_) s.residuals = sync_->residuals();
+  if (tied_codec_) s.tied_residual = tied_codec_->residual();
   bool any = false;
   for (const auto& r : s.residuals) any = any || !r.empty();
   if (!any) s.residuals.clear();

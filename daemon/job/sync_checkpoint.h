@@ -1,6 +1,8 @@
-// A replicated stage's sync state at a step, beside its stage checkpoint (stage_checkpoint.h):
-// local mode's outer-step anchor and momentum, and the sync codec's error-feedback residual of
-// every parameter slice (fleet/). DIR/sync_STEP_BEGIN-END.bin, written atomically before the
+// What a stage carries from step to step beyond its checkpoint (stage_checkpoint.h), at a step:
+// with pipeline replicas, local mode's outer-step anchor and momentum and the sync codec's
+// error-feedback residual of every parameter slice (fleet/); with a lossy tied-embedding codec
+// (model/tied_exchange.h), the first or last stage's tied residual.
+// DIR/sync_STEP_BEGIN-END.bin, written atomically before the
 // stage checkpoint of the same step (so a stage checkpoint of a replicated job always has its
 // sync state), with its sizes and an XXH64 of everything verified on load: a flipped byte, a
 // truncation or sizes that do not fit the fragment are DataLoss naming the file, and nothing
@@ -19,6 +21,7 @@ struct SyncState {
   uint64_t step = 0;
   std::vector<float> anchor, momentum;        // empty in sync mode step
   std::vector<std::vector<float>> residuals;  // by slice; empty when none is carried
+  std::vector<float> tied_residual;           // empty when none is carried
 };
 
 std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
@@ -26,8 +29,9 @@ std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_
 
 Status WriteSyncState(const std::string& path, const SyncState& state);
 // `fragment_floats`: the fragment's parameter count (what anchor and momentum must hold, when
-// present); `slice_sizes`: its slices' sizes (what the residuals must hold, when present).
+// present); `slice_sizes`: its slices' sizes (what the residuals must hold, when present);
+// `tied_floats`: wte's size (what the tied residual must hold, when present).
 StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_t fragment_floats,
-                                  const std::vector<int64_t>& slice_sizes);
+                                  const std::vector<int64_t>& slice_sizes, int64_t tied_floats);
 
 }  // namespace longhaul::daemon

@@ -7,11 +7,14 @@
 
 namespace longhaul::testing {
 
-StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml) {
+StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml, int fragments,
+                                              const std::string& tied_codec) {
   const std::string dir = TempDir("train-local");
   ASSIGN_OR_RETURN(model::Job job, model::ParseJob(yaml, "job.yaml", dir));
   model::TrainerOptions o;
   o.checkpoint_dir = dir + "/ckpt";
+  o.fragments = fragments;
+  o.tied_codec = tied_codec;
   ASSIGN_OR_RETURN(auto trainer, model::Trainer::Create(job, o));
   std::vector<float> losses;
   RETURN_IF_ERROR(trainer->Run([&](const model::StepReport& r) { losses.push_back(r.loss); }));

@@ -12,8 +12,10 @@
 namespace longhaul::testing {
 
 // The per-step losses of `yaml` trained in one process (model::Trainer), with checkpoints in
-// a fresh temporary directory.
-StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml);
+// a fresh temporary directory; as `fragments` chained fragments whose tied-embedding exchange
+// uses `tied_codec` (model/tied_exchange.h; "exact" is every split's losses).
+StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml, int fragments = 1,
+                                              const std::string& tied_codec = "exact");
 
 // Polls job `id` on its coordinator `d` until it completed, failed or was cancelled, or
 // `timeout` passed; returns its last status (all losses).

@@ -2,6 +2,8 @@
 // keys (defaults, values, errors naming the key), the stage grid, plan checks with replicas,
 // the barrier's per-replica clipping scales, and sync state files (round trip; a flipped byte,
 // a truncation or sizes that do not fit the fragment are DataLoss, never loaded).
+#include <xxhash.h>
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +73,14 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {every: 0}\n"), Catch::Contains("every"));
   CHECK_THAT(error("replicas: 2\nsync: {outer: {momentum: 1}}\n"), Catch::Contains("momentum"));
   CHECK_THAT(error("replicas: 2\nsync: {cadence: 3}\n"), Catch::Contains("cadence"));
+  // The tied-embedding exchange's codec (compression.tied): exact by default.
+  CHECK(one->tied_codec == "exact");
+  auto tied = ParseJobSpec(Job("compression: {mode: off, tied: topk:0.1+q8}\n"), "job.yaml", ".");
+  REQUIRE(tied.ok());
+  CHECK(tied->tied_codec == "topk:0.1+q8");
+  const std::string bad_tied = error("compression: {tied: q3}\n");
+  CHECK_THAT(bad_tied, Catch::Contains("job.yaml:"));  // where
+  CHECK_THAT(bad_tied, Catch::Contains("tied-embedding codec"));
   std::string planned = Job("replicas: 2\n");
   planned.replace(planned.find("placement: even"), 15, "placement: planned");
   auto p = ParseJobSpec(planned, "job.yaml", ".");
@@ -170,6 +180,27 @@ TEST_CASE("the barrier clips each replica by its own stages' gradient norm", "[r
   CHECK(d.grad_scale() == d.replica_grad_scales(0));
 }
 
+TEST_CASE("sync state files of version 1 (no tied residual) still load", "[replicas]") {
+  const std::string dir = testing::TempDir("sync-state-v1");
+  const std::string path = SyncCheckpointPath(dir, 3, 0, 1);
+  // magic, step 3, anchor 2, momentum 2, one residual of 1; floats; XXH64.
+  std::string v1 = "LHSYNC01";
+  for (uint64_t x : {uint64_t{3}, uint64_t{2}, uint64_t{2}, uint64_t{1}, uint64_t{1}}) {
+    v1.append(reinterpret_cast<const char*>(&x), 8);
+  }
+  for (float f : {1.0f, 2.0f, 0.5f, 0.25f, 9.0f}) v1.append(reinterpret_cast<const char*>(&f), 4);
+  const uint64_t sum = XXH64(v1.data(), v1.size(), 0);
+  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << v1;
+  auto back = ReadSyncState(path, 3, 2, {1}, 4);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(back->anchor == std::vector<float>{1, 2});
+  CHECK(back->momentum == std::vector<float>{0.5f, 0.25f});
+  CHECK(back->residuals == std::vector<std::vector<float>>{{9}});
+  CHECK(back->tied_residual.empty());
+}
+
 TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {
   const std::string dir = testing::TempDir("sync-state");
   const std::string path = SyncCheckpointPath(dir, 12, 0, 2);
@@ -179,18 +210,21 @@ TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[repli
   s.anchor = {1, 2, 3, 4, 5};
   s.momentum = {0.5f, 0, 0, 0, -1};
   s.residuals = {{0.25f, 0.5f}, {}, {1, 2, 3}};
+  s.tied_residual = {7, 8, 9, 10};
   REQUIRE(WriteSyncState(path, s).ok());
   const std::vector<int64_t> sizes = {2, 0, 3};
-  auto back = ReadSyncState(path, 12, 5, sizes);
+  auto back = ReadSyncState(path, 12, 5, sizes, 4);
   INFO(back.status().ToString());
   REQUIRE(back.ok());
   CHECK(back->anchor == s.anchor);
   CHECK(back->momentum == s.momentum);
   CHECK(back->residuals == s.residuals);
-  CHECK(ReadSyncState(path, 13, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(path, 12, 6, sizes).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(path, 12, 5, {2, 0, 4}).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(dir + "/none.bin", 12, 5, sizes).status().code() ==
+  CHECK(back->tied_residual == s.tied_residual);
+  CHECK(ReadSyncState(path, 12, 5, sizes, 5).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 13, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 12, 6, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 12, 5, {2, 0, 4}, 4).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(dir + "/none.bin", 12, 5, sizes, 4).status().code() ==
         absl::StatusCode::kNotFound);
 
   std::string bytes;
@@ -203,16 +237,16 @@ TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[repli
     flipped[at] ^= 0x04;
     std::ofstream(path, std::ios::binary | std::ios::trunc) << flipped;
     INFO("byte " << at);
-    CHECK(ReadSyncState(path, 12, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+    CHECK(ReadSyncState(path, 12, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
   }
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 9);
-  CHECK(ReadSyncState(path, 12, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 12, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
   // A header announcing a huge anchor is refused before anything is allocated.
   std::string huge = bytes;
   const uint64_t big = uint64_t{1} << 60;
   std::memcpy(huge.data() + 16, &big, 8);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << huge;
-  CHECK(ReadSyncState(path, 12, 5, sizes).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(path, 12, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -134,6 +134,38 @@ TEST_CASE("a pipeline job: the same losses and the same bytes on every link over
   CHECK(links[1] == links[0]);
 }
 
+// The tied-embedding exchange compressed (compression.tied, model/tied_exchange.h): the
+// pipeline's losses are those of the same split trained in one process with that tied codec,
+// bit for bit, the tied link carries q4 frames, and a last stage restarting mid-job resumes
+// its error-feedback residual from its checkpoint (had it been dropped, the losses after the
+// rollback would differ).
+TEST_CASE("a compressed tied exchange: in-process losses, and its residual survives a restart") {
+  const std::string yaml =
+      JobYaml("compression: {mode: off, tied: q4}\nreplan: off\n", /*steps=*/10);
+  const auto expected = testing::TrainLocalLosses(yaml, 3, "q4");
+  REQUIRE(expected.ok());
+  const std::vector<float> exact = TrainLocal(yaml);
+  CHECK(*expected != exact);  // the codec is in the loop
+  Cluster c(/*loopback=*/true);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 60s));
+  c.daemons[2].reset();  // gamma, the last stage, with its residual
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).state() == v1::JOB_STATE_RECOVERING; }, 60s));
+  c.Start(2);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(s.attempt() >= 2);
+  CHECK(Losses(s) == *expected);
+  bool tied_link = false;
+  for (const auto& l : s.links()) {
+    if (l.from_site() == "gamma" && l.to_site() == "alpha") {
+      tied_link = true;
+      CHECK(l.codec() == "q4");
+      CHECK(l.wire_bytes() * 5 < l.raw_bytes());
+    }
+  }
+  CHECK(tied_link);
+}
+
 TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same losses on both") {
   const std::string yaml = JobYaml("compression: {mode: off}\nreplan: off\n", /*steps=*/10);
   const std::vector<float> local = TrainLocal(yaml);

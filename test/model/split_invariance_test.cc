@@ -2,7 +2,9 @@
 // bit-identical losses, gradient norms and final parameters over 20 steps on the "cpu"
 // backend, with microbatch accumulation, gradient clipping and weight decay active.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -18,15 +20,18 @@ namespace {
 struct Run {
   std::vector<float> losses, norms;
   std::vector<float> params;
+  uint64_t tied_wire_bytes = 0;
 };
 
-Run Train(int fragments, const GPT2Config& config, std::shared_ptr<const TokenData> data) {
+Run Train(int fragments, const GPT2Config& config, std::shared_ptr<const TokenData> data,
+          const std::string& tied_codec = "exact") {
   auto ops = kernels::MakeOps("cpu", 2);
   REQUIRE(ops.ok());
   ChainOptions co;
   co.fragments = fragments;
   co.batch_size = 2;
   co.seq_len = 32;
+  co.tied_codec = tied_codec;
   auto chain = FragmentChain::Create(config, co, ops->get());
   REQUIRE(chain.ok());
   (*chain)->InitParameters(42);
@@ -50,6 +55,7 @@ Run Train(int fragments, const GPT2Config& config, std::shared_ptr<const TokenDa
   }
   run.params.resize(NumParameters(config));
   (*chain)->StoreIntoModel(run.params.data());
+  run.tied_wire_bytes = (*chain)->tied_wire_bytes();
   if (fragments > 1) {
     // Both copies of the tied embedding took identical steps.
     const FragmentLayout& first = (*chain)->fragment(0).layout();
@@ -81,6 +87,41 @@ TEST_CASE("1, 2 and 3 fragments train bit-identically", "[split]") {
     CHECK(std::memcmp(split.params.data(), whole.params.data(),
                       whole.params.size() * sizeof(float)) == 0);
   }
+}
+
+// A compressed tied-embedding exchange (model/tied_exchange.h): both copies of wte still take
+// identical steps (Train checks them bit for bit), the frames are a fraction of fp32's, and
+// with q8 training stays close to the exact exchange.
+TEST_CASE("a compressed tied exchange keeps both copies of wte identical", "[split][tied]") {
+  const GPT2Config config = MakeConfig(3, 48, 4, 256, 32);
+  auto data =
+      std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
+  const Run exact = Train(2, config, data);
+  CHECK(exact.tied_wire_bytes == 0);  // exact: no codec, the parts travel as they are
+  for (const char* codec : {"q8", "q2"}) {
+    INFO(codec);
+    const Run tied = Train(2, config, data, codec);
+    CHECK(tied.losses != exact.losses);  // the codec is in the loop
+    // 20 steps, two ends, wte of 256 x 48 floats: fp32 frames would be 20 x 2 x 49152 bytes.
+    const uint64_t fp32_bytes = 20 * 2 * 256 * 48 * sizeof(float);
+    CHECK(tied.tied_wire_bytes > 0);
+    CHECK(tied.tied_wire_bytes * 3 < fp32_bytes);
+    // q8 stays close to the exact exchange; how far coarser codecs drift is the convergence
+    // study's question (docs/BENCHMARKS.md), not an invariant.
+    if (std::string(codec) == "q8") {
+      for (size_t i = 0; i < exact.losses.size(); ++i) {
+        CHECK(std::fabs(tied.losses[i] - exact.losses[i]) < 0.02f * exact.losses[i]);
+      }
+    }
+  }
+  auto ops = kernels::MakeOps("cpu-ref");
+  REQUIRE(ops.ok());
+  ChainOptions bad;
+  bad.fragments = 2;
+  bad.tied_codec = "q9";
+  auto refused = FragmentChain::Create(config, bad, ops->get());
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("tied-embedding codec"));
 }
 
 TEST_CASE("initialisation does not depend on the split", "[split]") {

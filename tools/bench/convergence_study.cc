@@ -7,9 +7,11 @@
 // name one codec per direction, FORWARD/BACKWARD). The table reports, per codec: the final
 // training loss (mean of the last --last steps) and the validation loss relative to fp32 (no
 // compression, same seed), and the wire bytes sent per step across the cut and their ratio
-// to fp32's. This is what the controller's ladder order and the jobs' default quality floor
-// are chosen from (docs/BENCHMARKS.md, "Convergence study"). Before the study it checks that
-// the fp32 path reproduces FragmentChain::TrainStep bit for bit.
+// to fp32's. An entry CUT@TIED also compresses the tied-embedding exchange between the two
+// fragments (model/tied_exchange.h): its bytes are the "tied" columns. This is what the
+// controller's ladder order and the jobs' default quality floor are chosen from
+// (docs/BENCHMARKS.md, "Convergence study"). Before the study it checks that the fp32 path
+// reproduces FragmentChain::TrainStep bit for bit.
 //
 // Runs are independent and deterministic (each has its own backend with a fixed thread
 // count), so --jobs only changes the wall time, never the figures.
@@ -70,9 +72,18 @@ std::vector<std::string> DefaultCodecs() {
 }
 
 // A study entry is one codec for both directions ("q4") or FORWARD/BACKWARD ("q4/q2:sr":
-// q4 on the activations, q2:sr on their gradients); returns it with canonical specs and a
-// single codec when both directions use the same one.
+// q4 on the activations, q2:sr on their gradients), optionally followed by @TIED, a codec for
+// the tied-embedding gradient parts with error feedback ("fp32@q2"; without it they travel
+// exactly); returns it with canonical specs and a single codec when both directions use the
+// same one.
 StatusOr<std::string> Canonical(const std::string& entry) {
+  const size_t at = entry.find('@');
+  if (at != std::string::npos) {
+    ASSIGN_OR_RETURN(const std::string cut, Canonical(entry.substr(0, at)));
+    ASSIGN_OR_RETURN(const compression::CodecSpec tied,
+                     compression::ParseCodecSpec(entry.substr(at + 1)));
+    return absl::StrCat(cut, "@", tied.ToString());
+  }
   const size_t slash = entry.find('/');
   ASSIGN_OR_RETURN(const compression::CodecSpec forward,
                    compression::ParseCodecSpec(entry.substr(0, slash)));
@@ -90,6 +101,7 @@ struct RunResult {
   std::vector<float> losses;
   double train_loss = 0, val_loss = 0, val_loss_codec = 0;
   double codec_bytes = 0, all_bytes = 0, raw_bytes = 0;  // per step
+  double tied_bytes = 0;                                 // per step, both ends
   double codec_ms = 0;                                   // encode + decode per step
   double seconds = 0;
 };
@@ -120,9 +132,12 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
               r->error);
   };
   bench::CutRunOptions options;
-  const size_t slash = r->codec.find('/');
-  options.forward_codec = r->codec.substr(0, slash);
-  options.backward_codec = slash == std::string::npos ? r->codec : r->codec.substr(slash + 1);
+  const size_t at = r->codec.find('@');
+  const std::string cut = r->codec.substr(0, at);
+  if (at != std::string::npos) options.tied_codec = r->codec.substr(at + 1);
+  const size_t slash = cut.find('/');
+  options.forward_codec = cut.substr(0, slash);
+  options.backward_codec = slash == std::string::npos ? cut : cut.substr(slash + 1);
   options.seed = r->seed;
   options.threads = f.threads;
   auto run = bench::CutRun::Create(job, train, val, options);
@@ -151,6 +166,7 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   r->codec_bytes = double(t.codec_wire) / job.steps;
   r->raw_bytes = double(t.codec_raw) / job.steps;
   r->all_bytes = double(t.codec_wire + t.exact_wire) / job.steps;
+  r->tied_bytes = double(t.tied_wire) / job.steps;
   r->codec_ms = 1e3 * t.codec_seconds / job.steps;
   r->seconds = elapsed();
   out->Line(
@@ -165,11 +181,11 @@ struct Row {
   std::string codec;
   int ok = 0, failed = 0;
   std::string error;
-  double train = 0, val = 0, val_codec = 0;             // means over seeds
-  double d_train = 0, d_val = 0, d_val_codec = 0;       // means of the % differences
-  double sd_train = 0, sd_val = 0;                      // their standard deviations
-  double d_train_max = -1e30, d_val_max = -1e30;        // worst seed
-  double codec_bytes = 0, all_bytes = 0, codec_ms = 0;  // means
+  double train = 0, val = 0, val_codec = 0;        // means over seeds
+  double d_train = 0, d_val = 0, d_val_codec = 0;  // means of the % differences
+  double sd_train = 0, sd_val = 0;                 // their standard deviations
+  double d_train_max = -1e30, d_val_max = -1e30;   // worst seed
+  double codec_bytes = 0, all_bytes = 0, tied_bytes = 0, codec_ms = 0;  // means
 };
 
 std::string Percent(double p) { return absl::StrFormat("%+.2f%%", p); }
@@ -214,11 +230,13 @@ std::vector<Row> Summarize(const std::vector<std::string>& codecs,
       row.d_val_max = std::max(row.d_val_max, dvs.back());
       row.codec_bytes += r.codec_bytes;
       row.all_bytes += r.all_bytes;
+      row.tied_bytes += r.tied_bytes;
       row.codec_ms += r.codec_ms;
     }
     if (row.ok > 0) {
-      for (double* v : {&row.train, &row.val, &row.val_codec, &row.d_train, &row.d_val,
-                        &row.d_val_codec, &row.codec_bytes, &row.all_bytes, &row.codec_ms}) {
+      for (double* v :
+           {&row.train, &row.val, &row.val_codec, &row.d_train, &row.d_val, &row.d_val_codec,
+            &row.codec_bytes, &row.all_bytes, &row.tied_bytes, &row.codec_ms}) {
         *v /= row.ok;
       }
     }
@@ -234,12 +252,13 @@ std::vector<Row> Summarize(const std::vector<std::string>& codecs,
 std::vector<std::string> Table(const std::vector<Row>& rows, const Row& fp32, bool multi) {
   std::vector<std::string> table;
   const char* sd = multi ? " (± sd)" : "";
-  table.push_back(absl::StrCat("| codec | train loss | vs fp32", sd, " | val loss | vs fp32", sd,
-                               " |", multi ? " worst seed (train / val) |" : "",
-                               " val, codec also in eval | cut KiB/step | vs fp32 | all KiB/step | "
-                               "vs fp32 | codec ms/step |"));
+  table.push_back(
+      absl::StrCat("| codec | train loss | vs fp32", sd, " | val loss | vs fp32", sd, " |",
+                   multi ? " worst seed (train / val) |" : "",
+                   " val, codec also in eval | cut KiB/step | vs fp32 | tied KiB/step | "
+                   "vs fp32 | all KiB/step | vs fp32 | codec ms/step |"));
   table.push_back(absl::StrCat("| --- | --- | --- | --- | --- |", multi ? " --- |" : "",
-                               " --- | --- | --- | --- | --- | --- |"));
+                               " --- | --- | --- | --- | --- | --- | --- | --- |"));
   auto diff = [multi](double d, double sd) {
     return multi ? absl::StrFormat("%s ± %.2f", Percent(d), sd) : Percent(d);
   };
@@ -251,11 +270,13 @@ std::vector<std::string> Table(const std::vector<Row>& rows, const Row& fp32, bo
     const std::string name =
         r.failed > 0 ? absl::StrCat(r.codec, " (", r.failed, " seeds failed)") : r.codec;
     table.push_back(absl::StrFormat(
-        "| %s | %.4f | %s | %.4f | %s |%s %.4f (%s) | %.1f | %.4f | %.1f | %.4f | %.2f |", name,
-        r.train, diff(r.d_train, r.sd_train), r.val, diff(r.d_val, r.sd_val),
+        "| %s | %.4f | %s | %.4f | %s |%s %.4f (%s) | %.1f | %.4f | %.1f | %.4f | %.1f | %.4f | "
+        "%.2f |",
+        name, r.train, diff(r.d_train, r.sd_train), r.val, diff(r.d_val, r.sd_val),
         multi ? absl::StrCat(" ", Percent(r.d_train_max), " / ", Percent(r.d_val_max), " |") : "",
         r.val_codec, Percent(r.d_val_codec), r.codec_bytes / 1024, r.codec_bytes / fp32.codec_bytes,
-        r.all_bytes / 1024, r.all_bytes / fp32.all_bytes, r.codec_ms));
+        r.tied_bytes / 1024, r.tied_bytes / fp32.tied_bytes, r.all_bytes / 1024,
+        r.all_bytes / fp32.all_bytes, r.codec_ms));
   }
   return table;
 }
@@ -407,8 +428,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--codecs", f.codecs,
                  "Codec specs (space-separated), each for both directions or as FORWARD/BACKWARD "
-                 "(activations/gradients, e.g. q4/q2:sr); default: the controller's ladder, "
-                 "fp16, q2, q2:sr and three top-k variants; fp32 is always added");
+                 "(activations/gradients, e.g. q4/q2:sr), optionally with @TIED, a codec with "
+                 "error feedback for the tied-embedding gradients (fp32@q2); default: the "
+                 "controller's ladder, fp16, q2, q2:sr and three top-k variants; fp32 is always "
+                 "added");
   app.add_option("--steps", f.steps, "Steps per run (0: the job's)")->capture_default_str();
   app.add_option("--first-seed", f.first_seed, "First seed (-1: the job's)")->capture_default_str();
   app.add_option("--seeds", f.seeds, "Seeds per codec: the first seed, +1, ...")

@@ -40,6 +40,9 @@ StatusOr<std::unique_ptr<CutRun>> CutRun::Create(const model::Job& job,
   ASSIGN_OR_RETURN(run->forward_, compression::MakeCodec(options.forward_codec));
   ASSIGN_OR_RETURN(run->backward_, compression::MakeCodec(options.backward_codec));
   ASSIGN_OR_RETURN(run->exact_, compression::MakeCodec("fp32"));
+  for (auto& t : run->tied_) {
+    ASSIGN_OR_RETURN(t, model::TiedGradCodec::Create(options.tied_codec));
+  }
   ASSIGN_OR_RETURN(run->ops_, kernels::MakeOps(job.backend, options.threads));
   const std::vector<int> bounds = model::FragmentChain::EvenSplit(job.model.num_layers, 2);
   model::FragmentOptions fo;
@@ -142,13 +145,30 @@ StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
                              "activation gradients"));
     RETURN_IF_ERROR(first_->Backward(0, received_, 0.0f));
   }
-  // Tied embedding: both parts travel (exactly) before either fragment combines.
+  // Tied embedding: both parts travel before either fragment combines.
   const int64_t vp = job_.model.padded_vocab_size;
   const size_t wte = size_t(vp) * C;
-  RETURN_IF_ERROR(Transfer(*exact_, first_->TiedGradOwn(), last_->TiedGradPeer(), wte, {vp, C},
-                           SendSeed(step, 0, kKindWeightGrad), false));
-  RETURN_IF_ERROR(Transfer(*exact_, last_->TiedGradOwn(), first_->TiedGradPeer(), wte, {vp, C},
-                           SendSeed(step, 0, kKindWeightGrad), false));
+  const uint64_t exact_before = traffic_.exact_wire;
+  if (tied_[0]) {
+    // Each end's part as its frame carries it, in place of its own and as the other's peer.
+    const int64_t shape[2] = {vp, C};
+    std::vector<uint8_t> frame;
+    model::Fragment* ends[2] = {first_.get(), last_.get()};
+    for (int e = 0; e < 2; ++e) {
+      ops_->Download(host_.data(), ends[e]->TiedGradOwn(), wte);
+      RETURN_IF_ERROR(
+          tied_[e]->Encode({host_.data(), wte}, shape, SendSeed(step, 0, kKindWeightGrad), &frame));
+      traffic_.exact_wire += frame.size();
+      ops_->Upload(ends[e]->MutableTiedGradOwn(), host_.data(), wte);
+      ops_->Upload(ends[1 - e]->TiedGradPeer(), host_.data(), wte);
+    }
+  } else {
+    RETURN_IF_ERROR(Transfer(*exact_, first_->TiedGradOwn(), last_->TiedGradPeer(), wte, {vp, C},
+                             SendSeed(step, 0, kKindWeightGrad), false));
+    RETURN_IF_ERROR(Transfer(*exact_, last_->TiedGradOwn(), first_->TiedGradPeer(), wte, {vp, C},
+                             SendSeed(step, 0, kKindWeightGrad), false));
+  }
+  traffic_.tied_wire += traffic_.exact_wire - exact_before;
   std::vector<double> sums;
   for (model::Fragment* f : {first_.get(), last_.get()}) {
     f->CombineTiedGrads();

@@ -6,7 +6,8 @@
 // tied-embedding exchange; global grad-norm clipping; AdamW), except that every tensor
 // crossing the cut travels as a wire frame, as the pipeline's StageRunner sends it:
 // activations (forward) and activation gradients (backward) encoded with the codec under
-// study (one codec each way), targets and the tied-embedding gradient parts exactly (fp32), each
+// study (one codec each way), targets exactly (fp32), the tied-embedding gradient parts exactly
+// or with a tied codec and error feedback (CutRunOptions::tied_codec), each
 // through compression::EncodeFrame and DecodeFrame, with StageRunner's stochastic-rounding seeds.
 // With codec "fp32" a run is bit for bit FragmentChain's (VerifyAgainstChain checks it).
 #pragma once
@@ -22,6 +23,7 @@
 #include "model/data_loader.h"
 #include "model/fragment.h"
 #include "model/job.h"
+#include "model/tied_exchange.h"
 #include "model/token_data.h"
 
 namespace longhaul::bench {
@@ -30,15 +32,19 @@ namespace longhaul::bench {
 struct CutTraffic {
   uint64_t codec_raw = 0;    // fp32 bytes of the activations and activation gradients
   uint64_t codec_wire = 0;   // their frames' bytes
-  uint64_t exact_wire = 0;   // frames of targets and tied-embedding gradients (fp32)
+  uint64_t exact_wire = 0;   // frames of targets and tied-embedding gradients
+  uint64_t tied_wire = 0;    // of those, the tied-embedding gradients' frames (both ends)
   double codec_seconds = 0;  // encoding + decoding of the activations and gradients
 };
 
 struct CutRunOptions {
   std::string forward_codec = "fp32";   // CodecSpec string for the activations
   std::string backward_codec = "fp32";  // ... and for the activation gradients
-  uint64_t seed = 1;                    // initialises the parameters and shuffles the training data
-  int threads = 1;                      // the backend's; 0: all cores
+  // The tied-embedding gradient parts: "exact" (fp32), or a codec with error feedback
+  // (model/tied_exchange.h), each end adding the parts as their frames carry them.
+  std::string tied_codec = "exact";
+  uint64_t seed = 1;  // initialises the parameters and shuffles the training data
+  int threads = 1;    // the backend's; 0: all cores
 };
 
 class CutRun {
@@ -75,6 +81,7 @@ class CutRun {
   std::unique_ptr<kernels::Ops> ops_;  // declared before the fragments: outlives them
   std::unique_ptr<model::Fragment> first_, last_;
   std::unique_ptr<compression::Codec> forward_, backward_, exact_;
+  std::unique_ptr<model::TiedGradCodec> tied_[2];  // first, last; null when exact
   std::unique_ptr<model::DataLoader> train_loader_, val_loader_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<float> host_;    // host staging of what crosses the cut
