@@ -414,37 +414,6 @@ Status StageRunner::Backward(uint64_t step, int mb) {
                          act, {B_, T_, C_}, true, device_grad);
 }
 
-Status StageRunner::ExchangeTiedGrads(uint64_t step) {
-  if (num_stages_ == 1) {
-    fragment_->CombineTiedGrads();
-    return absl::OkStatus();
-  }
-  if (!fragment_->is_first() && !fragment_->is_last()) return absl::OkStatus();
-  const size_t n = static_cast<size_t>(ctx_.spec.job.model.padded_vocab_size) * C_;
-  std::vector<float> own(n), peer(n);
-  fragment_->TiedGradOwn(own.data());
-  // First and last stage swap their parts: both copies of wte must take bit-identical steps.
-  // They are not neighbours unless there are two stages, so the exchange goes over a direct
-  // link between them. Exactly (fp32), or with the job's tied codec: then each end adds the
-  // parts as their frames carry them, its own included (model/tied_exchange.h).
-  const std::vector<int64_t> shape = {ctx_.spec.job.model.padded_vocab_size, C_};
-  if (tied_codec_) {
-    std::vector<uint8_t> frame;
-    RETURN_IF_ERROR(
-        tied_codec_->Encode(own, shape, step * 1000003 + v1::TENSOR_KIND_WEIGHT_GRAD, &frame));
-    fragment_->SetTiedGradOwn(own.data());
-    RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD,
-                                         step, 0, std::move(frame), n));
-  } else {
-    RETURN_IF_ERROR(exchange_->Send(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD, step, 0,
-                                    own.data(), n, shape, false));
-  }
-  RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
-  fragment_->SetTiedGradPeer(peer.data());
-  fragment_->CombineTiedGrads();
-  return absl::OkStatus();
-}
-
 StatusOr<const float*> StageRunner::ReceiveInput(v1::TensorKind kind, uint64_t step, int mb) {
   const size_t n = static_cast<size_t>(B_) * T_ * C_;
   float* staged = exchange_->decodes_on_device() ? fragment_->DeviceInput() : nullptr;

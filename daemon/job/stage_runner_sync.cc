@@ -1,8 +1,8 @@
 // StageRunner with pipeline replicas: the sync group's exchange (sync_exchange.h), sync mode
 // step's gradient sum before the step report, local mode's outer step (fleet/
 // outer_optimizer.h) after every `every`-th step and the last, and the sync state kept beside
-// the stage checkpoints (sync_checkpoint.h), which also holds a lossy tied-embedding codec's
-// residual. Without either every call here does nothing.
+// the stage checkpoints (sync_checkpoint.h); and the tied-embedding exchange between the first
+// and last stage, whose lossy codec's residual that state also holds.
 #include "daemon/job/stage_runner.h"
 #include "daemon/job/sync_checkpoint.h"
 #include "model/layout.h"
@@ -125,6 +125,37 @@ Status StageRunner::CheckpointSync(uint64_t step) {
   return WriteSyncState(SyncCheckpointPath(ctx_.job_dir, step, static_cast<int>(me.layer_begin()),
                                            static_cast<int>(me.layer_end())),
                         s);
+}
+
+Status StageRunner::ExchangeTiedGrads(uint64_t step) {
+  if (num_stages_ == 1) {
+    fragment_->CombineTiedGrads();
+    return absl::OkStatus();
+  }
+  if (!fragment_->is_first() && !fragment_->is_last()) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(ctx_.spec.job.model.padded_vocab_size) * C_;
+  std::vector<float> own(n), peer(n);
+  fragment_->TiedGradOwn(own.data());
+  // First and last stage swap their parts: both copies of wte must take bit-identical steps.
+  // They are not neighbours unless there are two stages, so the exchange goes over a direct
+  // link between them. Exactly (fp32), or with the job's tied codec: then each end adds the
+  // parts as their frames carry them, its own included (model/tied_exchange.h).
+  const std::vector<int64_t> shape = {ctx_.spec.job.model.padded_vocab_size, C_};
+  if (tied_codec_) {
+    std::vector<uint8_t> frame;
+    RETURN_IF_ERROR(
+        tied_codec_->Encode(own, shape, step * 1000003 + v1::TENSOR_KIND_WEIGHT_GRAD, &frame));
+    fragment_->SetTiedGradOwn(own.data());
+    RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD,
+                                         step, 0, std::move(frame), n));
+  } else {
+    RETURN_IF_ERROR(exchange_->Send(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD, step, 0,
+                                    own.data(), n, shape, false));
+  }
+  RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_WEIGHT_GRAD, step, 0, peer.data(), n));
+  fragment_->SetTiedGradPeer(peer.data());
+  fragment_->CombineTiedGrads();
+  return absl::OkStatus();
 }
 
 }  // namespace longhaul::daemon
