@@ -51,6 +51,7 @@ SETTLE=${SETTLE:-15}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 PY=/usr/bin/python3
 HELPER=$ROOT/tools/bench/pipeline_bench.py
+source "$ROOT/tools/bench/wan_sites.sh"
 
 [ ${#SITES[@]} = 3 ] || { echo "pipeline_bench: SITES must name three sites" >&2; exit 2; }
 A=${SITES[0]} B=${SITES[1]} C=${SITES[2]}
@@ -146,23 +147,7 @@ run_one() {
   for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
     [ "$s" = "$o" ] || { pairs+=("$s-$o"); P[link.$s-$o]=${free[i++]}; }
   done; done
-  tools/make-certs.sh "$dir/certs" "${SITES[@]}" >/dev/null 2>&1
-  head -c 24 /dev/urandom | base64 >"$dir/token"
-  chmod 600 "$dir/token"
-  for s in "${SITES[@]}"; do
-    {
-      echo "site: $s"
-      echo "listen: {peer: \"127.0.0.1:${P[$s.peer]}\", control: \"127.0.0.1:${P[$s.control]}\", status: \"127.0.0.1:${P[$s.status]}\"}"
-      echo "peers:"
-      for o in "${SITES[@]}"; do
-        [ "$o" = "$s" ] || echo "  - {name: $o, address: \"127.0.0.1:${P[link.$s-$o]}\"}"
-      done
-      echo "data_dir: data-$s"
-      echo "tls: {ca: certs/ca.pem, cert: certs/$s.pem, key: certs/$s.key}"
-      echo "auth: {token_file: token}"
-      echo "links: {probe_interval_seconds: $PROBE_INTERVAL, probe_bytes: $PROBE_BYTES}"
-    } >"$dir/$s.yaml"
-  done
+  wan_site_configs "$dir" "${SITES[@]}"
   write_job "$dir/job.yaml" "$mode"
 
   local rates change=() linkem_pids=() daemon_pids=()
@@ -187,20 +172,7 @@ run_one() {
     $LONGHAULD --config "$dir/$s.yaml" 2>"$dir/$s.log" &
     pids+=($!) daemon_pids+=($!)
   done
-  local ready=0
-  for _ in $(seq 1 600); do
-    ready=1
-    for s in "${SITES[@]}"; do
-      n=$($LONGHAUL --config "$dir/$s.yaml" links -o json 2>/dev/null | $PY -c '
-import json, sys
-links = json.load(sys.stdin)["links"]
-print(all(l["state"] == "LINK_STATE_UP" and int(l["outbound"]["bandwidth_samples"]) > 0 for l in links))' 2>/dev/null || echo False)
-      [ "$n" = True ] || ready=0
-    done
-    [ $ready = 1 ] && break
-    sleep 0.5
-  done
-  [ $ready = 1 ] || { echo "pipeline_bench: links did not come up; see $dir/*.log" >&2; return 1; }
+  wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}" || return 1
   # Submit at a fixed time after the links started, so that the scheduled fall comes at the
   # same time into every job.
   local wait

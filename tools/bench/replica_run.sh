@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Pipeline replicas over emulated WAN links, the real run of docs/BENCHMARKS.md "Replicas over
+# emulated WAN links": four site daemons on this machine joined by tools/linkem proxies, two
+# pipeline replicas of two stages each (alpha-beta and gamma-delta, 1 Gbit/s inside a replica,
+# 20 Mbit/s between the replicas, 25 ms one way on every link), every site's compute stretched
+# with the debug throttle so that the machine's shared cores are not what limits the run (as a
+# site with its own GPUs would be). Three runs, each on fresh daemons and links:
+#   single    one pipeline on alpha-beta, the same throttle, twice the steps: the same tokens
+#   replicas  the replicated job (sync mode local, q4 pseudo-gradients with error feedback)
+#   kill      the replicated job again, with delta killed (kill -9) part-way and restarted
+#   step      the replicas in sync mode step with the exact codec: the union batch, the loss
+#             reference of the replica study (RUNS="single replicas kill step" adds it)
+# The report (tools/bench/replica_run.py) gives tokens/s against the single pipeline, the
+# losses at equal tokens, and what the kill cost.
+#
+#   tools/bench/replica_run.sh                    # all three runs (about 6 minutes)
+#   RUNS="single replicas" STEPS=20 tools/bench/replica_run.sh
+#
+# Settings (environment):
+#   INNER=1gbit OUTER=20mbit DELAY=25ms   link rates inside / between replicas; one-way delay
+#   THROTTLE=0.04             extra seconds of compute per layer and microbatch on every site
+#   LAYERS=4 CHANNELS=64 HEADS=4 STEPS=60 BATCH=16 MICROBATCH=4 SEQ=64 LR=2e-3
+#                             the replicated job (per replica: BATCH sequences per step); the
+#                             single pipeline runs 2 x STEPS steps of the same batch
+#   EVERY=10 CODEC=q4         sync every EVERY steps, pseudo-gradients in CODEC
+#   KILL_SITE=delta KILL_AT=25 DOWN=5   kill -9 KILL_SITE once the job reaches step KILL_AT,
+#                             restart it DOWN seconds later
+#   SKIP_BUILD=1              use the binaries already in bazel-bin
+#   OUT=/tmp/longhaul-replica-run.XXXX   runs, logs and the report
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+SITES=(alpha beta gamma delta)
+INNER=${INNER:-1gbit} OUTER=${OUTER:-20mbit} DELAY=${DELAY:-25ms}
+THROTTLE=${THROTTLE:-0.04}
+LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-60}
+BATCH=${BATCH:-16} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3}
+EVERY=${EVERY:-10} CODEC=${CODEC:-q4}
+KILL_SITE=${KILL_SITE:-delta} KILL_AT=${KILL_AT:-25} DOWN=${DOWN:-5}
+RUNS=(${RUNS:-single replicas kill})
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+PY=/usr/bin/python3
+BENCH=$ROOT/tools/bench/pipeline_bench.py
+REPORT=$ROOT/tools/bench/replica_run.py
+source "$ROOT/tools/bench/wan_sites.sh"
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  echo "== building longhauld, longhaul and linkem"
+  tools/build.sh //tools/linkem:linkem
+fi
+OUT=${OUT:-$(mktemp -d /tmp/longhaul-replica-run.XXXXXX)}
+mkdir -p "$OUT/bin"
+# Private copies: other builds in this checkout may replace bazel-bin while we run.
+cp -f bazel-bin/daemon/longhauld bazel-bin/tools/cli/longhaul bazel-bin/tools/linkem/linkem \
+  "$OUT/bin/"
+LONGHAULD=$OUT/bin/longhauld LONGHAUL=$OUT/bin/longhaul LINKEM=$OUT/bin/linkem
+
+declare -A DAEMON_PID=()
+pids=() follower=""
+stop_all() {
+  local p
+  [ -z "$follower" ] || kill -TERM "$follower" 2>/dev/null || true
+  for p in "${pids[@]}" "${DAEMON_PID[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" "${DAEMON_PID[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=() DAEMON_PID=()
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+replica_of() { case "$1" in alpha | beta) echo 0 ;; *) echo 1 ;; esac; }
+rate_of() {  # rate_of FROM TO
+  if [ "$(replica_of "$1")" = "$(replica_of "$2")" ]; then echo "$INNER"; else echo "$OUTER"; fi
+}
+
+write_job() {  # write_job FILE KIND
+  local sites="[alpha, beta, gamma, delta]" steps=$STEPS replicas="replicas: 2"
+  local sync="sync: {mode: local, every: $EVERY, codec: $CODEC, outer: {lr: 0.7, momentum: 0.9}}"
+  if [ "$2" = single ]; then
+    sites="[alpha, beta]" steps=$((2 * STEPS)) replicas="" sync=""
+  elif [ "$2" = step ]; then
+    sync="sync: {mode: step, codec: exact}"
+  fi
+  cat >"$1" <<EOF
+name: replica-run-$2
+model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
+data: {train: builtin}
+steps: $steps
+batch_size: $BATCH
+microbatch_size: $MICROBATCH
+seq_len: $SEQ
+optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
+seed: 1
+checkpoint: {every: 5}
+backend: cpu
+threads: 1
+sites: $sites
+placement: even
+replan: off
+compression: {mode: fixed, codec: bf16}
+$replicas
+$sync
+EOF
+}
+
+start_daemon() {  # start_daemon DIR SITE
+  $LONGHAULD --config "$1/$2.yaml" 2>>"$1/$2.log" &
+  DAEMON_PID[$2]=$!
+}
+
+# run_one KIND: fresh links and daemons, one job; its samples in $OUT/KIND.json.
+run_one() {
+  local kind=$1 dir="$OUT/$1"
+  rm -rf "$dir" && mkdir -p "$dir"
+  declare -A P=()
+  local s o i=0 free
+  free=($($PY "$BENCH" ports 24))
+  for s in "${SITES[@]}"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
+  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
+    [ "$s" = "$o" ] || P[link.$s-$o]=${free[i++]}
+  done; done
+  wan_site_configs "$dir" "${SITES[@]}"
+  write_job "$dir/job.yaml" "$kind"
+  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
+    [ "$s" = "$o" ] && continue
+    $LINKEM --listen "127.0.0.1:${P[link.$s-$o]}" --target "127.0.0.1:${P[$o.peer]}" \
+      --rate "$(rate_of "$s" "$o")" --delay "$DELAY" -q 2>>"$dir/linkem.log" &
+    pids+=($!)
+  done; done
+  for s in "${SITES[@]}"; do start_daemon "$dir" "$s"; done
+  wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}" || return 1
+  for s in "${SITES[@]}"; do
+    $LONGHAUL --config "$dir/$s.yaml" debug throttle "$THROTTLE" >/dev/null
+  done
+  echo "== $kind: links $INNER inside a replica, $OUTER between, $DELAY one way; throttle ${THROTTLE}s per layer and microbatch"
+  $PY "$BENCH" follow --cli "$LONGHAUL" --config "$dir/alpha.yaml" --job "$dir/job.yaml" \
+    --out "$OUT/$kind.json" --label "$kind" --progress --timeout "$RUN_TIMEOUT" &
+  follower=$!
+  if [ "$kind" = kill ]; then
+    # Once the job reaches KILL_AT: kill -9 the site, restart it DOWN seconds later (the same
+    # config and data directory, as systemd would).
+    local step=0
+    while kill -0 "$follower" 2>/dev/null; do
+      step=$($LONGHAUL --config "$dir/alpha.yaml" jobs -o json 2>/dev/null | $PY -c '
+import json, sys
+jobs = json.load(sys.stdin).get("jobs", [])
+print(max([int(j.get("step", 0)) for j in jobs] or [0]))' 2>/dev/null || echo 0)
+      [ "$step" -ge "$KILL_AT" ] && break
+      sleep 0.2
+    done
+    if kill -0 "$follower" 2>/dev/null; then
+      kill -9 "${DAEMON_PID[$KILL_SITE]}"
+      echo "  [kill] kill -9 $KILL_SITE at step $step ($(date +%T)); restarting in ${DOWN}s" >&2
+      echo "$step" >"$OUT/kill-step.txt"
+      sleep "$DOWN"
+      start_daemon "$dir" "$KILL_SITE"
+      # The throttle is the daemon's, not the job's: set it again once the daemon answers.
+      for _ in $(seq 1 100); do
+        $LONGHAUL --config "$dir/$KILL_SITE.yaml" debug throttle "$THROTTLE" >/dev/null 2>&1 &&
+          break
+        sleep 0.1
+      done
+    fi
+  fi
+  wait "$follower"
+  follower=""
+  stop_all
+}
+
+for r in "${RUNS[@]}"; do run_one "$r"; done
+
+echo
+echo "== results (runs and logs in $OUT)"
+$PY "$REPORT" --out "$OUT" --batch "$BATCH" --seq "$SEQ" --runs "${RUNS[@]}" | tee "$OUT/report.md"
