@@ -1,6 +1,8 @@
 // Error feedback over any codec (see error_feedback.h).
 #include "compression/error_feedback.h"
 
+#include <string>
+
 #include "compression/frame.h"
 
 namespace longhaul::compression {
@@ -16,6 +18,22 @@ Status ErrorFeedback::EncodeFrame(std::span<const float> values, std::span<const
   RETURN_IF_ERROR(Annotate(codec_->Decode(std::span<const uint8_t>(*frame).subspan(payload), sent),
                            "error feedback: decoding its own frame"));
   for (size_t i = 0; i < values.size(); ++i) residual_[i] = compensated[i] - sent[i];
+  return absl::OkStatus();
+}
+
+Status FeedbackEncoder::Encode(std::span<const float> values, std::span<const int64_t> shape,
+                               uint64_t seed, std::vector<uint8_t>* frame) {
+  EncodeOptions options;
+  options.seed = seed;
+  return feedback_.EncodeFrame(values, shape, options, frame);
+}
+
+Status FeedbackEncoder::RestoreResidual(std::vector<float> residual, size_t n) {
+  if (!residual.empty() && residual.size() != n) {
+    return absl::DataLossError("error-feedback residual of " + std::to_string(residual.size()) +
+                               " values for a tensor of " + std::to_string(n));
+  }
+  feedback_.SetResidual(std::move(residual));
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -37,6 +38,36 @@ class ErrorFeedback {
  private:
   const Codec* codec_;
   std::vector<float> residual_;
+};
+
+// A codec that owns its error feedback: one sender's encoder of one tensor it sends again and
+// again (a replica's contribution to a sync slice, fleet/sync_reduce.h; one end's part of the
+// tied-embedding gradient, model/tied_exchange.h). Those add how they are created and used.
+class FeedbackEncoder {
+ public:
+  virtual ~FeedbackEncoder() = default;
+  FeedbackEncoder(const FeedbackEncoder&) = delete;
+  FeedbackEncoder& operator=(const FeedbackEncoder&) = delete;
+
+  // Encodes `values` plus the carried residual as a frame of `shape` into *frame; the
+  // residual becomes what the frame does not carry (always zero for a lossless codec).
+  // `seed` varies stochastic rounding between sends (the step, say).
+  Status Encode(std::span<const float> values, std::span<const int64_t> shape, uint64_t seed,
+                std::vector<uint8_t>* frame);
+
+  const CodecSpec& spec() const { return codec_->spec(); }
+  const std::vector<float>& residual() const { return feedback_.residual(); }
+  // A checkpointed residual of a tensor of `n` values (empty: none carried); DataLoss when
+  // its size is another.
+  Status RestoreResidual(std::vector<float> residual, size_t n);
+
+ protected:
+  explicit FeedbackEncoder(std::unique_ptr<Codec> codec)
+      : codec_(std::move(codec)), feedback_(codec_.get()) {}
+
+ private:
+  std::unique_ptr<Codec> codec_;
+  ErrorFeedback feedback_;
 };
 
 }  // namespace longhaul::compression

@@ -18,18 +18,7 @@ StatusOr<std::unique_ptr<ContributionEncoder>> ContributionEncoder::Create(std::
 Status ContributionEncoder::Encode(std::span<const float> values, uint64_t seed,
                                    std::vector<uint8_t>* frame) {
   const int64_t shape[1] = {static_cast<int64_t>(values.size())};
-  compression::EncodeOptions options;
-  options.seed = seed;
-  return feedback_.EncodeFrame(values, shape, options, frame);
-}
-
-Status ContributionEncoder::RestoreResidual(std::vector<float> residual, size_t n) {
-  if (!residual.empty() && residual.size() != n) {
-    return absl::DataLossError(
-        absl::StrCat("sync residual of ", residual.size(), " values for a tensor of ", n));
-  }
-  feedback_.SetResidual(std::move(residual));
-  return absl::OkStatus();
+  return FeedbackEncoder::Encode(values, shape, seed, frame);
 }
 
 Status SumContributions(const std::vector<std::span<const uint8_t>>& frames,

@@ -20,26 +20,19 @@
 
 namespace longhaul::fleet {
 
-class ContributionEncoder {
+// A replica's encoder of its contributions to one sync slice: a FeedbackEncoder of a fixed
+// sync codec, frames of shape {n}.
+class ContributionEncoder : public compression::FeedbackEncoder {
  public:
   // A fixed sync codec (sync_options.h: "exact", "q4", "topk:0.01+q4", ...).
   static StatusOr<std::unique_ptr<ContributionEncoder>> Create(std::string_view codec);
 
-  // Encodes `values` plus the carried residual as a frame of shape {n} into *frame; the
-  // residual becomes what the frame does not carry (always zero for a lossless codec).
-  // `seed` varies stochastic rounding between sends (the step, say).
+  using FeedbackEncoder::Encode;
+  // Encode of a frame of shape {values.size()}.
   Status Encode(std::span<const float> values, uint64_t seed, std::vector<uint8_t>* frame);
 
-  const compression::CodecSpec& spec() const { return codec_->spec(); }
-  const std::vector<float>& residual() const { return feedback_.residual(); }
-  // A checkpointed residual of a tensor of `n` values (empty: none carried).
-  Status RestoreResidual(std::vector<float> residual, size_t n);
-
  private:
-  explicit ContributionEncoder(std::unique_ptr<compression::Codec> codec)
-      : codec_(std::move(codec)), feedback_(codec_.get()) {}
-  std::unique_ptr<compression::Codec> codec_;
-  compression::ErrorFeedback feedback_;
+  using FeedbackEncoder::FeedbackEncoder;
 };
 
 // out = sum over i of weights[i] * decode(frames[i]), the terms added in index (member) order

@@ -143,7 +143,8 @@ void FragmentChain::ExchangeTiedEncoded(size_t n) {
     f.ops()->Download(part.data(), f.TiedGradOwn(), n);
     f.ops()->Synchronize();
     // The pipeline's seed for step `tied_sends_`'s tied tensor (StageExchange's, kind 4).
-    const Status s = tied_codecs_[end]->Encode(part, shape, tied_sends_ * 1000003 + 4, &frame);
+    const Status s =
+        tied_codecs_[end]->EncodeInPlace(part, shape, tied_sends_ * 1000003 + 4, &frame);
     if (!s.ok()) {  // only on a codec bug: the values are this process's own
       std::fprintf(stderr, "tied-embedding exchange: %s\n", std::string(s.message()).c_str());
       std::abort();

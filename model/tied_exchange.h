@@ -16,12 +16,11 @@
 #include <vector>
 
 #include "common/status.h"
-#include "compression/codec.h"
 #include "compression/error_feedback.h"
 
 namespace longhaul::model {
 
-class TiedGradCodec {
+class TiedGradCodec : public compression::FeedbackEncoder {
  public:
   // A codec spec (compression/codec_spec.h: "q8", "q2", "topk:0.1+q8", ...). "exact" or ""
   // means no codec: the parts travel in fp32 and nothing here is needed (null).
@@ -30,19 +29,13 @@ class TiedGradCodec {
   // Encodes `part` (this end's part, plus the carried residual) as a frame of `shape` into
   // *frame, and overwrites `part` with the frame's decoded values; the residual becomes what
   // the frame does not carry. `seed` varies stochastic rounding between steps.
-  Status Encode(std::span<float> part, std::span<const int64_t> shape, uint64_t seed,
-                std::vector<uint8_t>* frame);
+  Status EncodeInPlace(std::span<float> part, std::span<const int64_t> shape, uint64_t seed,
+                       std::vector<uint8_t>* frame);
 
-  std::string name() const { return codec_->spec().ToString(); }
-  const std::vector<float>& residual() const { return feedback_.residual(); }
-  // A checkpointed residual of a part of `n` values (empty: none carried).
-  Status RestoreResidual(std::vector<float> residual, size_t n);
+  std::string name() const { return spec().ToString(); }
 
  private:
-  explicit TiedGradCodec(std::unique_ptr<compression::Codec> codec)
-      : codec_(std::move(codec)), feedback_(codec_.get()) {}
-  std::unique_ptr<compression::Codec> codec_;
-  compression::ErrorFeedback feedback_;
+  using FeedbackEncoder::FeedbackEncoder;
 };
 
 }  // namespace longhaul::model

@@ -32,24 +32,9 @@ i=0
 for s in "${sites[@]}"; do for k in peer control status; do P[$s.$k]=${free[$i]}; i=$((i + 1)); done; done
 for pair in "${!rate[@]}"; do P[link.$pair]=${free[$i]}; i=$((i + 1)); done
 
-tools/make-certs.sh "$work/certs" "${sites[@]}" 2>/dev/null
-head -c 24 /dev/urandom | base64 >"$work/token"
-chmod 600 "$work/token"
-for s in "${sites[@]}"; do
-  {
-    echo "site: $s"
-    echo "listen: {peer: \"127.0.0.1:${P[$s.peer]}\", control: \"127.0.0.1:${P[$s.control]}\", status: \"127.0.0.1:${P[$s.status]}\"}"
-    echo "peers:"
-    for o in "${sites[@]}"; do
-      # Each peer is reached through the linkem proxy of the link $s -> $o.
-      [ "$o" = "$s" ] || echo "  - {name: $o, address: \"127.0.0.1:${P[link.$s-$o]}\"}"
-    done
-    echo "data_dir: data-$s"
-    echo "tls: {ca: certs/ca.pem, cert: certs/$s.pem, key: certs/$s.key}"
-    echo "auth: {token_file: token}"
-    echo "links: {probe_interval_seconds: 5, probe_bytes: 1048576}"
-  } >"$work/$s.yaml"
-done
+# Each peer is reached through the linkem proxy of the link SITE -> PEER (tools/wan_sites.sh).
+source tools/wan_sites.sh
+wan_site_configs "$work" "${sites[@]}"
 
 echo "== starting six emulated links and three daemons (logs in $work)"
 for pair in "${!rate[@]}"; do
@@ -64,19 +49,7 @@ for s in "${sites[@]}"; do
 done
 
 echo "== waiting until every link is up and measured"
-for _ in $(seq 1 300); do
-  ready=1
-  for s in "${sites[@]}"; do
-    n=$($LONGHAUL --config "$work/$s.yaml" links -o json 2>/dev/null | /usr/bin/python3 -c '
-import json, sys
-links = json.load(sys.stdin)["links"]
-print(all(l["state"] == "LINK_STATE_UP" and int(l["outbound"]["bandwidth_samples"]) > 0 for l in links))' 2>/dev/null || echo False)
-    [ "$n" = True ] || ready=0
-  done
-  [ $ready = 1 ] && break
-  sleep 0.2
-done
-[ $ready = 1 ] || { echo "demo: links did not come up; see $work/*.log" >&2; exit 1; }
+wan_wait_links "$LONGHAUL" "$work" "${sites[@]}" || exit 1
 $LONGHAUL --config "$work/beta.yaml" links
 echo
 

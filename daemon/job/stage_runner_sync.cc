@@ -143,8 +143,8 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   const std::vector<int64_t> shape = {ctx_.spec.job.model.padded_vocab_size, C_};
   if (tied_codec_) {
     std::vector<uint8_t> frame;
-    RETURN_IF_ERROR(
-        tied_codec_->Encode(own, shape, step * 1000003 + v1::TENSOR_KIND_WEIGHT_GRAD, &frame));
+    RETURN_IF_ERROR(tied_codec_->EncodeInPlace(
+        own, shape, step * 1000003 + v1::TENSOR_KIND_WEIGHT_GRAD, &frame));
     fragment_->SetTiedGradOwn(own.data());
     RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_WEIGHT_GRAD,
                                          step, 0, std::move(frame), n));

@@ -41,7 +41,7 @@ TEST_CASE("tied codec: the part becomes what the frame carries, the residual the
   const std::vector<float> g = Gradient(n, 1);
   std::vector<float> part = g;
   std::vector<uint8_t> frame;
-  REQUIRE((*c)->Encode(part, shape, 1, &frame).ok());
+  REQUIRE((*c)->EncodeInPlace(part, shape, 1, &frame).ok());
   // The part is the frame's decoded values, exactly.
   auto decoded = compression::DecodeFrame(frame);
   REQUIRE(decoded.ok());
@@ -57,7 +57,7 @@ TEST_CASE("tied codec: the part becomes what the frame carries, the residual the
   CHECK(worst < 1e-9);
   // The next send carries the residual: a zero gradient still sends what was held back.
   std::vector<float> next(n, 0.0f);
-  REQUIRE((*c)->Encode(next, shape, 2, &frame).ok());
+  REQUIRE((*c)->EncodeInPlace(next, shape, 2, &frame).ok());
   double sent = 0;
   for (float x : next) sent += std::fabs(x);
   CHECK(sent > 0);

@@ -156,8 +156,8 @@ StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
     model::Fragment* ends[2] = {first_.get(), last_.get()};
     for (int e = 0; e < 2; ++e) {
       ops_->Download(host_.data(), ends[e]->TiedGradOwn(), wte);
-      RETURN_IF_ERROR(
-          tied_[e]->Encode({host_.data(), wte}, shape, SendSeed(step, 0, kKindWeightGrad), &frame));
+      RETURN_IF_ERROR(tied_[e]->EncodeInPlace({host_.data(), wte}, shape,
+                                              SendSeed(step, 0, kKindWeightGrad), &frame));
       traffic_.exact_wire += frame.size();
       ops_->Upload(ends[e]->MutableTiedGradOwn(), host_.data(), wte);
       ops_->Upload(ends[1 - e]->TiedGradPeer(), host_.data(), wte);

@@ -51,7 +51,7 @@ SETTLE=${SETTLE:-15}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 PY=/usr/bin/python3
 HELPER=$ROOT/tools/bench/pipeline_bench.py
-source "$ROOT/tools/bench/wan_sites.sh"
+source "$ROOT/tools/wan_sites.sh"
 
 [ ${#SITES[@]} = 3 ] || { echo "pipeline_bench: SITES must name three sites" >&2; exit 2; }
 A=${SITES[0]} B=${SITES[1]} C=${SITES[2]}

@@ -43,7 +43,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 PY=/usr/bin/python3
 BENCH=$ROOT/tools/bench/pipeline_bench.py
 REPORT=$ROOT/tools/bench/replica_run.py
-source "$ROOT/tools/bench/wan_sites.sh"
+source "$ROOT/tools/wan_sites.sh"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "== building longhauld, longhaul and linkem"

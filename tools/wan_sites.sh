@@ -1,5 +1,5 @@
-# Site daemons on this machine joined by tools/linkem proxies: the setup the WAN benchmarks
-# (pipeline_bench.sh, replica_run.sh) share. Sourced, not run. The caller fills the global
+# Site daemons on this machine joined by tools/linkem proxies: the setup the demo and the WAN
+# benchmarks (tools/demo.sh, tools/bench/pipeline_bench.sh, replica_run.sh) share. Sourced, not run. The caller fills the global
 # associative array P with ports: P[SITE.peer], P[SITE.control], P[SITE.status] for each
 # site and P[link.FROM-TO] for each directed pair's proxy (its listening port).
 
