@@ -8,7 +8,8 @@
 wan_site_configs() {
   local dir=$1 s o
   shift
-  tools/make-certs.sh "$dir/certs" "$@" >/dev/null 2>&1
+  tools/make-certs.sh "$dir/certs" "$@" >"$dir/make-certs.log" 2>&1 ||
+    { echo "tools/make-certs.sh failed; see $dir/make-certs.log" >&2; return 1; }
   head -c 24 /dev/urandom | base64 >"$dir/token"
   chmod 600 "$dir/token"
   for s in "$@"; do

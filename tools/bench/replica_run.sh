@@ -113,7 +113,7 @@ run_one() {
   local kind=$1 dir="$OUT/$1"
   rm -rf "$dir" && mkdir -p "$dir"
   declare -A P=()
-  local s o i=0 free
+  local s o k i=0 free
   free=($($PY "$BENCH" ports 24))
   for s in "${SITES[@]}"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
   for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
@@ -155,14 +155,19 @@ print(max([int(j.get("step", 0)) for j in jobs] or [0]))' 2>/dev/null || echo 0)
       sleep "$DOWN"
       start_daemon "$dir" "$KILL_SITE"
       # The throttle is the daemon's, not the job's: set it again once the daemon answers.
-      for _ in $(seq 1 100); do
-        $LONGHAUL --config "$dir/$KILL_SITE.yaml" debug throttle "$THROTTLE" >/dev/null 2>&1 &&
+      local throttled=0
+      for _ in $(seq 1 300); do
+        if $LONGHAUL --config "$dir/$KILL_SITE.yaml" debug throttle "$THROTTLE" >/dev/null 2>&1; then
+          throttled=1
           break
+        fi
         sleep 0.1
       done
+      [ $throttled = 1 ] ||
+        echo "replica_run: warning: $KILL_SITE did not answer; its compute is not throttled" >&2
     fi
   fi
-  wait "$follower"
+  wait "$follower" || echo "replica_run: the $kind run failed; see $dir/*.log" >&2
   follower=""
   stop_all
 }
