@@ -34,6 +34,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Job& job, const Trainer
 }
 
 Status Trainer::Init() {
+  if (options_.resume && options_.tied_codec != "exact") {
+    // A model checkpoint does not hold the tied exchange's residual (model/tied_exchange.h).
+    return absl::InvalidArgumentError(absl::StrCat(
+        job_.source, ": resuming with a lossy tied-embedding codec (", options_.tied_codec,
+        ") is not supported: its error-feedback residual is not checkpointed"));
+  }
   if (!options_.backend.empty()) job_.backend = options_.backend;
   if (options_.threads >= 0) job_.threads = options_.threads;
   checkpoint_dir_ = options_.checkpoint_dir.empty() ? job_.checkpoint.dir : options_.checkpoint_dir;

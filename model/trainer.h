@@ -27,12 +27,13 @@ StatusOr<std::shared_ptr<const TokenData>> LoadData(const std::string& spec, Dat
                                                     const std::string& context);
 
 struct TrainerOptions {
-  int fragments = 1;                 // chain the model as this many fragments
-  std::string tied_codec = "exact";  // their tied-embedding exchange (ChainOptions::tied_codec)
-  std::string backend;               // overrides the job's backend when not empty
-  int threads = -1;                  // overrides the job's threads when >= 0
-  std::string checkpoint_dir;        // overrides the job's checkpoint.dir when not empty
-  bool resume = false;               // continue from the latest checkpoint in the directory
+  int fragments = 1;  // chain the model as this many fragments
+  // Their tied-embedding exchange (ChainOptions::tied_codec); not with `resume` unless exact.
+  std::string tied_codec = "exact";
+  std::string backend;         // overrides the job's backend when not empty
+  int threads = -1;            // overrides the job's threads when >= 0
+  std::string checkpoint_dir;  // overrides the job's checkpoint.dir when not empty
+  bool resume = false;         // continue from the latest checkpoint in the directory
 };
 
 // What happened in one step; passed to the step callback.
