@@ -24,15 +24,17 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // The compression frame header at the start of `head` (a tensor's first chunk) against
 // what the receiving stage expects: its fields valid, the shape `expected`, and the encoded
 // size the transport announced exactly the frame's, within what that shape can take.
-// InvalidArgument naming `what` otherwise.
+// DataLoss naming `what` for a header that does not parse, InvalidArgument for one that names
+// another shape or size.
 Status CheckFrameHead(const v1::TensorFrame& first, std::span<const uint8_t> head,
                       const std::vector<int64_t>& expected, const std::string& what) {
   uint64_t count = 1;
   for (int64_t d : expected) count *= static_cast<uint64_t>(d);
-  compression::FrameLimits limits;
-  limits.max_elements = count;
-  StatusOr<compression::FrameHeader> h = compression::ParseFrameHeaderPrefix(head, limits);
-  if (!h.ok()) return absl::InvalidArgumentError(what + ": " + std::string(h.status().message()));
+  // A header that does not parse is data loss (corrupted in transit: the sender may retry, as
+  // for a checksum that fails once the tensor is whole); one that parses but names another
+  // shape or size is the sender's error. Nothing is allocated here, so the default limits.
+  StatusOr<compression::FrameHeader> h = compression::ParseFrameHeaderPrefix(head);
+  if (!h.ok()) return absl::DataLossError(what + ": " + std::string(h.status().message()));
   if (h->shape != expected) {
     return absl::InvalidArgumentError(what + " has shape " + ShapeString(h->shape) +
                                       ", this stage expects " + ShapeString(expected));

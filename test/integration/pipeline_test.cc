@@ -307,6 +307,13 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
   d = c.at(1).jobs().Deliver(frame, payload, "alpha");
   CHECK(d.code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(std::string(d.message()), Catch::Contains("checksum mismatch"));
+  // Bytes that are no frame header at all: data loss too (the sender may retry), refused
+  // on the first chunk.
+  const std::vector<uint8_t> junk(64, 'x');
+  frame.set_encoded_size(junk.size());
+  d = c.at(1).jobs().Deliver(frame, junk, "alpha");
+  CHECK(d.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("bad magic"));
 
   auto cancelled = c.at(0).jobs().Cancel(r->job_id());
   REQUIRE(cancelled.ok());
