@@ -2,7 +2,8 @@
 // loopback addresses and once over the in-process loopback transport (daemon/transport/).
 // The losses are the same bit for bit and each link carries the same bytes; a site that
 // restarts mid-job changes nothing in the losses on either, nor does a straggler whose layers
-// move away (here over the loopback; over gRPC in pipeline_test); a tensor the neighbour refuses
+// move away, and in both every link carries the same bytes per tensor on both transports (the
+// totals depend on when the fault struck); a tensor the neighbour refuses
 // stops the sending stage with an error naming that neighbour, and once the refusals stop the job
 // completes with the same losses.
 #include <catch2/catch.hpp>
@@ -106,6 +107,40 @@ LinkBytes Links(const v1::JobStatus& s) {
   return out;
 }
 
+// What each directed link carried per tensor, raw and on the wire: fixed by the codec and the
+// shapes, not by when a fault struck, so a job that rolled back carries the same bytes per
+// tensor over both transports. Each link's totals are whole tensors' worth.
+using PerTensor = std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>>;
+PerTensor BytesPerTensor(const v1::JobStatus& s) {
+  PerTensor out;
+  for (const auto& l : s.links()) {
+    INFO(l.from_site() << " -> " << l.to_site() << ": " << l.tensors() << " tensors, "
+                       << l.raw_bytes() << " bytes raw, " << l.wire_bytes() << " on the wire");
+    REQUIRE(l.tensors() > 0);
+    CHECK(l.raw_bytes() % l.tensors() == 0);
+    CHECK(l.wire_bytes() % l.tensors() == 0);
+    out[{l.from_site(), l.to_site()}] = {l.raw_bytes() / l.tensors(), l.wire_bytes() / l.tensors()};
+  }
+  return out;
+}
+
+// Every link of the last attempt carried whole steps, the same steps: per step and microbatch
+// an activation and its targets forward, a gradient back, and once per step the tied-embedding
+// gradient each way between the first and the last stage (alpha and gamma).
+void CheckWholeSteps(const v1::JobStatus& s, uint64_t microbatches) {
+  std::map<std::pair<std::string, std::string>, uint64_t> tensors;
+  for (const auto& l : s.links()) tensors[{l.from_site(), l.to_site()}] = l.tensors();
+  const uint64_t steps = tensors[{"alpha", "gamma"}];
+  INFO("the last attempt trained " << steps << " steps");
+  CHECK(steps > 0);
+  CHECK(steps <= s.step());
+  CHECK(tensors[{"gamma", "alpha"}] == steps);
+  for (const auto& [from, to] : {std::pair{"alpha", "beta"}, {"beta", "gamma"}}) {
+    CHECK(tensors[{from, to}] == 2 * microbatches * steps);
+    CHECK(tensors[{to, from}] == microbatches * steps);
+  }
+}
+
 std::vector<float> TrainLocal(const std::string& yaml) {
   auto losses = testing::TrainLocalLosses(yaml);
   INFO(losses.status().ToString());
@@ -169,6 +204,7 @@ TEST_CASE("a compressed tied exchange: in-process losses, and its residual survi
 TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same losses on both") {
   const std::string yaml = JobYaml("compression: {mode: off}\nreplan: off\n", /*steps=*/10);
   const std::vector<float> local = TrainLocal(yaml);
+  PerTensor bytes[2];
   for (int loopback = 0; loopback < 2; ++loopback) {
     INFO((loopback ? "loopback" : "gRPC"));
     Cluster c(loopback == 1);
@@ -181,26 +217,42 @@ TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same 
     const v1::JobStatus s = c.WaitCompleted(id);
     CHECK(s.attempt() >= 1);
     CHECK(Losses(s) == local);
+    bytes[loopback] = BytesPerTensor(s);
+    CheckWholeSteps(s, /*microbatches=*/4);
   }
+  CHECK(bytes[0].size() == 6);  // two links both ways, and the tied exchange alpha <-> gamma
+  CHECK(bytes[1] == bytes[0]);
 }
 
-// Over gRPC the same scenario is pipeline_test's; both check the losses against train-local's.
-TEST_CASE("layers move off a straggler over the loopback, and the losses do not change") {
+TEST_CASE("layers move off a straggler over both transports, and the losses do not change") {
   std::string yaml = JobYaml("compression: {mode: off}\nreplan: on\n", /*steps=*/48, /*layers=*/6);
   yaml.replace(yaml.find("every: 2"), 8, "every: 4");
   const std::vector<float> local = TrainLocal(yaml);
-  Cluster c(/*loopback=*/true);
-  const std::string id = c.Submit(yaml);
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= 6; }, 60s));
-  // beta slows down, by far more than the detector's 1.5x even where everything is slow
-  // (sanitizers), until the layers have moved.
-  c.at(1).jobs().set_throttle(0.1);
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).replans() >= 1; }, 300s));
-  const v1::JobStatus replanned = c.Status(id);
-  c.at(1).jobs().set_throttle(0);
-  CHECK(replanned.stages(1).layer_end() - replanned.stages(1).layer_begin() < 2);
-  const v1::JobStatus s = c.WaitCompleted(id);
-  CHECK(Losses(s) == local);
+  PerTensor bytes[2];
+  for (int loopback = 0; loopback < 2; ++loopback) {
+    INFO((loopback ? "loopback" : "gRPC"));
+    Cluster c(loopback == 1);
+    const std::string id = c.Submit(yaml);
+    REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= 6; }, 60s));
+    // beta slows down, by far more than the detector's 1.5x even where everything is slow
+    // (sanitizers), until the layers have moved.
+    c.at(1).jobs().set_throttle(0.1);
+    REQUIRE(testing::WaitFor([&] { return c.Status(id).replans() >= 1; }, 300s));
+    const v1::JobStatus replanned = c.Status(id);
+    c.at(1).jobs().set_throttle(0);
+    INFO(replanned.detail());
+    CHECK(replanned.stages(1).layer_end() - replanned.stages(1).layer_begin() < 2);
+    CHECK_THAT(replanned.detail(), Catch::Contains("layers move off stage 1 on beta"));
+    // The re-plan priced its move (how close the step time comes to that prediction is a
+    // benchmark's question, tools/bench/pipeline_bench.sh: a test asserts no timing).
+    CHECK(replanned.predicted_step_seconds() > 0);
+    const v1::JobStatus s = c.WaitCompleted(id);
+    CHECK(Losses(s) == local);
+    bytes[loopback] = BytesPerTensor(s);
+    CheckWholeSteps(s, /*microbatches=*/4);
+  }
+  CHECK(bytes[0].size() == 6);
+  CHECK(bytes[1] == bytes[0]);
 }
 
 TEST_CASE("a tensor the neighbour refuses stops the sending stage, naming the neighbour") {
