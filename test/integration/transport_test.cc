@@ -1,12 +1,11 @@
 // The same jobs over the two transports: real daemons in one process, once over gRPC on
 // loopback addresses and once over the in-process loopback transport (daemon/transport/).
-// The losses are the same bit for bit and each link carries the same bytes; a site that
-// restarts mid-job (a middle stage, or the first stage with the coordinator) changes nothing in
-// the losses on either, nor does a straggler whose layers
-// move away, and in both every link carries the same bytes per tensor on both transports (the
-// totals depend on when the fault struck); a tensor the neighbour refuses
-// stops the sending stage with an error naming that neighbour, and once the refusals stop the job
-// completes with the same losses.
+// The losses are the same bit for bit and each link carries the same bytes. A site that
+// restarts mid-job (a middle stage, or the first stage with the coordinator) changes nothing
+// in the losses on either, nor does a straggler whose layers move away; there every link
+// carries the same bytes per tensor on both transports (the totals depend on when the fault
+// struck). A tensor the neighbour refuses stops the sending stage with an error naming that
+// neighbour, and once the refusals stop the job completes with the same losses.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
