@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "model/layout.h"
 
 namespace longhaul::scheduler {
@@ -150,6 +152,101 @@ std::vector<PlanResult> FormReplicas(const Planner& planner, const ReplicaPlanRe
 
 }  // namespace
 
+StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
+                                                const PlacementRequest& request,
+                                                const std::vector<PlanResult>& replicas) {
+  if (replicas.empty()) return absl::InvalidArgumentError("aligning replicas: none given");
+  const Profiles& profiles = planner.profiles();
+  auto flops = [&](const std::string& s) {
+    const SiteProfile* p = profiles.Site(s);
+    return p == nullptr ? 0.0 : p->flops;
+  };
+  size_t S = replicas[0].stages.size();
+  for (const PlanResult& r : replicas) S = std::min(S, r.stages.size());
+  if (S == 0) return absl::InvalidArgumentError("aligning replicas: a replica has no stage");
+  // The splits to try: each replica's own of S stages, and the even one.
+  std::vector<std::vector<std::pair<int, int>>> splits;
+  for (const PlanResult& r : replicas) {
+    if (r.stages.size() != S) continue;
+    std::vector<std::pair<int, int>> split;
+    for (const StagePlan& s : r.stages) split.push_back({s.layer_begin, s.layer_end});
+    if (std::find(splits.begin(), splits.end(), split) == splits.end()) splits.push_back(split);
+  }
+  {
+    PlacementRequest even = request;
+    even.sites.clear();
+    for (size_t i = 0; i < S; ++i) even.sites.push_back(replicas[0].stages[i].site);
+    ASSIGN_OR_RETURN(const std::vector<StagePlan> stages, MakeEvenSplitPlacer()->Place(even));
+    std::vector<std::pair<int, int>> split;
+    for (const StagePlan& s : stages) split.push_back({s.layer_begin, s.layer_end});
+    if (std::find(splits.begin(), splits.end(), split) == splits.end()) splits.push_back(split);
+  }
+  ASSIGN_OR_RETURN(const CostModel model, planner.Model(request));
+  std::vector<PlanResult> best;
+  double best_step = 0;
+  for (const auto& split : splits) {
+    // Stage positions by layer count, most first: the fastest sites take them.
+    std::vector<size_t> by_layers(S);
+    for (size_t i = 0; i < S; ++i) by_layers[i] = i;
+    std::stable_sort(by_layers.begin(), by_layers.end(), [&](size_t a, size_t b) {
+      return split[a].second - split[a].first > split[b].second - split[b].first;
+    });
+    std::vector<PlanResult> aligned;
+    double step = 0;
+    for (const PlanResult& r : replicas) {
+      // The replica's S sites of most FLOP/s, in its planned order.
+      std::vector<std::string> sites;
+      for (const StagePlan& s : r.stages) sites.push_back(s.site);
+      if (sites.size() > S) {
+        std::vector<std::string> fastest = sites;
+        std::stable_sort(fastest.begin(), fastest.end(),
+                         [&](const auto& a, const auto& b) { return flops(a) > flops(b); });
+        fastest.resize(S);
+        std::vector<std::string> kept;
+        for (const auto& s : sites) {
+          if (std::find(fastest.begin(), fastest.end(), s) != fastest.end()) kept.push_back(s);
+        }
+        sites = std::move(kept);
+      }
+      std::vector<std::string> matched(S);
+      {
+        std::vector<std::string> fastest = sites;
+        std::stable_sort(fastest.begin(), fastest.end(),
+                         [&](const auto& a, const auto& b) { return flops(a) > flops(b); });
+        for (size_t k = 0; k < S; ++k) matched[by_layers[k]] = fastest[k];
+      }
+      std::optional<PlanResult> chosen;
+      for (const std::vector<std::string>* order : {&sites, &matched}) {
+        PlanResult candidate;
+        candidate.method = "aligned";
+        for (size_t i = 0; i < S; ++i) {
+          candidate.stages.push_back({(*order)[i], split[i].first, split[i].second});
+        }
+        auto e = model.Estimate(candidate.stages);
+        if (!e.ok() || !e->fits_memory) continue;
+        candidate.estimate = *std::move(e);
+        if (!chosen || candidate.estimate.step_seconds < chosen->estimate.step_seconds) {
+          chosen = std::move(candidate);
+        }
+      }
+      if (!chosen) break;
+      step = std::max(step, chosen->estimate.step_seconds);
+      aligned.push_back(*std::move(chosen));
+    }
+    if (aligned.size() != replicas.size()) continue;
+    if (best.empty() || step < best_step) {
+      best = std::move(aligned);
+      best_step = step;
+    }
+  }
+  if (best.empty()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "aligning ", replicas.size(), " replicas to ", S,
+        " stages each: under every split tried some replica does not fit its sites' memory"));
+  }
+  return best;
+}
+
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& r) {
   // Candidate sets of up to 1, 2, 3, 4, 6 and 8 sites per replica (small enough for the
   // planner's exact search), and all sites left (the single-pipeline planner's own choice).
@@ -162,9 +259,18 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
     // The best count of the replicas found (best first): more replicas add tokens, but
     // also a slower slowest replica and a sync over more, and farther, sites.
     for (size_t n = 1; n <= found.size(); ++n) {
-      ReplicaPlan p =
-          PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
-                        std::vector<PlanResult>(found.begin(), found.begin() + n), r.sync);
+      if (r.exact_count && static_cast<int>(n) != r.max_replicas) continue;
+      std::vector<PlanResult> replicas(found.begin(), found.begin() + n);
+      if (r.aligned) {
+        auto aligned = AlignReplicas(planner, r.request, replicas);
+        if (!aligned.ok()) {
+          if (error.ok()) error = aligned.status();
+          continue;
+        }
+        replicas = *std::move(aligned);
+      }
+      ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
+                                    std::move(replicas), r.sync);
       any = true;
       if (r.paced ? p.paced_tokens_per_second > best.paced_tokens_per_second
                   : p.tokens_per_second > best.tokens_per_second) {
@@ -172,7 +278,14 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
       }
     }
   }
-  if (!any) return error.ok() ? absl::ResourceExhaustedError("no pipeline fits") : error;
+  if (!any) {
+    if (r.exact_count && error.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("no ", r.max_replicas,
+                                                       " replicas fit on the ",
+                                                       r.request.sites.size(), " candidate sites"));
+    }
+    return error.ok() ? absl::ResourceExhaustedError("no pipeline fits") : error;
+  }
   return best;
 }
 

@@ -31,8 +31,12 @@ struct SyncCostOptions {
 struct ReplicaPlanRequest {
   PlacementRequest request;  // the model, the workload of one replica, the candidate sites
   SyncCostOptions sync;
-  int max_replicas = 0;  // 0: as many as fit
-  bool paced = false;    // choose the count by paced_tokens_per_second (else lockstep)
+  int max_replicas = 0;      // 0: as many as fit
+  bool exact_count = false;  // exactly max_replicas replicas, or none
+  bool paced = false;        // choose the count by paced_tokens_per_second (else lockstep)
+  // Every replica with the same stage count and layer ranges (AlignReplicas): what the
+  // runtime runs, where a sync group is the same position in every replica.
+  bool aligned = false;
 };
 
 struct ReplicaPlan {
@@ -53,6 +57,16 @@ struct ReplicaPlan {
 
 // Fails as Planner::Plan does when not even one pipeline fits.
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& request);
+
+// The replicas made alike, the runtime's shape: S stages each (the fewest any replica has; a
+// replica with more keeps its S sites of most FLOP/s) and one split for all, the best for the
+// slowest replica among the replicas' own splits of S stages and the even split. Each replica
+// takes the split in its own planned site order or with its sites matched by FLOP/s to the
+// stages by layer count, whichever the cost model prices faster. Fails when a replica would
+// not fit its sites' memory under every split.
+StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
+                                                const PlacementRequest& request,
+                                                const std::vector<PlanResult>& replicas);
 
 // The price of given replicas (each a pipeline over its own sites) under `sync`.
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,

@@ -365,7 +365,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     d.set_committed_step(record_.committed_step());
     return d;
   }
-  const StageGrid grid = StageGrid::Of(spec_.replicas, static_cast<int>(n));
+  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
   if (const auto* reports =
           barrier_.Add(rep, n, record_.committed_step(), static_cast<uint32_t>(grid.replicas))) {
     // The step is decided. Progress: the loss is the mean over the replicas' last stages,

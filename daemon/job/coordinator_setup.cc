@@ -36,6 +36,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   std::string placement;
   double predicted = 0;
   std::map<std::string, int64_t> site_memory;
+  int replicas = spec.replicas;
   if (spec.planned) {
     auto planned = PlanPlacement(spec, env.site, env.channel);
     if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
@@ -43,6 +44,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     placement = planned->summary;
     predicted = planned->predicted_step_seconds;
     site_memory = planned->memory_limits;
+    replicas = planned->replicas;
     env.log->info("job {}: {}", job_id, placement);
   } else {
     // Replica r on the r-th S of the listed sites, each split evenly the same way.
@@ -55,7 +57,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
       plan.insert(plan.end(), part.begin(), part.end());
     }
   }
-  const int per_replica = static_cast<int>(plan.size()) / spec.replicas;
+  const int per_replica = static_cast<int>(plan.size()) / replicas;
 
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
   v1::JobStatus& r = c->record_;
@@ -96,11 +98,10 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
   c->env_.log->info("job {} ({}): {} stage(s) on {}, {} steps{}", job_id, c->spec_.job.name,
                     plan.size(), absl::StrJoin(c->spec_.sites, ","), c->spec_.job.steps,
-                    c->spec_.replicas > 1
-                        ? ", " + std::to_string(c->spec_.replicas) + " replicas in sync mode " +
-                              fleet::SyncModeName(c->spec_.sync.mode) + " (" + c->spec_.sync.codec +
-                              ")"
-                        : std::string());
+                    replicas > 1 ? ", " + std::to_string(replicas) + " replicas in sync mode " +
+                                       fleet::SyncModeName(c->spec_.sync.mode) + " (" +
+                                       c->spec_.sync.codec + ")"
+                                 : std::string());
   return c;
 }
 

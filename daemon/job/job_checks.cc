@@ -48,12 +48,15 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
   if (n < 1 || n > kMaxStages) {
     return absl::InvalidArgumentError(f + ": " + Str(n) + " stages, allowed 1.." + Str(kMaxStages));
   }
-  const int replicas = spec.replicas;
-  if (replicas < 1 || n % replicas != 0) {
-    return absl::InvalidArgumentError(f + ": " + Str(n) + " stages do not form the job's " +
-                                      Str(replicas) + " replicas");
+  // replicas: auto leaves the count to the planner: the last stage's replica says it.
+  const uint64_t replicas = spec.replicas > 0 ? static_cast<uint64_t>(spec.replicas)
+                                              : uint64_t{stages[n - 1].replica()} + 1;
+  if (replicas < 1 || replicas > static_cast<uint64_t>(kMaxReplicas) || n % replicas != 0) {
+    return absl::InvalidArgumentError(f + ": " + Str(n) + " stages do not form " +
+                                      (spec.replicas > 0 ? "the job's " : "") + Str(replicas) +
+                                      " replicas");
   }
-  const StageGrid grid = StageGrid::Of(replicas, n);
+  const StageGrid grid = StageGrid::Of(static_cast<int>(replicas), n);
   const uint32_t layers = static_cast<uint32_t>(spec.job.model.num_layers);
   std::set<std::string> sites;
   uint32_t next = 0;

@@ -102,7 +102,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->Vp = spec.job.model.padded_vocab_size;
     stage->M = spec.job.microbatches();
     stage->steps = spec.job.steps;
-    stage->replicas = spec.replicas;
+    stage->replicas = StageGrid::OfPlan(spec.replicas, a.stages()).replicas;
     const v1::StageInfo& mine = a.stages(static_cast<int>(a.stage()));
     stage->slices = fleet::SyncSlices(model::FragmentLayout(
         spec.job.model, static_cast<int>(mine.layer_begin()), static_cast<int>(mine.layer_end())));
@@ -120,7 +120,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                "' is not a peer of site '" + options_.site + "'");
   }
   const int i = static_cast<int>(a.stage());
-  const StageGrid grid = StageGrid::Of(ctx.spec.replicas, a.stages_size());
+  const StageGrid grid = StageGrid::OfPlan(ctx.spec.replicas, a.stages());
   bool all_peers = true;
   auto sender_to = [&](int stage_index) -> std::unique_ptr<LinkSender> {
     if (stage_index < 0) return nullptr;

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "compression/codec.h"
 #include "model/tied_exchange.h"
 #include "model/yaml_walker.h"
 
@@ -124,22 +125,11 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   if (have_replicas) {
     ASSIGN_OR_RETURN(std::string v, w.String(replicas_entry));
     if (v == "auto") {
-      return w.Error(replicas_entry,
-                     "auto needs the planner to place replicas, which it does not yet; give a "
-                     "number and placement: even");
+      spec.replicas = 0;  // the planner chooses (placement: planned, checked below)
+    } else {
+      ASSIGN_OR_RETURN(const int64_t n, w.Int(replicas_entry, 1, kMaxReplicas));
+      spec.replicas = static_cast<int>(n);
     }
-    ASSIGN_OR_RETURN(const int64_t n, w.Int(replicas_entry, 1, kMaxReplicas));
-    spec.replicas = static_cast<int>(n);
-  }
-  if (spec.sites.size() % static_cast<size_t>(spec.replicas) != 0) {
-    return w.Error(replicas_entry, std::to_string(spec.sites.size()) + " sites do not form " +
-                                       std::to_string(spec.replicas) +
-                                       " replicas of the same length");
-  }
-  if (spec.stages() > spec.job.model.num_layers) {
-    return w.Error(sites_entry, "more stages per replica (" + std::to_string(spec.stages()) +
-                                    ") than layers (" + std::to_string(spec.job.model.num_layers) +
-                                    ")");
   }
   RETURN_IF_ERROR(ParseSync(w, have_sync ? &sync_entry : nullptr, &spec));
   if (have_replan) {
@@ -162,13 +152,32 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
       return w.Error(placement_entry, "expected planned or even, got '" + v + "'");
     }
   }
-  if (spec.replicas > 1) {
-    if (spec.planned) {
-      return w.Error(have_placement ? placement_entry : replicas_entry,
-                     "replicas need placement: even (the planner does not place replicas yet)");
+  if (spec.planned) {
+    // The listed sites are candidates: the planner picks the replicas among them.
+    if (spec.replicas != 1 && spec.job.data.train != model::kBuiltinData) {
+      return w.Error(replicas_entry,
+                     "the planner places replicas only for data: {train: builtin} (token files "
+                     "live on the first listed site, and every replica's first stage reads its "
+                     "shard); list the sites replica by replica with placement: even");
     }
-    spec.replan = false;  // a straggler's layers would have to move in every replica
+  } else {
+    if (spec.replicas == 0) {
+      return w.Error(replicas_entry,
+                     "auto needs placement: planned (the planner chooses how many replicas and "
+                     "where); with placement: even give a number");
+    }
+    if (spec.sites.size() % static_cast<size_t>(spec.replicas) != 0) {
+      return w.Error(replicas_entry, std::to_string(spec.sites.size()) + " sites do not form " +
+                                         std::to_string(spec.replicas) +
+                                         " replicas of the same length");
+    }
+    if (spec.stages() > spec.job.model.num_layers) {
+      return w.Error(sites_entry, "more stages per replica (" + std::to_string(spec.stages()) +
+                                      ") than layers (" +
+                                      std::to_string(spec.job.model.num_layers) + ")");
+    }
   }
+  if (spec.replicas != 1) spec.replan = false;  // layers would have to move in every replica
   if (have_comp) {
     ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor", "tied"}));
     if (auto it = fields.find("mode"); it != fields.end()) {
@@ -212,6 +221,22 @@ scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
   w.codec = spec.codec;
   w.floor = spec.floor;
   return request;
+}
+
+StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
+    const JobSpec& spec, const scheduler::PlacementRequest& request) {
+  scheduler::ReplicaPlanRequest r;
+  r.request = request;
+  r.aligned = true;
+  r.max_replicas = spec.replicas;  // 0: auto
+  r.exact_count = spec.replicas > 0;
+  r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
+  r.sync.overlap = false;
+  ASSIGN_OR_RETURN(const compression::CodecSpec codec, fleet::FixedSyncCodec(spec.sync.codec));
+  constexpr uint64_t kValues = uint64_t{1} << 20;
+  r.sync.bytes_per_value =
+      static_cast<double>(compression::EstimateEncodedSize(codec, kValues)) / kValues;
+  return r;
 }
 
 }  // namespace longhaul::daemon

@@ -15,7 +15,11 @@
 //   replan: on                       # move layers away from a straggler (default on)
 //   replicas: 2                      # pipeline replicas (default 1): with placement: even,
 //                                    # replica r runs on sites[r*S .. (r+1)*S), S = sites /
-//                                    # replicas, every replica with the same even split
+//                                    # replicas, every replica with the same even split; with
+//                                    # placement: planned the planner picks each replica's
+//                                    # sites among the listed ones, one split for all
+//                                    # (scheduler/replica_planner.h); auto: it also picks how
+//                                    # many, for the most tokens/s (placement: planned only)
 //   sync:                            # how the replicas stay in sync (fleet/sync_options.h)
 //     mode: local                    # step: gradients summed across replicas every step
 //                                    # local (default): `every` inner steps, then an outer step
@@ -26,12 +30,14 @@
 //                                    # topk:F+CODEC ... (default: exact in step mode, q4 in
 //                                    # local mode, from the replica study in BENCHMARKS.md)
 //
-// Replicas need placement: even for now (the planner does not yet place replicas), and a job
-// with replicas is not re-planned (a straggler's layers would have to move in every replica).
+// A job with replicas (or auto) is not re-planned (a straggler's layers would have to move in
+// every replica). The planner places replicas for the built-in data only: token files live on
+// the first listed site.
 //
 // On a daemon, relative data paths resolve against its data_dir.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -39,6 +45,7 @@
 #include "fleet/sync_options.h"
 #include "model/job.h"
 #include "scheduler/placement.h"
+#include "scheduler/replica_planner.h"
 
 namespace longhaul::daemon {
 
@@ -60,10 +67,12 @@ struct JobSpec {
   // sites to leave out, from the sites' calibrations and links (site_profile.h); false
   // (placement: even): `sites` in the listed order, the layers split evenly.
   bool planned = true;
-  int replicas = 1;  // pipeline replicas; `sites` holds replicas x stages sites
+  // Pipeline replicas; with placement: even `sites` holds replicas x stages sites. 0: auto,
+  // the planner chooses (placement: planned); a plan's own count is StageGrid::OfPlan's.
+  int replicas = 1;
   fleet::SyncOptions sync;
-  // Stages per replica.
-  int stages() const { return static_cast<int>(sites.size()) / replicas; }
+  // Stages per replica under placement: even.
+  int stages() const { return static_cast<int>(sites.size()) / std::max(replicas, 1); }
 };
 
 // Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).
@@ -76,5 +85,12 @@ const char* CompressionModeName(CompressionMode mode);
 // over `sites` (candidates, in the preferred order).
 scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
                                                 const std::vector<std::string>& sites);
+
+// What the replica planner needs of a job with replicas (or auto) over `request`: aligned
+// replicas (the runtime's shape), the job's count exactly or (auto) the best, a sync priced
+// in the job's sync codec every step (mode step) or every `every` steps, not hidden behind
+// the steps (the runtime's syncs block).
+StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
+    const JobSpec& spec, const scheduler::PlacementRequest& request);
 
 }  // namespace longhaul::daemon

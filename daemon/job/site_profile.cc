@@ -1,7 +1,9 @@
-// SiteProfiler and ProfilesFromReplies; see site_profile.h.
+// SiteProfiler, ProfilesFromReplies and PlanPlacement (one pipeline or replicas); see
+// site_profile.h.
 #include "daemon/job/site_profile.h"
 
 #include <chrono>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,6 +12,7 @@
 #include "kernels/ops.h"
 #include "model/replicated_fragment.h"
 #include "scheduler/calibration.h"
+#include "scheduler/replica_planner.h"
 
 namespace longhaul::daemon {
 
@@ -102,6 +105,57 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
   return p;
 }
 
+namespace {
+
+// Replicas placed by the planner (scheduler/replica_planner.h) as ReplicaPlanRequestFor asks.
+StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
+                                                   const scheduler::Planner& planner,
+                                                   const scheduler::PlacementRequest& request,
+                                                   const std::vector<v1::SiteProfileReply>& replies,
+                                                   const std::vector<std::string>& notes) {
+  ASSIGN_OR_RETURN(const scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
+  auto fleet = scheduler::PlanReplicas(planner, r);
+  if (!fleet.ok()) return Annotate(fleet.status(), "placing the job's replicas");
+  PlannedPlacement p;
+  p.replicas = static_cast<int>(fleet->replicas.size());
+  std::set<std::string> used;
+  std::vector<std::string> parts;
+  for (const scheduler::PlanResult& replica : fleet->replicas) {
+    for (const scheduler::StagePlan& s : replica.stages) used.insert(s.site);
+    p.stages.insert(p.stages.end(), replica.stages.begin(), replica.stages.end());
+    parts.push_back(scheduler::PlanDebugString(replica.stages));
+  }
+  p.predicted_step_seconds = fleet->step_seconds;
+  for (const auto& reply : replies) {
+    p.memory_limits[reply.site()] = static_cast<int64_t>(reply.memory_limit_bytes());
+  }
+  p.summary = absl::StrCat(
+      "planned ", p.replicas, spec.replicas == 0 ? " replicas (auto)" : " replicas", " of ",
+      fleet->replicas[0].stages.size(), " stage(s): ", absl::StrJoin(parts, " | "), ": predicted ",
+      absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step, ",
+      absl::StrFormat("%.0f", fleet->tokens_per_second), " tokens/s");
+  if (p.replicas > 1) {
+    absl::StrAppend(&p.summary, "; a sync ", absl::StrFormat("%.3f", fleet->sync_seconds),
+                    " s every ", r.sync.every, " step(s) in ", spec.sync.codec, " (slowest flow ",
+                    fleet->sync_bottleneck, ")");
+  }
+  // What one pipeline would do, for comparison.
+  if (auto single = planner.Plan(request); single.ok()) {
+    absl::StrAppend(&p.summary,
+                    "; one pipeline: ", absl::StrFormat("%.0f", single->estimate.tokens_per_second),
+                    " tokens/s");
+  }
+  std::vector<std::string> unused;
+  for (const auto& site : request.sites) {
+    if (!used.count(site)) unused.push_back(site);
+  }
+  if (!unused.empty()) absl::StrAppend(&p.summary, "; left out ", absl::StrJoin(unused, ", "));
+  for (const auto& n : notes) absl::StrAppend(&p.summary, "; ", n);
+  return p;
+}
+
+}  // namespace
+
 StatusOr<PlannedPlacement> PlanPlacement(
     const JobSpec& spec, const std::string& coordinator,
     const std::function<transport::Link*(const std::string&)>& channel) {
@@ -139,6 +193,7 @@ StatusOr<PlannedPlacement> PlanPlacement(
   // Token files live on the first listed site: keep it first, and the order with it.
   options.keep_order = data_on_first;
   const scheduler::Planner planner(profiles, options);
+  if (spec.replicas != 1) return PlanReplicatedPlacement(spec, planner, request, replies, notes);
   auto plan = planner.Plan(request);
   if (!plan.ok()) return Annotate(plan.status(), "placing the job");
   PlannedPlacement p;

@@ -62,7 +62,8 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
 
 // A job's placement by the planner.
 struct PlannedPlacement {
-  std::vector<scheduler::StagePlan> stages;
+  std::vector<scheduler::StagePlan> stages;  // replica-major
+  int replicas = 1;
   double predicted_step_seconds = 0;
   std::string summary;                           // one line for the job's detail and the log
   std::map<std::string, int64_t> memory_limits;  // per profiled site (0: none)
@@ -72,7 +73,8 @@ struct PlannedPlacement {
 // coordinated by `coordinator`. A site that cannot be profiled (unreachable, busy, an older
 // daemon) is left out and named in the summary. Training data other than `builtin` lives on
 // the first listed site, which then stays first with the listed order kept (only the split is
-// planned). Fails when no site can be profiled or no plan fits.
+// planned). With replicas (a count or auto) the planner places them too, every replica split
+// the same way. Fails when no site can be profiled or no plan fits.
 StatusOr<PlannedPlacement> PlanPlacement(
     const JobSpec& spec, const std::string& coordinator,
     const std::function<transport::Link*(const std::string&)>& channel);

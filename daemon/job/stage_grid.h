@@ -2,7 +2,8 @@
 // record's) hold R x S entries, replica-major, so the flat index i is stage i % S of replica
 // i / S. Pipeline neighbours and the tied-embedding partner are within a replica; the sync
 // group of a flat stage is the same position in every replica, in replica order. One
-// pipeline is R = 1, where flat index and position coincide.
+// pipeline is R = 1, where flat index and position coincide. With `replicas: auto` the job
+// spec leaves R to the planner and the plan's stages say it (OfPlan).
 #pragma once
 
 #include <vector>
@@ -16,6 +17,19 @@ struct StageGrid {
   // REQUIRES: replicas >= 1 and flat_count a multiple of it.
   static StageGrid Of(int replicas, int flat_count) {
     return {replicas, replicas > 0 ? flat_count / replicas : flat_count};
+  }
+  // The grid of a plan (StageInfo entries, replica-major): the job's replica count when it
+  // names one, else (`replicas: auto`, the planner chose) one more than the last stage's
+  // replica. CheckPlan (job_checks.h) checks that every stage's replica agrees.
+  template <class StageList>
+  static StageGrid OfPlan(int spec_replicas, const StageList& stages) {
+    const int n = static_cast<int>(stages.size());
+    int replicas = spec_replicas;
+    if (replicas <= 0) {
+      replicas = n > 0 ? static_cast<int>(stages[n - 1].replica()) + 1 : 1;
+    }
+    if (replicas <= 0 || replicas > n) replicas = 1;  // CheckPlan refuses such a plan
+    return Of(replicas, n);
   }
   int size() const { return replicas * stages; }
   int replica(int flat) const { return flat / stages; }

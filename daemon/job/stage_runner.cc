@@ -38,7 +38,7 @@ StageRunner::~StageRunner() { Stop(); }
 Status StageRunner::Init(int64_t memory_limit_bytes) {
   const auto& a = ctx_.assignment;
   const model::Job& job = ctx_.spec.job;
-  grid_ = StageGrid::Of(ctx_.spec.replicas, a.stages_size());
+  grid_ = StageGrid::OfPlan(ctx_.spec.replicas, a.stages());
   num_stages_ = grid_.stages;
   stage_ = static_cast<int>(a.stage());
   pos_ = grid_.position(stage_);

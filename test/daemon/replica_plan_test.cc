@@ -66,7 +66,7 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   };
   CHECK_THAT(error("replicas: 3\n"), Catch::Contains("4 sites do not form 3 replicas"));
   CHECK_THAT(error("replicas: 0\n"), Catch::Contains("replicas"));
-  CHECK_THAT(error("replicas: auto\n"), Catch::Contains("placement: even"));
+  CHECK_THAT(error("replicas: auto\n"), Catch::Contains("auto needs placement: planned"));
   CHECK_THAT(error("replicas: 2\nsync: {mode: async}\n"), Catch::Contains("step or local"));
   CHECK_THAT(error("replicas: 2\nsync: {codec: q3}\n"), Catch::Contains("sync.codec"));
   CHECK_THAT(error("replicas: 2\nsync: {codec: adaptive}\n"), Catch::Contains("adaptive"));
@@ -81,11 +81,29 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   const std::string bad_tied = error("compression: {tied: q3}\n");
   CHECK_THAT(bad_tied, Catch::Contains("job.yaml:"));  // where
   CHECK_THAT(bad_tied, Catch::Contains("tied-embedding codec"));
-  std::string planned = Job("replicas: 2\n");
-  planned.replace(planned.find("placement: even"), 15, "placement: planned");
-  auto p = ParseJobSpec(planned, "job.yaml", ".");
-  REQUIRE_FALSE(p.ok());
-  CHECK_THAT(std::string(p.status().message()), Catch::Contains("placement: even"));
+  // With placement: planned the sites are candidates: any count of them, and auto.
+  auto planned = [](const std::string& extra) {
+    std::string yaml = Job(extra);
+    yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+    return ParseJobSpec(yaml, "job.yaml", ".");
+  };
+  auto p3 = planned("replicas: 3\n");
+  REQUIRE(p3.ok());
+  CHECK(p3->replicas == 3);
+  CHECK_FALSE(p3->replan);
+  auto pauto = planned("replicas: auto\n");
+  REQUIRE(pauto.ok());
+  CHECK(pauto->replicas == 0);
+  CHECK_FALSE(pauto->replan);
+  const std::string tokens = testing::TempDir("replica-tokens") + "/tokens.bin";
+  std::ofstream(tokens, std::ios::binary) << std::string(4096, '\1');
+  std::string files = Job("replicas: auto\n");
+  files.replace(files.find("placement: even"), 15, "placement: planned");
+  files.replace(files.find("train: builtin"), 14, "train: " + tokens);
+  auto pf = ParseJobSpec(files, "job.yaml", ".");
+  REQUIRE_FALSE(pf.ok());
+  CHECK_THAT(std::string(pf.status().message()),
+             Catch::Contains("only for data: {train: builtin}"));
 }
 
 TEST_CASE("the example replica job parses", "[replicas]") {
@@ -154,6 +172,21 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
              Catch::Contains("replica 0, expected 1"));
   CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"a", 0, 2, 1}, {"d", 2, 4, 1}})),
              Catch::Contains("runs another stage"));
+
+  // replicas: auto: the plan's last stage says how many, and every stage must agree.
+  std::string yaml = Job("replicas: auto\n");
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  auto autospec = ParseJobSpec(yaml, "job.yaml", ".");
+  REQUIRE(autospec.ok());
+  const auto three = Plan({{"a", 0, 4, 0}, {"b", 0, 4, 1}, {"c", 0, 4, 2}});
+  CHECK(CheckPlan(three, *autospec, "stages").ok());
+  CHECK(StageGrid::OfPlan(autospec->replicas, three).replicas == 3);
+  CHECK(StageGrid::OfPlan(autospec->replicas, three).stages == 1);
+  CHECK(CheckPlan(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}}), *autospec, "stages").ok());
+  const Status wrong = CheckPlan(Plan({{"a", 0, 4, 0}, {"b", 0, 4, 2}}), *autospec, "stages");
+  CHECK_THAT(std::string(wrong.message()), Catch::Contains("do not form 3 replicas"));
+  const Status huge = CheckPlan(Plan({{"a", 0, 4, 0}, {"b", 0, 4, 4000000000u}}), *autospec, "x");
+  CHECK_FALSE(huge.ok());
 }
 
 TEST_CASE("the barrier clips each replica by its own stages' gradient norm", "[replicas]") {

@@ -5,11 +5,15 @@
 // the coordinator averages the replicas' losses, the fleet all microbatches); local mode with
 // q4 and error feedback the same; a replica's site restarting mid-job rolls the job back and
 // it still ends with those parameters. A peer outside the sync group cannot send sync tensors.
+// With placement: planned the planner places the replicas (a given count, or auto): every
+// replica split the same way, and the losses those of the fleet of the plan's shape.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "daemon/daemon.h"
@@ -120,10 +124,16 @@ struct Oracle {
   std::vector<float> losses, params;
 };
 
-Oracle TrainFleet(const std::string& yaml) {
+// With `replicas` and `fragments` given (a planned job: the plan says them), those instead of
+// the job's even placement.
+Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0) {
   auto spec = daemon::ParseJobSpec(yaml, "job", ".");
   INFO(spec.status().ToString());
   REQUIRE(spec.ok());
+  if (replicas > 0) {
+    spec->replicas = replicas;
+    spec->sites.resize(static_cast<size_t>(replicas * fragments));
+  }
   const model::Job& job = spec->job;
   auto data = model::LoadData(job.data.train, job.data.format, 1, job.model.vocab_size, "train");
   REQUIRE(data.ok());
@@ -260,11 +270,55 @@ TEST_CASE("replica jobs are checked when submitted") {
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("3 replicas"));
   yaml = JobYaml("", 4);
-  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: auto");
   req.set_job_yaml(yaml);
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
-  CHECK_THAT(std::string(r.status().message()), Catch::Contains("placement: even"));
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("auto needs placement: planned"));
+}
+
+// The plan's replicas: how many, and every replica's stage count, with the checks the
+// runtime relies on (one split for all, a site in one replica only).
+std::pair<int, int> PlanShape(const v1::JobStatus& s) {
+  REQUIRE(s.stages_size() > 0);
+  const int replicas = static_cast<int>(s.stages(s.stages_size() - 1).replica()) + 1;
+  REQUIRE(s.stages_size() % replicas == 0);
+  const int per = s.stages_size() / replicas;
+  std::set<std::string> sites;
+  for (int i = 0; i < s.stages_size(); ++i) {
+    const auto& st = s.stages(i);
+    CHECK(static_cast<int>(st.replica()) == i / per);
+    CHECK(st.layer_begin() == s.stages(i % per).layer_begin());
+    CHECK(st.layer_end() == s.stages(i % per).layer_end());
+    CHECK(sites.insert(st.site()).second);
+  }
+  return {replicas, per};
+}
+
+TEST_CASE("the planner places replicas: a given count, and auto") {
+  Cluster c;
+  // Two replicas in step mode: the union batch's losses, whichever sites and split it chose.
+  std::string yaml = JobYaml("sync: {mode: step, codec: exact}\n", 4);
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  std::string id = c.Submit(yaml);
+  v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK_THAT(s.detail(), Catch::Contains("planned 2 replicas of"));
+  auto [replicas, stages] = PlanShape(s);
+  CHECK(replicas == 2);
+  CheckAgainst(TrainFleet(yaml, replicas, stages), s, c.Export(id));
+
+  // auto: the planner's count, trained as the in-process fleet of that shape trains.
+  yaml = JobYaml("sync: {mode: local, every: 2, codec: q4}\n", 4);
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: auto");
+  id = c.Submit(yaml);
+  s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK_THAT(s.detail(), Catch::Contains("replicas (auto) of"));
+  std::tie(replicas, stages) = PlanShape(s);
+  CHECK(replicas >= 1);
+  CheckAgainst(TrainFleet(yaml, replicas, stages), s, c.Export(id));
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 // Replicated placement priced by hand: two single-stage replicas whose sync is one model's
 // parameters in q4 over a known link (one sync's seconds, hidden behind `every` steps or
-// exposed), lockstep against paced throughput when one replica is slower, and the planner
-// finding as many replicas as the sites allow when the network is fast.
+// exposed), lockstep against paced throughput when one replica is slower, the planner finding
+// as many replicas as the sites allow when the network is fast, and replicas aligned to one
+// stage count and one split (the runtime's shape), with an exact count or none.
 #include "scheduler/replica_planner.h"
 
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "model/layout.h"
 #include "test/scheduler/test_util.h"
@@ -77,6 +79,98 @@ TEST_CASE("on a fast network the planner runs a replica on every site", "[replic
   auto one = PlanReplicas(planner, r);
   REQUIRE(one.ok());
   CHECK(one->replicas.size() == 1);
+}
+
+PlanResult Stages(std::vector<StagePlan> stages) {
+  PlanResult r;
+  r.stages = std::move(stages);
+  return r;
+}
+
+// Every replica has the same stage count and layer ranges, on sites of its own.
+void CheckAligned(const std::vector<PlanResult>& replicas, int layers) {
+  REQUIRE(!replicas.empty());
+  std::set<std::string> sites;
+  for (const PlanResult& r : replicas) {
+    REQUIRE(r.stages.size() == replicas[0].stages.size());
+    CHECK(r.stages.front().layer_begin == 0);
+    CHECK(r.stages.back().layer_end == layers);
+    for (size_t i = 0; i < r.stages.size(); ++i) {
+      CHECK(r.stages[i].layer_begin == replicas[0].stages[i].layer_begin);
+      CHECK(r.stages[i].layer_end == replicas[0].stages[i].layer_end);
+      CHECK(sites.insert(r.stages[i].site).second);  // no site in two replicas
+    }
+    CHECK(r.estimate.step_seconds > 0);
+  }
+}
+
+TEST_CASE("replicas are aligned to the fewest stages and one split", "[replicas]") {
+  const auto config = SmallModel(4);
+  // s0 and s2 four times as fast as the others.
+  const Profiles p = Mesh({4e9, 1e9, 4e9, 1e9, 1e9}, 1e9, 0.001);
+  PlannerOptions po;
+  po.time_budget_seconds = 1;
+  const Planner planner(p, po);
+  PlacementRequest request;
+  request.model = config;
+  request.workload = Workload(4);
+  request.sites = {"s0", "s1", "s2", "s3", "s4"};
+  // A: two stages, 3 + 1 layers; B: three stages.
+  const std::vector<PlanResult> given = {
+      Stages({{"s0", 0, 3}, {"s1", 3, 4}}),
+      Stages({{"s3", 0, 1}, {"s2", 1, 2}, {"s4", 2, 4}}),
+  };
+  auto aligned = AlignReplicas(planner, request, given);
+  INFO(aligned.status().ToString());
+  REQUIRE(aligned.ok());
+  REQUIRE(aligned->size() == 2);
+  CheckAligned(*aligned, 4);
+  REQUIRE((*aligned)[0].stages.size() == 2);
+  // B keeps its two sites of most FLOP/s (s2 and one of s3, s4), and its fast site takes
+  // the stage with more layers whichever split won.
+  const auto& b = (*aligned)[1].stages;
+  CHECK((b[0].site == "s2" || b[1].site == "s2"));
+  const size_t big = b[0].layers() >= b[1].layers() ? 0 : 1;
+  CHECK(b[big].site == "s2");
+  // Priced by the cost model as given.
+  auto model = planner.Model(request);
+  REQUIRE(model.ok());
+  for (const PlanResult& r : *aligned) {
+    auto e = model->Estimate(r.stages);
+    REQUIRE(e.ok());
+    CHECK(e->step_seconds == Approx(r.estimate.step_seconds));
+  }
+}
+
+TEST_CASE("the planner's aligned replicas: an exact count, or a clear error", "[replicas]") {
+  const auto config = SmallModel(4);
+  const Profiles p = Mesh({4e9, 1e9, 2e9, 1e9, 3e9, 1e9}, 1e8, 0.005);
+  PlannerOptions po;
+  po.time_budget_seconds = 1;
+  const Planner planner(p, po);
+  ReplicaPlanRequest r;
+  r.request.model = config;
+  r.request.workload = Workload(4);
+  r.request.sites = {"s0", "s1", "s2", "s3", "s4", "s5"};
+  r.aligned = true;
+  auto any = PlanReplicas(planner, r);
+  REQUIRE(any.ok());
+  CheckAligned(any->replicas, 4);
+  for (int n : {1, 2, 3}) {
+    INFO(n << " replicas");
+    r.max_replicas = n;
+    r.exact_count = true;
+    auto exact = PlanReplicas(planner, r);
+    INFO(exact.status().ToString());
+    REQUIRE(exact.ok());
+    CHECK(exact->replicas.size() == static_cast<size_t>(n));
+    CheckAligned(exact->replicas, 4);
+  }
+  r.max_replicas = 7;  // more than the sites
+  auto too_many = PlanReplicas(planner, r);
+  REQUIRE_FALSE(too_many.ok());
+  CHECK_THAT(std::string(too_many.status().message()),
+             Catch::Contains("no 7 replicas fit on the 6 candidate sites"));
 }
 
 }  // namespace

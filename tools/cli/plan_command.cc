@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "daemon/job/job_spec.h"
 #include "scheduler/planner.h"
 #include "scheduler/profiles_yaml.h"
+#include "scheduler/replica_planner.h"
 #include "tools/cli/format.h"
 
 namespace longhaul::cli {
@@ -129,6 +131,62 @@ void PrintEstimate(const StepEstimate& e, std::ostream& out) {
   out << "critical path:  " << absl::StrJoin(path, "; ") << "\n";
 }
 
+std::string SyncEvery(const daemon::JobSpec& spec) {
+  return spec.sync.mode == fleet::SyncMode::kStep
+             ? "every step (mode step)"
+             : absl::StrCat("every ", spec.sync.every, " steps (mode local)");
+}
+
+json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
+               const StepEstimate& single) {
+  json j;
+  j["count"] = f.replicas.size();
+  j["auto"] = spec.replicas == 0;
+  j["stages_per_replica"] = f.replicas.empty() ? 0 : f.replicas[0].stages.size();
+  j["sites_used"] = f.sites_used;
+  j["pipelines"] = json::array();
+  for (const auto& r : f.replicas) j["pipelines"].push_back(EstimateJson(r.estimate));
+  j["sync"] = {{"mode", fleet::SyncModeName(spec.sync.mode)},
+               {"every", spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every},
+               {"codec", spec.sync.codec},
+               {"bytes", f.sync_bytes},
+               {"seconds", f.sync_seconds},
+               {"exposed_seconds_per_step", f.exposed_sync_per_step},
+               {"bottleneck", f.sync_bottleneck}};
+  j["step_seconds"] = f.step_seconds;
+  j["tokens_per_second"] = f.tokens_per_second;
+  j["vs_single_pipeline"] =
+      single.tokens_per_second > 0 ? f.tokens_per_second / single.tokens_per_second : 0.0;
+  return j;
+}
+
+void PrintFleet(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
+                const StepEstimate& single, size_t candidates, std::ostream& out) {
+  out << "\nreplicas:       " << f.replicas.size() << (spec.replicas == 0 ? " (auto)" : "")
+      << " of " << (f.replicas.empty() ? 0 : f.replicas[0].stages.size())
+      << " stage(s) each, one split for all, on " << f.sites_used << " of " << candidates
+      << " candidate sites\n";
+  Table t({"replica", "stages", "step", "tokens/s"});
+  for (size_t r = 0; r < f.replicas.size(); ++r) {
+    const auto& p = f.replicas[r];
+    t.AddRow({std::to_string(r), scheduler::PlanDebugString(p.stages),
+              Secs(p.estimate.step_seconds), Count(p.estimate.tokens_per_second)});
+  }
+  out << t.str();
+  if (f.replicas.size() > 1) {
+    out << "sync:           " << SyncEvery(spec) << " in " << spec.sync.codec << ": "
+        << Bytes(f.sync_bytes) << " in " << Secs(f.sync_seconds) << " (slowest flow "
+        << f.sync_bottleneck << "), " << Secs(f.exposed_sync_per_step) << " per step\n";
+  }
+  out << "all replicas:   " << Secs(f.step_seconds) << " per step, " << Count(f.tokens_per_second)
+      << " tokens/s";
+  if (single.tokens_per_second > 0) {
+    out << " (" << absl::StrFormat("%.2fx", f.tokens_per_second / single.tokens_per_second)
+        << " the single pipeline's)";
+  }
+  out << "\n";
+}
+
 StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the job file"));
@@ -178,8 +236,19 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     if (auto e = model->Estimate(*even_stages); e.ok()) even = *e;
   }
 
+  // A job with replicas (a count or auto): the replicated plan beside the single pipeline's.
+  std::optional<scheduler::ReplicaPlan> fleet;
+  if (spec->replicas != 1) {
+    auto rr = daemon::ReplicaPlanRequestFor(*spec, request);
+    if (!rr.ok()) return Fail(rr.status(), err);
+    auto f = scheduler::PlanReplicas(planner, *rr);
+    if (!f.ok()) return Fail(Annotate(f.status(), "placing the replicas"), err);
+    fleet = *std::move(f);
+  }
+
   if (flags.output == "json") {
     json j = EstimateJson(plan->estimate);
+    if (fleet) j["replicas"] = FleetJson(*fleet, *spec, plan->estimate);
     j["job"] = spec->job.name;
     j["model"] = {{"layers", request.model.num_layers},
                   {"channels", request.model.channels},
@@ -207,6 +276,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     out << "left out:       " << absl::StrJoin(plan->unused_sites, ", ")
         << " (the plan is faster without them)\n";
   }
+  if (fleet) PrintFleet(*fleet, *spec, plan->estimate, request.sites.size(), out);
   if (even) {
     out << "even split:     " << scheduler::PlanDebugString(*even_stages) << " (the job's order) ";
     if (!even->fits_memory) {
