@@ -161,62 +161,39 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
     const SiteProfile* p = profiles.Site(s);
     return p == nullptr ? 0.0 : p->flops;
   };
-  size_t S = replicas[0].stages.size();
-  for (const PlanResult& r : replicas) S = std::min(S, r.stages.size());
-  if (S == 0) return absl::InvalidArgumentError("aligning replicas: a replica has no stage");
-  // The splits to try: each replica's own of S stages, and the even one.
-  std::vector<std::vector<std::pair<int, int>>> splits;
-  for (const PlanResult& r : replicas) {
-    if (r.stages.size() != S) continue;
-    std::vector<std::pair<int, int>> split;
-    for (const StagePlan& s : r.stages) split.push_back({s.layer_begin, s.layer_end});
-    if (std::find(splits.begin(), splits.end(), split) == splits.end()) splits.push_back(split);
-  }
-  {
-    PlacementRequest even = request;
-    even.sites.clear();
-    for (size_t i = 0; i < S; ++i) even.sites.push_back(replicas[0].stages[i].site);
-    ASSIGN_OR_RETURN(const std::vector<StagePlan> stages, MakeEvenSplitPlacer()->Place(even));
-    std::vector<std::pair<int, int>> split;
-    for (const StagePlan& s : stages) split.push_back({s.layer_begin, s.layer_end});
-    if (std::find(splits.begin(), splits.end(), split) == splits.end()) splits.push_back(split);
-  }
+  auto by_flops = [&](std::vector<std::string> sites) {
+    std::stable_sort(sites.begin(), sites.end(),
+                     [&](const auto& a, const auto& b) { return flops(a) > flops(b); });
+    return sites;
+  };
   ASSIGN_OR_RETURN(const CostModel model, planner.Model(request));
-  std::vector<PlanResult> best;
-  double best_step = 0;
-  for (const auto& split : splits) {
-    // Stage positions by layer count, most first: the fastest sites take them.
+  // The replicas under one split: each in its own planned order or with its sites matched by
+  // FLOP/s to the stages by layer count, the faster; a replica with fewer stages, or that fits
+  // its sites' memory in neither, is left out.
+  auto align = [&](const std::vector<std::pair<int, int>>& split) {
+    const size_t S = split.size();
     std::vector<size_t> by_layers(S);
     for (size_t i = 0; i < S; ++i) by_layers[i] = i;
     std::stable_sort(by_layers.begin(), by_layers.end(), [&](size_t a, size_t b) {
       return split[a].second - split[a].first > split[b].second - split[b].first;
     });
     std::vector<PlanResult> aligned;
-    double step = 0;
     for (const PlanResult& r : replicas) {
+      if (r.stages.size() < S) continue;
       // The replica's S sites of most FLOP/s, in its planned order.
       std::vector<std::string> sites;
+      std::vector<std::string> fastest;
       for (const StagePlan& s : r.stages) sites.push_back(s.site);
-      if (sites.size() > S) {
-        std::vector<std::string> fastest = sites;
-        std::stable_sort(fastest.begin(), fastest.end(),
-                         [&](const auto& a, const auto& b) { return flops(a) > flops(b); });
-        fastest.resize(S);
-        std::vector<std::string> kept;
-        for (const auto& s : sites) {
-          if (std::find(fastest.begin(), fastest.end(), s) != fastest.end()) kept.push_back(s);
-        }
-        sites = std::move(kept);
+      fastest = by_flops(sites);
+      fastest.resize(S);
+      std::vector<std::string> kept;
+      for (const auto& s : sites) {
+        if (std::find(fastest.begin(), fastest.end(), s) != fastest.end()) kept.push_back(s);
       }
       std::vector<std::string> matched(S);
-      {
-        std::vector<std::string> fastest = sites;
-        std::stable_sort(fastest.begin(), fastest.end(),
-                         [&](const auto& a, const auto& b) { return flops(a) > flops(b); });
-        for (size_t k = 0; k < S; ++k) matched[by_layers[k]] = fastest[k];
-      }
+      for (size_t k = 0; k < S; ++k) matched[by_layers[k]] = fastest[k];
       std::optional<PlanResult> chosen;
-      for (const std::vector<std::string>* order : {&sites, &matched}) {
+      for (const std::vector<std::string>* order : {&kept, &matched}) {
         PlanResult candidate;
         candidate.method = "aligned";
         for (size_t i = 0; i < S; ++i) {
@@ -229,20 +206,44 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
           chosen = std::move(candidate);
         }
       }
-      if (!chosen) break;
-      step = std::max(step, chosen->estimate.step_seconds);
-      aligned.push_back(*std::move(chosen));
+      if (chosen) aligned.push_back(*std::move(chosen));
     }
-    if (aligned.size() != replicas.size()) continue;
-    if (best.empty() || step < best_step) {
+    return aligned;
+  };
+  // The splits to try: each replica's own, and the even one of each stage count.
+  std::vector<std::vector<std::pair<int, int>>> splits;
+  auto add = [&](const std::vector<StagePlan>& stages) {
+    std::vector<std::pair<int, int>> split;
+    for (const StagePlan& s : stages) split.push_back({s.layer_begin, s.layer_end});
+    if (std::find(splits.begin(), splits.end(), split) == splits.end()) splits.push_back(split);
+  };
+  for (const PlanResult& r : replicas) {
+    add(r.stages);
+    PlacementRequest even = request;
+    even.sites.clear();
+    for (const StagePlan& s : r.stages) even.sites.push_back(s.site);
+    if (auto stages = MakeEvenSplitPlacer()->Place(even); stages.ok()) add(*stages);
+  }
+  // The best: the most replicas per second of the slowest one's step (each replica trains
+  // the same tokens per step; the sync is priced by the caller).
+  std::vector<PlanResult> best;
+  double best_rate = 0;
+  for (const auto& split : splits) {
+    std::vector<PlanResult> aligned = align(split);
+    if (aligned.empty()) continue;
+    double step = 0;
+    for (const PlanResult& r : aligned) step = std::max(step, r.estimate.step_seconds);
+    const double rate = step > 0 ? static_cast<double>(aligned.size()) / step : 0;
+    if (best.empty() || rate > best_rate) {
       best = std::move(aligned);
-      best_step = step;
+      best_rate = rate;
     }
   }
   if (best.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "aligning ", replicas.size(), " replicas to ", S,
-        " stages each: under every split tried some replica does not fit its sites' memory"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("aligning ", replicas.size(),
+                     " replicas to one split: under every split tried no replica fits its "
+                     "sites' memory"));
   }
   return best;
 }
@@ -267,6 +268,8 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
           if (error.ok()) error = aligned.status();
           continue;
         }
+        // Replicas the split leaves out fall short of an exact count.
+        if (r.exact_count && static_cast<int>(aligned->size()) != r.max_replicas) continue;
         replicas = *std::move(aligned);
       }
       ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,

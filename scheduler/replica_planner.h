@@ -58,12 +58,12 @@ struct ReplicaPlan {
 // Fails as Planner::Plan does when not even one pipeline fits.
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& request);
 
-// The replicas made alike, the runtime's shape: S stages each (the fewest any replica has; a
-// replica with more keeps its S sites of most FLOP/s) and one split for all, the best for the
-// slowest replica among the replicas' own splits of S stages and the even split. Each replica
-// takes the split in its own planned site order or with its sites matched by FLOP/s to the
-// stages by layer count, whichever the cost model prices faster. Fails when a replica would
-// not fit its sites' memory under every split.
+// The replicas made alike, the runtime's shape: one stage count S and one split for all. The
+// splits tried are each replica's own and the even split of each replica's stage count; under
+// a split a replica keeps its S sites of most FLOP/s, in its planned order or matched by FLOP/s
+// to the stages by layer count, whichever the cost model prices faster, and a replica with
+// fewer than S stages or that fits its sites' memory in neither is left out. The split with
+// the most replicas per second of the slowest one's step wins. Fails when no split keeps any.
 StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const PlacementRequest& request,
                                                 const std::vector<PlanResult>& replicas);

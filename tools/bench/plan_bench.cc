@@ -222,7 +222,11 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       auto fleet = PlanReplicas(planner, r);
       r.paced = true;
       auto paced = PlanReplicas(planner, r);
-      if (!single.ok() || !fleet.ok() || !paced.ok()) {
+      // What the runtime runs: every replica the same stage count and split, in lockstep.
+      r.paced = false;
+      r.aligned = true;
+      auto aligned = PlanReplicas(planner, r);
+      if (!single.ok() || !fleet.ok() || !paced.ok() || !aligned.ok()) {
         std::printf(
             "| %d | %s | - | no plan fits: %s |\n", n, name.c_str(),
             std::string((single.ok() ? fleet.status() : single.status()).message()).c_str());
@@ -255,6 +259,14 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
           100.0 * paced->sites_used / n, paced->replica_step_seconds, paced->sync_seconds,
           paced->sync_bytes / 1e9, paced->paced_tokens_per_second,
           paced->paced_tokens_per_second / single_tps, paced->sync_bottleneck.c_str());
+      std::printf(
+          "| %d | %s | replicated, aligned (one split), sync every %d | %zu x %zu | %d of %d "
+          "(%.0f%%) | %.3f s | %.2f s | %.2f | %.4f s | %.0f | %.2fx | %s |\n",
+          n, name.c_str(), every, aligned->replicas.size(), aligned->replicas[0].stages.size(),
+          aligned->sites_used, n, 100.0 * aligned->sites_used / n, aligned->replica_step_seconds,
+          aligned->sync_seconds, aligned->sync_bytes / 1e9, aligned->exposed_sync_per_step,
+          aligned->tokens_per_second, aligned->tokens_per_second / single_tps,
+          aligned->sync_bottleneck.c_str());
       std::fflush(stdout);
     }
   }
