@@ -52,6 +52,16 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
   m->Family("longhaul_stage_network_wait_seconds", "gauge",
             "Time the stage's last step spent waiting on the network.");
   m->Family("longhaul_stage_step_seconds", "gauge", "Wall time of the stage's last step.");
+  m->Family("longhaul_sync_group_raw_bytes_total", "counter",
+            "Pipeline replicas: bytes the sync group's members sent each other, before "
+            "compression.");
+  m->Family("longhaul_sync_group_wire_bytes_total", "counter",
+            "Pipeline replicas: bytes the sync group's members sent each other, on the wire.");
+  m->Family("longhaul_sync_group_syncs_total", "counter", "Syncs the sync group completed.");
+  m->Family("longhaul_sync_group_exposed_seconds_total", "counter",
+            "Sync time the replicas waited for (the group's slowest member).");
+  m->Family("longhaul_sync_group_hidden_seconds_total", "counter",
+            "Sync time hidden behind the next inner steps.");
   for (const auto& j : jobs.jobs()) {
     const Labels job = {{"job", j.job_id()}};
     m->Sample("longhaul_job_info",
@@ -69,6 +79,15 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
       m->Sample("longhaul_stage_compute_seconds", stage, s.compute_seconds());
       m->Sample("longhaul_stage_network_wait_seconds", stage, s.wait_seconds());
       m->Sample("longhaul_stage_step_seconds", stage, s.step_seconds());
+    }
+    for (const auto& g : j.sync_groups()) {
+      const Labels group = {
+          {"job", j.job_id()}, {"group", std::to_string(g.position())}, {"codec", g.codec()}};
+      m->Sample("longhaul_sync_group_raw_bytes_total", group, g.raw_bytes());
+      m->Sample("longhaul_sync_group_wire_bytes_total", group, g.wire_bytes());
+      m->Sample("longhaul_sync_group_syncs_total", group, g.syncs());
+      m->Sample("longhaul_sync_group_exposed_seconds_total", group, g.exposed_seconds());
+      m->Sample("longhaul_sync_group_hidden_seconds_total", group, g.hidden_seconds());
     }
   }
   m->Family("longhaul_link_raw_bytes_total", "counter",
@@ -224,6 +243,19 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
     }
     nlohmann::json job_links = nlohmann::json::array();
     for (const auto& u : job.links()) job_links.push_back(UsageJson(u));
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& g : job.sync_groups()) {
+      groups.push_back(
+          {{"group", g.position()},
+           {"sites", std::vector<std::string>(g.sites().begin(), g.sites().end())},
+           {"codec", g.codec()},
+           {"raw_bytes", g.raw_bytes()},
+           {"wire_bytes", g.wire_bytes()},
+           {"compression_ratio", g.wire_bytes() ? double(g.raw_bytes()) / g.wire_bytes() : 0.0},
+           {"syncs", g.syncs()},
+           {"exposed_seconds", g.exposed_seconds()},
+           {"hidden_seconds", g.hidden_seconds()}});
+    }
     j["jobs"].push_back({{"job", job.job_id()},
                          {"name", job.name()},
                          {"state", JobStateName(job.state())},
@@ -236,7 +268,8 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"step_seconds", job.step_seconds()},
                          {"attempt", job.attempt()},
                          {"stages", stages},
-                         {"links", job_links}});
+                         {"links", job_links},
+                         {"sync_groups", groups}});
   }
   return j.dump(2) + "\n";
 }

@@ -7,7 +7,7 @@
 
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
-#include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_groups.h"
 #include "scheduler/replan.h"
 
 namespace longhaul::daemon {
@@ -397,6 +397,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       s->set_step_seconds(r.step_seconds());
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
+    SetSyncGroups(*reports, grid, &record_);
     PersistLocked();
     barrier_.Prune(rep.attempt(), rep.step());
     cv_.notify_all();

@@ -1,6 +1,7 @@
 // Edge checks for job messages from peers; see job_checks.h.
 #include "daemon/job/job_checks.h"
 
+#include <cmath>
 #include <set>
 
 #include "daemon/job/stage_grid.h"
@@ -135,6 +136,14 @@ Status CheckStepReport(const v1::StepReport& r, int num_stages, uint64_t total_s
   for (double g : r.grad_sums()) {
     if (g < 0) {
       return absl::InvalidArgumentError(job + ": a grad sum of squares is " + std::to_string(g));
+    }
+  }
+  // Shown in the job's status and metrics: a name, and a time that is one.
+  if (r.has_sync()) {
+    const v1::SyncReport& s = r.sync();
+    if (s.codec().size() > 64 || !std::isfinite(s.seconds()) || s.seconds() < 0) {
+      return absl::InvalidArgumentError(job + ": sync report with codec '" + Clip(s.codec()) +
+                                        "' and " + std::to_string(s.seconds()) + " s");
     }
   }
   return absl::OkStatus();

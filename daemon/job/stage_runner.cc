@@ -285,6 +285,7 @@ Status StageRunner::RunStep(uint64_t step) {
   std::vector<OutboundUsage> usage = exchange_->Usage(/*tied=*/num_stages_ > 2);
   if (sync_) {
     for (const OutboundUsage& o : sync_->Usage()) usage.push_back(o);
+    *report.mutable_sync() = sync_->Report();
   }
   for (const OutboundUsage& o : usage) {
     v1::LinkUsage* l = report.add_links();

@@ -49,6 +49,7 @@ Status SyncExchange::SendError() const {
 
 Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, float weight,
                                std::span<float> out) {
+  const double begin = Now();
   const int replicas = o_.grid.replicas;
   const int me = o_.grid.replica(o_.stage);
   const size_t n = values.size();
@@ -137,7 +138,24 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, flo
     const std::vector<float>& d = decoded[r];
     for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++syncs_;
+  sync_seconds_ += Now() - begin;
   return absl::OkStatus();
+}
+
+v1::SyncReport SyncExchange::Report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::SyncReport r;
+  r.set_syncs(syncs_);
+  r.set_seconds(sync_seconds_);
+  for (size_t m = 0; m < usage_.size(); ++m) {
+    if (o_.to_member[m] == nullptr) continue;
+    if (r.codec().empty()) r.set_codec(usage_[m].codec);
+    r.set_raw_bytes(r.raw_bytes() + usage_[m].raw_bytes);
+    r.set_wire_bytes(r.wire_bytes() + usage_[m].wire_bytes);
+  }
+  return r;
 }
 
 std::vector<std::vector<float>> SyncExchange::residuals() const {

@@ -57,6 +57,8 @@ class SyncExchange {
   // What this stage sent to each other member (their sites, by replica, its own left out).
   std::vector<OutboundUsage> Usage() const;
   double wait_seconds() const { return wait_seconds_; }
+  // The syncs so far: how many, their time (encode, send, wait, decode, sum), the bytes sent.
+  v1::SyncReport Report() const;
 
  private:
   explicit SyncExchange(SyncExchangeOptions options) : o_(std::move(options)) {}
@@ -67,6 +69,8 @@ class SyncExchange {
   mutable std::mutex mu_;
   std::vector<OutboundUsage> usage_;  // by replica
   double wait_seconds_ = 0;
+  uint64_t syncs_ = 0;
+  double sync_seconds_ = 0;
 };
 
 }  // namespace longhaul::daemon

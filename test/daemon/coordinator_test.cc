@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -143,6 +144,13 @@ TEST_CASE("coordinator: one barrier decision for all stages, only from the stage
   CHECK(s.step() == 1);
   REQUIRE(s.losses_size() == 1);
   CHECK(s.losses(0) == 5.5f);
+  // A sync report the status would show must be one: a bounded name, a finite time.
+  v1::StepReport bad = f.Report(1, 0, 1);
+  bad.mutable_sync()->set_seconds(std::nan(""));
+  CHECK(f.c->OnReport(bad, "beta").status().code() == absl::StatusCode::kInvalidArgument);
+  bad.mutable_sync()->set_seconds(1);
+  bad.mutable_sync()->set_codec(std::string(65, 'q'));
+  CHECK(f.c->OnReport(bad, "beta").status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("coordinator: a failed stage rolls every stage back to the committed step") {

@@ -8,6 +8,7 @@
 // and its byte count matches what it holds; the assembler buffers nothing it did not admit and
 // delivers only whole tensors of their announced size; a loader state opens only when its
 // checksum holds.
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +62,11 @@ void Report(const uint8_t* d, size_t n) {
   if (!CheckStepReport(r, 3, 100).ok()) return;
   if (r.stage() >= 3 || r.step() > 100 || r.checkpoint_step() > r.step() + 1 ||
       r.grad_sums_size() > kMaxGradSums) {
+    std::abort();
+  }
+  // What the status and metrics show of a sync report: a bounded name, a finite time.
+  if (r.sync().codec().size() > 64 || !std::isfinite(r.sync().seconds()) ||
+      r.sync().seconds() < 0) {
     std::abort();
   }
 }

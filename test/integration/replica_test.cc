@@ -5,6 +5,7 @@
 // the coordinator averages the replicas' losses, the fleet all microbatches); local mode with
 // q4 and error feedback the same; a replica's site restarting mid-job rolls the job back and
 // it still ends with those parameters. A peer outside the sync group cannot send sync tensors.
+// Each sync group's bytes, codec, syncs and sync time show in the job's status and /metrics.
 // With placement: planned the planner places the replicas (a given count, or auto): every
 // replica split the same way, and the losses those of the fleet of the plan's shape.
 #include <catch2/catch.hpp>
@@ -198,6 +199,31 @@ TEST_CASE("replicas in sync mode step train the union batch, as the in-process f
     }
   }
   CHECK(sync_link);
+  // Each sync group (stage 0 on alpha and gamma, stage 1 on beta and delta) took one sync per
+  // step, in fp32, all of its time exposed (the syncs block); /metrics and /status show it.
+  REQUIRE(s.sync_groups_size() == 2);
+  for (int g = 0; g < 2; ++g) {
+    const v1::SyncGroupStatus& group = s.sync_groups(g);
+    INFO("sync group " << g);
+    CHECK(group.position() == static_cast<uint32_t>(g));
+    CHECK(std::vector<std::string>(group.sites().begin(), group.sites().end()) ==
+          std::vector<std::string>{kSites[g], kSites[2 + g]});
+    CHECK(group.codec() == "fp32");
+    CHECK(group.syncs() == 6);
+    CHECK(group.raw_bytes() > 0);
+    CHECK(group.wire_bytes() > group.raw_bytes());  // fp32 frames and their headers
+    CHECK(group.exposed_seconds() > 0);
+    CHECK(group.hidden_seconds() == 0);
+  }
+  auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
+  REQUIRE(metrics.status == 200);
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_sync_group_syncs_total{job=\"" + id +
+                                           "\",group=\"1\",codec=\"fp32\"} 6"));
+  CHECK_THAT(metrics.body,
+             Catch::Contains("longhaul_sync_group_exposed_seconds_total{job=\"" + id));
+  auto status = testing::HttpGet(c.at(0).status_port(), "/status");
+  REQUIRE(status.status == 200);
+  CHECK_THAT(status.body, Catch::Contains("\"sync_groups\""));
 
   // Sync tensors come only from the same stage of another replica, for a slice it holds.
   v1::TensorFrame frame;
@@ -238,6 +264,13 @@ TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's mode
       CHECK(l.codec() == "q4");
       CHECK(l.wire_bytes() * 3 < l.raw_bytes());
     }
+  }
+  // Outer steps after steps 3, 6 and 8; the last follows the last report.
+  REQUIRE(s.sync_groups_size() == 2);
+  for (const auto& group : s.sync_groups()) {
+    CHECK(group.codec() == "q4");
+    CHECK(group.syncs() == 2);
+    CHECK(group.wire_bytes() * 3 < group.raw_bytes());
   }
 }
 

@@ -1,0 +1,31 @@
+// SetSyncGroups; see sync_groups.h.
+#include "daemon/job/sync_groups.h"
+
+#include <algorithm>
+
+namespace longhaul::daemon {
+
+void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports, const StageGrid& grid,
+                   v1::JobStatus* record) {
+  record->clear_sync_groups();
+  if (grid.replicas < 2) return;
+  for (int pos = 0; pos < grid.stages; ++pos) {
+    v1::SyncGroupStatus* g = record->add_sync_groups();
+    g->set_position(static_cast<uint32_t>(pos));
+    bool first = true;
+    for (int member : grid.group(pos)) {
+      if (member < record->stages_size()) g->add_sites(record->stages(member).site());
+      auto it = reports.find(static_cast<uint32_t>(member));
+      if (it == reports.end() || !it->second.has_sync()) continue;
+      const v1::SyncReport& s = it->second.sync();
+      if (g->codec().empty()) g->set_codec(s.codec());
+      g->set_raw_bytes(g->raw_bytes() + s.raw_bytes());
+      g->set_wire_bytes(g->wire_bytes() + s.wire_bytes());
+      g->set_syncs(first ? s.syncs() : std::min(g->syncs(), s.syncs()));
+      g->set_exposed_seconds(std::max(g->exposed_seconds(), s.seconds()));
+      first = false;
+    }
+  }
+}
+
+}  // namespace longhaul::daemon

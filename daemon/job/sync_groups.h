@@ -1,0 +1,20 @@
+// A job's sync groups as its status shows them (v1::SyncGroupStatus): per group of pipeline
+// replicas (the same stage of every replica) the codec, the bytes its members sent each other,
+// the syncs completed and their time, from the stages' latest step reports.
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include "daemon/job/stage_grid.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+// Replaces record->sync_groups with the groups of `grid` (none for a single pipeline): bytes
+// summed over the members, syncs the fewest any member completed, exposed time the largest
+// total of any member (in lockstep the slowest member holds every replica back).
+void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports, const StageGrid& grid,
+                   v1::JobStatus* record);
+
+}  // namespace longhaul::daemon
