@@ -49,13 +49,10 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
     if (auto it = fields.find("codec"); it != fields.end()) {
       ASSIGN_OR_RETURN(sync.codec, w.String(it->second));
       codec_given = true;
-      if (sync.codec == "adaptive") {
-        return w.Error(it->second,
-                       "adaptive sync codecs are not built yet; name one (exact, q8, q4, "
-                       "topk:0.03+q4, ...)");
+      if (sync.codec != "adaptive") {  // adaptive: chosen per sync (sync_codec.h)
+        const auto spec_or = fleet::FixedSyncCodec(sync.codec);
+        if (!spec_or.ok()) return w.Error(it->second, spec_or.status().message());
       }
-      const auto spec_or = fleet::FixedSyncCodec(sync.codec);
-      if (!spec_or.ok()) return w.Error(it->second, spec_or.status().message());
     }
   }
   if (!codec_given) sync.codec = sync.mode == fleet::SyncMode::kStep ? "exact" : "q4";
@@ -232,7 +229,9 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   r.exact_count = spec.replicas > 0;
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
   r.sync.overlap = false;
-  ASSIGN_OR_RETURN(const compression::CodecSpec codec, fleet::FixedSyncCodec(spec.sync.codec));
+  // adaptive is priced at its floor, the codec it falls to on a slow link.
+  ASSIGN_OR_RETURN(const compression::CodecSpec codec,
+                   fleet::FixedSyncCodec(spec.sync.codec == "adaptive" ? "q4" : spec.sync.codec));
   constexpr uint64_t kValues = uint64_t{1} << 20;
   r.sync.bytes_per_value =
       static_cast<double>(compression::EstimateEncodedSize(codec, kValues)) / kValues;

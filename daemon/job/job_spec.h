@@ -28,7 +28,10 @@
 //     codec: q4                      # what crosses between replicas, with error feedback on
 //                                    # lossy codecs: exact | bf16 | q8 | q4 | q2 |
 //                                    # topk:F+CODEC ... (default: exact in step mode, q4 in
-//                                    # local mode, from the replica study in BENCHMARKS.md)
+//                                    # local mode, from the replica study in BENCHMARKS.md) |
+//                                    # adaptive: per sync, the least lossy of fp32..q4 that
+//                                    # fits 10% of the compute between syncs on the group's
+//                                    # slowest measured link (daemon/job/sync_codec.h)
 //
 // A job with replicas (or auto) is not re-planned (a straggler's layers would have to move in
 // every replica). The planner places replicas for the built-in data only: token files live on

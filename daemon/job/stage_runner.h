@@ -26,6 +26,7 @@
 #include "daemon/job/sender.h"
 #include "daemon/job/stage_exchange.h"
 #include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_codec.h"
 #include "daemon/job/sync_exchange.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
@@ -116,6 +117,9 @@ class StageRunner {
   Status InitSyncExchange();  // the replicas' part of InitSync
   Status SyncGradients(uint64_t step);
   Status OuterStep(uint64_t step);
+  // sync: {codec: adaptive}: the codec of the next sync, for `compute_seconds` of compute
+  // since the last one (sync_codec.h).
+  Status ChooseSyncCodec(double compute_seconds);
   Status CheckpointSync(uint64_t step);
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
@@ -131,7 +135,8 @@ class StageRunner {
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<StageExchange> exchange_;
-  std::unique_ptr<SyncExchange> sync_;  // with replicas
+  std::unique_ptr<SyncExchange> sync_;          // with replicas
+  std::optional<SyncCodecChooser> sync_codec_;  // sync: {codec: adaptive}
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
   fleet::OuterOptimizer outer_;  // local mode

@@ -70,7 +70,12 @@ Status StageRunner::InitSyncExchange() {
                                            std::to_string(member));
     }
   }
-  so.codec = ctx_.spec.sync.codec;
+  const bool adaptive = ctx_.spec.sync.codec == "adaptive";
+  so.codec = adaptive ? kAdaptiveSyncStart : ctx_.spec.sync.codec;
+  if (adaptive) {
+    ASSIGN_OR_RETURN(SyncCodecChooser chooser, SyncCodecChooser::Create());
+    sync_codec_.emplace(std::move(chooser));
+  }
   so.slices = fleet::SyncSlices(fragment_->layout());
   so.model_slices = fragment_->layout().model().num_slices();
   so.inbox = ctx_.inbox;
@@ -85,6 +90,7 @@ Status StageRunner::SyncGradients(uint64_t step) {
   const size_t n = static_cast<size_t>(fragment_->layout().total());
   std::vector<float> grads(n), sum(n);
   fragment_->GetGradients(grads.data());
+  RETURN_IF_ERROR(ChooseSyncCodec(compute_acc_));  // this step's forward and backward
   RETURN_IF_ERROR(sync_->AllGather(step, grads, 1.0f, sum));
   fragment_->SetGradients(sum.data());
   return absl::OkStatus();
@@ -101,11 +107,31 @@ Status StageRunner::OuterStep(uint64_t step) {
   std::vector<float> params(n), delta(n), mean(n);
   fragment_->GetParameters(params.data());
   outer_.PseudoGradient(params, delta);
+  // The inner steps' compute, as `every` times this step's.
+  RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
   // Every replica trained the same tokens since the last sync: equal weights.
   RETURN_IF_ERROR(sync_->AllGather(step, delta, 1.0f / static_cast<float>(grid_.replicas), mean));
   outer_.Step(ctx_.spec.sync.outer, mean);
   fragment_->SetParameters(outer_.anchor().data());
   return absl::OkStatus();
+}
+
+Status StageRunner::ChooseSyncCodec(double compute_seconds) {
+  if (!sync_codec_) return absl::OkStatus();
+  std::vector<v1::LinkEstimate> links;
+  for (int member : grid_.group(stage_)) {
+    if (member != stage_) {
+      links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(member).site()));
+    }
+  }
+  const uint64_t bytes = static_cast<uint64_t>(fragment_->layout().total()) * sizeof(float);
+  ASSIGN_OR_RETURN(const compression::Decision d,
+                   sync_codec_->Choose(links, bytes, compute_seconds, Now()));
+  if (d.changed) {
+    ctx_.log->info("job {} stage {}: sync codec {}: {}", ctx_.assignment.job_id(), stage_, d.codec,
+                   d.explanation);
+  }
+  return sync_->SetCodec(d.codec, "sync group, adaptive: " + d.explanation);
 }
 
 Status StageRunner::CheckpointSync(uint64_t step) {

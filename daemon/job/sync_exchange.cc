@@ -158,6 +158,27 @@ v1::SyncReport SyncExchange::Report() const {
   return r;
 }
 
+Status SyncExchange::SetCodec(const std::string& codec, const std::string& reason) {
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(codec));
+  if (codec != o_.codec) {
+    std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders;
+    for (size_t k = 0; k < encoders_.size(); ++k) {
+      ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(codec));
+      RETURN_IF_ERROR(encoder->RestoreResidual(encoders_[k]->residual(),
+                                               static_cast<size_t>(o_.slices[k].size)));
+      encoders.push_back(std::move(encoder));
+    }
+    encoders_ = std::move(encoders);
+    o_.codec = codec;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (OutboundUsage& u : usage_) {
+    u.codec = spec.ToString();
+    if (!reason.empty()) u.reason = reason;
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::vector<float>> SyncExchange::residuals() const {
   std::vector<std::vector<float>> r;
   for (const auto& e : encoders_) r.push_back(e->residual());

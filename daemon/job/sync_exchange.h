@@ -50,6 +50,11 @@ class SyncExchange {
   Status AllGather(uint64_t step, std::span<const float> values, float weight,
                    std::span<float> out);
 
+  // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried
+  // over; `reason` is the usage's explanation (the adaptive choice's).
+  Status SetCodec(const std::string& codec, const std::string& reason);
+  const std::string& codec() const { return o_.codec; }
+
   // The error-feedback residuals, by slice (for the stage checkpoint), and their restore.
   std::vector<std::vector<float>> residuals() const;
   Status RestoreResiduals(std::vector<std::vector<float>> residuals);

@@ -1,5 +1,6 @@
 // The pieces of replicated jobs that need no network: the job file's `replicas` and `sync`
-// keys (defaults, values, errors naming the key), the stage grid, plan checks with replicas,
+// keys (defaults, values, errors naming the key), the adaptive sync codec's choices, the stage
+// grid, plan checks with replicas,
 // the barrier's per-replica clipping scales, and sync state files (round trip; a flipped byte,
 // a truncation or sizes that do not fit the fragment are DataLoss, never loaded).
 #include <xxhash.h>
@@ -17,6 +18,7 @@
 #include "daemon/job/stage_grid.h"
 #include "daemon/job/step_barrier.h"
 #include "daemon/job/sync_checkpoint.h"
+#include "daemon/job/sync_codec.h"
 #include "test/daemon/test_util.h"
 
 namespace longhaul::daemon {
@@ -69,7 +71,9 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: auto\n"), Catch::Contains("auto needs placement: planned"));
   CHECK_THAT(error("replicas: 2\nsync: {mode: async}\n"), Catch::Contains("step or local"));
   CHECK_THAT(error("replicas: 2\nsync: {codec: q3}\n"), Catch::Contains("sync.codec"));
-  CHECK_THAT(error("replicas: 2\nsync: {codec: adaptive}\n"), Catch::Contains("adaptive"));
+  auto adaptive = ParseJobSpec(Job("replicas: 2\nsync: {codec: adaptive}\n"), "job.yaml", ".");
+  REQUIRE(adaptive.ok());
+  CHECK(adaptive->sync.codec == "adaptive");
   CHECK_THAT(error("replicas: 2\nsync: {every: 0}\n"), Catch::Contains("every"));
   CHECK_THAT(error("replicas: 2\nsync: {outer: {momentum: 1}}\n"), Catch::Contains("momentum"));
   CHECK_THAT(error("replicas: 2\nsync: {cadence: 3}\n"), Catch::Contains("cadence"));
@@ -104,6 +108,47 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   REQUIRE_FALSE(pf.ok());
   CHECK_THAT(std::string(pf.status().message()),
              Catch::Contains("only for data: {train: builtin}"));
+}
+
+v1::LinkEstimate Link(double bytes_per_second, double rtt) {
+  v1::LinkEstimate e;
+  e.set_bandwidth_bytes_per_second(bytes_per_second);
+  e.set_rtt_seconds(rtt);
+  return e;
+}
+
+TEST_CASE("the adaptive sync codec: the least lossy that fits a tenth of the compute",
+          "[replicas]") {
+  const uint64_t bytes = 4'000'000;  // a 1M-parameter fragment
+  auto choose = [&](const std::vector<v1::LinkEstimate>& links, double compute) {
+    auto chooser = SyncCodecChooser::Create();
+    REQUIRE(chooser.ok());
+    auto d = chooser->Choose(links, bytes, compute, 100.0);
+    REQUIRE(d.ok());
+    INFO(d->explanation);
+    return d->codec;
+  };
+  // No estimate yet (a member not measured): the floor, provisionally.
+  CHECK(choose({Link(1e9, 0.001), Link(0, 0)}, 1.0) == "q4");
+  CHECK(choose({}, 1.0) == "q4");
+  // 4 MB in 4 ms of a 100 ms budget: exact.
+  CHECK(choose({Link(1e9, 0.001), Link(2e9, 0.001)}, 1.0) == "fp32");
+  // The slowest member decides: 4 MB at 2e7 B/s is 0.2 s, bf16 0.1 s and a bit: q8 fits.
+  CHECK(choose({Link(1e9, 0.001), Link(2e7, 0.001)}, 1.0) == "q8");
+  // Nothing fits: the fastest, q4.
+  CHECK(choose({Link(1e5, 0.001)}, 1.0) == "q4");
+  // More compute between syncs (local mode's inner steps) buys a less lossy codec.
+  CHECK(choose({Link(2e7, 0.001)}, 10.0) == "fp32");
+  // Step by step the controller keeps state: a link that slows down drops the codec at once.
+  auto chooser = SyncCodecChooser::Create();
+  REQUIRE(chooser.ok());
+  auto first = chooser->Choose({Link(1e9, 0.001)}, bytes, 1.0, 1.0);
+  REQUIRE(first.ok());
+  CHECK(first->codec == "fp32");
+  auto second = chooser->Choose({Link(1e5, 0.001)}, bytes, 1.0, 2.0);
+  REQUIRE(second.ok());
+  CHECK(second->codec == "q4");
+  CHECK(second->changed);
 }
 
 TEST_CASE("the example replica job parses", "[replicas]") {
