@@ -59,7 +59,8 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
             "Pipeline replicas: bytes the sync group's members sent each other, on the wire.");
   m->Family("longhaul_sync_group_syncs_total", "counter", "Syncs the sync group completed.");
   m->Family("longhaul_sync_group_exposed_seconds_total", "counter",
-            "Sync time the replicas waited for (the group's slowest member).");
+            "Longest total time a member of the sync group spent in syncs (its sync work and its "
+            "wait for the other members).");
   m->Family("longhaul_sync_group_hidden_seconds_total", "counter",
             "Sync time hidden behind the next inner steps.");
   for (const auto& j : jobs.jobs()) {

@@ -154,7 +154,8 @@ std::vector<PlanResult> FormReplicas(const Planner& planner, const ReplicaPlanRe
 
 StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const PlacementRequest& request,
-                                                const std::vector<PlanResult>& replicas) {
+                                                const std::vector<PlanResult>& replicas,
+                                                bool keep_all) {
   if (replicas.empty()) return absl::InvalidArgumentError("aligning replicas: none given");
   const Profiles& profiles = planner.profiles();
   auto flops = [&](const std::string& s) {
@@ -230,7 +231,7 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
   double best_rate = 0;
   for (const auto& split : splits) {
     std::vector<PlanResult> aligned = align(split);
-    if (aligned.empty()) continue;
+    if (aligned.empty() || (keep_all && aligned.size() != replicas.size())) continue;
     double step = 0;
     for (const PlanResult& r : aligned) step = std::max(step, r.estimate.step_seconds);
     const double rate = step > 0 ? static_cast<double>(aligned.size()) / step : 0;
@@ -263,13 +264,11 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
       if (r.exact_count && static_cast<int>(n) != r.max_replicas) continue;
       std::vector<PlanResult> replicas(found.begin(), found.begin() + n);
       if (r.aligned) {
-        auto aligned = AlignReplicas(planner, r.request, replicas);
+        auto aligned = AlignReplicas(planner, r.request, replicas, r.exact_count);
         if (!aligned.ok()) {
           if (error.ok()) error = aligned.status();
           continue;
         }
-        // Replicas the split leaves out fall short of an exact count.
-        if (r.exact_count && static_cast<int>(aligned->size()) != r.max_replicas) continue;
         replicas = *std::move(aligned);
       }
       ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,

@@ -64,9 +64,11 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
 // to the stages by layer count, whichever the cost model prices faster, and a replica with
 // fewer than S stages or that fits its sites' memory in neither is left out. The split with
 // the most replicas per second of the slowest one's step wins. Fails when no split keeps any.
+// With `keep_all`, only splits that keep every replica count (an exact replica count).
 StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const PlacementRequest& request,
-                                                const std::vector<PlanResult>& replicas);
+                                                const std::vector<PlanResult>& replicas,
+                                                bool keep_all = false);
 
 // The price of given replicas (each a pipeline over its own sites) under `sync`.
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,

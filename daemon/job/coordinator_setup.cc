@@ -80,6 +80,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     s->set_layer_end(plan[i].layer_end);
     s->set_replica(static_cast<uint32_t>(i) / per_replica);
   }
+  // What every site will check of its assignment (a planner's plan included: the replica
+  // count and the stages within bounds), refused here rather than by each site.
+  RETURN_IF_ERROR(CheckPlan(r.stages(), c->spec_, c->spec_.job.source + ": the plan"));
   std::error_code ec;
   std::filesystem::create_directories(c->env_.job_dir, ec);
   RETURN_IF_ERROR(model::WriteFileAtomically(c->env_.job_dir + "/job.yaml", c->spec_.yaml));

@@ -23,6 +23,16 @@ std::string Clip(std::string_view s, size_t n = 64) {
 
 std::string Str(uint64_t v) { return std::to_string(v); }
 
+// Text a peer sends that the status, the CLI's tables and /metrics show: bounded, and no
+// control characters (a terminal escape in `longhaul status` is not a codec name).
+bool Showable(std::string_view s, size_t max) {
+  if (s.size() > max) return false;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Status CheckJobId(std::string_view id) {
@@ -138,10 +148,17 @@ Status CheckStepReport(const v1::StepReport& r, int num_stages, uint64_t total_s
       return absl::InvalidArgumentError(job + ": a grad sum of squares is " + std::to_string(g));
     }
   }
-  // Shown in the job's status and metrics: a name, and a time that is one.
+  // Shown in the job's status and metrics: names and reasons without control characters,
+  // and a time that is one.
+  for (const v1::LinkUsage& l : r.links()) {
+    if (!Showable(l.codec(), 64) || !Showable(l.reason(), 512)) {
+      return absl::InvalidArgumentError(job + ": link usage with codec '" + Clip(l.codec()) +
+                                        "' and reason '" + Clip(l.reason()) + "'");
+    }
+  }
   if (r.has_sync()) {
     const v1::SyncReport& s = r.sync();
-    if (s.codec().size() > 64 || !std::isfinite(s.seconds()) || s.seconds() < 0) {
+    if (!Showable(s.codec(), 64) || !std::isfinite(s.seconds()) || s.seconds() < 0) {
       return absl::InvalidArgumentError(job + ": sync report with codec '" + Clip(s.codec()) +
                                         "' and " + std::to_string(s.seconds()) + " s");
     }

@@ -150,7 +150,15 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   if (spec.planned) {
-    // The listed sites are candidates: the planner picks the replicas among them.
+    // The listed sites are candidates: the planner picks the replicas among them. With token
+    // files it keeps the listed order (the data is on the first site) and every site.
+    if (spec.job.data.train != model::kBuiltinData &&
+        static_cast<int>(spec.sites.size()) > spec.job.model.num_layers) {
+      return w.Error(sites_entry, "more sites (" + std::to_string(spec.sites.size()) +
+                                      ") than layers (" +
+                                      std::to_string(spec.job.model.num_layers) +
+                                      "): with token files the planner keeps every listed site");
+    }
     if (spec.replicas != 1 && spec.job.data.train != model::kBuiltinData) {
       return w.Error(replicas_entry,
                      "the planner places replicas only for data: {train: builtin} (token files "
@@ -225,7 +233,7 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   scheduler::ReplicaPlanRequest r;
   r.request = request;
   r.aligned = true;
-  r.max_replicas = spec.replicas;  // 0: auto
+  r.max_replicas = spec.replicas > 0 ? spec.replicas : kMaxReplicas;  // auto: up to the most
   r.exact_count = spec.replicas > 0;
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
   r.sync.overlap = false;

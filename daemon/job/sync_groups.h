@@ -13,7 +13,8 @@ namespace longhaul::daemon {
 
 // Replaces record->sync_groups with the groups of `grid` (none for a single pipeline): bytes
 // summed over the members, syncs the fewest any member completed, exposed time the largest
-// total of any member (in lockstep the slowest member holds every replica back).
+// total any member spent in syncs (its own sync work and its wait for the others, which in
+// lockstep includes waiting for a replica that computes slower).
 void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports, const StageGrid& grid,
                    v1::JobStatus* record);
 

@@ -151,6 +151,11 @@ TEST_CASE("coordinator: one barrier decision for all stages, only from the stage
   bad.mutable_sync()->set_seconds(1);
   bad.mutable_sync()->set_codec(std::string(65, 'q'));
   CHECK(f.c->OnReport(bad, "beta").status().code() == absl::StatusCode::kInvalidArgument);
+  bad.mutable_sync()->set_codec("q4\x1b[2J");  // a terminal escape
+  CHECK(f.c->OnReport(bad, "beta").status().code() == absl::StatusCode::kInvalidArgument);
+  bad.clear_sync();
+  bad.add_links()->set_reason("fits\n");
+  CHECK(f.c->OnReport(bad, "beta").status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("coordinator: a failed stage rolls every stage back to the committed step") {

@@ -69,6 +69,11 @@ void Report(const uint8_t* d, size_t n) {
       r.sync().seconds() < 0) {
     std::abort();
   }
+  for (const auto& l : r.links()) {
+    for (char c : l.codec() + l.reason()) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) std::abort();
+    }
+  }
 }
 
 void Fetch(const uint8_t* d, size_t n) {

@@ -238,7 +238,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
 
   // A job with replicas (a count or auto): the replicated plan beside the single pipeline's.
   std::optional<scheduler::ReplicaPlan> fleet;
-  if (spec->replicas != 1) {
+  if (spec->replicas != 1 && spec->planned) {  // even placement runs the listed replicas
     auto rr = daemon::ReplicaPlanRequestFor(*spec, request);
     if (!rr.ok()) return Fail(rr.status(), err);
     auto f = scheduler::PlanReplicas(planner, *rr);
