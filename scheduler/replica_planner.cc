@@ -98,19 +98,25 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
 
 namespace {
 
+// `sites` by FLOP/s, most first (stable: ties keep their order); a site without a profile
+// counts as 0.
+std::vector<std::string> ByFlops(const Profiles& profiles, std::vector<std::string> sites) {
+  auto flops = [&](const std::string& s) {
+    const SiteProfile* p = profiles.Site(s);
+    return p == nullptr ? 0.0 : p->flops;
+  };
+  std::stable_sort(sites.begin(), sites.end(),
+                   [&](const std::string& a, const std::string& b) { return flops(a) > flops(b); });
+  return sites;
+}
+
 // Replicas formed greedily: the fastest site left and its `cap` - 1 best-connected sites left
 // are the candidates of the next pipeline (all sites left when cap is 0); the planner picks
 // among them; the sites it uses are taken. A candidate set where nothing fits drops its seed.
 std::vector<PlanResult> FormReplicas(const Planner& planner, const ReplicaPlanRequest& r,
                                      size_t cap, Status* first_error) {
   const Profiles& profiles = planner.profiles();
-  std::vector<std::string> left = r.request.sites;
-  auto flops = [&](const std::string& s) {
-    const SiteProfile* p = profiles.Site(s);
-    return p == nullptr ? 0.0 : p->flops;
-  };
-  std::stable_sort(left.begin(), left.end(),
-                   [&](const std::string& a, const std::string& b) { return flops(a) > flops(b); });
+  std::vector<std::string> left = ByFlops(profiles, r.request.sites);
   std::vector<PlanResult> found;
   while (!left.empty() &&
          (r.max_replicas <= 0 || static_cast<int>(found.size()) < r.max_replicas)) {
@@ -157,16 +163,6 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const std::vector<PlanResult>& replicas,
                                                 bool keep_all) {
   if (replicas.empty()) return absl::InvalidArgumentError("aligning replicas: none given");
-  const Profiles& profiles = planner.profiles();
-  auto flops = [&](const std::string& s) {
-    const SiteProfile* p = profiles.Site(s);
-    return p == nullptr ? 0.0 : p->flops;
-  };
-  auto by_flops = [&](std::vector<std::string> sites) {
-    std::stable_sort(sites.begin(), sites.end(),
-                     [&](const auto& a, const auto& b) { return flops(a) > flops(b); });
-    return sites;
-  };
   ASSIGN_OR_RETURN(const CostModel model, planner.Model(request));
   // The replicas under one split: each in its own planned order or with its sites matched by
   // FLOP/s to the stages by layer count, the faster; a replica with fewer stages, or that fits
@@ -183,9 +179,8 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
       if (r.stages.size() < S) continue;
       // The replica's S sites of most FLOP/s, in its planned order.
       std::vector<std::string> sites;
-      std::vector<std::string> fastest;
       for (const StagePlan& s : r.stages) sites.push_back(s.site);
-      fastest = by_flops(sites);
+      std::vector<std::string> fastest = ByFlops(planner.profiles(), sites);
       fastest.resize(S);
       std::vector<std::string> kept;
       for (const auto& s : sites) {
