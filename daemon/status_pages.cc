@@ -48,6 +48,12 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
   m->Family("longhaul_job_tokens_per_second", "gauge", "Training throughput of the job.");
   m->Family("longhaul_job_step_seconds", "gauge", "Wall time of the job's last step.");
   m->Family("longhaul_job_attempt", "gauge", "Attempt number; it grows at each rollback.");
+  m->Family("longhaul_job_replicas_dropped", "gauge",
+            "Pipeline replicas sitting out after losing a site (sync.on_site_loss: drop).");
+  m->Family("longhaul_job_replica_drops_total", "counter",
+            "Times a pipeline replica was dropped after losing a site.");
+  m->Family("longhaul_job_replica_rejoins_total", "counter",
+            "Times a dropped pipeline replica rejoined from a live replica's state.");
   m->Family("longhaul_stage_compute_seconds", "gauge", "Compute time of the stage's last step.");
   m->Family("longhaul_stage_network_wait_seconds", "gauge",
             "Time the stage's last step spent waiting on the network.");
@@ -74,6 +80,9 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
     m->Sample("longhaul_job_tokens_per_second", job, j.tokens_per_second());
     m->Sample("longhaul_job_step_seconds", job, j.step_seconds());
     m->Sample("longhaul_job_attempt", job, j.attempt());
+    m->Sample("longhaul_job_replicas_dropped", job, j.dropped_replicas_size());
+    m->Sample("longhaul_job_replica_drops_total", job, j.replica_drops());
+    m->Sample("longhaul_job_replica_rejoins_total", job, j.replica_rejoins());
     for (const auto& s : j.stages()) {
       const Labels stage = {
           {"job", j.job_id()}, {"stage", std::to_string(s.index())}, {"site", s.site()}};

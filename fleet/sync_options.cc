@@ -14,6 +14,15 @@ StatusOr<SyncMode> ParseSyncMode(std::string_view text) {
       absl::StrCat("sync.mode must be step or local, not '", std::string(text), "'"));
 }
 
+const char* SiteLossName(SiteLoss loss) { return loss == SiteLoss::kDrop ? "drop" : "wait"; }
+
+StatusOr<SiteLoss> ParseSiteLoss(std::string_view text) {
+  if (text == "drop") return SiteLoss::kDrop;
+  if (text == "wait") return SiteLoss::kWait;
+  return absl::InvalidArgumentError(
+      absl::StrCat("sync.on_site_loss must be drop or wait, not '", std::string(text), "'"));
+}
+
 StatusOr<compression::CodecSpec> FixedSyncCodec(std::string_view codec) {
   if (codec == "exact") return compression::ParseCodecSpec("fp32");
   if (codec == "adaptive") {
@@ -30,6 +39,11 @@ StatusOr<compression::CodecSpec> FixedSyncCodec(std::string_view codec) {
 Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.every < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.every must be >= 1, not ", o.every));
+  }
+  if (o.on_site_loss == SiteLoss::kDrop && o.mode != SyncMode::kLocal) {
+    return absl::InvalidArgumentError(
+        "sync.on_site_loss: drop needs mode local (in mode step every replica's gradients are "
+        "summed each step); use wait");
   }
   RETURN_IF_ERROR(ValidateOuterOptions(o.outer));
   if (o.codec != "adaptive") RETURN_IF_ERROR(FixedSyncCodec(o.codec).status());

@@ -22,18 +22,33 @@ namespace longhaul::fleet {
 
 enum class SyncMode { kStep, kLocal };
 
+// What the job does when a site of one replica is lost (unreachable, restarted, failed):
+//   drop: the replicas without it go on from the last committed step, and it rejoins from a
+//         live replica's state at the first committed sync step after its sites answer again
+//         (local mode only: step mode's barrier needs every replica's gradients each step);
+//   wait: every replica rolls back and waits for the site, as a single pipeline does (the
+//         result is then the same bit for bit as a run without the fault).
+enum class SiteLoss { kDrop, kWait };
+
 struct SyncOptions {
   SyncMode mode = SyncMode::kLocal;
   int every = 50;  // local: inner steps per outer step; >= 1
   OuterOptions outer;
   std::string codec = "adaptive";
+  // The job spec's default is drop in local mode (daemon/job/job_spec.h), wait in step mode.
+  SiteLoss on_site_loss = SiteLoss::kWait;
 };
 
 const char* SyncModeName(SyncMode mode);
 // "step" or "local"; the error names the accepted values.
 StatusOr<SyncMode> ParseSyncMode(std::string_view text);
 
-// every >= 1, the outer options' ranges, and a codec that is "exact", "adaptive" or parses.
+const char* SiteLossName(SiteLoss loss);
+// "drop" or "wait"; the error names the accepted values.
+StatusOr<SiteLoss> ParseSiteLoss(std::string_view text);
+
+// every >= 1, on_site_loss drop only in local mode, the outer options' ranges, and a codec that is
+// "exact", "adaptive" or parses.
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The codec spec of a fixed sync codec ("exact" is fp32); "adaptive" and unparsable specs

@@ -1,14 +1,14 @@
-// Coordinator: the attempt supervisor (Run: watch the stages, roll back, resume), the step
-// barrier's waiting side (OnReport), status and cancel. Setup and restore are in
-// coordinator_setup.cc, export in coordinator_export.cc, re-planning in replanner.h.
+// Coordinator: the attempt supervisor (Run: watch the stages, roll back, resume), status and
+// cancel. Setup and restore are in coordinator_setup.cc, the step barrier's waiting side in
+// coordinator_report.cc, export in coordinator_export.cc, re-planning in
+// coordinator_replan.cc, replica drops and rejoins in coordinator_replicas.cc.
 #include "daemon/job/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
-#include "daemon/job/sync_groups.h"
-#include "scheduler/replan.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -78,10 +78,21 @@ bool Coordinator::AssignAll() {
     if (!migrate_from_.empty() && record_.committed_step() == migrate_step_) {
       *a.mutable_migrate_from() = migrate_from_;
     }
+    // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica.
+    *a.mutable_dropped_replicas() = record_.dropped_replicas();
+    *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
+    const int source =
+        RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas, DroppedLocked(),
+                     {record_.rejoining_replicas().begin(), record_.rejoining_replicas().end()});
+    a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
+    attempt_start_ = record_.committed_step();
     barrier_.NewAssignment();
   }
+  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, a.stages());
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
   // Last stage first: every receiver exists before its sender starts.
   for (int i = a.stages_size() - 1; i >= 0; --i) {
+    if (Contains(dropped, grid.replica(i))) continue;
     a.set_stage(i);
     transport::Link* ch = env_.channel(a.stages(i).site());
     Status s = ch ? Status() : absl::NotFoundError("unknown site " + a.stages(i).site());
@@ -96,13 +107,30 @@ bool Coordinator::AssignAll() {
       s = r.status();
     }
     StopAttempt();
+    if (Contains({a.rejoining_replicas().begin(), a.rejoining_replicas().end()}, grid.replica(i))) {
+      // A rejoining replica that cannot take its stage sits out again; the others go on.
+      std::lock_guard<std::mutex> lock(mu_);
+      record_.clear_rejoining_replicas();
+      *record_.mutable_dropped_replicas() = a.rejoining_replicas();
+      record_.set_replica_drops(record_.replica_drops() + a.rejoining_replicas_size());
+      membership_note_ = "replica " + std::to_string(grid.replica(i)) +
+                         " could not rejoin (stage " + std::to_string(i) + ": " +
+                         std::string(s.message()) + "); the others go on";
+      need_assign_ = true;
+      record_.set_state(v1::JOB_STATE_RECOVERING);
+      record_.set_detail(membership_note_);
+      PersistLocked();
+      cv_.notify_all();
+      return false;
+    }
     if (s.code() == absl::StatusCode::kDataLoss) {
       // A stage's checkpoint at the committed step is corrupt: fall back once to the step
       // committed before it (every stage keeps both), else fail at once naming the file.
       std::lock_guard<std::mutex> lock(mu_);
       const uint64_t from = record_.committed_step(), to = record_.previous_committed_step();
       // (Not across a layer move: the step before it was checkpointed under the old plan.)
-      if (to < from && migrate_from_.empty()) {
+      // (Nor across a rejoin: the rejoining replicas have no checkpoint before it.)
+      if (to < from && migrate_from_.empty() && record_.rejoining_replicas().empty()) {
         record_.set_committed_step(to);
         record_.set_previous_committed_step(to);
         need_assign_ = true;
@@ -135,16 +163,21 @@ bool Coordinator::AssignAll() {
   need_assign_ = false;
   failed_checks_ = 0;
   record_.set_state(v1::JOB_STATE_RUNNING);
-  record_.set_detail(placement_);  // how the job was placed (empty for an even placement)
+  // How the job was placed (empty for an even placement), or the last replica drop or rejoin.
+  record_.set_detail(membership_note_.empty() ? placement_ : membership_note_);
   PersistLocked();
   return true;
 }
 
 std::vector<std::string> Coordinator::StageSites() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> sites;
-  for (const auto& s : record_.stages()) sites.push_back(s.site());
-  return sites;
+  return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(),
+                   DroppedLocked());
+}
+
+std::vector<std::string> Coordinator::AllSites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(), {});
 }
 
 void Coordinator::StopAttempt() {
@@ -160,36 +193,50 @@ void Coordinator::StopAttempt() {
     cv_.notify_all();
   }
   stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
-  for (const auto& st : StageSites()) {
+  for (const auto& st : AllSites()) {
     if (transport::Link* c = env_.channel(st)) (void)c->ControlJob(stop, 3);
   }
 }
 
-std::string Coordinator::CheckStages(bool* all_finished) {
+std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string>* lost) {
   v1::JobCommand ping;
   uint32_t attempt;
-  std::vector<std::string> sites;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ping.set_job_id(record_.job_id());
     attempt = record_.attempt();
-    for (const auto& s : record_.stages()) sites.push_back(s.site());
   }
   ping.set_kind(v1::JobCommand::KIND_PING);
   ping.set_attempt(attempt);
   *all_finished = true;
-  for (const auto& site : sites) {
+  // A site gone (or restarted) is the one to blame; the stages that fail because they lost
+  // their peer only if none is.
+  std::string first_gone, first_failed;
+  std::vector<std::string> gone, failed;
+  for (const auto& site : StageSites()) {
     transport::Link* c = env_.channel(site);
-    if (!c) return "site '" + site + "' is unknown";
-    auto r = c->ControlJob(ping, 3);
-    if (!r.ok()) return "site '" + site + "' is unreachable: " + std::string(r.status().message());
-    if (!r->error().empty()) return "site '" + site + "' failed: " + r->error();
-    if (r->attempt() != attempt || (!r->running() && !r->finished())) {
-      return "site '" + site + "' lost its stage (restarted?)";
+    std::string problem;
+    bool is_gone = true;
+    if (!c) {
+      problem = "site '" + site + "' is unknown";
+    } else if (auto r = c->ControlJob(ping, 3); !r.ok()) {
+      problem = "site '" + site + "' is unreachable: " + std::string(r.status().message());
+    } else if (!r->error().empty()) {
+      problem = "site '" + site + "' failed: " + r->error();
+      is_gone = false;
+    } else if (r->attempt() != attempt || (!r->running() && !r->finished())) {
+      problem = "site '" + site + "' lost its stage (restarted?)";
+    } else {
+      *all_finished = *all_finished && r->finished();
+      continue;
     }
-    *all_finished = *all_finished && r->finished();
+    *all_finished = false;
+    (is_gone ? gone : failed).push_back(site);
+    std::string& first = is_gone ? first_gone : first_failed;
+    if (first.empty()) first = problem;
   }
-  return "";
+  *lost = gone.empty() ? failed : gone;
+  return first_gone.empty() ? first_failed : first_gone;
 }
 
 void Coordinator::Run() {
@@ -207,8 +254,10 @@ void Coordinator::Run() {
     }
     bool all_finished = false;
     if (!need_assign) {
-      const std::string problem = CheckStages(&all_finished);
+      std::vector<std::string> lost;
+      const std::string problem = CheckStages(&all_finished, &lost);
       if (problem.empty()) {
+        MaybeRejoin();
         bool replan = false;
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -225,6 +274,7 @@ void Coordinator::Run() {
         failures = ++failed_checks_;
       }
       if (failures < 2) continue;  // one missed ping is not yet a failure
+      if (DropReplicas(lost, problem)) continue;
       env_.log->warn("job {}: {}; rolling back", record_.job_id(), problem);
       StopAttempt();
       {
@@ -278,145 +328,6 @@ void Coordinator::Run() {
   }
 }
 
-void Coordinator::Replan() {
-  Replanner::Snapshot snapshot;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    snapshot = replanner_.Take(record_, spec_, env_.site);
-  }
-  const std::optional<Replanner::Move> move = replanner_.Plan(snapshot);
-  if (!move) {
-    std::lock_guard<std::mutex> lock(mu_);
-    replanner_.Declined();
-    return;
-  }
-  const std::vector<scheduler::StagePlan>& next = move->next;
-  StopAttempt();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    migrate_from_ = record_.stages();
-    migrate_step_ = record_.committed_step();
-    for (size_t k = 0; k < next.size(); ++k) {
-      v1::StageInfo* s = record_.mutable_stages(k);
-      s->set_layer_begin(next[k].layer_begin);
-      s->set_layer_end(next[k].layer_end);
-    }
-    record_.set_predicted_step_seconds(move->predicted_step_seconds);
-    record_.set_replans(record_.replans() + 1);
-    record_.set_attempt(record_.attempt() + 1);
-    const uint64_t keep = record_.committed_step() - record_.losses_offset();
-    while (static_cast<uint64_t>(record_.losses_size()) > keep) {
-      record_.mutable_losses()->RemoveLast();
-    }
-    record_.set_step(record_.committed_step());
-    record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replanner_.reason() + move->moved + "; now " +
-                       scheduler::PlanDebugString(next));
-    replanner_.Applied();
-    PersistLocked();
-    cv_.notify_all();
-    env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
-  }
-  AssignAll();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (record_.state() == v1::JOB_STATE_RUNNING) {
-    record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
-                       replanner_.reason() + move->moved);
-  }
-}
-
-StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
-                                                 const std::string& caller) {
-  std::unique_lock<std::mutex> lock(mu_);
-  // Only the site that runs a stage reports for it, within the job's steps.
-  RETURN_IF_ERROR(CheckStepReport(rep, record_.stages_size(), record_.total_steps()));
-  if (record_.stages(rep.stage()).site() != caller) {
-    return absl::PermissionDeniedError("site '" + caller + "' may not report for stage " +
-                                       std::to_string(rep.stage()) + " of job " + record_.job_id() +
-                                       " (site '" + record_.stages(rep.stage()).site() +
-                                       "' runs it)");
-  }
-  v1::StepDecision stop;
-  stop.set_stop(true);
-  if (rep.attempt() != record_.attempt() || TerminalState(record_.state()) ||
-      stopped_attempt_ == rep.attempt()) {
-    stop.set_detail(TerminalState(record_.state()) ? "job " + v1::JobState_Name(record_.state())
-                                                   : "attempt superseded");
-    return stop;
-  }
-  const uint32_t n = record_.stages_size();
-  const uint64_t committed = barrier_.NoteCheckpoint(rep.stage(), rep.checkpoint_step(), n);
-  if (committed > record_.committed_step()) {
-    record_.set_previous_committed_step(record_.committed_step());
-    record_.set_committed_step(committed);
-    if (committed > migrate_step_) migrate_from_.Clear();
-    PersistLocked();
-  }
-  if (rep.step() >= record_.total_steps()) {  // a stage finished
-    if (barrier_.NoteFinished(rep.stage(), n) &&
-        record_.committed_step() >= record_.total_steps()) {
-      record_.set_state(v1::JOB_STATE_COMPLETED);  // the detail (placement, re-plan) stays
-      PersistLocked();
-      env_.log->info("job {}: completed, final loss {:.4f}", record_.job_id(), record_.loss());
-      cv_.notify_all();
-    }
-    v1::StepDecision d;
-    d.set_grad_scale(1);
-    d.set_committed_step(record_.committed_step());
-    return d;
-  }
-  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
-  if (const auto* reports =
-          barrier_.Add(rep, n, record_.committed_step(), static_cast<uint32_t>(grid.replicas))) {
-    // The step is decided. Progress: the loss is the mean over the replicas' last stages,
-    // the tokens their sum.
-    const v1::StepReport& last = reports->rbegin()->second;
-    double loss = 0;
-    uint64_t tokens = 0;
-    for (const auto& [stage, r] : *reports) {
-      if (!grid.last(static_cast<int>(stage))) continue;
-      loss += r.loss();
-      tokens += r.tokens();
-    }
-    loss /= grid.replicas;
-    const double now = NowUnix();
-    const double step_time = last_step_time_ > 0 ? now - last_step_time_ : last.step_seconds();
-    last_step_time_ = now;
-    record_.set_step(rep.step() + 1);
-    record_.set_loss(loss);
-    record_.add_losses(loss);
-    record_.set_step_seconds(step_time);
-    if (step_time > 0) record_.set_tokens_per_second(tokens / step_time);
-    record_.set_eta_seconds(step_time * (record_.total_steps() - record_.step()));
-    replanner_.Observe(*reports, record_);
-    record_.clear_links();
-    for (const auto& [stage, r] : *reports) {
-      v1::StageInfo* s = record_.mutable_stages(stage);
-      s->set_compute_seconds(r.compute_seconds());
-      s->set_wait_seconds(r.wait_seconds());
-      s->set_step_seconds(r.step_seconds());
-      for (const auto& l : r.links()) *record_.add_links() = l;
-    }
-    SetSyncGroups(*reports, grid, &record_);
-    PersistLocked();
-    barrier_.Prune(rep.attempt(), rep.step());
-    cv_.notify_all();
-  }
-  v1::StepDecision decision;
-  StepBarrier::State state;
-  cv_.wait(lock, [&] {
-    state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
-    return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-           stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
-  });
-  if (shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-      stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kDecided) {
-    stop.set_detail("attempt ended");
-    return stop;
-  }
-  return decision;
-}
-
 v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
   std::lock_guard<std::mutex> lock(mu_);
   v1::JobStatus s = record_;
@@ -440,7 +351,7 @@ StatusOr<v1::JobState> Coordinator::Cancel() {
   v1::JobCommand cancel;
   cancel.set_job_id(record_.job_id());
   cancel.set_kind(v1::JobCommand::KIND_CANCEL);
-  for (const auto& site : StageSites()) {
+  for (const auto& site : AllSites()) {
     if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
   }
   env_.log->info("job {}: cancelled", record_.job_id());

@@ -3,7 +3,9 @@
 // runs the per-step barrier (global gradient-norm clipping, loss, committed checkpoints),
 // watches the stages, and recovers: when a site or link fails it stops the attempt, waits
 // until every site answers again, and restarts all stages from the last committed step
-// under a new attempt number (frames of older attempts are dropped). Its record is persisted
+// under a new attempt number (frames of older attempts are dropped); with pipeline replicas
+// in local mode it drops the replicas of a lost site instead and lets the others go on, until
+// the site answers and they rejoin. Its record is persisted
 // in the data directory, so a restarted coordinator picks its jobs up where they stood.
 #pragma once
 
@@ -21,6 +23,7 @@
 #include "common/status.h"
 #include "daemon/job/job_spec.h"
 #include "daemon/job/replanner.h"
+#include "daemon/job/replica_membership.h"
 #include "daemon/job/step_barrier.h"
 #include "daemon/transport/link.h"
 #include "proto/longhaul.pb.h"
@@ -68,11 +71,23 @@ class Coordinator {
   void Run();
   // Assigns every stage for the current attempt; false on failure (state updated).
   bool AssignAll();
-  // Pings every stage; returns "" when all run the current attempt, else what is wrong.
-  std::string CheckStages(bool* all_finished);
+  // Pings every live stage; returns "" when all run the current attempt, else what is wrong
+  // (the first problem), with every site that has one in *lost: those unreachable or without
+  // their stage, or failing if none is.
+  std::string CheckStages(bool* all_finished, std::vector<std::string>* lost);
   void StopAttempt();
   void SetState(v1::JobState state, const std::string& detail);
-  std::vector<std::string> StageSites();  // the sites of the current stages
+  std::vector<std::string> StageSites();  // the sites of the live replicas' stages
+  std::vector<std::string> AllSites();    // every stage's, dropped replicas' too
+  // Replica membership (coordinator_replicas.cc, replica_membership.h): drops the replicas
+  // with a stage on a lost site and restarts the others from the committed step (true), when
+  // the job's on_site_loss is drop and some replica is left; rejoins the dropped ones at a
+  // committed sync step once all their sites answer.
+  bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem);
+  void MaybeRejoin();
+  ReplicaList DroppedLocked() const {
+    return {record_.dropped_replicas().begin(), record_.dropped_replicas().end()};
+  }
   // Moves layers away from a straggler at the committed step, if that helps.
   void Replan();
   void PersistLocked();
@@ -93,6 +108,9 @@ class Coordinator {
   std::string placement_;  // the planner's summary, kept in the detail
   google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move
   uint64_t migrate_step_ = 0;
+  uint64_t attempt_start_ = 0;  // the committed step the current attempt started from
+  uint64_t last_rejoin_try_ = 0;
+  std::string membership_note_;  // the last drop or rejoin, kept in the detail
   std::thread thread_;
 };
 

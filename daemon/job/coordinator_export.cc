@@ -19,9 +19,13 @@ Status Coordinator::Export(
   }
   const model::GPT2Config& config = spec_.job.model;
   std::vector<float> params(model::NumParameters(config));
+  // Pipeline replicas: the first live replica's model (they are identical after each sync; a
+  // dropped one's checkpoints stop where it was dropped).
+  const ReplicaList dropped(r.dropped_replicas().begin(), r.dropped_replicas().end());
+  uint32_t source = 0;
+  while (Contains(dropped, static_cast<int>(source))) ++source;
   for (const auto& st : r.stages()) {
-    // Pipeline replicas: replica 0's model (the replicas are identical after each sync).
-    if (st.replica() != 0) continue;
+    if (st.replica() != source) continue;
     model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
     FragmentArray flat;
     flat.values.resize(layout.total());

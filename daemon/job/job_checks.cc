@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "daemon/job/replica_membership.h"
 #include "daemon/job/stage_grid.h"
 
 namespace longhaul::daemon {
@@ -121,6 +122,40 @@ Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::s
   }
   if (a.migrate_from_size() > 0) {
     RETURN_IF_ERROR(CheckPlan(a.migrate_from(), spec, job + ": migrate_from"));
+  }
+  return CheckReplicaMembership(a, spec, job);
+}
+
+Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
+                              const std::string& job) {
+  if (a.dropped_replicas_size() == 0 && a.rejoining_replicas_size() == 0) {
+    return absl::OkStatus();
+  }
+  const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
+  auto valid = [&](const ReplicaList& list) {
+    for (size_t k = 0; k < list.size(); ++k) {
+      if (list[k] >= static_cast<uint32_t>(grid.replicas) || (k > 0 && list[k] <= list[k - 1])) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const int source = static_cast<int>(a.rejoin_source());
+  bool overlap = false;
+  for (uint32_t r : rejoining) overlap = overlap || Contains(dropped, static_cast<int>(r));
+  if (spec.sync.mode != fleet::SyncMode::kLocal || !valid(dropped) || !valid(rejoining) ||
+      overlap || dropped.size() >= static_cast<size_t>(grid.replicas) ||
+      (!rejoining.empty() &&
+       (source >= grid.replicas || Contains(dropped, source) || Contains(rejoining, source))) ||
+      Contains(dropped, grid.replica(static_cast<int>(a.stage())))) {
+    return absl::InvalidArgumentError(
+        job + ": replica membership (dropped " + Str(dropped.size()) + ", rejoining " +
+        Str(rejoining.size()) + " from replica " + Str(source) + ", stage " + Str(a.stage()) +
+        ") does not fit the job's " + Str(grid.replicas) +
+        " replicas in local mode: indices ascending and in range, none both, one live replica "
+        "to rejoin from, and this stage's replica not dropped");
   }
   return absl::OkStatus();
 }

@@ -35,6 +35,11 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
 // `self`), a valid coordinator name, resume_step within the job's steps, and migrate_from
 // (if set) a valid plan too.
 Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::string_view self);
+// The assignment's dropped and rejoining replicas (replica_membership.h): local mode only,
+// ascending indices of the job's replicas, disjoint, a live rejoin source, some replica live,
+// and the assigned stage's replica not dropped.
+Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
+                              const std::string& job);
 
 // A step report against the coordinator's job: the stage index within the plan, the step and
 // the checkpoint step within the job's steps (a stage cannot have checkpointed a step it has

@@ -9,8 +9,12 @@
 #include "daemon/job/fragment_slices.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_host.h"
+#include "daemon/job/replica_membership.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_checkpoint.h"
+#include "fleet/sync_slices.h"
+#include "model/layout.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -107,6 +111,24 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
     t.payload = SealLoaderState(s.loader_state);
     RETURN_IF_ERROR(sink(std::move(t)));
   }
+  if (req.include_sync_state()) {  // a rejoining replica's stage: the outer step's state
+    std::vector<int64_t> sizes;
+    for (const auto& slice : fleet::SyncSlices(model::FragmentLayout(spec.job.model, begin, end))) {
+      sizes.push_back(slice.size);
+    }
+    const int64_t tied =
+        static_cast<int64_t>(spec.job.model.padded_vocab_size) * spec.job.model.channels;
+    ASSIGN_OR_RETURN(SyncState sync,
+                     ReadSyncState(SyncCheckpointPath(dir, req.step(), begin, end), req.step(),
+                                   static_cast<int64_t>(s.params.size()), sizes, tied));
+    if (sync.anchor.empty()) {
+      return absl::FailedPreconditionError("job " + req.job_id() + ": the sync state of step " +
+                                           std::to_string(req.step()) + " on site '" +
+                                           options_.site + "' has no outer-step anchor");
+    }
+    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 3, sync.anchor));
+    RETURN_IF_ERROR(send(v1::TENSOR_KIND_OPTIMIZER_STATE, 4, sync.momentum));
+  }
   return absl::OkStatus();
 }
 
@@ -127,11 +149,14 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   int replicas;
   std::string from_site;
   std::vector<fleet::SyncSlice> slices;
+  ReplicaList dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
     replicas = stage->replicas;
     if (first.kind() == v1::TENSOR_KIND_SYNC) slices = stage->slices;
+    dropped.assign(stage->assignment.dropped_replicas().begin(),
+                   stage->assignment.dropped_replicas().end());
     if (stage->cancelled) {
       return absl::FailedPreconditionError("job '" + id + "' was cancelled; late frame dropped");
     }
@@ -143,6 +168,11 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   const StageGrid grid = StageGrid::Of(replicas, static_cast<int>(n));
   const int self = static_cast<int>(me), sender = static_cast<int>(from);
   if (first.kind() == v1::TENSOR_KIND_SYNC) {
+    if (from < n && Contains(dropped, grid.replica(sender))) {
+      return RoleDenied(caller, id,
+                        "send sync contributions for replica " +
+                            std::to_string(grid.replica(sender)) + " (dropped in this attempt)");
+    }
     return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, slices,
                              stage->inbox.get());
   }

@@ -10,6 +10,7 @@
 
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_host.h"
+#include "daemon/job/replica_membership.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/job/stage_grid.h"
@@ -131,7 +132,12 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ctx.to_prev = sender_to(grid.prev(i));
   ctx.to_next = sender_to(grid.next(i));
   ctx.to_tied = sender_to(grid.tied(i));
-  for (int member : grid.group(i)) ctx.to_group.push_back(sender_to(member == i ? -1 : member));
+  // No sender to a dropped replica's stage (replica_membership.h): it is not in the group.
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  for (int member : grid.group(i)) {
+    const bool out = member == i || Contains(dropped, grid.replica(member));
+    ctx.to_group.push_back(sender_to(out ? -1 : member));
+  }
   if (!all_peers) {
     return absl::FailedPreconditionError(
         "job " + id + ": site '" + options_.site +

@@ -15,9 +15,17 @@ namespace {
 // The `sync:` block (or its defaults when absent: `entry` null).
 Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* entry, JobSpec* spec) {
   fleet::SyncOptions& sync = spec->sync;
-  bool codec_given = false;
+  bool codec_given = false, loss_given = false;
   if (entry != nullptr) {
-    ASSIGN_OR_RETURN(auto fields, w.Map(*entry, {"mode", "every", "outer", "codec"}));
+    ASSIGN_OR_RETURN(auto fields,
+                     w.Map(*entry, {"mode", "every", "outer", "codec", "on_site_loss"}));
+    if (auto it = fields.find("on_site_loss"); it != fields.end()) {
+      ASSIGN_OR_RETURN(std::string text, w.String(it->second));
+      auto loss = fleet::ParseSiteLoss(text);
+      if (!loss.ok()) return w.Error(it->second, loss.status().message());
+      sync.on_site_loss = *loss;
+      loss_given = true;
+    }
     if (auto it = fields.find("mode"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string mode, w.String(it->second));
       auto m = fleet::ParseSyncMode(mode);
@@ -55,8 +63,12 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
       }
     }
   }
-  if (!codec_given) sync.codec = sync.mode == fleet::SyncMode::kStep ? "exact" : "q4";
-  return fleet::ValidateSyncOptions(sync);
+  const bool step = sync.mode == fleet::SyncMode::kStep;
+  if (!codec_given) sync.codec = step ? "exact" : "q4";
+  if (!loss_given) sync.on_site_loss = step ? fleet::SiteLoss::kWait : fleet::SiteLoss::kDrop;
+  const Status s = fleet::ValidateSyncOptions(sync);
+  if (!s.ok() && entry != nullptr) return w.Error(*entry, s.message());
+  return s;
 }
 
 }  // namespace

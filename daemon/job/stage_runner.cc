@@ -12,6 +12,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "daemon/job/fragment_slices.h"
+#include "daemon/job/replica_membership.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "model/checkpoint.h"
@@ -144,10 +145,14 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   }
 
   start_step_ = a.resume_step();
-  if (start_step_ > 0 && a.migrate_from_size() > 0) {
+  const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
+  live_replicas_ = grid_.replicas - a.dropped_replicas_size();
+  if (start_step_ > 0 &&
+      (a.migrate_from_size() > 0 || Contains(rejoining, grid_.replica(stage_)))) {
     // The layers come from other sites: fetched on the stage's thread (Run), so no lock of
     // the JobHost is held across those calls.
-    migrate_ = true;
+    migrate_ = a.migrate_from_size() > 0;
+    rejoin_ = !migrate_;
   } else if (start_step_ > 0) {
     ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(ctx_.job_dir, start_step_,
                                                                       fo.begin, fo.end),
@@ -208,6 +213,7 @@ void StageRunner::Run() {
   const uint64_t steps = static_cast<uint64_t>(ctx_.spec.job.steps);
   Status s;
   if (migrate_) s = Migrate(ctx_.assignment.migrate_from(), start_step_);
+  if (rejoin_) s = Rejoin(start_step_);
   for (uint64_t step = start_step_; s.ok() && step < steps && !stop_; ++step) {
     s = RunStep(step);
     if (!s.ok()) break;

@@ -102,6 +102,11 @@ class StageRunner {
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that
   // held them (a re-plan moved layers), and checkpoints it here.
   Status Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan, uint64_t step);
+  // A rejoining replica's stage (replica_membership.h): takes the parameters, AdamW moments,
+  // outer-step state and data position (its own shard's) of the same stage of the live
+  // replica assignment.rejoin_source at `step`, with no error-feedback residual, and
+  // checkpoints it here.
+  Status Rejoin(uint64_t step);
   Status Throttle();
   void Run();
   Status RunStep(uint64_t step);
@@ -144,7 +149,9 @@ class StageRunner {
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;
   uint64_t start_step_ = 0;
-  bool migrate_ = false;  // Run fetches the stage's layers from the old plan's sites first
+  bool migrate_ = false;   // Run fetches the stage's layers from the old plan's sites first
+  bool rejoin_ = false;    // Run fetches the stage's state from a live replica first
+  int live_replicas_ = 1;  // the replicas not dropped in this attempt
   uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept
 
   std::atomic<bool> stop_{false};

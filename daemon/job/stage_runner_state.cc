@@ -1,6 +1,7 @@
 // StageRunner's durable state: checkpoints of the fragment and optimizer at committed steps,
-// and the layer moves of a re-plan (parameters and optimizer state fetched from the sites
-// that held them, checked chunk by chunk).
+// the layer moves of a re-plan (parameters and optimizer state fetched from the sites that
+// held them, checked chunk by chunk), and a dropped replica's rejoin (the same from the live
+// replica's stage, with its outer-step state).
 #include <filesystem>
 
 #include "daemon/job/fragment_slices.h"
@@ -76,6 +77,69 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
   }
   ctx_.log->info("job {}: stage {} took over layers {}..{} at step {}", ctx_.assignment.job_id(),
                  stage_, mine.begin(), mine.end(), step);
+  // Checkpoint here at once: a rollback to this step must find the state on this site.
+  return Checkpoint(step);
+}
+
+Status StageRunner::Rejoin(uint64_t step) {
+  const v1::StageAssignment& a = ctx_.assignment;
+  const int source = grid_.flat(static_cast<int>(a.rejoin_source()), pos_);
+  if (source < 0 || source >= a.stages_size() || source == stage_) {
+    return absl::InvalidArgumentError("job " + a.job_id() + ": no stage " + std::to_string(source) +
+                                      " to rejoin from");
+  }
+  const std::string& site = a.stages(source).site();
+  transport::Link* ch = ctx_.channel ? ctx_.channel(site) : nullptr;
+  if (!ch) return absl::UnavailableError("cannot reach site '" + site + "' to rejoin from");
+  const bool local = sync_ != nullptr && ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
+  const model::FragmentLayout& mine = fragment_->layout();
+  // Parameters, m, v, and (local mode) the outer step's anchor and momentum.
+  FragmentArray flat[5];
+  for (auto& f : flat) f.values.resize(mine.total());
+  std::string loader_state;
+  v1::FetchFragmentRequest req;
+  req.set_job_id(a.job_id());
+  req.set_step(step);
+  req.set_include_state(true);
+  req.set_include_sync_state(local);
+  req.set_layer_begin(static_cast<uint32_t>(mine.begin()));
+  req.set_layer_end(static_cast<uint32_t>(mine.end()));
+  RETURN_IF_ERROR(ch->FetchFragment(req, [&](transport::WireTensor t) -> Status {
+    if (stop_) return absl::CancelledError("stage stopped during a rejoin");
+    const v1::TensorFrame& f = t.header;
+    if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
+      ASSIGN_OR_RETURN(loader_state, OpenLoaderState(t.payload, site));
+      return absl::OkStatus();
+    }
+    int which = -1;
+    if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
+    if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && f.tensor_id() >= 1 && f.tensor_id() <= 4)
+      which = static_cast<int>(f.tensor_id());
+    if (which < 0 || (which >= 3 && !local)) {
+      return absl::DataLossError("rejoin from " + site + ": unexpected " +
+                                 v1::TensorKind_Name(f.kind()) + " tensor " +
+                                 std::to_string(f.tensor_id()));
+    }
+    return PlaceSlice(t, &flat[which], site);
+  }));
+  const char* what[] = {"parameters", "AdamW m", "AdamW v", "outer anchor", "outer momentum"};
+  for (int k = 0; k < (local ? 5 : 3); ++k) RETURN_IF_ERROR(CheckComplete(flat[k], site, what[k]));
+  fragment_->SetParameters(flat[0].values.data());
+  fragment_->SetOptimizerState(flat[1].values.data(), flat[2].values.data());
+  if (loader_) {
+    if (loader_state.empty()) {
+      return absl::DataLossError("rejoin from " + site + ": no data loader state");
+    }
+    // The live replica's position in its shard is this replica's in its own: the same steps.
+    ASSIGN_OR_RETURN(model::DataLoaderState ls, model::DataLoaderState::Parse(loader_state));
+    ls.shard = grid_.replica(stage_);
+    RETURN_IF_ERROR(loader_->Restore(ls));
+  }
+  if (local) {
+    RETURN_IF_ERROR(outer_.Restore(std::move(flat[3].values), std::move(flat[4].values)));
+  }
+  ctx_.log->info("job {}: stage {} (replica {}) rejoined at step {} from {}'s stage {}", a.job_id(),
+                 stage_, grid_.replica(stage_), step, site, source);
   // Checkpoint here at once: a rollback to this step must find the state on this site.
   return Checkpoint(step);
 }

@@ -3,6 +3,9 @@
 // outer_optimizer.h) after every `every`-th step and the last, and the sync state kept beside
 // the stage checkpoints (sync_checkpoint.h); and the tied-embedding exchange between the first
 // and last stage, whose lossy codec's residual that state also holds.
+#include <algorithm>
+
+#include "daemon/job/replica_membership.h"
 #include "daemon/job/stage_runner.h"
 #include "daemon/job/sync_checkpoint.h"
 #include "model/layout.h"
@@ -15,8 +18,9 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   const v1::StageAssignment& a = ctx_.assignment;
   const size_t n = static_cast<size_t>(fragment_->layout().total());
   const bool local = sync_ && ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
-  if (resume_step == 0 || migrate_) {
-    // Nothing carried yet; a layer move starts the residuals afresh.
+  if (resume_step == 0 || migrate_ || rejoin_) {
+    // Nothing carried yet; a layer move starts the residuals afresh (a rejoin too, and it
+    // takes the outer state from the live replica: Rejoin).
     if (local) {  // the first anchor: the initial parameters
       std::vector<float> params(n);
       fragment_->GetParameters(params.data());
@@ -59,9 +63,15 @@ Status StageRunner::InitSyncExchange() {
   so.attempt = a.attempt();
   so.stage = stage_;
   so.grid = grid_;
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
   for (int member : grid_.group(stage_)) {
     so.member_sites.push_back(a.stages(member).site());
     const int r = grid_.replica(member);
+    so.live.push_back(!Contains(dropped, r));
+    if (!so.live.back()) {  // sits out this attempt: no sender, no frames
+      so.to_member.push_back(nullptr);
+      continue;
+    }
     so.to_member.push_back(r < static_cast<int>(ctx_.to_group.size()) ? ctx_.to_group[r].get()
                                                                       : nullptr);
     if (member != stage_ && so.to_member.back() == nullptr) {
@@ -109,8 +119,9 @@ Status StageRunner::OuterStep(uint64_t step) {
   outer_.PseudoGradient(params, delta);
   // The inner steps' compute, as `every` times this step's.
   RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
-  // Every replica trained the same tokens since the last sync: equal weights.
-  RETURN_IF_ERROR(sync_->AllGather(step, delta, 1.0f / static_cast<float>(grid_.replicas), mean));
+  // Every live replica trained the same tokens since the last sync: equal weights.
+  RETURN_IF_ERROR(
+      sync_->AllGather(step, delta, 1.0f / static_cast<float>(std::max(live_replicas_, 1)), mean));
   outer_.Step(ctx_.spec.sync.outer, mean);
   fragment_->SetParameters(outer_.anchor().data());
   return absl::OkStatus();
@@ -119,8 +130,10 @@ Status StageRunner::OuterStep(uint64_t step) {
 Status StageRunner::ChooseSyncCodec(double compute_seconds) {
   if (!sync_codec_) return absl::OkStatus();
   std::vector<v1::LinkEstimate> links;
+  const ReplicaList dropped(ctx_.assignment.dropped_replicas().begin(),
+                            ctx_.assignment.dropped_replicas().end());
   for (int member : grid_.group(stage_)) {
-    if (member != stage_) {
+    if (member != stage_ && !Contains(dropped, grid_.replica(member))) {
       links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(member).site()));
     }
   }

@@ -24,12 +24,13 @@ bool StepBarrier::NoteFinished(uint32_t stage, uint32_t stages) {
 
 const std::map<uint32_t, v1::StepReport>* StepBarrier::Add(const v1::StepReport& report,
                                                            uint32_t stages, uint64_t committed_step,
-                                                           uint32_t replicas) {
+                                                           uint32_t replicas,
+                                                           uint32_t per_replica) {
   Barrier& b = barriers_[{report.attempt(), report.step()}];
   b.reports[report.stage()] = report;
   if (b.reports.size() != stages || b.decided) return nullptr;
   replicas = std::max<uint32_t>(replicas, 1);
-  const uint32_t per_replica = stages / replicas;
+  if (per_replica == 0) per_replica = std::max<uint32_t>(stages / replicas, 1);
   std::vector<std::vector<double>> sums(replicas);
   for (const auto& [stage, r] : b.reports) {
     model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()},

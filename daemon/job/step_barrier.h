@@ -27,10 +27,12 @@ class StepBarrier {
   // Adds a report. When it is the last of its (attempt, step) to arrive, decides the step
   // (committed_step: the job's, to pass on) and returns every stage's report of it, by stage;
   // otherwise nullptr. The pointer lives until the next call. With `replicas` pipeline
-  // replicas (stage_grid.h: `stages` is all of them, replica-major), each replica's clipping
-  // scale comes from its own stages' sums (replica_grad_scales; grad_scale is replica 0's).
+  // replicas of `per_replica` stages each (stage_grid.h; 0: stages / replicas), each replica's
+  // clipping scale comes from its own stages' sums (replica_grad_scales; grad_scale is replica
+  // 0's); `stages` counts the reports expected, fewer than all when replicas are dropped.
   const std::map<uint32_t, v1::StepReport>* Add(const v1::StepReport& report, uint32_t stages,
-                                                uint64_t committed_step, uint32_t replicas = 1);
+                                                uint64_t committed_step, uint32_t replicas = 1,
+                                                uint32_t per_replica = 0);
 
   // The barrier of (attempt, step): still gathering, decided (then *decision is set), or
   // gone (pruned: its attempt ended or it is long past).

@@ -25,6 +25,12 @@ StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions
                                       std::to_string(options.to_member.size()) + " senders, " +
                                       std::to_string(options.member_sites.size()) + " sites");
   }
+  if (options.live.empty()) options.live.assign(static_cast<size_t>(replicas), true);
+  if (static_cast<int>(options.live.size()) != replicas) {
+    return absl::InvalidArgumentError("sync exchange: " + std::to_string(replicas) +
+                                      " replicas, liveness of " +
+                                      std::to_string(options.live.size()));
+  }
   std::unique_ptr<SyncExchange> x(new SyncExchange(std::move(options)));
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(x->o_.codec));
   for (size_t k = 0; k < x->o_.slices.size(); ++k) {
@@ -74,7 +80,7 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, flo
     RETURN_IF_ERROR(compression::DecodeFrameValues(
         own, frame, std::span<float>(decoded[me].data() + slice.offset, slice.size)));
     for (int r = 0; r < replicas; ++r) {
-      if (r == me) continue;
+      if (r == me || !o_.live[r]) continue;
       wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
                         static_cast<uint32_t>(slice.index)});
       OutgoingTensor t;
@@ -135,6 +141,7 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, flo
   // The sum in replica order, as fleet::SumContributions adds: from zero, weight x value.
   std::fill(out.begin(), out.end(), 0.0f);
   for (int r = 0; r < replicas; ++r) {
+    if (!o_.live[r]) continue;
     const std::vector<float>& d = decoded[r];
     for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
   }

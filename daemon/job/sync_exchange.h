@@ -31,7 +31,8 @@ struct SyncExchangeOptions {
   int stage = 0;  // this stage's flat index
   StageGrid grid;
   std::vector<std::string> member_sites;  // by replica
-  std::vector<LinkSender*> to_member;     // by replica; null for this stage's own
+  std::vector<LinkSender*> to_member;     // by replica; null for this stage's own and dropped
+  std::vector<bool> live;                 // by replica; false: dropped (empty: all live)
   std::string codec;                      // a fixed sync codec (fleet/sync_options.h)
   std::vector<fleet::SyncSlice> slices;   // the fragment's
   int model_slices = 0;                   // ParameterLayout::num_slices (for the seeds)
@@ -44,7 +45,7 @@ class SyncExchange {
  public:
   static StatusOr<std::unique_ptr<SyncExchange>> Create(SyncExchangeOptions options);
 
-  // out = sum over the members, in replica order, of weight x decode(the member's frames of
+  // out = sum over the live members, in replica order, of weight x decode(the member's frames of
   // `values`); values and out are the fragment's flat arrays. REQUIRES: same sizes, covering
   // every slice.
   Status AllGather(uint64_t step, std::span<const float> values, float weight,

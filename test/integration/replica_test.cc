@@ -4,10 +4,12 @@
 // replica 0's parameters equal to the fleet's bit for bit (the losses within float rounding:
 // the coordinator averages the replicas' losses, the fleet all microbatches); local mode with
 // q4 and error feedback the same; a replica's site restarting mid-job rolls the job back and
-// it still ends with those parameters. A peer outside the sync group cannot send sync tensors.
-// Each sync group's bytes, codec, syncs and sync time show in the job's status and /metrics.
-// With placement: planned the planner places the replicas (a given count, or auto): every
-// replica split the same way, and the losses those of the fleet of the plan's shape.
+// it still ends with those parameters (on_site_loss: wait), or (drop) the other replica goes
+// on without it and it rejoins at a committed sync step, both ending with the same model. A peer
+// outside the sync group cannot send sync tensors. Each sync group's bytes, codec, syncs and sync
+// time show in the job's status and /metrics. With placement: planned the planner places the
+// replicas (a given count, or auto): every replica split the same way, and the losses those of the
+// fleet of the plan's shape.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -20,6 +22,7 @@
 
 #include "daemon/daemon.h"
 #include "daemon/job/job_spec.h"
+#include "daemon/job/stage_checkpoint.h"
 #include "daemon/transport/loopback.h"
 #include "fleet/local_fleet.h"
 #include "kernels/ops.h"
@@ -278,7 +281,9 @@ TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's mode
 }
 
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
-  const std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8}\n", 10);
+  // on_site_loss: wait: every replica rolls back and waits for the site.
+  const std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, codec: q8, on_site_loss: wait}\n", 10);
   const Oracle oracle = TrainFleet(yaml);
   Cluster c;
   const std::string id = c.Submit(yaml);
@@ -289,6 +294,76 @@ TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at t
   const v1::JobStatus s = c.WaitCompleted(id);
   CHECK(s.attempt() >= 2);
   CheckAgainst(oracle, s, c.Export(id));
+}
+
+// A stage's parameters in its checkpoint of `step` on site `site`.
+std::vector<float> CheckpointParams(Cluster& c, size_t site, const std::string& id, uint64_t step,
+                                    int begin, int end) {
+  const std::string dir = c.configs[site].data_dir + "/jobs/" + id;
+  auto state =
+      daemon::ReadStageState(daemon::StageCheckpointPath(dir, step, begin, end), begin, end);
+  INFO(kSites[site] << ": " << state.status().ToString());
+  REQUIRE(state.ok());
+  return state->params;
+}
+
+TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins at a sync") {
+  // on_site_loss: drop is local mode's default. Compute is stretched with the debug throttle
+  // so that the job is still running while the test watches each phase; nothing here depends
+  // on when a phase happens, only on its order.
+  const int steps = 60;
+  const std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8}\n", steps);
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.04);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  c.daemons[3].reset();  // delta: replica 1's last stage
+  // Replica 1 is dropped; replica 0 trains on without waiting for delta.
+  uint64_t dropped_at = 0;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        if (s.dropped_replicas_size() != 1 || s.state() != v1::JOB_STATE_RUNNING) return false;
+        dropped_at = s.committed_step();
+        return true;
+      },
+      120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.dropped_replicas(0) == 1);
+    CHECK(s.replica_drops() == 1);
+    CHECK_THAT(s.detail(), Catch::Contains("replica 1 dropped") && Catch::Contains("delta"));
+  }
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= dropped_at + 4; }, 120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.state() == v1::JOB_STATE_RUNNING);  // going on while delta is down
+    CHECK(s.dropped_replicas_size() == 1);
+    auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
+    CHECK_THAT(metrics.body,
+               Catch::Contains("longhaul_job_replicas_dropped{job=\"" + id + "\"} 1"));
+  }
+  c.Start(3);  // delta is back: replica 1 rejoins at the next committed sync step
+  c.at(3).jobs().set_throttle(0.04);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.dropped_replicas_size() == 0);
+  CHECK(s.replica_drops() == 1);
+  CHECK(s.replica_rejoins() == 1);
+  CHECK_THAT(s.detail(), Catch::Contains("replica 1 rejoined at step"));
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+  // After the last outer step both replicas hold the same model, bit for bit: the rejoined
+  // replica took the live one's outer state, and every member summed the same frames.
+  CHECK(CheckpointParams(c, 0, id, steps, 0, 1) == CheckpointParams(c, 2, id, steps, 0, 1));
+  CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 3, id, steps, 1, 2));
+  auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
+  CHECK_THAT(metrics.body,
+             Catch::Contains("longhaul_job_replica_rejoins_total{job=\"" + id + "\"} 1"));
 }
 
 TEST_CASE("replica jobs are checked when submitted") {

@@ -56,15 +56,25 @@ void PrintDetails(const v1::JobStatus& j) {
     std::cout << " (the planner predicted " << Fixed(j.predicted_step_seconds(), 3) << ")";
   }
   std::cout << ", coordinator " << j.coordinator() << "\n";
+  if (j.replica_drops() > 0 || j.dropped_replicas_size() > 0) {
+    std::string dropped;
+    for (uint32_t r : j.dropped_replicas())
+      dropped += (dropped.empty() ? "" : ", ") + std::to_string(r);
+    std::cout << "  replicas dropped now: " << (dropped.empty() ? "none" : dropped) << " (drops "
+              << j.replica_drops() << ", rejoins " << j.replica_rejoins() << ")\n";
+  }
   // With pipeline replicas a stage is REPLICA.POSITION (replica 1's second stage: 1.1).
   uint32_t replicas = 1;
   for (const auto& s : j.stages()) replicas = std::max(replicas, s.replica() + 1);
   const uint32_t per_replica = std::max<uint32_t>(1, j.stages_size() / replicas);
   Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "DEVICES"});
   for (const auto& s : j.stages()) {
-    const std::string label =
+    std::string label =
         replicas > 1 ? std::to_string(s.replica()) + "." + std::to_string(s.index() % per_replica)
                      : std::to_string(s.index());
+    for (uint32_t r : j.dropped_replicas()) {
+      if (r == s.replica()) label += " (dropped)";
+    }
     stages.AddRow(
         {label, s.site(), std::to_string(s.layer_begin()) + ".." + std::to_string(s.layer_end()),
          Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB", Fixed(s.compute_seconds(), 3) + " s",

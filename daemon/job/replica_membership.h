@@ -1,0 +1,38 @@
+// Which pipeline replicas of a job train in an attempt (sync.on_site_loss: drop, fleet/
+// sync_options.h): the coordinator drops every replica with a stage on a lost site and lets
+// the others go on; a dropped replica rejoins at a committed sync step once its sites answer,
+// its stages taking a live replica's state. Pure decisions over the plan (stage_grid.h), so
+// they are tested without daemons.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/job/stage_grid.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+using ReplicaList = std::vector<uint32_t>;  // replica indices, ascending
+
+bool Contains(const ReplicaList& replicas, int replica);
+// The flat indices of the stages of replicas not in `dropped`, in order.
+std::vector<int> LiveStages(const StageGrid& grid, const ReplicaList& dropped);
+// The sites of those stages, in stage order, each once.
+std::vector<std::string> LiveSites(const StageGrid& grid,
+                                   const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+                                   const ReplicaList& dropped);
+// The live replicas with a stage on one of `lost_sites`, ascending; empty when dropping them
+// would leave no replica (the job then waits for the sites, as a single pipeline does).
+ReplicaList ReplicasToDrop(const StageGrid& grid,
+                           const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+                           const ReplicaList& dropped, const std::vector<std::string>& lost_sites);
+// Whether dropped replicas may rejoin at committed step `committed`: a sync step (a multiple
+// of `every`, after which every live replica holds the outer step's anchor), later than the
+// step the current attempt started from, and before the job's last step.
+bool RejoinDue(uint64_t committed, uint64_t attempt_start, int every, uint64_t total_steps);
+// The replica rejoining stages copy: the first one neither dropped nor rejoining; -1 if none.
+int RejoinSource(int replicas, const ReplicaList& dropped, const ReplicaList& rejoining);
+
+}  // namespace longhaul::daemon

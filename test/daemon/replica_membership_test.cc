@@ -1,0 +1,156 @@
+// Replica membership without daemons (replica_membership.h): which replicas a lost site
+// drops (never the last), when a dropped replica may rejoin, which replica it copies; the job
+// file's sync.on_site_loss; the checks a site makes of an assignment's dropped and rejoining
+// replicas (hostile coordinators included); and the barrier over the live replicas only.
+#include "daemon/job/replica_membership.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "daemon/job/job_checks.h"
+#include "daemon/job/job_spec.h"
+#include "daemon/job/step_barrier.h"
+
+namespace longhaul::daemon {
+namespace {
+
+std::string Job(const std::string& extra) {
+  return "name: r\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+         "data: {train: builtin}\nsteps: 10\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
+         "sites: [a, b, c, d, e, f]\nplacement: even\nreplicas: 3\n" +
+         extra;
+}
+
+// Three replicas of two stages on sites a..f, replica-major.
+google::protobuf::RepeatedPtrField<v1::StageInfo> Plan() {
+  google::protobuf::RepeatedPtrField<v1::StageInfo> stages;
+  const char* sites[] = {"a", "b", "c", "d", "e", "f"};
+  for (int i = 0; i < 6; ++i) {
+    v1::StageInfo* s = stages.Add();
+    s->set_index(static_cast<uint32_t>(i));
+    s->set_site(sites[i]);
+    s->set_replica(static_cast<uint32_t>(i / 2));
+    s->set_layer_begin(i % 2 == 0 ? 0 : 2);
+    s->set_layer_end(i % 2 == 0 ? 2 : 4);
+  }
+  return stages;
+}
+
+TEST_CASE("a lost site drops its replicas, never the last one", "[replicas]") {
+  const StageGrid grid{3, 2};
+  const auto plan = Plan();
+  CHECK(ReplicasToDrop(grid, plan, {}, {"d"}) == ReplicaList{1});
+  CHECK(ReplicasToDrop(grid, plan, {}, {"a", "f"}) == ReplicaList{0, 2});
+  CHECK(ReplicasToDrop(grid, plan, {}, {"x"}).empty());            // not a site of the job
+  CHECK(ReplicasToDrop(grid, plan, {}, {"a", "c", "e"}).empty());  // none would be left
+  CHECK(ReplicasToDrop(grid, plan, {1}, {"a"}) == ReplicaList{0});
+  CHECK(ReplicasToDrop(grid, plan, {0, 1}, {"e"}).empty());  // the last live replica
+  CHECK(ReplicasToDrop(grid, plan, {1}, {"c"}).empty());     // already dropped
+  CHECK(LiveStages(grid, {1}) == std::vector<int>{0, 1, 4, 5});
+  CHECK(LiveSites(grid, plan, {0, 2}) == std::vector<std::string>{"c", "d"});
+}
+
+TEST_CASE("a dropped replica rejoins at a committed sync step, from a live replica", "[replicas]") {
+  // every 10, the attempt started at step 20, 100 steps.
+  CHECK_FALSE(RejoinDue(20, 20, 10, 100));  // not past the attempt's start
+  CHECK_FALSE(RejoinDue(25, 20, 10, 100));  // not a sync step
+  CHECK(RejoinDue(30, 20, 10, 100));
+  CHECK_FALSE(RejoinDue(100, 20, 10, 100));  // the job's end
+  CHECK_FALSE(RejoinDue(30, 20, 0, 100));
+  CHECK(RejoinSource(3, {0}, {1}) == 2);
+  CHECK(RejoinSource(3, {}, {0}) == 1);
+  CHECK(RejoinSource(2, {0}, {1}) == -1);
+}
+
+TEST_CASE("sync.on_site_loss in a job file", "[replicas]") {
+  auto local = ParseJobSpec(Job(""), "job.yaml", ".");
+  REQUIRE(local.ok());
+  CHECK(local->sync.on_site_loss == fleet::SiteLoss::kDrop);  // local mode's default
+  auto wait = ParseJobSpec(Job("sync: {on_site_loss: wait}\n"), "job.yaml", ".");
+  REQUIRE(wait.ok());
+  CHECK(wait->sync.on_site_loss == fleet::SiteLoss::kWait);
+  auto step = ParseJobSpec(Job("sync: {mode: step}\n"), "job.yaml", ".");
+  REQUIRE(step.ok());
+  CHECK(step->sync.on_site_loss == fleet::SiteLoss::kWait);  // step mode's
+  auto bad = ParseJobSpec(Job("sync: {mode: step, on_site_loss: drop}\n"), "job.yaml", ".");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("needs mode local"));
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("job.yaml:"));
+  bad = ParseJobSpec(Job("sync: {on_site_loss: retry}\n"), "job.yaml", ".");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("drop or wait"));
+}
+
+TEST_CASE("a site checks the replicas an assignment drops and rejoins", "[replicas]") {
+  auto spec = ParseJobSpec(Job("sync: {every: 2}\n"), "job.yaml", ".");
+  REQUIRE(spec.ok());
+  v1::StageAssignment a;
+  a.set_job_id("j1");
+  a.set_coordinator("a");
+  *a.mutable_stages() = Plan();
+  a.set_stage(0);
+  CHECK(CheckReplicaMembership(a, *spec, "job j1").ok());
+  a.add_dropped_replicas(1);
+  CHECK(CheckReplicaMembership(a, *spec, "job j1").ok());
+  a.add_rejoining_replicas(2);
+  a.set_rejoin_source(0);
+  CHECK(CheckReplicaMembership(a, *spec, "job j1").ok());
+  auto refused = [&](const std::function<void(v1::StageAssignment*)>& edit) {
+    v1::StageAssignment b = a;
+    edit(&b);
+    const Status s = CheckReplicaMembership(b, *spec, "job j1");
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  CHECK_THAT(refused([](auto* b) { b->add_dropped_replicas(7); }), Catch::Contains("3 replicas"));
+  refused([](auto* b) { b->add_dropped_replicas(1); });    // twice
+  refused([](auto* b) { b->set_rejoin_source(1); });       // a dropped source
+  refused([](auto* b) { b->set_rejoin_source(2); });       // a rejoining source
+  refused([](auto* b) { b->set_rejoin_source(9); });       // out of range
+  refused([](auto* b) { b->add_rejoining_replicas(1); });  // dropped and rejoining (and order)
+  refused([](auto* b) { b->set_stage(2); });               // this stage's replica is dropped
+  refused([](auto* b) {                                    // none live
+    b->clear_rejoining_replicas();
+    b->add_dropped_replicas(2);
+    b->set_stage(0);
+    b->mutable_dropped_replicas()->Set(0, 0);
+    b->mutable_dropped_replicas()->Set(1, 1);
+    b->add_dropped_replicas(2);
+  });
+  auto step = ParseJobSpec(Job("sync: {mode: step}\n"), "job.yaml", ".");
+  REQUIRE(step.ok());
+  CHECK_FALSE(CheckReplicaMembership(a, *step, "job j1").ok());  // no drops in step mode
+}
+
+TEST_CASE("the barrier waits for the live replicas' stages only", "[replicas]") {
+  StepBarrier b(1.0f);
+  auto report = [](uint32_t stage, double sum) {
+    v1::StepReport r;
+    r.set_attempt(3);
+    r.set_step(4);
+    r.set_stage(stage);
+    r.add_grad_sums(sum);
+    return r;
+  };
+  // Replica 1 (stages 2, 3) of three replicas of two stages is dropped: four reports decide.
+  CHECK(b.Add(report(0, 9.0), 4, 2, 3, 2) == nullptr);
+  CHECK(b.Add(report(1, 16.0), 4, 2, 3, 2) == nullptr);
+  CHECK(b.Add(report(4, 0.25), 4, 2, 3, 2) == nullptr);
+  const auto* all = b.Add(report(5, 0.0), 4, 2, 3, 2);
+  REQUIRE(all != nullptr);
+  CHECK(all->size() == 4);
+  v1::StepDecision d;
+  REQUIRE(b.Lookup(3, 4, &d) == StepBarrier::State::kDecided);
+  REQUIRE(d.replica_grad_scales_size() == 3);
+  CHECK(d.replica_grad_scales(0) == Approx(0.2).epsilon(1e-3));  // sqrt(9 + 16) = 5
+  CHECK(d.replica_grad_scales(1) == 1.0f);                       // no reports: unclipped
+  CHECK(d.replica_grad_scales(2) == 1.0f);                       // norm 0.5 under the clip
+  CHECK(b.NoteCheckpoint(0, 4, 4) == 0);
+  CHECK(b.NoteCheckpoint(1, 4, 4) == 0);
+  CHECK(b.NoteCheckpoint(4, 4, 4) == 0);
+  CHECK(b.NoteCheckpoint(5, 4, 4) == 4);
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
