@@ -81,9 +81,8 @@ bool Coordinator::AssignAll() {
     // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica.
     *a.mutable_dropped_replicas() = record_.dropped_replicas();
     *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
-    const int source =
-        RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas, DroppedLocked(),
-                     {record_.rejoining_replicas().begin(), record_.rejoining_replicas().end()});
+    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas,
+                                    DroppedLocked(), RejoiningLocked());
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
     attempt_start_ = record_.committed_step();
     barrier_.NewAssignment();
@@ -110,9 +109,11 @@ bool Coordinator::AssignAll() {
     if (Contains({a.rejoining_replicas().begin(), a.rejoining_replicas().end()}, grid.replica(i))) {
       // A rejoining replica that cannot take its stage sits out again; the others go on.
       std::lock_guard<std::mutex> lock(mu_);
+      const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
+      for (uint32_t r : rejoining) ++rejoin_failures_[r];
       record_.clear_rejoining_replicas();
-      *record_.mutable_dropped_replicas() = a.rejoining_replicas();
-      record_.set_replica_drops(record_.replica_drops() + a.rejoining_replicas_size());
+      *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+      record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(rejoining.size()));
       membership_note_ = "replica " + std::to_string(grid.replica(i)) +
                          " could not rejoin (stage " + std::to_string(i) + ": " +
                          std::string(s.message()) + "); the others go on";
@@ -128,9 +129,14 @@ bool Coordinator::AssignAll() {
       // committed before it (every stage keeps both), else fail at once naming the file.
       std::lock_guard<std::mutex> lock(mu_);
       const uint64_t from = record_.committed_step(), to = record_.previous_committed_step();
+      // Replicas rejoining here have no checkpoint before it: they sit out again.
+      if (to < from && !record_.rejoining_replicas().empty()) {
+        const ReplicaList dropped = Union(DroppedLocked(), RejoiningLocked());
+        *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+        record_.clear_rejoining_replicas();
+      }
       // (Not across a layer move: the step before it was checkpointed under the old plan.)
-      // (Nor across a rejoin: the rejoining replicas have no checkpoint before it.)
-      if (to < from && migrate_from_.empty() && record_.rejoining_replicas().empty()) {
+      if (to < from && migrate_from_.empty()) {
         record_.set_committed_step(to);
         record_.set_previous_committed_step(to);
         need_assign_ = true;
@@ -298,6 +304,9 @@ void Coordinator::Run() {
         break;
       }
     }
+    // With on_site_loss: drop a replica whose site does not answer is dropped here too (a
+    // site lost while recovering, or while the coordinator itself was down).
+    if (!reachable && DropReplicas({waiting}, "site '" + waiting + "' does not answer")) continue;
     if (!reachable) {
       std::lock_guard<std::mutex> lock(mu_);
       record_.set_detail("waiting for site '" + waiting + "' to come back; will resume from step " +

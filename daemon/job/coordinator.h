@@ -88,6 +88,9 @@ class Coordinator {
   ReplicaList DroppedLocked() const {
     return {record_.dropped_replicas().begin(), record_.dropped_replicas().end()};
   }
+  ReplicaList RejoiningLocked() const {
+    return {record_.rejoining_replicas().begin(), record_.rejoining_replicas().end()};
+  }
   // Moves layers away from a straggler at the committed step, if that helps.
   void Replan();
   void PersistLocked();
@@ -110,7 +113,8 @@ class Coordinator {
   uint64_t migrate_step_ = 0;
   uint64_t attempt_start_ = 0;  // the committed step the current attempt started from
   uint64_t last_rejoin_try_ = 0;
-  std::string membership_note_;  // the last drop or rejoin, kept in the detail
+  std::map<uint32_t, int> rejoin_failures_;  // by replica: dropped again while rejoining
+  std::string membership_note_;              // the last drop or rejoin, kept in the detail
   std::thread thread_;
 };
 

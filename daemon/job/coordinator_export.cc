@@ -1,5 +1,6 @@
 // Coordinator::Export: an llm.c checkpoint of the model at the job's last committed step,
 // assembled from every stage site's fragment (fetched and checked chunk by chunk).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,11 +22,12 @@ Status Coordinator::Export(
   std::vector<float> params(model::NumParameters(config));
   // Pipeline replicas: the first live replica's model (they are identical after each sync; a
   // dropped one's checkpoints stop where it was dropped).
-  const ReplicaList dropped(r.dropped_replicas().begin(), r.dropped_replicas().end());
-  uint32_t source = 0;
-  while (Contains(dropped, static_cast<int>(source))) ++source;
+  const int source =
+      std::max(0, RejoinSource(StageGrid::OfPlan(spec_.replicas, r.stages()).replicas,
+                               {r.dropped_replicas().begin(), r.dropped_replicas().end()},
+                               {r.rejoining_replicas().begin(), r.rejoining_replicas().end()}));
   for (const auto& st : r.stages()) {
-    if (st.replica() != source) continue;
+    if (st.replica() != static_cast<uint32_t>(source)) continue;
     model::FragmentLayout layout(config, st.layer_begin(), st.layer_end());
     FragmentArray flat;
     flat.values.resize(layout.total());

@@ -1,9 +1,10 @@
 // Coordinator: pipeline replicas dropped when one of their sites is lost, and their rejoin
 // (sync.on_site_loss: drop, replica_membership.h). A drop stops the attempt and restarts the
-// live replicas from the committed step without waiting for the site; a rejoin waits for a
-// committed sync step (every live replica then holds the outer step's anchor), stops the
-// attempt there and assigns every stage again, the rejoining replicas' stages fetching the
-// state of the same stage of a live replica.
+// live replicas from the committed step without waiting for the site; a rejoin waits until a
+// dropped replica's sites all answer and a later step is committed, stops the attempt there
+// and assigns every stage again, the rejoining replicas' stages fetching the state of the
+// same stage of a live replica. A replica that fails to rejoin kMaxRejoinFailures times stays
+// out for the rest of the job.
 #include <algorithm>
 
 #include "daemon/job/coordinator.h"
@@ -11,6 +12,8 @@
 
 namespace longhaul::daemon {
 namespace {
+
+constexpr int kMaxRejoinFailures = 3;
 
 std::string ReplicaNames(const ReplicaList& replicas) {
   std::string s = replicas.size() == 1 ? "replica " : "replicas ";
@@ -23,47 +26,48 @@ std::string ReplicaNames(const ReplicaList& replicas) {
 }  // namespace
 
 bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::string& problem) {
-  ReplicaList drop, live;
+  ReplicaList drop;
+  std::string job_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    job_id = record_.job_id();
     if (spec_.sync.mode != fleet::SyncMode::kLocal ||
         spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) {
       return false;
     }
     const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
     if (grid.replicas < 2) return false;
-    drop = ReplicasToDrop(grid, record_.stages(), DroppedLocked(), lost);
+    drop = ReplicasToDrop(grid, record_.stages(), DroppedLocked(), RejoiningLocked(), lost);
     if (drop.empty()) return false;
-    for (int r = 0; r < grid.replicas; ++r) {
-      if (!Contains(drop, r) && !Contains(DroppedLocked(), r)) live.push_back(r);
-    }
   }
-  env_.log->warn("job {}: {}; dropping {}", record_.job_id(), problem, ReplicaNames(drop));
+  env_.log->warn("job {}: {}; dropping {}", job_id, problem, ReplicaNames(drop));
   StopAttempt();
   std::lock_guard<std::mutex> lock(mu_);
   if (TerminalState(record_.state())) return true;
-  ReplicaList dropped = DroppedLocked();
-  dropped.insert(dropped.end(), drop.begin(), drop.end());
-  std::sort(dropped.begin(), dropped.end());
-  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
-  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(drop.size()));
-  // A replica still rejoining keeps fetching its state at the committed step, unless it was
-  // dropped itself or no live replica is left to fetch from.
-  ReplicaList rejoining;
+  const ReplicaList dropped = Union(DroppedLocked(), drop);
+  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+  // A replica still rejoining keeps fetching its state at the committed step (a live one is
+  // left: ReplicasToDrop); one dropped while rejoining failed its rejoin.
+  ReplicaList rejoining, live;
   for (uint32_t r : record_.rejoining_replicas()) {
-    if (!Contains(dropped, static_cast<int>(r))) rejoining.push_back(r);
+    if (Contains(dropped, static_cast<int>(r))) {
+      ++rejoin_failures_[r];
+    } else {
+      rejoining.push_back(r);
+    }
   }
-  if (RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas, dropped,
-                   rejoining) < 0) {
-    rejoining.clear();
+  for (int r = 0; r < grid.replicas; ++r) {
+    if (!Contains(dropped, r)) live.push_back(static_cast<uint32_t>(r));
   }
+  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
   *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-  need_assign_ = true;
-  record_.set_state(v1::JOB_STATE_RECOVERING);
+  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(drop.size()));
   membership_note_ = ReplicaNames(drop) + " dropped at step " +
                      std::to_string(record_.committed_step()) + " (" + problem + "); " +
                      ReplicaNames(live) + " go on; " + ReplicaNames(dropped) +
-                     " rejoin at a committed sync step once their sites answer";
+                     " rejoin at a later committed step once their sites answer";
+  need_assign_ = true;
+  record_.set_state(v1::JOB_STATE_RECOVERING);
   record_.set_detail(membership_note_);
   PersistLocked();
   cv_.notify_all();
@@ -71,48 +75,69 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
 }
 
 void Coordinator::MaybeRejoin() {
-  ReplicaList dropped;
-  std::vector<std::string> sites;
+  std::vector<std::pair<uint32_t, std::vector<std::string>>> candidates;  // replica, its sites
   v1::JobCommand ping;
+  uint64_t at = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    dropped = DroppedLocked();
-    const uint64_t committed = record_.committed_step();
-    if (dropped.empty() || TerminalState(record_.state()) || committed == last_rejoin_try_ ||
-        !RejoinDue(committed, attempt_start_, spec_.sync.every, record_.total_steps())) {
+    at = record_.committed_step();
+    if (record_.dropped_replicas().empty() || TerminalState(record_.state()) ||
+        at == last_rejoin_try_ || !RejoinDue(at, attempt_start_, record_.total_steps())) {
       return;
     }
-    last_rejoin_try_ = committed;  // one try per committed step
+    last_rejoin_try_ = at;  // one try per committed step
     const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
-    for (int i = 0; i < grid.size(); ++i) {
-      if (Contains(dropped, grid.replica(i))) sites.push_back(record_.stages(i).site());
+    for (uint32_t r : record_.dropped_replicas()) {
+      if (rejoin_failures_[r] >= kMaxRejoinFailures) continue;  // out for good
+      std::vector<std::string> sites;
+      for (int p = 0; p < grid.stages; ++p) {
+        sites.push_back(record_.stages(grid.flat(static_cast<int>(r), p)).site());
+      }
+      candidates.emplace_back(r, std::move(sites));
     }
     ping.set_job_id(record_.job_id());
   }
   ping.set_kind(v1::JobCommand::KIND_PING);
-  for (const auto& site : sites) {
-    transport::Link* c = env_.channel(site);
-    if (!c || !c->ControlJob(ping, 2).ok()) return;  // not back yet
+  ReplicaList back;  // the dropped replicas whose sites all answer
+  for (const auto& [replica, sites] : candidates) {
+    bool all = true;
+    for (const auto& site : sites) {
+      transport::Link* c = env_.channel(site);
+      all = all && c != nullptr && c->ControlJob(ping, 2).ok();
+      if (!all) break;
+    }
+    if (all) back.push_back(replica);
   }
+  if (back.empty()) return;
   StopAttempt();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (TerminalState(record_.state()) || need_assign_) return;
-    *record_.mutable_rejoining_replicas() = {dropped.begin(), dropped.end()};
-    record_.clear_dropped_replicas();
-    record_.set_replica_rejoins(record_.replica_rejoins() + static_cast<uint32_t>(dropped.size()));
+    if (TerminalState(record_.state())) return;
+    // The stages are stopped: the committed step no longer moves. The attempt restarts from
+    // it either way, with the replicas that came back rejoining.
+    ReplicaList dropped;
+    for (uint32_t r : record_.dropped_replicas()) {
+      if (!Contains(back, static_cast<int>(r))) dropped.push_back(r);
+    }
+    if (!RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps())) {
+      need_assign_ = true;  // the job reached its end meanwhile: no rejoin, just resume
+      return;
+    }
+    *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+    const ReplicaList rejoining = Union(RejoiningLocked(), back);
+    *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+    record_.set_replica_rejoins(record_.replica_rejoins() + static_cast<uint32_t>(back.size()));
     record_.set_attempt(record_.attempt() + 1);
     const uint64_t keep = record_.committed_step() - record_.losses_offset();
     while (static_cast<uint64_t>(record_.losses_size()) > keep) {
       record_.mutable_losses()->RemoveLast();
     }
     record_.set_step(record_.committed_step());
-    membership_note_ =
-        ReplicaNames(dropped) + " rejoined at step " + std::to_string(record_.committed_step()) +
-        " from replica " +
-        std::to_string(RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas,
-                                    {}, dropped)) +
-        "'s state";
+    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas,
+                                    dropped, rejoining);
+    membership_note_ = ReplicaNames(back) + " rejoined at step " +
+                       std::to_string(record_.committed_step()) + " from replica " +
+                       std::to_string(source) + "'s state";
     record_.set_detail(membership_note_);
     PersistLocked();
     cv_.notify_all();

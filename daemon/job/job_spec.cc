@@ -65,7 +65,16 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   }
   const bool step = sync.mode == fleet::SyncMode::kStep;
   if (!codec_given) sync.codec = step ? "exact" : "q4";
-  if (!loss_given) sync.on_site_loss = step ? fleet::SiteLoss::kWait : fleet::SiteLoss::kDrop;
+  // Dropping a replica restarts the others from the committed step, and it rejoins at a later
+  // one: without checkpoints until the end (checkpoint.every 0) both would start over.
+  const bool checkpoints = spec->job.checkpoint.every > 0;
+  if (!loss_given) {
+    sync.on_site_loss = step || !checkpoints ? fleet::SiteLoss::kWait : fleet::SiteLoss::kDrop;
+  } else if (sync.on_site_loss == fleet::SiteLoss::kDrop && !checkpoints) {
+    return w.Error(*entry,
+                   "sync.on_site_loss: drop needs checkpoint.every > 0 (the replicas "
+                   "left restart from the last committed checkpoint)");
+  }
   const Status s = fleet::ValidateSyncOptions(sync);
   if (!s.ok() && entry != nullptr) return w.Error(*entry, s.message());
   return s;

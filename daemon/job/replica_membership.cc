@@ -32,28 +32,42 @@ std::vector<std::string> LiveSites(const StageGrid& grid,
 
 ReplicaList ReplicasToDrop(const StageGrid& grid,
                            const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
-                           const ReplicaList& dropped, const std::vector<std::string>& lost_sites) {
+                           const ReplicaList& dropped, const ReplicaList& rejoining,
+                           const std::vector<std::string>& lost_sites) {
   ReplicaList drop;
-  int live = 0;
+  int survivors = 0;  // live, not rejoining, not dropped now
   for (int r = 0; r < grid.replicas; ++r) {
     if (Contains(dropped, r)) continue;
-    ++live;
+    bool lost = false;
     for (int p = 0; p < grid.stages; ++p) {
       const int i = grid.flat(r, p);
       if (i < stages.size() && std::find(lost_sites.begin(), lost_sites.end(),
                                          stages.Get(i).site()) != lost_sites.end()) {
-        drop.push_back(static_cast<uint32_t>(r));
+        lost = true;
         break;
       }
     }
+    if (lost) {
+      drop.push_back(static_cast<uint32_t>(r));
+    } else if (!Contains(rejoining, r)) {
+      ++survivors;
+    }
   }
-  if (static_cast<int>(drop.size()) >= live) drop.clear();  // none would be left
+  if (survivors == 0) drop.clear();  // none could go on
   return drop;
 }
 
-bool RejoinDue(uint64_t committed, uint64_t attempt_start, int every, uint64_t total_steps) {
-  return every > 0 && committed > attempt_start && committed < total_steps &&
-         committed % static_cast<uint64_t>(every) == 0;
+bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps) {
+  return committed > attempt_start && committed < total_steps;
+}
+
+ReplicaList Union(const ReplicaList& a, const ReplicaList& b) {
+  ReplicaList u = a;
+  for (uint32_t r : b) {
+    if (!Contains(u, static_cast<int>(r))) u.push_back(r);
+  }
+  std::sort(u.begin(), u.end());
+  return u;
 }
 
 int RejoinSource(int replicas, const ReplicaList& dropped, const ReplicaList& rejoining) {

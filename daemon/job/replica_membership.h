@@ -24,15 +24,21 @@ std::vector<std::string> LiveSites(const StageGrid& grid,
                                    const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
                                    const ReplicaList& dropped);
 // The live replicas with a stage on one of `lost_sites`, ascending; empty when dropping them
-// would leave no replica (the job then waits for the sites, as a single pipeline does).
+// would leave no replica that is neither dropped nor rejoining (one that has not taken its
+// state yet cannot go on alone: the job then waits for the sites, as a single pipeline does).
 ReplicaList ReplicasToDrop(const StageGrid& grid,
                            const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
-                           const ReplicaList& dropped, const std::vector<std::string>& lost_sites);
-// Whether dropped replicas may rejoin at committed step `committed`: a sync step (a multiple
-// of `every`, after which every live replica holds the outer step's anchor), later than the
-// step the current attempt started from, and before the job's last step.
-bool RejoinDue(uint64_t committed, uint64_t attempt_start, int every, uint64_t total_steps);
-// The replica rejoining stages copy: the first one neither dropped nor rejoining; -1 if none.
+                           const ReplicaList& dropped, const ReplicaList& rejoining,
+                           const std::vector<std::string>& lost_sites);
+// Whether dropped replicas may rejoin at committed step `committed`: later than the step the
+// current attempt started from (the live replicas made progress) and before the job's last.
+// A rejoining stage starts from the live replicas' state at their last outer step (the
+// anchor), so any committed step will do; at a sync step that is their parameters.
+bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps);
+// The replica rejoining stages copy (and export reads): the first one neither dropped nor
+// rejoining; -1 if none.
 int RejoinSource(int replicas, const ReplicaList& dropped, const ReplicaList& rejoining);
+// The sorted union of two replica lists.
+ReplicaList Union(const ReplicaList& a, const ReplicaList& b);
 
 }  // namespace longhaul::daemon

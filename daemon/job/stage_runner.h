@@ -102,10 +102,10 @@ class StageRunner {
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that
   // held them (a re-plan moved layers), and checkpoints it here.
   Status Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan, uint64_t step);
-  // A rejoining replica's stage (replica_membership.h): takes the parameters, AdamW moments,
-  // outer-step state and data position (its own shard's) of the same stage of the live
-  // replica assignment.rejoin_source at `step`, with no error-feedback residual, and
-  // checkpoints it here.
+  // A rejoining replica's stage (replica_membership.h): takes the outer-step state (anchor
+  // and momentum; the anchor as its parameters), AdamW moments and data position (its own
+  // shard's) of the same stage of the live replica assignment.rejoin_source at `step`, with
+  // no error-feedback residual, and checkpoints it here.
   Status Rejoin(uint64_t step);
   Status Throttle();
   void Run();

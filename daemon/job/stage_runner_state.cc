@@ -124,7 +124,9 @@ Status StageRunner::Rejoin(uint64_t step) {
   }));
   const char* what[] = {"parameters", "AdamW m", "AdamW v", "outer anchor", "outer momentum"};
   for (int k = 0; k < (local ? 5 : 3); ++k) RETURN_IF_ERROR(CheckComplete(flat[k], site, what[k]));
-  fragment_->SetParameters(flat[0].values.data());
+  // Local mode: the live replicas' state at their last outer step, the anchor (their
+  // parameters, at a sync step); the inner steps since then are theirs, not this replica's.
+  fragment_->SetParameters(local ? flat[3].values.data() : flat[0].values.data());
   fragment_->SetOptimizerState(flat[1].values.data(), flat[2].values.data());
   if (loader_) {
     if (loader_state.empty()) {

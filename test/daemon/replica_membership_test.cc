@@ -18,7 +18,7 @@ namespace {
 std::string Job(const std::string& extra) {
   return "name: r\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
          "data: {train: builtin}\nsteps: 10\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
-         "sites: [a, b, c, d, e, f]\nplacement: even\nreplicas: 3\n" +
+         "sites: [a, b, c, d, e, f]\nplacement: even\nreplicas: 3\ncheckpoint: {every: 2}\n" +
          extra;
 }
 
@@ -40,24 +40,28 @@ google::protobuf::RepeatedPtrField<v1::StageInfo> Plan() {
 TEST_CASE("a lost site drops its replicas, never the last one", "[replicas]") {
   const StageGrid grid{3, 2};
   const auto plan = Plan();
-  CHECK(ReplicasToDrop(grid, plan, {}, {"d"}) == ReplicaList{1});
-  CHECK(ReplicasToDrop(grid, plan, {}, {"a", "f"}) == ReplicaList{0, 2});
-  CHECK(ReplicasToDrop(grid, plan, {}, {"x"}).empty());            // not a site of the job
-  CHECK(ReplicasToDrop(grid, plan, {}, {"a", "c", "e"}).empty());  // none would be left
-  CHECK(ReplicasToDrop(grid, plan, {1}, {"a"}) == ReplicaList{0});
-  CHECK(ReplicasToDrop(grid, plan, {0, 1}, {"e"}).empty());  // the last live replica
-  CHECK(ReplicasToDrop(grid, plan, {1}, {"c"}).empty());     // already dropped
+  CHECK(ReplicasToDrop(grid, plan, {}, {}, {"d"}) == ReplicaList{1});
+  CHECK(ReplicasToDrop(grid, plan, {}, {}, {"a", "f"}) == ReplicaList{0, 2});
+  CHECK(ReplicasToDrop(grid, plan, {}, {}, {"x"}).empty());            // not a site of the job
+  CHECK(ReplicasToDrop(grid, plan, {}, {}, {"a", "c", "e"}).empty());  // none would be left
+  CHECK(ReplicasToDrop(grid, plan, {1}, {}, {"a"}) == ReplicaList{0});
+  CHECK(ReplicasToDrop(grid, plan, {0, 1}, {}, {"e"}).empty());  // the last live replica
+  CHECK(ReplicasToDrop(grid, plan, {1}, {}, {"c"}).empty());     // already dropped
+  // A replica still taking its state cannot go on alone; one rejoining can be dropped again.
+  CHECK(ReplicasToDrop(grid, plan, {2}, {1}, {"a"}).empty());
+  CHECK(ReplicasToDrop(grid, plan, {}, {1}, {"a"}) == ReplicaList{0});
+  CHECK(ReplicasToDrop(grid, plan, {}, {1}, {"c"}) == ReplicaList{1});
+  CHECK(Union({2, 0}, {1, 2}) == ReplicaList{0, 1, 2});
   CHECK(LiveStages(grid, {1}) == std::vector<int>{0, 1, 4, 5});
   CHECK(LiveSites(grid, plan, {0, 2}) == std::vector<std::string>{"c", "d"});
 }
 
-TEST_CASE("a dropped replica rejoins at a committed sync step, from a live replica", "[replicas]") {
-  // every 10, the attempt started at step 20, 100 steps.
-  CHECK_FALSE(RejoinDue(20, 20, 10, 100));  // not past the attempt's start
-  CHECK_FALSE(RejoinDue(25, 20, 10, 100));  // not a sync step
-  CHECK(RejoinDue(30, 20, 10, 100));
-  CHECK_FALSE(RejoinDue(100, 20, 10, 100));  // the job's end
-  CHECK_FALSE(RejoinDue(30, 20, 0, 100));
+TEST_CASE("a dropped replica rejoins at a later committed step, from a live replica",
+          "[replicas]") {
+  // The attempt started at step 20, 100 steps.
+  CHECK_FALSE(RejoinDue(20, 20, 100));  // not past the attempt's start
+  CHECK(RejoinDue(25, 20, 100));
+  CHECK_FALSE(RejoinDue(100, 20, 100));  // the job's end
   CHECK(RejoinSource(3, {0}, {1}) == 2);
   CHECK(RejoinSource(3, {}, {0}) == 1);
   CHECK(RejoinSource(2, {0}, {1}) == -1);
@@ -77,6 +81,17 @@ TEST_CASE("sync.on_site_loss in a job file", "[replicas]") {
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("needs mode local"));
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("job.yaml:"));
+  // Without checkpoints before the end there is nothing to go on from.
+  std::string none = Job("sync: {on_site_loss: drop}\n");
+  none.replace(none.find("checkpoint: {every: 2}"), 22, "checkpoint: {every: 0}");
+  bad = ParseJobSpec(none, "job.yaml", ".");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("checkpoint.every > 0"));
+  none = Job("");
+  none.replace(none.find("checkpoint: {every: 2}"), 22, "checkpoint: {every: 0}");
+  auto fallback = ParseJobSpec(none, "job.yaml", ".");
+  REQUIRE(fallback.ok());
+  CHECK(fallback->sync.on_site_loss == fleet::SiteLoss::kWait);
   bad = ParseJobSpec(Job("sync: {on_site_loss: retry}\n"), "job.yaml", ".");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("drop or wait"));

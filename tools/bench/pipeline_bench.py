@@ -103,6 +103,7 @@ def follow(a):
             "step": step,
             "state": st.get("state"),
             "step_seconds": st.get("step_seconds", 0),
+            "dropped_replicas": st.get("dropped_replicas", []),
             "stages": [{k: s.get(k, 0) for k in ("site", "compute_seconds", "wait_seconds",
                                                   "step_seconds")} for s in st.get("stages", [])],
             "links": [{k: l.get(k) for k in ("from_site", "to_site", "codec", "raw_bytes",

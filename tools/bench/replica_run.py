@@ -84,11 +84,21 @@ def main():
         diff = max((abs(x - y) for x, y in zip(kill["losses"], rep["losses"])), default=0.0)
         kill_step = open(os.path.join(a.out, "kill-step.txt")).read().strip() \
             if os.path.exists(os.path.join(a.out, "kill-step.txt")) else "?"
+        f = runs["kill"]["final"]
         print(f"- kill -9 of a site at step {kill_step}: the job ended "
               f"{kill['state'].replace('JOB_STATE_', '').lower()} after {kill['attempt']} "
               f"attempts, {kill['wall'] - rep['wall']:+.1f} s against the run without the kill; "
               f"losses {'identical bit for bit' if same else f'differ by up to {diff:.3g}'} "
-              f"to the run without the kill")
+              f"to the run without the kill; final loss {kill['final_loss']:.4f} "
+              f"({100 * (kill['final_loss'] / rep['final_loss'] - 1):+.2f}% against it)")
+        # sync.on_site_loss: drop: the steps the samples saw a replica sitting out.
+        out_steps = [s["step"] for s in runs["kill"]["samples"] if s.get("dropped_replicas")]
+        if out_steps or int(f.get("replica_drops", 0)):
+            print(f"- replica drops {int(f.get('replica_drops', 0))}, rejoins "
+                  f"{int(f.get('replica_rejoins', 0))}; a replica sat out from about step "
+                  f"{min(out_steps, default=0)} to step {max(out_steps, default=0)} (its tokens "
+                  f"of those steps not trained), the other trained on; last detail: "
+                  f"{f.get('detail', '')}")
     if any(r["state"] != "JOB_STATE_COMPLETED" for r in rows):
         sys.exit(1)
 
