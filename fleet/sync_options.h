@@ -24,7 +24,7 @@ enum class SyncMode { kStep, kLocal };
 
 // What the job does when a site of one replica is lost (unreachable, restarted, failed):
 //   drop: the replicas without it go on from the last committed step, and it rejoins from a
-//         live replica's state at the first committed sync step after its sites answer again
+//         live replica's state at the first committed step after its sites answer again
 //         (local mode only: step mode's barrier needs every replica's gradients each step);
 //   wait: every replica rolls back and waits for the site, as a single pipeline does (the
 //         result is then the same bit for bit as a run without the fault).

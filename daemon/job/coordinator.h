@@ -82,7 +82,7 @@ class Coordinator {
   // Replica membership (coordinator_replicas.cc, replica_membership.h): drops the replicas
   // with a stage on a lost site and restarts the others from the committed step (true), when
   // the job's on_site_loss is drop and some replica is left; rejoins the dropped ones at a
-  // committed sync step once all their sites answer.
+  // later committed step once all their sites answer.
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem);
   void MaybeRejoin();
   ReplicaList DroppedLocked() const {

@@ -32,11 +32,11 @@
 //                                    # adaptive: per sync, the least lossy of fp32..q4 that
 //                                    # fits 10% of the compute between syncs on the group's
 //                                    # slowest measured link (daemon/job/sync_codec.h)
-//     on_site_loss: drop             # a replica's site lost: drop (local mode's default): the
-//                                    # other replicas go on, it rejoins from a live replica's
-//                                    # state at the first committed sync step after its sites
-//                                    # answer again | wait (step mode's): all roll back and
-//                                    # wait for the site
+//     on_site_loss: drop             # a replica's site lost: drop (local mode's default, with
+//                                    # checkpoint.every > 0): the other replicas go on from the
+//                                    # committed step, it rejoins from a live replica's state
+//                                    # at the first committed step after its sites answer
+//                                    # again | wait (step mode's): all roll back and wait
 //
 // A job with replicas (or auto) is not re-planned (a straggler's layers would have to move in
 // every replica). The planner places replicas for the built-in data only: token files live on

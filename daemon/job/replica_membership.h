@@ -1,6 +1,6 @@
 // Which pipeline replicas of a job train in an attempt (sync.on_site_loss: drop, fleet/
 // sync_options.h): the coordinator drops every replica with a stage on a lost site and lets
-// the others go on; a dropped replica rejoins at a committed sync step once its sites answer,
+// the others go on; a dropped replica rejoins at a later committed step once its sites answer,
 // its stages taking a live replica's state. Pure decisions over the plan (stage_grid.h), so
 // they are tested without daemons.
 #pragma once

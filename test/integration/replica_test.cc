@@ -5,7 +5,7 @@
 // the coordinator averages the replicas' losses, the fleet all microbatches); local mode with
 // q4 and error feedback the same; a replica's site restarting mid-job rolls the job back and
 // it still ends with those parameters (on_site_loss: wait), or (drop) the other replica goes
-// on without it and it rejoins at a committed sync step, both ending with the same model. A peer
+// on without it and it rejoins at a later committed step, both ending with the same model. A peer
 // outside the sync group cannot send sync tensors. Each sync group's bytes, codec, syncs and sync
 // time show in the job's status and /metrics. With placement: planned the planner places the
 // replicas (a given count, or auto): every replica split the same way, and the losses those of the
@@ -345,7 +345,7 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
     CHECK_THAT(metrics.body,
                Catch::Contains("longhaul_job_replicas_dropped{job=\"" + id + "\"} 1"));
   }
-  c.Start(3);  // delta is back: replica 1 rejoins at the next committed sync step
+  c.Start(3);  // delta is back: replica 1 rejoins at the next committed step
   c.at(3).jobs().set_throttle(0.04);
   REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
   for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
