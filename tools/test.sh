@@ -50,6 +50,12 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   grep -h '^SKIPPED: ' bazel-testlogs/test/kernels/*/test.log 2>/dev/null
 fi
 
+# The Debian package (tools/package.sh): built, installed on a clean Debian 12 root
+# (debootstrap from the Debian mirror, cached), its unit verified, its config template
+# checked by longhauld --check once filled, upgraded and purged (tools/package_test.sh).
+extra_check "the Debian package installs, upgrades and purges on a clean Debian 12 root" \
+  tools/package_test.sh
+
 # Sanitizers, two more checks. ASan+UBSan: the whole suite rebuilt with clang, the fuzz
 # targets (test/fuzz) as coverage-guided libFuzzer binaries over their committed corpus for a
 # fixed number of runs, the shell tests running sanitized daemons. TSan: the daemon and
