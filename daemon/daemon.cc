@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "daemon/http/prometheus.h"
+#include "daemon/http/web_assets.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/peer_security.h"
 #include "daemon/status_pages.h"
@@ -20,6 +21,9 @@
 
 namespace longhaul::daemon {
 namespace {
+
+// The status page plots at most this many of a job's newest steps.
+constexpr uint32_t kPageHistorySteps = 20000;
 
 double NowUnix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -199,6 +203,24 @@ Status Daemon::StartAll() {
     return http::HttpResponse{200, "application/json",
                               RenderStatusJson(NodeStatus(), Links(), jobs_->ListJobs())};
   };
+  pages["/status/jobs"] = [this] {
+    return http::HttpResponse{200, "application/json",
+                              RenderJobHistoryJson(jobs_->ListJobs(kPageHistorySteps))};
+  };
+  // The live page (daemon/http/web), built into the binary. It reads /status and /status/jobs
+  // and renders what peers report as text only; the policy keeps it to this listener's own
+  // scripts and styles.
+  for (const auto& asset : http::WebAssets()) {
+    pages[std::string(asset.path)] = [&asset] {
+      http::HttpResponse r{200, std::string(asset.content_type), std::string(asset.body)};
+      r.headers = {{"Content-Security-Policy",
+                    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"},
+                   {"X-Content-Type-Options", "nosniff"},
+                   {"Cache-Control", "no-cache"}};
+      return r;
+    };
+  }
   auto status_server = http::StatusServer::Start(config_.status_listen, std::move(pages));
   if (!status_server.ok()) return Annotate(status_server.status(), "listen.status");
   status_server_ = std::move(*status_server);

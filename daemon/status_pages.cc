@@ -205,6 +205,7 @@ nlohmann::json UsageJson(const v1::LinkUsage& u) {
           {"tensors", u.tensors()},
           {"device_tensors", u.device_tensors()},
           {"bandwidth_bytes_per_second", u.bandwidth_bytes_per_second()},
+          {"rtt_seconds", u.rtt_seconds()},
           {"achieved_bytes_per_second", u.achieved_bytes_per_second()}};
 }
 
@@ -282,6 +283,35 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"sync_groups", groups}});
   }
   return j.dump(2) + "\n";
+}
+
+std::string RenderJobHistoryJson(const v1::ListJobsResponse& jobs) {
+  nlohmann::json j;
+  j["jobs"] = nlohmann::json::array();
+  for (const auto& job : jobs.jobs()) {
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& e : job.events()) {
+      events.push_back({{"step", e.step()},
+                        {"unix_seconds", e.unix_seconds()},
+                        {"kind", e.kind()},
+                        {"detail", e.detail()}});
+    }
+    j["jobs"].push_back(
+        {{"job", job.job_id()},
+         {"name", job.name()},
+         {"state", JobStateName(job.state())},
+         {"coordinator", job.coordinator()},
+         {"submitted_unix", job.submitted_unix()},
+         {"predicted_step_seconds", job.predicted_step_seconds()},
+         {"replans", job.replans()},
+         {"attempt", job.attempt()},
+         // losses[i] and step_times[i] are of step losses_offset + i + 1.
+         {"losses_offset", job.losses_offset()},
+         {"losses", std::vector<double>(job.losses().begin(), job.losses().end())},
+         {"step_times", std::vector<double>(job.step_times().begin(), job.step_times().end())},
+         {"events", events}});
+  }
+  return j.dump() + "\n";
 }
 
 }  // namespace longhaul::daemon

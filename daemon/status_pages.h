@@ -16,6 +16,10 @@ std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksRespons
 std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
                              const v1::ListJobsResponse& jobs);
 
+// /status/jobs, for the status page: each job's history (losses and step times per step,
+// the timeline's events, the planner's predicted step time).
+std::string RenderJobHistoryJson(const v1::ListJobsResponse& jobs);
+
 // "running", "completed", ... for a job state.
 std::string JobStateName(v1::JobState state);
 

@@ -13,7 +13,14 @@ PACKAGES=(
   libspdlog-dev libfmt-dev nlohmann-json3-dev libsystemd-dev libxxhash-dev libssl-dev
   # tools the daemon, tests and demo use
   openssl curl iproute2 systemd prometheus python3 python3-torch procps
+  # the status page's browser test: headless Chromium driven through chromedriver
+  chromium chromium-driver
 )
+# npm installs the status page's JavaScript libraries (third_party/npm); Debian's nodejs and
+# npm unless a Node.js with npm is installed already.
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -22,7 +29,42 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# The status page's JavaScript libraries, pinned by version and integrity hash in
+# third_party/npm/package-lock.json and bundled into longhauld at build time: installed with
+# `npm ci` when node_modules is missing or holds another version than the lock file names.
+npm_deps() {
+  local dir npm_log
+  dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/npm"
+  if /usr/bin/python3 - "$dir" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+lock = json.load(open(os.path.join(d, "package-lock.json")))
+for path, meta in lock.get("packages", {}).items():
+    if not path:
+        continue
+    try:
+        have = json.load(open(os.path.join(d, path, "package.json"))).get("version")
+    except OSError:
+        sys.exit(1)
+    if have != meta.get("version"):
+        sys.exit(1)
+PY
+  then
+    return 0
+  fi
+  echo "setup: installing the status page's JavaScript libraries (npm ci in third_party/npm)" >&2
+  npm_log=$(mktemp)
+  if ! (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts >"$npm_log" 2>&1); then
+    cat "$npm_log" >&2
+    rm -f "$npm_log"
+    echo "setup: npm ci failed in third_party/npm (is the npm registry reachable?)" >&2
+    return 1
+  fi
+  rm -f "$npm_log"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  npm_deps
   exit 0
 fi
 
@@ -37,3 +79,4 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done" >&2
+npm_deps

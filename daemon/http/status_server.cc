@@ -186,6 +186,7 @@ class Session : public std::enable_shared_from_this<Session> {
       Fill(500, kTextType, "internal server error: " + error + "\n", head);
     } else {
       if (response.status == 204 || response.status == 304) response.body.clear();
+      for (const auto& [name, value] : response.headers) res_.set(name, value);
       Fill(response.status, response.content_type, std::move(response.body), head);
     }
     Write(keep_alive);

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -18,6 +20,8 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
+  // Extra response headers, e.g. {"Cache-Control", "no-cache"}.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 // Produces the response for one path. Called on the server's threads; handlers for

@@ -322,18 +322,41 @@ void Coordinator::Run() {
         cv_.notify_all();
         return;
       }
-      record_.set_attempt(record_.attempt() + 1);
-      // Steps after the committed one are redone; forget their losses.
-      const uint64_t keep = record_.committed_step() - record_.losses_offset();
-      while (static_cast<uint64_t>(record_.losses_size()) > keep)
-        record_.mutable_losses()->RemoveLast();
-      record_.set_step(record_.committed_step());
+      RestartFromCommittedLocked("rollback", "attempt " + std::to_string(record_.attempt() + 1) +
+                                                 " resumes from step " +
+                                                 std::to_string(record_.committed_step()));
       PersistLocked();
       cv_.notify_all();  // releases barrier waiters of the old attempt
       env_.log->info("job {}: attempt {} resumes from step {}", record_.job_id(), record_.attempt(),
                      record_.committed_step());
     }
     AssignAll();
+  }
+}
+
+void Coordinator::RestartFromCommittedLocked(const std::string& kind, const std::string& detail) {
+  record_.set_attempt(record_.attempt() + 1);
+  // Steps after the committed one are redone; forget their losses and times.
+  const uint64_t keep = record_.committed_step() - record_.losses_offset();
+  while (static_cast<uint64_t>(record_.losses_size()) > keep)
+    record_.mutable_losses()->RemoveLast();
+  while (static_cast<uint64_t>(record_.step_times_size()) > keep) {
+    record_.mutable_step_times()->RemoveLast();
+  }
+  record_.set_step(record_.committed_step());
+  AddEventLocked(kind, detail);
+}
+
+void Coordinator::AddEventLocked(const std::string& kind, const std::string& detail) {
+  v1::JobEvent* e = record_.add_events();
+  e->set_step(record_.committed_step());
+  e->set_unix_seconds(NowUnix());
+  e->set_kind(kind);
+  e->set_detail(detail);
+  if (record_.events_size() > kMaxJobEvents) {
+    record_.mutable_events()->erase(
+        record_.mutable_events()->begin(),
+        record_.mutable_events()->begin() + (record_.events_size() - kMaxJobEvents));
   }
 }
 
@@ -344,6 +367,10 @@ v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
     const int drop = s.losses_size() - static_cast<int>(max_losses);
     s.mutable_losses()->erase(s.mutable_losses()->begin(), s.mutable_losses()->begin() + drop);
     s.set_losses_offset(s.losses_offset() + drop);
+    // Step times run beside the losses (older records may have fewer).
+    const int times_drop = std::min(drop, s.step_times_size());
+    s.mutable_step_times()->erase(s.mutable_step_times()->begin(),
+                                  s.mutable_step_times()->begin() + times_drop);
   }
   return s;
 }

@@ -37,6 +37,9 @@ struct CoordinatorEnv {
   std::shared_ptr<spdlog::logger> log;
 };
 
+// The job timeline keeps this many events (the newest).
+inline constexpr int kMaxJobEvents = 200;
+
 class Coordinator {
  public:
   // A new job: validates it against the sites, places it, persists it, starts driving it.
@@ -95,6 +98,11 @@ class Coordinator {
   void Replan();
   void PersistLocked();
   void NotifyAll();
+  // A new attempt from the committed step: bumps the attempt, forgets the losses and step
+  // times of the steps to be redone and notes the event (kind, detail) on the job's timeline.
+  void RestartFromCommittedLocked(const std::string& kind, const std::string& detail);
+  // Notes an event at the committed step, keeping the newest kMaxJobEvents.
+  void AddEventLocked(const std::string& kind, const std::string& detail);
 
   CoordinatorEnv env_;
   JobSpec spec_;

@@ -31,15 +31,10 @@ void Coordinator::Replan() {
     }
     record_.set_predicted_step_seconds(move->predicted_step_seconds);
     record_.set_replans(record_.replans() + 1);
-    record_.set_attempt(record_.attempt() + 1);
-    const uint64_t keep = record_.committed_step() - record_.losses_offset();
-    while (static_cast<uint64_t>(record_.losses_size()) > keep) {
-      record_.mutable_losses()->RemoveLast();
-    }
-    record_.set_step(record_.committed_step());
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
                        replanner_.reason() + move->moved + "; now " +
                        scheduler::PlanDebugString(next));
+    RestartFromCommittedLocked("replan", record_.detail());
     replanner_.Applied();
     PersistLocked();
     cv_.notify_all();

@@ -67,6 +67,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
                      ReplicaNames(live) + " go on; " + ReplicaNames(dropped) +
                      " rejoin at a later committed step once their sites answer";
   need_assign_ = true;
+  AddEventLocked("replica_drop", membership_note_);
   record_.set_state(v1::JOB_STATE_RECOVERING);
   record_.set_detail(membership_note_);
   PersistLocked();
@@ -127,17 +128,12 @@ void Coordinator::MaybeRejoin() {
     const ReplicaList rejoining = Union(RejoiningLocked(), back);
     *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
     record_.set_replica_rejoins(record_.replica_rejoins() + static_cast<uint32_t>(back.size()));
-    record_.set_attempt(record_.attempt() + 1);
-    const uint64_t keep = record_.committed_step() - record_.losses_offset();
-    while (static_cast<uint64_t>(record_.losses_size()) > keep) {
-      record_.mutable_losses()->RemoveLast();
-    }
-    record_.set_step(record_.committed_step());
     const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas,
                                     dropped, rejoining);
     membership_note_ = ReplicaNames(back) + " rejoined at step " +
                        std::to_string(record_.committed_step()) + " from replica " +
                        std::to_string(source) + "'s state";
+    RestartFromCommittedLocked("replica_rejoin", membership_note_);
     record_.set_detail(membership_note_);
     PersistLocked();
     cv_.notify_all();

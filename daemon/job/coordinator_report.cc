@@ -82,6 +82,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     record_.set_step(rep.step() + 1);
     record_.set_loss(loss);
     record_.add_losses(loss);
+    record_.add_step_times(step_time);
     record_.set_step_seconds(step_time);
     if (step_time > 0) record_.set_tokens_per_second(tokens / step_time);
     record_.set_eta_seconds(step_time * (record_.total_steps() - record_.step()));

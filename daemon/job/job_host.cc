@@ -255,10 +255,10 @@ StatusOr<v1::JobStatus> JobHost::GetJob(const std::string& job_id, uint32_t max_
   return it->second->GetStatus(max_losses);
 }
 
-v1::ListJobsResponse JobHost::ListJobs() {
+v1::ListJobsResponse JobHost::ListJobs(uint32_t max_losses) {
   std::lock_guard<std::mutex> lock(mu_);
   v1::ListJobsResponse r;
-  for (const auto& [id, c] : coordinators_) *r.add_jobs() = c->GetStatus(1);
+  for (const auto& [id, c] : coordinators_) *r.add_jobs() = c->GetStatus(max_losses);
   for (const auto& [id, broken] : unrestorable_) *r.add_jobs() = broken;
   return r;
 }

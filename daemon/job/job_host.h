@@ -58,7 +58,8 @@ class JobHost {
   // ---- Control API ----
   StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request);
   StatusOr<v1::JobStatus> GetJob(const std::string& job_id, uint32_t max_losses);
-  v1::ListJobsResponse ListJobs();
+  // Every job coordinated here; each with the newest `max_losses` losses and step times.
+  v1::ListJobsResponse ListJobs(uint32_t max_losses = 1);
   StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id);
   Status Export(const std::string& job_id,
                 const std::function<Status(const std::string&, uint64_t)>& sink);

@@ -163,6 +163,23 @@ TEST_CASE("the status endpoint serves health, metrics and JSON status") {
   CHECK_THAT(status.body, Catch::Contains("\"site\": \"alpha\""));
   CHECK_THAT(status.body, Catch::Contains("\"state\": \"up\""));
 
+  // The job histories the live page plots, and the page itself with its assets, built in.
+  auto history = testing::HttpGet(a->status_port(), "/status/jobs");
+  REQUIRE(history.status == 200);
+  CHECK(history.content_type == "application/json");
+  CHECK_THAT(history.body, Catch::Contains("{\"jobs\":[]}"));
+  auto page = testing::HttpGet(a->status_port(), "/");
+  REQUIRE(page.status == 200);
+  CHECK(page.content_type == "text/html; charset=utf-8");
+  CHECK_THAT(page.body, Catch::Contains("<script src=\"/assets/app.js\"></script>"));
+  for (const char* asset : {"/assets/app.js", "/assets/graph.js", "/assets/style.css",
+                            "/assets/uPlot.iife.min.js", "/assets/uPlot.min.css"}) {
+    INFO(asset);
+    auto r = testing::HttpGet(a->status_port(), asset);
+    CHECK(r.status == 200);
+    CHECK(r.body.size() > 500);
+  }
+
   CHECK(testing::HttpGet(a->status_port(), "/nope").status == 404);
 }
 

@@ -355,6 +355,12 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
   CHECK(s.replica_drops() == 1);
   CHECK(s.replica_rejoins() == 1);
   CHECK_THAT(s.detail(), Catch::Contains("replica 1 rejoined at step"));
+  // The timeline (the status page's marks) holds the drop and the rejoin, in that order.
+  std::vector<std::string> kinds;
+  for (const auto& e : s.events()) {
+    if (e.kind() != "rollback") kinds.push_back(e.kind());
+  }
+  CHECK(kinds == std::vector<std::string>{"replica_drop", "replica_rejoin"});
   REQUIRE(s.losses_size() == steps);
   for (double loss : s.losses()) CHECK(std::isfinite(loss));
   // After the last outer step both replicas hold the same model, bit for bit: the rejoined

@@ -107,6 +107,13 @@ LinkBytes Links(const v1::JobStatus& s) {
   return out;
 }
 
+// How many of the job's timeline events are of `kind`.
+int CountEvents(const v1::JobStatus& s, const std::string& kind) {
+  int n = 0;
+  for (const auto& e : s.events()) n += e.kind() == kind;
+  return n;
+}
+
 // What each directed link carried per tensor, raw and on the wire: fixed by the codec and the
 // shapes, not by when a fault struck, so a job that rolled back carries the same bytes per
 // tensor over both transports. Each link's totals are whole tensors' worth.
@@ -225,6 +232,11 @@ TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same 
     const v1::JobStatus s = c.WaitCompleted(id);
     CHECK(s.attempt() >= 2);  // it did roll back
     CHECK(Losses(s) == local);
+    // The timeline (the status page's marks): the rollback, at a step the job had committed;
+    // and every step's time beside its loss, the redone steps' counted once.
+    CHECK(CountEvents(s, "rollback") == static_cast<int>(s.attempt()) - 1);
+    for (const auto& e : s.events()) CHECK(e.step() >= 2);
+    CHECK(s.step_times_size() == s.losses_size());
     bytes[loopback] = BytesPerTensor(s);
     CheckWholeSteps(s, /*microbatches=*/4);
   }
@@ -263,6 +275,7 @@ TEST_CASE("layers move off a straggler over both transports, and the losses do n
     CHECK(replanned.predicted_step_seconds() > 0);
     const v1::JobStatus s = c.WaitCompleted(id);
     CHECK(Losses(s) == local);
+    CHECK(CountEvents(s, "replan") == static_cast<int>(s.replans()));
     bytes[loopback] = BytesPerTensor(s);
     CheckWholeSteps(s, /*microbatches=*/4);
   }

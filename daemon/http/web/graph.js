@@ -1,0 +1,161 @@
+// The status page's graph of sites and links: which directed links exist and what each one
+// carries (collect), drawn as sites on a circle with one arrow per direction (draw). Every
+// string comes from a daemon or a peer, so it is set as text, never parsed as markup.
+'use strict';
+
+window.LonghaulGraph = (function () {
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  function fmtMbps(v) {
+    if (v === null || !isFinite(v)) return '? Mbit/s';
+    if (v >= 1000) return (v / 1000).toFixed(2) + ' Gbit/s';
+    if (v >= 100) return v.toFixed(0) + ' Mbit/s';
+    return v.toFixed(1) + ' Mbit/s';
+  }
+
+  function fmtRatio(r) {
+    return r && isFinite(r) ? r.toFixed(2) + 'x' : '-';
+  }
+
+  // The nodes (this site first) and directed edges of the graph, from /status and the job
+  // shown (one of /status's jobs, or null). An edge's bandwidth and RTT are the link
+  // monitor's (this site's links, and what the job's stages report for theirs); its codec and
+  // ratio are what the job sent over it.
+  function collect(status, job) {
+    const nodes = [];
+    const addNode = (n) => {
+      if (typeof n === 'string' && n !== '' && !nodes.includes(n)) nodes.push(n);
+    };
+    addNode(status.site);
+    const edges = new Map();
+    const edge = (from, to) => {
+      const key = from + '\u2192' + to;
+      if (!edges.has(key)) {
+        edges.set(key, {from, to, mbps: null, rttMs: null, codec: null, ratio: null, up: true});
+      }
+      return edges.get(key);
+    };
+    const estimate = (e, est) => {
+      if (!est) return;
+      if (est.bandwidth_bytes_per_second > 0) e.mbps = est.bandwidth_bytes_per_second * 8 / 1e6;
+      if (est.rtt_seconds > 0) e.rttMs = est.rtt_seconds * 1e3;
+    };
+    for (const l of status.links || []) {
+      addNode(l.peer);
+      const out = edge(status.site, l.peer);
+      const back = edge(l.peer, status.site);
+      out.up = back.up = l.state === 'up';
+      estimate(out, l.outbound);
+      estimate(back, l.inbound);
+    }
+    if (job) {
+      for (const s of job.stages || []) addNode(s.site);
+      for (const u of job.links || []) {
+        addNode(u.from);
+        addNode(u.to);
+        const e = edge(u.from, u.to);
+        e.codec = u.codec;
+        e.ratio = u.compression_ratio;
+        if (e.mbps === null && u.bandwidth_bytes_per_second > 0) {
+          e.mbps = u.bandwidth_bytes_per_second * 8 / 1e6;
+        }
+        if (e.rttMs === null && u.rtt_seconds > 0) e.rttMs = u.rtt_seconds * 1e3;
+      }
+    }
+    return {nodes, edges: [...edges.values()].filter((e) => nodes.includes(e.to))};
+  }
+
+  function el(name, attrs, text) {
+    const e = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function codecClass(codec) {
+    if (!codec) return 'idle';
+    if (codec === 'fp32' || codec === 'exact' || codec === 'off') return 'exact';
+    if (codec === 'bf16' || codec === 'q8' || codec === 'q4') return codec;
+    return 'other';
+  }
+
+  // Draws `graph` (collect's result) into the <svg> `svg`, replacing what it held.
+  function draw(svg, graph) {
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    const W = 760, H = 460, R = 34;
+    const cx = W / 2, cy = H / 2 + 5, ring = Math.min(W, H) / 2 - 70;
+    const defs = el('defs');
+    for (const cls of ['idle', 'exact', 'bf16', 'q8', 'q4', 'other', 'down']) {
+      const m = el('marker', {id: 'arrow-' + cls, viewBox: '0 0 10 10', refX: 9, refY: 5,
+                              markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse'});
+      m.appendChild(el('path', {d: 'M0,0 L10,5 L0,10 z', class: 'arrowhead ' + cls}));
+      defs.appendChild(m);
+    }
+    svg.appendChild(defs);
+    const pos = new Map();
+    graph.nodes.forEach((n, i) => {
+      const a = -Math.PI / 2 + 2 * Math.PI * i / Math.max(graph.nodes.length, 1);
+      pos.set(n, graph.nodes.length === 1 ? [cx, cy] : [cx + ring * Math.cos(a), cy + ring * Math.sin(a)]);
+    });
+    const edgeLayer = el('g', {class: 'edges'});
+    const labelLayer = el('g', {class: 'labels'});
+    const bulge = 34;
+    // Each direction's arrow bulges to its right; both labels of a pair of sites sit on the
+    // side of their chord away from the ring's centre, where there is room.
+    const labelsOf = new Map();  // unordered pair -> count placed
+    for (const e of graph.edges) {
+      const [x1, y1] = pos.get(e.from), [x2, y2] = pos.get(e.to);
+      const dx = x2 - x1, dy = y2 - y1, len = Math.hypot(dx, dy) || 1;
+      const nx = dy / len, ny = -dx / len;  // the right-hand side of the direction of travel
+      const qx = (x1 + x2) / 2 + nx * bulge, qy = (y1 + y2) / 2 + ny * bulge;
+      // Start and end on the nodes' rims, toward the control point.
+      const rim = (x, y) => {
+        const ex = qx - x, ey = qy - y, l = Math.hypot(ex, ey) || 1;
+        return [x + ex / l * (R + 2), y + ey / l * (R + 2)];
+      };
+      const [sx, sy] = rim(x1, y1), [tx, ty] = rim(x2, y2);
+      const cls = e.up ? codecClass(e.codec) : 'down';
+      const g = el('g', {class: 'edge ' + cls, 'data-from': e.from, 'data-to': e.to,
+                         'data-codec': e.codec || '', 'data-ratio': e.ratio || 0,
+                         'data-mbps': e.mbps === null ? '' : e.mbps.toFixed(3)});
+      g.appendChild(el('path', {d: `M${sx},${sy} Q${qx},${qy} ${tx},${ty}`,
+                                class: 'link ' + cls, 'marker-end': `url(#arrow-${cls})`}));
+      edgeLayer.appendChild(g);
+
+      const mx = (x1 + x2) / 2, my = (y1 + y2) / 2;
+      let ox = nx, oy = ny;  // the outer normal of the chord
+      if ((mx - cx) * ox + (my - cy) * oy < 0) { ox = -ox; oy = -oy; }
+      const pair = [e.from, e.to].sort().join('\u2194');
+      const k = labelsOf.get(pair) || 0;
+      labelsOf.set(pair, k + 1);
+      const bx = mx + ox * (bulge * 0.6 + 12), by = my + oy * (bulge * 0.6 + 12);
+      const anchor = ox > 0.35 ? 'start' : ox < -0.35 ? 'end' : 'middle';
+      let ly;
+      if (anchor === 'middle') {
+        ly = oy > 0 ? by + 10 + k * 34 : by - 20 - k * 34;
+      } else {
+        ly = by - 12 + (k === 0 ? -14 : 20);
+      }
+      const label = el('text', {x: bx, y: ly, 'text-anchor': anchor, class: 'edge-label',
+                                'data-from': e.from, 'data-to': e.to});
+      label.appendChild(el('tspan', {class: 'dir'}, e.from + ' \u2192 ' + e.to + '  '));
+      label.appendChild(el('tspan', {class: 'codec ' + cls},
+                           e.codec ? e.codec + ' \u00b7 ' + fmtRatio(e.ratio) : 'no job traffic'));
+      const rtt = e.rttMs === null ? '' : ' \u00b7 ' + e.rttMs.toFixed(1) + ' ms';
+      label.appendChild(el('tspan', {x: bx, dy: 14, class: 'bw'}, fmtMbps(e.mbps) + rtt));
+      labelLayer.appendChild(label);
+    }
+    svg.appendChild(edgeLayer);
+    for (const n of graph.nodes) {
+      const [x, y] = pos.get(n);
+      const g = el('g', {class: 'node' + (n === graph.nodes[0] ? ' self' : ''), 'data-site': n});
+      g.appendChild(el('circle', {cx: x, cy: y, r: R}));
+      g.appendChild(el('text', {x, y: y + 5, 'text-anchor': 'middle'},
+                       n.length > 12 ? n.slice(0, 11) + '\u2026' : n));
+      svg.appendChild(g);
+    }
+    svg.appendChild(labelLayer);
+  }
+
+  return {collect, draw, fmtMbps, fmtRatio};
+})();

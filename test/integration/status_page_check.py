@@ -1,0 +1,312 @@
+#!/usr/bin/python3
+"""The browser half of status_page_test.sh: opens a daemon's page in headless Chromium.
+
+Drives Debian's chromedriver over the W3C WebDriver protocol (plain HTTP and JSON, so the
+standard library is enough), and checks the page against the daemon's own JSON:
+  1. / and its assets are served from the binary with the page's security headers;
+  2. a job run to completion: the page's graph shows its three sites and six directed links,
+     each with exactly the codec and compression ratio /status has for it, and its loss curve
+     holds every step's loss of /status/jobs;
+  3. a job still running: the page follows it live (its loss curve grows, each plotted loss is
+     the one /status/jobs has for that step), the graph shows its six links with codecs and
+     ratios, and a screenshot is saved; then the job is cancelled and the page shows it.
+Every wait is bounded; a failure says what the page showed and what the JSON had.
+"""
+import argparse
+import base64
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+CODECS = {"fp32", "bf16", "q8", "q4"}
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def http_get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+def get_json(url):
+    return json.loads(http_get(url)[2].decode())
+
+
+def wait_for(what, fn, timeout, interval=0.5):
+    """Calls fn until it returns something true; fails naming `what` (and fn's last answer)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except (urllib.error.URLError, OSError, KeyError, ValueError, TypeError, IndexError) as e:
+            last = "error: %s" % e
+        else:
+            if last and not (isinstance(last, tuple) and not last[0]):
+                return last
+        time.sleep(interval)
+    fail("timed out after %d s waiting for %s; last: %s" % (timeout, what, str(last)[:2000]))
+
+
+class WebDriver:
+    """The few WebDriver commands the check needs, against a chromedriver it starts."""
+
+    def __init__(self, port, work):
+        self.base = "http://127.0.0.1:%d" % port
+        self.log = open(os.path.join(work, "chromedriver.log"), "w")
+        self.proc = subprocess.Popen(["/usr/bin/chromedriver", "--port=%d" % port],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("chromedriver to start", lambda: self.call("GET", "/status")["ready"], 30)
+        caps = {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--hide-scrollbars",
+                         "--force-device-scale-factor=1", "--window-size=1400,1350",
+                         "--user-data-dir=" + os.path.join(work, "chromium")],
+            }}}}
+        self.session = self.call("POST", "/session", caps)["sessionId"]
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return json.loads(r.read().decode())["value"]
+        except urllib.error.HTTPError as e:
+            fail("chromedriver %s %s: HTTP %d: %s" % (method, path, e.code, e.read()[:500]))
+
+    def open(self, url):
+        self.call("POST", "/session/%s/url" % self.session, {"url": url})
+
+    def run(self, script):
+        return self.call("POST", "/session/%s/execute/sync" % self.session,
+                         {"script": script, "args": []})
+
+    def screenshot(self, path):
+        png = base64.b64decode(self.call("GET", "/session/%s/screenshot" % self.session))
+        with open(path, "wb") as f:
+            f.write(png)
+        return len(png)
+
+    def quit(self):
+        try:
+            self.call("DELETE", "/session/%s" % self.session)
+        finally:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# What the page shows, read from its DOM: the graph's nodes and edges (with their data
+# attributes and label text), the peers table and each job card.
+READ_PAGE = """
+const q = (s) => [...document.querySelectorAll(s)];
+return {
+  updates: +(document.body.dataset.updates || 0),
+  conn: document.getElementById('conn').className,
+  site: document.getElementById('site').textContent,
+  graphJob: document.getElementById('graph-card').dataset.job || '',
+  nodes: q('#graph .node').map((n) => n.dataset.site),
+  edges: q('#graph .edge').map((e) => ({from: e.dataset.from, to: e.dataset.to,
+      codec: e.dataset.codec, ratio: parseFloat(e.dataset.ratio), mbps: e.dataset.mbps})),
+  labels: q('#graph .edge-label').map((l) => ({from: l.dataset.from, to: l.dataset.to,
+      text: l.textContent})),
+  peers: q('#peers tbody tr').map((r) => [...r.cells].map((c) => c.textContent)),
+  jobs: q('.job').map((c) => ({job: c.dataset.job, state: c.dataset.state,
+      points: +(c.dataset.lossPoints || 0), lastStep: +(c.dataset.lastStep || 0),
+      lastLoss: parseFloat(c.dataset.lastLoss), valPoints: +(c.dataset.valPoints || 0),
+      canvases: c.querySelectorAll('canvas').length, facts: c.querySelector('.facts').textContent,
+      stages: c.querySelectorAll('.stages tbody tr').length})),
+};
+"""
+
+def job_of(status, job_id):
+    for j in status["jobs"]:
+        if j["job"] == job_id:
+            return j
+    return None
+
+
+def links_of(job):
+    """(from, to) -> (codec, ratio) from a /status job; the last usage of a pair wins, as on
+    the page."""
+    out = {}
+    for u in job["links"]:
+        out[(u["from"], u["to"])] = (u["codec"], u["compression_ratio"])
+    return out
+
+
+def submit(args, path):
+    r = subprocess.run([args.cli, "--config", args.config, "submit", path],
+                       capture_output=True, text=True, timeout=60)
+    for line in r.stdout.splitlines():
+        if line.startswith("submitted job "):
+            return line.split()[2]
+    fail("submit %s failed: %s %s" % (path, r.stdout, r.stderr))
+
+
+def check_served(status_url):
+    code, headers, body = http_get(status_url + "/")
+    if code != 200 or not headers.get("Content-Type", "").startswith("text/html"):
+        fail("/ answered %d %s" % (code, headers.get("Content-Type")))
+    for needle in (b'src="/assets/app.js"', b'src="/assets/uPlot.iife.min.js"', b'id="graph"'):
+        if needle not in body:
+            fail("/ does not hold %r" % needle)
+    csp = headers.get("Content-Security-Policy", "")
+    if "script-src 'self'" not in csp or headers.get("X-Content-Type-Options") != "nosniff":
+        fail("/ lacks its security headers: %s" % headers)
+    code, headers, body = http_get(status_url + "/assets/uPlot.iife.min.js")
+    if code != 200 or b"uPlot" not in body or "javascript" not in headers.get("Content-Type", ""):
+        fail("the bundled uPlot is not served (%d, %d bytes)" % (code, len(body)))
+    try:
+        http_get(status_url + "/assets/nothing.js")
+        fail("/assets/nothing.js was served")
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            fail("/assets/nothing.js answered %d, want 404" % e.code)
+    print("served: / (%d bytes of page) with CSP and nosniff; the bundled uPlot; 404 otherwise"
+          % len(http_get(status_url + "/")[2]))
+
+
+def check_completed(args, driver, job_id):
+    status = get_json(args.status + "/status")
+    hist = job_of(get_json(args.status + "/status/jobs"), job_id)
+    job = job_of(status, job_id)
+    want = links_of(job)
+    if len(want) != 6:
+        fail("the completed job used %d directed links, want 6: %s" % (len(want), want))
+    losses = hist["losses"]
+
+    def page_ready():
+        p = driver.run(READ_PAGE)
+        card = [c for c in p["jobs"] if c["job"] == job_id]
+        ok = (p["updates"] >= 1 and card and card[0]["points"] == len(losses) and
+              p["graphJob"] == job_id and sum(1 for e in p["edges"] if e["codec"]) == 6)
+        return (ok, p)
+    page = wait_for("the page to show the completed job", page_ready, 60)[1]
+    if sorted(page["nodes"]) != ["alpha", "beta", "gamma"] or page["site"] != "alpha":
+        fail("graph nodes %s on site %r, want alpha, beta, gamma" % (page["nodes"], page["site"]))
+    labels = {(l["from"], l["to"]): l["text"] for l in page["labels"]}
+    for e in page["edges"]:
+        key = (e["from"], e["to"])
+        if key not in want:
+            fail("the page shows a link %s -> %s the job did not use" % key)
+        codec, ratio = want[key]
+        if e["codec"] != codec or not math.isclose(e["ratio"], ratio, rel_tol=1e-9):
+            fail("link %s -> %s: page shows %s %.6f, /status has %s %.6f"
+                 % (key + (e["codec"], e["ratio"], codec, ratio)))
+        if codec not in CODECS:
+            fail("link %s -> %s has an unexpected codec %r" % (key + (codec,)))
+        text = labels.get(key, "")
+        if codec not in text or ("%.2fx" % ratio) not in text or "Mbit/s" not in text:
+            fail("link %s -> %s is labelled %r, want %s and %.2fx and a bandwidth"
+                 % (key + (text, codec, ratio)))
+        if not e["mbps"] or float(e["mbps"]) <= 0:
+            fail("link %s -> %s shows no measured bandwidth" % key)
+    card = [c for c in page["jobs"] if c["job"] == job_id][0]
+    if card["state"] != "completed" or not math.isclose(card["lastLoss"], losses[-1], rel_tol=1e-12):
+        fail("completed job card: state %s, last loss %r; /status/jobs: %r"
+             % (card["state"], card["lastLoss"], losses[-1]))
+    if card["canvases"] < 2 or card["stages"] != 3:
+        fail("completed job card has %d chart canvases and %d stage rows"
+             % (card["canvases"], card["stages"]))
+    up = [r for r in page["peers"] if len(r) > 2 and r[2] == "up"]
+    if len(up) != 2:
+        fail("peers table: %s, want beta and gamma up" % page["peers"])
+    print("completed job %s: 3 sites, 6 links with the codecs and ratios of /status (%s), "
+          "%d losses plotted, the last %.4f" % (job_id, ", ".join(
+              "%s>%s %s %.2fx" % (f, t, c, r) for (f, t), (c, r) in sorted(want.items())),
+              len(losses), losses[-1]))
+
+
+def check_running(args, driver, job_id):
+    def running():
+        s = job_of(get_json(args.status + "/status"), job_id)
+        ok = s and s["state"] == "running" and s["step"] >= 8 and len(links_of(s)) == 6
+        return (ok, s and {k: s[k] for k in ("state", "step", "detail")})
+    wait_for("the running job to pass step 8 on all six links", running, 240)
+
+    def page_follows():
+        before = job_of(get_json(args.status + "/status"), job_id)["step"]
+        p = driver.run(READ_PAGE)
+        hist = job_of(get_json(args.status + "/status/jobs"), job_id)
+        card = [c for c in p["jobs"] if c["job"] == job_id]
+        edges = [e for e in p["edges"] if e["codec"]]
+        ok = (card and card[0]["state"] == "running" and card[0]["points"] >= 8 and
+              p["graphJob"] == job_id and len(edges) == 6)
+        return (ok, p, hist, before)
+    _, page, hist, before = wait_for("the page to follow the running job", page_follows, 60)
+    card = [c for c in page["jobs"] if c["job"] == job_id][0]
+    # The page read the job after `before` was taken: its curve ends at or after that step,
+    # and every loss it plots is the one the daemon recorded for that step.
+    if card["lastStep"] < min(before, 8) or card["lastStep"] > hist["losses_offset"] + len(hist["losses"]):
+        fail("the page's curve ends at step %d; the job was at step %d, then %d"
+             % (card["lastStep"], before, hist["losses_offset"] + len(hist["losses"])))
+    want = hist["losses"][card["lastStep"] - hist["losses_offset"] - 1]
+    if not math.isclose(card["lastLoss"], want, rel_tol=1e-12):
+        fail("the page plots loss %r at step %d; /status/jobs has %r"
+             % (card["lastLoss"], card["lastStep"], want))
+    for e in page["edges"]:
+        if e["codec"] not in CODECS or not e["ratio"] > 0:
+            fail("running job: link %s -> %s shows codec %r ratio %r"
+                 % (e["from"], e["to"], e["codec"], e["ratio"]))
+    size = driver.screenshot(args.screenshot)
+    if size < 20000:
+        fail("the screenshot is only %d bytes" % size)
+    # Once the curve has grown, the page is live: it re-reads the daemon on its own.
+    first = card["points"]
+    wait_for("the page's curve to grow", lambda: [
+        c for c in driver.run(READ_PAGE)["jobs"] if c["job"] == job_id and c["points"] > first], 60)
+    print("running job %s: the page followed it live (curve at step %d, loss %.4f as "
+          "/status/jobs has it), 6 links with codecs %s; screenshot %s (%d bytes)"
+          % (job_id, card["lastStep"], card["lastLoss"],
+             sorted({e["codec"] for e in page["edges"]}), args.screenshot, size))
+
+    r = subprocess.run([args.cli, "--config", args.config, "cancel", job_id],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        fail("cancel failed: %s %s" % (r.stdout, r.stderr))
+    wait_for("the page to show the job cancelled", lambda: [
+        c for c in driver.run(READ_PAGE)["jobs"] if c["job"] == job_id and c["state"] == "cancelled"], 30)
+    print("cancelled: the page shows it")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--config", required=True, help="the coordinating site's config")
+    ap.add_argument("--status", required=True, help="its status listener, http://HOST:PORT")
+    ap.add_argument("--done-job", required=True)
+    ap.add_argument("--running-job", required=True)
+    ap.add_argument("--driver-port", type=int, required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--screenshot", required=True)
+    args = ap.parse_args()
+
+    check_served(args.status)
+    done = submit(args, args.done_job)
+    wait_for("job %s to complete" % done, lambda: (
+        job_of(get_json(args.status + "/status"), done)["state"] == "completed"), 300)
+    driver = WebDriver(args.driver_port, args.work)
+    try:
+        driver.open(args.status + "/")
+        check_completed(args, driver, done)
+        check_running(args, driver, submit(args, args.running_job))
+        if "ok" not in driver.run(READ_PAGE)["conn"]:
+            fail("the page says it cannot reach the daemon")
+    finally:
+        driver.quit()
+
+
+if __name__ == "__main__":
+    main()
