@@ -296,6 +296,8 @@ std::string RenderJobHistoryJson(const v1::ListJobsResponse& jobs) {
                         {"kind", e.kind()},
                         {"detail", e.detail()}});
     }
+    nlohmann::json val = nlohmann::json::array();
+    for (const auto& v : job.val_losses()) val.push_back({{"step", v.step()}, {"loss", v.loss()}});
     j["jobs"].push_back(
         {{"job", job.job_id()},
          {"name", job.name()},
@@ -309,6 +311,7 @@ std::string RenderJobHistoryJson(const v1::ListJobsResponse& jobs) {
          {"losses_offset", job.losses_offset()},
          {"losses", std::vector<double>(job.losses().begin(), job.losses().end())},
          {"step_times", std::vector<double>(job.step_times().begin(), job.step_times().end())},
+         {"val_losses", val},
          {"events", events}});
   }
   return j.dump() + "\n";

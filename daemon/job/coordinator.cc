@@ -344,7 +344,27 @@ void Coordinator::RestartFromCommittedLocked(const std::string& kind, const std:
     record_.mutable_step_times()->RemoveLast();
   }
   record_.set_step(record_.committed_step());
+  auto* val = record_.mutable_val_losses();
+  while (!val->empty() && val->rbegin()->step() > record_.committed_step()) val->RemoveLast();
+  val_pending_.clear();
   AddEventLocked(kind, detail);
+}
+
+void Coordinator::NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid,
+                                    uint32_t live) {
+  if (rep.val_step() == 0 || !grid.last(static_cast<int>(rep.stage()))) return;
+  for (const auto& v : record_.val_losses()) {
+    if (v.step() == rep.val_step()) return;  // measured again after a restart: the first stays
+  }
+  auto& losses = val_pending_[rep.val_step()];
+  losses[rep.stage()] = rep.val_loss();
+  if (losses.size() < live) return;
+  double sum = 0;
+  for (const auto& [stage, loss] : losses) sum += loss;
+  v1::ValLoss* v = record_.add_val_losses();
+  v->set_step(rep.val_step());
+  v->set_loss(sum / static_cast<double>(losses.size()));
+  val_pending_.erase(val_pending_.begin(), val_pending_.upper_bound(rep.val_step()));
 }
 
 void Coordinator::AddEventLocked(const std::string& kind, const std::string& detail) {
@@ -371,6 +391,11 @@ v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
     const int times_drop = std::min(drop, s.step_times_size());
     s.mutable_step_times()->erase(s.mutable_step_times()->begin(),
                                   s.mutable_step_times()->begin() + times_drop);
+    // Validation losses of the steps kept, and the newest one always.
+    auto* val = s.mutable_val_losses();
+    int first = 0;
+    while (first + 1 < val->size() && val->Get(first).step() <= s.losses_offset()) ++first;
+    val->erase(val->begin(), val->begin() + first);
   }
   return s;
 }

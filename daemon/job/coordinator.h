@@ -101,6 +101,8 @@ class Coordinator {
   // A new attempt from the committed step: bumps the attempt, forgets the losses and step
   // times of the steps to be redone and notes the event (kind, detail) on the job's timeline.
   void RestartFromCommittedLocked(const std::string& kind, const std::string& detail);
+  // Files a last stage's validation loss; once every live replica's is in, their mean.
+  void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live);
   // Notes an event at the committed step, keeping the newest kMaxJobEvents.
   void AddEventLocked(const std::string& kind, const std::string& detail);
 
@@ -123,6 +125,9 @@ class Coordinator {
   uint64_t last_rejoin_try_ = 0;
   std::map<uint32_t, int> rejoin_failures_;  // by replica: dropped again while rejoining
   std::string membership_note_;              // the last drop or rejoin, kept in the detail
+  // Validation losses reported by the live replicas' last stages, by step and stage, until
+  // every live replica's is in (under mu_).
+  std::map<uint64_t, std::map<uint32_t, double>> val_pending_;
   std::thread thread_;
 };
 

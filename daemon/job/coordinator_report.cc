@@ -37,6 +37,9 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
                     " is dropped");
     return stop;
   }
+  const uint32_t live_replicas =
+      static_cast<uint32_t>(grid.replicas) - static_cast<uint32_t>(dropped.size());
+  NoteValLossLocked(rep, grid, live_replicas);
   // The barrier counts the live replicas' stages only.
   const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
   const uint64_t committed = barrier_.NoteCheckpoint(rep.stage(), rep.checkpoint_step(), n);
@@ -60,8 +63,6 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     d.set_committed_step(record_.committed_step());
     return d;
   }
-  const uint32_t live_replicas =
-      static_cast<uint32_t>(grid.replicas) - static_cast<uint32_t>(dropped.size());
   if (const auto* reports =
           barrier_.Add(rep, n, record_.committed_step(), static_cast<uint32_t>(grid.replicas),
                        static_cast<uint32_t>(grid.stages))) {

@@ -172,6 +172,14 @@ Status CheckStepReport(const v1::StepReport& r, int num_stages, uint64_t total_s
                                       Str(r.checkpoint_step()) + " out of range for " +
                                       Str(total_steps) + " steps");
   }
+  // A validation loss is of the step just reported (or the last, in the final report); not
+  // finite is what a diverging run honestly reports, negative is no cross-entropy.
+  if (r.val_step() != 0 &&
+      (r.val_step() != r.step() || (std::isfinite(r.val_loss()) && r.val_loss() < 0))) {
+    return absl::InvalidArgumentError(job + ": validation loss " + std::to_string(r.val_loss()) +
+                                      " of step " + Str(r.val_step()) + " in the report of step " +
+                                      Str(r.step()));
+  }
   if (r.grad_sums_size() > kMaxGradSums) {
     return absl::InvalidArgumentError(job + ": " + Str(r.grad_sums_size()) +
                                       " grad sums, allowed " + Str(kMaxGradSums));

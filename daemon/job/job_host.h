@@ -111,6 +111,7 @@ class JobHost {
     std::unique_ptr<Inbox> inbox;
     std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
     bool cancelled = false;               // guarded by mu_
+    // M: microbatch ids per step, the validation pass's included (job_spec.h ValBatches).
     int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
     int replicas = 1;
     std::vector<fleet::SyncSlice> slices;  // the fragment's, for checking sync tensors

@@ -101,7 +101,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->T = spec.job.seq_len;
     stage->C = spec.job.model.channels;
     stage->Vp = spec.job.model.padded_vocab_size;
-    stage->M = spec.job.microbatches();
+    stage->M = spec.job.microbatches() + ValBatches(spec.job);  // training and validation
     stage->steps = spec.job.steps;
     stage->replicas = StageGrid::OfPlan(spec.replicas, a.stages()).replicas;
     const v1::StageInfo& mine = a.stages(static_cast<int>(a.stage()));

@@ -62,6 +62,18 @@ enum class CompressionMode { kOff, kFixed, kAdaptive };
 // Most pipeline replicas a job may have.
 inline constexpr int kMaxReplicas = 256;
 
+// Validation batches per pass (data.val's val_batches; 0 without data.val). A pass runs on
+// the pipeline after each step val_every divides and after the last, as extra microbatches
+// M, M+1, ... of that step that go forward only.
+inline int ValBatches(const model::Job& job) {
+  return job.data.val.empty() ? 0 : job.data.val_batches;
+}
+inline bool ValDue(const model::Job& job, uint64_t done) {
+  return ValBatches(job) > 0 &&
+         (done == static_cast<uint64_t>(job.steps) ||
+          (job.data.val_every > 0 && done % static_cast<uint64_t>(job.data.val_every) == 0));
+}
+
 struct JobSpec {
   model::Job job;
   std::string yaml;  // the job file as submitted

@@ -144,6 +144,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(data, lo));
   }
 
+  RETURN_IF_ERROR(InitValidation());
   start_step_ = a.resume_step();
   const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
   live_replicas_ = grid_.replicas - a.dropped_replicas_size();
@@ -214,6 +215,11 @@ void StageRunner::Run() {
   Status s;
   if (migrate_) s = Migrate(ctx_.assignment.migrate_from(), start_step_);
   if (rejoin_) s = Rejoin(start_step_);
+  // A pass due at the step this attempt starts from may have been cut off with the last one:
+  // measured again (the coordinator keeps the first it has for a step).
+  if (s.ok() && start_step_ > 0 && start_step_ < steps && ValDue(ctx_.spec.job, start_step_)) {
+    s = Validate(start_step_, start_step_);
+  }
   for (uint64_t step = start_step_; s.ok() && step < steps && !stop_; ++step) {
     s = RunStep(step);
     if (!s.ok()) break;
@@ -226,6 +232,10 @@ void StageRunner::Run() {
     final_report.set_step(steps);
     final_report.set_stage(stage_);
     final_report.set_checkpoint_step(status_.checkpoint_step);
+    if (val_step_ > 0) {
+      final_report.set_val_step(val_step_);
+      final_report.set_val_loss(val_loss_);
+    }
     while (!stop_) {
       auto d = ctx_.coordinator->ReportStep(final_report, 30);
       if (d.ok()) break;
@@ -286,6 +296,10 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_step_seconds(Now() - start);
   report.set_checkpoint_step(status_.checkpoint_step);
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
+  if (val_step_ > 0) {
+    report.set_val_step(val_step_);
+    report.set_val_loss(val_loss_);
+  }
   // The stage's outbound links, and the tied-embedding link between the first and the last
   // stage when they are not neighbours (the re-plan prices it from this estimate).
   std::vector<OutboundUsage> usage = exchange_->Usage(/*tied=*/num_stages_ > 2);
@@ -318,6 +332,7 @@ Status StageRunner::RunStep(uint64_t step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   wait_acc_ += Now() - barrier_start;
+  val_step_ = 0;  // reported
   if (decision->stop()) return absl::AbortedError("coordinator: " + decision->detail());
   const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
   const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
@@ -342,6 +357,7 @@ Status StageRunner::RunStep(uint64_t step) {
 
   const int every = ctx_.spec.job.checkpoint.every;
   const uint64_t done = step + 1;
+  if (ValDue(ctx_.spec.job, done)) RETURN_IF_ERROR(Validate(step, done));
   if ((every > 0 && done % every == 0) || done == static_cast<uint64_t>(ctx_.spec.job.steps)) {
     RETURN_IF_ERROR(Checkpoint(done));
   }
@@ -358,7 +374,7 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const size_t act = static_cast<size_t>(B_) * T_ * C_, tok = static_cast<size_t>(B_) * T_;
   const float* input = nullptr;
   if (fragment_->is_first()) {
-    loader_->Next(tokens_.data(), targets_.data());
+    (mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data());
     slot_targets_[slot] = targets_;
   } else {
     ASSIGN_OR_RETURN(input, ReceiveInput(v1::TENSOR_KIND_ACTIVATION, step, mb));

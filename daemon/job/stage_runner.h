@@ -113,6 +113,11 @@ class StageRunner {
   Status Forward(uint64_t step, int mb, double* loss_sum);
   Status Backward(uint64_t step, int mb);
   Status ExchangeTiedGrads(uint64_t step);
+  // data.val (stage_runner_val.cc): the validation pass after `done` steps, as microbatches
+  // M_.. of step `step` that go forward only; the last stage keeps the mean loss for its
+  // next report.
+  Status InitValidation();
+  Status Validate(uint64_t step, uint64_t done);
   Status Checkpoint(uint64_t step);
   // Pipeline replicas (stage_runner_sync.cc): the sync group's exchange and state, restored
   // from the checkpoint at `resume_step` (0: from scratch); sync mode step's gradient sum
@@ -146,6 +151,10 @@ class StageRunner {
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
   fleet::OuterOptimizer outer_;  // local mode
   std::unique_ptr<model::DataLoader> loader_;
+  std::unique_ptr<model::DataLoader> val_loader_;  // first stage, with data.val
+  int val_batches_ = 0;                            // per pass (0: no validation)
+  uint64_t val_step_ = 0;                          // last stage: a pass not reported yet
+  double val_loss_ = 0;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;
   uint64_t start_step_ = 0;

@@ -21,6 +21,19 @@ StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml, int fragm
   return losses;
 }
 
+StatusOr<std::vector<std::pair<int, float>>> TrainLocalValLosses(const std::string& yaml) {
+  const std::string dir = TempDir("train-local-val");
+  ASSIGN_OR_RETURN(model::Job job, model::ParseJob(yaml, "job.yaml", dir));
+  model::TrainerOptions o;
+  o.checkpoint_dir = dir + "/ckpt";
+  ASSIGN_OR_RETURN(auto trainer, model::Trainer::Create(job, o));
+  std::vector<std::pair<int, float>> val;
+  RETURN_IF_ERROR(trainer->Run([&](const model::StepReport& r) {
+    if (r.val_loss) val.emplace_back(r.step, *r.val_loss);
+  }));
+  return val;
+}
+
 v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::seconds timeout) {
   v1::JobStatus s;
   WaitFor(

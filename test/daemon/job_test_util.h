@@ -16,6 +16,8 @@ namespace longhaul::testing {
 // uses `tied_codec` (model/tied_exchange.h; "exact" is every split's losses).
 StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml, int fragments = 1,
                                               const std::string& tied_codec = "exact");
+// The validation losses of `yaml` (its data.val) trained in one process: (step, loss).
+StatusOr<std::vector<std::pair<int, float>>> TrainLocalValLosses(const std::string& yaml);
 
 // Polls job `id` on its coordinator `d` until it completed, failed or was cancelled, or
 // `timeout` passed; returns its last status (all losses).

@@ -64,6 +64,8 @@ void Report(const uint8_t* d, size_t n) {
       r.grad_sums_size() > kMaxGradSums) {
     std::abort();
   }
+  // A validation loss names the reported step and is no negative number.
+  if (r.val_step() != 0 && (r.val_step() != r.step() || r.val_loss() < 0)) std::abort();
   // What the status and metrics show of a sync report: a bounded name, a finite time.
   if (r.sync().codec().size() > 64 || !std::isfinite(r.sync().seconds()) ||
       r.sync().seconds() < 0) {

@@ -5,8 +5,8 @@ Drives Debian's chromedriver over the W3C WebDriver protocol (plain HTTP and JSO
 standard library is enough), and checks the page against the daemon's own JSON:
   1. / and its assets are served from the binary with the page's security headers;
   2. a job run to completion: the page's graph shows its three sites and six directed links,
-     each with exactly the codec and compression ratio /status has for it, and its loss curve
-     holds every step's loss of /status/jobs;
+     each with exactly the codec and compression ratio /status has for it, and its loss chart
+     plots every step's training loss and every validation loss of /status/jobs;
   3. a job still running: the page follows it live (its loss curve grows, each plotted loss is
      the one /status/jobs has for that step), the graph shows its six links with codecs and
      ratios, and a screenshot is saved; then the job is cancelled and the page shows it.
@@ -217,6 +217,17 @@ def check_completed(args, driver, job_id):
     if card["state"] != "completed" or not math.isclose(card["lastLoss"], losses[-1], rel_tol=1e-12):
         fail("completed job card: state %s, last loss %r; /status/jobs: %r"
              % (card["state"], card["lastLoss"], losses[-1]))
+    plotted = driver.run("return window.longhaulCharts.get(%s).loss.data;" % json.dumps(job_id))
+    steps = [hist["losses_offset"] + i + 1 for i in range(len(losses))]
+    if plotted[0] != steps or plotted[1] != losses:
+        fail("the loss chart plots steps %s losses %s; /status/jobs has %s" % (
+            plotted[0][:5], plotted[1][:5], losses[:5]))
+    val = {v["step"]: v["loss"] for v in hist.get("val_losses", [])}
+    if not val:
+        fail("the completed job has no validation losses in /status/jobs")
+    want_val = [val.get(s) for s in steps]
+    if plotted[2] != want_val:
+        fail("the loss chart plots validation %s; /status/jobs has %s" % (plotted[2], want_val))
     if card["canvases"] < 2 or card["stages"] != 3:
         fail("completed job card has %d chart canvases and %d stage rows"
              % (card["canvases"], card["stages"]))

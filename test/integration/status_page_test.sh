@@ -55,7 +55,7 @@ job() {  # name steps
   cat <<YAML
 name: $1
 model: {layers: 3, channels: 64, heads: 4, vocab: 256, context: 32}
-data: {train: builtin, val: builtin, val_every: 10, val_batches: 2}
+data: {train: builtin, val: builtin, val_every: 5, val_batches: 2}
 steps: $2
 batch_size: 8
 microbatch_size: 4

@@ -133,8 +133,12 @@ PerTensor BytesPerTensor(const v1::JobStatus& s) {
 
 // Every link of the last attempt carried whole steps, the same steps: per step and microbatch
 // an activation and its targets forward, a gradient back, and once per step the tied-embedding
-// gradient each way between the first and the last stage (alpha and gamma).
-void CheckWholeSteps(const v1::JobStatus& s, uint64_t microbatches) {
+// gradient each way between the first and the last stage (alpha and gamma). With validation
+// (val_every, val_batches), each pass the stages reported sends its microbatches' activations
+// and targets forward too: those after the steps val_every divides (the last step's pass
+// follows the last report), and one at the step the attempt resumed from, if due.
+void CheckWholeSteps(const v1::JobStatus& s, uint64_t microbatches, uint64_t val_every = 0,
+                     uint64_t val_batches = 0) {
   std::map<std::pair<std::string, std::string>, uint64_t> tensors;
   for (const auto& l : s.links()) tensors[{l.from_site(), l.to_site()}] = l.tensors();
   const uint64_t steps = tensors[{"alpha", "gamma"}];
@@ -142,8 +146,14 @@ void CheckWholeSteps(const v1::JobStatus& s, uint64_t microbatches) {
   CHECK(steps > 0);
   CHECK(steps <= s.step());
   CHECK(tensors[{"gamma", "alpha"}] == steps);
+  uint64_t passes = 0;
+  const uint64_t start = s.step() - steps;
+  for (uint64_t done = start + 1; val_every > 0 && done < s.step(); ++done) {
+    passes += done % val_every == 0;
+  }
+  if (val_every > 0 && start > 0 && start % val_every == 0) ++passes;
   for (const auto& [from, to] : {std::pair{"alpha", "beta"}, {"beta", "gamma"}}) {
-    CHECK(tensors[{from, to}] == 2 * microbatches * steps);
+    CHECK(tensors[{from, to}] == 2 * microbatches * steps + 2 * val_batches * passes);
     CHECK(tensors[{to, from}] == microbatches * steps);
   }
 }
@@ -209,8 +219,15 @@ TEST_CASE("a compressed tied exchange: in-process losses, and its residual survi
 }
 
 TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same losses on both") {
-  const std::string yaml = JobYaml("compression: {mode: off}\nreplan: off\n", /*steps=*/10);
+  // With validation every 3 steps (data.val): the pipeline's validation passes give the
+  // validation losses of one process too, those cut off by the rollback measured again.
+  std::string yaml = JobYaml("compression: {mode: off}\nreplan: off\n", /*steps=*/10);
+  yaml.replace(yaml.find("data: {train: builtin}"), 22,
+               "data: {train: builtin, val: builtin, val_every: 3, val_batches: 2}");
   const std::vector<float> local = TrainLocal(yaml);
+  const auto local_val = testing::TrainLocalValLosses(yaml);
+  REQUIRE(local_val.ok());
+  REQUIRE(local_val->size() == 4);  // steps 3, 6, 9 and the last
   // beta, a middle stage; then alpha, the first stage and the job's coordinator, which finds
   // the job in its state directory when it starts again.
   const size_t victim = GENERATE(1, 0);
@@ -237,8 +254,11 @@ TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same 
     CHECK(CountEvents(s, "rollback") == static_cast<int>(s.attempt()) - 1);
     for (const auto& e : s.events()) CHECK(e.step() >= 2);
     CHECK(s.step_times_size() == s.losses_size());
+    std::vector<std::pair<int, float>> val;
+    for (const auto& v : s.val_losses()) val.emplace_back(v.step(), static_cast<float>(v.loss()));
+    CHECK(val == *local_val);
     bytes[loopback] = BytesPerTensor(s);
-    CheckWholeSteps(s, /*microbatches=*/4);
+    CheckWholeSteps(s, /*microbatches=*/4, /*val_every=*/3, /*val_batches=*/2);
   }
   CHECK(bytes[0].size() == 6);  // two links both ways, and the tied exchange alpha <-> gamma
   CHECK(bytes[1] == bytes[0]);

@@ -36,7 +36,9 @@ std::string ProgressLine(const v1::JobStatus& j) {
   std::string line =
       bar + " step " + std::to_string(j.step()) + "/" + std::to_string(j.total_steps());
   if (j.step() > 0) {
-    line += "  loss " + Fixed(j.loss(), 4) + "  " + Fixed(j.tokens_per_second(), 0) + " tok/s";
+    line += "  loss " + Fixed(j.loss(), 4);
+    if (j.val_losses_size() > 0) line += "  val " + Fixed(j.val_losses().rbegin()->loss(), 4);
+    line += "  " + Fixed(j.tokens_per_second(), 0) + " tok/s";
     if (!Finished(j.state())) line += "  ETA " + FormatDuration(j.eta_seconds());
   }
   line += "  (" + StateName(j.state());
@@ -56,6 +58,11 @@ void PrintDetails(const v1::JobStatus& j) {
     std::cout << " (the planner predicted " << Fixed(j.predicted_step_seconds(), 3) << ")";
   }
   std::cout << ", coordinator " << j.coordinator() << "\n";
+  if (j.val_losses_size() > 0) {
+    const v1::ValLoss& v = *j.val_losses().rbegin();
+    std::cout << "  validation loss " << Fixed(v.loss(), 4) << " after step " << v.step() << " ("
+              << j.val_losses_size() << " passes)\n";
+  }
   if (j.replica_drops() > 0 || j.dropped_replicas_size() > 0) {
     std::string dropped;
     for (uint32_t r : j.dropped_replicas())

@@ -9,6 +9,7 @@
   const POLL_MS = 2000;
   const MAX_JOB_CARDS = 6;
   const charts = new Map();  // job id -> {loss, time} uPlot instances
+  window.longhaulCharts = charts;  // what each chart plots, for the browser test
   let updates = 0;
 
   const $ = (id) => document.getElementById(id);
@@ -178,6 +179,9 @@
       fact('step time', num(job.step_seconds, 3) + ' s'),
       fact('planner', predicted ? num(predicted, 3) + ' s' : '-'),
       fact('attempt', job.attempt), fact('re-plans', hist ? hist.replans : '-'));
+    const val = hist && hist.val_losses && hist.val_losses.length ?
+        hist.val_losses[hist.val_losses.length - 1] : null;
+    if (val) facts.append(fact('validation', `${num(val.loss, 4)} (step ${val.step})`));
     card.querySelector('.detail').textContent = job.detail || '';
 
     const c = charts.get(job.job) || makeCharts(card, job.job);
