@@ -22,9 +22,6 @@
 namespace longhaul::daemon {
 namespace {
 
-// The status page plots at most this many of a job's newest steps.
-constexpr uint32_t kPageHistorySteps = 20000;
-
 double NowUnix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -205,7 +202,7 @@ Status Daemon::StartAll() {
   };
   pages["/status/jobs"] = [this] {
     return http::HttpResponse{200, "application/json",
-                              RenderJobHistoryJson(jobs_->ListJobs(kPageHistorySteps))};
+                              RenderJobHistoryJson(jobs_->ListJobs(/*max_losses=*/0))};
   };
   // The live page (daemon/http/web), built into the binary. It reads /status and /status/jobs
   // and renders what peers report as text only; the policy keeps it to this listener's own

@@ -45,6 +45,8 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
   m->Family("longhaul_job_committed_step", "gauge",
             "Last step checkpointed by every stage (a restart resumes from it).");
   m->Family("longhaul_job_loss", "gauge", "Training loss of the job's last completed step.");
+  m->Family("longhaul_job_validation_loss", "gauge",
+            "Latest validation loss of the job (data.val).");
   m->Family("longhaul_job_tokens_per_second", "gauge", "Training throughput of the job.");
   m->Family("longhaul_job_step_seconds", "gauge", "Wall time of the job's last step.");
   m->Family("longhaul_job_attempt", "gauge", "Attempt number; it grows at each rollback.");
@@ -77,6 +79,10 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
     m->Sample("longhaul_job_steps", job, j.total_steps());
     m->Sample("longhaul_job_committed_step", job, j.committed_step());
     m->Sample("longhaul_job_loss", job, j.loss());
+    if (j.val_losses_size() > 0) {
+      const v1::ValLoss& v = *j.val_losses().rbegin();
+      m->Sample("longhaul_job_validation_loss", job, v.loss());
+    }
     m->Sample("longhaul_job_tokens_per_second", job, j.tokens_per_second());
     m->Sample("longhaul_job_step_seconds", job, j.step_seconds());
     m->Sample("longhaul_job_attempt", job, j.attempt());
@@ -296,23 +302,33 @@ std::string RenderJobHistoryJson(const v1::ListJobsResponse& jobs) {
                         {"kind", e.kind()},
                         {"detail", e.detail()}});
     }
+    // At most kMaxHistoryPoints steps, evenly spaced and the newest always among them: a
+    // page polls this every few seconds, and a chart has no more pixels than that anyway.
+    const int n = job.losses_size();
+    const int stride = std::max(1, (n + kMaxHistoryPoints - 1) / kMaxHistoryPoints);
+    std::vector<uint64_t> steps;
+    std::vector<double> losses, times;
+    for (int i = (n - 1) % stride; i < n; i += stride) {
+      steps.push_back(job.losses_offset() + static_cast<uint64_t>(i) + 1);
+      losses.push_back(job.losses(i));
+      times.push_back(i < job.step_times_size() ? job.step_times(i) : 0.0);
+    }
     nlohmann::json val = nlohmann::json::array();
     for (const auto& v : job.val_losses()) val.push_back({{"step", v.step()}, {"loss", v.loss()}});
-    j["jobs"].push_back(
-        {{"job", job.job_id()},
-         {"name", job.name()},
-         {"state", JobStateName(job.state())},
-         {"coordinator", job.coordinator()},
-         {"submitted_unix", job.submitted_unix()},
-         {"predicted_step_seconds", job.predicted_step_seconds()},
-         {"replans", job.replans()},
-         {"attempt", job.attempt()},
-         // losses[i] and step_times[i] are of step losses_offset + i + 1.
-         {"losses_offset", job.losses_offset()},
-         {"losses", std::vector<double>(job.losses().begin(), job.losses().end())},
-         {"step_times", std::vector<double>(job.step_times().begin(), job.step_times().end())},
-         {"val_losses", val},
-         {"events", events}});
+    j["jobs"].push_back({{"job", job.job_id()},
+                         {"name", job.name()},
+                         {"state", JobStateName(job.state())},
+                         {"coordinator", job.coordinator()},
+                         {"submitted_unix", job.submitted_unix()},
+                         {"predicted_step_seconds", job.predicted_step_seconds()},
+                         {"replans", job.replans()},
+                         {"attempt", job.attempt()},
+                         // losses[i] and step_times[i] are of step steps[i].
+                         {"steps", steps},
+                         {"losses", losses},
+                         {"step_times", times},
+                         {"val_losses", val},
+                         {"events", events}});
   }
   return j.dump() + "\n";
 }

@@ -17,7 +17,9 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                              const v1::ListJobsResponse& jobs);
 
 // /status/jobs, for the status page: each job's history (losses and step times per step,
-// the timeline's events, the planner's predicted step time).
+// validation losses, the timeline's events, the planner's predicted step time). A job with
+// more steps than kMaxHistoryPoints gets every k-th step, the newest included.
+inline constexpr int kMaxHistoryPoints = 4000;
 std::string RenderJobHistoryJson(const v1::ListJobsResponse& jobs);
 
 // "running", "completed", ... for a job state.

@@ -133,7 +133,7 @@
     const valBy = new Map((hist.val_losses || []).map((v) => [v.step, v.loss]));
     const n = (hist.losses || []).length;
     for (let i = 0; i < n; i++) {
-      const step = hist.losses_offset + i + 1;
+      const step = hist.steps[i];
       steps.push(step);
       train.push(hist.losses[i]);
       val.push(valBy.has(step) ? valBy.get(step) : null);

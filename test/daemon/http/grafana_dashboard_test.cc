@@ -353,7 +353,8 @@ struct Cluster {
 
 const char* kJob =
     "name: grafana\nmodel: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}\n"
-    "data: {train: builtin}\nsteps: 2\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
+    "data: {train: builtin, val: builtin, val_batches: 1}\nsteps: 2\nbatch_size: "
+    "4\nmicrobatch_size: 2\nseq_len: 32\n"
     "optimizer: {lr: 3e-3, warmup_steps: 1, weight_decay: 0.1, grad_clip: 1.0}\n"
     "seed: 7\ncheckpoint: {every: 2}\nbackend: cpu\nthreads: 1\n"
     "sites: [alpha, beta, gamma, delta]\nplacement: even\nreplicas: 2\n"
