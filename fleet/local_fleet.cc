@@ -19,6 +19,16 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
   if (options.microbatches < 1) {
     return absl::InvalidArgumentError("fleet: microbatches per step must be >= 1");
   }
+  if (!options.replica_microbatches.empty()) {
+    if (static_cast<int>(options.replica_microbatches.size()) != options.replicas) {
+      return absl::InvalidArgumentError(absl::StrCat("fleet: ", options.replica_microbatches.size(),
+                                                     " microbatch counts for ", options.replicas,
+                                                     " replicas"));
+    }
+    for (int m : options.replica_microbatches) {
+      if (m < 1) return absl::InvalidArgumentError("fleet: microbatches per step must be >= 1");
+    }
+  }
   RETURN_IF_ERROR(ValidateSyncOptions(options.sync));
   std::unique_ptr<LocalFleet> fleet(new LocalFleet(config, options));
   fleet->slices_ = SyncSlices(model::FragmentLayout(config, 0, config.num_layers));
@@ -35,7 +45,13 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
     lo.seed = options.seed;
     lo.shards = options.replicas;
     lo.shard = r;
-    lo.shard_block = static_cast<int64_t>(options.batch_size) * options.microbatches;
+    lo.shard_block = static_cast<int64_t>(options.batch_size) * options.microbatches_of(r);
+    lo.shard_round = 0;
+    lo.shard_offset = 0;
+    for (int q = 0; q < options.replicas; ++q) {
+      if (q == r) lo.shard_offset = lo.shard_round;
+      lo.shard_round += static_cast<int64_t>(options.batch_size) * options.microbatches_of(q);
+    }
     ASSIGN_OR_RETURN(rep.loader, model::DataLoader::Create(train, lo));
     for (size_t k = 0; k < fleet->slices_.size(); ++k) {
       ASSIGN_OR_RETURN(auto encoder, ContributionEncoder::Create(options.sync.codec));
@@ -55,17 +71,24 @@ void LocalFleet::InitParameters(uint64_t seed) {
 
 StatusOr<FleetStepResult> LocalFleet::TrainStep(const model::OptimizerOptions& optimizer, int step,
                                                 int total_steps) {
-  traffic_.tokens += static_cast<uint64_t>(options_.batch_size) * options_.seq_len *
-                     options_.microbatches * replicas_.size();
+  for (int m : Microbatches()) {
+    traffic_.tokens += static_cast<uint64_t>(options_.batch_size) * options_.seq_len * m;
+  }
   return options_.sync.mode == SyncMode::kStep ? StepMode(optimizer, step, total_steps)
                                                : LocalMode(optimizer, step, total_steps);
 }
 
-Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions, float weight,
-                          uint64_t seed, std::vector<float>* sum) {
+std::vector<int> LocalFleet::Microbatches() const {
+  std::vector<int> m;
+  for (int r = 0; r < size(); ++r) m.push_back(options_.microbatches_of(r));
+  return m;
+}
+
+Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions,
+                          const std::vector<float>& weights, uint64_t seed,
+                          std::vector<float>* sum) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n = replicas_.size();
-  const std::vector<float> weights(n, weight);
   sum->resize(contributions[0].size());
   std::vector<std::vector<uint8_t>> frames(n);
   const int num_slices = static_cast<int>(slices_.size());
@@ -92,21 +115,24 @@ Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions, 
 StatusOr<FleetStepResult> LocalFleet::StepMode(const model::OptimizerOptions& optimizer, int step,
                                                int total_steps) {
   const size_t n = replicas_.size();
-  const int M = options_.microbatches;
-  // Each replica's share of the union batch's mean: its microbatches are M of the N M.
-  const float dloss = 1.0f / (float(options_.batch_size) * options_.seq_len * float(M) * float(n));
+  const std::vector<int> microbatches = Microbatches();
+  int all = 0;
+  for (int m : microbatches) all += m;
+  // Each replica's share of the union batch's mean: its microbatches are M_r of all of them.
+  const float dloss = 1.0f / (float(options_.batch_size) * options_.seq_len * float(all));
   const size_t P = static_cast<size_t>(model::NumParameters(config_));
   std::vector<std::vector<float>> grads(n, std::vector<float>(P));
   double loss_sum = 0;
   for (size_t r = 0; r < n; ++r) {
     model::FragmentChain& chain = *replicas_[r].chain;
-    ASSIGN_OR_RETURN(const double sum, chain.AccumulateGradients(*replicas_[r].loader, M, dloss));
+    ASSIGN_OR_RETURN(const double sum,
+                     chain.AccumulateGradients(*replicas_[r].loader, microbatches[r], dloss));
     loss_sum += sum;
     chain.ReduceGradients();  // the tied embedding's parts, inside the replica
     chain.GetGradients(grads[r].data());
   }
   std::vector<float> total;
-  RETURN_IF_ERROR(Reduce(grads, 1.0f, static_cast<uint64_t>(step), &total));
+  RETURN_IF_ERROR(Reduce(grads, std::vector<float>(n, 1.0f), static_cast<uint64_t>(step), &total));
   const float lr = model::LearningRate(optimizer, step, total_steps);
   for (Replica& r : replicas_) {
     r.chain->SetGradients(total.data());
@@ -114,7 +140,7 @@ StatusOr<FleetStepResult> LocalFleet::StepMode(const model::OptimizerOptions& op
     r.chain->ApplyStep(optimizer, lr, scale, step + 1);
   }
   FleetStepResult result;
-  result.loss = static_cast<float>(loss_sum / (double(M) * double(n)));
+  result.loss = static_cast<float>(loss_sum / double(all));
   result.synced = true;
   return result;
 }
@@ -122,17 +148,21 @@ StatusOr<FleetStepResult> LocalFleet::StepMode(const model::OptimizerOptions& op
 StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& optimizer, int step,
                                                 int total_steps) {
   const size_t n = replicas_.size();
+  const std::vector<int> microbatches = Microbatches();
   double loss_sum = 0;
-  for (Replica& r : replicas_) {
-    ASSIGN_OR_RETURN(const model::StepResult s, r.chain->TrainStep(*r.loader, options_.microbatches,
-                                                                   optimizer, step, total_steps));
-    loss_sum += s.loss;
+  int all = 0;
+  for (size_t r = 0; r < n; ++r) {
+    Replica& rep = replicas_[r];
+    ASSIGN_OR_RETURN(const model::StepResult s, rep.chain->TrainStep(*rep.loader, microbatches[r],
+                                                                     optimizer, step, total_steps));
+    // The mean over every replica's microbatches (each step's loss is over its own).
+    loss_sum += static_cast<double>(s.loss) * microbatches[r];
+    all += microbatches[r];
   }
   FleetStepResult result;
-  result.loss = static_cast<float>(loss_sum / double(n));
+  result.loss = static_cast<float>(loss_sum / double(all));
   const int done = step + 1;
   if (done % options_.sync.every != 0 && done != total_steps) return result;
-  // Every replica trained the same tokens since the last sync: equal weights.
   const size_t P = outer_.size();
   std::vector<std::vector<float>> deltas(n, std::vector<float>(P));
   std::vector<float> params(P);
@@ -140,8 +170,9 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
     replicas_[r].chain->StoreIntoModel(params.data());
     outer_.PseudoGradient(params, deltas[r]);
   }
+  // Each pseudo-gradient weighs by the tokens its replica trained since the last sync.
   std::vector<float> mean;
-  RETURN_IF_ERROR(Reduce(deltas, 1.0f / static_cast<float>(n), static_cast<uint64_t>(step), &mean));
+  RETURN_IF_ERROR(Reduce(deltas, TokenWeights(microbatches), static_cast<uint64_t>(step), &mean));
   outer_.Step(options_.sync.outer, mean);
   for (Replica& r : replicas_) r.chain->LoadFromModel(outer_.anchor().data());
   result.synced = true;

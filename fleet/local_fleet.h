@@ -13,11 +13,12 @@
 // decoded frames in replica order; the traffic counts the bytes an all-gather of those
 // frames puts on the links (every frame to every other replica).
 //
-//   step:  gradients (each replica's with dloss 1 / (B T M N)) summed before one clipped
-//          AdamW step that every replica takes identically: one model, the union batch.
+//   step:  gradients (each replica's with dloss 1 / (B T x all replicas' microbatches))
+//          summed before one clipped AdamW step that every replica takes identically: one
+//          model, the union batch.
 //   local: each replica takes ordinary steps (its own clipping and AdamW state); after every
-//          `every`-th step and the last, the token-weighted mean pseudo-gradient goes through
-//          the outer step and every replica continues from the new anchor.
+//          `every`-th step and the last, the token-weighted mean pseudo-gradient (TokenWeights)
+//          goes through the outer step and every replica continues from the new anchor.
 #pragma once
 
 #include <cstdint>
@@ -44,8 +45,16 @@ struct LocalFleetOptions {
   int batch_size = 1;    // B: sequences per microbatch
   int seq_len = 1;       // T
   int microbatches = 1;  // M per replica and step
-  uint64_t seed = 0;     // the data order (every shard of the same permutation)
-  SyncOptions sync;      // with a fixed codec
+  // Each replica's microbatches per step when they differ (a slower replica training fewer);
+  // empty: `microbatches` each. Shard r then reads blocks of B x M_r windows of rounds of
+  // B x (their sum).
+  std::vector<int> replica_microbatches;
+  int microbatches_of(int r) const {
+    return replica_microbatches.empty() ? microbatches
+                                        : replica_microbatches[static_cast<size_t>(r)];
+  }
+  uint64_t seed = 0;  // the data order (every shard of the same permutation)
+  SyncOptions sync;   // with a fixed codec
 };
 
 struct FleetStepResult {
@@ -95,10 +104,11 @@ class LocalFleet {
                                      int total_steps);
   StatusOr<FleetStepResult> LocalMode(const model::OptimizerOptions& optimizer, int step,
                                       int total_steps);
-  // Encodes each replica's `contributions[r]`, sums the decoded frames with `weight` each into
+  // Encodes each replica's `contributions[r]`, sums the decoded frames with weights[r] into
   // *sum, and counts the traffic.
-  Status Reduce(const std::vector<std::vector<float>>& contributions, float weight, uint64_t seed,
-                std::vector<float>* sum);
+  Status Reduce(const std::vector<std::vector<float>>& contributions,
+                const std::vector<float>& weights, uint64_t seed, std::vector<float>* sum);
+  std::vector<int> Microbatches() const;  // by replica
 
   model::GPT2Config config_;
   LocalFleetOptions options_;

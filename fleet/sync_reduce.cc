@@ -21,6 +21,21 @@ Status ContributionEncoder::Encode(std::span<const float> values, uint64_t seed,
   return FeedbackEncoder::Encode(values, shape, seed, frame);
 }
 
+std::vector<float> TokenWeights(const std::vector<int>& microbatches,
+                                const std::vector<bool>& live) {
+  int64_t total = 0;
+  for (size_t r = 0; r < microbatches.size(); ++r) {
+    if (live.empty() || live[r]) total += microbatches[r];
+  }
+  std::vector<float> weights(microbatches.size(), 0.0f);
+  for (size_t r = 0; r < microbatches.size(); ++r) {
+    if ((live.empty() || live[r]) && total > 0) {
+      weights[r] = static_cast<float>(microbatches[r]) / static_cast<float>(total);
+    }
+  }
+  return weights;
+}
+
 Status SumContributions(const std::vector<std::span<const uint8_t>>& frames,
                         std::span<const float> weights, std::span<float> out) {
   if (frames.size() != weights.size()) {

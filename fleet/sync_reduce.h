@@ -35,6 +35,13 @@ class ContributionEncoder : public compression::FeedbackEncoder {
   using FeedbackEncoder::FeedbackEncoder;
 };
 
+// Local mode's weights of the replicas' pseudo-gradients: each live replica's share of the
+// tokens the live replicas trained since the last sync, microbatches[r] / (their sum); 0 for
+// a replica not live. Equal counts give every live replica exactly 1 / (live replicas).
+// REQUIRES: live empty (all live) or as long as microbatches.
+std::vector<float> TokenWeights(const std::vector<int>& microbatches,
+                                const std::vector<bool>& live = {});
+
 // out = sum over i of weights[i] * decode(frames[i]), the terms added in index (member) order
 // starting from zero. Every frame must decode (checksum, header, codec) to exactly out.size()
 // values; errors name the member and the sizes. REQUIRES: frames.size() == weights.size().

@@ -16,6 +16,7 @@ std::string DataLoaderState::Serialize() const {
                    " shuffle=", shuffle ? 1 : 0, " position=", position);
   // Unsharded states keep the line they always had (older checkpoints read the same).
   if (shards > 1) absl::StrAppend(&text, " shard=", shard, "/", shards, " block=", shard_block);
+  if (shards > 1 && round > 0) absl::StrAppend(&text, " round=", round, " offset=", offset);
   return text;
 }
 
@@ -35,12 +36,20 @@ StatusOr<DataLoaderState> DataLoaderState::Parse(const std::string& text) {
   std::string rest = text.substr(size_t(consumed));
   if (!rest.empty() && rest.back() == '\n') rest.pop_back();
   int shard = 0, shards = 1, used = 0;
-  int64_t block = 1;
+  int64_t block = 1, round = 0, offset = 0;
   if (!rest.empty()) {
     if (std::sscanf(rest.c_str(), " shard=%d/%d block=%" SCNd64 "%n", &shard, &shards, &block,
                     &used) != 3 ||
-        used != int(rest.size()) || shards < 2 || shard < 0 || shard >= shards || block <= 0) {
+        shards < 2 || shard < 0 || shard >= shards || block <= 0) {
       return malformed();
+    }
+    if (used != int(rest.size())) {  // unequal blocks
+      int more = 0;
+      if (std::sscanf(rest.c_str() + used, " round=%" SCNd64 " offset=%" SCNd64 "%n", &round,
+                      &offset, &more) != 2 ||
+          used + more != int(rest.size()) || round <= 0 || offset < 0 || offset > round - block) {
+        return malformed();
+      }
     }
   }
   if (windows <= 0 || seq_len <= 0 || position < 0 || (shuffle != 0 && shuffle != 1)) {
@@ -49,6 +58,8 @@ StatusOr<DataLoaderState> DataLoaderState::Parse(const std::string& text) {
   s.shards = shards;
   s.shard = shard;
   s.shard_block = block;
+  s.round = round;
+  s.offset = offset;
   s.seed = seed;
   s.num_windows = windows;
   s.seq_len = seq_len;
@@ -68,10 +79,12 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const T
     return absl::InvalidArgumentError("data loader: batch size and sequence length must be > 0");
   }
   if (options.shards < 1 || options.shard < 0 || options.shard >= options.shards ||
-      options.shard_block < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("data loader: shard ", options.shard, " of ",
-                                                   options.shards, " (block ", options.shard_block,
-                                                   " windows) is not a shard"));
+      options.shard_block < 1 || options.shard_block > options.round() ||
+      options.offset() > options.round() - options.shard_block) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data loader: shard ", options.shard, " of ", options.shards, " (block ",
+                     options.shard_block, " windows at ", options.offset(), " of a round of ",
+                     options.round(), ") is not a shard"));
   }
   if (int64_t(data->tokens.size()) < int64_t(options.seq_len) + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -84,9 +97,8 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(std::shared_ptr<const T
 int64_t DataLoader::WindowAt(int64_t local) {
   const int64_t block = options_.shard_block;
   const int64_t position =
-      options_.shards == 1
-          ? local
-          : (local / block * options_.shards + options_.shard) * block + local % block;
+      options_.shards == 1 ? local
+                           : local / block * options_.round() + options_.offset() + local % block;
   const int64_t epoch = position / num_windows_;
   const int64_t index = position % num_windows_;
   if (!options_.shuffle) return index;
@@ -127,6 +139,11 @@ DataLoaderState DataLoader::state() const {
     s.shards = options_.shards;
     s.shard = options_.shard;
     s.shard_block = options_.shard_block;
+    if (options_.round() != int64_t{options_.shards} * options_.shard_block ||
+        options_.offset() != options_.shard * options_.shard_block) {
+      s.round = options_.round();
+      s.offset = options_.offset();
+    }
   }
   return s;
 }
@@ -134,7 +151,8 @@ DataLoaderState DataLoader::state() const {
 Status DataLoader::Restore(const DataLoaderState& s) {
   if (s.seed != options_.seed || s.num_windows != num_windows_ || s.seq_len != options_.seq_len ||
       s.shuffle != options_.shuffle || s.shards != options_.shards || s.shard != options_.shard ||
-      (s.shards > 1 && s.shard_block != options_.shard_block)) {
+      (s.shards > 1 && (s.shard_block != options_.shard_block || s.round != state().round ||
+                        s.offset != state().offset))) {
     return absl::InvalidArgumentError(
         absl::StrCat("data loader state (", s.Serialize(), ") does not match this loader (",
                      state().Serialize(), "): different data, seed, sequence length or shard"));

@@ -10,7 +10,10 @@
 // K windows, shard r's position p reads the global position (p / K * S + r) * K + p % K of
 // that same sequence, so the S shards together read, block after block, exactly what one
 // unsharded loader reads; with K = a step's windows per replica, one step of the S replicas
-// covers one step of a single pipeline with S times the batch.
+// covers one step of a single pipeline with S times the batch. Shards of unequal blocks
+// (replicas training different numbers of microbatches per step) name their round (the
+// windows of one step of all shards) and their offset in it: position p reads
+// p / K * round + offset + p % K.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,13 @@ struct DataLoaderOptions {
   int shards = 1;           // S; REQUIRES: > 0
   int shard = 0;            // r; REQUIRES: 0 <= r < S
   int64_t shard_block = 1;  // K windows; REQUIRES: > 0
+  // Unequal blocks: windows of one round of every shard (0: S x K) and this shard's first
+  // window in it (-1: r x K). REQUIRES: offset + K <= round.
+  int64_t shard_round = 0;
+  int64_t shard_offset = -1;
+
+  int64_t round() const { return shard_round > 0 ? shard_round : shards * shard_block; }
+  int64_t offset() const { return shard_offset >= 0 ? shard_offset : shard * shard_block; }
 };
 
 // Where a loader stands. Serialized as one text line so checkpoints can carry it.
@@ -42,6 +52,7 @@ struct DataLoaderState {
   int64_t position = 0;  // windows handed out since the start
   int shards = 1, shard = 0;
   int64_t shard_block = 1;
+  int64_t round = 0, offset = 0;  // 0, 0: equal blocks (S x K, r x K)
 
   std::string Serialize() const;
   static StatusOr<DataLoaderState> Parse(const std::string& text);

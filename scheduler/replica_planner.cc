@@ -47,9 +47,10 @@ double SharedParams(const model::GPT2Config& config, const StagePlan& a, const S
 
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
                           const PipelineWorkload& workload, std::vector<PlanResult> replicas,
-                          const SyncCostOptions& sync) {
+                          const SyncCostOptions& sync, std::vector<int> microbatches) {
   ReplicaPlan p;
   p.replicas = std::move(replicas);
+  p.microbatches = std::move(microbatches);
   for (const PlanResult& r : p.replicas) {
     p.sites_used += static_cast<int>(r.stages.size());
     p.replica_step_seconds = std::max(p.replica_step_seconds, r.estimate.step_seconds);
@@ -80,8 +81,12 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
   const double hidden = sync.overlap ? every * p.replica_step_seconds : 0;
   p.exposed_sync_per_step = std::max(0.0, p.sync_seconds - hidden) / every;
   p.step_seconds = p.replica_step_seconds + p.exposed_sync_per_step;
-  const double tokens = static_cast<double>(workload.microbatch_size) * workload.seq_len *
-                        workload.microbatches * p.replicas.size();
+  double all_microbatches = 0;
+  for (size_t r = 0; r < p.replicas.size(); ++r) {
+    all_microbatches += r < p.microbatches.size() ? p.microbatches[r] : workload.microbatches;
+  }
+  const double tokens =
+      static_cast<double>(workload.microbatch_size) * workload.seq_len * all_microbatches;
   p.tokens_per_second = p.step_seconds > 0 ? tokens / p.step_seconds : 0;
   double fastest = 0, paced = 0;
   for (const PlanResult& r : p.replicas) {
@@ -162,6 +167,13 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const PlacementRequest& request,
                                                 const std::vector<PlanResult>& replicas,
                                                 bool keep_all) {
+  return AlignReplicas(planner, request, replicas, keep_all, /*paced=*/false);
+}
+
+StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
+                                                const PlacementRequest& request,
+                                                const std::vector<PlanResult>& replicas,
+                                                bool keep_all, bool paced) {
   if (replicas.empty()) return absl::InvalidArgumentError("aligning replicas: none given");
   ASSIGN_OR_RETURN(const CostModel model, planner.Model(request));
   // The replicas under one split: each in its own planned order or with its sites matched by
@@ -227,9 +239,14 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
   for (const auto& split : splits) {
     std::vector<PlanResult> aligned = align(split);
     if (aligned.empty() || (keep_all && aligned.size() != replicas.size())) continue;
-    double step = 0;
-    for (const PlanResult& r : aligned) step = std::max(step, r.estimate.step_seconds);
-    const double rate = step > 0 ? static_cast<double>(aligned.size()) / step : 0;
+    double step = 0, steps_per_second = 0;
+    for (const PlanResult& r : aligned) {
+      step = std::max(step, r.estimate.step_seconds);
+      if (r.estimate.step_seconds > 0) steps_per_second += 1 / r.estimate.step_seconds;
+    }
+    const double rate = paced      ? steps_per_second
+                        : step > 0 ? static_cast<double>(aligned.size()) / step
+                                   : 0;
     if (best.empty() || rate > best_rate) {
       best = std::move(aligned);
       best_rate = rate;
@@ -242,6 +259,44 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                      "sites' memory"));
   }
   return best;
+}
+
+StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementRequest& request,
+                                        std::vector<PlanResult>* replicas) {
+  const int M = std::max(1, request.workload.microbatches);
+  std::map<int, CostModel> models;  // by microbatch count
+  auto estimate = [&](const PlanResult& r, int m) -> StatusOr<StepEstimate> {
+    auto it = models.find(m);
+    if (it == models.end()) {
+      PlacementRequest at = request;
+      at.workload.microbatches = m;
+      ASSIGN_OR_RETURN(CostModel model, planner.Model(at));
+      it = models.emplace(m, std::move(model)).first;
+    }
+    return it->second.Estimate(r.stages);
+  };
+  double target = 0;
+  for (const PlanResult& r : *replicas) {
+    ASSIGN_OR_RETURN(const StepEstimate e, estimate(r, M));
+    if (target == 0 || e.step_seconds < target) target = e.step_seconds;
+  }
+  std::vector<int> counts;
+  for (PlanResult& r : *replicas) {
+    // The step grows with the microbatches: the most that fit the target, by bisection.
+    int lo = 1, hi = M;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      ASSIGN_OR_RETURN(const StepEstimate e, estimate(r, mid));
+      if (e.step_seconds <= target * (1 + 1e-9)) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    ASSIGN_OR_RETURN(r.estimate, estimate(r, lo));
+    counts.push_back(lo);
+  }
+  return counts;
 }
 
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& r) {
@@ -258,19 +313,30 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
     for (size_t n = 1; n <= found.size(); ++n) {
       if (r.exact_count && static_cast<int>(n) != r.max_replicas) continue;
       std::vector<PlanResult> replicas(found.begin(), found.begin() + n);
+      std::vector<int> microbatches;
       if (r.aligned) {
-        auto aligned = AlignReplicas(planner, r.request, replicas, r.exact_count);
+        auto aligned = AlignReplicas(planner, r.request, replicas, r.exact_count, r.paced);
         if (!aligned.ok()) {
           if (error.ok()) error = aligned.status();
           continue;
         }
         replicas = *std::move(aligned);
+        if (r.paced) {
+          auto paced = PaceReplicas(planner, r.request, &replicas);
+          if (!paced.ok()) {
+            if (error.ok()) error = paced.status();
+            continue;
+          }
+          microbatches = *std::move(paced);
+        }
       }
       ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
-                                    std::move(replicas), r.sync);
+                                    std::move(replicas), r.sync, std::move(microbatches));
       any = true;
-      if (r.paced ? p.paced_tokens_per_second > best.paced_tokens_per_second
-                  : p.tokens_per_second > best.tokens_per_second) {
+      // Paced by microbatches, the replicas run in lockstep at those counts: its tokens/s.
+      const bool by_paced = r.paced && !r.aligned;
+      if (by_paced ? p.paced_tokens_per_second > best.paced_tokens_per_second
+                   : p.tokens_per_second > best.tokens_per_second) {
         best = std::move(p);
       }
     }

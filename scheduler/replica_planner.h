@@ -33,7 +33,10 @@ struct ReplicaPlanRequest {
   SyncCostOptions sync;
   int max_replicas = 0;      // 0: as many as fit
   bool exact_count = false;  // exactly max_replicas replicas, or none
-  bool paced = false;        // choose the count by paced_tokens_per_second (else lockstep)
+  // Unaligned: choose the count by paced_tokens_per_second (else lockstep). Aligned: pace the
+  // replicas by microbatches (PaceReplicas): a slower replica trains fewer per step, so that
+  // none waits for another; the split and count are chosen for those tokens/s.
+  bool paced = false;
   // Every replica with the same stage count and layer ranges (AlignReplicas): what the
   // runtime runs, where a sync group is the same position in every replica.
   bool aligned = false;
@@ -53,6 +56,9 @@ struct ReplicaPlan {
   // replicas in lockstep today).
   double paced_tokens_per_second = 0;
   std::string sync_bottleneck;  // "FROM -> TO" of the slowest sync flow
+  // Each replica's microbatches per step when paced by microbatches (the job's
+  // replica_microbatches); empty: the workload's for every replica.
+  std::vector<int> microbatches;
 };
 
 // Fails as Planner::Plan does when not even one pipeline fits.
@@ -70,9 +76,24 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const std::vector<PlanResult>& replicas,
                                                 bool keep_all = false);
 
-// The price of given replicas (each a pipeline over its own sites) under `sync`.
+// With `paced`, the split is chosen for the most replica steps per second summed over the
+// replicas (each at its own pace, as PaceReplicas lets them run) rather than the slowest's.
+StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
+                                                const PlacementRequest& request,
+                                                const std::vector<PlanResult>& replicas,
+                                                bool keep_all, bool paced);
+
+// Microbatches per replica that let replicas of different speeds step together: the replica
+// of the fastest step keeps the workload's M, every other one the most microbatches (at
+// least 1, at most M) whose predicted step is no longer than that. Each replica's estimate
+// becomes its estimate at its count. By replica, in order.
+StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementRequest& request,
+                                        std::vector<PlanResult>* replicas);
+
+// The price of given replicas (each a pipeline over its own sites) under `sync`; with
+// `microbatches` (by replica), each replica trains its own count per step, in lockstep.
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
                           const PipelineWorkload& workload, std::vector<PlanResult> replicas,
-                          const SyncCostOptions& sync);
+                          const SyncCostOptions& sync, std::vector<int> microbatches = {});
 
 }  // namespace longhaul::scheduler

@@ -66,17 +66,21 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   if (const auto* reports =
           barrier_.Add(rep, n, record_.committed_step(), static_cast<uint32_t>(grid.replicas),
                        static_cast<uint32_t>(grid.stages))) {
-    // The step is decided. Progress: the loss is the mean over the replicas' last stages,
-    // the tokens their sum.
+    // The step is decided. Progress: the loss is the mean over the live replicas' last stages
+    // weighted by their microbatches (each reports the mean over its own), the tokens what
+    // the job gives them (not what a report claims).
     const v1::StepReport& last = reports->rbegin()->second;
     double loss = 0;
-    uint64_t tokens = 0;
+    uint64_t microbatches = 0;
     for (const auto& [stage, r] : *reports) {
       if (!grid.last(static_cast<int>(stage))) continue;
-      loss += r.loss();
-      tokens += r.tokens();
+      const int m = spec_.microbatches(grid.replica(static_cast<int>(stage)));
+      loss += static_cast<double>(r.loss()) * m;
+      microbatches += static_cast<uint64_t>(m);
     }
-    loss /= std::max<uint32_t>(live_replicas, 1);
+    loss /= static_cast<double>(std::max<uint64_t>(microbatches, 1));
+    const uint64_t tokens = microbatches * static_cast<uint64_t>(spec_.job.microbatch_size) *
+                            static_cast<uint64_t>(spec_.job.seq_len);
     const double now = NowUnix();
     const double step_time = last_step_time_ > 0 ? now - last_step_time_ : last.step_seconds();
     last_step_time_ = now;

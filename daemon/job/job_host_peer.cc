@@ -101,9 +101,11 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->T = spec.job.seq_len;
     stage->C = spec.job.model.channels;
     stage->Vp = spec.job.model.padded_vocab_size;
-    stage->M = spec.job.microbatches() + ValBatches(spec.job);  // training and validation
+    const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
+    // Its replica's microbatches, training and validation.
+    stage->M = spec.microbatches(grid.replica(static_cast<int>(a.stage()))) + ValBatches(spec.job);
     stage->steps = spec.job.steps;
-    stage->replicas = StageGrid::OfPlan(spec.replicas, a.stages()).replicas;
+    stage->replicas = grid.replicas;
     const v1::StageInfo& mine = a.stages(static_cast<int>(a.stage()));
     stage->slices = fleet::SyncSlices(model::FragmentLayout(
         spec.job.model, static_cast<int>(mine.layer_begin()), static_cast<int>(mine.layer_end())));

@@ -103,9 +103,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
   model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{},
-      replicas_entry{}, sync_entry{};
+      replicas_entry{}, sync_entry{}, mb_entry{};
   bool have_sites = false, have_comp = false, have_replan = false, have_placement = false,
-       have_replicas = false, have_sync = false;
+       have_replicas = false, have_sync = false, have_mb = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "sites") {
@@ -126,6 +126,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else if (key == "sync") {
       sync_entry = {it->first, it->second, "sync"};
       have_sync = true;
+    } else if (key == "replica_microbatches") {
+      mb_entry = {it->first, it->second, "replica_microbatches"};
+      have_mb = true;
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
@@ -150,6 +153,22 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   RETURN_IF_ERROR(ParseSync(w, have_sync ? &sync_entry : nullptr, &spec));
+  if (have_mb) {
+    if (spec.replicas < 2) {
+      return w.Error(mb_entry, "needs replicas: a number of 2 or more (one count per replica)");
+    }
+    if (!mb_entry.value.IsSequence() ||
+        mb_entry.value.size() != static_cast<size_t>(spec.replicas)) {
+      return w.Error(mb_entry, "expected a list of " + std::to_string(spec.replicas) +
+                                   " microbatch counts, one per replica");
+    }
+    for (size_t i = 0; i < mb_entry.value.size(); ++i) {
+      model::YamlWalker::Entry e{mb_entry.key, mb_entry.value[i],
+                                 "replica_microbatches[" + std::to_string(i) + "]"};
+      ASSIGN_OR_RETURN(const int64_t m, w.Int(e, 1, kMaxReplicaMicrobatches));
+      spec.replica_microbatches.push_back(static_cast<int>(m));
+    }
+  }
   if (have_replan) {
     ASSIGN_OR_RETURN(std::string v, w.String(replan_entry));
     if (v == "on" || v == "true") {
@@ -179,6 +198,11 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                                       ") than layers (" +
                                       std::to_string(spec.job.model.num_layers) +
                                       "): with token files the planner keeps every listed site");
+    }
+    if (!spec.replica_microbatches.empty()) {
+      return w.Error(mb_entry,
+                     "needs placement: even (the planner decides which sites form which "
+                     "replica, so a count per replica cannot be given ahead of the plan)");
     }
     if (spec.replicas != 1 && spec.job.data.train != model::kBuiltinData) {
       return w.Error(replicas_entry,
@@ -232,6 +256,21 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   return spec;
+}
+
+void SetReplicaShard(const JobSpec& spec, int replicas, int replica,
+                     model::DataLoaderOptions* options) {
+  const int64_t B = spec.job.microbatch_size;
+  int64_t round = 0, offset = 0;
+  for (int r = 0; r < replicas; ++r) {
+    if (r == replica) offset = round;
+    round += B * spec.microbatches(r);
+  }
+  options->shards = replicas;
+  options->shard = replica;
+  options->shard_block = B * spec.microbatches(replica);
+  options->shard_round = round;
+  options->shard_offset = offset;
 }
 
 scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,

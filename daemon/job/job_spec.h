@@ -20,6 +20,13 @@
 //                                    # sites among the listed ones, one split for all
 //                                    # (scheduler/replica_planner.h); auto: it also picks how
 //                                    # many, for the most tokens/s (placement: planned only)
+//   replica_microbatches: [6, 2]     # each replica's microbatches (of microbatch_size
+//                                    # sequences) per step, one per replica (default:
+//                                    # batch_size / microbatch_size each): a slower replica
+//                                    # gets fewer, so none waits for another (step mode: the
+//                                    # union batch is still summed; local mode: each
+//                                    # pseudo-gradient weighs by its replica's tokens);
+//                                    # placement: even only
 //   sync:                            # how the replicas stay in sync (fleet/sync_options.h)
 //     mode: local                    # step: gradients summed across replicas every step
 //                                    # local (default): `every` inner steps, then an outer step
@@ -51,6 +58,7 @@
 
 #include "common/status.h"
 #include "fleet/sync_options.h"
+#include "model/data_loader.h"
 #include "model/job.h"
 #include "scheduler/placement.h"
 #include "scheduler/replica_planner.h"
@@ -61,6 +69,8 @@ enum class CompressionMode { kOff, kFixed, kAdaptive };
 
 // Most pipeline replicas a job may have.
 inline constexpr int kMaxReplicas = 256;
+// Most microbatches one replica may train per step (replica_microbatches).
+inline constexpr int kMaxReplicaMicrobatches = 4096;
 
 // Validation batches per pass (data.val's val_batches; 0 without data.val). A pass runs on
 // the pipeline after each step val_every divides and after the last, as extra microbatches
@@ -91,6 +101,13 @@ struct JobSpec {
   // the planner chooses (placement: planned); a plan's own count is StageGrid::OfPlan's.
   int replicas = 1;
   fleet::SyncOptions sync;
+  // Each replica's microbatches per step (replica_microbatches); empty: the job's for all.
+  std::vector<int> replica_microbatches;
+  int microbatches(int replica) const {
+    return replica >= 0 && replica < static_cast<int>(replica_microbatches.size())
+               ? replica_microbatches[static_cast<size_t>(replica)]
+               : job.microbatches();
+  }
   // Stages per replica under placement: even.
   int stages() const { return static_cast<int>(sites.size()) / std::max(replicas, 1); }
 };
@@ -100,6 +117,13 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                                const std::string& base_dir);
 
 const char* CompressionModeName(CompressionMode mode);
+
+// Replica r's part of the training data among `replicas`: one step's windows of every
+// replica form a round, replica r's (B x its microbatches) after those of the replicas before
+// it (model/data_loader.h), so a step of all replicas reads what one pipeline training the
+// union batch reads.
+void SetReplicaShard(const JobSpec& spec, int replicas, int replica,
+                     model::DataLoaderOptions* options);
 
 // What the planner and cost model need of a job: the model, its microbatches and compression,
 // over `sites` (candidates, in the preferred order).

@@ -46,7 +46,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   B_ = job.microbatch_size;
   T_ = job.seq_len;
   C_ = job.model.channels;
-  M_ = job.microbatches();
+  M_ = ctx_.spec.microbatches(grid_.replica(stage_));
   const auto& me = a.stages(stage_);
   model::FragmentOptions fo;
   fo.begin = static_cast<int>(me.layer_begin());
@@ -138,16 +138,25 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     lo.seq_len = T_;
     lo.seed = job.seed;
     // Replica r reads shard r: blocks of one step's windows (data_loader.h).
-    lo.shards = grid_.replicas;
-    lo.shard = grid_.replica(stage_);
-    lo.shard_block = static_cast<int64_t>(B_) * M_;
+    SetReplicaShard(ctx_.spec, grid_.replicas, grid_.replica(stage_), &lo);
     ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(data, lo));
   }
 
   RETURN_IF_ERROR(InitValidation());
   start_step_ = a.resume_step();
   const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
-  live_replicas_ = grid_.replicas - a.dropped_replicas_size();
+  {
+    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+    std::vector<int> microbatches;
+    std::vector<bool> live;
+    union_microbatches_ = 0;
+    for (int r = 0; r < grid_.replicas; ++r) {
+      microbatches.push_back(ctx_.spec.microbatches(r));
+      live.push_back(!Contains(dropped, r));
+      union_microbatches_ += microbatches.back();
+    }
+    token_weights_ = fleet::TokenWeights(microbatches, live);
+  }
   if (start_step_ > 0 &&
       (a.migrate_from_size() > 0 || Contains(rejoining, grid_.replica(stage_)))) {
     // The layers come from other sites: fetched on the stage's thread (Run), so no lock of
@@ -412,9 +421,10 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
 Status StageRunner::Backward(uint64_t step, int mb) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * C_;
-  // Sync mode step: each replica's share of the union batch's mean (fleet/local_fleet.h).
-  const int share = ctx_.spec.sync.mode == fleet::SyncMode::kStep ? grid_.replicas : 1;
-  const float dloss = 1.0f / (float(B_) * T_ * float(M_) * float(share));
+  // Sync mode step: each replica's share of the union batch's mean, its microbatches of all
+  // replicas' (fleet/local_fleet.h); local mode: the mean over its own.
+  const int microbatches = ctx_.spec.sync.mode == fleet::SyncMode::kStep ? union_microbatches_ : M_;
+  const float dloss = 1.0f / (float(B_) * T_ * float(microbatches));
   const float* output_grad = nullptr;
   if (!fragment_->is_last()) {
     ASSIGN_OR_RETURN(output_grad, ReceiveInput(v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb));

@@ -158,9 +158,10 @@ class StageRunner {
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;
   uint64_t start_step_ = 0;
-  bool migrate_ = false;   // Run fetches the stage's layers from the old plan's sites first
-  bool rejoin_ = false;    // Run fetches the stage's state from a live replica first
-  int live_replicas_ = 1;  // the replicas not dropped in this attempt
+  bool migrate_ = false;        // Run fetches the stage's layers from the old plan's sites first
+  bool rejoin_ = false;         // Run fetches the stage's state from a live replica first
+  int union_microbatches_ = 1;  // every replica's microbatches per step, summed
+  std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept
 
   std::atomic<bool> stop_{false};

@@ -132,9 +132,22 @@ Status StageRunner::Rejoin(uint64_t step) {
     if (loader_state.empty()) {
       return absl::DataLossError("rejoin from " + site + ": no data loader state");
     }
-    // The live replica's position in its shard is this replica's in its own: the same steps.
+    // The live replica's position in its shard is this replica's in its own: the same steps,
+    // of this replica's block (its own microbatches) each.
     ASSIGN_OR_RETURN(model::DataLoaderState ls, model::DataLoaderState::Parse(loader_state));
-    ls.shard = grid_.replica(stage_);
+    const model::DataLoaderState own = loader_->state();
+    if (ls.shards != own.shards || ls.shard_block <= 0 ||
+        ls.position / ls.shard_block != static_cast<int64_t>(step) ||
+        ls.position % ls.shard_block != 0) {
+      return absl::DataLossError("rejoin from " + site + ": data loader state '" + loader_state +
+                                 "' is not step " + std::to_string(step) + " of a shard of " +
+                                 std::to_string(own.shards));
+    }
+    ls.position = static_cast<int64_t>(step) * own.shard_block;
+    ls.shard = own.shard;
+    ls.shard_block = own.shard_block;
+    ls.round = own.round;
+    ls.offset = own.offset;
     RETURN_IF_ERROR(loader_->Restore(ls));
   }
   if (local) {

@@ -101,7 +101,8 @@ Status StageRunner::SyncGradients(uint64_t step) {
   std::vector<float> grads(n), sum(n);
   fragment_->GetGradients(grads.data());
   RETURN_IF_ERROR(ChooseSyncCodec(compute_acc_));  // this step's forward and backward
-  RETURN_IF_ERROR(sync_->AllGather(step, grads, 1.0f, sum));
+  const std::vector<float> ones(static_cast<size_t>(grid_.replicas), 1.0f);
+  RETURN_IF_ERROR(sync_->AllGather(step, grads, ones, sum));
   fragment_->SetGradients(sum.data());
   return absl::OkStatus();
 }
@@ -119,9 +120,9 @@ Status StageRunner::OuterStep(uint64_t step) {
   outer_.PseudoGradient(params, delta);
   // The inner steps' compute, as `every` times this step's.
   RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
-  // Every live replica trained the same tokens since the last sync: equal weights.
-  RETURN_IF_ERROR(
-      sync_->AllGather(step, delta, 1.0f / static_cast<float>(std::max(live_replicas_, 1)), mean));
+  // Each live replica's pseudo-gradient weighs by the tokens it trained since the last sync:
+  // its microbatches of theirs (fleet::TokenWeights; equal when every replica trains as many).
+  RETURN_IF_ERROR(sync_->AllGather(step, delta, token_weights_, mean));
   outer_.Step(ctx_.spec.sync.outer, mean);
   fragment_->SetParameters(outer_.anchor().data());
   return absl::OkStatus();

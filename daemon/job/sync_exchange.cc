@@ -53,15 +53,16 @@ Status SyncExchange::SendError() const {
   return absl::OkStatus();
 }
 
-Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, float weight,
-                               std::span<float> out) {
+Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
+                               std::span<const float> weights, std::span<float> out) {
   const double begin = Now();
   const int replicas = o_.grid.replicas;
   const int me = o_.grid.replica(o_.stage);
   const size_t n = values.size();
-  if (out.size() != n) {
-    return absl::InvalidArgumentError("sync: " + std::to_string(n) + " values into " +
-                                      std::to_string(out.size()));
+  if (out.size() != n || weights.size() != static_cast<size_t>(replicas)) {
+    return absl::InvalidArgumentError(
+        "sync: " + std::to_string(n) + " values into " + std::to_string(out.size()) + ", " +
+        std::to_string(weights.size()) + " weights for " + std::to_string(replicas) + " replicas");
   }
   // Every member's decoded contribution, by replica; this stage's own from its own frames.
   std::vector<std::vector<float>> decoded(static_cast<size_t>(replicas), std::vector<float>(n));
@@ -143,6 +144,7 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values, flo
   for (int r = 0; r < replicas; ++r) {
     if (!o_.live[r]) continue;
     const std::vector<float>& d = decoded[r];
+    const float weight = weights[static_cast<size_t>(r)];
     for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
   }
   std::lock_guard<std::mutex> lock(mu_);

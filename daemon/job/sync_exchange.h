@@ -45,10 +45,10 @@ class SyncExchange {
  public:
   static StatusOr<std::unique_ptr<SyncExchange>> Create(SyncExchangeOptions options);
 
-  // out = sum over the live members, in replica order, of weight x decode(the member's frames of
-  // `values`); values and out are the fragment's flat arrays. REQUIRES: same sizes, covering
-  // every slice.
-  Status AllGather(uint64_t step, std::span<const float> values, float weight,
+  // out = sum over the live members r, in replica order, of weights[r] x decode(the member's
+  // frames of `values`); values and out are the fragment's flat arrays. REQUIRES: same sizes,
+  // covering every slice; a weight per replica.
+  Status AllGather(uint64_t step, std::span<const float> values, std::span<const float> weights,
                    std::span<float> out);
 
   // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried

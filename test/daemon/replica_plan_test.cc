@@ -77,6 +77,28 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {every: 0}\n"), Catch::Contains("every"));
   CHECK_THAT(error("replicas: 2\nsync: {outer: {momentum: 1}}\n"), Catch::Contains("momentum"));
   CHECK_THAT(error("replicas: 2\nsync: {cadence: 3}\n"), Catch::Contains("cadence"));
+  // Each replica's microbatches: one count per replica, each at least 1.
+  CHECK(two->replica_microbatches.empty());
+  CHECK(two->microbatches(1) == 2);  // batch_size / microbatch_size
+  auto paced = ParseJobSpec(Job("replicas: 2\nreplica_microbatches: [3, 1]\n"), "job.yaml", ".");
+  REQUIRE(paced.ok());
+  CHECK(paced->microbatches(0) == 3);
+  CHECK(paced->microbatches(1) == 1);
+  CHECK_THAT(error("replicas: 2\nreplica_microbatches: [3]\n"),
+             Catch::Contains("a list of 2 microbatch counts"));
+  CHECK_THAT(error("replicas: 2\nreplica_microbatches: [3, 0]\n"),
+             Catch::Contains("replica_microbatches[1]"));
+  CHECK_THAT(error("replica_microbatches: [3]\n"), Catch::Contains("needs replicas"));
+  CHECK_THAT(error("replicas: 2\nreplica_microbatches: 3\n"), Catch::Contains("a list of 2"));
+  // Their shards: a round of all replicas' windows, replica 1's after replica 0's 3 x 2.
+  model::DataLoaderOptions shard;
+  SetReplicaShard(*paced, 2, 1, &shard);
+  CHECK(shard.shard_block == 2);
+  CHECK(shard.shard_round == 8);
+  CHECK(shard.shard_offset == 6);
+  SetReplicaShard(*two, 2, 1, &shard);  // equal counts: the equal blocks they always had
+  CHECK(shard.round() == 2 * shard.shard_block);
+  CHECK(shard.offset() == shard.shard_block);
   // The tied-embedding exchange's codec (compression.tied): exact by default.
   CHECK(one->tied_codec == "exact");
   auto tied = ParseJobSpec(Job("compression: {mode: off, tied: topk:0.1+q8}\n"), "job.yaml", ".");
@@ -95,6 +117,9 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   REQUIRE(p3.ok());
   CHECK(p3->replicas == 3);
   CHECK_FALSE(p3->replan);
+  auto pmb = planned("replicas: 2\nreplica_microbatches: [3, 1]\n");
+  REQUIRE_FALSE(pmb.ok());
+  CHECK_THAT(std::string(pmb.status().message()), Catch::Contains("needs placement: even"));
   auto pauto = planned("replicas: auto\n");
   REQUIRE(pauto.ok());
   CHECK(pauto->replicas == 0);

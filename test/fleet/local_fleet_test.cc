@@ -38,7 +38,8 @@ struct Fleet {
   std::unique_ptr<LocalFleet> fleet;
 };
 
-Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1) {
+Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1,
+                std::vector<int> replica_microbatches = {}) {
   Fleet f;
   std::vector<kernels::Ops*> raw;
   for (int r = 0; r < replicas; ++r) {
@@ -53,6 +54,7 @@ Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1) {
   o.batch_size = kB;
   o.seq_len = kT;
   o.microbatches = kM;
+  o.replica_microbatches = std::move(replica_microbatches);
   o.seed = 3;
   o.sync = sync;
   auto fleet = LocalFleet::Create(Config(), Data(), o, raw);
@@ -141,6 +143,65 @@ TEST_CASE("N replicas in step mode train the union batch", "[fleet]") {
   CHECK(f.fleet->traffic().syncs == steps);
   CHECK(f.fleet->traffic().raw_bytes == steps * 3 * 2 * P * 4);
   CHECK(f.fleet->traffic().wire_bytes > f.fleet->traffic().raw_bytes);  // plus frame headers
+}
+
+TEST_CASE("replicas training different microbatches in step mode: still the union batch",
+          "[fleet]") {
+  // 3, 1 and 2 microbatches: the union is one pipeline's 6 per step, read in the same order.
+  Fleet f = MakeFleet(3, Step(), 1, {3, 1, 2});
+  Plain p = MakePlain();
+  const int steps = 6;
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto a = f.fleet->TrainStep(Optimizer(), s, steps);
+    auto b = p.chain->TrainStep(*p.loader, 6, Optimizer(), s, steps);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    INFO("step " << s << ": fleet " << a->loss << ", union " << b->loss);
+    if (s == 0) CHECK(a->loss == Approx(b->loss).epsilon(1e-6));
+    worst = std::max(worst, std::fabs(double(a->loss) / b->loss - 1));
+    CHECK(f.fleet->MaxDivergence() == 0.0f);
+  }
+  CHECK(worst < 1e-4);
+  const std::vector<float> fa = Params(f.fleet->replica(0)), pa = Params(*p.chain);
+  double diff = 0;
+  for (size_t i = 0; i < fa.size(); ++i) diff = std::max(diff, double(std::fabs(fa[i] - pa[i])));
+  CHECK(diff < 1e-4);
+  CHECK(f.fleet->traffic().tokens == uint64_t(steps) * 6 * kB * kT);
+  // A wrong count of counts, or a replica with none, is refused.
+  auto ops = kernels::MakeOps("cpu", 1);
+  REQUIRE(ops.ok());
+  LocalFleetOptions o;
+  o.replicas = 2;
+  o.batch_size = kB;
+  o.seq_len = kT;
+  o.sync = Step();
+  o.replica_microbatches = {2};
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get(), ops->get()}).ok());
+  o.replica_microbatches = {2, 0};
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get(), ops->get()}).ok());
+}
+
+TEST_CASE("local mode with the same count for every replica given or not: the same bits",
+          "[fleet]") {
+  SyncOptions sync;
+  sync.mode = SyncMode::kLocal;
+  sync.every = 2;
+  sync.codec = "q4";
+  Fleet a = MakeFleet(2, sync), b = MakeFleet(2, sync, 1, {kM, kM}),
+        c = MakeFleet(2, sync, 1, {3, 1});
+  for (int s = 0; s < 4; ++s) {
+    auto ra = a.fleet->TrainStep(Optimizer(), s, 4);
+    auto rb = b.fleet->TrainStep(Optimizer(), s, 4);
+    auto rc = c.fleet->TrainStep(Optimizer(), s, 4);
+    REQUIRE(ra.ok());
+    REQUIRE(rb.ok());
+    REQUIRE(rc.ok());
+    CHECK(ra->loss == rb->loss);
+  }
+  CHECK(Params(a.fleet->replica(0)) == Params(b.fleet->replica(0)));
+  CHECK(Params(a.fleet->replica(0)) != Params(c.fleet->replica(0)));  // other data, weights
+  CHECK(c.fleet->MaxDivergence() == 0.0f);                            // after the last sync
 }
 
 TEST_CASE("local mode: apart between syncs, identical after each", "[fleet]") {

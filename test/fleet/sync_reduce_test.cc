@@ -108,6 +108,18 @@ TEST_CASE("a restored residual continues the sends exactly", "[fleet]") {
   CHECK(!ContributionEncoder::Create("q3").ok());
 }
 
+TEST_CASE("pseudo-gradients weigh by the tokens their replicas trained", "[fleet]") {
+  CHECK(TokenWeights({3, 1}) == std::vector<float>{0.75f, 0.25f});
+  CHECK(TokenWeights({3, 1, 4}, {true, false, true}) == std::vector<float>{3.0f / 7, 0, 4.0f / 7});
+  // Equal counts: exactly 1 / N, as the weights of equal replicas always were.
+  for (int n = 1; n <= 7; ++n) {
+    for (float w : TokenWeights(std::vector<int>(static_cast<size_t>(n), 6))) {
+      CHECK(w == 1.0f / static_cast<float>(n));
+    }
+  }
+  CHECK(TokenWeights({2, 2}, {false, false}) == std::vector<float>{0, 0});
+}
+
 TEST_CASE("hostile contributions are refused and name the member", "[fleet]") {
   const size_t n = 100;
   auto e = ContributionEncoder::Create("q8");

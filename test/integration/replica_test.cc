@@ -156,6 +156,7 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0) 
   o.batch_size = job.microbatch_size;
   o.seq_len = job.seq_len;
   o.microbatches = job.microbatches();
+  o.replica_microbatches = spec->replica_microbatches;
   o.seed = job.seed;
   o.sync = spec->sync;
   auto fl = fleet::LocalFleet::Create(job.model, *data, o, ops);
@@ -278,6 +279,28 @@ TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's mode
     CHECK(group.syncs() == 2);
     CHECK(group.wire_bytes() * 3 < group.raw_bytes());
   }
+}
+
+TEST_CASE("replicas training different microbatches: the fleet's union batch and weights") {
+  // Replica 0 trains 3 microbatches a step, replica 1 one (a slower replica given less): step
+  // mode sums the union batch of 4, local mode weighs the pseudo-gradients 3:1.
+  const std::string sync = GENERATE(std::string("sync: {mode: step, codec: exact}\n"),
+                                    std::string("sync: {mode: local, every: 2, codec: q4}\n"));
+  const std::string yaml = JobYaml("replica_microbatches: [3, 1]\n" + sync, 5);
+  INFO(sync);
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  // Replica 0 sent 3 activations a step on its pipeline link, replica 1 one.
+  uint64_t alpha_beta = 0, gamma_delta = 0;
+  for (const auto& l : s.links()) {
+    if (l.from_site() == "alpha" && l.to_site() == "beta") alpha_beta = l.tensors();
+    if (l.from_site() == "gamma" && l.to_site() == "delta") gamma_delta = l.tensors();
+  }
+  CHECK(alpha_beta == 5 * 2 * 3);  // an activation and its targets per microbatch and step
+  CHECK(gamma_delta == 5 * 2 * 1);
 }
 
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {

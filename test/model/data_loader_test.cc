@@ -122,6 +122,7 @@ TEST_CASE("shards read, block after block, what one loader reads", "[data]") {
   CHECK(!DataLoaderState::Parse((*one)->state().Serialize() + " shard=3/3 block=4").ok());
   CHECK(!DataLoaderState::Parse((*one)->state().Serialize() + " shard=0/3 block=0").ok());
   CHECK((*one)->state().Serialize().find("shard") == std::string::npos);  // the old line
+  CHECK(saved.find("round") == std::string::npos);  // equal blocks: the line they had
   DataLoaderOptions bad = whole;
   bad.shards = 2;
   bad.shard = 2;
@@ -144,6 +145,65 @@ TEST_CASE("the built-in corpus is deterministic English-like text", "[data]") {
     REQUIRE(((ch >= ' ' && ch <= '~') || ch == '\n'));
   }
   CHECK(a.find(" the ") != std::string::npos);
+}
+
+TEST_CASE("shards of unequal blocks read, round after round, what one loader reads", "[data]") {
+  // 3 replicas training 3, 1 and 2 microbatches of 2 sequences per step: blocks of 6, 2 and 4
+  // windows at offsets 0, 6 and 8 of a round of 12; a step of them covers a step of one
+  // pipeline with 6 microbatches.
+  const DataLoaderOptions whole{.batch_size = 2, .seq_len = 4, .seed = 3, .shuffle = true};
+  auto one = DataLoader::Create(Counting(161), whole);  // 40 windows: crosses epochs
+  REQUIRE(one.ok());
+  const int microbatches[3] = {3, 1, 2};
+  std::vector<std::unique_ptr<DataLoader>> shards;
+  int64_t offset = 0;
+  for (int r = 0; r < 3; ++r) {
+    DataLoaderOptions o = whole;
+    o.shards = 3;
+    o.shard = r;
+    o.shard_block = 2 * microbatches[r];
+    o.shard_round = 12;
+    o.shard_offset = offset;
+    offset += o.shard_block;
+    auto l = DataLoader::Create(Counting(161), o);
+    REQUIRE(l.ok());
+    shards.push_back(std::move(*l));
+  }
+  for (int step = 0; step < 10; ++step) {
+    std::vector<int32_t> expected = Batches(**one, 6, 8), got;
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<int32_t> part = Batches(*shards[r], microbatches[r], 8);
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    INFO("step " << step);
+    CHECK(got == expected);
+  }
+  // The round and offset are part of the state: it resumes only where they agree.
+  const std::string saved = shards[1]->state().Serialize();
+  CHECK(saved.find(" shard=1/3 block=2 round=12 offset=6") != std::string::npos);
+  auto state = DataLoaderState::Parse(saved);
+  REQUIRE(state.ok());
+  CHECK(state->round == 12);
+  CHECK(state->offset == 6);
+  CHECK(shards[1]->Restore(*state).ok());
+  CHECK(!shards[0]->Restore(*state).ok());
+  DataLoaderState moved = *state;
+  moved.offset = 4;
+  CHECK(!shards[1]->Restore(moved).ok());
+  // Shard 0's block sits where equal blocks would put it, but its round is not 3 x 6.
+  CHECK(shards[0]->state().Serialize().find(" round=12 offset=0") != std::string::npos);
+  const std::string line = (*one)->state().Serialize() + " shard=1/3 block=2";
+  CHECK(!DataLoaderState::Parse(line + " round=12 offset=11").ok());  // past the round
+  CHECK(!DataLoaderState::Parse(line + " round=0 offset=0").ok());
+  CHECK(!DataLoaderState::Parse(line + " round=12").ok());
+  CHECK(DataLoaderState::Parse(line + " round=12 offset=10").ok());
+  DataLoaderOptions bad = whole;
+  bad.shards = 2;
+  bad.shard = 1;
+  bad.shard_block = 4;
+  bad.shard_round = 6;
+  bad.shard_offset = 4;  // 4 + 4 > 6
+  CHECK(!DataLoader::Create(Counting(161), bad).ok());
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // parameters in q4 over a known link (one sync's seconds, hidden behind `every` steps or
 // exposed), lockstep against paced throughput when one replica is slower, the planner finding
 // as many replicas as the sites allow when the network is fast, and replicas aligned to one
-// stage count and one split (the runtime's shape), with an exact count or none.
+// stage count and one split (the runtime's shape), with an exact count or none; replicas paced
+// by microbatches (a slower one trains fewer per step).
 #include "scheduler/replica_planner.h"
 
 #include <catch2/catch.hpp>
@@ -171,6 +172,76 @@ TEST_CASE("the planner's aligned replicas: an exact count, or a clear error", "[
   REQUIRE_FALSE(too_many.ok());
   CHECK_THAT(std::string(too_many.status().message()),
              Catch::Contains("no 7 replicas fit on the 6 candidate sites"));
+}
+
+TEST_CASE("replicas paced by microbatches: a slower replica trains fewer, none waits",
+          "[replicas]") {
+  const auto config = SmallModel(4);
+  // Four single-site replicas: s0 four times as fast as s3, s1 and s2 in between.
+  const Profiles p = Mesh({4e9, 3e9, 2e9, 1e9}, 1e11, 0.001);
+  PlannerOptions po;
+  po.time_budget_seconds = 1;
+  const Planner planner(p, po);
+  PlacementRequest request;
+  request.model = config;
+  request.workload = Workload(8);
+  request.sites = {"s0", "s1", "s2", "s3"};
+  std::vector<PlanResult> replicas = {Stages({{"s0", 0, 4}}), Stages({{"s1", 0, 4}}),
+                                      Stages({{"s2", 0, 4}}), Stages({{"s3", 0, 4}})};
+  auto counts = PaceReplicas(planner, request, &replicas);
+  INFO(counts.status().ToString());
+  REQUIRE(counts.ok());
+  REQUIRE(counts->size() == 4);
+  CHECK((*counts)[0] == 8);  // the fastest keeps the job's count
+  for (size_t r = 1; r < 4; ++r) {
+    INFO("replica " << r);
+    CHECK((*counts)[r] < (*counts)[r - 1]);  // slower, fewer
+    CHECK((*counts)[r] >= 1);
+    // No replica's step is longer than the fastest one's, and one more microbatch would be.
+    CHECK(replicas[r].estimate.step_seconds <= replicas[0].estimate.step_seconds * (1 + 1e-9));
+    PlacementRequest more = request;
+    more.workload.microbatches = (*counts)[r] + 1;
+    auto model = planner.Model(more);
+    REQUIRE(model.ok());
+    auto e = model->Estimate(replicas[r].stages);
+    REQUIRE(e.ok());
+    CHECK(e->step_seconds > replicas[0].estimate.step_seconds);
+  }
+  // Priced in lockstep at those counts: more tokens/s than all four at the slowest's pace,
+  // the tokens each replica's own.
+  SyncCostOptions sync;
+  sync.bytes_per_value = 1e-9;
+  const ReplicaPlan paced = PriceReplicas(p, config, request.workload, replicas, sync, *counts);
+  std::vector<PlanResult> even = {Stages({{"s0", 0, 4}}), Stages({{"s1", 0, 4}}),
+                                  Stages({{"s2", 0, 4}}), Stages({{"s3", 0, 4}})};
+  auto model = planner.Model(request);
+  REQUIRE(model.ok());
+  for (PlanResult& r : even) r.estimate = *model->Estimate(r.stages);
+  const ReplicaPlan lockstep = PriceReplicas(p, config, request.workload, even, sync);
+  CHECK(paced.tokens_per_second > 1.5 * lockstep.tokens_per_second);
+  int sum = 0;
+  for (int c : *counts) sum += c;
+  const PipelineWorkload& w = request.workload;
+  CHECK(paced.tokens_per_second ==
+        Approx(double(sum) * w.microbatch_size * w.seq_len / paced.step_seconds));
+
+  // The planner, aligned and paced: every site used, counts by replica in the plan.
+  ReplicaPlanRequest r;
+  r.request = request;
+  r.aligned = true;
+  r.paced = true;
+  r.sync = sync;
+  auto plan = PlanReplicas(planner, r);
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  CheckAligned(plan->replicas, 4);
+  CHECK(plan->sites_used == 4);
+  REQUIRE(plan->microbatches.size() == plan->replicas.size());
+  r.paced = false;
+  auto unpaced = PlanReplicas(planner, r);
+  REQUIRE(unpaced.ok());
+  CHECK(unpaced->microbatches.empty());
+  CHECK(plan->tokens_per_second > unpaced->tokens_per_second);
 }
 
 }  // namespace

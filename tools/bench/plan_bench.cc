@@ -230,7 +230,15 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       // the next inner steps), so all of its time is exposed.
       r.sync.overlap = false;
       auto blocking = PlanReplicas(planner, r);
-      if (!single.ok() || !fleet.ok() || !paced.ok() || !aligned.ok() || !blocking.ok()) {
+      // Aligned and paced by microbatches (the job's replica_microbatches): a slower replica
+      // trains fewer per step; streamed syncs, then blocking ones (the runtime today).
+      r.paced = true;
+      r.sync.overlap = true;
+      auto mb_paced = PlanReplicas(planner, r);
+      r.sync.overlap = false;
+      auto mb_blocking = PlanReplicas(planner, r);
+      if (!single.ok() || !fleet.ok() || !paced.ok() || !aligned.ok() || !blocking.ok() ||
+          !mb_paced.ok() || !mb_blocking.ok()) {
         std::printf(
             "| %d | %s | - | no plan fits: %s |\n", n, name.c_str(),
             std::string((single.ok() ? fleet.status() : single.status()).message()).c_str());
@@ -279,6 +287,19 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
           blocking->sync_seconds, blocking->sync_bytes / 1e9, blocking->exposed_sync_per_step,
           blocking->tokens_per_second, blocking->tokens_per_second / single_tps,
           blocking->sync_bottleneck.c_str());
+      for (const auto* p : {&*mb_paced, &*mb_blocking}) {
+        const auto [lo, hi] = std::minmax_element(p->microbatches.begin(), p->microbatches.end());
+        std::printf(
+            "| %d | %s | replicated, aligned, paced by microbatches (%d..%d of %d)%s, sync every "
+            "%d | %zu x %zu | %d of %d (%.0f%%) | %.3f s | %.2f s | %.2f | %.4f s | %.0f | %.2fx "
+            "| %s |\n",
+            n, name.c_str(), p->microbatches.empty() ? 0 : *lo, p->microbatches.empty() ? 0 : *hi,
+            wl.w.microbatches, p == &*mb_blocking ? ", blocking syncs" : "", every,
+            p->replicas.size(), p->replicas[0].stages.size(), p->sites_used, n,
+            100.0 * p->sites_used / n, p->replica_step_seconds, p->sync_seconds,
+            p->sync_bytes / 1e9, p->exposed_sync_per_step, p->tokens_per_second,
+            p->tokens_per_second / single_tps, p->sync_bottleneck.c_str());
+      }
       std::fflush(stdout);
     }
   }
