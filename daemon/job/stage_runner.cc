@@ -1,7 +1,7 @@
 // StageRunner: set-up (Init), the stage thread and the schedule loop (Run, RunStep in the
 // 1F1B order, Forward, Backward, the tied-embedding exchange). What crosses the links is the
-// StageExchange's (stage_exchange.h); checkpoints and layer moves are in
-// stage_runner_state.cc.
+// StageExchange's (stage_exchange.h, set up in stage_runner_links.cc); checkpoints and layer moves
+// are in stage_runner_state.cc.
 #include "daemon/job/stage_runner.h"
 
 #include <chrono>
@@ -92,43 +92,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   targets_.resize(tokens_.size());
   slot_targets_.assign(fo.slots, std::vector<int32_t>(tokens_.size()));
 
-  // What crosses the links: GPU stages with one replica encode outgoing tensors and decode
-  // incoming ones on the device.
-  StageExchangeOptions xo;
-  xo.site = ctx_.site;
-  xo.job_id = a.job_id();
-  xo.attempt = a.attempt();
-  xo.stage = stage_;
-  xo.num_stages = num_stages_;
-  xo.compression = ctx_.spec.compression;
-  xo.codec = ctx_.spec.codec;
-  xo.floor = ctx_.spec.floor;
-  xo.monitor = ctx_.monitor;
-  xo.log = ctx_.log;
-  xo.inbox = ctx_.inbox;
-  xo.heartbeat_seconds = ctx_.heartbeat_seconds;
-  xo.stop = &stop_;
-  xo.to_prev = ctx_.to_prev.get();
-  xo.to_next = ctx_.to_next.get();
-  xo.to_tied = ctx_.to_tied.get();
-  if (grid_.prev(stage_) >= 0) xo.prev_site = a.stages(grid_.prev(stage_)).site();
-  if (grid_.next(stage_) >= 0) xo.next_site = a.stages(grid_.next(stage_)).site();
-  if (grid_.tied(stage_) >= 0) {
-    xo.tied_site = a.stages(grid_.tied(stage_)).site();
-    xo.tied_codec = ctx_.spec.tied_codec;
-    ASSIGN_OR_RETURN(tied_codec_, model::TiedGradCodec::Create(ctx_.spec.tied_codec));
-  }
-  xo.ops = replicas[0];
-  if (ops_.size() == 1) {
-    ASSIGN_OR_RETURN(xo.encoder, compression::MakeDeviceEncoder(replicas[0]));
-    ASSIGN_OR_RETURN(xo.decoder, compression::MakeDeviceDecoder(replicas[0]));
-    if (xo.encoder == nullptr && ctx_.host_device_codecs) {
-      xo.encoder = compression::MakeHostDeviceEncoder();
-      xo.decoder = compression::MakeHostDeviceDecoder();
-    }
-  }
-  xo.host_floats = static_cast<size_t>(B_) * T_ * C_;
-  ASSIGN_OR_RETURN(exchange_, StageExchange::Create(std::move(xo)));
+  RETURN_IF_ERROR(InitExchange(replicas[0]));
 
   if (fragment_->is_first()) {
     ASSIGN_OR_RETURN(auto data, model::LoadData(job.data.train, job.data.format, 1,
@@ -145,18 +109,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   RETURN_IF_ERROR(InitValidation());
   start_step_ = a.resume_step();
   const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
-  {
-    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-    std::vector<int> microbatches;
-    std::vector<bool> live;
-    union_microbatches_ = 0;
-    for (int r = 0; r < grid_.replicas; ++r) {
-      microbatches.push_back(ctx_.spec.microbatches(r));
-      live.push_back(!Contains(dropped, r));
-      union_microbatches_ += microbatches.back();
-    }
-    token_weights_ = fleet::TokenWeights(microbatches, live);
-  }
+  InitReplicaWeights();
   if (start_step_ > 0 &&
       (a.migrate_from_size() > 0 || Contains(rejoining, grid_.replica(stage_)))) {
     // The layers come from other sites: fetched on the stage's thread (Run), so no lock of

@@ -124,6 +124,11 @@ class StageRunner {
   // before the step report; local mode's outer step after the optimizer step of `step`, when
   // it is a sync step; the sync state beside a stage checkpoint.
   Status InitSync(uint64_t resume_step);
+  // stage_runner_links.cc: the StageExchange with the pipeline neighbours and tied partner.
+  Status InitExchange(kernels::Ops* ops);
+  // stage_runner_sync.cc: union_microbatches_ and token_weights_ from the job and the
+  // assignment's dropped replicas.
+  void InitReplicaWeights();
   Status InitSyncExchange();  // the replicas' part of InitSync
   Status SyncGradients(uint64_t step);
   Status OuterStep(uint64_t step);

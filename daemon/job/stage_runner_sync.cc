@@ -55,6 +55,22 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   return sync_->RestoreResiduals(std::move(state.residuals));
 }
 
+void StageRunner::InitReplicaWeights() {
+  const v1::StageAssignment& a = ctx_.assignment;
+  {
+    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+    std::vector<int> microbatches;
+    std::vector<bool> live;
+    union_microbatches_ = 0;
+    for (int r = 0; r < grid_.replicas; ++r) {
+      microbatches.push_back(ctx_.spec.microbatches(r));
+      live.push_back(!Contains(dropped, r));
+      union_microbatches_ += microbatches.back();
+    }
+    token_weights_ = fleet::TokenWeights(microbatches, live);
+  }
+}
+
 Status StageRunner::InitSyncExchange() {
   const v1::StageAssignment& a = ctx_.assignment;
   SyncExchangeOptions so;
