@@ -72,9 +72,10 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     const v1::StepReport& last = reports->rbegin()->second;
     double loss = 0;
     uint64_t microbatches = 0;
+    const std::vector<int> counts = PlanMicrobatches(spec_, grid.replicas, record_.stages());
     for (const auto& [stage, r] : *reports) {
       if (!grid.last(static_cast<int>(stage))) continue;
-      const int m = spec_.microbatches(grid.replica(static_cast<int>(stage)));
+      const int m = counts[static_cast<size_t>(grid.replica(static_cast<int>(stage)))];
       loss += static_cast<double>(r.loss()) * m;
       microbatches += static_cast<uint64_t>(m);
     }

@@ -37,6 +37,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   double predicted = 0;
   std::map<std::string, int64_t> site_memory;
   int replicas = spec.replicas;
+  std::vector<int> microbatches;  // by replica: the planner's pacing, else the job's
   if (spec.planned) {
     auto planned = PlanPlacement(spec, env.site, env.channel);
     if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
@@ -45,6 +46,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     predicted = planned->predicted_step_seconds;
     site_memory = planned->memory_limits;
     replicas = planned->replicas;
+    microbatches = planned->microbatches;
     env.log->info("job {}: {}", job_id, placement);
   } else {
     // Replica r on the r-th S of the listed sites, each split evenly the same way.
@@ -78,7 +80,11 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     s->set_site(plan[i].site);
     s->set_layer_begin(plan[i].layer_begin);
     s->set_layer_end(plan[i].layer_end);
-    s->set_replica(static_cast<uint32_t>(i) / per_replica);
+    const int replica = static_cast<int>(i) / per_replica;
+    s->set_replica(static_cast<uint32_t>(replica));
+    s->set_microbatches(static_cast<uint32_t>(static_cast<size_t>(replica) < microbatches.size()
+                                                  ? microbatches[static_cast<size_t>(replica)]
+                                                  : c->spec_.microbatches(replica)));
   }
   // What every site will check of its assignment (a planner's plan included: the replica
   // count and the stages within bounds), refused here rather than by each site.

@@ -97,6 +97,21 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
                                         ".." + Str(s.layer_end()) + ", replica 0 splits them " +
                                         Str(same.layer_begin()) + ".." + Str(same.layer_end()));
     }
+    // Its replica's microbatches: the same on each of its stages; the job's count where the
+    // job gives them (0: a plan written before they were recorded), any up to the most when
+    // the planner paces the replicas.
+    const uint32_t m = s.microbatches(),
+                   first = stages[grid.flat(grid.replica(i), 0)].microbatches();
+    const bool given = m == 0 || m == static_cast<uint32_t>(spec.microbatches(grid.replica(i)));
+    if (m != first || m > static_cast<uint32_t>(kMaxReplicaMicrobatches) ||
+        (!spec.paced && !given) || (spec.paced && m == 0)) {
+      return absl::InvalidArgumentError(
+          f + "[" + Str(i) + "]: " + Str(m) + " microbatches per step for replica " +
+          Str(grid.replica(i)) + " (its first stage: " + Str(first) + "; the job's: " +
+          (spec.paced ? "paced, 1.." + Str(kMaxReplicaMicrobatches)
+                      : Str(spec.microbatches(grid.replica(i)))) +
+          ")");
+    }
     next = s.layer_end();
     if (grid.last(i) && next != layers) {
       return absl::InvalidArgumentError(f + ": replica " + Str(grid.replica(i)) +

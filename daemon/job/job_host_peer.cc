@@ -103,7 +103,10 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->Vp = spec.job.model.padded_vocab_size;
     const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
     // Its replica's microbatches, training and validation.
-    stage->M = spec.microbatches(grid.replica(static_cast<int>(a.stage()))) + ValBatches(spec.job);
+    stage->M = PlanMicrobatches(
+                   spec, grid.replicas,
+                   a.stages())[static_cast<size_t>(grid.replica(static_cast<int>(a.stage())))] +
+               ValBatches(spec.job);
     stage->steps = spec.job.steps;
     stage->replicas = grid.replicas;
     const v1::StageInfo& mine = a.stages(static_cast<int>(a.stage()));

@@ -153,14 +153,20 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   RETURN_IF_ERROR(ParseSync(w, have_sync ? &sync_entry : nullptr, &spec));
-  if (have_mb) {
+  const bool paced_mb = have_mb && mb_entry.value.IsScalar() && mb_entry.value.Scalar() == "paced";
+  if (paced_mb) {
+    if (spec.replicas == 1) {
+      return w.Error(mb_entry, "paced needs replicas: a number of 2 or more, or auto");
+    }
+    spec.paced = true;
+  } else if (have_mb) {
     if (spec.replicas < 2) {
       return w.Error(mb_entry, "needs replicas: a number of 2 or more (one count per replica)");
     }
     if (!mb_entry.value.IsSequence() ||
         mb_entry.value.size() != static_cast<size_t>(spec.replicas)) {
       return w.Error(mb_entry, "expected a list of " + std::to_string(spec.replicas) +
-                                   " microbatch counts, one per replica");
+                                   " microbatch counts, one per replica, or paced");
     }
     for (size_t i = 0; i < mb_entry.value.size(); ++i) {
       model::YamlWalker::Entry e{mb_entry.key, mb_entry.value[i],
@@ -201,8 +207,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
     if (!spec.replica_microbatches.empty()) {
       return w.Error(mb_entry,
-                     "needs placement: even (the planner decides which sites form which "
-                     "replica, so a count per replica cannot be given ahead of the plan)");
+                     "a list needs placement: even (the planner decides which sites form which "
+                     "replica, so a count per replica cannot be given ahead of the plan); with "
+                     "placement: planned say paced");
     }
     if (spec.replicas != 1 && spec.job.data.train != model::kBuiltinData) {
       return w.Error(replicas_entry,
@@ -211,6 +218,11 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                      "shard); list the sites replica by replica with placement: even");
     }
   } else {
+    if (spec.paced) {
+      return w.Error(mb_entry,
+                     "paced needs placement: planned (the planner paces the replicas it "
+                     "places); with placement: even give one count per replica");
+    }
     if (spec.replicas == 0) {
       return w.Error(replicas_entry,
                      "auto needs placement: planned (the planner chooses how many replicas and "
@@ -258,17 +270,17 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   return spec;
 }
 
-void SetReplicaShard(const JobSpec& spec, int replicas, int replica,
+void SetReplicaShard(const JobSpec& spec, const std::vector<int>& microbatches, int replica,
                      model::DataLoaderOptions* options) {
   const int64_t B = spec.job.microbatch_size;
   int64_t round = 0, offset = 0;
-  for (int r = 0; r < replicas; ++r) {
-    if (r == replica) offset = round;
-    round += B * spec.microbatches(r);
+  for (size_t r = 0; r < microbatches.size(); ++r) {
+    if (static_cast<int>(r) == replica) offset = round;
+    round += B * microbatches[r];
   }
-  options->shards = replicas;
+  options->shards = static_cast<int>(microbatches.size());
   options->shard = replica;
-  options->shard_block = B * spec.microbatches(replica);
+  options->shard_block = B * microbatches[static_cast<size_t>(replica)];
   options->shard_round = round;
   options->shard_offset = offset;
 }
@@ -295,6 +307,7 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   r.aligned = true;
   r.max_replicas = spec.replicas > 0 ? spec.replicas : kMaxReplicas;  // auto: up to the most
   r.exact_count = spec.replicas > 0;
+  r.paced = spec.paced;
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
   r.sync.overlap = false;
   // adaptive is priced at its floor, the codec it falls to on a slow link.

@@ -26,7 +26,11 @@
 //                                    # gets fewer, so none waits for another (step mode: the
 //                                    # union batch is still summed; local mode: each
 //                                    # pseudo-gradient weighs by its replica's tokens);
-//                                    # placement: even only
+//                                    # placement: even | paced (placement: planned): the
+//                                    # planner gives each replica the most microbatches whose
+//                                    # predicted step fits the fastest replica's
+//                                    # (scheduler::PaceReplicas), the fastest batch_size /
+//                                    # microbatch_size
 //   sync:                            # how the replicas stay in sync (fleet/sync_options.h)
 //     mode: local                    # step: gradients summed across replicas every step
 //                                    # local (default): `every` inner steps, then an outer step
@@ -102,7 +106,10 @@ struct JobSpec {
   int replicas = 1;
   fleet::SyncOptions sync;
   // Each replica's microbatches per step (replica_microbatches); empty: the job's for all.
+  // A running job reads them from its plan (PlanMicrobatches), where the coordinator records
+  // these or, with `paced`, the planner's.
   std::vector<int> replica_microbatches;
+  bool paced = false;  // replica_microbatches: paced
   int microbatches(int replica) const {
     return replica >= 0 && replica < static_cast<int>(replica_microbatches.size())
                ? replica_microbatches[static_cast<size_t>(replica)]
@@ -118,12 +125,26 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
 
 const char* CompressionModeName(CompressionMode mode);
 
-// Replica r's part of the training data among `replicas`: one step's windows of every
-// replica form a round, replica r's (B x its microbatches) after those of the replicas before
-// it (model/data_loader.h), so a step of all replicas reads what one pipeline training the
-// union batch reads.
-void SetReplicaShard(const JobSpec& spec, int replicas, int replica,
+// Replica r's part of the training data, `microbatches` being every replica's per step: one
+// step's windows of every replica form a round, replica r's (B x its microbatches) after
+// those of the replicas before it (model/data_loader.h), so a step of all replicas reads
+// what one pipeline training the union batch reads.
+void SetReplicaShard(const JobSpec& spec, const std::vector<int>& microbatches, int replica,
                      model::DataLoaderOptions* options);
+
+// Each replica's microbatches per step as its plan records them (StageInfo.microbatches of
+// its stages; CheckPlan has checked them), or the job's where a plan predates them (0).
+template <class StageList>
+std::vector<int> PlanMicrobatches(const JobSpec& spec, int replicas, const StageList& stages) {
+  std::vector<int> m;
+  const int per_replica = replicas > 0 ? static_cast<int>(stages.size()) / replicas : 0;
+  for (int r = 0; r < replicas; ++r) {
+    const int recorded =
+        per_replica > 0 ? static_cast<int>(stages[r * per_replica].microbatches()) : 0;
+    m.push_back(recorded > 0 ? recorded : spec.microbatches(r));
+  }
+  return m;
+}
 
 // What the planner and cost model need of a job: the model, its microbatches and compression,
 // over `sites` (candidates, in the preferred order).

@@ -118,6 +118,7 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
   if (!fleet.ok()) return Annotate(fleet.status(), "placing the job's replicas");
   PlannedPlacement p;
   p.replicas = static_cast<int>(fleet->replicas.size());
+  p.microbatches = fleet->microbatches;
   std::set<std::string> used;
   std::vector<std::string> parts;
   for (const scheduler::PlanResult& replica : fleet->replicas) {
@@ -134,6 +135,10 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
       fleet->replicas[0].stages.size(), " stage(s): ", absl::StrJoin(parts, " | "), ": predicted ",
       absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step, ",
       absl::StrFormat("%.0f", fleet->tokens_per_second), " tokens/s");
+  if (!p.microbatches.empty()) {
+    absl::StrAppend(&p.summary, "; paced: microbatches per replica ",
+                    absl::StrJoin(p.microbatches, ", "));
+  }
   if (p.replicas > 1) {
     absl::StrAppend(&p.summary, "; a sync ", absl::StrFormat("%.3f", fleet->sync_seconds),
                     " s every ", r.sync.every, " step(s) in ", spec.sync.codec, " (slowest flow ",

@@ -64,6 +64,7 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
 struct PlannedPlacement {
   std::vector<scheduler::StagePlan> stages;  // replica-major
   int replicas = 1;
+  std::vector<int> microbatches;  // by replica, when paced (replica_microbatches: paced)
   double predicted_step_seconds = 0;
   std::string summary;                           // one line for the job's detail and the log
   std::map<std::string, int64_t> memory_limits;  // per profiled site (0: none)

@@ -46,7 +46,8 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   B_ = job.microbatch_size;
   T_ = job.seq_len;
   C_ = job.model.channels;
-  M_ = ctx_.spec.microbatches(grid_.replica(stage_));
+  microbatches_ = PlanMicrobatches(ctx_.spec, grid_.replicas, a.stages());
+  M_ = microbatches_[static_cast<size_t>(grid_.replica(stage_))];
   const auto& me = a.stages(stage_);
   model::FragmentOptions fo;
   fo.begin = static_cast<int>(me.layer_begin());
@@ -102,7 +103,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     lo.seq_len = T_;
     lo.seed = job.seed;
     // Replica r reads shard r: blocks of one step's windows (data_loader.h).
-    SetReplicaShard(ctx_.spec, grid_.replicas, grid_.replica(stage_), &lo);
+    SetReplicaShard(ctx_.spec, microbatches_, grid_.replica(stage_), &lo);
     ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(data, lo));
   }
 

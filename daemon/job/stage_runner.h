@@ -126,7 +126,7 @@ class StageRunner {
   Status InitSync(uint64_t resume_step);
   // stage_runner_links.cc: the StageExchange with the pipeline neighbours and tied partner.
   Status InitExchange(kernels::Ops* ops);
-  // stage_runner_sync.cc: union_microbatches_ and token_weights_ from the job and the
+  // stage_runner_sync.cc: union_microbatches_ and token_weights_ from microbatches_ and the
   // assignment's dropped replicas.
   void InitReplicaWeights();
   Status InitSyncExchange();  // the replicas' part of InitSync
@@ -163,9 +163,10 @@ class StageRunner {
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;
   uint64_t start_step_ = 0;
-  bool migrate_ = false;        // Run fetches the stage's layers from the old plan's sites first
-  bool rejoin_ = false;         // Run fetches the stage's state from a live replica first
-  int union_microbatches_ = 1;  // every replica's microbatches per step, summed
+  bool migrate_ = false;           // Run fetches the stage's layers from the old plan's sites first
+  bool rejoin_ = false;            // Run fetches the stage's state from a live replica first
+  std::vector<int> microbatches_;  // each replica's per step (PlanMicrobatches)
+  int union_microbatches_ = 1;     // every replica's microbatches per step, summed
   std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept
 

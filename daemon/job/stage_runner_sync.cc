@@ -57,18 +57,14 @@ Status StageRunner::InitSync(uint64_t resume_step) {
 
 void StageRunner::InitReplicaWeights() {
   const v1::StageAssignment& a = ctx_.assignment;
-  {
-    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-    std::vector<int> microbatches;
-    std::vector<bool> live;
-    union_microbatches_ = 0;
-    for (int r = 0; r < grid_.replicas; ++r) {
-      microbatches.push_back(ctx_.spec.microbatches(r));
-      live.push_back(!Contains(dropped, r));
-      union_microbatches_ += microbatches.back();
-    }
-    token_weights_ = fleet::TokenWeights(microbatches, live);
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  std::vector<bool> live;
+  union_microbatches_ = 0;
+  for (int r = 0; r < grid_.replicas; ++r) {
+    live.push_back(!Contains(dropped, r));
+    union_microbatches_ += microbatches_[static_cast<size_t>(r)];
   }
+  token_weights_ = fleet::TokenWeights(microbatches_, live);
 }
 
 Status StageRunner::InitSyncExchange() {

@@ -92,11 +92,11 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nreplica_microbatches: 3\n"), Catch::Contains("a list of 2"));
   // Their shards: a round of all replicas' windows, replica 1's after replica 0's 3 x 2.
   model::DataLoaderOptions shard;
-  SetReplicaShard(*paced, 2, 1, &shard);
+  SetReplicaShard(*paced, {3, 1}, 1, &shard);
   CHECK(shard.shard_block == 2);
   CHECK(shard.shard_round == 8);
   CHECK(shard.shard_offset == 6);
-  SetReplicaShard(*two, 2, 1, &shard);  // equal counts: the equal blocks they always had
+  SetReplicaShard(*two, {2, 2}, 1, &shard);  // equal counts: the equal blocks they always had
   CHECK(shard.round() == 2 * shard.shard_block);
   CHECK(shard.offset() == shard.shard_block);
   // The tied-embedding exchange's codec (compression.tied): exact by default.
@@ -119,7 +119,16 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_FALSE(p3->replan);
   auto pmb = planned("replicas: 2\nreplica_microbatches: [3, 1]\n");
   REQUIRE_FALSE(pmb.ok());
-  CHECK_THAT(std::string(pmb.status().message()), Catch::Contains("needs placement: even"));
+  CHECK_THAT(std::string(pmb.status().message()), Catch::Contains("say paced"));
+  auto ppaced = planned("replicas: auto\nreplica_microbatches: paced\n");
+  REQUIRE(ppaced.ok());
+  CHECK(ppaced->paced);
+  CHECK(ReplicaPlanRequestFor(*ppaced, PlacementRequestFor(*ppaced, ppaced->sites))->paced);
+  CHECK_THAT(error("replicas: 2\nreplica_microbatches: paced\n"),
+             Catch::Contains("paced needs placement: planned"));
+  auto one_paced = planned("replica_microbatches: paced\n");
+  REQUIRE_FALSE(one_paced.ok());
+  CHECK_THAT(std::string(one_paced.status().message()), Catch::Contains("paced needs replicas"));
   auto pauto = planned("replicas: auto\n");
   REQUIRE(pauto.ok());
   CHECK(pauto->replicas == 0);
@@ -257,6 +266,32 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
   CHECK_THAT(std::string(wrong.message()), Catch::Contains("do not form 3 replicas"));
   const Status huge = CheckPlan(Plan({{"a", 0, 4, 0}, {"b", 0, 4, 4000000000u}}), *autospec, "x");
   CHECK_FALSE(huge.ok());
+
+  // Each replica's microbatches: the job's (or 0, a plan from before they were recorded), the
+  // same on each of its stages; with a paced job any count from 1 to the most.
+  auto with = [](google::protobuf::RepeatedPtrField<v1::StageInfo> plan, std::vector<int> m) {
+    for (int i = 0; i < plan.size(); ++i) plan[i].set_microbatches(m[static_cast<size_t>(i)]);
+    return plan;
+  };
+  const auto four = Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 2, 1}, {"d", 2, 4, 1}});
+  CHECK(CheckPlan(with(four, {2, 2, 2, 2}), *spec, "stages").ok());
+  CHECK(PlanMicrobatches(*spec, 2, with(four, {2, 2, 2, 2})) == std::vector<int>{2, 2});
+  CHECK(PlanMicrobatches(*spec, 2, four) == std::vector<int>{2, 2});  // the job's
+  CHECK_THAT(error(with(four, {2, 2, 3, 3})),
+             Catch::Contains("3 microbatches per step for replica 1"));
+  CHECK_THAT(error(with(four, {2, 2, 2, 1})), Catch::Contains("its first stage: 2"));
+  auto listed = ParseJobSpec(Job("replicas: 2\nreplica_microbatches: [3, 1]\n"), "job.yaml", ".");
+  REQUIRE(listed.ok());
+  CHECK(CheckPlan(with(four, {3, 3, 1, 1}), *listed, "stages").ok());
+  CHECK_FALSE(CheckPlan(with(four, {1, 1, 3, 3}), *listed, "stages").ok());
+  std::string paced_yaml = Job("replicas: 2\nreplica_microbatches: paced\n");
+  paced_yaml.replace(paced_yaml.find("placement: even"), 15, "placement: planned");
+  auto paced = ParseJobSpec(paced_yaml, "job.yaml", ".");
+  REQUIRE(paced.ok());
+  CHECK(CheckPlan(with(four, {7, 7, 1, 1}), *paced, "stages").ok());
+  CHECK(PlanMicrobatches(*paced, 2, with(four, {7, 7, 1, 1})) == std::vector<int>{7, 1});
+  CHECK_FALSE(CheckPlan(with(four, {7, 7, 0, 0}), *paced, "stages").ok());
+  CHECK_FALSE(CheckPlan(with(four, {5000, 5000, 1, 1}), *paced, "stages").ok());
 }
 
 TEST_CASE("the barrier clips each replica by its own stages' gradient norm", "[replicas]") {

@@ -10,6 +10,7 @@
 // time show in the job's status and /metrics. With placement: planned the planner places the
 // replicas (a given count, or auto): every replica split the same way, and the losses those of the
 // fleet of the plan's shape.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -132,8 +133,9 @@ struct Oracle {
 };
 
 // With `replicas` and `fragments` given (a planned job: the plan says them), those instead of
-// the job's even placement.
-Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0) {
+// the job's even placement; with `microbatches` (a paced plan's, by replica), those.
+Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
+                  const std::vector<int>& microbatches = {}) {
   auto spec = daemon::ParseJobSpec(yaml, "job", ".");
   INFO(spec.status().ToString());
   REQUIRE(spec.ok());
@@ -141,6 +143,7 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0) 
     spec->replicas = replicas;
     spec->sites.resize(static_cast<size_t>(replicas * fragments));
   }
+  if (!microbatches.empty()) spec->replica_microbatches = microbatches;
   const model::Job& job = spec->job;
   auto data = model::LoadData(job.data.train, job.data.format, 1, job.model.vocab_size, "train");
   REQUIRE(data.ok());
@@ -507,6 +510,29 @@ TEST_CASE("the planner places replicas: a given count, and auto") {
   std::tie(replicas, stages) = PlanShape(s);
   CHECK(replicas >= 1);
   CheckAgainst(TrainFleet(yaml, replicas, stages), s, c.Export(id));
+
+  // Paced: the planner gives each replica the microbatches its measured speed allows (the
+  // fastest the job's 2), the plan records them, and the replicas train them: the fleet's
+  // losses and weights with those counts.
+  yaml = JobYaml("replica_microbatches: paced\nsync: {mode: local, every: 2, codec: q4}\n", 4);
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  id = c.Submit(yaml);
+  s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK_THAT(s.detail(), Catch::Contains("paced: microbatches per replica"));
+  std::tie(replicas, stages) = PlanShape(s);
+  CHECK(replicas == 2);
+  std::vector<int> counts;
+  for (int r = 0; r < replicas; ++r) {
+    counts.push_back(static_cast<int>(s.stages(r * stages).microbatches()));
+    CHECK(counts.back() >= 1);
+    CHECK(counts.back() <= 2);
+    for (int k = 0; k < stages; ++k) {
+      CHECK(s.stages(r * stages + k).microbatches() == static_cast<uint32_t>(counts.back()));
+    }
+  }
+  CHECK(*std::max_element(counts.begin(), counts.end()) == 2);
+  CheckAgainst(TrainFleet(yaml, replicas, stages, counts), s, c.Export(id));
 }
 
 }  // namespace

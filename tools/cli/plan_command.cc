@@ -146,6 +146,12 @@ json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
   j["sites_used"] = f.sites_used;
   j["pipelines"] = json::array();
   for (const auto& r : f.replicas) j["pipelines"].push_back(EstimateJson(r.estimate));
+  // Each replica's microbatches per step (replica_microbatches: paced), else the job's.
+  j["microbatches"] = json::array();
+  for (size_t r = 0; r < f.replicas.size(); ++r) {
+    j["microbatches"].push_back(r < f.microbatches.size() ? f.microbatches[r]
+                                                          : spec.microbatches(static_cast<int>(r)));
+  }
   j["sync"] = {{"mode", fleet::SyncModeName(spec.sync.mode)},
                {"every", spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every},
                {"codec", spec.sync.codec},
@@ -166,10 +172,12 @@ void PrintFleet(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
       << " of " << (f.replicas.empty() ? 0 : f.replicas[0].stages.size())
       << " stage(s) each, one split for all, on " << f.sites_used << " of " << candidates
       << " candidate sites\n";
-  Table t({"replica", "stages", "step", "tokens/s"});
+  Table t({"replica", "stages", "microbatches", "step", "tokens/s"});
   for (size_t r = 0; r < f.replicas.size(); ++r) {
     const auto& p = f.replicas[r];
-    t.AddRow({std::to_string(r), scheduler::PlanDebugString(p.stages),
+    const int m =
+        r < f.microbatches.size() ? f.microbatches[r] : spec.microbatches(static_cast<int>(r));
+    t.AddRow({std::to_string(r), scheduler::PlanDebugString(p.stages), std::to_string(m),
               Secs(p.estimate.step_seconds), Count(p.estimate.tokens_per_second)});
   }
   out << t.str();
