@@ -264,8 +264,11 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
 StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementRequest& request,
                                         std::vector<PlanResult>* replicas) {
   const int M = std::max(1, request.workload.microbatches);
-  std::map<int, CostModel> models;  // by microbatch count
-  auto estimate = [&](const PlanResult& r, int m) -> StatusOr<StepEstimate> {
+  const size_t R = replicas->size();
+  std::map<int, CostModel> models;                        // by microbatch count
+  std::vector<std::map<int, StepEstimate>> estimates(R);  // by replica, then count
+  auto estimate = [&](size_t r, int m) -> StatusOr<StepEstimate> {
+    if (auto e = estimates[r].find(m); e != estimates[r].end()) return e->second;
     auto it = models.find(m);
     if (it == models.end()) {
       PlacementRequest at = request;
@@ -273,30 +276,46 @@ StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementR
       ASSIGN_OR_RETURN(CostModel model, planner.Model(at));
       it = models.emplace(m, std::move(model)).first;
     }
-    return it->second.Estimate(r.stages);
+    ASSIGN_OR_RETURN(const StepEstimate e, it->second.Estimate((*replicas)[r].stages));
+    return estimates[r].emplace(m, e).first->second;
   };
-  double target = 0;
-  for (const PlanResult& r : *replicas) {
-    ASSIGN_OR_RETURN(const StepEstimate e, estimate(r, M));
-    if (target == 0 || e.step_seconds < target) target = e.step_seconds;
-  }
-  std::vector<int> counts;
-  for (PlanResult& r : *replicas) {
-    // The step grows with the microbatches: the most that fit the target, by bisection.
-    int lo = 1, hi = M;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      ASSIGN_OR_RETURN(const StepEstimate e, estimate(r, mid));
-      if (e.step_seconds <= target * (1 + 1e-9)) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
+  // Each replica's step at M is a candidate pace (the slowest's: every replica trains M, in
+  // lockstep); under a pace every replica trains the most microbatches that fit it. The pace
+  // with the most microbatches per second of the slowest step wins.
+  std::vector<int> best;
+  double best_rate = -1;
+  for (size_t t = 0; t < R; ++t) {
+    ASSIGN_OR_RETURN(const StepEstimate at_m, estimate(t, M));
+    const double target = at_m.step_seconds;
+    std::vector<int> counts;
+    double slowest = 0, total = 0;
+    for (size_t r = 0; r < R; ++r) {
+      // The step grows with the microbatches: the most that fit the pace, by bisection.
+      int lo = 1, hi = M;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        ASSIGN_OR_RETURN(const StepEstimate e, estimate(r, mid));
+        if (e.step_seconds <= target * (1 + 1e-9)) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
       }
+      ASSIGN_OR_RETURN(const StepEstimate e, estimate(r, lo));
+      slowest = std::max(slowest, e.step_seconds);
+      total += lo;
+      counts.push_back(lo);
     }
-    ASSIGN_OR_RETURN(r.estimate, estimate(r, lo));
-    counts.push_back(lo);
+    const double rate = slowest > 0 ? total / slowest : 0;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = std::move(counts);
+    }
   }
-  return counts;
+  for (size_t r = 0; r < R; ++r) {
+    ASSIGN_OR_RETURN((*replicas)[r].estimate, estimate(r, best[r]));
+  }
+  return best;
 }
 
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& r) {

@@ -83,10 +83,11 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const std::vector<PlanResult>& replicas,
                                                 bool keep_all, bool paced);
 
-// Microbatches per replica that let replicas of different speeds step together: the replica
-// of the fastest step keeps the workload's M, every other one the most microbatches (at
-// least 1, at most M) whose predicted step is no longer than that. Each replica's estimate
-// becomes its estimate at its count. By replica, in order.
+// Microbatches per replica that let replicas of different speeds step together: under a pace
+// (a step time) every replica trains the most microbatches (at least 1, at most the
+// workload's M) whose predicted step fits it; the paces tried are each replica's step at M
+// (the slowest's: all M, lockstep), and the one with the most microbatches per second of the
+// slowest step wins. Each replica's estimate becomes its estimate at its count. By replica.
 StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementRequest& request,
                                         std::vector<PlanResult>* replicas);
 

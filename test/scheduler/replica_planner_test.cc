@@ -193,20 +193,23 @@ TEST_CASE("replicas paced by microbatches: a slower replica trains fewer, none w
   REQUIRE(counts.ok());
   REQUIRE(counts->size() == 4);
   CHECK((*counts)[0] == 8);  // the fastest keeps the job's count
+  double pace = 0;
+  for (const PlanResult& r : replicas) pace = std::max(pace, r.estimate.step_seconds);
   for (size_t r = 1; r < 4; ++r) {
     INFO("replica " << r);
-    CHECK((*counts)[r] < (*counts)[r - 1]);  // slower, fewer
+    CHECK((*counts)[r] <= (*counts)[r - 1]);  // slower, no more
     CHECK((*counts)[r] >= 1);
-    // No replica's step is longer than the fastest one's, and one more microbatch would be.
-    CHECK(replicas[r].estimate.step_seconds <= replicas[0].estimate.step_seconds * (1 + 1e-9));
+    if ((*counts)[r] == 8) continue;
+    // One more microbatch would not fit the pace.
     PlacementRequest more = request;
     more.workload.microbatches = (*counts)[r] + 1;
     auto model = planner.Model(more);
     REQUIRE(model.ok());
     auto e = model->Estimate(replicas[r].stages);
     REQUIRE(e.ok());
-    CHECK(e->step_seconds > replicas[0].estimate.step_seconds);
+    CHECK(e->step_seconds > pace);
   }
+  CHECK((*counts)[3] < 8);  // a quarter of the speed: paced, not lockstep
   // Priced in lockstep at those counts: more tokens/s than all four at the slowest's pace,
   // the tokens each replica's own.
   SyncCostOptions sync;
