@@ -61,6 +61,9 @@ struct Flags {
   double tolerance = 2.0;  // percent
   std::string markdown;
   std::string curves;
+  // Each replica's microbatches per step, for the runs with as many replicas (every mode, the
+  // step/exact reference included, so all train the same union batch); empty: the job's each.
+  std::vector<int> replica_microbatches;
 };
 
 struct RunSpec {
@@ -119,6 +122,9 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   o.batch_size = job.microbatch_size;
   o.seq_len = job.seq_len;
   o.microbatches = job.microbatches();
+  if (static_cast<int>(f.replica_microbatches.size()) == r->spec.replicas) {
+    o.replica_microbatches = f.replica_microbatches;
+  }
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
@@ -219,10 +225,13 @@ int Run(Flags f) {
   absl::PrintF(
       "replica study: %s (%s): L=%d C=%d V=%d T=%d, %.2fM parameters; %d steps x %d "
       "microbatches of %d per replica, lr %g; outer lr %g momentum %g (Nesterov); %zu runs, %d "
-      "at once\n",
+      "at once%s\n",
       f.job, job.name, c.num_layers, c.channels, c.vocab_size, job.seq_len,
       model::NumParameters(c) / 1e6, job.steps, job.microbatches(), job.microbatch_size,
-      job.optimizer.lr, f.outer_lr, f.outer_momentum, results.size(), f.jobs);
+      job.optimizer.lr, f.outer_lr, f.outer_momentum, results.size(), f.jobs,
+      f.replica_microbatches.empty()
+          ? std::string()
+          : "; microbatches per replica " + absl::StrJoin(f.replica_microbatches, "/"));
   std::fflush(stdout);
   Printer printer;
   std::atomic<size_t> next{0};
@@ -333,6 +342,10 @@ int main(int argc, char** argv) {
   app.add_option("--replicas", f.replicas, "Replica counts N")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  app.add_option("--replica-microbatches", f.replica_microbatches,
+                 "Each replica's microbatches per step, for the runs with that many replicas "
+                 "(all modes: the same union batch); default: the job's for each")
+      ->check(CLI::Range(1, 4096));
   app.add_option("--every", f.every, "Inner steps per outer step (local mode)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
