@@ -38,8 +38,10 @@
 //     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
 //     codec: q4                      # what crosses between replicas, with error feedback on
 //                                    # lossy codecs: exact | bf16 | q8 | q4 | q2 |
-//                                    # topk:F+CODEC ... (default: exact in step mode, q4 in
-//                                    # local mode, from the replica study in BENCHMARKS.md) |
+//                                    # topk:F+CODEC ... (with top-k set outer: {lr: 1,
+//                                    # momentum: 0}: error feedback is the momentum, see the
+//                                    # replica study in BENCHMARKS.md; default: exact in step
+//                                    # mode, q4 in local mode) |
 //                                    # adaptive: per sync, the least lossy of fp32..q4 that
 //                                    # fits 10% of the compute between syncs on the group's
 //                                    # slowest measured link (daemon/job/sync_codec.h)
