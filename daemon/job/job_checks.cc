@@ -98,19 +98,17 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
                                         Str(same.layer_begin()) + ".." + Str(same.layer_end()));
     }
     // Its replica's microbatches: the same on each of its stages; the job's count where the
-    // job gives them (0: a plan written before they were recorded), any up to the most when
-    // the planner paces the replicas.
+    // job gives them (0: a plan written before they were recorded), from 1 to the job's
+    // batch_size / microbatch_size (the fastest replica's) when the planner paces them.
     const uint32_t m = s.microbatches(),
-                   first = stages[grid.flat(grid.replica(i), 0)].microbatches();
-    const bool given = m == 0 || m == static_cast<uint32_t>(spec.microbatches(grid.replica(i)));
-    if (m != first || m > static_cast<uint32_t>(kMaxReplicaMicrobatches) ||
-        (!spec.paced && !given) || (spec.paced && m == 0)) {
+                   first = stages[grid.flat(grid.replica(i), 0)].microbatches(),
+                   job_m = static_cast<uint32_t>(spec.microbatches(grid.replica(i)));
+    if (m != first || (!spec.paced && m != 0 && m != job_m) ||
+        (spec.paced && (m == 0 || m > job_m))) {
       return absl::InvalidArgumentError(
           f + "[" + Str(i) + "]: " + Str(m) + " microbatches per step for replica " +
-          Str(grid.replica(i)) + " (its first stage: " + Str(first) + "; the job's: " +
-          (spec.paced ? "paced, 1.." + Str(kMaxReplicaMicrobatches)
-                      : Str(spec.microbatches(grid.replica(i)))) +
-          ")");
+          Str(grid.replica(i)) + " (its first stage: " + Str(first) +
+          "; the job's: " + (spec.paced ? "paced, 1.." : "") + Str(job_m) + ")");
     }
     next = s.layer_end();
     if (grid.last(i) && next != layers) {

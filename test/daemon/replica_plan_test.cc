@@ -238,10 +238,14 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
   CHECK(CheckPlan(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 2, 1}, {"d", 2, 4, 1}}), *spec,
                   "stages")
             .ok());
-  auto error = [&](const google::protobuf::RepeatedPtrField<v1::StageInfo>& plan) {
-    const Status s = CheckPlan(plan, *spec, "stages");
+  auto error_for = [&](const google::protobuf::RepeatedPtrField<v1::StageInfo>& plan,
+                       const JobSpec& job) {
+    const Status s = CheckPlan(plan, job, "stages");
     REQUIRE_FALSE(s.ok());
     return std::string(s.message());
+  };
+  auto error = [&](const google::protobuf::RepeatedPtrField<v1::StageInfo>& plan) {
+    return error_for(plan, *spec);
   };
   CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 4, 1}})),
              Catch::Contains("do not form"));
@@ -288,10 +292,18 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
   paced_yaml.replace(paced_yaml.find("placement: even"), 15, "placement: planned");
   auto paced = ParseJobSpec(paced_yaml, "job.yaml", ".");
   REQUIRE(paced.ok());
-  CHECK(CheckPlan(with(four, {7, 7, 1, 1}), *paced, "stages").ok());
-  CHECK(PlanMicrobatches(*paced, 2, with(four, {7, 7, 1, 1})) == std::vector<int>{7, 1});
-  CHECK_FALSE(CheckPlan(with(four, {7, 7, 0, 0}), *paced, "stages").ok());
-  CHECK_FALSE(CheckPlan(with(four, {5000, 5000, 1, 1}), *paced, "stages").ok());
+  CHECK(CheckPlan(with(four, {2, 2, 1, 1}), *paced, "stages").ok());
+  CHECK(PlanMicrobatches(*paced, 2, with(four, {2, 2, 1, 1})) == std::vector<int>{2, 1});
+  CHECK_FALSE(CheckPlan(with(four, {2, 2, 0, 0}), *paced, "stages").ok());
+  CHECK_THAT(error_for(with(four, {3, 3, 1, 1}), *paced), Catch::Contains("paced, 1..2"));
+  // A job's own count is never refused, however many microbatches it has (no cap but the
+  // job file's own rules).
+  auto big = ParseJobSpec(
+      Job("replicas: 2\n").replace(Job("").find("batch_size: 4"), 13, "batch_size: 10000"),
+      "job.yaml", ".");
+  REQUIRE(big.ok());
+  CHECK(big->microbatches(0) == 5000);
+  CHECK(CheckPlan(with(four, {5000, 5000, 5000, 5000}), *big, "stages").ok());
 }
 
 TEST_CASE("the barrier clips each replica by its own stages' gradient norm", "[replicas]") {
