@@ -43,15 +43,11 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
     lo.batch_size = options.batch_size;
     lo.seq_len = options.seq_len;
     lo.seed = options.seed;
-    lo.shards = options.replicas;
-    lo.shard = r;
-    lo.shard_block = static_cast<int64_t>(options.batch_size) * options.microbatches_of(r);
-    lo.shard_round = 0;
-    lo.shard_offset = 0;
+    std::vector<int64_t> blocks;  // one step's windows of each replica
     for (int q = 0; q < options.replicas; ++q) {
-      if (q == r) lo.shard_offset = lo.shard_round;
-      lo.shard_round += static_cast<int64_t>(options.batch_size) * options.microbatches_of(q);
+      blocks.push_back(static_cast<int64_t>(options.batch_size) * options.microbatches_of(q));
     }
+    model::SetShard(blocks, r, &lo);
     ASSIGN_OR_RETURN(rep.loader, model::DataLoader::Create(train, lo));
     for (size_t k = 0; k < fleet->slices_.size(); ++k) {
       ASSIGN_OR_RETURN(auto encoder, ContributionEncoder::Create(options.sync.codec));

@@ -68,6 +68,19 @@ StatusOr<DataLoaderState> DataLoaderState::Parse(const std::string& text) {
   return s;
 }
 
+void SetShard(const std::vector<int64_t>& blocks, int shard, DataLoaderOptions* options) {
+  int64_t round = 0, offset = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (static_cast<int>(i) == shard) offset = round;
+    round += blocks[i];
+  }
+  options->shards = static_cast<int>(blocks.size());
+  options->shard = shard;
+  options->shard_block = blocks[static_cast<size_t>(shard)];
+  options->shard_round = round;
+  options->shard_offset = offset;
+}
+
 DataLoader::DataLoader(std::shared_ptr<const TokenData> data, const DataLoaderOptions& options)
     : data_(std::move(data)), options_(options) {
   num_windows_ = (int64_t(data_->tokens.size()) - 1) / options_.seq_len;

@@ -43,6 +43,11 @@ struct DataLoaderOptions {
   int64_t offset() const { return shard_offset >= 0 ? shard_offset : shard * shard_block; }
 };
 
+// Sets `options` to shard `shard` of shards whose blocks are blocks[i] windows (in shard
+// order): a round of all of them, this shard's block at the sum of those before it.
+// REQUIRES: 0 <= shard < blocks.size().
+void SetShard(const std::vector<int64_t>& blocks, int shard, DataLoaderOptions* options);
+
 // Where a loader stands. Serialized as one text line so checkpoints can carry it.
 struct DataLoaderState {
   uint64_t seed = 0;

@@ -166,13 +166,6 @@ std::vector<PlanResult> FormReplicas(const Planner& planner, const ReplicaPlanRe
 StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const PlacementRequest& request,
                                                 const std::vector<PlanResult>& replicas,
-                                                bool keep_all) {
-  return AlignReplicas(planner, request, replicas, keep_all, /*paced=*/false);
-}
-
-StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
-                                                const PlacementRequest& request,
-                                                const std::vector<PlanResult>& replicas,
                                                 bool keep_all, bool paced) {
   if (replicas.empty()) return absl::InvalidArgumentError("aligning replicas: none given");
   ASSIGN_OR_RETURN(const CostModel model, planner.Model(request));

@@ -70,18 +70,13 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
 // to the stages by layer count, whichever the cost model prices faster, and a replica with
 // fewer than S stages or that fits its sites' memory in neither is left out. The split with
 // the most replicas per second of the slowest one's step wins. Fails when no split keeps any.
-// With `keep_all`, only splits that keep every replica count (an exact replica count).
+// With `keep_all`, only splits that keep every replica count (an exact replica count). With
+// `paced`, the split is chosen for the most replica steps per second summed over the replicas
+// (each at its own pace, as PaceReplicas lets them run) rather than the slowest's.
 StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
                                                 const PlacementRequest& request,
                                                 const std::vector<PlanResult>& replicas,
-                                                bool keep_all = false);
-
-// With `paced`, the split is chosen for the most replica steps per second summed over the
-// replicas (each at its own pace, as PaceReplicas lets them run) rather than the slowest's.
-StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
-                                                const PlacementRequest& request,
-                                                const std::vector<PlanResult>& replicas,
-                                                bool keep_all, bool paced);
+                                                bool keep_all = false, bool paced = false);
 
 // Microbatches per replica that let replicas of different speeds step together: under a pace
 // (a step time) every replica trains the most microbatches (at least 1, at most the

@@ -272,17 +272,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
 
 void SetReplicaShard(const JobSpec& spec, const std::vector<int>& microbatches, int replica,
                      model::DataLoaderOptions* options) {
-  const int64_t B = spec.job.microbatch_size;
-  int64_t round = 0, offset = 0;
-  for (size_t r = 0; r < microbatches.size(); ++r) {
-    if (static_cast<int>(r) == replica) offset = round;
-    round += B * microbatches[r];
-  }
-  options->shards = static_cast<int>(microbatches.size());
-  options->shard = replica;
-  options->shard_block = B * microbatches[static_cast<size_t>(replica)];
-  options->shard_round = round;
-  options->shard_offset = offset;
+  std::vector<int64_t> blocks;
+  for (int m : microbatches) blocks.push_back(int64_t{spec.job.microbatch_size} * m);
+  model::SetShard(blocks, replica, options);
 }
 
 scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
