@@ -19,7 +19,8 @@ const std::vector<absl::string_view> kTopKeys = {
     "name", "model", "init_from", "data", "steps", "batch_size", "microbatch_size", "seq_len",
     "optimizer", "seed", "checkpoint", "backend", "threads",
     // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
-    "sites", "compression", "replan", "placement", "replicas", "replica_microbatches", "sync"};
+    "sites", "compression", "replan", "placement", "replicas", "replica_microbatches",
+    "replica_stages", "sync"};
 const std::vector<absl::string_view> kModelKeys = {"layers", "channels", "heads", "vocab",
                                                    "context"};
 const std::vector<absl::string_view> kDataKeys = {"train", "format", "val", "val_every",

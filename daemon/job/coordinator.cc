@@ -81,7 +81,7 @@ bool Coordinator::AssignAll() {
     // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica.
     *a.mutable_dropped_replicas() = record_.dropped_replicas();
     *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
-    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas,
+    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()),
                                     DroppedLocked(), RejoiningLocked());
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
     attempt_start_ = record_.committed_step();

@@ -23,7 +23,7 @@ Status Coordinator::Export(
   // Pipeline replicas: the first live replica's model (they are identical after each sync; a
   // dropped one's checkpoints stop where it was dropped).
   const int source =
-      std::max(0, RejoinSource(StageGrid::OfPlan(spec_.replicas, r.stages()).replicas,
+      std::max(0, RejoinSource(StageGrid::OfPlan(spec_.replicas, r.stages()),
                                {r.dropped_replicas().begin(), r.dropped_replicas().end()},
                                {r.rejoining_replicas().begin(), r.rejoining_replicas().end()}));
   for (const auto& st : r.stages()) {

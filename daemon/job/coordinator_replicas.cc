@@ -90,8 +90,12 @@ void Coordinator::MaybeRejoin() {
     const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
     for (uint32_t r : record_.dropped_replicas()) {
       if (rejoin_failures_[r] >= kMaxRejoinFailures) continue;  // out for good
+      // Its stages copy a live replica split alike; with none, it waits for one.
+      if (RejoinSource(grid, DroppedLocked(), Union(RejoiningLocked(), {r})) < 0) {
+        continue;
+      }
       std::vector<std::string> sites;
-      for (int p = 0; p < grid.stages; ++p) {
+      for (int p = 0; p < grid.stages(static_cast<int>(r)); ++p) {
         sites.push_back(record_.stages(grid.flat(static_cast<int>(r), p)).site());
       }
       candidates.emplace_back(r, std::move(sites));
@@ -108,6 +112,18 @@ void Coordinator::MaybeRejoin() {
       if (!all) break;
     }
     if (all) back.push_back(replica);
+  }
+  {
+    // One source for all rejoining replicas: those split like the first that came back.
+    std::lock_guard<std::mutex> lock(mu_);
+    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    ReplicaList alike;
+    for (uint32_t r : back) {
+      if (RejoinSource(grid, DroppedLocked(), Union(RejoiningLocked(), Union(alike, {r}))) >= 0) {
+        alike.push_back(r);
+      }
+    }
+    back = std::move(alike);
   }
   if (back.empty()) return;
   StopAttempt();
@@ -128,8 +144,8 @@ void Coordinator::MaybeRejoin() {
     const ReplicaList rejoining = Union(RejoiningLocked(), back);
     *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
     record_.set_replica_rejoins(record_.replica_rejoins() + static_cast<uint32_t>(back.size()));
-    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()).replicas,
-                                    dropped, rejoining);
+    const int source =
+        RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()), dropped, rejoining);
     membership_note_ = ReplicaNames(back) + " rejoined at step " +
                        std::to_string(record_.committed_step()) + " from replica " +
                        std::to_string(source) + "'s state";

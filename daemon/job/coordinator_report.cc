@@ -8,6 +8,7 @@
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
 #include "daemon/job/sync_groups.h"
+#include "daemon/job/sync_routes.h"
 
 namespace longhaul::daemon {
 
@@ -63,9 +64,10 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     d.set_committed_step(record_.committed_step());
     return d;
   }
-  if (const auto* reports =
-          barrier_.Add(rep, n, record_.committed_step(), static_cast<uint32_t>(grid.replicas),
-                       static_cast<uint32_t>(grid.stages))) {
+  std::vector<int> replica_of;
+  for (int i = 0; i < grid.size(); ++i) replica_of.push_back(grid.replica(i));
+  if (const auto* reports = barrier_.Add(rep, n, record_.committed_step(),
+                                         static_cast<uint32_t>(grid.replicas), 0, &replica_of)) {
     // The step is decided. Progress: the loss is the mean over the live replicas' last stages
     // weighted by their microbatches (each reports the mean over its own), the tokens what
     // the job gives them (not what a report claims).
@@ -101,7 +103,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       s->set_step_seconds(r.step_seconds());
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
-    SetSyncGroups(*reports, grid, &record_);
+    SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model), &record_);
     PersistLocked();
     barrier_.Prune(rep.attempt(), rep.step());
     cv_.notify_all();

@@ -38,6 +38,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   std::map<std::string, int64_t> site_memory;
   int replicas = spec.replicas;
   std::vector<int> microbatches;  // by replica: the planner's pacing, else the job's
+  std::vector<int> replica_of;    // by stage
   if (spec.planned) {
     auto planned = PlanPlacement(spec, env.site, env.channel);
     if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
@@ -47,19 +48,22 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     site_memory = planned->memory_limits;
     replicas = planned->replicas;
     microbatches = planned->microbatches;
+    for (size_t i = 0; i < plan.size(); ++i) {  // aligned: replicas of equal length
+      replica_of.push_back(static_cast<int>(i / std::max<size_t>(plan.size() / replicas, 1)));
+    }
     env.log->info("job {}: {}", job_id, placement);
   } else {
-    // Replica r on the r-th S of the listed sites, each split evenly the same way.
-    const int S = spec.stages();
+    // Replica r on its stages' count of the listed sites, after the replicas before it,
+    // its layers split evenly over them.
     for (int r = 0; r < spec.replicas; ++r) {
-      const std::vector<std::string> sites(spec.sites.begin() + r * S,
-                                           spec.sites.begin() + (r + 1) * S);
+      const auto first = spec.sites.begin() + spec.first_site(r);
+      const std::vector<std::string> sites(first, first + spec.stages(r));
       ASSIGN_OR_RETURN(auto part,
                        scheduler::MakeEvenSplitPlacer()->Place(PlacementRequestFor(spec, sites)));
       plan.insert(plan.end(), part.begin(), part.end());
+      replica_of.insert(replica_of.end(), part.size(), r);
     }
   }
-  const int per_replica = static_cast<int>(plan.size()) / replicas;
 
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
   v1::JobStatus& r = c->record_;
@@ -80,7 +84,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     s->set_site(plan[i].site);
     s->set_layer_begin(plan[i].layer_begin);
     s->set_layer_end(plan[i].layer_end);
-    const int replica = static_cast<int>(i) / per_replica;
+    const int replica = replica_of[i];
     s->set_replica(static_cast<uint32_t>(replica));
     s->set_microbatches(static_cast<uint32_t>(static_cast<size_t>(replica) < microbatches.size()
                                                   ? microbatches[static_cast<size_t>(replica)]

@@ -63,12 +63,24 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
   // replicas: auto leaves the count to the planner: the last stage's replica says it.
   const uint64_t replicas = spec.replicas > 0 ? static_cast<uint64_t>(spec.replicas)
                                               : uint64_t{stages[n - 1].replica()} + 1;
-  if (replicas < 1 || replicas > static_cast<uint64_t>(kMaxReplicas) || n % replicas != 0) {
+  if (replicas < 1 || replicas > static_cast<uint64_t>(kMaxReplicas) ||
+      replicas > static_cast<uint64_t>(n) || stages[n - 1].replica() + 1 != replicas) {
     return absl::InvalidArgumentError(f + ": " + Str(n) + " stages do not form " +
                                       (spec.replicas > 0 ? "the job's " : "") + Str(replicas) +
-                                      " replicas");
+                                      " replicas (the last stage's replica is " +
+                                      Str(stages[n - 1].replica()) + ")");
   }
-  const StageGrid grid = StageGrid::Of(static_cast<int>(replicas), n);
+  // Each replica's stages together, replicas ascending from 0 (stage_grid.h); replicas may
+  // be split differently.
+  for (int i = 0; i < n; ++i) {
+    const uint32_t r = stages[i].replica(), prev = i > 0 ? stages[i - 1].replica() : 0;
+    if (r != prev && r != prev + 1) {
+      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: replica " + Str(r) +
+                                        " after replica " + Str(prev) +
+                                        " (each replica's stages together, in replica order)");
+    }
+  }
+  const StageGrid grid = StageGrid::OfPlan(static_cast<int>(replicas), stages);
   const uint32_t layers = static_cast<uint32_t>(spec.job.model.num_layers);
   std::set<std::string> sites;
   uint32_t next = 0;
@@ -80,22 +92,11 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
                                         "' runs another stage of the job already");
     }
     if (grid.first(i)) next = 0;
-    if (s.replica() != static_cast<uint32_t>(grid.replica(i))) {
-      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: replica " + Str(s.replica()) +
-                                        ", expected " + Str(grid.replica(i)));
-    }
     if (s.layer_begin() != next || s.layer_end() <= s.layer_begin() || s.layer_end() > layers) {
       return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) +
                                         ".." + Str(s.layer_end()) +
                                         " do not continue the plan at layer " + Str(next) +
                                         " within the model's " + Str(layers) + " layers");
-    }
-    // Sync groups exchange whole fragments: every replica is split the same way.
-    const v1::StageInfo& same = stages[grid.position(i)];
-    if (s.layer_begin() != same.layer_begin() || s.layer_end() != same.layer_end()) {
-      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) +
-                                        ".." + Str(s.layer_end()) + ", replica 0 splits them " +
-                                        Str(same.layer_begin()) + ".." + Str(same.layer_end()));
     }
     // Its replica's microbatches: the same on each of its stages; the job's count where the
     // job gives them (0: a plan written before they were recorded), from 1 to the job's
@@ -162,13 +163,14 @@ Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
       overlap || dropped.size() >= static_cast<size_t>(grid.replicas) ||
       (!rejoining.empty() &&
        (source >= grid.replicas || Contains(dropped, source) || Contains(rejoining, source))) ||
-      Contains(dropped, grid.replica(static_cast<int>(a.stage())))) {
+      Contains(dropped, grid.replica(static_cast<int>(a.stage()))) ||
+      (!rejoining.empty() && RejoinSource(grid, dropped, rejoining) != source)) {
     return absl::InvalidArgumentError(
         job + ": replica membership (dropped " + Str(dropped.size()) + ", rejoining " +
         Str(rejoining.size()) + " from replica " + Str(source) + ", stage " + Str(a.stage()) +
         ") does not fit the job's " + Str(grid.replicas) +
         " replicas in local mode: indices ascending and in range, none both, one live replica "
-        "to rejoin from, and this stage's replica not dropped");
+        "split alike to rejoin from, and this stage's replica not dropped");
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,7 @@
 #include "daemon/job/site_profile.h"
 #include "daemon/job/stage_grid.h"
 #include "daemon/job/stage_runner.h"
+#include "daemon/job/sync_routes.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
 #include "fleet/sync_slices.h"
@@ -114,7 +115,7 @@ class JobHost {
     // M: microbatch ids per step, the validation pass's included (job_spec.h ValBatches).
     int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
     int replicas = 1;
-    std::vector<fleet::SyncSlice> slices;  // the fragment's, for checking sync tensors
+    std::vector<SyncRoute> routes;  // the fragment's sync slices, for checking sync tensors
   };
   std::string JobDir(const std::string& job_id) const;
   // The stage of `job_id` here, or null.
@@ -131,7 +132,7 @@ class JobHost {
   static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,
-                                  const std::vector<fleet::SyncSlice>& slices, Inbox* inbox);
+                                  const std::vector<SyncRoute>& routes, Inbox* inbox);
 
   const JobHostOptions options_;
   LinkMonitor* const monitor_;

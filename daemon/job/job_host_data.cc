@@ -146,15 +146,15 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   }
   uint32_t me, n;
   int64_t B, T, C, Vp, M, steps;
-  int replicas;
   std::string from_site;
-  std::vector<fleet::SyncSlice> slices;
+  std::vector<SyncRoute> routes;
+  StageGrid grid;
   ReplicaList dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
-    replicas = stage->replicas;
-    if (first.kind() == v1::TENSOR_KIND_SYNC) slices = stage->slices;
+    if (first.kind() == v1::TENSOR_KIND_SYNC) routes = stage->routes;
+    grid = StageGrid::OfPlan(stage->replicas, stage->assignment.stages());
     dropped.assign(stage->assignment.dropped_replicas().begin(),
                    stage->assignment.dropped_replicas().end());
     if (stage->cancelled) {
@@ -165,7 +165,6 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
     if (first.from_stage() < n) from_site = stage->assignment.stages(first.from_stage()).site();
   }
   const uint32_t from = first.from_stage();
-  const StageGrid grid = StageGrid::Of(replicas, static_cast<int>(n));
   const int self = static_cast<int>(me), sender = static_cast<int>(from);
   if (first.kind() == v1::TENSOR_KIND_SYNC) {
     if (from < n && Contains(dropped, grid.replica(sender))) {
@@ -173,7 +172,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
                         "send sync contributions for replica " +
                             std::to_string(grid.replica(sender)) + " (dropped in this attempt)");
     }
-    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, slices,
+    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, routes,
                              stage->inbox.get());
   }
   const bool tied =
@@ -218,13 +217,19 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
 Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,
-                                  const std::vector<fleet::SyncSlice>& slices, Inbox* inbox) {
+                                  const std::vector<SyncRoute>& routes, Inbox* inbox) {
   const std::string& id = first.job_id();
   const int me = static_cast<int>(first.to_stage()), from = static_cast<int>(first.from_stage());
-  // Only the same stage of another replica sends this stage its sync contributions.
-  const bool member = grid.replicas > 1 &&
-                      first.from_stage() < static_cast<uint32_t>(grid.size()) && from != self &&
-                      grid.position(from) == grid.position(self);
+  // Only a stage of another replica that this stage takes the slice from (sync_routes.h).
+  const SyncRoute* route = nullptr;
+  for (const auto& r : routes) {
+    if (static_cast<uint32_t>(r.slice.index) == first.tensor_id()) route = &r;
+  }
+  const bool known = first.from_stage() < static_cast<uint32_t>(grid.size());
+  const int from_replica = known ? grid.replica(from) : -1;
+  const bool member =
+      grid.replicas > 1 && known && from != self && from_replica != grid.replica(self) &&
+      (route == nullptr || route->source[static_cast<size_t>(from_replica)] == from);
   if (me != self || !member || from_site != caller) {
     return RoleDenied(caller, id,
                       "send sync contributions from stage " + std::to_string(first.from_stage()) +
@@ -233,11 +238,8 @@ Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const 
                           std::to_string(grid.size()) + ", " + std::to_string(grid.replicas) +
                           " replicas)");
   }
-  const fleet::SyncSlice* slice = nullptr;
-  for (const auto& s : slices) {
-    if (static_cast<uint32_t>(s.index) == first.tensor_id()) slice = &s;
-  }
-  if (first.microbatch() != static_cast<uint32_t>(grid.replica(from)) || slice == nullptr ||
+  const fleet::SyncSlice* slice = route == nullptr ? nullptr : &route->slice;
+  if (first.microbatch() != static_cast<uint32_t>(from_replica) || slice == nullptr ||
       first.step() >= static_cast<uint64_t>(steps)) {
     return absl::InvalidArgumentError(
         "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +

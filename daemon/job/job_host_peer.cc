@@ -14,6 +14,7 @@
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_routes.h"
 #include "fleet/sync_slices.h"
 #include "model/file_io.h"
 #include "model/fragment.h"
@@ -109,9 +110,10 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                ValBatches(spec.job);
     stage->steps = spec.job.steps;
     stage->replicas = grid.replicas;
-    const v1::StageInfo& mine = a.stages(static_cast<int>(a.stage()));
-    stage->slices = fleet::SyncSlices(model::FragmentLayout(
-        spec.job.model, static_cast<int>(mine.layer_begin()), static_cast<int>(mine.layer_end())));
+    stage->routes.clear();
+    if (grid.replicas > 1) {
+      stage->routes = SyncRoutes(grid, spec.job.model, static_cast<int>(a.stage()));
+    }
   }
 
   StageRunnerContext ctx;
@@ -139,15 +141,16 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ctx.to_tied = sender_to(grid.tied(i));
   // No sender to a dropped replica's stage (replica_membership.h): it is not in the group.
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-  for (int member : grid.group(i)) {
-    const bool out = member == i || Contains(dropped, grid.replica(member));
-    ctx.to_group.push_back(sender_to(out ? -1 : member));
+  if (grid.replicas > 1) {
+    for (int peer : SyncPeers(SyncRoutes(grid, ctx.spec.job.model, i), i)) {
+      if (!Contains(dropped, grid.replica(peer))) ctx.to_sync[peer] = sender_to(peer);
+    }
   }
   if (!all_peers) {
     return absl::FailedPreconditionError(
         "job " + id + ": site '" + options_.site +
         "' must have every neighbouring stage's site (on the first and last stage, each other; "
-        "with replicas, the same stage of every other replica) among its peers");
+        "with replicas, the stages of the other replicas holding the same layers) among its peers");
   }
   ctx.backends = SiteBackends(options_.devices, ctx.spec.job.backend);
   ctx.monitor = monitor_;

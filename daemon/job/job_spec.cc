@@ -103,9 +103,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
   model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{},
-      replicas_entry{}, sync_entry{}, mb_entry{};
+      replicas_entry{}, sync_entry{}, mb_entry{}, rs_entry{};
   bool have_sites = false, have_comp = false, have_replan = false, have_placement = false,
-       have_replicas = false, have_sync = false, have_mb = false;
+       have_replicas = false, have_sync = false, have_mb = false, have_rs = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "sites") {
@@ -129,6 +129,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else if (key == "replica_microbatches") {
       mb_entry = {it->first, it->second, "replica_microbatches"};
       have_mb = true;
+    } else if (key == "replica_stages") {
+      rs_entry = {it->first, it->second, "replica_stages"};
+      have_rs = true;
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
@@ -175,6 +178,29 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
       spec.replica_microbatches.push_back(static_cast<int>(m));
     }
   }
+  if (have_rs) {
+    if (spec.replicas < 2) {
+      return w.Error(rs_entry, "needs replicas: a number of 2 or more (one count per replica)");
+    }
+    if (!rs_entry.value.IsSequence() ||
+        rs_entry.value.size() != static_cast<size_t>(spec.replicas)) {
+      return w.Error(rs_entry, "expected a list of " + std::to_string(spec.replicas) +
+                                   " stage counts, one per replica");
+    }
+    int64_t total = 0;
+    for (size_t i = 0; i < rs_entry.value.size(); ++i) {
+      model::YamlWalker::Entry e{rs_entry.key, rs_entry.value[i],
+                                 "replica_stages[" + std::to_string(i) + "]"};
+      ASSIGN_OR_RETURN(const int64_t n, w.Int(e, 1, spec.job.model.num_layers));
+      spec.replica_stages.push_back(static_cast<int>(n));
+      total += n;
+    }
+    if (total != static_cast<int64_t>(spec.sites.size())) {
+      return w.Error(rs_entry, std::to_string(total) + " stages in all, but " +
+                                   std::to_string(spec.sites.size()) +
+                                   " sites are listed (one site per stage, replica by replica)");
+    }
+  }
   if (have_replan) {
     ASSIGN_OR_RETURN(std::string v, w.String(replan_entry));
     if (v == "on" || v == "true") {
@@ -217,6 +243,11 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                      "live on the first listed site, and every replica's first stage reads its "
                      "shard); list the sites replica by replica with placement: even");
     }
+    if (have_rs) {
+      return w.Error(rs_entry,
+                     "needs placement: even (with placement: planned the planner splits each "
+                     "replica)");
+    }
   } else {
     if (spec.paced) {
       return w.Error(mb_entry,
@@ -228,12 +259,13 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                      "auto needs placement: planned (the planner chooses how many replicas and "
                      "where); with placement: even give a number");
     }
-    if (spec.sites.size() % static_cast<size_t>(spec.replicas) != 0) {
+    if (!have_rs && spec.sites.size() % static_cast<size_t>(spec.replicas) != 0) {
       return w.Error(replicas_entry, std::to_string(spec.sites.size()) + " sites do not form " +
                                          std::to_string(spec.replicas) +
-                                         " replicas of the same length");
+                                         " replicas of the same length (replica_stages gives "
+                                         "each replica its own count)");
     }
-    if (spec.stages() > spec.job.model.num_layers) {
+    if (!have_rs && spec.stages() > spec.job.model.num_layers) {
       return w.Error(sites_entry, "more stages per replica (" + std::to_string(spec.stages()) +
                                       ") than layers (" +
                                       std::to_string(spec.job.model.num_layers) + ")");

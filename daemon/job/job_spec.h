@@ -20,6 +20,12 @@
 //                                    # sites among the listed ones, one split for all
 //                                    # (scheduler/replica_planner.h); auto: it also picks how
 //                                    # many, for the most tokens/s (placement: planned only)
+//   replica_stages: [3, 1]           # placement: even: each replica's stage count (default
+//                                    # sites / replicas each), the sites listed replica by
+//                                    # replica, each replica's layers split evenly over its
+//                                    # own: replicas may be split differently, a slice of
+//                                    # the parameters syncing between the stages that hold it
+//                                    # (sync_routes.h)
 //   replica_microbatches: [6, 2]     # each replica's microbatches (of microbatch_size
 //                                    # sequences) per step, one per replica (default:
 //                                    # batch_size / microbatch_size each): a slower replica
@@ -117,8 +123,20 @@ struct JobSpec {
                ? replica_microbatches[static_cast<size_t>(replica)]
                : job.microbatches();
   }
-  // Stages per replica under placement: even.
-  int stages() const { return static_cast<int>(sites.size()) / std::max(replicas, 1); }
+  // Each replica's stage count under placement: even (replica_stages); empty: sites /
+  // replicas each.
+  std::vector<int> replica_stages;
+  // Replica r's stages under placement: even, and the index of its first site in `sites`.
+  int stages(int replica = 0) const {
+    return replica >= 0 && replica < static_cast<int>(replica_stages.size())
+               ? replica_stages[static_cast<size_t>(replica)]
+               : static_cast<int>(sites.size()) / std::max(replicas, 1);
+  }
+  int first_site(int replica) const {
+    int first = 0;
+    for (int r = 0; r < replica; ++r) first += stages(r);
+    return first;
+  }
 };
 
 // Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).
@@ -139,10 +157,14 @@ void SetReplicaShard(const JobSpec& spec, const std::vector<int>& microbatches, 
 template <class StageList>
 std::vector<int> PlanMicrobatches(const JobSpec& spec, int replicas, const StageList& stages) {
   std::vector<int> m;
-  const int per_replica = replicas > 0 ? static_cast<int>(stages.size()) / replicas : 0;
   for (int r = 0; r < replicas; ++r) {
-    const int recorded =
-        per_replica > 0 ? static_cast<int>(stages[r * per_replica].microbatches()) : 0;
+    int recorded = 0;  // its first stage's
+    for (const auto& s : stages) {
+      if (static_cast<int>(s.replica()) == r) {
+        recorded = static_cast<int>(s.microbatches());
+        break;
+      }
+    }
     m.push_back(recorded > 0 ? recorded : spec.microbatches(r));
   }
   return m;

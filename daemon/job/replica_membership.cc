@@ -39,7 +39,7 @@ ReplicaList ReplicasToDrop(const StageGrid& grid,
   for (int r = 0; r < grid.replicas; ++r) {
     if (Contains(dropped, r)) continue;
     bool lost = false;
-    for (int p = 0; p < grid.stages; ++p) {
+    for (int p = 0; p < grid.stages(r); ++p) {
       const int i = grid.flat(r, p);
       if (i < stages.size() && std::find(lost_sites.begin(), lost_sites.end(),
                                          stages.Get(i).site()) != lost_sites.end()) {
@@ -70,9 +70,20 @@ ReplicaList Union(const ReplicaList& a, const ReplicaList& b) {
   return u;
 }
 
-int RejoinSource(int replicas, const ReplicaList& dropped, const ReplicaList& rejoining) {
-  for (int r = 0; r < replicas; ++r) {
-    if (!Contains(dropped, r) && !Contains(rejoining, r)) return r;
+bool SameSplit(const StageGrid& grid, int a, int b) {
+  if (grid.stages(a) != grid.stages(b)) return false;
+  for (int p = 0; p < grid.stages(a) && !grid.layers.empty(); ++p) {
+    if (grid.layers[grid.flat(a, p)] != grid.layers[grid.flat(b, p)]) return false;
+  }
+  return true;
+}
+
+int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const ReplicaList& rejoining) {
+  for (int r = 0; r < grid.replicas; ++r) {
+    if (Contains(dropped, r) || Contains(rejoining, r)) continue;
+    bool alike = true;
+    for (uint32_t q : rejoining) alike = alike && SameSplit(grid, r, static_cast<int>(q));
+    if (alike) return r;
   }
   return -1;
 }

@@ -40,8 +40,8 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   const auto& a = ctx_.assignment;
   const model::Job& job = ctx_.spec.job;
   grid_ = StageGrid::OfPlan(ctx_.spec.replicas, a.stages());
-  num_stages_ = grid_.stages;
   stage_ = static_cast<int>(a.stage());
+  num_stages_ = grid_.stages(grid_.replica(stage_));
   pos_ = grid_.position(stage_);
   B_ = job.microbatch_size;
   T_ = job.seq_len;
@@ -157,7 +157,7 @@ void StageRunner::Stop() {
   for (auto* sender : {ctx_.to_prev.get(), ctx_.to_next.get(), ctx_.to_tied.get()}) {
     if (sender) sender->Close();
   }
-  for (auto& sender : ctx_.to_group) {
+  for (auto& [peer, sender] : ctx_.to_sync) {
     if (sender) sender->Close();
   }
   if (thread_.joinable()) thread_.join();

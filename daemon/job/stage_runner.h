@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,8 +53,9 @@ struct StageRunnerContext {
   std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline
   // First and last stage of a multi-stage job: to each other, for the tied embedding.
   std::unique_ptr<LinkSender> to_tied;
-  // Pipeline replicas: to the same stage of every replica, by replica (null for its own).
-  std::vector<std::unique_ptr<LinkSender>> to_group;
+  // Pipeline replicas: to the stages of the live other replicas this stage syncs with
+  // (SyncPeers), by flat stage.
+  std::map<int, std::unique_ptr<LinkSender>> to_sync;
   LinkMonitor* monitor = nullptr;
   std::shared_ptr<spdlog::logger> log;
   // Debug knob (fault injection): extra seconds of "compute" per layer and microbatch.

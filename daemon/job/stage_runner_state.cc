@@ -84,9 +84,11 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
 Status StageRunner::Rejoin(uint64_t step) {
   const v1::StageAssignment& a = ctx_.assignment;
   const int source = grid_.flat(static_cast<int>(a.rejoin_source()), pos_);
-  if (source < 0 || source >= a.stages_size() || source == stage_) {
+  if (source < 0 || source >= a.stages_size() || source == stage_ ||
+      a.stages(source).layer_begin() != a.stages(stage_).layer_begin() ||
+      a.stages(source).layer_end() != a.stages(stage_).layer_end()) {
     return absl::InvalidArgumentError("job " + a.job_id() + ": no stage " + std::to_string(source) +
-                                      " to rejoin from");
+                                      " holding this stage's layers to rejoin from");
   }
   const std::string& site = a.stages(source).site();
   transport::Link* ch = ctx_.channel ? ctx_.channel(site) : nullptr;

@@ -76,21 +76,12 @@ Status StageRunner::InitSyncExchange() {
   so.stage = stage_;
   so.grid = grid_;
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-  for (int member : grid_.group(stage_)) {
-    so.member_sites.push_back(a.stages(member).site());
-    const int r = grid_.replica(member);
-    so.live.push_back(!Contains(dropped, r));
-    if (!so.live.back()) {  // sits out this attempt: no sender, no frames
-      so.to_member.push_back(nullptr);
-      continue;
-    }
-    so.to_member.push_back(r < static_cast<int>(ctx_.to_group.size()) ? ctx_.to_group[r].get()
-                                                                      : nullptr);
-    if (member != stage_ && so.to_member.back() == nullptr) {
-      return absl::FailedPreconditionError("job " + a.job_id() + ": no sender to replica " +
-                                           std::to_string(r) + "'s stage " +
-                                           std::to_string(member));
-    }
+  for (int r = 0; r < grid_.replicas; ++r) so.live.push_back(!Contains(dropped, r));
+  so.routes = SyncRoutes(grid_, ctx_.spec.job.model, stage_);
+  // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
+  for (const auto& [peer, sender] : ctx_.to_sync) {
+    if (sender) so.to_stage[peer] = sender.get();
+    so.stage_sites[peer] = a.stages(peer).site();
   }
   const bool adaptive = ctx_.spec.sync.codec == "adaptive";
   so.codec = adaptive ? kAdaptiveSyncStart : ctx_.spec.sync.codec;
@@ -98,7 +89,6 @@ Status StageRunner::InitSyncExchange() {
     ASSIGN_OR_RETURN(SyncCodecChooser chooser, SyncCodecChooser::Create());
     sync_codec_.emplace(std::move(chooser));
   }
-  so.slices = fleet::SyncSlices(fragment_->layout());
   so.model_slices = fragment_->layout().model().num_slices();
   so.inbox = ctx_.inbox;
   so.heartbeat_seconds = ctx_.heartbeat_seconds;
@@ -145,9 +135,9 @@ Status StageRunner::ChooseSyncCodec(double compute_seconds) {
   std::vector<v1::LinkEstimate> links;
   const ReplicaList dropped(ctx_.assignment.dropped_replicas().begin(),
                             ctx_.assignment.dropped_replicas().end());
-  for (int member : grid_.group(stage_)) {
-    if (member != stage_ && !Contains(dropped, grid_.replica(member))) {
-      links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(member).site()));
+  for (const auto& [peer, sender] : ctx_.to_sync) {
+    if (!Contains(dropped, grid_.replica(peer))) {
+      links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(peer).site()));
     }
   }
   const uint64_t bytes = static_cast<uint64_t>(fragment_->layout().total()) * sizeof(float);

@@ -24,8 +24,8 @@ bool StepBarrier::NoteFinished(uint32_t stage, uint32_t stages) {
 
 const std::map<uint32_t, v1::StepReport>* StepBarrier::Add(const v1::StepReport& report,
                                                            uint32_t stages, uint64_t committed_step,
-                                                           uint32_t replicas,
-                                                           uint32_t per_replica) {
+                                                           uint32_t replicas, uint32_t per_replica,
+                                                           const std::vector<int>* replica_of) {
   Barrier& b = barriers_[{report.attempt(), report.step()}];
   b.reports[report.stage()] = report;
   if (b.reports.size() != stages || b.decided) return nullptr;
@@ -33,8 +33,12 @@ const std::map<uint32_t, v1::StepReport>* StepBarrier::Add(const v1::StepReport&
   if (per_replica == 0) per_replica = std::max<uint32_t>(stages / replicas, 1);
   std::vector<std::vector<double>> sums(replicas);
   for (const auto& [stage, r] : b.reports) {
+    uint32_t replica = stage / per_replica;
+    if (replica_of != nullptr && stage < replica_of->size()) {
+      replica = static_cast<uint32_t>((*replica_of)[stage]);
+    }
     model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()},
-                        &sums[std::min(stage / per_replica, replicas - 1)]);
+                        &sums[std::min(replica, replicas - 1)]);
   }
   for (uint32_t i = 0; i < replicas; ++i) {
     const float scale = model::ClipScale(model::GradNorm(sums[i]), grad_clip_);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "proto/longhaul.pb.h"
 
@@ -30,9 +31,12 @@ class StepBarrier {
   // replicas of `per_replica` stages each (stage_grid.h; 0: stages / replicas), each replica's
   // clipping scale comes from its own stages' sums (replica_grad_scales; grad_scale is replica
   // 0's); `stages` counts the reports expected, fewer than all when replicas are dropped.
+  // `replica_of` (by stage), where given, says each stage's replica instead (replicas split
+  // differently).
   const std::map<uint32_t, v1::StepReport>* Add(const v1::StepReport& report, uint32_t stages,
                                                 uint64_t committed_step, uint32_t replicas = 1,
-                                                uint32_t per_replica = 0);
+                                                uint32_t per_replica = 0,
+                                                const std::vector<int>* replica_of = nullptr);
 
   // The barrier of (attempt, step): still gathering, decided (then *decision is set), or
   // gone (pruned: its attempt ended or it is long past).

@@ -1,5 +1,5 @@
-// One stage's side of its sync group: contributions out, frames in as they come, the sum in
-// replica order (see sync_exchange.h).
+// One stage's side of the syncs between replicas: contributions out along the routes, frames
+// in as they come, the sum in replica order (see sync_exchange.h).
 #include "daemon/job/sync_exchange.h"
 
 #include <algorithm>
@@ -19,35 +19,46 @@ double Now() {
 
 StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions options) {
   const int replicas = options.grid.replicas;
-  if (static_cast<int>(options.to_member.size()) != replicas ||
-      static_cast<int>(options.member_sites.size()) != replicas || options.inbox == nullptr) {
-    return absl::InvalidArgumentError("sync exchange: " + std::to_string(replicas) + " replicas, " +
-                                      std::to_string(options.to_member.size()) + " senders, " +
-                                      std::to_string(options.member_sites.size()) + " sites");
-  }
+  if (options.inbox == nullptr) return absl::InvalidArgumentError("sync exchange: no inbox");
   if (options.live.empty()) options.live.assign(static_cast<size_t>(replicas), true);
   if (static_cast<int>(options.live.size()) != replicas) {
     return absl::InvalidArgumentError("sync exchange: " + std::to_string(replicas) +
                                       " replicas, liveness of " +
                                       std::to_string(options.live.size()));
   }
+  for (const SyncRoute& route : options.routes) {
+    if (static_cast<int>(route.source.size()) != replicas) {
+      return absl::InvalidArgumentError(
+          "sync exchange: slice " + std::to_string(route.slice.index) + " has sources for " +
+          std::to_string(route.source.size()) + " of " + std::to_string(replicas) + " replicas");
+    }
+    for (int d : route.to) {
+      if (options.live[options.grid.replica(d)] && options.to_stage.count(d) == 0) {
+        return absl::FailedPreconditionError("sync exchange: no sender to stage " +
+                                             std::to_string(d) + " (slice " +
+                                             std::to_string(route.slice.index) + ")");
+      }
+    }
+  }
   std::unique_ptr<SyncExchange> x(new SyncExchange(std::move(options)));
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(x->o_.codec));
-  for (size_t k = 0; k < x->o_.slices.size(); ++k) {
+  for (size_t k = 0; k < x->o_.routes.size(); ++k) {
     ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(x->o_.codec));
     x->encoders_.push_back(std::move(encoder));
   }
-  x->usage_.resize(static_cast<size_t>(replicas));
-  for (int r = 0; r < replicas; ++r) {
-    x->usage_[r].to_site = x->o_.member_sites[r];
-    x->usage_[r].codec = spec.ToString();
-    x->usage_[r].reason = "sync group (replica " + std::to_string(r) + ")";
+  for (const auto& [stage, sender] : x->o_.to_stage) {
+    OutboundUsage& u = x->usage_[stage];
+    const auto site = x->o_.stage_sites.find(stage);
+    u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
+    u.codec = spec.ToString();
+    u.reason = "sync (replica " + std::to_string(x->o_.grid.replica(stage)) + "'s stage " +
+               std::to_string(stage) + ")";
   }
   return x;
 }
 
 Status SyncExchange::SendError() const {
-  for (const LinkSender* sender : o_.to_member) {
+  for (const auto& [stage, sender] : o_.to_stage) {
     if (sender != nullptr) RETURN_IF_ERROR(sender->error());
   }
   return absl::OkStatus();
@@ -67,8 +78,8 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
   // Every member's decoded contribution, by replica; this stage's own from its own frames.
   std::vector<std::vector<float>> decoded(static_cast<size_t>(replicas), std::vector<float>(n));
   std::vector<TensorKey> wanted;
-  for (size_t k = 0; k < o_.slices.size(); ++k) {
-    const fleet::SyncSlice& slice = o_.slices[k];
+  for (size_t k = 0; k < o_.routes.size(); ++k) {
+    const fleet::SyncSlice& slice = o_.routes[k].slice;
     if (slice.offset < 0 || slice.offset + slice.size > static_cast<int64_t>(n)) {
       return absl::InvalidArgumentError("sync: slice " + std::to_string(slice.index) +
                                         " outside the fragment's " + std::to_string(n) + " values");
@@ -84,6 +95,9 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
       if (r == me || !o_.live[r]) continue;
       wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
                         static_cast<uint32_t>(slice.index)});
+    }
+    for (int d : o_.routes[k].to) {
+      if (!o_.live[o_.grid.replica(d)]) continue;
       OutgoingTensor t;
       v1::TensorFrame& h = t.header;
       h.set_job_id(o_.job_id);
@@ -93,15 +107,16 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
       h.set_kind(v1::TENSOR_KIND_SYNC);
       h.set_tensor_id(static_cast<uint32_t>(slice.index));
       h.set_from_stage(static_cast<uint32_t>(o_.stage));
-      h.set_to_stage(static_cast<uint32_t>(o_.grid.flat(r, o_.grid.position(o_.stage))));
+      h.set_to_stage(static_cast<uint32_t>(d));
       h.set_from_site(o_.site);
       t.payload = frame;
       const uint64_t wire = t.payload.size();
-      RETURN_IF_ERROR(o_.to_member[r]->Enqueue(std::move(t)));
+      RETURN_IF_ERROR(o_.to_stage.at(d)->Enqueue(std::move(t)));
       std::lock_guard<std::mutex> lock(mu_);
-      ++usage_[r].tensors;
-      usage_[r].raw_bytes += static_cast<uint64_t>(slice.size) * sizeof(float);
-      usage_[r].wire_bytes += wire;
+      OutboundUsage& u = usage_[d];
+      ++u.tensors;
+      u.raw_bytes += static_cast<uint64_t>(slice.size) * sizeof(float);
+      u.wire_bytes += wire;
     }
   }
   // The others' frames, as they come.
@@ -116,8 +131,8 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
     const TensorKey key = got->first;
     wanted.erase(std::find(wanted.begin(), wanted.end(), key));
     const fleet::SyncSlice* slice = nullptr;
-    for (const auto& s : o_.slices) {
-      if (static_cast<uint32_t>(s.index) == key.tensor_id) slice = &s;
+    for (const auto& route : o_.routes) {
+      if (static_cast<uint32_t>(route.slice.index) == key.tensor_id) slice = &route.slice;
     }
     if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(replicas)) {
       return absl::InternalError("sync: unexpected tensor " + key.DebugString());
@@ -158,11 +173,10 @@ v1::SyncReport SyncExchange::Report() const {
   v1::SyncReport r;
   r.set_syncs(syncs_);
   r.set_seconds(sync_seconds_);
-  for (size_t m = 0; m < usage_.size(); ++m) {
-    if (o_.to_member[m] == nullptr) continue;
-    if (r.codec().empty()) r.set_codec(usage_[m].codec);
-    r.set_raw_bytes(r.raw_bytes() + usage_[m].raw_bytes);
-    r.set_wire_bytes(r.wire_bytes() + usage_[m].wire_bytes);
+  for (const auto& [stage, u] : usage_) {
+    if (r.codec().empty()) r.set_codec(u.codec);
+    r.set_raw_bytes(r.raw_bytes() + u.raw_bytes);
+    r.set_wire_bytes(r.wire_bytes() + u.wire_bytes);
   }
   return r;
 }
@@ -174,14 +188,14 @@ Status SyncExchange::SetCodec(const std::string& codec, const std::string& reaso
     for (size_t k = 0; k < encoders_.size(); ++k) {
       ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(codec));
       RETURN_IF_ERROR(encoder->RestoreResidual(encoders_[k]->residual(),
-                                               static_cast<size_t>(o_.slices[k].size)));
+                                               static_cast<size_t>(o_.routes[k].slice.size)));
       encoders.push_back(std::move(encoder));
     }
     encoders_ = std::move(encoders);
     o_.codec = codec;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (OutboundUsage& u : usage_) {
+  for (auto& [stage, u] : usage_) {
     u.codec = spec.ToString();
     if (!reason.empty()) u.reason = reason;
   }
@@ -202,7 +216,7 @@ Status SyncExchange::RestoreResiduals(std::vector<std::vector<float>> residuals)
   }
   for (size_t k = 0; k < residuals.size(); ++k) {
     RETURN_IF_ERROR(encoders_[k]->RestoreResidual(std::move(residuals[k]),
-                                                  static_cast<size_t>(o_.slices[k].size)));
+                                                  static_cast<size_t>(o_.routes[k].slice.size)));
   }
   return absl::OkStatus();
 }
@@ -210,10 +224,9 @@ Status SyncExchange::RestoreResiduals(std::vector<std::vector<float>> residuals)
 std::vector<OutboundUsage> SyncExchange::Usage() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<OutboundUsage> out;
-  for (size_t r = 0; r < usage_.size(); ++r) {
-    if (o_.to_member[r] == nullptr) continue;
-    out.push_back(usage_[r]);
-    out.back().send_seconds = o_.to_member[r]->stats().send_seconds;
+  for (const auto& [stage, u] : usage_) {
+    out.push_back(u);
+    out.back().send_seconds = o_.to_stage.at(stage)->stats().send_seconds;
   }
   return out;
 }

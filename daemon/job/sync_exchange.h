@@ -1,14 +1,16 @@
-// SyncExchange: one stage's side of its sync group, the same stage of every pipeline replica
-// (stage_grid.h). AllGather sends this stage's contribution (its gradient in sync mode step,
-// its pseudo-gradient in local mode) to every other member as one frame per parameter slice
-// (fleet/sync_slices.h), encoded with the job's sync codec and error feedback per slice
-// (fleet/sync_reduce.h), takes the others' frames as they arrive, and sums every member's
-// decoded contribution, its own included, in replica order: every member computes the same
-// bits, so replicas that start identical stay identical. A refused send (naming the peer)
-// or a stop ends the wait within one heartbeat.
+// SyncExchange: one stage's side of the syncs between pipeline replicas (stage_grid.h).
+// AllGather sends this stage's contribution (its gradient in sync mode step, its
+// pseudo-gradient in local mode) as one frame per parameter slice (fleet/sync_slices.h),
+// encoded with the job's sync codec and error feedback per slice (fleet/sync_reduce.h), to
+// the stages of the other replicas that hold the slice (sync_routes.h), takes one frame per
+// slice from every other live replica as they arrive, and sums every replica's decoded
+// contribution, its own included, in replica order: every holder of a slice computes the same
+// bits, so replicas that start identical stay identical, however each is split. A refused send
+// (naming the peer) or a stop ends the wait within one heartbeat.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -20,6 +22,7 @@
 #include "daemon/job/sender.h"
 #include "daemon/job/stage_exchange.h"
 #include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_routes.h"
 #include "fleet/sync_reduce.h"
 #include "fleet/sync_slices.h"
 
@@ -30,12 +33,12 @@ struct SyncExchangeOptions {
   uint32_t attempt = 0;
   int stage = 0;  // this stage's flat index
   StageGrid grid;
-  std::vector<std::string> member_sites;  // by replica
-  std::vector<LinkSender*> to_member;     // by replica; null for this stage's own and dropped
-  std::vector<bool> live;                 // by replica; false: dropped (empty: all live)
-  std::string codec;                      // a fixed sync codec (fleet/sync_options.h)
-  std::vector<fleet::SyncSlice> slices;   // the fragment's
-  int model_slices = 0;                   // ParameterLayout::num_slices (for the seeds)
+  std::vector<SyncRoute> routes;           // the fragment's slices (SyncRoutes)
+  std::map<int, LinkSender*> to_stage;     // by flat stage: the live stages routes send to
+  std::map<int, std::string> stage_sites;  // by flat stage: the sites of those stages
+  std::vector<bool> live;                  // by replica; false: dropped (empty: all live)
+  std::string codec;                       // a fixed sync codec (fleet/sync_options.h)
+  int model_slices = 0;                    // ParameterLayout::num_slices (for the seeds)
   Inbox* inbox = nullptr;
   double heartbeat_seconds = 1.0;
   const std::atomic<bool>* stop = nullptr;
@@ -60,7 +63,7 @@ class SyncExchange {
   std::vector<std::vector<float>> residuals() const;
   Status RestoreResiduals(std::vector<std::vector<float>> residuals);
 
-  // What this stage sent to each other member (their sites, by replica, its own left out).
+  // What this stage sent to each stage it sends to (their sites, by stage).
   std::vector<OutboundUsage> Usage() const;
   double wait_seconds() const { return wait_seconds_; }
   // The syncs so far: how many, their time (encode, send, wait, decode, sum), the bytes sent.
@@ -73,7 +76,7 @@ class SyncExchange {
   SyncExchangeOptions o_;
   std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders_;  // by slice
   mutable std::mutex mu_;
-  std::vector<OutboundUsage> usage_;  // by replica
+  std::map<int, OutboundUsage> usage_;  // by flat stage sent to
   double wait_seconds_ = 0;
   uint64_t syncs_ = 0;
   double sync_seconds_ = 0;

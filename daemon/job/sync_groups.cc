@@ -5,15 +5,14 @@
 
 namespace longhaul::daemon {
 
-void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports, const StageGrid& grid,
-                   v1::JobStatus* record) {
+void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
+                   const std::vector<std::vector<int>>& groups, v1::JobStatus* record) {
   record->clear_sync_groups();
-  if (grid.replicas < 2) return;
-  for (int pos = 0; pos < grid.stages; ++pos) {
+  for (size_t index = 0; index < groups.size(); ++index) {
     v1::SyncGroupStatus* g = record->add_sync_groups();
-    g->set_position(static_cast<uint32_t>(pos));
+    g->set_position(static_cast<uint32_t>(index));
     bool first = true;
-    for (int member : grid.group(pos)) {
+    for (int member : groups[index]) {
       if (member < record->stages_size()) g->add_sites(record->stages(member).site());
       auto it = reports.find(static_cast<uint32_t>(member));
       if (it == reports.end() || !it->second.has_sync()) continue;

@@ -1,21 +1,21 @@
-// A job's sync groups as its status shows them (v1::SyncGroupStatus): per group of pipeline
-// replicas (the same stage of every replica) the codec, the bytes its members sent each other,
-// the syncs completed and their time, from the stages' latest step reports.
+// A job's sync groups as its status shows them (v1::SyncGroupStatus): per group of stages that
+// exchange sync frames (sync_routes.h: SyncGroupsOf) the codec, the bytes its members sent each
+// other, the syncs completed and their time, from the stages' latest step reports.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <vector>
 
-#include "daemon/job/stage_grid.h"
 #include "proto/longhaul.pb.h"
 
 namespace longhaul::daemon {
 
-// Replaces record->sync_groups with the groups of `grid` (none for a single pipeline): bytes
+// Replaces record->sync_groups with `groups` (none for a single pipeline): bytes
 // summed over the members, syncs the fewest any member completed, exposed time the largest
 // total any member spent in syncs (its own sync work and its wait for the others, which in
 // lockstep includes waiting for a replica that computes slower).
-void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports, const StageGrid& grid,
-                   v1::JobStatus* record);
+void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
+                   const std::vector<std::vector<int>>& groups, v1::JobStatus* record);
 
 }  // namespace longhaul::daemon

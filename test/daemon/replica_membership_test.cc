@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "daemon/job/job_checks.h"
@@ -38,7 +39,7 @@ google::protobuf::RepeatedPtrField<v1::StageInfo> Plan() {
 }
 
 TEST_CASE("a lost site drops its replicas, never the last one", "[replicas]") {
-  const StageGrid grid{3, 2};
+  const StageGrid grid = StageGrid::Of(3, 6);
   const auto plan = Plan();
   CHECK(ReplicasToDrop(grid, plan, {}, {}, {"d"}) == ReplicaList{1});
   CHECK(ReplicasToDrop(grid, plan, {}, {}, {"a", "f"}) == ReplicaList{0, 2});
@@ -62,9 +63,28 @@ TEST_CASE("a dropped replica rejoins at a later committed step, from a live repl
   CHECK_FALSE(RejoinDue(20, 20, 100));  // not past the attempt's start
   CHECK(RejoinDue(25, 20, 100));
   CHECK_FALSE(RejoinDue(100, 20, 100));  // the job's end
-  CHECK(RejoinSource(3, {0}, {1}) == 2);
-  CHECK(RejoinSource(3, {}, {0}) == 1);
-  CHECK(RejoinSource(2, {0}, {1}) == -1);
+  CHECK(RejoinSource(StageGrid::Of(3, 3), {0}, {1}) == 2);
+  CHECK(RejoinSource(StageGrid::Of(3, 3), {}, {0}) == 1);
+  CHECK(RejoinSource(StageGrid::Of(2, 2), {0}, {1}) == -1);
+  // Split differently: a rejoining stage copies the stage at its own position, so only a
+  // replica split alike is a source.
+  google::protobuf::RepeatedPtrField<v1::StageInfo> plan;
+  for (const auto& [site, begin, end, replica] :
+       std::vector<std::tuple<std::string, int, int, int>>{
+           {"a", 0, 4, 0}, {"b", 0, 2, 1}, {"c", 2, 4, 1}, {"d", 0, 2, 2}, {"e", 2, 4, 2}}) {
+    v1::StageInfo* s = plan.Add();
+    s->set_site(site);
+    s->set_layer_begin(begin);
+    s->set_layer_end(end);
+    s->set_replica(replica);
+  }
+  const StageGrid split = StageGrid::OfPlan(3, plan);
+  CHECK(SameSplit(split, 1, 2));
+  CHECK_FALSE(SameSplit(split, 0, 1));
+  CHECK(RejoinSource(split, {1}, {1}) == 2);
+  CHECK(RejoinSource(split, {2}, {2}) == 1);
+  CHECK(RejoinSource(split, {0}, {0}) == -1);  // nothing live is split as replica 0
+  CHECK(RejoinSource(split, {1, 2}, {1}) == -1);
 }
 
 TEST_CASE("sync.on_site_loss in a job file", "[replicas]") {

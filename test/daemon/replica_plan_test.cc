@@ -5,6 +5,7 @@
 // a truncation or sizes that do not fit the fragment are DataLoss, never loaded).
 #include <xxhash.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,8 @@
 #include "daemon/job/step_barrier.h"
 #include "daemon/job/sync_checkpoint.h"
 #include "daemon/job/sync_codec.h"
+#include "daemon/job/sync_routes.h"
+#include "model/layout.h"
 #include "test/daemon/test_util.h"
 
 namespace longhaul::daemon {
@@ -30,6 +33,8 @@ std::string Job(const std::string& extra) {
          "sites: [a, b, c, d]\nplacement: even\n" +
          extra;
 }
+
+model::GPT2Config TinyConfig() { return model::MakeConfig(4, 32, 2, 256, 32); }
 
 TEST_CASE("replicas and sync in a job file", "[replicas]") {
   auto one = ParseJobSpec(Job(""), "job.yaml", ".");
@@ -67,6 +72,27 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
     return std::string(s.status().message());
   };
   CHECK_THAT(error("replicas: 3\n"), Catch::Contains("4 sites do not form 3 replicas"));
+  // Each replica its own stage count: the sites replica by replica.
+  auto split = ParseJobSpec(Job("replicas: 2\nreplica_stages: [3, 1]\n"), "job.yaml", ".");
+  REQUIRE(split.ok());
+  CHECK(split->stages(0) == 3);
+  CHECK(split->stages(1) == 1);
+  CHECK(split->first_site(1) == 3);
+  auto three = ParseJobSpec(Job("replicas: 3\nreplica_stages: [2, 1, 1]\n"), "job.yaml", ".");
+  REQUIRE(three.ok());
+  CHECK(three->first_site(2) == 3);
+  CHECK_THAT(error("replicas: 2\nreplica_stages: [2, 1]\n"),
+             Catch::Contains("3 stages in all, but 4 sites"));
+  CHECK_THAT(error("replicas: 2\nreplica_stages: [4]\n"), Catch::Contains("a list of 2"));
+  CHECK_THAT(error("replica_stages: [4]\n"), Catch::Contains("replicas: a number of 2"));
+  CHECK_THAT(error("replicas: 2\nreplica_stages: [0, 4]\n"), Catch::Contains("replica_stages[0]"));
+  CHECK_THAT(error("replicas: 2\nreplica_stages: [5, -1]\n"), Catch::Contains("replica_stages[0]"));
+  std::string planned_split = Job("replicas: 2\nreplica_stages: [3, 1]\n");
+  planned_split.replace(planned_split.find("placement: even"), 15, "placement: planned");
+  const auto planned_error = ParseJobSpec(planned_split, "job.yaml", ".");
+  REQUIRE_FALSE(planned_error.ok());
+  CHECK_THAT(std::string(planned_error.status().message()),
+             Catch::Contains("needs placement: even"));
   CHECK_THAT(error("replicas: 0\n"), Catch::Contains("replicas"));
   CHECK_THAT(error("replicas: auto\n"), Catch::Contains("auto needs placement: planned"));
   CHECK_THAT(error("replicas: 2\nsync: {mode: async}\n"), Catch::Contains("step or local"));
@@ -200,25 +226,6 @@ TEST_CASE("the example replica job parses", "[replicas]") {
   CHECK(spec->sync.every == 10);
 }
 
-TEST_CASE("the stage grid: neighbours and tied partners within a replica, groups across",
-          "[replicas]") {
-  const StageGrid g = StageGrid::Of(3, 9);  // 3 replicas of 3 stages
-  CHECK(g.stages == 3);
-  CHECK(g.replica(4) == 1);
-  CHECK(g.position(4) == 1);
-  CHECK(g.prev(3) == -1);
-  CHECK(g.next(5) == -1);
-  CHECK(g.next(4) == 5);
-  CHECK(g.tied(3) == 5);
-  CHECK(g.tied(5) == 3);
-  CHECK(g.tied(4) == -1);
-  CHECK(g.group(4) == std::vector<int>{1, 4, 7});
-  const StageGrid single = StageGrid::Of(2, 2);
-  CHECK(single.tied(0) == -1);
-  CHECK(single.prev(1) == -1);
-  CHECK(single.group(1) == std::vector<int>{0, 1});
-}
-
 google::protobuf::RepeatedPtrField<v1::StageInfo> Plan(
     const std::vector<std::tuple<std::string, int, int, int>>& stages) {
   google::protobuf::RepeatedPtrField<v1::StageInfo> plan;
@@ -230,6 +237,86 @@ google::protobuf::RepeatedPtrField<v1::StageInfo> Plan(
     s->set_replica(replica);
   }
   return plan;
+}
+
+TEST_CASE("the stage grid: neighbours and tied partners within a replica, groups across",
+          "[replicas]") {
+  const StageGrid g = StageGrid::Of(3, 9);  // 3 replicas of 3 stages
+  CHECK(g.stages(1) == 3);
+  CHECK(g.aligned());
+  CHECK(g.replica(4) == 1);
+  CHECK(g.position(4) == 1);
+  CHECK(g.prev(3) == -1);
+  CHECK(g.next(5) == -1);
+  CHECK(g.next(4) == 5);
+  CHECK(g.tied(3) == 5);
+  CHECK(g.tied(5) == 3);
+  CHECK(g.tied(4) == -1);
+  const model::GPT2Config config = TinyConfig();
+  CHECK(SyncGroupsOf(g, config) == std::vector<std::vector<int>>{{0, 3, 6}, {1, 4, 7}, {2, 5, 8}});
+  const StageGrid single = StageGrid::Of(2, 2);
+  CHECK(single.tied(0) == -1);
+  CHECK(single.prev(1) == -1);
+  CHECK(SyncGroupsOf(single, config) == std::vector<std::vector<int>>{{0, 1}});
+  CHECK(SyncGroupsOf(StageGrid::Of(1, 3), config).empty());
+}
+
+TEST_CASE("replicas split differently: each slice from the holder at the same end", "[replicas]") {
+  // Replica 0: a 0..1, b 1..4; replica 1: c 0..4 (one stage); replica 2: d 0..3, e 3..4.
+  const auto plan =
+      Plan({{"a", 0, 1, 0}, {"b", 1, 4, 0}, {"c", 0, 4, 1}, {"d", 0, 3, 2}, {"e", 3, 4, 2}});
+  const StageGrid g = StageGrid::OfPlan(3, plan);
+  REQUIRE(g.replicas == 3);
+  CHECK(g.start == std::vector<int>{0, 2, 3, 5});
+  CHECK_FALSE(g.aligned());
+  CHECK(g.replica(2) == 1);
+  CHECK(g.replica(4) == 2);
+  CHECK(g.tied(2) == -1);  // a one-stage replica keeps its embedding to itself
+  CHECK(g.tied(0) == 1);
+  CHECK(g.tied(4) == 3);
+  CHECK(g.holder(2, 3) == 4);
+  CHECK(g.holder(0, 2) == 1);
+  const model::GPT2Config config = TinyConfig();
+  const model::ParameterLayout layout(config);
+  const int wte = layout.SliceIndex(model::Tensor::kWte, 0);
+  auto route_of = [&](int stage, int slice) {
+    for (const SyncRoute& r : SyncRoutes(g, config, stage)) {
+      if (r.slice.index == slice) return r;
+    }
+    FAIL("stage " << stage << " has no slice " << slice);
+    return SyncRoute{};
+  };
+  // The tied embedding: first stages take the first's copy, the others the last's; the
+  // one-stage replica sends its copy to both ends of the others.
+  CHECK(route_of(0, wte).source == std::vector<int>{0, 2, 3});
+  CHECK(route_of(1, wte).source == std::vector<int>{1, 2, 4});
+  CHECK(route_of(2, wte).source == std::vector<int>{0, 2, 3});
+  CHECK(route_of(2, wte).to == std::vector<int>{0, 1, 3, 4});
+  CHECK(route_of(0, wte).to == std::vector<int>{2, 3});
+  CHECK(route_of(1, wte).to == std::vector<int>{4});
+  // Layer 3's attention weights: b, c and e hold them.
+  const int layer3 = layout.SliceIndex(model::Tensor::kQkvw, 3);
+  CHECK(route_of(1, layer3).source == std::vector<int>{1, 2, 4});
+  CHECK(route_of(1, layer3).to == std::vector<int>{2, 4});
+  CHECK(route_of(3, layout.SliceIndex(model::Tensor::kQkvw, 2)).source ==
+        std::vector<int>{1, 2, 3});
+  CHECK(SyncPeers(SyncRoutes(g, config, 0), 0) == std::vector<int>{2, 3});
+  CHECK(SyncPeers(SyncRoutes(g, config, 2), 2) == std::vector<int>{0, 1, 3, 4});
+  // Every frame a stage takes is one its source sends it.
+  for (int i = 0; i < g.size(); ++i) {
+    for (const SyncRoute& r : SyncRoutes(g, config, i)) {
+      for (int q = 0; q < g.replicas; ++q) {
+        if (q == g.replica(i)) continue;
+        const SyncRoute back = route_of(r.source[q], r.slice.index);
+        CHECK(std::count(back.to.begin(), back.to.end(), i) == 1);
+      }
+    }
+  }
+  CHECK(SyncGroupsOf(g, config) == std::vector<std::vector<int>>{{0, 1, 2, 3, 4}});
+  // Two replicas that overlap in pairs keep two groups.
+  const StageGrid two = StageGrid::OfPlan(
+      2, Plan({{"a", 0, 2, 0}, {"b", 2, 3, 0}, {"c", 3, 4, 0}, {"d", 0, 2, 1}, {"e", 2, 4, 1}}));
+  CHECK(SyncGroupsOf(two, config) == std::vector<std::vector<int>>{{0, 3}, {1, 2, 4}});
 }
 
 TEST_CASE("plans with replicas are checked", "[replicas]") {
@@ -247,12 +334,23 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
   auto error = [&](const google::protobuf::RepeatedPtrField<v1::StageInfo>& plan) {
     return error_for(plan, *spec);
   };
-  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 4, 1}})),
+  CHECK(CheckPlan(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 4, 1}}), *spec, "stages").ok());
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}})), Catch::Contains("do not form"));
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 4, 2}})),
              Catch::Contains("do not form"));
-  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 1, 1}, {"d", 1, 4, 1}})),
-             Catch::Contains("replica 0 splits them"));
+  // Replicas may be split differently, each covering the layers once.
+  CHECK(CheckPlan(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 1, 1}, {"d", 1, 4, 1}}), *spec,
+                  "stages")
+            .ok());
+  CHECK(CheckPlan(Plan({{"a", 0, 1, 0}, {"b", 1, 2, 0}, {"c", 2, 4, 0}, {"d", 0, 4, 1}}), *spec,
+                  "stages")
+            .ok());
   CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 2, 0}, {"d", 2, 4, 1}})),
-             Catch::Contains("replica 0, expected 1"));
+             Catch::Contains("do not continue the plan at layer 4"));
+  CHECK_THAT(error(Plan({{"a", 0, 4, 0}, {"b", 0, 4, 1}, {"c", 0, 2, 0}, {"d", 2, 4, 1}})),
+             Catch::Contains("replica 0 after replica 1"));
+  CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 1, 1}, {"d", 1, 3, 1}})),
+             Catch::Contains("cover layers 0..3"));
   CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"a", 0, 2, 1}, {"d", 2, 4, 1}})),
              Catch::Contains("runs another stage"));
 
@@ -264,7 +362,7 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
   const auto three = Plan({{"a", 0, 4, 0}, {"b", 0, 4, 1}, {"c", 0, 4, 2}});
   CHECK(CheckPlan(three, *autospec, "stages").ok());
   CHECK(StageGrid::OfPlan(autospec->replicas, three).replicas == 3);
-  CHECK(StageGrid::OfPlan(autospec->replicas, three).stages == 1);
+  CHECK(StageGrid::OfPlan(autospec->replicas, three).stages(2) == 1);
   CHECK(CheckPlan(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}}), *autospec, "stages").ok());
   const Status wrong = CheckPlan(Plan({{"a", 0, 4, 0}, {"b", 0, 4, 2}}), *autospec, "stages");
   CHECK_THAT(std::string(wrong.message()), Catch::Contains("do not form 3 replicas"));

@@ -306,6 +306,55 @@ TEST_CASE("replicas training different microbatches: the fleet's union batch and
   CHECK(gamma_delta == 5 * 2 * 1);
 }
 
+TEST_CASE("replicas split differently: each slice syncs with its holders, the fleet's model") {
+  // Replica 0 on alpha (layer 0) and beta (layer 1), replica 1 on gamma alone (both layers):
+  // gamma's frames go to both of replica 0's stages, and each of those sends gamma what it
+  // holds (the tied embedding from alpha, gamma being a first stage).
+  const std::string sync = GENERATE(std::string("sync: {mode: step, codec: exact}\n"),
+                                    std::string("sync: {mode: local, every: 2, codec: q4}\n"));
+  std::string yaml = JobYaml("replica_stages: [2, 1]\n" + sync, 5);
+  yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
+  INFO(sync);
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  REQUIRE(s.stages_size() == 3);
+  CHECK(s.stages(1).layer_begin() == 1);
+  CHECK(s.stages(2).replica() == 1);
+  CHECK(s.stages(2).layer_begin() == 0);
+  CHECK(s.stages(2).layer_end() == 2);
+  CheckAgainst(oracle, s, c.Export(id));
+  // Every pair of a replica-0 stage and gamma carried sync frames, both ways.
+  std::set<std::pair<std::string, std::string>> sync_links;
+  for (const auto& l : s.links()) {
+    if ((l.from_site() == "gamma") != (l.to_site() == "gamma")) {
+      if (l.tensors() > 0) sync_links.insert({l.from_site(), l.to_site()});
+    }
+  }
+  CHECK(sync_links ==
+        std::set<std::pair<std::string, std::string>>{
+            {"alpha", "gamma"}, {"beta", "gamma"}, {"gamma", "alpha"}, {"gamma", "beta"}});
+  // One sync group: the three stages, joined through gamma.
+  REQUIRE(s.sync_groups_size() == 1);
+  CHECK(
+      std::vector<std::string>(s.sync_groups(0).sites().begin(), s.sync_groups(0).sites().end()) ==
+      std::vector<std::string>{"alpha", "beta", "gamma"});
+  CHECK(s.sync_groups(0).syncs() > 0);
+  // gamma takes wpe (slice 1) from alpha only, which holds it; beta does not.
+  v1::TensorFrame frame;
+  frame.set_job_id(id);
+  frame.set_kind(v1::TENSOR_KIND_SYNC);
+  frame.set_from_stage(1);
+  frame.set_to_stage(2);
+  frame.set_microbatch(0);
+  frame.set_tensor_id(1);
+  const std::vector<uint8_t> payload = testing::ZeroFrame({32 * 32});
+  frame.set_encoded_size(payload.size());
+  CHECK(c.at(2).jobs().Deliver(frame, payload, "beta").code() ==
+        absl::StatusCode::kPermissionDenied);
+}
+
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
   // on_site_loss: wait: every replica rolls back and waits for the site.
   const std::string yaml =

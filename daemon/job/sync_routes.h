@@ -1,0 +1,37 @@
+// Where a stage's sync frames go and come from when pipeline replicas may be split
+// differently (stage_grid.h). Each parameter slice (fleet/sync_slices.h) is held by one stage
+// of every replica, except the tied embedding, which a multi-stage replica holds on its first
+// and last stage (identical copies). A stage adds, for each of its slices, one frame per other
+// live replica: from that replica's holder, or where it has two, the one at the same end
+// (first stages take the first's copy, the others the last's). A stage sends a slice's frame
+// to every stage of another replica that takes it from this stage. When every replica is split
+// alike this is "the same stage of every replica".
+#pragma once
+
+#include <vector>
+
+#include "daemon/job/stage_grid.h"
+#include "fleet/sync_slices.h"
+#include "model/config.h"
+
+namespace longhaul::daemon {
+
+struct SyncRoute {
+  fleet::SyncSlice slice;   // this stage's
+  std::vector<int> source;  // by replica: the stage whose frame of the slice this stage adds
+  std::vector<int> to;      // the stages of other replicas that add this stage's frame
+};
+
+// The routes of stage `self`'s slices, in its slices' order. REQUIRES: the grid's layers are
+// known (OfPlan) and every replica covers the model's layers (CheckPlan).
+std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self);
+
+// The stages this stage sends frames to or takes frames from, ascending, its own left out.
+std::vector<int> SyncPeers(const std::vector<SyncRoute>& routes, int self);
+
+// The sync groups of a plan: the stages that exchange frames with each other, directly or
+// through others, each group ascending, groups by their first stage. Aligned replicas give
+// one group per position; one replica gives none.
+std::vector<std::vector<int>> SyncGroupsOf(const StageGrid& grid, const model::GPT2Config& config);
+
+}  // namespace longhaul::daemon
