@@ -341,12 +341,19 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
           }
           microbatches = *std::move(paced);
         }
+      } else if (r.microbatch_paced) {
+        auto paced = PaceReplicas(planner, r.request, &replicas);
+        if (!paced.ok()) {
+          if (error.ok()) error = paced.status();
+          continue;
+        }
+        microbatches = *std::move(paced);
       }
       ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
                                     std::move(replicas), r.sync, std::move(microbatches));
       any = true;
       // Paced by microbatches, the replicas run in lockstep at those counts: its tokens/s.
-      const bool by_paced = r.paced && !r.aligned;
+      const bool by_paced = r.paced && !r.aligned && !r.microbatch_paced;
       if (by_paced ? p.paced_tokens_per_second > best.paced_tokens_per_second
                    : p.tokens_per_second > best.tokens_per_second) {
         best = std::move(p);

@@ -37,9 +37,13 @@ struct ReplicaPlanRequest {
   // replicas by microbatches (PaceReplicas): a slower replica trains fewer per step, so that
   // none waits for another; the split and count are chosen for those tokens/s.
   bool paced = false;
-  // Every replica with the same stage count and layer ranges (AlignReplicas): what the
-  // runtime runs, where a sync group is the same position in every replica.
+  // Every replica with the same stage count and layer ranges (AlignReplicas), each sync
+  // group the same position in every replica.
   bool aligned = false;
+  // Unaligned replicas (each its own split: the runtime syncs each slice with its holders,
+  // daemon/job/sync_routes.h) paced by microbatches (PaceReplicas) in lockstep, the count
+  // chosen for those tokens/s: what `replica_microbatches: paced` runs.
+  bool microbatch_paced = false;
 };
 
 struct ReplicaPlan {

@@ -48,9 +48,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     site_memory = planned->memory_limits;
     replicas = planned->replicas;
     microbatches = planned->microbatches;
-    for (size_t i = 0; i < plan.size(); ++i) {  // aligned: replicas of equal length
-      replica_of.push_back(static_cast<int>(i / std::max<size_t>(plan.size() / replicas, 1)));
-    }
+    replica_of = planned->replica_of;
+    replica_of.resize(plan.size(), replica_of.empty() ? 0 : replica_of.back());
     env.log->info("job {}: {}", job_id, placement);
   } else {
     // Replica r on its stages' count of the listed sites, after the replicas before it,

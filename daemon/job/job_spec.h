@@ -17,7 +17,8 @@
 //                                    # replica r runs on sites[r*S .. (r+1)*S), S = sites /
 //                                    # replicas, every replica with the same even split; with
 //                                    # placement: planned the planner picks each replica's
-//                                    # sites among the listed ones, one split for all
+//                                    # sites among the listed ones and splits them alike or
+//                                    # each its own, whichever is predicted faster
 //                                    # (scheduler/replica_planner.h); auto: it also picks how
 //                                    # many, for the most tokens/s (placement: planned only)
 //   replica_stages: [3, 1]           # placement: even: each replica's stage count (default
@@ -176,9 +177,9 @@ scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
                                                 const std::vector<std::string>& sites);
 
 // What the replica planner needs of a job with replicas (or auto) over `request`: aligned
-// replicas (the runtime's shape), the job's count exactly or (auto) the best, a sync priced
-// in the job's sync codec every step (mode step) or every `every` steps, not hidden behind
-// the steps (the runtime's syncs block).
+// replicas (PlanPlacement also tries each replica with its own split), the job's count
+// exactly or (auto) the best, a sync priced in the job's sync codec every step (mode step) or every
+// `every` steps, not hidden behind the steps (the runtime's syncs block).
 StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
     const JobSpec& spec, const scheduler::PlacementRequest& request);
 

@@ -113,17 +113,30 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
                                                    const scheduler::PlacementRequest& request,
                                                    const std::vector<v1::SiteProfileReply>& replies,
                                                    const std::vector<std::string>& notes) {
-  ASSIGN_OR_RETURN(const scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
+  ASSIGN_OR_RETURN(scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
+  // Replicas alike (one split), and each with its own split (the runtime syncs every slice
+  // with the stages that hold it): the more tokens/s in lockstep wins, alike on a tie.
   auto fleet = scheduler::PlanReplicas(planner, r);
+  r.aligned = false;
+  r.microbatch_paced = r.paced;
+  r.paced = false;
+  auto split = scheduler::PlanReplicas(planner, r);
+  if (split.ok() && (!fleet.ok() || split->tokens_per_second > fleet->tokens_per_second)) {
+    fleet = std::move(split);
+  }
   if (!fleet.ok()) return Annotate(fleet.status(), "placing the job's replicas");
   PlannedPlacement p;
   p.replicas = static_cast<int>(fleet->replicas.size());
   p.microbatches = fleet->microbatches;
   std::set<std::string> used;
   std::vector<std::string> parts;
+  std::vector<size_t> stage_counts;
   for (const scheduler::PlanResult& replica : fleet->replicas) {
     for (const scheduler::StagePlan& s : replica.stages) used.insert(s.site);
     p.stages.insert(p.stages.end(), replica.stages.begin(), replica.stages.end());
+    p.replica_of.insert(p.replica_of.end(), replica.stages.size(),
+                        static_cast<int>(stage_counts.size()));
+    stage_counts.push_back(replica.stages.size());
     parts.push_back(scheduler::PlanDebugString(replica.stages));
   }
   p.predicted_step_seconds = fleet->step_seconds;
@@ -132,7 +145,7 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
   }
   p.summary = absl::StrCat(
       "planned ", p.replicas, spec.replicas == 0 ? " replicas (auto)" : " replicas", " of ",
-      fleet->replicas[0].stages.size(), " stage(s): ", absl::StrJoin(parts, " | "), ": predicted ",
+      absl::StrJoin(stage_counts, ", "), " stage(s): ", absl::StrJoin(parts, " | "), ": predicted ",
       absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step, ",
       absl::StrFormat("%.0f", fleet->tokens_per_second), " tokens/s");
   if (!p.microbatches.empty()) {

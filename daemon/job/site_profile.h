@@ -63,6 +63,7 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
 // A job's placement by the planner.
 struct PlannedPlacement {
   std::vector<scheduler::StagePlan> stages;  // replica-major
+  std::vector<int> replica_of;               // by stage; empty: one pipeline
   int replicas = 1;
   std::vector<int> microbatches;  // by replica, when paced (replica_microbatches: paced)
   double predicted_step_seconds = 0;
@@ -74,8 +75,9 @@ struct PlannedPlacement {
 // coordinated by `coordinator`. A site that cannot be profiled (unreachable, busy, an older
 // daemon) is left out and named in the summary. Training data other than `builtin` lives on
 // the first listed site, which then stays first with the listed order kept (only the split is
-// planned). With replicas (a count or auto) the planner places them too, every replica split
-// the same way. Fails when no site can be profiled or no plan fits.
+// planned). With replicas (a count or auto) the planner places them too: every replica split
+// the same way, or each its own, whichever the cost model prices faster. Fails when no site can be
+// profiled or no plan fits.
 StatusOr<PlannedPlacement> PlanPlacement(
     const JobSpec& spec, const std::string& coordinator,
     const std::function<transport::Link*(const std::string&)>& channel);

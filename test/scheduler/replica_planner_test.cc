@@ -248,4 +248,49 @@ TEST_CASE("replicas paced by microbatches: a slower replica trains fewer, none w
 }
 
 }  // namespace
+TEST_CASE("replicas each with its own split, paced by microbatches", "[replicas]") {
+  const auto config = SmallModel(4);
+  const Profiles p = Mesh({4e9, 1e9, 4e9, 1e9, 1e9, 2e9}, 1e9, 0.001);
+  PlannerOptions po;
+  po.time_budget_seconds = 1;
+  const Planner planner(p, po);
+  ReplicaPlanRequest r;
+  r.request.model = config;
+  r.request.workload = Workload(8);
+  r.request.sites = {"s0", "s1", "s2", "s3", "s4", "s5"};
+  r.microbatch_paced = true;
+  auto plan = PlanReplicas(planner, r);
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  REQUIRE(plan->microbatches.size() == plan->replicas.size());
+  std::set<std::string> sites;
+  int used = 0;
+  for (size_t k = 0; k < plan->replicas.size(); ++k) {
+    INFO("replica " << k);
+    const auto& stages = plan->replicas[k].stages;
+    CHECK(stages.front().layer_begin == 0);
+    CHECK(stages.back().layer_end == 4);
+    for (size_t i = 1; i < stages.size(); ++i) {
+      CHECK(stages[i].layer_begin == stages[i - 1].layer_end);
+    }
+    for (const auto& st : stages) sites.insert(st.site);
+    used += static_cast<int>(stages.size());
+    CHECK(plan->microbatches[k] >= 1);
+    CHECK(plan->microbatches[k] <= 8);
+  }
+  CHECK(static_cast<int>(sites.size()) == used);  // each site in one replica
+  CHECK(plan->sites_used == used);
+  // Priced in lockstep at its counts, as PriceReplicas gives them.
+  const ReplicaPlan again =
+      PriceReplicas(p, config, r.request.workload, plan->replicas, r.sync, plan->microbatches);
+  CHECK(again.tokens_per_second == Approx(plan->tokens_per_second));
+  // With an exact count, that many.
+  r.max_replicas = 2;
+  r.exact_count = true;
+  auto two = PlanReplicas(planner, r);
+  REQUIRE(two.ok());
+  CHECK(two->replicas.size() == 2);
+  CHECK(two->microbatches.size() == 2);
+}
+
 }  // namespace longhaul::scheduler

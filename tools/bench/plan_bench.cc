@@ -237,8 +237,17 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       auto mb_paced = PlanReplicas(planner, r);
       r.sync.overlap = false;
       auto mb_blocking = PlanReplicas(planner, r);
+      // Each replica its own split (the runtime syncs each slice with the stages holding it),
+      // paced by microbatches: what replica_microbatches: paced runs; streamed, then blocking.
+      r.aligned = false;
+      r.paced = false;
+      r.microbatch_paced = true;
+      r.sync.overlap = true;
+      auto split_paced = PlanReplicas(planner, r);
+      r.sync.overlap = false;
+      auto split_blocking = PlanReplicas(planner, r);
       if (!single.ok() || !fleet.ok() || !paced.ok() || !aligned.ok() || !blocking.ok() ||
-          !mb_paced.ok() || !mb_blocking.ok()) {
+          !mb_paced.ok() || !mb_blocking.ok() || !split_paced.ok() || !split_blocking.ok()) {
         std::printf(
             "| %d | %s | - | no plan fits: %s |\n", n, name.c_str(),
             std::string((single.ok() ? fleet.status() : single.status()).message()).c_str());
@@ -299,6 +308,23 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
             100.0 * p->sites_used / n, p->replica_step_seconds, p->sync_seconds,
             p->sync_bytes / 1e9, p->exposed_sync_per_step, p->tokens_per_second,
             p->tokens_per_second / single_tps, p->sync_bottleneck.c_str());
+      }
+      for (const auto* p : {&*split_paced, &*split_blocking}) {
+        const auto [lo, hi] = std::minmax_element(p->microbatches.begin(), p->microbatches.end());
+        size_t s_lo = SIZE_MAX, s_hi = 0;
+        for (const auto& rep : p->replicas) {
+          s_lo = std::min(s_lo, rep.stages.size());
+          s_hi = std::max(s_hi, rep.stages.size());
+        }
+        std::printf(
+            "| %d | %s | replicated, split per replica, paced by microbatches (%d..%d of %d)%s, "
+            "sync every %d | %zu (%zu..%zu stages) | %d of %d (%.0f%%) | %.3f s | %.2f s | %.2f | "
+            "%.4f s | %.0f | %.2fx | %s |\n",
+            n, name.c_str(), p->microbatches.empty() ? 0 : *lo, p->microbatches.empty() ? 0 : *hi,
+            wl.w.microbatches, p == &*split_blocking ? ", blocking syncs" : "", every,
+            p->replicas.size(), s_lo, s_hi, p->sites_used, n, 100.0 * p->sites_used / n,
+            p->replica_step_seconds, p->sync_seconds, p->sync_bytes / 1e9, p->exposed_sync_per_step,
+            p->tokens_per_second, p->tokens_per_second / single_tps, p->sync_bottleneck.c_str());
       }
       std::fflush(stdout);
     }
