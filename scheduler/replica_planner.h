@@ -68,7 +68,8 @@ struct ReplicaPlan {
 // Fails as Planner::Plan does when not even one pipeline fits.
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& request);
 
-// The replicas made alike, the runtime's shape: one stage count S and one split for all. The
+// The replicas made alike: one stage count S and one split for all (the runtime also runs
+// replicas split differently; PlanJobReplicas in daemon/job/job_spec.h prices both). The
 // splits tried are each replica's own and the even split of each replica's stage count; under
 // a split a replica keeps its S sites of most FLOP/s, in its planned order or matched by FLOP/s
 // to the stages by layer count, whichever the cost model prices faster, and a replica with

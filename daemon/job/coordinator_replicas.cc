@@ -44,10 +44,11 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   StopAttempt();
   std::lock_guard<std::mutex> lock(mu_);
   if (TerminalState(record_.state())) return true;
-  const ReplicaList dropped = Union(DroppedLocked(), drop);
+  ReplicaList dropped = Union(DroppedLocked(), drop);
   const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
-  // A replica still rejoining keeps fetching its state at the committed step (a live one is
-  // left: ReplicasToDrop); one dropped while rejoining failed its rejoin.
+  // A replica still rejoining keeps fetching its state at the committed step from a live
+  // replica split alike; one dropped while rejoining, or whose only such source was dropped
+  // now, failed its rejoin and sits out again.
   ReplicaList rejoining, live;
   for (uint32_t r : record_.rejoining_replicas()) {
     if (Contains(dropped, static_cast<int>(r))) {
@@ -55,6 +56,11 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
     } else {
       rejoining.push_back(r);
     }
+  }
+  if (!rejoining.empty() && RejoinSource(grid, dropped, rejoining) < 0) {
+    for (uint32_t r : rejoining) ++rejoin_failures_[r];
+    dropped = Union(dropped, rejoining);
+    rejoining.clear();
   }
   for (int r = 0; r < grid.replicas; ++r) {
     if (!Contains(dropped, r)) live.push_back(static_cast<uint32_t>(r));
@@ -65,7 +71,8 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   membership_note_ = ReplicaNames(drop) + " dropped at step " +
                      std::to_string(record_.committed_step()) + " (" + problem + "); " +
                      ReplicaNames(live) + " go on; " + ReplicaNames(dropped) +
-                     " rejoin at a later committed step once their sites answer";
+                     " rejoin at a later committed step once their sites answer and a live "
+                     "replica is split as they are";
   need_assign_ = true;
   AddEventLocked("replica_drop", membership_note_);
   record_.set_state(v1::JOB_STATE_RECOVERING);

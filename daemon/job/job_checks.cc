@@ -74,7 +74,7 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
   // be split differently.
   for (int i = 0; i < n; ++i) {
     const uint32_t r = stages[i].replica(), prev = i > 0 ? stages[i - 1].replica() : 0;
-    if (r != prev && r != prev + 1) {
+    if ((i == 0 && r != 0) || (r != prev && r != prev + 1)) {
       return absl::InvalidArgumentError(f + "[" + Str(i) + "]: replica " + Str(r) +
                                         " after replica " + Str(prev) +
                                         " (each replica's stages together, in replica order)");

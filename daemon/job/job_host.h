@@ -127,8 +127,9 @@ class JobHost {
   // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).
   void StopRunner(Stage* stage);
   std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
-  // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the same stage of another
-  // replica, a slice of this stage's fragment with its exact size.
+  // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the stage of another
+  // replica that this stage's route names for the slice (sync_routes.h), a slice of this
+  // stage's fragment with its exact size.
   static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,

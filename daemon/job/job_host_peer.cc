@@ -142,8 +142,12 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   // No sender to a dropped replica's stage (replica_membership.h): it is not in the group.
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
   if (grid.replicas > 1) {
-    for (int peer : SyncPeers(SyncRoutes(grid, ctx.spec.job.model, i), i)) {
-      if (!Contains(dropped, grid.replica(peer))) ctx.to_sync[peer] = sender_to(peer);
+    for (const SyncRoute& route : SyncRoutes(grid, ctx.spec.job.model, i)) {
+      for (int peer : route.to) {
+        if (!Contains(dropped, grid.replica(peer)) && ctx.to_sync.count(peer) == 0) {
+          ctx.to_sync[peer] = sender_to(peer);
+        }
+      }
     }
   }
   if (!all_peers) {

@@ -343,4 +343,19 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   return r;
 }
 
+StatusOr<scheduler::ReplicaPlan> PlanJobReplicas(const JobSpec& spec,
+                                                 const scheduler::Planner& planner,
+                                                 const scheduler::PlacementRequest& request) {
+  ASSIGN_OR_RETURN(scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
+  auto alike = scheduler::PlanReplicas(planner, r);
+  r.aligned = false;
+  r.microbatch_paced = r.paced;
+  r.paced = false;
+  auto split = scheduler::PlanReplicas(planner, r);
+  if (split.ok() && (!alike.ok() || split->tokens_per_second > alike->tokens_per_second)) {
+    return split;
+  }
+  return alike;
+}
+
 }  // namespace longhaul::daemon

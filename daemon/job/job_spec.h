@@ -183,4 +183,12 @@ scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
 StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
     const JobSpec& spec, const scheduler::PlacementRequest& request);
 
+// The replicas a planned job runs: PlanReplicas as ReplicaPlanRequestFor asks, once with the
+// replicas split alike and once each with its own split (paced by microbatches when the job
+// is paced); the more tokens/s in lockstep wins, alike on a tie. The coordinator and
+// `longhaul plan` both take this.
+StatusOr<scheduler::ReplicaPlan> PlanJobReplicas(const JobSpec& spec,
+                                                 const scheduler::Planner& planner,
+                                                 const scheduler::PlacementRequest& request);
+
 }  // namespace longhaul::daemon

@@ -113,17 +113,8 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
                                                    const scheduler::PlacementRequest& request,
                                                    const std::vector<v1::SiteProfileReply>& replies,
                                                    const std::vector<std::string>& notes) {
-  ASSIGN_OR_RETURN(scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
-  // Replicas alike (one split), and each with its own split (the runtime syncs every slice
-  // with the stages that hold it): the more tokens/s in lockstep wins, alike on a tie.
-  auto fleet = scheduler::PlanReplicas(planner, r);
-  r.aligned = false;
-  r.microbatch_paced = r.paced;
-  r.paced = false;
-  auto split = scheduler::PlanReplicas(planner, r);
-  if (split.ok() && (!fleet.ok() || split->tokens_per_second > fleet->tokens_per_second)) {
-    fleet = std::move(split);
-  }
+  ASSIGN_OR_RETURN(const scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
+  auto fleet = PlanJobReplicas(spec, planner, request);
   if (!fleet.ok()) return Annotate(fleet.status(), "placing the job's replicas");
   PlannedPlacement p;
   p.replicas = static_cast<int>(fleet->replicas.size());

@@ -53,8 +53,8 @@ struct StageRunnerContext {
   std::unique_ptr<LinkSender> to_prev, to_next;  // null at the ends of the pipeline
   // First and last stage of a multi-stage job: to each other, for the tied embedding.
   std::unique_ptr<LinkSender> to_tied;
-  // Pipeline replicas: to the stages of the live other replicas this stage syncs with
-  // (SyncPeers), by flat stage.
+  // Pipeline replicas: to the stages of the live other replicas this stage sends sync frames
+  // to (the routes' `to`, sync_routes.h), by flat stage.
   std::map<int, std::unique_ptr<LinkSender>> to_sync;
   LinkMonitor* monitor = nullptr;
   std::shared_ptr<spdlog::logger> log;

@@ -155,7 +155,7 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
   }
   fleet::LocalFleetOptions o;
   o.replicas = spec->replicas;
-  o.fragments = spec->stages();
+  o.fragments = spec->stages();  // replica 0's; the fleet's result does not depend on it
   o.batch_size = job.microbatch_size;
   o.seq_len = job.seq_len;
   o.microbatches = job.microbatches();
@@ -235,7 +235,8 @@ TEST_CASE("replicas in sync mode step train the union batch, as the in-process f
   REQUIRE(status.status == 200);
   CHECK_THAT(status.body, Catch::Contains("\"sync_groups\""));
 
-  // Sync tensors come only from the same stage of another replica, for a slice it holds.
+  // Sync tensors come only from the stage of another replica holding the slice (split alike
+  // here: the same stage), for a slice this stage holds.
   v1::TensorFrame frame;
   frame.set_job_id(id);
   frame.set_kind(v1::TENSOR_KIND_SYNC);

@@ -71,14 +71,16 @@ void PrintDetails(const v1::JobStatus& j) {
               << j.replica_drops() << ", rejoins " << j.replica_rejoins() << ")\n";
   }
   // With pipeline replicas a stage is REPLICA.POSITION (replica 1's second stage: 1.1).
+  // Replicas may have different stage counts: the position counts within the replica.
   uint32_t replicas = 1;
   for (const auto& s : j.stages()) replicas = std::max(replicas, s.replica() + 1);
-  const uint32_t per_replica = std::max<uint32_t>(1, j.stages_size() / replicas);
   Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "DEVICES"});
-  for (const auto& s : j.stages()) {
-    std::string label =
-        replicas > 1 ? std::to_string(s.replica()) + "." + std::to_string(s.index() % per_replica)
-                     : std::to_string(s.index());
+  uint32_t position = 0;
+  for (int i = 0; i < j.stages_size(); ++i) {
+    const v1::StageInfo& s = j.stages(i);
+    position = i > 0 && j.stages(i - 1).replica() == s.replica() ? position + 1 : 0;
+    std::string label = replicas > 1 ? std::to_string(s.replica()) + "." + std::to_string(position)
+                                     : std::to_string(s.index());
     for (uint32_t r : j.dropped_replicas()) {
       if (r == s.replica()) label += " (dropped)";
     }

@@ -142,7 +142,8 @@ json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
   json j;
   j["count"] = f.replicas.size();
   j["auto"] = spec.replicas == 0;
-  j["stages_per_replica"] = f.replicas.empty() ? 0 : f.replicas[0].stages.size();
+  j["stages_per_replica"] = json::array();  // by replica
+  for (const auto& r : f.replicas) j["stages_per_replica"].push_back(r.stages.size());
   j["sites_used"] = f.sites_used;
   j["pipelines"] = json::array();
   for (const auto& r : f.replicas) j["pipelines"].push_back(EstimateJson(r.estimate));
@@ -168,10 +169,19 @@ json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
 
 void PrintFleet(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
                 const StepEstimate& single, size_t candidates, std::ostream& out) {
+  bool alike = true;
+  for (const auto& r : f.replicas) {
+    alike = alike && r.stages.size() == f.replicas[0].stages.size();
+    for (size_t i = 0; alike && i < r.stages.size(); ++i) {
+      alike = r.stages[i].layer_begin == f.replicas[0].stages[i].layer_begin &&
+              r.stages[i].layer_end == f.replicas[0].stages[i].layer_end;
+    }
+  }
   out << "\nreplicas:       " << f.replicas.size() << (spec.replicas == 0 ? " (auto)" : "")
-      << " of " << (f.replicas.empty() ? 0 : f.replicas[0].stages.size())
-      << " stage(s) each, one split for all, on " << f.sites_used << " of " << candidates
-      << " candidate sites\n";
+      << (alike ? " of " + std::to_string(f.replicas.empty() ? 0 : f.replicas[0].stages.size()) +
+                      " stage(s) each, one split for all"
+                : std::string(", each split its own way"))
+      << ", on " << f.sites_used << " of " << candidates << " candidate sites\n";
   Table t({"replica", "stages", "microbatches", "step", "tokens/s"});
   for (size_t r = 0; r < f.replicas.size(); ++r) {
     const auto& p = f.replicas[r];
@@ -247,9 +257,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   // A job with replicas (a count or auto): the replicated plan beside the single pipeline's.
   std::optional<scheduler::ReplicaPlan> fleet;
   if (spec->replicas != 1 && spec->planned) {  // even placement runs the listed replicas
-    auto rr = daemon::ReplicaPlanRequestFor(*spec, request);
-    if (!rr.ok()) return Fail(rr.status(), err);
-    auto f = scheduler::PlanReplicas(planner, *rr);
+    auto f = daemon::PlanJobReplicas(*spec, planner, request);
     if (!f.ok()) return Fail(Annotate(f.status(), "placing the replicas"), err);
     fleet = *std::move(f);
   }
