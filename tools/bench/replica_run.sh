@@ -19,6 +19,9 @@
 # Settings (environment):
 #   INNER=1gbit OUTER=20mbit DELAY=25ms   link rates inside / between replicas; one-way delay
 #   THROTTLE=0.04             extra seconds of compute per layer and microbatch on every site
+#   SPLIT=1                   replica 1 on gamma alone (replica_stages: [2, 1]), a site with
+#                             twice the compute (GAMMA_THROTTLE, default THROTTLE / 2): the
+#                             replicas split differently, every slice syncing with its holder
 #   LAYERS=4 CHANNELS=64 HEADS=4 STEPS=60 BATCH=16 MICROBATCH=4 SEQ=64 LR=2e-3
 #                             the replicated job (per replica: BATCH sequences per step); the
 #                             single pipeline runs 2 x STEPS steps of the same batch
@@ -34,6 +37,8 @@ ROOT=$PWD
 SITES=(alpha beta gamma delta)
 INNER=${INNER:-1gbit} OUTER=${OUTER:-20mbit} DELAY=${DELAY:-25ms}
 THROTTLE=${THROTTLE:-0.04}
+SPLIT=${SPLIT:-0}
+GAMMA_THROTTLE=${GAMMA_THROTTLE:-$(/usr/bin/python3 -c "print($THROTTLE / 2)")}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-60}
 BATCH=${BATCH:-16} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3}
 EVERY=${EVERY:-10} CODEC=${CODEC:-q4}
@@ -69,6 +74,9 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 replica_of() { case "$1" in alpha | beta) echo 0 ;; *) echo 1 ;; esac; }
+throttle_of() {  # the site's debug throttle
+  if [ "$SPLIT" = 1 ] && [ "$1" = gamma ]; then echo "$GAMMA_THROTTLE"; else echo "$THROTTLE"; fi
+}
 rate_of() {  # rate_of FROM TO
   if [ "$(replica_of "$1")" = "$(replica_of "$2")" ]; then echo "$INNER"; else echo "$OUTER"; fi
 }
@@ -76,6 +84,10 @@ rate_of() {  # rate_of FROM TO
 write_job() {  # write_job FILE KIND
   local sites="[alpha, beta, gamma, delta]" steps=$STEPS replicas="replicas: 2"
   local sync="sync: {mode: local, every: $EVERY, codec: $CODEC, outer: {lr: 0.7, momentum: 0.9}}"
+  if [ "$SPLIT" = 1 ]; then
+    sites="[alpha, beta, gamma]" replicas="replicas: 2
+replica_stages: [2, 1]"
+  fi
   if [ "$2" = single ]; then
     sites="[alpha, beta]" steps=$((2 * STEPS)) replicas="" sync=""
   elif [ "$2" = step ]; then
@@ -130,9 +142,9 @@ run_one() {
   for s in "${SITES[@]}"; do start_daemon "$dir" "$s"; done
   wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}" || return 1
   for s in "${SITES[@]}"; do
-    $LONGHAUL --config "$dir/$s.yaml" debug throttle "$THROTTLE" >/dev/null
+    $LONGHAUL --config "$dir/$s.yaml" debug throttle "$(throttle_of "$s")" >/dev/null
   done
-  echo "== $kind: links $INNER inside a replica, $OUTER between, $DELAY one way; throttle ${THROTTLE}s per layer and microbatch"
+  echo "== $kind: links $INNER inside a replica, $OUTER between, $DELAY one way; throttle ${THROTTLE}s per layer and microbatch$([ "$SPLIT" = 1 ] && echo " (gamma ${GAMMA_THROTTLE}s; replicas [alpha, beta] and [gamma])")"
   $PY "$BENCH" follow --cli "$LONGHAUL" --config "$dir/alpha.yaml" --job "$dir/job.yaml" \
     --out "$OUT/$kind.json" --label "$kind" --progress --timeout "$RUN_TIMEOUT" &
   follower=$!
@@ -157,7 +169,8 @@ print(max([int(j.get("step", 0)) for j in jobs] or [0]))' 2>/dev/null || echo 0)
       # The throttle is the daemon's, not the job's: set it again once the daemon answers.
       local throttled=0
       for _ in $(seq 1 300); do
-        if $LONGHAUL --config "$dir/$KILL_SITE.yaml" debug throttle "$THROTTLE" >/dev/null 2>&1; then
+        if $LONGHAUL --config "$dir/$KILL_SITE.yaml" debug throttle "$(throttle_of "$KILL_SITE")" \
+          >/dev/null 2>&1; then
           throttled=1
           break
         fi
