@@ -78,16 +78,9 @@ bool Coordinator::AssignAll() {
     if (!migrate_from_.empty() && record_.committed_step() == migrate_step_) {
       *a.mutable_migrate_from() = migrate_from_;
     }
-    // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica
-    // split alike (with none left, they sit out again).
-    int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()), DroppedLocked(),
-                              RejoiningLocked());
-    if (source < 0 && !record_.rejoining_replicas().empty()) {
-      const ReplicaList back = RejoiningLocked(), dropped = Union(DroppedLocked(), back);
-      for (uint32_t r : back) ++rejoin_failures_[r];
-      record_.clear_rejoining_replicas();
-      *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
-    }
+    // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica.
+    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()),
+                                    DroppedLocked(), RejoiningLocked());
     *a.mutable_dropped_replicas() = record_.dropped_replicas();
     *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));

@@ -44,11 +44,10 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   StopAttempt();
   std::lock_guard<std::mutex> lock(mu_);
   if (TerminalState(record_.state())) return true;
-  ReplicaList dropped = Union(DroppedLocked(), drop);
+  const ReplicaList dropped = Union(DroppedLocked(), drop);
   const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
-  // A replica still rejoining keeps fetching its state at the committed step from a live
-  // replica split alike; one dropped while rejoining, or whose only such source was dropped
-  // now, failed its rejoin and sits out again.
+  // A replica still rejoining keeps fetching its state at the committed step (a live one is
+  // left: ReplicasToDrop); one dropped while rejoining failed its rejoin.
   ReplicaList rejoining, live;
   for (uint32_t r : record_.rejoining_replicas()) {
     if (Contains(dropped, static_cast<int>(r))) {
@@ -56,11 +55,6 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
     } else {
       rejoining.push_back(r);
     }
-  }
-  if (!rejoining.empty() && RejoinSource(grid, dropped, rejoining) < 0) {
-    for (uint32_t r : rejoining) ++rejoin_failures_[r];
-    dropped = Union(dropped, rejoining);
-    rejoining.clear();
   }
   for (int r = 0; r < grid.replicas; ++r) {
     if (!Contains(dropped, r)) live.push_back(static_cast<uint32_t>(r));
@@ -71,8 +65,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   membership_note_ = ReplicaNames(drop) + " dropped at step " +
                      std::to_string(record_.committed_step()) + " (" + problem + "); " +
                      ReplicaNames(live) + " go on; " + ReplicaNames(dropped) +
-                     " rejoin at a later committed step once their sites answer and a live "
-                     "replica is split as they are";
+                     " rejoin at a later committed step once their sites answer";
   need_assign_ = true;
   AddEventLocked("replica_drop", membership_note_);
   record_.set_state(v1::JOB_STATE_RECOVERING);
@@ -97,10 +90,6 @@ void Coordinator::MaybeRejoin() {
     const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
     for (uint32_t r : record_.dropped_replicas()) {
       if (rejoin_failures_[r] >= kMaxRejoinFailures) continue;  // out for good
-      // Its stages copy a live replica split alike; with none, it waits for one.
-      if (RejoinSource(grid, DroppedLocked(), Union(RejoiningLocked(), {r})) < 0) {
-        continue;
-      }
       std::vector<std::string> sites;
       for (int p = 0; p < grid.stages(static_cast<int>(r)); ++p) {
         sites.push_back(record_.stages(grid.flat(static_cast<int>(r), p)).site());
@@ -119,18 +108,6 @@ void Coordinator::MaybeRejoin() {
       if (!all) break;
     }
     if (all) back.push_back(replica);
-  }
-  {
-    // One source for all rejoining replicas: those split like the first that came back.
-    std::lock_guard<std::mutex> lock(mu_);
-    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
-    ReplicaList alike;
-    for (uint32_t r : back) {
-      if (RejoinSource(grid, DroppedLocked(), Union(RejoiningLocked(), Union(alike, {r}))) >= 0) {
-        alike.push_back(r);
-      }
-    }
-    back = std::move(alike);
   }
   if (back.empty()) return;
   StopAttempt();

@@ -163,14 +163,13 @@ Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
       overlap || dropped.size() >= static_cast<size_t>(grid.replicas) ||
       (!rejoining.empty() &&
        (source >= grid.replicas || Contains(dropped, source) || Contains(rejoining, source))) ||
-      Contains(dropped, grid.replica(static_cast<int>(a.stage()))) ||
-      (!rejoining.empty() && RejoinSource(grid, dropped, rejoining) != source)) {
+      Contains(dropped, grid.replica(static_cast<int>(a.stage())))) {
     return absl::InvalidArgumentError(
         job + ": replica membership (dropped " + Str(dropped.size()) + ", rejoining " +
         Str(rejoining.size()) + " from replica " + Str(source) + ", stage " + Str(a.stage()) +
         ") does not fit the job's " + Str(grid.replicas) +
         " replicas in local mode: indices ascending and in range, none both, one live replica "
-        "split alike to rejoin from, and this stage's replica not dropped");
+        "to rejoin from, and this stage's replica not dropped");
   }
   return absl::OkStatus();
 }

@@ -70,20 +70,9 @@ ReplicaList Union(const ReplicaList& a, const ReplicaList& b) {
   return u;
 }
 
-bool SameSplit(const StageGrid& grid, int a, int b) {
-  if (grid.stages(a) != grid.stages(b)) return false;
-  for (int p = 0; p < grid.stages(a) && !grid.layers.empty(); ++p) {
-    if (grid.layers[grid.flat(a, p)] != grid.layers[grid.flat(b, p)]) return false;
-  }
-  return true;
-}
-
 int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const ReplicaList& rejoining) {
   for (int r = 0; r < grid.replicas; ++r) {
-    if (Contains(dropped, r) || Contains(rejoining, r)) continue;
-    bool alike = true;
-    for (uint32_t q : rejoining) alike = alike && SameSplit(grid, r, static_cast<int>(q));
-    if (alike) return r;
+    if (!Contains(dropped, r) && !Contains(rejoining, r)) return r;
   }
   return -1;
 }

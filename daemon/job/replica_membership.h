@@ -35,11 +35,9 @@ ReplicaList ReplicasToDrop(const StageGrid& grid,
 // A rejoining stage starts from the live replicas' state at their last outer step (the
 // anchor), so any committed step will do; at a sync step that is their parameters.
 bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps);
-// Whether replicas a and b have as many stages holding the same layers (a rejoining stage
-// copies the stage of its source at its own position).
-bool SameSplit(const StageGrid& grid, int a, int b);
 // The replica rejoining stages copy (and export reads): the first one neither dropped nor
-// rejoining that splits the layers as every rejoining one does; -1 if none.
+// rejoining; -1 if none. A rejoining stage takes its layers from the source's stages that
+// hold them, however the source is split.
 int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const ReplicaList& rejoining);
 // The sorted union of two replica lists.
 ReplicaList Union(const ReplicaList& a, const ReplicaList& b);

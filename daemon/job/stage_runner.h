@@ -106,8 +106,9 @@ class StageRunner {
   Status Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan, uint64_t step);
   // A rejoining replica's stage (replica_membership.h): takes the outer-step state (anchor
   // and momentum; the anchor as its parameters), AdamW moments and data position (its own
-  // shard's) of the same stage of the live replica assignment.rejoin_source at `step`, with
-  // no error-feedback residual, and checkpoints it here.
+  // shard's) of its layers from the stages of the live replica assignment.rejoin_source that
+  // hold them (however that replica is split) at `step`, with no error-feedback residual,
+  // and checkpoints it here.
   Status Rejoin(uint64_t step);
   Status Throttle();
   void Run();

@@ -1,7 +1,9 @@
 // StageRunner's durable state: checkpoints of the fragment and optimizer at committed steps,
 // the layer moves of a re-plan (parameters and optimizer state fetched from the sites that
 // held them, checked chunk by chunk), and a dropped replica's rejoin (the same from the live
-// replica's stage, with its outer-step state).
+// replica's stages holding its layers, however that replica is split, with its outer-step
+// state).
+#include <algorithm>
 #include <filesystem>
 
 #include "daemon/job/fragment_slices.h"
@@ -10,6 +12,27 @@
 #include "model/layout.h"
 
 namespace longhaul::daemon {
+namespace {
+
+// Copies the tensors (and layers of per-layer tensors) that both fragments hold from `from`'s
+// flat array into `to`'s.
+void CopyOverlap(const model::FragmentLayout& from, const float* src,
+                 const model::FragmentLayout& to, float* dst) {
+  for (int i = 0; i < model::kNumTensors; ++i) {
+    const auto t = static_cast<model::Tensor>(i);
+    if (!from.has(t) || !to.has(t)) continue;
+    if (!model::IsPerLayer(t)) {
+      std::copy_n(src + from.offset(t), from.size(t), dst + to.offset(t));
+      continue;
+    }
+    const int64_t n = from.model().slice_size(t);
+    for (int l = std::max(from.begin(), to.begin()); l < std::min(from.end(), to.end()); ++l) {
+      std::copy_n(src + from.offset(t, l), n, dst + to.offset(t, l));
+    }
+  }
+}
+
+}  // namespace
 
 Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan,
                             uint64_t step) {
@@ -83,56 +106,78 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
 
 Status StageRunner::Rejoin(uint64_t step) {
   const v1::StageAssignment& a = ctx_.assignment;
-  const int source = grid_.flat(static_cast<int>(a.rejoin_source()), pos_);
-  if (source < 0 || source >= a.stages_size() || source == stage_ ||
-      a.stages(source).layer_begin() != a.stages(stage_).layer_begin() ||
-      a.stages(source).layer_end() != a.stages(stage_).layer_end()) {
-    return absl::InvalidArgumentError("job " + a.job_id() + ": no stage " + std::to_string(source) +
-                                      " holding this stage's layers to rejoin from");
+  const int source = static_cast<int>(a.rejoin_source());
+  if (source < 0 || source >= grid_.replicas || source == grid_.replica(stage_)) {
+    return absl::InvalidArgumentError("job " + a.job_id() + ": no replica " +
+                                      std::to_string(source) + " to rejoin from");
   }
-  const std::string& site = a.stages(source).site();
-  transport::Link* ch = ctx_.channel ? ctx_.channel(site) : nullptr;
-  if (!ch) return absl::UnavailableError("cannot reach site '" + site + "' to rejoin from");
+  const model::GPT2Config& config = ctx_.spec.job.model;
   const bool local = sync_ != nullptr && ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
   const model::FragmentLayout& mine = fragment_->layout();
-  // Parameters, m, v, and (local mode) the outer step's anchor and momentum.
-  FragmentArray flat[5];
-  for (auto& f : flat) f.values.resize(mine.total());
-  std::string loader_state;
-  v1::FetchFragmentRequest req;
-  req.set_job_id(a.job_id());
-  req.set_step(step);
-  req.set_include_state(true);
-  req.set_include_sync_state(local);
-  req.set_layer_begin(static_cast<uint32_t>(mine.begin()));
-  req.set_layer_end(static_cast<uint32_t>(mine.end()));
-  RETURN_IF_ERROR(ch->FetchFragment(req, [&](transport::WireTensor t) -> Status {
-    if (stop_) return absl::CancelledError("stage stopped during a rejoin");
-    const v1::TensorFrame& f = t.header;
-    if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
-      ASSIGN_OR_RETURN(loader_state, OpenLoaderState(t.payload, site));
-      return absl::OkStatus();
+  // Parameters, m, v, and (local mode) the outer step's anchor and momentum. The source
+  // replica may be split differently: this stage's layers come from each of its stages that
+  // holds some of them, copied slice by slice (the embedding from a stage at an end).
+  std::vector<float> part[5];
+  for (auto& p : part) p.resize(static_cast<size_t>(mine.total()));
+  std::string loader_state, sites;
+  for (int i = grid_.start[source]; i < grid_.start[source + 1]; ++i) {
+    const v1::StageInfo& from = a.stages(i);
+    const int b = static_cast<int>(from.layer_begin()), e = static_cast<int>(from.layer_end());
+    const bool overlaps = b < mine.end() && mine.begin() < e;
+    if (!overlaps && !(mine.is_first() && b == 0) && !(mine.is_last() && e == config.num_layers)) {
+      continue;
     }
-    int which = -1;
-    if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
-    if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && f.tensor_id() >= 1 && f.tensor_id() <= 4)
-      which = static_cast<int>(f.tensor_id());
-    if (which < 0 || (which >= 3 && !local)) {
-      return absl::DataLossError("rejoin from " + site + ": unexpected " +
-                                 v1::TensorKind_Name(f.kind()) + " tensor " +
-                                 std::to_string(f.tensor_id()));
+    const std::string& site = from.site();
+    transport::Link* ch = ctx_.channel ? ctx_.channel(site) : nullptr;
+    if (!ch) return absl::UnavailableError("cannot reach site '" + site + "' to rejoin from");
+    const model::FragmentLayout layout(config, b, e);
+    FragmentArray flat[5];
+    for (auto& f : flat) f.values.resize(layout.total());
+    v1::FetchFragmentRequest req;
+    req.set_job_id(a.job_id());
+    req.set_step(step);
+    req.set_include_state(true);
+    req.set_include_sync_state(local);
+    req.set_layer_begin(static_cast<uint32_t>(b));
+    req.set_layer_end(static_cast<uint32_t>(e));
+    RETURN_IF_ERROR(ch->FetchFragment(req, [&](transport::WireTensor t) -> Status {
+      if (stop_) return absl::CancelledError("stage stopped during a rejoin");
+      const v1::TensorFrame& f = t.header;
+      if (f.kind() == v1::TENSOR_KIND_LOADER_STATE) {
+        ASSIGN_OR_RETURN(std::string text, OpenLoaderState(t.payload, site));
+        if (b == 0) loader_state = std::move(text);  // the source's first stage reads its data
+        return absl::OkStatus();
+      }
+      int which = -1;
+      if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
+      if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && f.tensor_id() >= 1 && f.tensor_id() <= 4)
+        which = static_cast<int>(f.tensor_id());
+      if (which < 0 || (which >= 3 && !local)) {
+        return absl::DataLossError("rejoin from " + site + ": unexpected " +
+                                   v1::TensorKind_Name(f.kind()) + " tensor " +
+                                   std::to_string(f.tensor_id()));
+      }
+      return PlaceSlice(t, &flat[which], site);
+    }));
+    const char* what[] = {"parameters", "AdamW m", "AdamW v", "outer anchor", "outer momentum"};
+    for (int k = 0; k < (local ? 5 : 3); ++k) {
+      RETURN_IF_ERROR(CheckComplete(flat[k], site, what[k]));
+      CopyOverlap(layout, flat[k].values.data(), mine, part[k].data());
     }
-    return PlaceSlice(t, &flat[which], site);
-  }));
-  const char* what[] = {"parameters", "AdamW m", "AdamW v", "outer anchor", "outer momentum"};
-  for (int k = 0; k < (local ? 5 : 3); ++k) RETURN_IF_ERROR(CheckComplete(flat[k], site, what[k]));
+    sites += (sites.empty() ? "" : ", ") + site;
+  }
+  if (sites.empty()) {
+    return absl::InvalidArgumentError("job " + a.job_id() + ": replica " + std::to_string(source) +
+                                      " holds none of layers " + std::to_string(mine.begin()) +
+                                      ".." + std::to_string(mine.end()));
+  }
   // Local mode: the live replicas' state at their last outer step, the anchor (their
   // parameters, at a sync step); the inner steps since then are theirs, not this replica's.
-  fragment_->SetParameters(local ? flat[3].values.data() : flat[0].values.data());
-  fragment_->SetOptimizerState(flat[1].values.data(), flat[2].values.data());
+  fragment_->SetParameters(local ? part[3].data() : part[0].data());
+  fragment_->SetOptimizerState(part[1].data(), part[2].data());
   if (loader_) {
     if (loader_state.empty()) {
-      return absl::DataLossError("rejoin from " + site + ": no data loader state");
+      return absl::DataLossError("rejoin from " + sites + ": no data loader state");
     }
     // The live replica's position in its shard is this replica's in its own: the same steps,
     // of this replica's block (its own microbatches) each.
@@ -141,7 +186,7 @@ Status StageRunner::Rejoin(uint64_t step) {
     if (ls.shards != own.shards || ls.shard_block <= 0 ||
         ls.position / ls.shard_block != static_cast<int64_t>(step) ||
         ls.position % ls.shard_block != 0) {
-      return absl::DataLossError("rejoin from " + site + ": data loader state '" + loader_state +
+      return absl::DataLossError("rejoin from " + sites + ": data loader state '" + loader_state +
                                  "' is not step " + std::to_string(step) + " of a shard of " +
                                  std::to_string(own.shards));
     }
@@ -152,11 +197,9 @@ Status StageRunner::Rejoin(uint64_t step) {
     ls.offset = own.offset;
     RETURN_IF_ERROR(loader_->Restore(ls));
   }
-  if (local) {
-    RETURN_IF_ERROR(outer_.Restore(std::move(flat[3].values), std::move(flat[4].values)));
-  }
-  ctx_.log->info("job {}: stage {} (replica {}) rejoined at step {} from {}'s stage {}", a.job_id(),
-                 stage_, grid_.replica(stage_), step, site, source);
+  if (local) RETURN_IF_ERROR(outer_.Restore(std::move(part[3]), std::move(part[4])));
+  ctx_.log->info("job {}: stage {} (replica {}) rejoined at step {} from replica {} ({})",
+                 a.job_id(), stage_, grid_.replica(stage_), step, source, sites);
   // Checkpoint here at once: a rollback to this step must find the state on this site.
   return Checkpoint(step);
 }

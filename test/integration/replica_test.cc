@@ -28,6 +28,7 @@
 #include "fleet/local_fleet.h"
 #include "kernels/ops.h"
 #include "model/checkpoint.h"
+#include "model/layout.h"
 #include "model/trainer.h"
 #include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
@@ -446,6 +447,49 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
   auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
   CHECK_THAT(metrics.body,
              Catch::Contains("longhaul_job_replica_rejoins_total{job=\"" + id + "\"} 1"));
+}
+
+TEST_CASE("a replica split differently rejoins from the stages holding its layers") {
+  // Replica 0 on alpha (layer 0) and beta (layer 1), replica 1 on gamma alone: beta is lost,
+  // replica 0 sits out, and on beta's return alpha and beta each take their layers from
+  // gamma's one stage.
+  const int steps = 40;
+  std::string yaml =
+      JobYaml("replica_stages: [2, 1]\nsync: {mode: local, every: 2, codec: q8}\n", steps);
+  yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.04);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  c.daemons[1].reset();  // beta: replica 0's last stage
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        return s.dropped_replicas_size() == 1 && s.state() == v1::JOB_STATE_RUNNING;
+      },
+      120s));
+  CHECK(c.Status(id).dropped_replicas(0) == 0);
+  c.Start(1);
+  c.at(1).jobs().set_throttle(0.04);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.dropped_replicas_size() == 0);
+  CHECK(s.replica_rejoins() == 1);
+  CHECK_THAT(s.detail(), Catch::Contains("replica 0 rejoined at step"));
+  // After the last outer step both replicas hold the same model, bit for bit: alpha's and
+  // beta's layers put together are gamma's.
+  const model::GPT2Config config = model::MakeConfig(2, 32, 2, 256, 32);
+  std::vector<float> split(static_cast<size_t>(model::NumParameters(config)));
+  std::vector<float> whole = split;
+  model::FragmentLayout(config, 0, 1)
+      .InsertIntoModel(CheckpointParams(c, 0, id, steps, 0, 1).data(), split.data());
+  model::FragmentLayout(config, 1, 2)
+      .InsertIntoModel(CheckpointParams(c, 1, id, steps, 1, 2).data(), split.data());
+  model::FragmentLayout(config, 0, 2)
+      .InsertIntoModel(CheckpointParams(c, 2, id, steps, 0, 2).data(), whole.data());
+  CHECK(split == whole);
 }
 
 TEST_CASE("replica jobs are checked when submitted") {
