@@ -15,7 +15,7 @@ namespace {
 // The `sync:` block (or its defaults when absent: `entry` null).
 Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* entry, JobSpec* spec) {
   fleet::SyncOptions& sync = spec->sync;
-  bool codec_given = false, loss_given = false;
+  bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
     ASSIGN_OR_RETURN(auto fields,
                      w.Map(*entry, {"mode", "every", "outer", "codec", "on_site_loss"}));
@@ -41,10 +41,12 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
       if (auto o = outer.find("lr"); o != outer.end()) {
         ASSIGN_OR_RETURN(const double lr, w.Double(o->second, 1e-9, 100));
         sync.outer.lr = static_cast<float>(lr);
+        lr_given = true;
       }
       if (auto o = outer.find("momentum"); o != outer.end()) {
         ASSIGN_OR_RETURN(const double m, w.Double(o->second, 0, 0.999999));
         sync.outer.momentum = static_cast<float>(m);
+        momentum_given = true;
       }
       if (auto o = outer.find("nesterov"); o != outer.end()) {
         ASSIGN_OR_RETURN(std::string v, w.String(o->second));
@@ -65,6 +67,13 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   }
   const bool step = sync.mode == fleet::SyncMode::kStep;
   if (!codec_given) sync.codec = step ? "exact" : "q4";
+  // A top-k codec's error feedback carries what a sync leaves out to the next, as momentum
+  // would: its outer step defaults to plain averaging (the replica study in BENCHMARKS.md:
+  // with the Nesterov default it does not train). Given values stay.
+  if (sync.codec.rfind("topk:", 0) == 0) {
+    if (!lr_given) sync.outer.lr = 1.0f;
+    if (!momentum_given) sync.outer.momentum = 0.0f;
+  }
   // Dropping a replica restarts the others from the committed step, and it rejoins at a later
   // one: without checkpoints until the end (checkpoint.every 0) both would start over.
   const bool checkpoints = spec->job.checkpoint.every > 0;

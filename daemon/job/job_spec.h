@@ -43,10 +43,12 @@
 //                                    # local (default): `every` inner steps, then an outer step
 //     every: 50                      # local: inner steps per outer step
 //     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
+//                                    # (with a top-k codec the defaults are lr 1, momentum
+//                                    # 0: plain averaging)
 //     codec: q4                      # what crosses between replicas, with error feedback on
 //                                    # lossy codecs: exact | bf16 | q8 | q4 | q2 |
-//                                    # topk:F+CODEC ... (with top-k set outer: {lr: 1,
-//                                    # momentum: 0}: error feedback is the momentum, see the
+//                                    # topk:F+CODEC ... (its outer step defaults to plain
+//                                    # averaging: error feedback is the momentum, see the
 //                                    # replica study in BENCHMARKS.md; default: exact in step
 //                                    # mode, q4 in local mode) |
 //                                    # adaptive: per sync, the least lossy of fp32..q4 that

@@ -65,6 +65,18 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK(full->sync.outer.momentum == 0.8f);
   CHECK_FALSE(full->sync.outer.nesterov);
   CHECK(full->sync.codec == "topk:0.03+q4");
+  // With top-k the outer step defaults to plain averaging (a given value stays).
+  auto topk = ParseJobSpec(Job("replicas: 2\nsync: {codec: topk:0.03+q4}\n"), "job.yaml", ".");
+  REQUIRE(topk.ok());
+  CHECK(topk->sync.outer.lr == 1.0f);
+  CHECK(topk->sync.outer.momentum == 0.0f);
+  auto topk_lr = ParseJobSpec(Job("replicas: 2\nsync: {codec: topk:0.03+q4, outer: {lr: 0.5}}\n"),
+                              "job.yaml", ".");
+  REQUIRE(topk_lr.ok());
+  CHECK(topk_lr->sync.outer.lr == 0.5f);
+  CHECK(topk_lr->sync.outer.momentum == 0.0f);
+  CHECK(two->sync.outer.lr == 0.7f);  // q4: the DiLoCo defaults
+  CHECK(two->sync.outer.momentum == 0.9f);
 
   auto error = [](const std::string& extra) {
     auto s = ParseJobSpec(Job(extra), "job.yaml", ".");
