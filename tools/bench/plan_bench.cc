@@ -193,6 +193,23 @@ int Study(const std::vector<int>& sizes, const std::vector<std::string>& models,
   return 0;
 }
 
+// One row of the replicated-plan table: the plan and replicas columns as given, the rest from
+// `p`; with `own_pace`, the design where each replica steps at its own pace (paced tokens/s,
+// the slowest replica's step, no exposed sync column).
+void PrintReplicaRow(int n, const std::string& model, const std::string& plan,
+                     const std::string& replicas, const ReplicaPlan& p, double single_tps,
+                     bool own_pace) {
+  const double tps = own_pace ? p.paced_tokens_per_second : p.tokens_per_second;
+  char exposed[32] = "-";
+  if (!own_pace) std::snprintf(exposed, sizeof(exposed), "%.4f s", p.exposed_sync_per_step);
+  std::printf(
+      "| %d | %s | %s | %s | %d of %d (%.0f%%) | %.3f s%s | %.2f s | %.2f | %s | %.0f | %.2fx | "
+      "%s |\n",
+      n, model.c_str(), plan.c_str(), replicas.c_str(), p.sites_used, n, 100.0 * p.sites_used / n,
+      p.replica_step_seconds, own_pace ? " (slowest)" : "", p.sync_seconds, p.sync_bytes / 1e9,
+      exposed, tps, tps / single_tps, p.sync_bottleneck.c_str());
+}
+
 // Replicated plans (scheduler/replica_planner.h) against the single-pipeline plan: how many
 // of the sites each uses and the tokens/s the cost model predicts, with the sync priced at
 // `every` inner steps per sync in q4 (or `bytes_per_value`), streamed behind the next steps.
@@ -266,65 +283,40 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
           "| 1.00x | - |\n",
           n, name.c_str(), single->stages.size(), n, 100.0 * single->stages.size() / n,
           single->estimate.step_seconds, single_tps);
-      std::printf(
-          "| %d | %s | replicated, sync every %d | %zu | %d of %d (%.0f%%) | %.3f s | "
-          "%.2f s | %.2f | %.4f s | %.0f | %.2fx | %s |\n",
-          n, name.c_str(), every, fleet->replicas.size(), fleet->sites_used, n,
-          100.0 * fleet->sites_used / n, fleet->replica_step_seconds, fleet->sync_seconds,
-          fleet->sync_bytes / 1e9, fleet->exposed_sync_per_step, fleet->tokens_per_second,
-          fleet->tokens_per_second / single_tps, fleet->sync_bottleneck.c_str());
-      std::printf(
-          "| %d | %s | replicated, paced, sync every %d | %zu | %d of %d (%.0f%%) | "
-          "%.3f s (slowest) | %.2f s | %.2f | - | %.0f | %.2fx | %s |\n",
-          n, name.c_str(), every, paced->replicas.size(), paced->sites_used, n,
-          100.0 * paced->sites_used / n, paced->replica_step_seconds, paced->sync_seconds,
-          paced->sync_bytes / 1e9, paced->paced_tokens_per_second,
-          paced->paced_tokens_per_second / single_tps, paced->sync_bottleneck.c_str());
-      std::printf(
-          "| %d | %s | replicated, aligned (one split), sync every %d | %zu x %zu | %d of %d "
-          "(%.0f%%) | %.3f s | %.2f s | %.2f | %.4f s | %.0f | %.2fx | %s |\n",
-          n, name.c_str(), every, aligned->replicas.size(), aligned->replicas[0].stages.size(),
-          aligned->sites_used, n, 100.0 * aligned->sites_used / n, aligned->replica_step_seconds,
-          aligned->sync_seconds, aligned->sync_bytes / 1e9, aligned->exposed_sync_per_step,
-          aligned->tokens_per_second, aligned->tokens_per_second / single_tps,
-          aligned->sync_bottleneck.c_str());
-      std::printf(
-          "| %d | %s | replicated, aligned, blocking syncs (the runtime today), sync every %d | "
-          "%zu x %zu | %d of %d (%.0f%%) | %.3f s | %.2f s | %.2f | %.4f s | %.0f | %.2fx | %s |\n",
-          n, name.c_str(), every, blocking->replicas.size(), blocking->replicas[0].stages.size(),
-          blocking->sites_used, n, 100.0 * blocking->sites_used / n, blocking->replica_step_seconds,
-          blocking->sync_seconds, blocking->sync_bytes / 1e9, blocking->exposed_sync_per_step,
-          blocking->tokens_per_second, blocking->tokens_per_second / single_tps,
-          blocking->sync_bottleneck.c_str());
-      for (const auto* p : {&*mb_paced, &*mb_blocking}) {
-        const auto [lo, hi] = std::minmax_element(p->microbatches.begin(), p->microbatches.end());
-        std::printf(
-            "| %d | %s | replicated, aligned, paced by microbatches (%d..%d of %d)%s, sync every "
-            "%d | %zu x %zu | %d of %d (%.0f%%) | %.3f s | %.2f s | %.2f | %.4f s | %.0f | %.2fx "
-            "| %s |\n",
-            n, name.c_str(), p->microbatches.empty() ? 0 : *lo, p->microbatches.empty() ? 0 : *hi,
-            wl.w.microbatches, p == &*mb_blocking ? ", blocking syncs" : "", every,
-            p->replicas.size(), p->replicas[0].stages.size(), p->sites_used, n,
-            100.0 * p->sites_used / n, p->replica_step_seconds, p->sync_seconds,
-            p->sync_bytes / 1e9, p->exposed_sync_per_step, p->tokens_per_second,
-            p->tokens_per_second / single_tps, p->sync_bottleneck.c_str());
-      }
+      const auto row = [&](const std::string& plan, const std::string& replicas,
+                           const ReplicaPlan& p, bool own_pace = false) {
+        PrintReplicaRow(n, name, plan + ", sync every " + std::to_string(every), replicas, p,
+                        single_tps, own_pace);
+      };
+      const auto alike = [](const ReplicaPlan& p) {
+        return std::to_string(p.replicas.size()) + " x " +
+               std::to_string(p.replicas[0].stages.size());
+      };
+      const auto counts = [&](const ReplicaPlan& p) {
+        const auto [lo, hi] = std::minmax_element(p.microbatches.begin(), p.microbatches.end());
+        return " (" + std::to_string(p.microbatches.empty() ? 0 : *lo) + ".." +
+               std::to_string(p.microbatches.empty() ? 0 : *hi) + " of " +
+               std::to_string(wl.w.microbatches) + ")";
+      };
+      row("replicated", std::to_string(fleet->replicas.size()), *fleet);
+      row("replicated, paced", std::to_string(paced->replicas.size()), *paced, true);
+      row("replicated, aligned (one split)", alike(*aligned), *aligned);
+      row("replicated, aligned, blocking syncs (the runtime today)", alike(*blocking), *blocking);
+      row("replicated, aligned, paced by microbatches" + counts(*mb_paced), alike(*mb_paced),
+          *mb_paced);
+      row("replicated, aligned, paced by microbatches" + counts(*mb_blocking) + ", blocking syncs",
+          alike(*mb_blocking), *mb_blocking);
       for (const auto* p : {&*split_paced, &*split_blocking}) {
-        const auto [lo, hi] = std::minmax_element(p->microbatches.begin(), p->microbatches.end());
         size_t s_lo = SIZE_MAX, s_hi = 0;
         for (const auto& rep : p->replicas) {
           s_lo = std::min(s_lo, rep.stages.size());
           s_hi = std::max(s_hi, rep.stages.size());
         }
-        std::printf(
-            "| %d | %s | replicated, split per replica, paced by microbatches (%d..%d of %d)%s, "
-            "sync every %d | %zu (%zu..%zu stages) | %d of %d (%.0f%%) | %.3f s | %.2f s | %.2f | "
-            "%.4f s | %.0f | %.2fx | %s |\n",
-            n, name.c_str(), p->microbatches.empty() ? 0 : *lo, p->microbatches.empty() ? 0 : *hi,
-            wl.w.microbatches, p == &*split_blocking ? ", blocking syncs" : "", every,
-            p->replicas.size(), s_lo, s_hi, p->sites_used, n, 100.0 * p->sites_used / n,
-            p->replica_step_seconds, p->sync_seconds, p->sync_bytes / 1e9, p->exposed_sync_per_step,
-            p->tokens_per_second, p->tokens_per_second / single_tps, p->sync_bottleneck.c_str());
+        row("replicated, split per replica, paced by microbatches" + counts(*p) +
+                (p == &*split_blocking ? ", blocking syncs" : ""),
+            std::to_string(p->replicas.size()) + " (" + std::to_string(s_lo) + ".." +
+                std::to_string(s_hi) + " stages)",
+            *p);
       }
       std::fflush(stdout);
     }
