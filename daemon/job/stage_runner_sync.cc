@@ -85,6 +85,9 @@ Status StageRunner::InitSyncExchange() {
   }
   const bool adaptive = ctx_.spec.sync.codec == "adaptive";
   so.codec = adaptive ? kAdaptiveSyncStart : ctx_.spec.sync.codec;
+  // The tied embedding's copies (first and last stage) choose from different links: that
+  // slice stays at the start codec, the same on both.
+  if (adaptive) so.pinned_slice = fragment_->layout().model().SliceIndex(model::Tensor::kWte, 0);
   if (adaptive) {
     ASSIGN_OR_RETURN(SyncCodecChooser chooser, SyncCodecChooser::Create());
     sync_codec_.emplace(std::move(chooser));

@@ -186,6 +186,10 @@ Status SyncExchange::SetCodec(const std::string& codec, const std::string& reaso
   if (codec != o_.codec) {
     std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders;
     for (size_t k = 0; k < encoders_.size(); ++k) {
+      if (o_.routes[k].slice.index == o_.pinned_slice) {
+        encoders.push_back(std::move(encoders_[k]));
+        continue;
+      }
       ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(codec));
       RETURN_IF_ERROR(encoder->RestoreResidual(encoders_[k]->residual(),
                                                static_cast<size_t>(o_.routes[k].slice.size)));

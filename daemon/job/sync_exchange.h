@@ -38,7 +38,11 @@ struct SyncExchangeOptions {
   std::map<int, std::string> stage_sites;  // by flat stage: the sites of those stages
   std::vector<bool> live;                  // by replica; false: dropped (empty: all live)
   std::string codec;                       // a fixed sync codec (fleet/sync_options.h)
-  int model_slices = 0;                    // ParameterLayout::num_slices (for the seeds)
+  // A slice SetCodec leaves at `codec`, the one it started with (-1: none): the tied
+  // embedding under the adaptive sync codec, whose copies on a replica's first and last
+  // stage must take the same steps while each stage chooses from its own links.
+  int pinned_slice = -1;
+  int model_slices = 0;  // ParameterLayout::num_slices (for the seeds)
   Inbox* inbox = nullptr;
   double heartbeat_seconds = 1.0;
   const std::atomic<bool>* stop = nullptr;
@@ -55,7 +59,8 @@ class SyncExchange {
                    std::span<float> out);
 
   // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried
-  // over; `reason` is the usage's explanation (the adaptive choice's).
+  // over, the pinned slice excepted; `reason` is the usage's explanation (the adaptive
+  // choice's).
   Status SetCodec(const std::string& codec, const std::string& reason);
   const std::string& codec() const { return o_.codec; }
 

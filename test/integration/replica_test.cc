@@ -562,6 +562,49 @@ TEST_CASE("the adaptive sync codec follows the measured links") {
   }
 }
 
+TEST_CASE("under the adaptive sync codec the tied embedding's two copies stay equal") {
+  // The first stages' group (alpha, gamma) syncs over slow links, the last stages' (beta,
+  // delta) over fast ones: the two groups choose different codecs, but the embedding, held
+  // by a replica's first and last stage, must take the same steps on both.
+  Cluster c([&](daemon::transport::LoopbackNetwork& net) {
+    net.SetRate("alpha", "gamma", 1e4);
+    net.SetRate("gamma", "alpha", 1e4);
+  });
+  REQUIRE(testing::WaitFor(
+      [&] {
+        for (size_t i : {size_t{0}, size_t{2}}) {
+          const v1::ListLinksResponse links = c.at(i).Links();
+          for (const auto& l : links.links()) {
+            const double bw = l.outbound().bandwidth_bytes_per_second();
+            if (bw <= 0 || ((l.peer() == "alpha" || l.peer() == "gamma") && bw > 1e5)) {
+              return false;
+            }
+          }
+        }
+        return true;
+      },
+      60s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.02);
+  const int steps = 6;
+  const std::string id =
+      c.Submit(JobYaml("sync: {mode: local, every: 2, codec: adaptive}\n", steps));
+  const v1::JobStatus s = c.WaitCompleted(id);
+  REQUIRE(s.sync_groups_size() == 2);
+  CHECK(s.sync_groups(0).codec() == "q4");
+  CHECK(s.sync_groups(1).codec() == "fp32");
+  const model::GPT2Config config = model::MakeConfig(2, 32, 2, 256, 32);
+  for (size_t first : {size_t{0}, size_t{2}}) {
+    INFO("replica " << first / 2);
+    const model::FragmentLayout a(config, 0, 1), b(config, 1, 2);
+    const std::vector<float> pa = CheckpointParams(c, first, id, steps, 0, 1);
+    const std::vector<float> pb = CheckpointParams(c, first + 1, id, steps, 1, 2);
+    const auto t = model::Tensor::kWte;
+    REQUIRE(a.size(t) == b.size(t));
+    CHECK(std::equal(pa.begin() + a.offset(t), pa.begin() + a.offset(t) + a.size(t),
+                     pb.begin() + b.offset(t)));
+  }
+}
+
 // The plan's replicas: how many, and every replica's stage count, with the checks the
 // runtime relies on (one split for all, a site in one replica only).
 std::pair<int, int> PlanShape(const v1::JobStatus& s) {
