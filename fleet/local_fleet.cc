@@ -157,18 +157,36 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
   }
   FleetStepResult result;
   result.loss = static_cast<float>(loss_sum / double(all));
-  const int done = step + 1;
-  if (done % options_.sync.every != 0 && done != total_steps) return result;
+  const LocalSyncAction action = LocalSyncAt(options_.sync, static_cast<uint64_t>(step) + 1,
+                                             static_cast<uint64_t>(total_steps));
   const size_t P = outer_.size();
-  std::vector<std::vector<float>> deltas(n, std::vector<float>(P));
   std::vector<float> params(P);
+  if (action.finish) {  // the streaming sync started `overlap` steps ago
+    outer_.Step(options_.sync.outer, pending_mean_);
+    for (size_t r = 0; r < n; ++r) {
+      replicas_[r].chain->StoreIntoModel(params.data());
+      outer_.Rebase(started_[r], params);
+      replicas_[r].chain->LoadFromModel(params.data());
+    }
+    started_.clear();
+    pending_mean_.clear();
+    result.synced = true;
+  }
+  if (!action.start && !action.blocking) return result;
+  std::vector<std::vector<float>> deltas(n, std::vector<float>(P));
+  if (action.start) started_.assign(n, std::vector<float>(P));
   for (size_t r = 0; r < n; ++r) {
     replicas_[r].chain->StoreIntoModel(params.data());
     outer_.PseudoGradient(params, deltas[r]);
+    if (action.start) started_[r] = params;
   }
   // Each pseudo-gradient weighs by the tokens its replica trained since the last sync.
   std::vector<float> mean;
   RETURN_IF_ERROR(Reduce(deltas, TokenWeights(microbatches), static_cast<uint64_t>(step), &mean));
+  if (action.start) {  // applied `overlap` steps later
+    pending_mean_ = std::move(mean);
+    return result;
+  }
   outer_.Step(options_.sync.outer, mean);
   for (Replica& r : replicas_) r.chain->LoadFromModel(outer_.anchor().data());
   result.synced = true;

@@ -19,6 +19,9 @@
 //   local: each replica takes ordinary steps (its own clipping and AdamW state); after every
 //          `every`-th step and the last, the token-weighted mean pseudo-gradient (TokenWeights)
 //          goes through the outer step and every replica continues from the new anchor.
+//          With sync.overlap k the sync starts there and ends k steps later (each replica
+//          then continues from the new anchor plus what its k steps moved), as the daemons'
+//          streaming syncs do.
 #pragma once
 
 #include <cstdint>
@@ -115,6 +118,10 @@ class LocalFleet {
   std::vector<Replica> replicas_;
   std::vector<SyncSlice> slices_;  // of the whole model
   OuterOptimizer outer_;
+  // A streaming sync in flight (sync.overlap): each replica's parameters when it started,
+  // and the mean pseudo-gradient its frames carry.
+  std::vector<std::vector<float>> started_;
+  std::vector<float> pending_mean_;
   FleetTraffic traffic_;
 };
 

@@ -47,4 +47,8 @@ void OuterOptimizer::Step(const OuterOptions& o, std::span<const float> delta) {
   }
 }
 
+void OuterOptimizer::Rebase(std::span<const float> started, std::span<float> params) const {
+  for (size_t i = 0; i < anchor_.size(); ++i) params[i] = anchor_[i] + (params[i] - started[i]);
+}
+
 }  // namespace longhaul::fleet

@@ -42,6 +42,10 @@ class OuterOptimizer {
   void PseudoGradient(std::span<const float> params, std::span<float> out) const;
   // The outer step with the group's mean pseudo-gradient. REQUIRES: delta.size() == size().
   void Step(const OuterOptions& options, std::span<const float> delta);
+  // A streaming sync's end (sync_options.h, overlap): params = anchor + (params - started),
+  // `started` being the parameters when the sync started; what the inner steps since then
+  // moved stays. REQUIRES: both of size().
+  void Rebase(std::span<const float> started, std::span<float> params) const;
 
   size_t size() const { return anchor_.size(); }
   const std::vector<float>& anchor() const { return anchor_; }

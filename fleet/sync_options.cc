@@ -1,6 +1,8 @@
 // Parsing and validating the sync options (see sync_options.h).
 #include "fleet/sync_options.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace longhaul::fleet {
@@ -36,9 +38,41 @@ StatusOr<compression::CodecSpec> FixedSyncCodec(std::string_view codec) {
   return spec;
 }
 
+LocalSyncAction LocalSyncAt(const SyncOptions& o, uint64_t done, uint64_t total) {
+  LocalSyncAction a;
+  const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
+  const uint64_t overlap = static_cast<uint64_t>(std::max(0, o.overlap));
+  if (done == 0) return a;
+  if (overlap == 0) {
+    a.blocking = done % every == 0 || done == total;
+    return a;
+  }
+  // The one sync that can be in flight (overlap < every): the last multiple of every before
+  // `done`, if it started within `overlap` steps or this is the last step.
+  const uint64_t last_start = (done - 1) / every * every;
+  if (last_start > 0 && last_start < total &&
+      (last_start + overlap == done || (done == total && last_start + overlap > done))) {
+    a.finish = true;
+    a.started = last_start;
+  }
+  a.start = done % every == 0 && done < total;
+  a.blocking = done == total;
+  return a;
+}
+
 Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.every < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.every must be >= 1, not ", o.every));
+  }
+  if (o.overlap < 0 || (o.overlap > 0 && o.overlap >= o.every)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.overlap must be in [0, every) = [0, ", o.every, "), not ", o.overlap,
+                     " (a sync has to finish before the next one starts)"));
+  }
+  if (o.overlap > 0 && o.mode != SyncMode::kLocal) {
+    return absl::InvalidArgumentError(
+        "sync.overlap needs mode local (in mode step the gradients are summed before each "
+        "step's update)");
   }
   if (o.on_site_loss == SiteLoss::kDrop && o.mode != SyncMode::kLocal) {
     return absl::InvalidArgumentError(

@@ -4,6 +4,10 @@
 //          optimizer step, so the replicas are one model training the union batch;
 //   local: each replica takes `every` inner steps with its own optimizer, then the group
 //          averages the pseudo-gradients and takes an outer step (outer_optimizer.h).
+//          With `overlap` k > 0 the sync streams: it starts after the `every`-th step and
+//          the replicas train k more inner steps while its frames cross the links; then the
+//          outer step applies and each replica keeps what those k steps moved
+//          (OuterOptimizer::Rebase). The last step's sync blocks, so the replicas end equal.
 //
 // What crosses a link between replicas is encoded with `codec`, with error feedback for
 // every lossy codec (sync_reduce.h): "exact" (fp32, bit for bit), a fixed codec spec
@@ -32,7 +36,8 @@ enum class SiteLoss { kDrop, kWait };
 
 struct SyncOptions {
   SyncMode mode = SyncMode::kLocal;
-  int every = 50;  // local: inner steps per outer step; >= 1
+  int every = 50;   // local: inner steps per outer step; >= 1
+  int overlap = 0;  // local: inner steps a sync runs behind (0: it blocks); < every
   OuterOptions outer;
   std::string codec = "adaptive";
   // The job spec's default is drop in local mode (daemon/job/job_spec.h), wait in step mode.
@@ -47,8 +52,20 @@ const char* SiteLossName(SiteLoss loss);
 // "drop" or "wait"; the error names the accepted values.
 StatusOr<SiteLoss> ParseSiteLoss(std::string_view text);
 
-// every >= 1, on_site_loss drop only in local mode, the outer options' ranges, and a codec that is
-// "exact", "adaptive" or parses.
+// Local mode's syncs after `done` of `total` steps (1-based), in this order: `finish` the
+// streaming sync started `overlap` steps ago (or earlier, at the last step), then `start`
+// one (a multiple of `every` before the last step, overlap > 0) or run one `blocking`
+// (overlap 0: a multiple of every or the last step; overlap > 0: the last step).
+struct LocalSyncAction {
+  bool finish = false;
+  bool start = false;
+  bool blocking = false;
+  uint64_t started = 0;  // with finish: the `done` at which the finishing sync started
+};
+LocalSyncAction LocalSyncAt(const SyncOptions& options, uint64_t done, uint64_t total);
+
+// every >= 1, 0 <= overlap < every (overlap > 0 only in local mode), on_site_loss drop only in
+// local mode, the outer options' ranges, and a codec that is "exact", "adaptive" or parses.
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The codec spec of a fixed sync codec ("exact" is fp32); "adaptive" and unparsable specs

@@ -78,7 +78,8 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
     }
   }
   const int every = std::max(1, sync.every);
-  const double hidden = sync.overlap ? every * p.replica_step_seconds : 0;
+  const int behind = std::clamp(sync.overlap, 0, every);
+  const double hidden = behind * p.replica_step_seconds;
   p.exposed_sync_per_step = std::max(0.0, p.sync_seconds - hidden) / every;
   p.step_seconds = p.replica_step_seconds + p.exposed_sync_per_step;
   double all_microbatches = 0;
@@ -93,7 +94,7 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
     if (fastest == 0 || r.estimate.step_seconds < fastest) fastest = r.estimate.step_seconds;
   }
   const double interval = every * fastest;  // wall time between syncs
-  const double exposed = std::max(0.0, p.sync_seconds - (sync.overlap ? interval : 0));
+  const double exposed = std::max(0.0, p.sync_seconds - behind * fastest);
   for (const PlanResult& r : p.replicas) {
     if (r.estimate.step_seconds > 0) paced += r.estimate.tokens_per_step / r.estimate.step_seconds;
   }

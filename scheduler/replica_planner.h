@@ -10,8 +10,9 @@
 // pace (the syncs wait for it). A sync moves each stage's contribution (its layers'
 // parameters in the sync codec: bytes_per_value each) to the sites that hold the same layers
 // in every other replica, all flows in parallel; the slowest site's sending time is the
-// sync's. Every `every` steps one sync; with `overlap` (streaming syncs that run behind the
-// next inner steps) only the part longer than those steps is exposed.
+// sync's. Every `every` steps one sync; with `overlap` k (streaming syncs that run behind the
+// next k inner steps, the job's sync.overlap) only the part longer than those steps is
+// exposed.
 #pragma once
 
 #include <string>
@@ -25,7 +26,7 @@ namespace longhaul::scheduler {
 struct SyncCostOptions {
   int every = 50;                   // inner steps per sync; 1: sync mode step
   double bytes_per_value = 0.5625;  // q4 with an fp32 scale per 64 values; exact: 4
-  bool overlap = true;              // a sync runs behind the next inner steps
+  int overlap = 0;                  // inner steps a sync runs behind (0: it blocks); <= every
 };
 
 struct ReplicaPlanRequest {

@@ -40,10 +40,20 @@ Status Inbox::CheckKeyLocked(const TensorKey& key) const {
   return absl::OkStatus();
 }
 
+bool Inbox::PassedLocked(const TensorKey& key) const {
+  const uint64_t lag = key.kind == v1::TENSOR_KIND_SYNC ? sync_lag_ : 0;
+  return key.attempt == attempt_ && key.step + lag < step_;
+}
+
+void Inbox::SetSyncLag(uint64_t steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sync_lag_ = steps;
+}
+
 Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
   std::unique_lock<std::mutex> lock(mu_);
   RETURN_IF_ERROR(CheckKeyLocked(key));
-  if (key.attempt == attempt_ && key.step < step_) {  // a step the stage has passed: a resend
+  if (PassedLocked(key)) {  // a step the stage has passed: a resend
     ++duplicates_;
     return absl::OkStatus();
   }
@@ -121,7 +131,7 @@ void Inbox::AdvanceTo(uint64_t step) {
   if (step <= step_) return;
   step_ = step;
   for (auto it = tensors_.begin(); it != tensors_.end();) {
-    if (it->first.attempt == attempt_ && it->first.step < step) {
+    if (PassedLocked(it->first)) {
       bytes_ -= it->second.payload.size();
       it = tensors_.erase(it);
     } else {
@@ -129,7 +139,7 @@ void Inbox::AdvanceTo(uint64_t step) {
     }
   }
   for (auto it = seen_.begin(); it != seen_.end();) {
-    it = (it->attempt == attempt_ && it->step < step) ? seen_.erase(it) : std::next(it);
+    it = PassedLocked(*it) ? seen_.erase(it) : std::next(it);
   }
   cv_.notify_all();
 }

@@ -68,8 +68,12 @@ class Inbox {
   // Drops everything of attempts before `attempt` and refuses them from now on; the stage
   // starts at `first_step`.
   void StartAttempt(uint32_t attempt, uint64_t first_step = 0);
-  // The stage runs `step` now: tensors of earlier steps are dropped and refused.
+  // The stage runs `step` now: tensors of earlier steps are dropped and refused, sync frames
+  // (TENSOR_KIND_SYNC) only once they are more than the sync lag behind.
   void AdvanceTo(uint64_t step);
+  // Streaming syncs (sync.overlap): a sync's frames are taken up to `steps` steps after the
+  // step that sent them.
+  void SetSyncLag(uint64_t steps);
   // Wakes every waiter with an error; later Puts and Takes fail.
   void Close(const std::string& reason);
 
@@ -78,6 +82,7 @@ class Inbox {
 
  private:
   Status CheckKeyLocked(const TensorKey& key) const;
+  bool PassedLocked(const TensorKey& key) const;  // of the current attempt, behind the stage
 
   const size_t capacity_;
   mutable std::mutex mu_;
@@ -87,6 +92,7 @@ class Inbox {
   size_t bytes_ = 0;
   uint32_t attempt_ = 0;
   uint64_t step_ = 0;  // the step the stage is at, in attempt_
+  uint64_t sync_lag_ = 0;
   bool closed_ = false;
   std::string close_reason_;
   uint64_t duplicates_ = 0;

@@ -2,6 +2,7 @@
 // sites, placement, compression and re-planning.
 #include "daemon/job/job_spec.h"
 
+#include <numeric>
 #include <set>
 
 #include "compression/codec.h"
@@ -18,7 +19,7 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
     ASSIGN_OR_RETURN(auto fields,
-                     w.Map(*entry, {"mode", "every", "outer", "codec", "on_site_loss"}));
+                     w.Map(*entry, {"mode", "every", "overlap", "outer", "codec", "on_site_loss"}));
     if (auto it = fields.find("on_site_loss"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));
       auto loss = fleet::ParseSiteLoss(text);
@@ -35,6 +36,10 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
     if (auto it = fields.find("every"); it != fields.end()) {
       ASSIGN_OR_RETURN(const int64_t every, w.Int(it->second, 1, 1000000));
       sync.every = static_cast<int>(every);
+    }
+    if (auto it = fields.find("overlap"); it != fields.end()) {
+      ASSIGN_OR_RETURN(const int64_t overlap, w.Int(it->second, 0, 999999));
+      sync.overlap = static_cast<int>(overlap);
     }
     if (auto it = fields.find("outer"); it != fields.end()) {
       ASSIGN_OR_RETURN(auto outer, w.Map(it->second, {"lr", "momentum", "nesterov"}));
@@ -86,7 +91,29 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   }
   const Status s = fleet::ValidateSyncOptions(sync);
   if (!s.ok() && entry != nullptr) return w.Error(*entry, s.message());
-  return s;
+  RETURN_IF_ERROR(s);
+  // A checkpoint is the state between steps with no sync in flight, or right before one starts
+  // (the stage resuming there starts it again): none may fall inside a streaming sync.
+  const int every = spec->job.checkpoint.every;
+  if (sync.overlap > 1 && every > 0) {
+    const int period = sync.every / std::gcd(every, sync.every);
+    for (int64_t k = 1; k <= period && k * every < spec->job.steps; ++k) {
+      const int64_t into = k * every % sync.every;
+      if (into >= 1 && into < sync.overlap) {
+        return w.Error(*entry, "checkpoint step " + std::to_string(k * every) + " (every " +
+                                   std::to_string(every) +
+                                   ") falls inside the streaming sync "
+                                   "started at step " +
+                                   std::to_string(k * every - into) + " (sync.every " +
+                                   std::to_string(sync.every) + ", overlap " +
+                                   std::to_string(sync.overlap) +
+                                   "): make checkpoint.every a multiple of sync.every, or the "
+                                   "overlap at most " +
+                                   std::to_string(into));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -342,7 +369,7 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   r.exact_count = spec.replicas > 0;
   r.paced = spec.paced;
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
-  r.sync.overlap = false;
+  r.sync.overlap = spec.sync.mode == fleet::SyncMode::kStep ? 0 : spec.sync.overlap;
   // adaptive is priced at its floor, the codec it falls to on a slow link.
   ASSIGN_OR_RETURN(const compression::CodecSpec codec,
                    fleet::FixedSyncCodec(spec.sync.codec == "adaptive" ? "q4" : spec.sync.codec));

@@ -42,6 +42,12 @@
 //     mode: local                    # step: gradients summed across replicas every step
 //                                    # local (default): `every` inner steps, then an outer step
 //     every: 50                      # local: inner steps per outer step
+//     overlap: 0                     # local: inner steps a sync streams behind (0: each sync
+//                                    # blocks; k in 1..every-1: the replicas train k more
+//                                    # steps while its frames cross, then the outer step
+//                                    # applies and each keeps what those k steps moved;
+//                                    # no checkpoint may fall inside: k - 1 steps after a
+//                                    # sync step; the last step's sync blocks)
 //     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
 //                                    # (with a top-k codec the defaults are lr 1, momentum
 //                                    # 0: plain averaging)

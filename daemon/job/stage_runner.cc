@@ -183,6 +183,8 @@ void StageRunner::Run() {
   if (s.ok() && start_step_ > 0 && start_step_ < steps && ValDue(ctx_.spec.job, start_step_)) {
     s = Validate(start_step_, start_step_);
   }
+  // A streaming sync starts after its step's checkpoint: from that checkpoint, again.
+  if (s.ok() && start_step_ > 0) s = StartSync(start_step_ - 1);
   for (uint64_t step = start_step_; s.ok() && step < steps && !stop_; ++step) {
     s = RunStep(step);
     if (!s.ok()) break;
@@ -324,6 +326,7 @@ Status StageRunner::RunStep(uint64_t step) {
   if ((every > 0 && done % every == 0) || done == static_cast<uint64_t>(ctx_.spec.job.steps)) {
     RETURN_IF_ERROR(Checkpoint(done));
   }
+  RETURN_IF_ERROR(StartSync(step));  // local mode with sync.overlap, at a sync step
   std::lock_guard<std::mutex> lock(mu_);
   status_.step = done;
   status_.compute_seconds = compute_acc_;

@@ -134,7 +134,11 @@ class StageRunner {
   void InitReplicaWeights();
   Status InitSyncExchange();  // the replicas' part of InitSync
   Status SyncGradients(uint64_t step);
+  // Local mode after the optimizer step of `step`: a streaming sync due to finish, then a
+  // blocking sync (fleet::LocalSyncAt). StartSync, after the step's checkpoint, starts a
+  // streaming one (sync.overlap); a stage resuming from that checkpoint starts it again.
   Status OuterStep(uint64_t step);
+  Status StartSync(uint64_t step);
   // sync: {codec: adaptive}: the codec of the next sync, for `compute_seconds` of compute
   // since the last one (sync_codec.h).
   Status ChooseSyncCodec(double compute_seconds);
@@ -157,7 +161,8 @@ class StageRunner {
   std::optional<SyncCodecChooser> sync_codec_;  // sync: {codec: adaptive}
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
-  fleet::OuterOptimizer outer_;  // local mode
+  fleet::OuterOptimizer outer_;      // local mode
+  std::vector<float> sync_started_;  // a streaming sync in flight: the parameters at its start
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<model::DataLoader> val_loader_;  // first stage, with data.val
   int val_batches_ = 0;                            // per pass (0: no validation)

@@ -1,8 +1,9 @@
 // StageRunner with pipeline replicas: the sync group's exchange (sync_exchange.h), sync mode
 // step's gradient sum before the step report, local mode's outer step (fleet/
-// outer_optimizer.h) after every `every`-th step and the last, and the sync state kept beside
-// the stage checkpoints (sync_checkpoint.h); and the tied-embedding exchange between the first
-// and last stage, whose lossy codec's residual that state also holds.
+// outer_optimizer.h) after every `every`-th step and the last (with sync.overlap, streaming:
+// started after the every-th step's checkpoint, finished `overlap` steps later), and the sync state
+// kept beside the stage checkpoints (sync_checkpoint.h); and the tied-embedding exchange between
+// the first and last stage, whose lossy codec's residual that state also holds.
 #include <algorithm>
 
 #include "daemon/job/replica_membership.h"
@@ -94,6 +95,8 @@ Status StageRunner::InitSyncExchange() {
   }
   so.model_slices = fragment_->layout().model().num_slices();
   so.inbox = ctx_.inbox;
+  // A streaming sync's frames are taken up to `overlap` steps after they were sent.
+  ctx_.inbox->SetSyncLag(static_cast<uint64_t>(std::max(0, ctx_.spec.sync.overlap)));
   so.heartbeat_seconds = ctx_.heartbeat_seconds;
   so.stop = &stop_;
   ASSIGN_OR_RETURN(sync_, SyncExchange::Create(std::move(so)));
@@ -114,22 +117,55 @@ Status StageRunner::SyncGradients(uint64_t step) {
 
 Status StageRunner::OuterStep(uint64_t step) {
   if (!sync_ || ctx_.spec.sync.mode != fleet::SyncMode::kLocal) return absl::OkStatus();
-  const uint64_t done = step + 1;
-  const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
-  if (done % every != 0 && done != static_cast<uint64_t>(ctx_.spec.job.steps)) {
-    return absl::OkStatus();
-  }
+  const fleet::LocalSyncAction action =
+      fleet::LocalSyncAt(ctx_.spec.sync, step + 1, static_cast<uint64_t>(ctx_.spec.job.steps));
   const size_t n = static_cast<size_t>(fragment_->layout().total());
-  std::vector<float> params(n), delta(n), mean(n);
+  std::vector<float> params(n);
+  if (action.finish) {
+    // The streaming sync started `overlap` steps ago: the outer step, and what the inner
+    // steps since then moved kept on top of the new anchor (fleet::OuterOptimizer::Rebase).
+    if (sync_started_.size() != n) {
+      return absl::InternalError("job " + ctx_.assignment.job_id() + " stage " +
+                                 std::to_string(stage_) + ": the sync started after step " +
+                                 std::to_string(action.started) + " has no start state");
+    }
+    std::vector<float> mean(n);
+    RETURN_IF_ERROR(sync_->Finish(token_weights_, mean));
+    outer_.Step(ctx_.spec.sync.outer, mean);
+    fragment_->GetParameters(params.data());
+    outer_.Rebase(sync_started_, params);
+    fragment_->SetParameters(params.data());
+    sync_started_ = {};
+  }
+  if (!action.blocking) return absl::OkStatus();
+  std::vector<float> delta(n), mean(n);
   fragment_->GetParameters(params.data());
   outer_.PseudoGradient(params, delta);
   // The inner steps' compute, as `every` times this step's.
+  const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
   RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
   // Each live replica's pseudo-gradient weighs by the tokens it trained since the last sync:
   // its microbatches of theirs (fleet::TokenWeights; equal when every replica trains as many).
   RETURN_IF_ERROR(sync_->AllGather(step, delta, token_weights_, mean));
   outer_.Step(ctx_.spec.sync.outer, mean);
   fragment_->SetParameters(outer_.anchor().data());
+  return absl::OkStatus();
+}
+
+Status StageRunner::StartSync(uint64_t step) {
+  if (!sync_ || ctx_.spec.sync.mode != fleet::SyncMode::kLocal) return absl::OkStatus();
+  if (!fleet::LocalSyncAt(ctx_.spec.sync, step + 1, static_cast<uint64_t>(ctx_.spec.job.steps))
+           .start) {
+    return absl::OkStatus();
+  }
+  const size_t n = static_cast<size_t>(fragment_->layout().total());
+  std::vector<float> params(n), delta(n);
+  fragment_->GetParameters(params.data());
+  outer_.PseudoGradient(params, delta);
+  const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
+  RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
+  RETURN_IF_ERROR(sync_->Start(step, delta));
+  sync_started_ = std::move(params);
   return absl::OkStatus();
 }
 

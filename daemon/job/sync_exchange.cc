@@ -66,17 +66,22 @@ Status SyncExchange::SendError() const {
 
 Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
                                std::span<const float> weights, std::span<float> out) {
-  const double begin = Now();
+  RETURN_IF_ERROR(Start(step, values));
+  blocking_ = true;  // all of it exposed
+  return Finish(weights, out);
+}
+
+Status SyncExchange::Start(uint64_t step, std::span<const float> values) {
+  if (in_flight()) {
+    return absl::FailedPreconditionError("sync of step " + std::to_string(step) +
+                                         ": the previous sync has not finished");
+  }
+  started_at_ = Now();
+  blocking_ = false;
   const int replicas = o_.grid.replicas;
   const int me = o_.grid.replica(o_.stage);
   const size_t n = values.size();
-  if (out.size() != n || weights.size() != static_cast<size_t>(replicas)) {
-    return absl::InvalidArgumentError(
-        "sync: " + std::to_string(n) + " values into " + std::to_string(out.size()) + ", " +
-        std::to_string(weights.size()) + " weights for " + std::to_string(replicas) + " replicas");
-  }
-  // Every member's decoded contribution, by replica; this stage's own from its own frames.
-  std::vector<std::vector<float>> decoded(static_cast<size_t>(replicas), std::vector<float>(n));
+  decoded_.assign(static_cast<size_t>(replicas), std::vector<float>(n));
   std::vector<TensorKey> wanted;
   for (size_t k = 0; k < o_.routes.size(); ++k) {
     const fleet::SyncSlice& slice = o_.routes[k].slice;
@@ -90,7 +95,7 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
         part, fleet::SyncSeed(step, slice.index, o_.model_slices, me, replicas), &frame));
     ASSIGN_OR_RETURN(const compression::FrameHeader own, compression::ParseFrameHeader(frame));
     RETURN_IF_ERROR(compression::DecodeFrameValues(
-        own, frame, std::span<float>(decoded[me].data() + slice.offset, slice.size)));
+        own, frame, std::span<float>(decoded_[me].data() + slice.offset, slice.size)));
     for (int r = 0; r < replicas; ++r) {
       if (r == me || !o_.live[r]) continue;
       wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
@@ -119,52 +124,95 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
       u.wire_bytes += wire;
     }
   }
-  // The others' frames, as they come.
-  const double start = Now();
-  auto stopped = [this] { return o_.stop != nullptr && o_.stop->load(); };
-  while (!wanted.empty()) {
-    if (stopped()) return absl::AbortedError("stopped");
-    RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
-    auto got = o_.inbox->TakeAny(wanted, o_.heartbeat_seconds);
-    if (!got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
-    if (!got.ok()) return got.status();
-    const TensorKey key = got->first;
-    wanted.erase(std::find(wanted.begin(), wanted.end(), key));
-    const fleet::SyncSlice* slice = nullptr;
-    for (const auto& route : o_.routes) {
-      if (static_cast<uint32_t>(route.slice.index) == key.tensor_id) slice = &route.slice;
+  // The others' frames, as they come, on a thread of its own.
+  cancel_ = false;
+  receive_status_ = absl::OkStatus();
+  receiver_ =
+      std::thread([this, wanted = std::move(wanted)]() mutable { Receive(std::move(wanted)); });
+  return absl::OkStatus();
+}
+
+void SyncExchange::Receive(std::vector<TensorKey> wanted) {
+  const int replicas = o_.grid.replicas;
+  auto stopped = [this] { return cancel_.load() || (o_.stop != nullptr && o_.stop->load()); };
+  auto run = [&]() -> Status {
+    while (!wanted.empty()) {
+      if (stopped()) return absl::AbortedError("stopped");
+      RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
+      auto got = o_.inbox->TakeAny(wanted, o_.heartbeat_seconds);
+      if (!got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
+      if (!got.ok()) return got.status();
+      const TensorKey key = got->first;
+      wanted.erase(std::find(wanted.begin(), wanted.end(), key));
+      const fleet::SyncSlice* slice = nullptr;
+      for (const auto& route : o_.routes) {
+        if (static_cast<uint32_t>(route.slice.index) == key.tensor_id) slice = &route.slice;
+      }
+      if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(replicas)) {
+        return absl::InternalError("sync: unexpected tensor " + key.DebugString());
+      }
+      compression::FrameLimits limits;
+      limits.max_elements = static_cast<uint64_t>(slice->size);
+      auto header = compression::ParseFrameHeader(got->second.payload, limits);
+      if (!header.ok() || header->element_count != static_cast<uint64_t>(slice->size)) {
+        return absl::InvalidArgumentError(
+            "sync tensor " + key.DebugString() + " from " + got->second.from_site + ": " +
+            (header.ok() ? std::to_string(header->element_count) + " values, the slice has " +
+                               std::to_string(slice->size)
+                         : std::string(header.status().message())));
+      }
+      RETURN_IF_ERROR(Annotate(
+          compression::DecodeFrameValues(
+              *header, got->second.payload,
+              std::span<float>(decoded_[key.microbatch].data() + slice->offset, slice->size)),
+          "sync tensor " + key.DebugString() + " from " + got->second.from_site));
     }
-    if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(replicas)) {
-      return absl::InternalError("sync: unexpected tensor " + key.DebugString());
-    }
-    compression::FrameLimits limits;
-    limits.max_elements = static_cast<uint64_t>(slice->size);
-    auto header = compression::ParseFrameHeader(got->second.payload, limits);
-    if (!header.ok() || header->element_count != static_cast<uint64_t>(slice->size)) {
-      return absl::InvalidArgumentError(
-          "sync tensor " + key.DebugString() + " from " + got->second.from_site + ": " +
-          (header.ok() ? std::to_string(header->element_count) + " values, the slice has " +
-                             std::to_string(slice->size)
-                       : std::string(header.status().message())));
-    }
-    RETURN_IF_ERROR(
-        Annotate(compression::DecodeFrameValues(
-                     *header, got->second.payload,
-                     std::span<float>(decoded[key.microbatch].data() + slice->offset, slice->size)),
-                 "sync tensor " + key.DebugString() + " from " + got->second.from_site));
+    return absl::OkStatus();
+  };
+  receive_status_ = run();
+  received_at_ = Now();
+}
+
+void SyncExchange::Join() {
+  if (receiver_.joinable()) receiver_.join();
+}
+
+SyncExchange::~SyncExchange() {
+  cancel_ = true;
+  Join();
+}
+
+Status SyncExchange::Finish(std::span<const float> weights, std::span<float> out) {
+  if (!in_flight()) return absl::FailedPreconditionError("sync: no sync in flight to finish");
+  const double wait_start = Now();
+  Join();  // the receiver ends when every frame is in, on a stop, or on an error
+  const double wait_end = Now();
+  wait_seconds_ += wait_end - wait_start;
+  RETURN_IF_ERROR(receive_status_);
+  const int replicas = o_.grid.replicas;
+  const size_t n = decoded_.empty() ? 0 : decoded_[0].size();
+  if (out.size() != n || weights.size() != static_cast<size_t>(replicas)) {
+    return absl::InvalidArgumentError(
+        "sync: " + std::to_string(n) + " values into " + std::to_string(out.size()) + ", " +
+        std::to_string(weights.size()) + " weights for " + std::to_string(replicas) + " replicas");
   }
-  wait_seconds_ += Now() - start;
   // The sum in replica order, as fleet::SumContributions adds: from zero, weight x value.
   std::fill(out.begin(), out.end(), 0.0f);
   for (int r = 0; r < replicas; ++r) {
     if (!o_.live[r]) continue;
-    const std::vector<float>& d = decoded[r];
+    const std::vector<float>& d = decoded_[static_cast<size_t>(r)];
     const float weight = weights[static_cast<size_t>(r)];
     for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
   }
+  decoded_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   ++syncs_;
-  sync_seconds_ += Now() - begin;
+  // Exposed: from the start to the return when it blocks (AllGather), else from Finish; the
+  // receiver's time before Finish was called ran behind the steps.
+  sync_seconds_ += Now() - (blocking_ ? started_at_ : wait_start);
+  if (!blocking_) {
+    hidden_seconds_ += std::max(0.0, std::min(received_at_, wait_start) - started_at_);
+  }
   return absl::OkStatus();
 }
 
@@ -173,6 +221,7 @@ v1::SyncReport SyncExchange::Report() const {
   v1::SyncReport r;
   r.set_syncs(syncs_);
   r.set_seconds(sync_seconds_);
+  r.set_hidden_seconds(hidden_seconds_);
   for (const auto& [stage, u] : usage_) {
     if (r.codec().empty()) r.set_codec(u.codec);
     r.set_raw_bytes(r.raw_bytes() + u.raw_bytes);

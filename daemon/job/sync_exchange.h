@@ -7,6 +7,11 @@
 // contribution, its own included, in replica order: every holder of a slice computes the same
 // bits, so replicas that start identical stay identical, however each is split. A refused send
 // (naming the peer) or a stop ends the wait within one heartbeat.
+//
+// A streaming sync (sync.overlap) is AllGather in two halves: Start sends and takes the
+// others' frames on a thread of its own while the stage trains on; Finish waits for what has
+// not come yet and sums. The wait in Finish is the sync's exposed time; the rest of its time
+// on the links ran behind the steps (hidden).
 #pragma once
 
 #include <atomic>
@@ -15,6 +20,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -57,6 +63,13 @@ class SyncExchange {
   // covering every slice; a weight per replica.
   Status AllGather(uint64_t step, std::span<const float> values, std::span<const float> weights,
                    std::span<float> out);
+  // AllGather's halves: Start encodes and sends `values` (the sync of `step`) and takes the
+  // others' frames in the background; Finish waits for them and writes the sum. One sync in
+  // flight at a time (FailedPrecondition otherwise).
+  Status Start(uint64_t step, std::span<const float> values);
+  Status Finish(std::span<const float> weights, std::span<float> out);
+  bool in_flight() const { return receiver_.joinable(); }
+  ~SyncExchange();
 
   // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried
   // over, the pinned slice excepted; `reason` is the usage's explanation (the adaptive
@@ -77,14 +90,25 @@ class SyncExchange {
  private:
   explicit SyncExchange(SyncExchangeOptions options) : o_(std::move(options)) {}
   Status SendError() const;
+  void Receive(std::vector<TensorKey> wanted);  // the receiver thread: into decoded_
+  void Join();
 
   SyncExchangeOptions o_;
   std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders_;  // by slice
+  // The sync in flight: every member's decoded contribution by replica (this stage's from its
+  // own frames), filled by the receiver thread until it ends with receive_status_.
+  std::vector<std::vector<float>> decoded_;
+  std::thread receiver_;
+  std::atomic<bool> cancel_{false};
+  Status receive_status_;
+  double started_at_ = 0, received_at_ = 0;  // received_at_: the receiver's end
+  bool blocking_ = false;                    // AllGather: Start and Finish at once
   mutable std::mutex mu_;
   std::map<int, OutboundUsage> usage_;  // by flat stage sent to
   double wait_seconds_ = 0;
   uint64_t syncs_ = 0;
-  double sync_seconds_ = 0;
+  double sync_seconds_ = 0;    // exposed: the stage waiting in syncs
+  double hidden_seconds_ = 0;  // a streaming sync's time on the links behind the steps
 };
 
 }  // namespace longhaul::daemon

@@ -22,6 +22,7 @@ void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
       g->set_wire_bytes(g->wire_bytes() + s.wire_bytes());
       g->set_syncs(first ? s.syncs() : std::min(g->syncs(), s.syncs()));
       g->set_exposed_seconds(std::max(g->exposed_seconds(), s.seconds()));
+      g->set_hidden_seconds(std::max(g->hidden_seconds(), s.hidden_seconds()));
       first = false;
     }
   }

@@ -78,6 +78,26 @@ TEST_CASE("inbox: moving on drops what the stage will never take") {
   CHECK(inbox.Take(Key(1, 1), 0).status().code() == absl::StatusCode::kAborted);
 }
 
+TEST_CASE("inbox: a streaming sync's frames stay for the sync lag, nothing else does") {
+  Inbox inbox(1 << 20);
+  inbox.StartAttempt(1, 4);
+  inbox.SetSyncLag(2);
+  REQUIRE(inbox.Put(Key(1, 4, 1, v1::TENSOR_KIND_SYNC), Tensor(10)).ok());
+  REQUIRE(inbox.Put(Key(1, 4, 0), Tensor(20)).ok());
+  inbox.AdvanceTo(6);  // the activation goes; the sync frame of step 4 is taken at step 6
+  CHECK(inbox.bytes() == 10);
+  // One sent at step 4 that arrives now is filed, not taken for a resend.
+  REQUIRE(inbox.Put(Key(1, 4, 2, v1::TENSOR_KIND_SYNC), Tensor(5)).ok());
+  CHECK(inbox.bytes() == 15);
+  CHECK(inbox.duplicates() == 0);
+  REQUIRE(inbox.Take(Key(1, 4, 1, v1::TENSOR_KIND_SYNC), 0).ok());
+  inbox.AdvanceTo(7);  // beyond the lag: dropped, and a late one is a resend
+  CHECK(inbox.bytes() == 0);
+  REQUIRE(inbox.Put(Key(1, 4, 3, v1::TENSOR_KIND_SYNC), Tensor(5)).ok());
+  CHECK(inbox.bytes() == 0);
+  CHECK(inbox.duplicates() == 1);
+}
+
 TEST_CASE("inbox: a waiting Take ends with the tensor, a new attempt, or closing") {
   Inbox inbox(1 << 20);
   inbox.StartAttempt(1, 0);

@@ -115,6 +115,21 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {every: 0}\n"), Catch::Contains("every"));
   CHECK_THAT(error("replicas: 2\nsync: {outer: {momentum: 1}}\n"), Catch::Contains("momentum"));
   CHECK_THAT(error("replicas: 2\nsync: {cadence: 3}\n"), Catch::Contains("cadence"));
+  // Streaming syncs: below every, local mode only, no checkpoint inside one.
+  auto streamed = ParseJobSpec(Job("replicas: 2\nsync: {every: 5, overlap: 3}\n"), "job.yaml", ".");
+  REQUIRE(streamed.ok());
+  CHECK(streamed->sync.overlap == 3);
+  CHECK(two->sync.overlap == 0);
+  CHECK_THAT(error("replicas: 2\nsync: {every: 5, overlap: 5}\n"), Catch::Contains("overlap"));
+  CHECK_THAT(error("replicas: 2\nsync: {mode: step, overlap: 1}\n"),
+             Catch::Contains("needs mode local"));
+  std::string inside = Job("replicas: 2\nsync: {every: 4, overlap: 3}\n");
+  inside.replace(inside.find("steps: 10"), 9, "steps: 10\ncheckpoint: {every: 6}");
+  const auto inside_error = ParseJobSpec(inside, "job.yaml", ".");
+  REQUIRE_FALSE(inside_error.ok());
+  CHECK_THAT(std::string(inside_error.status().message()),
+             Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "
+                             "at step 4"));
   // Each replica's microbatches: one count per replica, each at least 1.
   CHECK(two->replica_microbatches.empty());
   CHECK(two->microbatches(1) == 2);  // batch_size / microbatch_size

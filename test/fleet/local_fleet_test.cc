@@ -233,6 +233,81 @@ TEST_CASE("local mode: apart between syncs, identical after each", "[fleet]") {
   CHECK(t.tokens == uint64_t(steps) * 2 * kB * kT * kM);
 }
 
+TEST_CASE("the streaming sync schedule: start, finish `overlap` steps later, the last blocks",
+          "[fleet]") {
+  SyncOptions sync;
+  sync.mode = SyncMode::kLocal;
+  sync.every = 4;
+  const uint64_t total = 10;
+  // Blocking (overlap 0): after every 4th step and the last.
+  for (uint64_t done = 1; done <= total; ++done) {
+    const LocalSyncAction a = LocalSyncAt(sync, done, total);
+    INFO("done " << done);
+    CHECK(a.blocking == (done % 4 == 0 || done == total));
+    CHECK(!a.start);
+    CHECK(!a.finish);
+  }
+  // overlap 2: starts after 4 and 8, finishes after 6 and (cut short by the end) 10, where the
+  // last sync blocks too.
+  sync.overlap = 2;
+  std::vector<uint64_t> starts, finishes, blocks;
+  for (uint64_t done = 1; done <= total; ++done) {
+    const LocalSyncAction a = LocalSyncAt(sync, done, total);
+    if (a.start) starts.push_back(done);
+    if (a.finish) finishes.push_back(done);
+    if (a.blocking) blocks.push_back(done);
+    if (a.finish) CHECK(a.started == (done <= 6 ? 4u : 8u));
+  }
+  CHECK(starts == std::vector<uint64_t>{4, 8});
+  CHECK(finishes == std::vector<uint64_t>{6, 10});
+  CHECK(blocks == std::vector<uint64_t>{10});
+  // A sync started at the step before the last finishes with it; none starts at the last.
+  CHECK(LocalSyncAt(sync, 9, 9).finish);
+  CHECK(!LocalSyncAt(sync, 8, 8).start);
+  CHECK(LocalSyncAt(sync, 8, 8).blocking);
+  // Checked: overlap below every, local mode only.
+  sync.overlap = 4;
+  CHECK(!ValidateSyncOptions(sync).ok());
+  sync.overlap = -1;
+  CHECK(!ValidateSyncOptions(sync).ok());
+  sync.overlap = 1;
+  CHECK(ValidateSyncOptions(sync).ok());
+  sync.mode = SyncMode::kStep;
+  sync.on_site_loss = SiteLoss::kWait;
+  sync.codec = "exact";
+  CHECK(!ValidateSyncOptions(sync).ok());
+}
+
+TEST_CASE("local mode with streaming syncs: the outer step lands `overlap` steps later",
+          "[fleet]") {
+  SyncOptions sync;
+  sync.mode = SyncMode::kLocal;
+  sync.every = 3;
+  sync.codec = "q8";
+  SyncOptions streamed = sync;
+  streamed.overlap = 2;
+  Fleet a = MakeFleet(2, sync), b = MakeFleet(2, streamed);
+  const int steps = 11;
+  std::vector<int> landed;
+  for (int s = 0; s < steps; ++s) {
+    auto ra = a.fleet->TrainStep(Optimizer(), s, steps);
+    auto rb = b.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(ra.ok());
+    REQUIRE(rb.ok());
+    INFO("step " << s);
+    if (s < 3) CHECK(ra->loss == rb->loss);  // the same until the first outer step lands
+    if (rb->synced) landed.push_back(s + 1);
+    // Between a streaming sync's start and its end the replicas train apart; the last step's
+    // sync blocks, so they end equal.
+    if (s + 1 == steps) CHECK(b.fleet->MaxDivergence() == 0.0f);
+    if (s + 1 == 4) CHECK(b.fleet->MaxDivergence() > 0.0f);
+  }
+  CHECK(landed == std::vector<int>{5, 8, 11});
+  CHECK(Params(a.fleet->replica(0)) != Params(b.fleet->replica(0)));
+  // Both sent the same number of syncs: 3, 6, 9 (streamed) and the last.
+  CHECK(a.fleet->traffic().syncs == b.fleet->traffic().syncs);
+}
+
 TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   auto ops = kernels::MakeOps("cpu", 1);
   REQUIRE(ops.ok());

@@ -286,6 +286,48 @@ TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's mode
   }
 }
 
+TEST_CASE("streaming syncs: the outer step lands `overlap` steps later, the fleet's model") {
+  // Syncs start after steps 4 and 8 (checkpoints there, taken before the start) and land two
+  // steps later; the one started at 8 lands with the last step, whose sync blocks.
+  const std::string yaml =
+      JobYaml("sync: {mode: local, every: 4, overlap: 2, codec: q4, outer: {lr: 0.7}}\n", 10);
+  const Oracle oracle = TrainFleet(yaml);
+  // Not the blocking syncs' result: the streamed outer steps land later.
+  const Oracle blocking =
+      TrainFleet(JobYaml("sync: {mode: local, every: 4, codec: q4, outer: {lr: 0.7}}\n", 10));
+  CHECK(oracle.params != blocking.params);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  REQUIRE(s.sync_groups_size() == 2);
+  for (const auto& group : s.sync_groups()) {
+    CHECK(group.syncs() == 1);  // the one landed at 6 (the status trails the last step's two)
+    CHECK(group.hidden_seconds() > 0);  // it ran behind the steps
+  }
+}
+
+TEST_CASE("streaming syncs: a site restarting mid-job resumes at a sync's start, bit for bit") {
+  // Every checkpoint (every 4) is a streaming sync's start: the rollback resumes there and
+  // every stage starts that sync again from the checkpointed state.
+  std::string yaml =
+      JobYaml("sync: {mode: local, every: 4, overlap: 3, codec: q8, on_site_loss: wait}\n", 16);
+  yaml.replace(yaml.find("checkpoint: {every: 2}"), 22, "checkpoint: {every: 4}");
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  // Stretched so that the job is still running when delta goes (12 steps after the commit).
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.05);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 4; }, 120s));
+  c.daemons[3].reset();  // delta: replica 1's last stage
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).state() == v1::JOB_STATE_RECOVERING; }, 60s));
+  c.Start(3);
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(s.attempt() >= 2);
+  CheckAgainst(oracle, s, c.Export(id));
+}
+
 TEST_CASE("replicas training different microbatches: the fleet's union batch and weights") {
   // Replica 0 trains 3 microbatches a step, replica 1 one (a slower replica given less): step
   // mode sums the union batch of 4, local mode weighs the pseudo-gradients 3:1.

@@ -36,6 +36,7 @@ TEST_CASE("a sync is each stage's parameters over the slowest flow, hidden behin
   const double params = static_cast<double>(model::NumParameters(config));
   SyncCostOptions sync;
   sync.every = 10;
+  sync.overlap = 10;
   sync.bytes_per_value = 0.5;
   const ReplicaPlan a = PriceReplicas(
       p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
@@ -46,13 +47,13 @@ TEST_CASE("a sync is each stage's parameters over the slowest flow, hidden behin
   // Streamed behind 10 steps of 1 s: exposed only beyond them.
   CHECK(a.exposed_sync_per_step == Approx(std::max(0.0, one_sync - 10) / 10));
   CHECK(a.tokens_per_second == Approx(2 * tokens / (1.0 + a.exposed_sync_per_step)));
-  sync.overlap = false;
+  sync.overlap = 0;
   const ReplicaPlan b = PriceReplicas(
       p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
   CHECK(b.exposed_sync_per_step == Approx(one_sync / 10));
 
   // One replica twice as slow: lockstep goes at its pace, paced adds each one's own rate.
-  sync.overlap = true;
+  sync.overlap = sync.every;
   sync.bytes_per_value = 1e-9;  // a free sync
   const ReplicaPlan c = PriceReplicas(
       p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 2.0, tokens)}, sync);

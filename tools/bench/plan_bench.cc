@@ -231,6 +231,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       r.request.workload = wl.w;
       r.request.sites = SiteNames(profiles);
       r.sync.every = every;
+      r.sync.overlap = every - 1;  // streamed: the most sync.overlap allows
       r.sync.bytes_per_value = bytes_per_value;
       PlannerOptions po;
       po.time_budget_seconds = budget;
@@ -243,25 +244,25 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       r.paced = false;
       r.aligned = true;
       auto aligned = PlanReplicas(planner, r);
-      // And as the runtime runs it today: each sync blocks its stages (nothing streams behind
-      // the next inner steps), so all of its time is exposed.
-      r.sync.overlap = false;
+      // And with blocking syncs (sync.overlap 0, the default): all of a sync's time is
+      // exposed.
+      r.sync.overlap = 0;
       auto blocking = PlanReplicas(planner, r);
       // Aligned and paced by microbatches (the job's replica_microbatches): a slower replica
-      // trains fewer per step; streamed syncs, then blocking ones (the runtime today).
+      // trains fewer per step; streamed syncs, then blocking ones.
       r.paced = true;
-      r.sync.overlap = true;
+      r.sync.overlap = r.sync.every - 1;
       auto mb_paced = PlanReplicas(planner, r);
-      r.sync.overlap = false;
+      r.sync.overlap = 0;
       auto mb_blocking = PlanReplicas(planner, r);
       // Each replica its own split (the runtime syncs each slice with the stages holding it),
       // paced by microbatches: what replica_microbatches: paced runs; streamed, then blocking.
       r.aligned = false;
       r.paced = false;
       r.microbatch_paced = true;
-      r.sync.overlap = true;
+      r.sync.overlap = r.sync.every - 1;
       auto split_paced = PlanReplicas(planner, r);
-      r.sync.overlap = false;
+      r.sync.overlap = 0;
       auto split_blocking = PlanReplicas(planner, r);
       if (!single.ok() || !fleet.ok() || !paced.ok() || !aligned.ok() || !blocking.ok() ||
           !mb_paced.ok() || !mb_blocking.ok() || !split_paced.ok() || !split_blocking.ok()) {

@@ -36,6 +36,8 @@ def main():
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--seq", type=int, required=True)
     p.add_argument("--window", type=int, default=5, help="replicated steps the final loss averages")
+    p.add_argument("--union", type=int, default=0,
+                   help="1: the single pipeline trained the union batch (2 x --batch per step)")
     p.add_argument("--runs", nargs="+", default=["single", "replicas", "kill", "step"])
     a = p.parse_args()
     per_replica = a.batch * a.seq
@@ -45,15 +47,16 @@ def main():
         if run is None:
             continue
         f = run["final"]
-        replicas = 1 if kind == "single" else 2
-        tps, seconds = throughput(run, replicas * per_replica)
+        # The replicas' two batches a step; the single pipeline's one, or both (--union).
+        per_step = (2 if kind != "single" or a.union else 1) * per_replica
+        tps, seconds = throughput(run, per_step)
         losses = [float(x) for x in f.get("losses", [])]
-        # The single pipeline takes two steps for each replicated step's tokens.
-        window = a.window * (2 if kind == "single" else 1)
+        # Without --union the single pipeline takes two steps for each replicated step's tokens.
+        window = a.window * (2 if kind == "single" and not a.union else 1)
         rows.append({"kind": kind, "state": f.get("state"), "steps": int(f.get("step", 0)),
                      "attempt": int(f.get("attempt", 0)), "tokens_per_second": tps,
                      "seconds": seconds, "wall": run["samples"][-1]["t"] if run["samples"] else 0,
-                     "tokens": int(f.get("step", 0)) * replicas * per_replica,
+                     "tokens": int(f.get("step", 0)) * per_step,
                      "final_loss": tail_mean(losses, window), "losses": losses})
     by = {r["kind"]: r for r in rows}
     print("| run | state | steps | tokens | attempts | wall s | tokens/s (from step 2) | "

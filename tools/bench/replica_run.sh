@@ -25,7 +25,11 @@
 #   LAYERS=4 CHANNELS=64 HEADS=4 STEPS=60 BATCH=16 MICROBATCH=4 SEQ=64 LR=2e-3
 #                             the replicated job (per replica: BATCH sequences per step); the
 #                             single pipeline runs 2 x STEPS steps of the same batch
+#   UNION=1                   the single pipeline trains the replicas' union batch instead:
+#                             STEPS steps of 2 x BATCH sequences (twice the microbatches), so
+#                             that both take the same optimizer steps on the same global batch
 #   EVERY=10 CODEC=q4         sync every EVERY steps, pseudo-gradients in CODEC
+#   OVERLAP=0                 sync.overlap: inner steps each sync streams behind (0: blocking)
 #   KILL_SITE=delta KILL_AT=25 DOWN=5   kill -9 KILL_SITE once the job reaches step KILL_AT,
 #                             restart it DOWN seconds later
 #   SKIP_BUILD=1              use the binaries already in bazel-bin
@@ -41,7 +45,7 @@ SPLIT=${SPLIT:-0}
 GAMMA_THROTTLE=${GAMMA_THROTTLE:-$(/usr/bin/python3 -c "print($THROTTLE / 2)")}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-60}
 BATCH=${BATCH:-16} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3}
-EVERY=${EVERY:-10} CODEC=${CODEC:-q4}
+EVERY=${EVERY:-10} CODEC=${CODEC:-q4} OVERLAP=${OVERLAP:-0} UNION=${UNION:-0}
 KILL_SITE=${KILL_SITE:-delta} KILL_AT=${KILL_AT:-25} DOWN=${DOWN:-5}
 RUNS=(${RUNS:-single replicas kill})
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
@@ -82,13 +86,15 @@ rate_of() {  # rate_of FROM TO
 }
 
 write_job() {  # write_job FILE KIND
-  local sites="[alpha, beta, gamma, delta]" steps=$STEPS replicas="replicas: 2"
-  local sync="sync: {mode: local, every: $EVERY, codec: $CODEC, outer: {lr: 0.7, momentum: 0.9}}"
+  local sites="[alpha, beta, gamma, delta]" steps=$STEPS replicas="replicas: 2" batch=$BATCH
+  local sync="sync: {mode: local, every: $EVERY, overlap: $OVERLAP, codec: $CODEC, outer: {lr: 0.7, momentum: 0.9}}"
   if [ "$SPLIT" = 1 ]; then
     sites="[alpha, beta, gamma]" replicas="replicas: 2
 replica_stages: [2, 1]"
   fi
-  if [ "$2" = single ]; then
+  if [ "$2" = single ] && [ "$UNION" = 1 ]; then
+    sites="[alpha, beta]" batch=$((2 * BATCH)) replicas="" sync=""
+  elif [ "$2" = single ]; then
     sites="[alpha, beta]" steps=$((2 * STEPS)) replicas="" sync=""
   elif [ "$2" = step ]; then
     sync="sync: {mode: step, codec: exact}"
@@ -98,7 +104,7 @@ name: replica-run-$2
 model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
 data: {train: builtin}
 steps: $steps
-batch_size: $BATCH
+batch_size: $batch
 microbatch_size: $MICROBATCH
 seq_len: $SEQ
 optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
@@ -189,4 +195,4 @@ for r in "${RUNS[@]}"; do run_one "$r"; done
 
 echo
 echo "== results (runs and logs in $OUT)"
-$PY "$REPORT" --out "$OUT" --batch "$BATCH" --seq "$SEQ" --runs "${RUNS[@]}" | tee "$OUT/report.md"
+$PY "$REPORT" --out "$OUT" --batch "$BATCH" --seq "$SEQ" --union "$UNION" --runs "${RUNS[@]}" | tee "$OUT/report.md"

@@ -50,6 +50,7 @@ struct Flags {
   std::string job = "configs/job.example.yaml";
   std::vector<int> replicas = {2, 4};
   std::vector<int> every = {10, 50};
+  std::vector<int> overlap = {0};  // sync.overlap: inner steps a sync streams behind
   std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
@@ -73,7 +74,9 @@ struct RunSpec {
   std::string label() const {
     return sync.mode == fleet::SyncMode::kStep
                ? absl::StrCat("N=", replicas, " step ", sync.codec)
-               : absl::StrCat("N=", replicas, " local/", sync.every, " ", sync.codec);
+               : absl::StrCat("N=", replicas, " local/", sync.every,
+                              sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "", " ",
+                              sync.codec);
   }
 };
 
@@ -211,13 +214,17 @@ int Run(Flags f) {
       base.spec.sync.codec = "exact";
       results.push_back(base);
       for (int every : f.every) {
-        for (const std::string& codec : f.codecs) {
-          RunResult r = base;
-          r.spec.sync.mode = fleet::SyncMode::kLocal;
-          r.spec.sync.every = every;
-          r.spec.sync.codec = codec;
-          r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
-          results.push_back(r);
+        for (int overlap : f.overlap) {
+          if (overlap >= every) continue;  // not a valid sync.overlap
+          for (const std::string& codec : f.codecs) {
+            RunResult r = base;
+            r.spec.sync.mode = fleet::SyncMode::kLocal;
+            r.spec.sync.every = every;
+            r.spec.sync.overlap = overlap;
+            r.spec.sync.codec = codec;
+            r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
+            results.push_back(r);
+          }
         }
       }
     }
@@ -349,6 +356,11 @@ int main(int argc, char** argv) {
   app.add_option("--every", f.every, "Inner steps per outer step (local mode)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
+  app.add_option("--overlap", f.overlap,
+                 "Inner steps a sync streams behind (sync.overlap; 0: blocking; values not "
+                 "below --every are skipped)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--codecs", f.codecs,
                  "Sync codecs for local mode: exact, or a codec spec (q4, topk:0.01+q8, ...); "
                  "error feedback on every lossy one")
