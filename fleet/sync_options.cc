@@ -74,11 +74,6 @@ Status ValidateSyncOptions(const SyncOptions& o) {
         "sync.overlap needs mode local (in mode step the gradients are summed before each "
         "step's update)");
   }
-  if (o.on_site_loss == SiteLoss::kDrop && o.mode != SyncMode::kLocal) {
-    return absl::InvalidArgumentError(
-        "sync.on_site_loss: drop needs mode local (in mode step every replica's gradients are "
-        "summed each step); use wait");
-  }
   RETURN_IF_ERROR(ValidateOuterOptions(o.outer));
   if (o.codec != "adaptive") RETURN_IF_ERROR(FixedSyncCodec(o.codec).status());
   return absl::OkStatus();

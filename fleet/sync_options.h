@@ -28,8 +28,9 @@ enum class SyncMode { kStep, kLocal };
 
 // What the job does when a site of one replica is lost (unreachable, restarted, failed):
 //   drop: the replicas without it go on from the last committed step, and it rejoins from a
-//         live replica's state at the first committed step after its sites answer again
-//         (local mode only: step mode's barrier needs every replica's gradients each step);
+//         live replica's state at the first committed step after its sites answer again (in
+//         mode step the live replicas take its microbatches meanwhile, Malleus-style, so that
+//         every step still trains the union batch);
 //   wait: every replica rolls back and waits for the site, as a single pipeline does (the
 //         result is then the same bit for bit as a run without the fault).
 enum class SiteLoss { kDrop, kWait };
@@ -64,8 +65,8 @@ struct LocalSyncAction {
 };
 LocalSyncAction LocalSyncAt(const SyncOptions& options, uint64_t done, uint64_t total);
 
-// every >= 1, 0 <= overlap < every (overlap > 0 only in local mode), on_site_loss drop only in
-// local mode, the outer options' ranges, and a codec that is "exact", "adaptive" or parses.
+// every >= 1, 0 <= overlap < every (overlap > 0 only in local mode), the outer options' ranges, and
+// a codec that is "exact", "adaptive" or parses.
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The codec spec of a fixed sync codec ("exact" is fp32); "adaptive" and unparsable specs

@@ -26,7 +26,7 @@ namespace longhaul::scheduler {
 struct SyncCostOptions {
   int every = 50;                   // inner steps per sync; 1: sync mode step
   double bytes_per_value = 0.5625;  // q4 with an fp32 scale per 64 values; exact: 4
-  int overlap = 0;                  // inner steps a sync runs behind (0: it blocks); <= every
+  int overlap = 0;  // inner steps a sync runs behind (0: it blocks); a job's is < every
 };
 
 struct ReplicaPlanRequest {

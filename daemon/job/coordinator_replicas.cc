@@ -31,10 +31,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_id = record_.job_id();
-    if (spec_.sync.mode != fleet::SyncMode::kLocal ||
-        spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) {
-      return false;
-    }
+    if (spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) return false;
     const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
     if (grid.replicas < 2) return false;
     drop = ReplicasToDrop(grid, record_.stages(), DroppedLocked(), RejoiningLocked(), lost);

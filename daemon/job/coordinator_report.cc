@@ -74,7 +74,8 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     const v1::StepReport& last = reports->rbegin()->second;
     double loss = 0;
     uint64_t microbatches = 0;
-    const std::vector<int> counts = PlanMicrobatches(spec_, grid.replicas, record_.stages());
+    const std::vector<int> counts =
+        AttemptMicrobatches(spec_, grid.replicas, record_.stages(), record_.dropped_replicas());
     for (const auto& [stage, r] : *reports) {
       if (!grid.last(static_cast<int>(stage))) continue;
       const int m = counts[static_cast<size_t>(grid.replica(static_cast<int>(stage)))];

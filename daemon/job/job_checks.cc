@@ -159,7 +159,7 @@ Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
   const int source = static_cast<int>(a.rejoin_source());
   bool overlap = false;
   for (uint32_t r : rejoining) overlap = overlap || Contains(dropped, static_cast<int>(r));
-  if (spec.sync.mode != fleet::SyncMode::kLocal || !valid(dropped) || !valid(rejoining) ||
+  if (spec.sync.on_site_loss != fleet::SiteLoss::kDrop || !valid(dropped) || !valid(rejoining) ||
       overlap || dropped.size() >= static_cast<size_t>(grid.replicas) ||
       (!rejoining.empty() &&
        (source >= grid.replicas || Contains(dropped, source) || Contains(rejoining, source))) ||
@@ -168,8 +168,8 @@ Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
         job + ": replica membership (dropped " + Str(dropped.size()) + ", rejoining " +
         Str(rejoining.size()) + " from replica " + Str(source) + ", stage " + Str(a.stage()) +
         ") does not fit the job's " + Str(grid.replicas) +
-        " replicas in local mode: indices ascending and in range, none both, one live replica "
-        "to rejoin from, and this stage's replica not dropped");
+        " replicas (sync.on_site_loss: drop): indices ascending and in range, none both, one live "
+        "replica to rejoin from, and this stage's replica not dropped");
   }
   return absl::OkStatus();
 }

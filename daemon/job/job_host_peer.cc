@@ -93,6 +93,11 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   }
   if (previous) previous->Stop();
   previous.reset();
+  // Streaming syncs: the frames of the sync a resumed stage starts again may come from another
+  // replica before this stage's runner exists; the inbox keeps them from the start.
+  stage->inbox->SetSyncLag(spec.sync.mode == fleet::SyncMode::kLocal
+                               ? static_cast<uint64_t>(std::max(0, spec.sync.overlap))
+                               : 0);
   stage->inbox->StartAttempt(a.attempt(), a.resume_step());
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -104,10 +109,11 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->Vp = spec.job.model.padded_vocab_size;
     const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
     // Its replica's microbatches, training and validation.
-    stage->M = PlanMicrobatches(
-                   spec, grid.replicas,
-                   a.stages())[static_cast<size_t>(grid.replica(static_cast<int>(a.stage())))] +
-               ValBatches(spec.job);
+    stage->M =
+        AttemptMicrobatches(
+            spec, grid.replicas, a.stages(),
+            a.dropped_replicas())[static_cast<size_t>(grid.replica(static_cast<int>(a.stage())))] +
+        ValBatches(spec.job);
     stage->steps = spec.job.steps;
     stage->replicas = grid.replicas;
     stage->routes.clear();

@@ -192,6 +192,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   RETURN_IF_ERROR(ParseSync(w, have_sync ? &sync_entry : nullptr, &spec));
+  if (spec.replicas == 1 && spec.sync.overlap > 0) {
+    return w.Error(sync_entry, "sync.overlap needs replicas: a number of 2 or more, or auto");
+  }
   const bool paced_mb = have_mb && mb_entry.value.IsScalar() && mb_entry.value.Scalar() == "paced";
   if (paced_mb) {
     if (spec.replicas == 1) {
@@ -343,6 +346,29 @@ void SetReplicaShard(const JobSpec& spec, const std::vector<int>& microbatches, 
   std::vector<int64_t> blocks;
   for (int m : microbatches) blocks.push_back(int64_t{spec.job.microbatch_size} * m);
   model::SetShard(blocks, replica, options);
+}
+
+std::vector<int> RedistributeMicrobatches(const std::vector<int>& planned,
+                                          const std::vector<bool>& dropped) {
+  int64_t gone = 0, kept = 0;
+  for (size_t r = 0; r < planned.size(); ++r) {
+    (r < dropped.size() && dropped[r] ? gone : kept) += planned[r];
+  }
+  if (gone == 0 || kept == 0) return planned;
+  std::vector<int> m(planned.size(), 0);
+  int64_t given = 0;
+  for (size_t r = 0; r < planned.size(); ++r) {
+    if (r < dropped.size() && dropped[r]) continue;
+    const int64_t share = gone * planned[r] / kept;
+    m[r] = planned[r] + static_cast<int>(share);
+    given += share;
+  }
+  for (size_t r = 0; given < gone; r = (r + 1) % planned.size()) {
+    if (r < dropped.size() && dropped[r]) continue;
+    ++m[r];
+    ++given;
+  }
+  return m;
 }
 
 scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,

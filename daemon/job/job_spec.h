@@ -64,7 +64,10 @@
 //                                    # checkpoint.every > 0): the other replicas go on from the
 //                                    # committed step, it rejoins from a live replica's state
 //                                    # at the first committed step after its sites answer
-//                                    # again | wait (step mode's): all roll back and wait
+//                                    # again; in step mode the live replicas train its
+//                                    # microbatches meanwhile (the union batch kept,
+//                                    # RedistributeMicrobatches) | wait (step mode's default):
+//                                    # all roll back and wait
 //
 // A job with replicas (or auto) is not re-planned (a straggler's layers would have to move in
 // every replica). The planner places replicas for the built-in data only: token files live on
@@ -177,6 +180,28 @@ std::vector<int> PlanMicrobatches(const JobSpec& spec, int replicas, const Stage
     m.push_back(recorded > 0 ? recorded : spec.microbatches(r));
   }
   return m;
+}
+
+// Sync mode step with dropped replicas (sync.on_site_loss: drop): their microbatches go to
+// the live ones (Malleus-style), each live replica taking a share in proportion to its own
+// (the remainder one each, in replica order), so that a step still trains the union batch and
+// reads the same data (model/data_loader.h: the same rounds, cut differently). A dropped
+// replica's count is 0. Unchanged with none dropped, or none live.
+std::vector<int> RedistributeMicrobatches(const std::vector<int>& planned,
+                                          const std::vector<bool>& dropped);
+
+// Each replica's microbatches in an attempt: PlanMicrobatches, redistributed in sync mode step
+// away from the replicas in `dropped` (the assignment's or the record's dropped_replicas).
+template <class StageList, class ReplicaList>
+std::vector<int> AttemptMicrobatches(const JobSpec& spec, int replicas, const StageList& stages,
+                                     const ReplicaList& dropped) {
+  std::vector<int> m = PlanMicrobatches(spec, replicas, stages);
+  if (spec.sync.mode != fleet::SyncMode::kStep) return m;
+  std::vector<bool> out(static_cast<size_t>(replicas), false);
+  for (auto r : dropped) {
+    if (static_cast<int>(r) < replicas) out[static_cast<size_t>(r)] = true;
+  }
+  return RedistributeMicrobatches(m, out);
 }
 
 // What the planner and cost model need of a job: the model, its microbatches and compression,

@@ -46,7 +46,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   B_ = job.microbatch_size;
   T_ = job.seq_len;
   C_ = job.model.channels;
-  microbatches_ = PlanMicrobatches(ctx_.spec, grid_.replicas, a.stages());
+  microbatches_ = AttemptMicrobatches(ctx_.spec, grid_.replicas, a.stages(), a.dropped_replicas());
   M_ = microbatches_[static_cast<size_t>(grid_.replica(stage_))];
   const auto& me = a.stages(stage_);
   model::FragmentOptions fo;
@@ -126,10 +126,8 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     }
     fragment_->SetParameters(s.params.data());
     fragment_->SetOptimizerState(s.m.data(), s.v.data());
-    if (loader_) {
-      ASSIGN_OR_RETURN(auto ls, model::DataLoaderState::Parse(s.loader_state));
-      RETURN_IF_ERROR(loader_->Restore(ls));
-    }
+    // Sync mode step cuts the data for other microbatches after a drop or a rejoin.
+    if (loader_) RETURN_IF_ERROR(RestoreLoaderAt(start_step_, s.loader_state, "stage checkpoint"));
   } else if (!job.init_from.empty()) {
     ASSIGN_OR_RETURN(model::Checkpoint ckpt, model::ReadCheckpoint(job.init_from));
     RETURN_IF_ERROR(model::CheckConfigMatches(job.model, ckpt.config, job.init_from));
@@ -161,6 +159,7 @@ void StageRunner::Stop() {
     if (sender) sender->Close();
   }
   if (thread_.joinable()) thread_.join();
+  if (sync_) sync_->Cancel();  // a streaming sync's receiver, too
 }
 
 StageRunnerStatus StageRunner::status() const {
@@ -210,6 +209,7 @@ void StageRunner::Run() {
   // The stage is done with its fragment: a finished or failed job holds no model memory
   // while its record stays for status, export (from the checkpoints) and pings.
   exchange_->ReleaseDevice();
+  if (sync_) sync_->Cancel();  // a streaming sync left in flight by an error
   fragment_.reset();
   ops_.clear();
   loader_.reset();

@@ -110,6 +110,9 @@ class StageRunner {
   // hold them (however that replica is split) at `step`, with no error-feedback residual,
   // and checkpoints it here.
   Status Rejoin(uint64_t step);
+  // The data loader at step `step` from a checkpointed state `state` (`from` names it in
+  // errors), re-expressed when it was cut for other microbatches or another replica.
+  Status RestoreLoaderAt(uint64_t step, const std::string& state, const std::string& from);
   Status Throttle();
   void Run();
   Status RunStep(uint64_t step);
@@ -161,8 +164,9 @@ class StageRunner {
   std::optional<SyncCodecChooser> sync_codec_;  // sync: {codec: adaptive}
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
-  fleet::OuterOptimizer outer_;      // local mode
-  std::vector<float> sync_started_;  // a streaming sync in flight: the parameters at its start
+  fleet::OuterOptimizer outer_;  // local mode
+  // A streaming sync in flight: the parameters at its start, and its weights by replica.
+  std::vector<float> sync_started_, sync_weights_;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<model::DataLoader> val_loader_;  // first stage, with data.val
   int val_batches_ = 0;                            // per pass (0: no validation)

@@ -104,6 +104,32 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
   return Checkpoint(step);
 }
 
+Status StageRunner::RestoreLoaderAt(uint64_t step, const std::string& state,
+                                    const std::string& from) {
+  ASSIGN_OR_RETURN(model::DataLoaderState ls, model::DataLoaderState::Parse(state));
+  const model::DataLoaderState own = loader_->state();
+  if (ls.shard_block == own.shard_block && ls.round == own.round && ls.offset == own.offset &&
+      ls.shard == own.shard) {
+    return loader_->Restore(ls);
+  }
+  // Cut differently (another replica's shard, or this one's with other microbatches: sync mode
+  // step's redistribution after a drop or a rejoin): step `step` of this shard, of its own
+  // block each.
+  if (ls.shards != own.shards || ls.shard_block <= 0 ||
+      ls.position / ls.shard_block != static_cast<int64_t>(step) ||
+      ls.position % ls.shard_block != 0) {
+    return absl::DataLossError(from + ": data loader state '" + state + "' is not step " +
+                               std::to_string(step) + " of a shard of " +
+                               std::to_string(own.shards));
+  }
+  ls.position = static_cast<int64_t>(step) * own.shard_block;
+  ls.shard = own.shard;
+  ls.shard_block = own.shard_block;
+  ls.round = own.round;
+  ls.offset = own.offset;
+  return loader_->Restore(ls);
+}
+
 Status StageRunner::Rejoin(uint64_t step) {
   const v1::StageAssignment& a = ctx_.assignment;
   const int source = static_cast<int>(a.rejoin_source());
@@ -179,23 +205,8 @@ Status StageRunner::Rejoin(uint64_t step) {
     if (loader_state.empty()) {
       return absl::DataLossError("rejoin from " + sites + ": no data loader state");
     }
-    // The live replica's position in its shard is this replica's in its own: the same steps,
-    // of this replica's block (its own microbatches) each.
-    ASSIGN_OR_RETURN(model::DataLoaderState ls, model::DataLoaderState::Parse(loader_state));
-    const model::DataLoaderState own = loader_->state();
-    if (ls.shards != own.shards || ls.shard_block <= 0 ||
-        ls.position / ls.shard_block != static_cast<int64_t>(step) ||
-        ls.position % ls.shard_block != 0) {
-      return absl::DataLossError("rejoin from " + sites + ": data loader state '" + loader_state +
-                                 "' is not step " + std::to_string(step) + " of a shard of " +
-                                 std::to_string(own.shards));
-    }
-    ls.position = static_cast<int64_t>(step) * own.shard_block;
-    ls.shard = own.shard;
-    ls.shard_block = own.shard_block;
-    ls.round = own.round;
-    ls.offset = own.offset;
-    RETURN_IF_ERROR(loader_->Restore(ls));
+    // The live replica's position in its shard is this replica's in its own: the same steps.
+    RETURN_IF_ERROR(RestoreLoaderAt(step, loader_state, "rejoin from " + sites));
   }
   if (local) RETURN_IF_ERROR(outer_.Restore(std::move(part[3]), std::move(part[4])));
   ctx_.log->info("job {}: stage {} (replica {}) rejoined at step {} from replica {} ({})",

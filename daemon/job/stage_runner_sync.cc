@@ -94,9 +94,7 @@ Status StageRunner::InitSyncExchange() {
     sync_codec_.emplace(std::move(chooser));
   }
   so.model_slices = fragment_->layout().model().num_slices();
-  so.inbox = ctx_.inbox;
-  // A streaming sync's frames are taken up to `overlap` steps after they were sent.
-  ctx_.inbox->SetSyncLag(static_cast<uint64_t>(std::max(0, ctx_.spec.sync.overlap)));
+  so.inbox = ctx_.inbox;  // keeps a streaming sync's frames `overlap` steps (JobHost)
   so.heartbeat_seconds = ctx_.heartbeat_seconds;
   so.stop = &stop_;
   ASSIGN_OR_RETURN(sync_, SyncExchange::Create(std::move(so)));
@@ -130,7 +128,7 @@ Status StageRunner::OuterStep(uint64_t step) {
                                  std::to_string(action.started) + " has no start state");
     }
     std::vector<float> mean(n);
-    RETURN_IF_ERROR(sync_->Finish(token_weights_, mean));
+    RETURN_IF_ERROR(sync_->Finish(sync_weights_, mean));
     outer_.Step(ctx_.spec.sync.outer, mean);
     fragment_->GetParameters(params.data());
     outer_.Rebase(sync_started_, params);
@@ -166,6 +164,19 @@ Status StageRunner::StartSync(uint64_t step) {
   RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
   RETURN_IF_ERROR(sync_->Start(step, delta));
   sync_started_ = std::move(params);
+  sync_weights_ = token_weights_;
+  const v1::StageAssignment& a = ctx_.assignment;
+  if (step + 1 == start_step_ && a.rejoining_replicas_size() > 0) {
+    // Started again at a rejoin: a rejoining replica starts from the anchor (Rejoin) and has
+    // trained nothing since, so its zero pseudo-gradient does not count in this sync.
+    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+    const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
+    std::vector<bool> counted;
+    for (int r = 0; r < grid_.replicas; ++r) {
+      counted.push_back(!Contains(dropped, r) && !Contains(rejoining, r));
+    }
+    sync_weights_ = fleet::TokenWeights(microbatches_, counted);
+  }
   return absl::OkStatus();
 }
 

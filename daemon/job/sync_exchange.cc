@@ -76,7 +76,7 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values) {
     return absl::FailedPreconditionError("sync of step " + std::to_string(step) +
                                          ": the previous sync has not finished");
   }
-  started_at_ = Now();
+  begin_ = Now();
   blocking_ = false;
   const int replicas = o_.grid.replicas;
   const int me = o_.grid.replica(o_.stage);
@@ -125,6 +125,7 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values) {
     }
   }
   // The others' frames, as they come, on a thread of its own.
+  started_at_ = Now();
   cancel_ = false;
   receive_status_ = absl::OkStatus();
   receiver_ =
@@ -177,10 +178,13 @@ void SyncExchange::Join() {
   if (receiver_.joinable()) receiver_.join();
 }
 
-SyncExchange::~SyncExchange() {
+void SyncExchange::Cancel() {
   cancel_ = true;
   Join();
+  decoded_.clear();
 }
+
+SyncExchange::~SyncExchange() { Cancel(); }
 
 Status SyncExchange::Finish(std::span<const float> weights, std::span<float> out) {
   if (!in_flight()) return absl::FailedPreconditionError("sync: no sync in flight to finish");
@@ -207,9 +211,10 @@ Status SyncExchange::Finish(std::span<const float> weights, std::span<float> out
   decoded_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   ++syncs_;
-  // Exposed: from the start to the return when it blocks (AllGather), else from Finish; the
-  // receiver's time before Finish was called ran behind the steps.
-  sync_seconds_ += Now() - (blocking_ ? started_at_ : wait_start);
+  // Exposed: from Start to the return when it blocks (AllGather), else Start's encoding and
+  // queueing and the wait here; the receiver's time before Finish was called ran behind the
+  // steps.
+  sync_seconds_ += blocking_ ? Now() - begin_ : (started_at_ - begin_) + (Now() - wait_start);
   if (!blocking_) {
     hidden_seconds_ += std::max(0.0, std::min(received_at_, wait_start) - started_at_);
   }

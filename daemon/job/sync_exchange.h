@@ -69,6 +69,8 @@ class SyncExchange {
   Status Start(uint64_t step, std::span<const float> values);
   Status Finish(std::span<const float> weights, std::span<float> out);
   bool in_flight() const { return receiver_.joinable(); }
+  // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
+  void Cancel();
   ~SyncExchange();
 
   // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried
@@ -101,8 +103,10 @@ class SyncExchange {
   std::thread receiver_;
   std::atomic<bool> cancel_{false};
   Status receive_status_;
-  double started_at_ = 0, received_at_ = 0;  // received_at_: the receiver's end
-  bool blocking_ = false;                    // AllGather: Start and Finish at once
+  // begin_: Start called; started_at_: its frames queued (encoding and queueing are exposed);
+  // received_at_: the receiver's end.
+  double begin_ = 0, started_at_ = 0, received_at_ = 0;
+  bool blocking_ = false;  // AllGather: Start and Finish at once
   mutable std::mutex mu_;
   std::map<int, OutboundUsage> usage_;  // by flat stage sent to
   double wait_seconds_ = 0;

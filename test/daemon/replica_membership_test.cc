@@ -83,6 +83,27 @@ TEST_CASE("a dropped replica rejoins at a later committed step, from a live repl
   CHECK(RejoinSource(split, {0}, {0}) == 1);
 }
 
+TEST_CASE("step mode's dropped microbatches go to the live replicas, the union batch kept",
+          "[replicas]") {
+  CHECK(RedistributeMicrobatches({4, 4}, {false, true}) == std::vector<int>{8, 0});
+  CHECK(RedistributeMicrobatches({4, 4}, {false, false}) == std::vector<int>{4, 4});
+  CHECK(RedistributeMicrobatches({4, 4}, {true, true}) == std::vector<int>{4, 4});  // none live
+  // In proportion to each live replica's own, the remainder one each in replica order.
+  CHECK(RedistributeMicrobatches({3, 1, 2}, {false, false, true}) == std::vector<int>{5, 1, 0});
+  CHECK(RedistributeMicrobatches({1, 1, 1, 1}, {true, false, false, false}) ==
+        std::vector<int>{0, 2, 1, 1});
+  CHECK(RedistributeMicrobatches({2, 2, 3}, {false, true, true}) == std::vector<int>{7, 0, 0});
+  // Only in sync mode step: local mode's replicas train their own counts.
+  auto step = ParseJobSpec(Job("sync: {mode: step, on_site_loss: drop}\n"), "job.yaml", ".");
+  REQUIRE(step.ok());
+  auto local = ParseJobSpec(Job(""), "job.yaml", ".");
+  REQUIRE(local.ok());
+  const std::vector<uint32_t> dropped = {1};
+  const std::vector<v1::StageInfo> none;
+  CHECK(AttemptMicrobatches(*step, 2, none, dropped) == std::vector<int>{4, 0});
+  CHECK(AttemptMicrobatches(*local, 2, none, dropped) == std::vector<int>{2, 2});
+}
+
 TEST_CASE("sync.on_site_loss in a job file", "[replicas]") {
   auto local = ParseJobSpec(Job(""), "job.yaml", ".");
   REQUIRE(local.ok());
@@ -93,14 +114,14 @@ TEST_CASE("sync.on_site_loss in a job file", "[replicas]") {
   auto step = ParseJobSpec(Job("sync: {mode: step}\n"), "job.yaml", ".");
   REQUIRE(step.ok());
   CHECK(step->sync.on_site_loss == fleet::SiteLoss::kWait);  // step mode's
-  auto bad = ParseJobSpec(Job("sync: {mode: step, on_site_loss: drop}\n"), "job.yaml", ".");
-  REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("needs mode local"));
-  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("job.yaml:"));
+  // Step mode drops when asked: the live replicas take the dropped one's microbatches.
+  auto step_drop = ParseJobSpec(Job("sync: {mode: step, on_site_loss: drop}\n"), "job.yaml", ".");
+  REQUIRE(step_drop.ok());
+  CHECK(step_drop->sync.on_site_loss == fleet::SiteLoss::kDrop);
   // Without checkpoints before the end there is nothing to go on from.
   std::string none = Job("sync: {on_site_loss: drop}\n");
   none.replace(none.find("checkpoint: {every: 2}"), 22, "checkpoint: {every: 0}");
-  bad = ParseJobSpec(none, "job.yaml", ".");
+  auto bad = ParseJobSpec(none, "job.yaml", ".");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("checkpoint.every > 0"));
   none = Job("");

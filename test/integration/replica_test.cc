@@ -491,6 +491,58 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
              Catch::Contains("longhaul_job_replica_rejoins_total{job=\"" + id + "\"} 1"));
 }
 
+TEST_CASE("step mode: a dropped replica's microbatches go to the other, the union batch kept") {
+  // sync: {mode: step, on_site_loss: drop}: while replica 1 is out, replica 0 trains both
+  // replicas' microbatches of every step (the same rounds of the data), so the job trains the
+  // union batch throughout: the in-process fleet's losses to float rounding (the gradients
+  // are summed in another grouping while one replica trains them all), and replica 1 rejoins
+  // with replica 0's parameters and AdamW state.
+  const int steps = 40;
+  const std::string yaml = JobYaml("sync: {mode: step, on_site_loss: drop}\n", steps);
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.04);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  c.daemons[3].reset();  // delta: replica 1's last stage
+  uint64_t dropped_at = 0;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        if (s.dropped_replicas_size() != 1 || s.state() != v1::JOB_STATE_RUNNING) return false;
+        dropped_at = s.committed_step();
+        return true;
+      },
+      120s));
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= dropped_at + 3; }, 120s));
+  CHECK(c.Status(id).dropped_replicas_size() == 1);  // replica 0 went on alone
+  c.Start(3);
+  c.at(3).jobs().set_throttle(0.04);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.replica_drops() == 1);
+  CHECK(s.replica_rejoins() == 1);
+  REQUIRE(s.losses_size() == steps);
+  for (int i = 0; i < steps; ++i) {
+    INFO("step " << i + 1);
+    CHECK(s.losses(i) == Approx(oracle.losses[static_cast<size_t>(i)]).epsilon(1e-3));
+  }
+  // The replicas end equal, bit for bit, and near the fleet's model.
+  const std::vector<float> a0 = CheckpointParams(c, 0, id, steps, 0, 1),
+                           a1 = CheckpointParams(c, 1, id, steps, 1, 2);
+  CHECK(a0 == CheckpointParams(c, 2, id, steps, 0, 1));
+  CHECK(a1 == CheckpointParams(c, 3, id, steps, 1, 2));
+  const std::vector<float> model = c.Export(id);
+  REQUIRE(model.size() == oracle.params.size());
+  float worst = 0;
+  for (size_t i = 0; i < model.size(); ++i) {
+    worst = std::max(worst, std::fabs(model[i] - oracle.params[i]));
+  }
+  CHECK(worst < 1e-3f);
+}
+
 TEST_CASE("a replica split differently rejoins from the stages holding its layers") {
   // Replica 0 on alpha (layer 0) and beta (layer 1), replica 1 on gamma alone: beta is lost,
   // replica 0 sits out, and on beta's return alpha and beta each take their layers from
