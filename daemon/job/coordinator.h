@@ -4,8 +4,9 @@
 // watches the stages, and recovers: when a site or link fails it stops the attempt, waits
 // until every site answers again, and restarts all stages from the last committed step
 // under a new attempt number (frames of older attempts are dropped); with pipeline replicas
-// in local mode it drops the replicas of a lost site instead and lets the others go on, until
-// the site answers and they rejoin. Its record is persisted
+// and sync.on_site_loss: drop it drops the replicas of a lost site instead and lets the others
+// go on (in sync mode step training the dropped ones' microbatches too), until the site
+// answers and they rejoin. Its record is persisted
 // in the data directory, so a restarted coordinator picks its jobs up where they stood.
 #pragma once
 

@@ -199,7 +199,9 @@ std::vector<int> AttemptMicrobatches(const JobSpec& spec, int replicas, const St
   if (spec.sync.mode != fleet::SyncMode::kStep) return m;
   std::vector<bool> out(static_cast<size_t>(replicas), false);
   for (auto r : dropped) {
-    if (static_cast<int>(r) < replicas) out[static_cast<size_t>(r)] = true;
+    if (r >= 0 && static_cast<uint64_t>(r) < static_cast<uint64_t>(replicas)) {
+      out[static_cast<size_t>(r)] = true;
+    }
   }
   return RedistributeMicrobatches(m, out);
 }

@@ -32,8 +32,9 @@ ReplicaList ReplicasToDrop(const StageGrid& grid,
                            const std::vector<std::string>& lost_sites);
 // Whether dropped replicas may rejoin at committed step `committed`: later than the step the
 // current attempt started from (the live replicas made progress) and before the job's last.
-// A rejoining stage starts from the live replicas' state at their last outer step (the
-// anchor), so any committed step will do; at a sync step that is their parameters.
+// A rejoining stage starts from the live replicas' state: in local mode at their last outer
+// step (the anchor), so any committed step will do; in step mode their parameters, the same
+// on every replica.
 bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps);
 // The replica rejoining stages copy (and export reads): the first one neither dropped nor
 // rejoining; -1 if none. A rejoining stage takes its layers from the source's stages that

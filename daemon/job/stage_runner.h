@@ -177,7 +177,7 @@ class StageRunner {
   uint64_t start_step_ = 0;
   bool migrate_ = false;           // Run fetches the stage's layers from the old plan's sites first
   bool rejoin_ = false;            // Run fetches the stage's state from a live replica first
-  std::vector<int> microbatches_;  // each replica's per step (PlanMicrobatches)
+  std::vector<int> microbatches_;  // each replica's per step (AttemptMicrobatches)
   int union_microbatches_ = 1;     // every replica's microbatches per step, summed
   std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept

@@ -240,7 +240,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       auto fleet = PlanReplicas(planner, r);
       r.paced = true;
       auto paced = PlanReplicas(planner, r);
-      // What the runtime runs: every replica the same stage count and split, in lockstep.
+      // Aligned: every replica the same stage count and split, in lockstep.
       r.paced = false;
       r.aligned = true;
       auto aligned = PlanReplicas(planner, r);
@@ -302,7 +302,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       row("replicated", std::to_string(fleet->replicas.size()), *fleet);
       row("replicated, paced", std::to_string(paced->replicas.size()), *paced, true);
       row("replicated, aligned (one split)", alike(*aligned), *aligned);
-      row("replicated, aligned, blocking syncs (the runtime today)", alike(*blocking), *blocking);
+      row("replicated, aligned, blocking syncs", alike(*blocking), *blocking);
       row("replicated, aligned, paced by microbatches" + counts(*mb_paced), alike(*mb_paced),
           *mb_paced);
       row("replicated, aligned, paced by microbatches" + counts(*mb_blocking) + ", blocking syncs",
