@@ -98,6 +98,14 @@ SyncOptions Step(const std::string& codec = "exact") {
   return s;
 }
 
+SyncOptions Local(int every, const std::string& codec = "q4") {
+  SyncOptions s;
+  s.mode = SyncMode::kLocal;
+  s.every = every;
+  s.codec = codec;
+  return s;
+}
+
 TEST_CASE("one replica in step mode is plain training, bit for bit", "[fleet]") {
   Fleet f = MakeFleet(1, Step());
   Plain p = MakePlain();
@@ -184,10 +192,7 @@ TEST_CASE("replicas training different microbatches in step mode: still the unio
 
 TEST_CASE("local mode with the same count for every replica given or not: the same bits",
           "[fleet]") {
-  SyncOptions sync;
-  sync.mode = SyncMode::kLocal;
-  sync.every = 2;
-  sync.codec = "q4";
+  const SyncOptions sync = Local(2, "q4");
   Fleet a = MakeFleet(2, sync), b = MakeFleet(2, sync, 1, {kM, kM}),
         c = MakeFleet(2, sync, 1, {3, 1});
   for (int s = 0; s < 4; ++s) {
@@ -205,10 +210,7 @@ TEST_CASE("local mode with the same count for every replica given or not: the sa
 }
 
 TEST_CASE("local mode: apart between syncs, identical after each", "[fleet]") {
-  SyncOptions sync;
-  sync.mode = SyncMode::kLocal;
-  sync.every = 3;
-  sync.codec = "q8";
+  const SyncOptions sync = Local(3, "q8");
   Fleet f = MakeFleet(2, sync);
   const int steps = 20;
   float first = 0, last = 0;
@@ -235,9 +237,7 @@ TEST_CASE("local mode: apart between syncs, identical after each", "[fleet]") {
 
 TEST_CASE("the streaming sync schedule: start, finish `overlap` steps later, the last blocks",
           "[fleet]") {
-  SyncOptions sync;
-  sync.mode = SyncMode::kLocal;
-  sync.every = 4;
+  SyncOptions sync = Local(4);
   const uint64_t total = 10;
   // Blocking (overlap 0): after every 4th step and the last.
   for (uint64_t done = 1; done <= total; ++done) {
@@ -280,10 +280,7 @@ TEST_CASE("the streaming sync schedule: start, finish `overlap` steps later, the
 
 TEST_CASE("local mode with streaming syncs: the outer step lands `overlap` steps later",
           "[fleet]") {
-  SyncOptions sync;
-  sync.mode = SyncMode::kLocal;
-  sync.every = 3;
-  sync.codec = "q8";
+  const SyncOptions sync = Local(3, "q8");
   SyncOptions streamed = sync;
   streamed.overlap = 2;
   Fleet a = MakeFleet(2, sync), b = MakeFleet(2, streamed);

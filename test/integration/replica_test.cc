@@ -426,18 +426,14 @@ std::vector<float> CheckpointParams(Cluster& c, size_t site, const std::string& 
   return state->params;
 }
 
-TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins at a sync") {
-  // on_site_loss: drop is local mode's default. Compute is stretched with the debug throttle
-  // so that the job is still running while the test watches each phase; nothing here depends
-  // on when a phase happens, only on its order.
-  const int steps = 60;
-  const std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8}\n", steps);
-  Cluster c;
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.04);
-  const std::string id = c.Submit(yaml);
+// The drop-and-rejoin choreography of the tests below, compute stretched with the debug
+// throttle so that the job is still running while a test watches each phase (nothing depends
+// on when a phase happens, only on its order). Kills delta (replica 1's last stage) once a
+// step is committed and returns the committed step the live replica went on from.
+constexpr double kDropThrottle = 0.04;
+uint64_t KillDeltaUntilDropped(Cluster& c, const std::string& id) {
   REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
-  c.daemons[3].reset();  // delta: replica 1's last stage
-  // Replica 1 is dropped; replica 0 trains on without waiting for delta.
+  c.daemons[3].reset();
   uint64_t dropped_at = 0;
   REQUIRE(testing::WaitFor(
       [&] {
@@ -447,6 +443,26 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
         return true;
       },
       120s));
+  return dropped_at;
+}
+
+// Delta back: replica 1 rejoins at the next committed step; then full speed to the end.
+void RestartDeltaUntilRejoined(Cluster& c, const std::string& id) {
+  c.Start(3);
+  c.at(3).jobs().set_throttle(kDropThrottle);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+}
+
+TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins at a sync") {
+  // on_site_loss: drop is local mode's default.
+  const int steps = 60;
+  const std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8}\n", steps);
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  // Replica 1 is dropped; replica 0 trains on without waiting for delta.
+  const uint64_t dropped_at = KillDeltaUntilDropped(c, id);
   {
     const v1::JobStatus s = c.Status(id);
     INFO(s.detail());
@@ -464,10 +480,7 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
     CHECK_THAT(metrics.body,
                Catch::Contains("longhaul_job_replicas_dropped{job=\"" + id + "\"} 1"));
   }
-  c.Start(3);  // delta is back: replica 1 rejoins at the next committed step
-  c.at(3).jobs().set_throttle(0.04);
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  RestartDeltaUntilRejoined(c, id);
   const v1::JobStatus s = c.WaitCompleted(id);
   INFO(s.detail());
   CHECK(s.dropped_replicas_size() == 0);
@@ -501,25 +514,12 @@ TEST_CASE("step mode: a dropped replica's microbatches go to the other, the unio
   const std::string yaml = JobYaml("sync: {mode: step, on_site_loss: drop}\n", steps);
   const Oracle oracle = TrainFleet(yaml);
   Cluster c;
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.04);
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
   const std::string id = c.Submit(yaml);
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
-  c.daemons[3].reset();  // delta: replica 1's last stage
-  uint64_t dropped_at = 0;
-  REQUIRE(testing::WaitFor(
-      [&] {
-        const v1::JobStatus s = c.Status(id);
-        if (s.dropped_replicas_size() != 1 || s.state() != v1::JOB_STATE_RUNNING) return false;
-        dropped_at = s.committed_step();
-        return true;
-      },
-      120s));
+  const uint64_t dropped_at = KillDeltaUntilDropped(c, id);
   REQUIRE(testing::WaitFor([&] { return c.Status(id).step() >= dropped_at + 3; }, 120s));
   CHECK(c.Status(id).dropped_replicas_size() == 1);  // replica 0 went on alone
-  c.Start(3);
-  c.at(3).jobs().set_throttle(0.04);
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  RestartDeltaUntilRejoined(c, id);
   const v1::JobStatus s = c.WaitCompleted(id);
   INFO(s.detail());
   CHECK(s.replica_drops() == 1);
