@@ -114,10 +114,7 @@ OutboundUsage* StageExchange::UsageOf(To to) {
 int StageExchange::ToStage(v1::TensorKind kind) const {
   if (kind == v1::TENSOR_KIND_ACTIVATION_GRAD) return o_.stage - 1;
   // Flat indices (stage_grid.h): the tied partner is the other end of this stage's replica.
-  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) {
-    return o_.stage % o_.num_stages == 0 ? o_.stage + o_.num_stages - 1
-                                         : o_.stage - (o_.num_stages - 1);
-  }
+  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) return o_.tied_stage;
   return o_.stage + 1;
 }
 

@@ -46,6 +46,9 @@ struct StageExchangeOptions {
   std::string job_id;
   uint32_t attempt = 0;
   int stage = 0, num_stages = 1;  // flat index (stage_grid.h); stages per replica
+  // The tied-embedding partner's flat index (StageGrid::tied: the other end of this stage's
+  // replica, whose stages need not start at a multiple of num_stages); -1: none.
+  int tied_stage = -1;
   CompressionMode compression = CompressionMode::kAdaptive;
   std::string codec = "q8";  // kFixed
   std::string floor = "q4";  // kAdaptive

@@ -28,6 +28,7 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
   xo.to_tied = ctx_.to_tied.get();
   if (grid_.prev(stage_) >= 0) xo.prev_site = a.stages(grid_.prev(stage_)).site();
   if (grid_.next(stage_) >= 0) xo.next_site = a.stages(grid_.next(stage_)).site();
+  xo.tied_stage = grid_.tied(stage_);
   if (grid_.tied(stage_) >= 0) {
     xo.tied_site = a.stages(grid_.tied(stage_)).site();
     xo.tied_codec = ctx_.spec.tied_codec;
