@@ -350,20 +350,30 @@ TEST_CASE("replicas training different microbatches: the fleet's union batch and
   CHECK(gamma_delta == 5 * 2 * 1);
 }
 
+// A job of `replica_stages` on alpha, beta and gamma with `sync`, trained by the daemons and
+// checked against the in-process fleet (every loss, the model bit for bit): its id and final
+// status.
+std::pair<std::string, v1::JobStatus> SplitJobAgainstFleet(Cluster& c,
+                                                           const std::string& replica_stages,
+                                                           const std::string& sync) {
+  std::string yaml = JobYaml("replica_stages: " + replica_stages + "\n" + sync, 5);
+  yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
+  const Oracle oracle = TrainFleet(yaml);
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  return {id, s};
+}
+
 TEST_CASE("replica 0 on one stage: the other replica's ends exchange the tied embedding") {
   // Replica 0 on alpha alone, replica 1 on beta (layer 0) and gamma (layer 1): beta and gamma
   // are flat stages 1 and 2, their tied-embedding partner each other (it was computed as if
   // every replica had replica 1's stage count, and the job never finished).
   const std::string sync = GENERATE(std::string("sync: {mode: step, codec: exact}\n"),
                                     std::string("sync: {mode: local, every: 2, codec: q4}\n"));
-  std::string yaml = JobYaml("replica_stages: [1, 2]\n" + sync, 5);
-  yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
   INFO(sync);
-  const Oracle oracle = TrainFleet(yaml);
   Cluster c;
-  const std::string id = c.Submit(yaml);
-  const v1::JobStatus s = c.WaitCompleted(id);
-  CheckAgainst(oracle, s, c.Export(id));
+  SplitJobAgainstFleet(c, "[1, 2]", sync);
 }
 
 TEST_CASE("replicas split differently: each slice syncs with its holders, the fleet's model") {
@@ -372,19 +382,14 @@ TEST_CASE("replicas split differently: each slice syncs with its holders, the fl
   // holds (the tied embedding from alpha, gamma being a first stage).
   const std::string sync = GENERATE(std::string("sync: {mode: step, codec: exact}\n"),
                                     std::string("sync: {mode: local, every: 2, codec: q4}\n"));
-  std::string yaml = JobYaml("replica_stages: [2, 1]\n" + sync, 5);
-  yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
   INFO(sync);
-  const Oracle oracle = TrainFleet(yaml);
   Cluster c;
-  const std::string id = c.Submit(yaml);
-  const v1::JobStatus s = c.WaitCompleted(id);
+  const auto [id, s] = SplitJobAgainstFleet(c, "[2, 1]", sync);
   REQUIRE(s.stages_size() == 3);
   CHECK(s.stages(1).layer_begin() == 1);
   CHECK(s.stages(2).replica() == 1);
   CHECK(s.stages(2).layer_begin() == 0);
   CHECK(s.stages(2).layer_end() == 2);
-  CheckAgainst(oracle, s, c.Export(id));
   // Every pair of a replica-0 stage and gamma carried sync frames, both ways.
   std::set<std::pair<std::string, std::string>> sync_links;
   for (const auto& l : s.links()) {
