@@ -27,6 +27,13 @@ class ErrorFeedback {
   // differs from the last one, starts from a zero residual. On error the residual is kept.
   Status EncodeFrame(std::span<const float> values, std::span<const int64_t> shape,
                      const EncodeOptions& options, std::vector<uint8_t>* frame);
+  // EncodeFrame of one part of a tensor of `total` values that is sent in parts (a ring
+  // reduction's chunks, fleet/sync_ring.h): values + residual[offset, offset + values.size()),
+  // and only that range of the residual changes. A residual of another size starts from zero.
+  // REQUIRES: offset + values.size() <= total.
+  Status EncodeFrameAt(std::span<const float> values, size_t offset, size_t total,
+                       std::span<const int64_t> shape, const EncodeOptions& options,
+                       std::vector<uint8_t>* frame);
 
   // Drops the carried error (after a checkpoint restore, or when the codec changes).
   void Reset() { residual_.clear(); }
@@ -54,6 +61,10 @@ class FeedbackEncoder {
   // `seed` varies stochastic rounding between sends (the step, say).
   Status Encode(std::span<const float> values, std::span<const int64_t> shape, uint64_t seed,
                 std::vector<uint8_t>* frame);
+  // Encode of the part at `offset` of a tensor of `total` values (ErrorFeedback::EncodeFrameAt),
+  // as a frame of shape {values.size()}.
+  Status EncodePart(std::span<const float> values, size_t offset, size_t total, uint64_t seed,
+                    std::vector<uint8_t>* frame);
 
   const CodecSpec& spec() const { return codec_->spec(); }
   const std::vector<float>& residual() const { return feedback_.residual(); }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "fleet/sync_ring.h"
 
 namespace longhaul::fleet {
 
@@ -91,6 +92,22 @@ Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions,
   for (size_t k = 0; k < slices_.size(); ++k) {
     const size_t offset = static_cast<size_t>(slices_[k].offset);
     const size_t size = static_cast<size_t>(slices_[k].size);
+    if (options_.sync.reduce == SyncReduce::kRing) {
+      std::vector<std::span<const float>> parts;
+      std::vector<compression::FeedbackEncoder*> encoders;
+      std::vector<uint64_t> seeds;
+      for (size_t r = 0; r < n; ++r) {
+        parts.emplace_back(contributions[r].data() + offset, size);
+        encoders.push_back(replicas_[r].encoders[k].get());
+        seeds.push_back(
+            SyncSeed(seed, slices_[k].index, num_slices, static_cast<int>(r), static_cast<int>(n)));
+      }
+      RETURN_IF_ERROR(RingReduce(parts, weights, encoders, seeds,
+                                 std::span<float>(sum->data() + offset, size),
+                                 &traffic_.wire_bytes));
+      traffic_.raw_bytes += size * sizeof(float) * static_cast<size_t>(RingHops(int(n)));
+      continue;
+    }
     for (size_t r = 0; r < n; ++r) {
       const std::span<const float> part(contributions[r].data() + offset, size);
       const uint64_t s =

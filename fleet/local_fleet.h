@@ -11,7 +11,8 @@
 // with that replica's ContributionEncoder for the slice (error feedback per sender and
 // tensor; a sparsifier keeps its fraction of every slice, not of the model), and sums the
 // decoded frames in replica order; the traffic counts the bytes an all-gather of those
-// frames puts on the links (every frame to every other replica).
+// frames puts on the links (every frame to every other replica). With sync.reduce ring each
+// slice goes around a ring of the replicas instead (sync_ring.h), every hop's frame counted.
 //
 //   step:  gradients (each replica's with dloss 1 / (B T x all replicas' microbatches))
 //          summed before one clipped AdamW step that every replica takes identically: one
@@ -68,7 +69,8 @@ struct FleetStepResult {
 // What the syncs put on the links so far.
 struct FleetTraffic {
   uint64_t syncs = 0;
-  uint64_t wire_bytes = 0;  // sum over frames of frame bytes x (N - 1) receivers
+  uint64_t wire_bytes = 0;  // gather: sum over frames of frame bytes x (N - 1) receivers;
+                            // ring: every hop's frames
   uint64_t raw_bytes = 0;   // the same count for fp32 values (4 bytes each, no header)
   uint64_t tokens = 0;      // trained by all replicas together
   double codec_seconds = 0;

@@ -16,6 +16,17 @@ StatusOr<SyncMode> ParseSyncMode(std::string_view text) {
       absl::StrCat("sync.mode must be step or local, not '", std::string(text), "'"));
 }
 
+const char* SyncReduceName(SyncReduce reduce) {
+  return reduce == SyncReduce::kRing ? "ring" : "gather";
+}
+
+StatusOr<SyncReduce> ParseSyncReduce(std::string_view text) {
+  if (text == "gather") return SyncReduce::kGather;
+  if (text == "ring") return SyncReduce::kRing;
+  return absl::InvalidArgumentError(
+      absl::StrCat("sync.reduce must be gather or ring, not '", std::string(text), "'"));
+}
+
 const char* SiteLossName(SiteLoss loss) { return loss == SiteLoss::kDrop ? "drop" : "wait"; }
 
 StatusOr<SiteLoss> ParseSiteLoss(std::string_view text) {

@@ -35,6 +35,16 @@ enum class SyncMode { kStep, kLocal };
 //         result is then the same bit for bit as a run without the fault).
 enum class SiteLoss { kDrop, kWait };
 
+// How a sync group reduces (sync_reduce.h, sync_ring.h):
+//   gather: every member sends its frame of a slice to every other member and each sums all
+//           of them in replica order: one hop, N - 1 frames out of every member;
+//   ring:   the members in replica order form a ring; each slice is cut into N chunks that
+//           are summed around it (each hop adds its member's part and re-encodes the partial
+//           sum with error feedback), then each chunk's owner encodes the sum once and its
+//           frame goes around unchanged: 2 (N - 1) hops, 2 (N - 1) / N frames out of every
+//           member. Every member still applies the same bytes, so the replicas stay equal.
+enum class SyncReduce { kGather, kRing };
+
 struct SyncOptions {
   SyncMode mode = SyncMode::kLocal;
   int every = 50;   // local: inner steps per outer step; >= 1
@@ -43,11 +53,16 @@ struct SyncOptions {
   std::string codec = "adaptive";
   // The job spec's default is drop in local mode (daemon/job/job_spec.h), wait in step mode.
   SiteLoss on_site_loss = SiteLoss::kWait;
+  SyncReduce reduce = SyncReduce::kGather;
 };
 
 const char* SyncModeName(SyncMode mode);
 // "step" or "local"; the error names the accepted values.
 StatusOr<SyncMode> ParseSyncMode(std::string_view text);
+
+const char* SyncReduceName(SyncReduce reduce);
+// "gather" or "ring"; the error names the accepted values.
+StatusOr<SyncReduce> ParseSyncReduce(std::string_view text);
 
 const char* SiteLossName(SiteLoss loss);
 // "drop" or "wait"; the error names the accepted values.

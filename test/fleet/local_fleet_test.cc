@@ -235,6 +235,45 @@ TEST_CASE("local mode: apart between syncs, identical after each", "[fleet]") {
   CHECK(t.tokens == uint64_t(steps) * 2 * kB * kT * kM);
 }
 
+TEST_CASE(
+    "ring reduction: the union batch in step mode, identical replicas in local mode, "
+    "2 (N - 1) / N of the gather's bytes per replica",
+    "[fleet]") {
+  const uint64_t P = static_cast<uint64_t>(model::NumParameters(Config()));
+  SyncOptions ring = Step();
+  ring.reduce = SyncReduce::kRing;
+  Fleet g = MakeFleet(4, Step()), r = MakeFleet(4, ring);
+  const int steps = 6;
+  for (int s = 0; s < steps; ++s) {
+    auto a = g.fleet->TrainStep(Optimizer(), s, steps);
+    auto b = r.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    INFO("step " << s << ": gather " << a->loss << ", ring " << b->loss);
+    // The same sums added in another order (each chunk from its first member): rounding.
+    CHECK(b->loss == Approx(a->loss).epsilon(1e-4));
+    CHECK(r.fleet->MaxDivergence() == 0.0f);
+  }
+  // Every step 2 (N - 1) hops of a model's worth of chunks, against N (N - 1) models.
+  CHECK(r.fleet->traffic().raw_bytes == steps * 2 * 3 * P * 4);
+  CHECK(g.fleet->traffic().raw_bytes == steps * 4 * 3 * P * 4);
+
+  SyncOptions local = Local(3, "q4");
+  local.reduce = SyncReduce::kRing;
+  Fleet l = MakeFleet(4, local);
+  const int local_steps = 9;
+  float first = 0, last = 0;
+  for (int s = 0; s < local_steps; ++s) {
+    auto x = l.fleet->TrainStep(Optimizer(), s, local_steps);
+    REQUIRE(x.ok());
+    if ((s + 1) % 3 == 0) CHECK(l.fleet->MaxDivergence() == 0.0f);
+    if (s == 0) first = x->loss;
+    last = x->loss;
+  }
+  CHECK(last < first);
+  CHECK(l.fleet->traffic().wire_bytes * 5 < l.fleet->traffic().raw_bytes);  // q4
+}
+
 TEST_CASE("the streaming sync schedule: start, finish `overlap` steps later, the last blocks",
           "[fleet]") {
   SyncOptions sync = Local(4);
