@@ -116,6 +116,7 @@ class JobHost {
     int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
     int replicas = 1;
     std::vector<SyncRoute> routes;  // the fragment's sync slices, for checking sync tensors
+    bool ring = false;              // its syncs go around rings (sync.reduce: ring)
   };
   std::string JobDir(const std::string& job_id) const;
   // The stage of `job_id` here, or null.
@@ -129,11 +130,13 @@ class JobHost {
   std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
   // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the stage of another
   // replica that this stage's route names for the slice (sync_routes.h), a slice of this
-  // stage's fragment with its exact size.
+  // stage's fragment with its exact size; with `ring`, from the slice's ring predecessor
+  // among the live replicas, a hop of the ring (the frame's microbatch) and that hop's chunk.
   static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,
-                                  const std::vector<SyncRoute>& routes, Inbox* inbox);
+                                  const std::vector<SyncRoute>& routes, bool ring,
+                                  const std::vector<bool>& live, Inbox* inbox);
 
   const JobHostOptions options_;
   LinkMonitor* const monitor_;

@@ -13,6 +13,7 @@
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/job/stage_grid.h"
 #include "daemon/job/sync_checkpoint.h"
+#include "fleet/sync_ring.h"
 #include "fleet/sync_slices.h"
 #include "model/layout.h"
 
@@ -148,12 +149,14 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   int64_t B, T, C, Vp, M, steps;
   std::string from_site;
   std::vector<SyncRoute> routes;
+  bool ring = false;
   StageGrid grid;
   ReplicaList dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
     if (first.kind() == v1::TENSOR_KIND_SYNC) routes = stage->routes;
+    ring = stage->ring;
     grid = StageGrid::OfPlan(stage->replicas, stage->assignment.stages());
     dropped.assign(stage->assignment.dropped_replicas().begin(),
                    stage->assignment.dropped_replicas().end());
@@ -172,7 +175,9 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
                         "send sync contributions for replica " +
                             std::to_string(grid.replica(sender)) + " (dropped in this attempt)");
     }
-    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, routes,
+    std::vector<bool> live;
+    for (int r = 0; r < grid.replicas; ++r) live.push_back(!Contains(dropped, r));
+    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, routes, ring, live,
                              stage->inbox.get());
   }
   const bool tied =
@@ -217,36 +222,56 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
 Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,
-                                  const std::vector<SyncRoute>& routes, Inbox* inbox) {
+                                  const std::vector<SyncRoute>& routes, bool ring,
+                                  const std::vector<bool>& live, Inbox* inbox) {
   const std::string& id = first.job_id();
   const int me = static_cast<int>(first.to_stage()), from = static_cast<int>(first.from_stage());
-  // Only a stage of another replica that this stage takes the slice from (sync_routes.h).
+  // Only a stage of another replica that this stage takes the slice from (sync_routes.h); on a
+  // ring, only the slice's predecessor.
   const SyncRoute* route = nullptr;
   for (const auto& r : routes) {
     if (static_cast<uint32_t>(r.slice.index) == first.tensor_id()) route = &r;
   }
   const bool known = first.from_stage() < static_cast<uint32_t>(grid.size());
   const int from_replica = known ? grid.replica(from) : -1;
+  RingPlace place;
+  if (ring && route != nullptr) place = RingOf(*route, live, self);
   const bool member =
       grid.replicas > 1 && known && from != self && from_replica != grid.replica(self) &&
-      (route == nullptr || route->source[static_cast<size_t>(from_replica)] == from);
+      (route == nullptr || route->source[static_cast<size_t>(from_replica)] == from) &&
+      (!ring || route == nullptr || (place.position >= 0 && place.prev() == from));
   if (me != self || !member || from_site != caller) {
     return RoleDenied(caller, id,
                       "send sync contributions from stage " + std::to_string(first.from_stage()) +
                           " to stage " + std::to_string(first.to_stage()) +
                           " (this site runs stage " + std::to_string(self) + " of " +
                           std::to_string(grid.size()) + ", " + std::to_string(grid.replicas) +
-                          " replicas)");
+                          (ring ? " replicas, syncs around rings)" : " replicas)"));
   }
   const fleet::SyncSlice* slice = route == nullptr ? nullptr : &route->slice;
-  if (first.microbatch() != static_cast<uint32_t>(from_replica) || slice == nullptr ||
-      first.step() >= static_cast<uint64_t>(steps)) {
+  // Gather: one frame of the whole slice per replica (the microbatch names it); ring: one per
+  // hop (the microbatch), each a chunk of the slice.
+  int64_t values = slice == nullptr ? 0 : slice->size;
+  bool valid = slice != nullptr && first.step() < static_cast<uint64_t>(steps);
+  if (valid && ring) {
+    const int hop = static_cast<int>(std::min<uint64_t>(first.microbatch(), 1u << 30));
+    valid = hop < fleet::RingHops(place.size());
+    if (valid) {
+      values = fleet::RingChunkOf(slice->size, place.size(),
+                                  fleet::RingReceiveChunk(place.size(), place.position, hop))
+                   .size();
+    }
+  } else if (valid) {
+    valid = first.microbatch() == static_cast<uint32_t>(from_replica);
+  }
+  if (!valid) {
     return absl::InvalidArgumentError(
         "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
-        " names another replica, a slice this stage does not hold or a step outside the job");
+        (ring ? " names a hop outside its ring" : " names another replica") +
+        ", a slice this stage does not hold or a step outside the job");
   }
   RETURN_IF_ERROR(CheckFrameHead(
-      first, head, {slice->size},
+      first, head, {values},
       "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller));
   return inbox->CheckKey(KeyOf(first));
 }

@@ -18,8 +18,14 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   fleet::SyncOptions& sync = spec->sync;
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
-    ASSIGN_OR_RETURN(auto fields,
-                     w.Map(*entry, {"mode", "every", "overlap", "outer", "codec", "on_site_loss"}));
+    ASSIGN_OR_RETURN(auto fields, w.Map(*entry, {"mode", "every", "overlap", "outer", "codec",
+                                                 "on_site_loss", "reduce"}));
+    if (auto it = fields.find("reduce"); it != fields.end()) {
+      ASSIGN_OR_RETURN(std::string text, w.String(it->second));
+      auto reduce = fleet::ParseSyncReduce(text);
+      if (!reduce.ok()) return w.Error(it->second, reduce.status().message());
+      sync.reduce = *reduce;
+    }
     if (auto it = fields.find("on_site_loss"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));
       auto loss = fleet::ParseSiteLoss(text);

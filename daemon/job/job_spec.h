@@ -60,6 +60,14 @@
 //                                    # adaptive: per sync, the least lossy of fp32..q4 that
 //                                    # fits 10% of the compute between syncs on the group's
 //                                    # slowest measured link (daemon/job/sync_codec.h)
+//     reduce: gather                 # how a sync group sums (fleet/sync_options.h): gather
+//                                    # (default): every holder of a slice sends its frame to
+//                                    # every other, N - 1 frames out of each | ring: the live
+//                                    # replicas in replica order pass chunks around a ring
+//                                    # (fleet/sync_ring.h), 2 (N - 1) / N of a frame out of
+//                                    # each, re-encoded with error feedback at every hop
+//                                    # (exact: the same sums in another order); a plan split
+//                                    # per replica whose tied embedding copies differ gathers
 //     on_site_loss: drop             # a replica's site lost: drop (local mode's default, with
 //                                    # checkpoint.every > 0): the other replicas go on from the
 //                                    # committed step, it rejoins from a live replica's state

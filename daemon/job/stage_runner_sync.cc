@@ -79,6 +79,7 @@ Status StageRunner::InitSyncExchange() {
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) so.live.push_back(!Contains(dropped, r));
   so.routes = SyncRoutes(grid_, ctx_.spec.job.model, stage_);
+  so.ring = SyncsAroundRings(ctx_.spec.sync.reduce, grid_, ctx_.spec.job.model);
   // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
   for (const auto& [peer, sender] : ctx_.to_sync) {
     if (sender) so.to_stage[peer] = sender.get();
@@ -128,7 +129,7 @@ Status StageRunner::OuterStep(uint64_t step) {
                                  std::to_string(action.started) + " has no start state");
     }
     std::vector<float> mean(n);
-    RETURN_IF_ERROR(sync_->Finish(sync_weights_, mean));
+    RETURN_IF_ERROR(sync_->Finish(mean));
     outer_.Step(ctx_.spec.sync.outer, mean);
     fragment_->GetParameters(params.data());
     outer_.Rebase(sync_started_, params);
@@ -162,8 +163,6 @@ Status StageRunner::StartSync(uint64_t step) {
   outer_.PseudoGradient(params, delta);
   const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
   RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
-  RETURN_IF_ERROR(sync_->Start(step, delta));
-  sync_started_ = std::move(params);
   sync_weights_ = token_weights_;
   const v1::StageAssignment& a = ctx_.assignment;
   if (step + 1 == start_step_ && a.rejoining_replicas_size() > 0) {
@@ -177,6 +176,8 @@ Status StageRunner::StartSync(uint64_t step) {
     }
     sync_weights_ = fleet::TokenWeights(microbatches_, counted);
   }
+  RETURN_IF_ERROR(sync_->Start(step, delta, sync_weights_));
+  sync_started_ = std::move(params);
   return absl::OkStatus();
 }
 

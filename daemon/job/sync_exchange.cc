@@ -41,6 +41,22 @@ StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions
     }
   }
   std::unique_ptr<SyncExchange> x(new SyncExchange(std::move(options)));
+  if (x->o_.ring) {
+    for (const SyncRoute& route : x->o_.routes) {
+      RingPlace place = RingOf(route, x->o_.live, x->o_.stage);
+      if (place.position < 0) {
+        return absl::FailedPreconditionError("sync exchange: stage " + std::to_string(x->o_.stage) +
+                                             " is not on the ring of slice " +
+                                             std::to_string(route.slice.index));
+      }
+      if (place.size() > 1 && x->o_.to_stage.count(place.next()) == 0) {
+        return absl::FailedPreconditionError(
+            "sync exchange: no sender to stage " + std::to_string(place.next()) +
+            ", next on the ring of slice " + std::to_string(route.slice.index));
+      }
+      x->places_.push_back(std::move(place));
+    }
+  }
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(x->o_.codec));
   for (size_t k = 0; k < x->o_.routes.size(); ++k) {
     ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(x->o_.codec));
@@ -51,8 +67,9 @@ StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions
     const auto site = x->o_.stage_sites.find(stage);
     u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
     u.codec = spec.ToString();
-    u.reason = "sync (replica " + std::to_string(x->o_.grid.replica(stage)) + "'s stage " +
-               std::to_string(stage) + ")";
+    u.reason = std::string(x->o_.ring ? "sync around a ring" : "sync") + " (replica " +
+               std::to_string(x->o_.grid.replica(stage)) + "'s stage " + std::to_string(stage) +
+               ")";
   }
   return x;
 }
@@ -66,62 +83,92 @@ Status SyncExchange::SendError() const {
 
 Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
                                std::span<const float> weights, std::span<float> out) {
-  RETURN_IF_ERROR(Start(step, values));
+  RETURN_IF_ERROR(Start(step, values, weights));
   blocking_ = true;  // all of it exposed
-  return Finish(weights, out);
+  return Finish(out);
 }
 
-Status SyncExchange::Start(uint64_t step, std::span<const float> values) {
+Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
+                          std::vector<uint8_t> frame) {
+  // The values it carries: the slice (gather) or the hop's chunk of it (ring).
+  const fleet::SyncSlice& sent = o_.routes[k].slice;
+  const uint64_t values =
+      o_.ring ? static_cast<uint64_t>(
+                    fleet::RingChunkOf(sent.size, places_[k].size(),
+                                       fleet::RingSendChunk(places_[k].size(), places_[k].position,
+                                                            static_cast<int>(microbatch)))
+                        .size())
+              : static_cast<uint64_t>(sent.size);
+  const fleet::SyncSlice& slice = o_.routes[k].slice;
+  OutgoingTensor t;
+  v1::TensorFrame& h = t.header;
+  h.set_job_id(o_.job_id);
+  h.set_attempt(o_.attempt);
+  h.set_step(step);
+  h.set_microbatch(microbatch);
+  h.set_kind(v1::TENSOR_KIND_SYNC);
+  h.set_tensor_id(static_cast<uint32_t>(slice.index));
+  h.set_from_stage(static_cast<uint32_t>(o_.stage));
+  h.set_to_stage(static_cast<uint32_t>(to));
+  h.set_from_site(o_.site);
+  const uint64_t wire = frame.size();
+  t.payload = std::move(frame);
+  RETURN_IF_ERROR(o_.to_stage.at(to)->Enqueue(std::move(t)));
+  std::lock_guard<std::mutex> lock(mu_);
+  OutboundUsage& u = usage_[to];
+  ++u.tensors;
+  u.raw_bytes += values * sizeof(float);
+  u.wire_bytes += wire;
+  return absl::OkStatus();
+}
+
+Status SyncExchange::Start(uint64_t step, std::span<const float> values,
+                           std::span<const float> weights) {
   if (in_flight()) {
     return absl::FailedPreconditionError("sync of step " + std::to_string(step) +
                                          ": the previous sync has not finished");
   }
+  const int replicas = o_.grid.replicas;
+  if (weights.size() != static_cast<size_t>(replicas)) {
+    return absl::InvalidArgumentError("sync: " + std::to_string(weights.size()) + " weights for " +
+                                      std::to_string(replicas) + " replicas");
+  }
   begin_ = Now();
   blocking_ = false;
-  const int replicas = o_.grid.replicas;
+  step_ = step;
+  weights_.assign(weights.begin(), weights.end());
   const int me = o_.grid.replica(o_.stage);
   const size_t n = values.size();
-  decoded_.assign(static_cast<size_t>(replicas), std::vector<float>(n));
-  std::vector<TensorKey> wanted;
-  for (size_t k = 0; k < o_.routes.size(); ++k) {
-    const fleet::SyncSlice& slice = o_.routes[k].slice;
+  for (const SyncRoute& route : o_.routes) {
+    const fleet::SyncSlice& slice = route.slice;
     if (slice.offset < 0 || slice.offset + slice.size > static_cast<int64_t>(n)) {
       return absl::InvalidArgumentError("sync: slice " + std::to_string(slice.index) +
                                         " outside the fragment's " + std::to_string(n) + " values");
     }
-    const std::span<const float> part = values.subspan(slice.offset, slice.size);
-    std::vector<uint8_t> frame;
-    RETURN_IF_ERROR(encoders_[k]->Encode(
-        part, fleet::SyncSeed(step, slice.index, o_.model_slices, me, replicas), &frame));
-    ASSIGN_OR_RETURN(const compression::FrameHeader own, compression::ParseFrameHeader(frame));
-    RETURN_IF_ERROR(compression::DecodeFrameValues(
-        own, frame, std::span<float>(decoded_[me].data() + slice.offset, slice.size)));
-    for (int r = 0; r < replicas; ++r) {
-      if (r == me || !o_.live[r]) continue;
-      wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
-                        static_cast<uint32_t>(slice.index)});
-    }
-    for (int d : o_.routes[k].to) {
-      if (!o_.live[o_.grid.replica(d)]) continue;
-      OutgoingTensor t;
-      v1::TensorFrame& h = t.header;
-      h.set_job_id(o_.job_id);
-      h.set_attempt(o_.attempt);
-      h.set_step(step);
-      h.set_microbatch(static_cast<uint32_t>(me));
-      h.set_kind(v1::TENSOR_KIND_SYNC);
-      h.set_tensor_id(static_cast<uint32_t>(slice.index));
-      h.set_from_stage(static_cast<uint32_t>(o_.stage));
-      h.set_to_stage(static_cast<uint32_t>(d));
-      h.set_from_site(o_.site);
-      t.payload = frame;
-      const uint64_t wire = t.payload.size();
-      RETURN_IF_ERROR(o_.to_stage.at(d)->Enqueue(std::move(t)));
-      std::lock_guard<std::mutex> lock(mu_);
-      OutboundUsage& u = usage_[d];
-      ++u.tensors;
-      u.raw_bytes += static_cast<uint64_t>(slice.size) * sizeof(float);
-      u.wire_bytes += wire;
+  }
+  std::vector<TensorKey> wanted;
+  if (o_.ring) {
+    RETURN_IF_ERROR(StartRing(step, values, weights_[static_cast<size_t>(me)], &wanted));
+  } else {
+    decoded_.assign(static_cast<size_t>(replicas), std::vector<float>(n));
+    for (size_t k = 0; k < o_.routes.size(); ++k) {
+      const fleet::SyncSlice& slice = o_.routes[k].slice;
+      const std::span<const float> part = values.subspan(slice.offset, slice.size);
+      std::vector<uint8_t> frame;
+      RETURN_IF_ERROR(encoders_[k]->Encode(
+          part, fleet::SyncSeed(step, slice.index, o_.model_slices, me, replicas), &frame));
+      ASSIGN_OR_RETURN(const compression::FrameHeader own, compression::ParseFrameHeader(frame));
+      RETURN_IF_ERROR(compression::DecodeFrameValues(
+          own, frame, std::span<float>(decoded_[me].data() + slice.offset, slice.size)));
+      for (int r = 0; r < replicas; ++r) {
+        if (r == me || !o_.live[r]) continue;
+        wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
+                          static_cast<uint32_t>(slice.index)});
+      }
+      for (int d : o_.routes[k].to) {
+        if (!o_.live[o_.grid.replica(d)]) continue;
+        RETURN_IF_ERROR(Send(step, k, static_cast<uint32_t>(me), d, frame));
+      }
     }
   }
   // The others' frames, as they come, on a thread of its own.
@@ -133,8 +180,80 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values) {
   return absl::OkStatus();
 }
 
+Status SyncExchange::StartRing(uint64_t step, std::span<const float> values, float weight,
+                               std::vector<TensorKey>* wanted) {
+  const int me = o_.grid.replica(o_.stage);
+  ring_values_.assign(values.begin(), values.end());
+  ring_out_.assign(values.size(), 0.0f);
+  ring_.clear();
+  ring_.reserve(o_.routes.size());
+  for (size_t k = 0; k < o_.routes.size(); ++k) {
+    const fleet::SyncSlice& slice = o_.routes[k].slice;
+    const RingPlace& place = places_[k];
+    const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
+    ring_.emplace_back(place.size(), place.position,
+                       std::span<const float>(ring_values_).subspan(at, size), weight,
+                       encoders_[k].get(),
+                       fleet::SyncSeed(step, slice.index, o_.model_slices, me, o_.grid.replicas),
+                       std::span<float>(ring_out_).subspan(at, size));
+    std::vector<uint8_t> frame;
+    RETURN_IF_ERROR(ring_[k].Begin(&frame));
+    if (ring_[k].done()) continue;  // a ring of one
+    RETURN_IF_ERROR(Send(step, k, 0, place.next(), std::move(frame)));
+    wanted->push_back(
+        {o_.attempt, step, 0, v1::TENSOR_KIND_SYNC, static_cast<uint32_t>(slice.index)});
+  }
+  return absl::OkStatus();
+}
+
+Status SyncExchange::TakeGathered(const TensorKey& key, const ReceivedTensor& t) {
+  const fleet::SyncSlice* slice = nullptr;
+  for (const auto& route : o_.routes) {
+    if (static_cast<uint32_t>(route.slice.index) == key.tensor_id) slice = &route.slice;
+  }
+  if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(o_.grid.replicas)) {
+    return absl::InternalError("sync: unexpected tensor " + key.DebugString());
+  }
+  compression::FrameLimits limits;
+  limits.max_elements = static_cast<uint64_t>(slice->size);
+  auto header = compression::ParseFrameHeader(t.payload, limits);
+  if (!header.ok() || header->element_count != static_cast<uint64_t>(slice->size)) {
+    return absl::InvalidArgumentError(
+        "sync tensor " + key.DebugString() + " from " + t.from_site + ": " +
+        (header.ok() ? std::to_string(header->element_count) + " values, the slice has " +
+                           std::to_string(slice->size)
+                     : std::string(header.status().message())));
+  }
+  return Annotate(
+      compression::DecodeFrameValues(
+          *header, t.payload,
+          std::span<float>(decoded_[key.microbatch].data() + slice->offset, slice->size)),
+      "sync tensor " + key.DebugString() + " from " + t.from_site);
+}
+
+Status SyncExchange::TakeRing(const TensorKey& key, const ReceivedTensor& t,
+                              std::vector<TensorKey>* wanted) {
+  size_t k = 0;
+  while (k < o_.routes.size() && static_cast<uint32_t>(o_.routes[k].slice.index) != key.tensor_id) {
+    ++k;
+  }
+  if (k == o_.routes.size())
+    return absl::InternalError("sync: unexpected tensor " + key.DebugString());
+  std::vector<uint8_t> next;
+  RETURN_IF_ERROR(Annotate(ring_[k].Take(static_cast<int>(key.microbatch), t.payload, &next),
+                           "sync tensor " + key.DebugString() + " from " + t.from_site));
+  if (!next.empty()) {
+    RETURN_IF_ERROR(Send(key.step, k, key.microbatch + 1, places_[k].next(), std::move(next)));
+  }
+  if (!ring_[k].done()) {
+    TensorKey more = key;
+    more.microbatch = static_cast<uint32_t>(ring_[k].next_hop());
+    wanted->push_back(more);
+  }
+  return absl::OkStatus();
+}
+
 void SyncExchange::Receive(std::vector<TensorKey> wanted) {
-  const int replicas = o_.grid.replicas;
   auto stopped = [this] { return cancel_.load() || (o_.stop != nullptr && o_.stop->load()); };
   auto run = [&]() -> Status {
     while (!wanted.empty()) {
@@ -145,28 +264,8 @@ void SyncExchange::Receive(std::vector<TensorKey> wanted) {
       if (!got.ok()) return got.status();
       const TensorKey key = got->first;
       wanted.erase(std::find(wanted.begin(), wanted.end(), key));
-      const fleet::SyncSlice* slice = nullptr;
-      for (const auto& route : o_.routes) {
-        if (static_cast<uint32_t>(route.slice.index) == key.tensor_id) slice = &route.slice;
-      }
-      if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(replicas)) {
-        return absl::InternalError("sync: unexpected tensor " + key.DebugString());
-      }
-      compression::FrameLimits limits;
-      limits.max_elements = static_cast<uint64_t>(slice->size);
-      auto header = compression::ParseFrameHeader(got->second.payload, limits);
-      if (!header.ok() || header->element_count != static_cast<uint64_t>(slice->size)) {
-        return absl::InvalidArgumentError(
-            "sync tensor " + key.DebugString() + " from " + got->second.from_site + ": " +
-            (header.ok() ? std::to_string(header->element_count) + " values, the slice has " +
-                               std::to_string(slice->size)
-                         : std::string(header.status().message())));
-      }
-      RETURN_IF_ERROR(Annotate(
-          compression::DecodeFrameValues(
-              *header, got->second.payload,
-              std::span<float>(decoded_[key.microbatch].data() + slice->offset, slice->size)),
-          "sync tensor " + key.DebugString() + " from " + got->second.from_site));
+      RETURN_IF_ERROR(o_.ring ? TakeRing(key, got->second, &wanted)
+                              : TakeGathered(key, got->second));
     }
     return absl::OkStatus();
   };
@@ -182,11 +281,12 @@ void SyncExchange::Cancel() {
   cancel_ = true;
   Join();
   decoded_.clear();
+  ring_.clear();
 }
 
 SyncExchange::~SyncExchange() { Cancel(); }
 
-Status SyncExchange::Finish(std::span<const float> weights, std::span<float> out) {
+Status SyncExchange::Finish(std::span<float> out) {
   if (!in_flight()) return absl::FailedPreconditionError("sync: no sync in flight to finish");
   const double wait_start = Now();
   Join();  // the receiver ends when every frame is in, on a stop, or on an error
@@ -194,21 +294,32 @@ Status SyncExchange::Finish(std::span<const float> weights, std::span<float> out
   wait_seconds_ += wait_end - wait_start;
   RETURN_IF_ERROR(receive_status_);
   const int replicas = o_.grid.replicas;
-  const size_t n = decoded_.empty() ? 0 : decoded_[0].size();
-  if (out.size() != n || weights.size() != static_cast<size_t>(replicas)) {
-    return absl::InvalidArgumentError(
-        "sync: " + std::to_string(n) + " values into " + std::to_string(out.size()) + ", " +
-        std::to_string(weights.size()) + " weights for " + std::to_string(replicas) + " replicas");
+  if (o_.ring) {
+    if (out.size() != ring_out_.size()) {
+      return absl::InvalidArgumentError("sync: " + std::to_string(ring_out_.size()) +
+                                        " values into " + std::to_string(out.size()));
+    }
+    for (const fleet::RingMember& m : ring_) {
+      if (!m.done()) return absl::InternalError("sync: a ring ended before its last hop");
+    }
+    std::copy(ring_out_.begin(), ring_out_.end(), out.begin());
+    ring_.clear();
+  } else {
+    const size_t n = decoded_.empty() ? 0 : decoded_[0].size();
+    if (out.size() != n) {
+      return absl::InvalidArgumentError("sync: " + std::to_string(n) + " values into " +
+                                        std::to_string(out.size()));
+    }
+    // The sum in replica order, as fleet::SumContributions adds: from zero, weight x value.
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (int r = 0; r < replicas; ++r) {
+      if (!o_.live[r]) continue;
+      const std::vector<float>& d = decoded_[static_cast<size_t>(r)];
+      const float weight = weights_[static_cast<size_t>(r)];
+      for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
+    }
+    decoded_.clear();
   }
-  // The sum in replica order, as fleet::SumContributions adds: from zero, weight x value.
-  std::fill(out.begin(), out.end(), 0.0f);
-  for (int r = 0; r < replicas; ++r) {
-    if (!o_.live[r]) continue;
-    const std::vector<float>& d = decoded_[static_cast<size_t>(r)];
-    const float weight = weights[static_cast<size_t>(r)];
-    for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
-  }
-  decoded_.clear();
   std::lock_guard<std::mutex> lock(mu_);
   ++syncs_;
   // Exposed: from Start to the return when it blocks (AllGather), else Start's encoding and

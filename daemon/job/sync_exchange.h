@@ -8,6 +8,11 @@
 // bits, so replicas that start identical stay identical, however each is split. A refused send
 // (naming the peer) or a stop ends the wait within one heartbeat.
 //
+// With `ring` (sync.reduce: ring, sync_routes.h SyncsAroundRings) each slice goes around the
+// ring of its live holders instead (fleet/sync_ring.h): Start sends the first hop's chunk to
+// the ring's next stage, the receiver thread takes each hop's frame from the previous one,
+// adds this stage's part, and sends the next hop on; every holder ends with the same bits.
+//
 // A streaming sync (sync.overlap) is AllGather in two halves: Start sends and takes the
 // others' frames on a thread of its own while the stage trains on; Finish waits for what has
 // not come yet and sums. The wait in Finish is the sync's exposed time; the rest of its time
@@ -30,6 +35,7 @@
 #include "daemon/job/stage_grid.h"
 #include "daemon/job/sync_routes.h"
 #include "fleet/sync_reduce.h"
+#include "fleet/sync_ring.h"
 #include "fleet/sync_slices.h"
 
 namespace longhaul::daemon {
@@ -43,6 +49,7 @@ struct SyncExchangeOptions {
   std::map<int, LinkSender*> to_stage;     // by flat stage: the live stages routes send to
   std::map<int, std::string> stage_sites;  // by flat stage: the sites of those stages
   std::vector<bool> live;                  // by replica; false: dropped (empty: all live)
+  bool ring = false;                       // reduce around rings (else gather)
   std::string codec;                       // a fixed sync codec (fleet/sync_options.h)
   // A slice SetCodec leaves at `codec`, the one it started with (-1: none): the tied
   // embedding under the adaptive sync codec, whose copies on a replica's first and last
@@ -63,11 +70,11 @@ class SyncExchange {
   // covering every slice; a weight per replica.
   Status AllGather(uint64_t step, std::span<const float> values, std::span<const float> weights,
                    std::span<float> out);
-  // AllGather's halves: Start encodes and sends `values` (the sync of `step`) and takes the
-  // others' frames in the background; Finish waits for them and writes the sum. One sync in
-  // flight at a time (FailedPrecondition otherwise).
-  Status Start(uint64_t step, std::span<const float> values);
-  Status Finish(std::span<const float> weights, std::span<float> out);
+  // AllGather's halves: Start encodes and sends `values` (the sync of `step`, weighed by
+  // `weights`) and takes the others' frames in the background; Finish waits for them and
+  // writes the sum. One sync in flight at a time (FailedPrecondition otherwise).
+  Status Start(uint64_t step, std::span<const float> values, std::span<const float> weights);
+  Status Finish(std::span<float> out);
   bool in_flight() const { return receiver_.joinable(); }
   // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
   void Cancel();
@@ -92,7 +99,16 @@ class SyncExchange {
  private:
   explicit SyncExchange(SyncExchangeOptions options) : o_(std::move(options)) {}
   Status SendError() const;
-  void Receive(std::vector<TensorKey> wanted);  // the receiver thread: into decoded_
+  // Queues `frame` of route k's slice for stage `to`: microbatch is the sender's replica
+  // (gather) or the ring hop.
+  Status Send(uint64_t step, size_t k, uint32_t microbatch, int to, std::vector<uint8_t> frame);
+  Status StartRing(uint64_t step, std::span<const float> values, float weight,
+                   std::vector<TensorKey>* wanted);
+  // One frame taken by the receiver: decoded into decoded_ (gather), or the ring's hop taken
+  // and the next one sent (ring); *wanted loses it and gains what comes next.
+  Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
+  Status TakeRing(const TensorKey& key, const ReceivedTensor& t, std::vector<TensorKey>* wanted);
+  void Receive(std::vector<TensorKey> wanted);  // the receiver thread
   void Join();
 
   SyncExchangeOptions o_;
@@ -100,6 +116,13 @@ class SyncExchange {
   // The sync in flight: every member's decoded contribution by replica (this stage's from its
   // own frames), filled by the receiver thread until it ends with receive_status_.
   std::vector<std::vector<float>> decoded_;
+  std::vector<float> weights_;  // the sync in flight's, by replica
+  // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
+  // rings (from Create); the step.
+  std::vector<float> ring_values_, ring_out_;
+  std::vector<fleet::RingMember> ring_;
+  std::vector<RingPlace> places_;
+  uint64_t step_ = 0;
   std::thread receiver_;
   std::atomic<bool> cancel_{false};
   Status receive_status_;

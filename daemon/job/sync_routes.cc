@@ -64,6 +64,40 @@ std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config
   return RoutesOf(HoldersOf(grid, config), grid, config, self);
 }
 
+bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config) {
+  const Holders holders = HoldersOf(grid, config);
+  std::vector<std::vector<SyncRoute>> routes;
+  for (int i = 0; i < grid.size(); ++i) routes.push_back(RoutesOf(holders, grid, config, i));
+  for (int i = 0; i < grid.size(); ++i) {
+    for (const SyncRoute& mine : routes[static_cast<size_t>(i)]) {
+      for (int s : mine.source) {
+        if (s < 0) return false;
+        bool same = false;
+        for (const SyncRoute& theirs : routes[static_cast<size_t>(s)]) {
+          if (theirs.slice.index == mine.slice.index) same = theirs.source == mine.source;
+        }
+        if (!same) return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool SyncsAroundRings(fleet::SyncReduce reduce, const StageGrid& grid,
+                      const model::GPT2Config& config) {
+  return reduce == fleet::SyncReduce::kRing && grid.replicas > 1 && RingsAgree(grid, config);
+}
+
+RingPlace RingOf(const SyncRoute& route, const std::vector<bool>& live, int self) {
+  RingPlace ring;
+  for (size_t r = 0; r < route.source.size(); ++r) {
+    if (!live.empty() && !live[r]) continue;
+    if (route.source[r] == self) ring.position = ring.size();
+    ring.members.push_back(route.source[r]);
+  }
+  return ring;
+}
+
 std::vector<int> SyncPeers(const std::vector<SyncRoute>& routes, int self) {
   std::vector<int> peers;
   for (const SyncRoute& r : routes) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/job/stage_grid.h"
+#include "fleet/sync_options.h"
 #include "fleet/sync_slices.h"
 #include "model/config.h"
 
@@ -25,6 +26,28 @@ struct SyncRoute {
 // The routes of stage `self`'s slices, in its slices' order. REQUIRES: the grid's layers are
 // known (OfPlan) and every replica covers the model's layers (CheckPlan).
 std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self);
+
+// Whether the plan's slices can be reduced around rings (sync.reduce: ring, fleet/sync_ring.h):
+// every stage that another adds a slice from takes that slice from the same stages, so each
+// slice's holders agree on one ring. Aligned replicas always do; a plan split per replica
+// where one replica holds the tied embedding once and another on two stages does not (its
+// syncs gather).
+bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config);
+// Whether a job's syncs go around rings: sync.reduce ring, replicas, and rings that agree.
+bool SyncsAroundRings(fleet::SyncReduce reduce, const StageGrid& grid,
+                      const model::GPT2Config& config);
+
+// Stage `self`'s ring for one of its slices: the route's sources of the live replicas, in
+// replica order, and self's place among them.
+struct RingPlace {
+  std::vector<int> members;  // flat stages
+  int position = -1;         // self's index in members
+  int size() const { return static_cast<int>(members.size()); }
+  int prev() const { return members[static_cast<size_t>((position + size() - 1) % size())]; }
+  int next() const { return members[static_cast<size_t>((position + 1) % size())]; }
+};
+// REQUIRES: live empty (all live) or one per replica.
+RingPlace RingOf(const SyncRoute& route, const std::vector<bool>& live, int self);
 
 // The stages this stage sends frames to or takes frames from, ascending, its own left out.
 std::vector<int> SyncPeers(const std::vector<SyncRoute>& routes, int self);

@@ -286,6 +286,57 @@ TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's mode
   }
 }
 
+TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit for bit") {
+  // Four single-stage replicas (alpha, beta, gamma, delta): each slice's chunks go alpha ->
+  // beta -> gamma -> delta -> alpha, partial sums re-encoded at every hop, then the owners'
+  // frames around once more. The fleet with reduce: ring is the oracle, bit for bit.
+  const std::string sync =
+      GENERATE(std::string("sync: {mode: step, codec: exact, reduce: ring}\n"),
+               std::string("sync: {mode: local, every: 2, overlap: 1, codec: q4, reduce: ring}\n"));
+  INFO(sync);
+  std::string yaml = JobYaml(sync, 6);
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  REQUIRE(s.stages_size() == 4);
+  CheckAgainst(oracle, s, c.Export(id));
+  // Sync frames went to the next site on the ring only.
+  std::set<std::pair<std::string, std::string>> sync_links;
+  for (const auto& l : s.links()) {
+    if (l.tensors() > 0) sync_links.insert({l.from_site(), l.to_site()});
+  }
+  CHECK(sync_links ==
+        std::set<std::pair<std::string, std::string>>{
+            {"alpha", "beta"}, {"beta", "gamma"}, {"gamma", "delta"}, {"delta", "alpha"}});
+  REQUIRE(s.sync_groups_size() == 1);
+  CHECK(s.sync_groups(0).syncs() > 0);
+  // Each hop's frame comes from the ring's previous stage only, with that hop's chunk: wpe
+  // (slice 1, 1024 values) reaches gamma (position 2) in hop 0 as chunk 1, values [256, 512).
+  v1::TensorFrame frame;
+  frame.set_job_id(id);
+  frame.set_kind(v1::TENSOR_KIND_SYNC);
+  frame.set_from_stage(0);  // alpha: a member, but not gamma's predecessor
+  frame.set_to_stage(2);
+  frame.set_microbatch(0);
+  frame.set_tensor_id(1);
+  std::vector<uint8_t> payload = testing::ZeroFrame({256});
+  frame.set_encoded_size(payload.size());
+  CHECK(c.at(2).jobs().Deliver(frame, payload, "alpha").code() ==
+        absl::StatusCode::kPermissionDenied);
+  frame.set_from_stage(1);
+  frame.set_microbatch(6);  // a ring of 4 has hops 0 .. 5
+  CHECK(c.at(2).jobs().Deliver(frame, payload, "beta").code() ==
+        absl::StatusCode::kInvalidArgument);
+  frame.set_microbatch(0);
+  payload = testing::ZeroFrame({1024});  // the whole slice, not the hop's chunk
+  frame.set_encoded_size(payload.size());
+  const Status d = c.at(2).jobs().Deliver(frame, payload, "beta");
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("expects [256]"));
+}
+
 TEST_CASE("streaming syncs: the outer step lands `overlap` steps later, the fleet's model") {
   // Syncs start after steps 4 and 8 (checkpoints there, taken before the start) and land two
   // steps later; the one started at 8 lands with the last step, whose sync blocks.
@@ -627,6 +678,11 @@ TEST_CASE("replica jobs are checked when submitted") {
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("auto needs placement: planned"));
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: tree}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("sync.reduce must be gather or ring, not 'tree'"));
 }
 
 // sync: {codec: adaptive} picks each sync's codec from the links' estimates: fp32 where the
