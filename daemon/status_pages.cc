@@ -266,6 +266,7 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
           {{"group", g.position()},
            {"sites", std::vector<std::string>(g.sites().begin(), g.sites().end())},
            {"codec", g.codec()},
+           {"reduce", g.reduce()},
            {"raw_bytes", g.raw_bytes()},
            {"wire_bytes", g.wire_bytes()},
            {"compression_ratio", g.wire_bytes() ? double(g.raw_bytes()) / g.wire_bytes() : 0.0},

@@ -17,14 +17,15 @@ StatusOr<SyncMode> ParseSyncMode(std::string_view text) {
 }
 
 const char* SyncReduceName(SyncReduce reduce) {
-  return reduce == SyncReduce::kRing ? "ring" : "gather";
+  return reduce == SyncReduce::kRing ? "ring" : reduce == SyncReduce::kAuto ? "auto" : "gather";
 }
 
 StatusOr<SyncReduce> ParseSyncReduce(std::string_view text) {
   if (text == "gather") return SyncReduce::kGather;
   if (text == "ring") return SyncReduce::kRing;
+  if (text == "auto") return SyncReduce::kAuto;
   return absl::InvalidArgumentError(
-      absl::StrCat("sync.reduce must be gather or ring, not '", std::string(text), "'"));
+      absl::StrCat("sync.reduce must be gather, ring or auto, not '", std::string(text), "'"));
 }
 
 const char* SiteLossName(SiteLoss loss) { return loss == SiteLoss::kDrop ? "drop" : "wait"; }

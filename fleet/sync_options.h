@@ -43,7 +43,9 @@ enum class SiteLoss { kDrop, kWait };
 //           sum with error feedback), then each chunk's owner encodes the sum once and its
 //           frame goes around unchanged: 2 (N - 1) hops, 2 (N - 1) / N frames out of every
 //           member. Every member still applies the same bytes, so the replicas stay equal.
-enum class SyncReduce { kGather, kRing };
+//   auto:   the planner prices both on the measured links and picks (a job placed by the
+//           planner; the coordinator records the choice).
+enum class SyncReduce { kGather, kRing, kAuto };
 
 struct SyncOptions {
   SyncMode mode = SyncMode::kLocal;
@@ -61,7 +63,7 @@ const char* SyncModeName(SyncMode mode);
 StatusOr<SyncMode> ParseSyncMode(std::string_view text);
 
 const char* SyncReduceName(SyncReduce reduce);
-// "gather" or "ring"; the error names the accepted values.
+// "gather", "ring" or "auto"; the error names the accepted values.
 StatusOr<SyncReduce> ParseSyncReduce(std::string_view text);
 
 const char* SiteLossName(SiteLoss loss);

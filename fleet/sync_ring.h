@@ -60,6 +60,7 @@ class RingMember {
   // The next hop whose frame this member waits for (RingHops when done).
   int next_hop() const { return next_hop_; }
   bool done() const { return next_hop_ >= RingHops(members_); }
+  int RingHopCount() const { return RingHops(members_); }
   // The chunk a frame of `hop` from the predecessor holds (its size bounds the frame).
   RingChunk ReceiveChunk(int hop) const;
 

@@ -43,6 +43,63 @@ double SharedParams(const model::GPT2Config& config, const StagePlan& a, const S
   return shared;
 }
 
+struct SyncPrice {
+  double seconds = 0, bytes = 0;
+  std::string bottleneck;  // "FROM -> TO" of the slowest site's slowest flow
+};
+
+// One sync of `replicas` gathered or around the ring (replica order), as replica_planner.h
+// describes.
+SyncPrice PriceSync(const Profiles& profiles, const model::GPT2Config& model,
+                    const std::vector<PlanResult>& replicas, const SyncCostOptions& sync,
+                    bool ring) {
+  SyncPrice price;
+  const size_t n = replicas.size();
+  if (n < 2) return price;
+  // A ring member sends 2 (N - 1) / N of its contribution, in 2 (N - 1) hops.
+  const double share = ring ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) : 1.0;
+  const double hops = ring ? 2.0 * static_cast<double>(n - 1) : 1.0;
+  std::map<std::string, double> uplink;  // a site's fastest link
+  for (const LinkProfile& l : profiles.links) {
+    uplink[l.from] = std::max(uplink[l.from], l.bandwidth_bytes_per_second);
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (const StagePlan& s : replicas[r].stages) {
+      double slowest_flow = 0, total_bytes = 0, latency = 0;
+      std::string to;
+      for (size_t q = 0; q < n; ++q) {
+        if (q == r || (ring && q != (r + 1) % n)) continue;
+        for (const StagePlan& d : replicas[q].stages) {
+          const double bytes = SharedParams(model, s, d) * sync.bytes_per_value * share;
+          if (bytes <= 0) continue;
+          price.bytes += bytes;
+          total_bytes += bytes;
+          const LinkProfile* link = profiles.Link(s.site, d.site);
+          const double flow = link == nullptr || link->bandwidth_bytes_per_second <= 0
+                                  ? 1e30
+                                  : bytes / link->bandwidth_bytes_per_second;
+          latency = std::max(latency, link == nullptr ? 0.0 : link->rtt_seconds * hops);
+          if (flow >= slowest_flow) {
+            slowest_flow = flow;
+            to = d.site;
+          }
+        }
+      }
+      if (to.empty()) continue;
+      double seconds = slowest_flow;
+      if (sync.shared_uplink && uplink[s.site] > 0) {
+        seconds = std::max(seconds, total_bytes / uplink[s.site]);
+      }
+      seconds += latency;
+      if (seconds > price.seconds) {
+        price.seconds = seconds;
+        price.bottleneck = s.site + " -> " + to;
+      }
+    }
+  }
+  return price;
+}
+
 }  // namespace
 
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
@@ -55,28 +112,16 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
     p.sites_used += static_cast<int>(r.stages.size());
     p.replica_step_seconds = std::max(p.replica_step_seconds, r.estimate.step_seconds);
   }
-  // A sync: every stage sends what it shares with each stage of every other replica, the
-  // flows in parallel; the slowest stage's slowest flow sets the time.
-  for (size_t r = 0; r < p.replicas.size(); ++r) {
-    for (const StagePlan& s : p.replicas[r].stages) {
-      for (size_t q = 0; q < p.replicas.size(); ++q) {
-        if (q == r) continue;
-        for (const StagePlan& d : p.replicas[q].stages) {
-          const double bytes = SharedParams(model, s, d) * sync.bytes_per_value;
-          if (bytes <= 0) continue;
-          p.sync_bytes += bytes;
-          const LinkProfile* link = profiles.Link(s.site, d.site);
-          const double seconds = link == nullptr || link->bandwidth_bytes_per_second <= 0
-                                     ? 1e30
-                                     : bytes / link->bandwidth_bytes_per_second + link->rtt_seconds;
-          if (seconds > p.sync_seconds) {
-            p.sync_seconds = seconds;
-            p.sync_bottleneck = s.site + " -> " + d.site;
-          }
-        }
-      }
-    }
-  }
+  const SyncPrice gather = PriceSync(profiles, model, p.replicas, sync, false);
+  const SyncPrice ring = PriceSync(profiles, model, p.replicas, sync, true);
+  if (sync.reduce != SyncReduceCost::kRing) p.gather_seconds = gather.seconds;
+  if (sync.reduce != SyncReduceCost::kGather) p.ring_seconds = ring.seconds;
+  p.ring = sync.reduce == SyncReduceCost::kRing ||
+           (sync.reduce == SyncReduceCost::kCheaper && ring.seconds < gather.seconds);
+  const SyncPrice& chosen = p.ring ? ring : gather;
+  p.sync_seconds = chosen.seconds;
+  p.sync_bytes = chosen.bytes;
+  p.sync_bottleneck = chosen.bottleneck;
   const int every = std::max(1, sync.every);
   const int behind = std::clamp(sync.overlap, 0, every);
   const double hidden = behind * p.replica_step_seconds;

@@ -9,10 +9,17 @@
 // A replica's step is its pipeline's predicted step; the fleet goes at its slowest replica's
 // pace (the syncs wait for it). A sync moves each stage's contribution (its layers'
 // parameters in the sync codec: bytes_per_value each) to the sites that hold the same layers
-// in every other replica, all flows in parallel; the slowest site's sending time is the
-// sync's. Every `every` steps one sync; with `overlap` k (streaming syncs that run behind the
-// next k inner steps, the job's sync.overlap) only the part longer than those steps is
-// exposed.
+// in other replicas:
+//   gather: to every other replica's holders, N - 1 flows out of each stage at once;
+//   ring:   around the replicas in replica order (fleet/sync_ring.h): 2 (N - 1) / N of the
+//           contribution to the next replica's holders, in 2 (N - 1) hops (each a round trip's
+//           latency on the critical path);
+// a site's flows at once share its uplink (`shared_uplink`: the uplink carries at most its
+// fastest link's rate; a flow alone is held to its own link's), and the slowest site's
+// sending is the sync's time. `reduce: cheaper` prices both and keeps the faster, as a job's
+// `sync.reduce: auto` does. Every `every` steps one sync; with `overlap` k (streaming syncs
+// that run behind the next k inner steps, the job's sync.overlap) only the part longer than
+// those steps is exposed.
 #pragma once
 
 #include <string>
@@ -23,10 +30,15 @@
 
 namespace longhaul::scheduler {
 
+enum class SyncReduceCost { kGather, kRing, kCheaper };
+
 struct SyncCostOptions {
   int every = 50;                   // inner steps per sync; 1: sync mode step
   double bytes_per_value = 0.5625;  // q4 with an fp32 scale per 64 values; exact: 4
   int overlap = 0;  // inner steps a sync runs behind (0: it blocks); a job's is < every
+  SyncReduceCost reduce = SyncReduceCost::kGather;
+  // A site's sync flows at once share its uplink (false: each flow has its link to itself).
+  bool shared_uplink = true;
 };
 
 struct ReplicaPlanRequest {
@@ -53,6 +65,8 @@ struct ReplicaPlan {
   double replica_step_seconds = 0;  // the slowest replica's predicted step
   double sync_seconds = 0;          // one sync, the slowest site's sending
   double sync_bytes = 0;            // one sync, all sites together
+  bool ring = false;                // the syncs priced (and chosen, reduce: cheaper) as rings
+  double gather_seconds = 0, ring_seconds = 0;  // one sync each way (the one not priced: 0)
   double exposed_sync_per_step = 0;
   double step_seconds = 0;       // replica step + exposed sync per step
   double tokens_per_second = 0;  // in lockstep: every replica at the slowest one's pace

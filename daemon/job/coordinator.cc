@@ -84,6 +84,7 @@ bool Coordinator::AssignAll() {
     *a.mutable_dropped_replicas() = record_.dropped_replicas();
     *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
+    a.set_sync_ring(record_.sync_ring());
     attempt_start_ = record_.committed_step();
     barrier_.NewAssignment();
   }

@@ -12,6 +12,7 @@
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
 #include "daemon/job/site_profile.h"
+#include "daemon/job/sync_routes.h"
 #include "model/file_io.h"
 #include "scheduler/placement.h"
 
@@ -39,6 +40,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   int replicas = spec.replicas;
   std::vector<int> microbatches;  // by replica: the planner's pacing, else the job's
   std::vector<int> replica_of;    // by stage
+  bool ring = spec.sync.reduce == fleet::SyncReduce::kRing;  // auto: the planner's pick
   if (spec.planned) {
     auto planned = PlanPlacement(spec, env.site, env.channel);
     if (!planned.ok()) return Annotate(planned.status(), spec.job.source);
@@ -47,6 +49,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     predicted = planned->predicted_step_seconds;
     site_memory = planned->memory_limits;
     replicas = planned->replicas;
+    ring = planned->ring;
     microbatches = planned->microbatches;
     replica_of = planned->replica_of;
     replica_of.resize(plan.size(), replica_of.empty() ? 0 : replica_of.back());
@@ -92,6 +95,18 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   // What every site will check of its assignment (a planner's plan included: the replica
   // count and the stages within bounds), refused here rather than by each site.
   RETURN_IF_ERROR(CheckPlan(r.stages(), c->spec_, c->spec_.job.source + ": the plan"));
+  // Rings only where every holder of a slice agrees on one (sync_routes.h): a ring asked for
+  // with replica_stages that do not is refused; a planner's plan that does not gathers.
+  const bool agree =
+      SyncsAroundRings(fleet::SyncReduce::kRing, StageGrid::OfPlan(c->spec_.replicas, r.stages()),
+                       c->spec_.job.model);
+  if (ring && !agree && !c->spec_.planned) {
+    return absl::InvalidArgumentError(
+        c->spec_.job.source +
+        ": sync.reduce: ring needs every replica to hold the tied embedding as the others do "
+        "(one stage each, or two or more each); these replica_stages mix them: use gather");
+  }
+  r.set_sync_ring(ring && agree);
   std::error_code ec;
   std::filesystem::create_directories(c->env_.job_dir, ec);
   RETURN_IF_ERROR(model::WriteFileAtomically(c->env_.job_dir + "/job.yaml", c->spec_.yaml));

@@ -6,6 +6,7 @@
 
 #include "daemon/job/replica_membership.h"
 #include "daemon/job/stage_grid.h"
+#include "daemon/job/sync_routes.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -136,6 +137,16 @@ Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::s
   }
   if (a.migrate_from_size() > 0) {
     RETURN_IF_ERROR(CheckPlan(a.migrate_from(), spec, job + ": migrate_from"));
+  }
+  // Rings where the job asks for them (or lets the planner choose) and the plan's holders
+  // agree on them: else the members would wait on frames no one sends.
+  if (a.sync_ring() &&
+      (spec.sync.reduce == fleet::SyncReduce::kGather ||
+       !SyncsAroundRings(fleet::SyncReduce::kRing, StageGrid::OfPlan(spec.replicas, a.stages()),
+                         spec.job.model))) {
+    return absl::InvalidArgumentError(job + ": syncs around rings, but the job's sync.reduce is " +
+                                      fleet::SyncReduceName(spec.sync.reduce) +
+                                      " or the plan's holders of a slice do not agree on a ring");
   }
   return CheckReplicaMembership(a, spec, job);
 }

@@ -150,6 +150,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   std::string from_site;
   std::vector<SyncRoute> routes;
   bool ring = false;
+  uint32_t assigned_attempt = 0;
   StageGrid grid;
   ReplicaList dropped;
   {
@@ -157,6 +158,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
     B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
     if (first.kind() == v1::TENSOR_KIND_SYNC) routes = stage->routes;
     ring = stage->ring;
+    assigned_attempt = stage->assignment.attempt();
     grid = StageGrid::OfPlan(stage->replicas, stage->assignment.stages());
     dropped.assign(stage->assignment.dropped_replicas().begin(),
                    stage->assignment.dropped_replicas().end());
@@ -170,6 +172,14 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   const uint32_t from = first.from_stage();
   const int self = static_cast<int>(me), sender = static_cast<int>(from);
   if (first.kind() == v1::TENSOR_KIND_SYNC) {
+    // A sync frame of the next attempt is checked against that attempt's plan and members
+    // (a ring changes with them): Unavailable until this site has it, and the sender retries.
+    if (first.attempt() > assigned_attempt) {
+      return absl::UnavailableError("job '" + id + "': sync frame of attempt " +
+                                    std::to_string(first.attempt()) + ", site '" + options_.site +
+                                    "' runs attempt " + std::to_string(assigned_attempt) +
+                                    " (not assigned yet)");
+    }
     if (from < n && Contains(dropped, grid.replica(sender))) {
       return RoleDenied(caller, id,
                         "send sync contributions for replica " +

@@ -120,7 +120,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     if (grid.replicas > 1) {
       stage->routes = SyncRoutes(grid, spec.job.model, static_cast<int>(a.stage()));
     }
-    stage->ring = SyncsAroundRings(spec.sync.reduce, grid, spec.job.model);
+    stage->ring = a.sync_ring();
   }
 
   StageRunnerContext ctx;

@@ -304,6 +304,11 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                      "auto needs placement: planned (the planner chooses how many replicas and "
                      "where); with placement: even give a number");
     }
+    if (spec.sync.reduce == fleet::SyncReduce::kAuto) {
+      return w.Error(sync_entry,
+                     "sync.reduce: auto needs placement: planned (the planner prices gather "
+                     "and ring on the measured links); with placement: even give gather or ring");
+    }
     if (!have_rs && spec.sites.size() % static_cast<size_t>(spec.replicas) != 0) {
       return w.Error(replicas_entry, std::to_string(spec.sites.size()) + " sites do not form " +
                                          std::to_string(spec.replicas) +
@@ -402,6 +407,10 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   r.paced = spec.paced;
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
   r.sync.overlap = spec.sync.mode == fleet::SyncMode::kStep ? 0 : spec.sync.overlap;
+  r.sync.reduce = spec.sync.reduce == fleet::SyncReduce::kRing ? scheduler::SyncReduceCost::kRing
+                  : spec.sync.reduce == fleet::SyncReduce::kAuto
+                      ? scheduler::SyncReduceCost::kCheaper
+                      : scheduler::SyncReduceCost::kGather;
   // adaptive is priced at its floor, the codec it falls to on a slow link.
   ASSIGN_OR_RETURN(const compression::CodecSpec codec,
                    fleet::FixedSyncCodec(spec.sync.codec == "adaptive" ? "q4" : spec.sync.codec));

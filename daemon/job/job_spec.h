@@ -68,6 +68,9 @@
 //                                    # each, re-encoded with error feedback at every hop
 //                                    # (exact: the same sums in another order); a plan split
 //                                    # per replica whose tied embedding copies differ gathers
+//                                    # | auto (placement: planned): the planner prices both
+//                                    # on the measured links, a site's flows sharing its
+//                                    # uplink (scheduler/replica_planner.h), and picks
 //     on_site_loss: drop             # a replica's site lost: drop (local mode's default, with
 //                                    # checkpoint.every > 0): the other replicas go on from the
 //                                    # committed step, it rejoins from a live replica's state

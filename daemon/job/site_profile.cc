@@ -118,6 +118,7 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
   if (!fleet.ok()) return Annotate(fleet.status(), "placing the job's replicas");
   PlannedPlacement p;
   p.replicas = static_cast<int>(fleet->replicas.size());
+  p.ring = fleet->ring;
   p.microbatches = fleet->microbatches;
   std::set<std::string> used;
   std::vector<std::string> parts;
@@ -145,8 +146,14 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
   }
   if (p.replicas > 1) {
     absl::StrAppend(&p.summary, "; a sync ", absl::StrFormat("%.3f", fleet->sync_seconds),
-                    " s every ", r.sync.every, " step(s) in ", spec.sync.codec, " (slowest flow ",
+                    " s every ", r.sync.every, " step(s) in ", spec.sync.codec,
+                    fleet->ring ? " around a ring" : " gathered", " (slowest flow ",
                     fleet->sync_bottleneck, ")");
+    if (fleet->gather_seconds > 0 && fleet->ring_seconds > 0) {
+      absl::StrAppend(&p.summary, "; sync.reduce auto: ", fleet->ring ? "ring" : "gather",
+                      absl::StrFormat(" (gather %.3f s, ring %.3f s)", fleet->gather_seconds,
+                                      fleet->ring_seconds));
+    }
   }
   // What one pipeline would do, for comparison.
   if (auto single = planner.Plan(request); single.ok()) {

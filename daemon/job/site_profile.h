@@ -65,6 +65,7 @@ struct PlannedPlacement {
   std::vector<scheduler::StagePlan> stages;  // replica-major
   std::vector<int> replica_of;               // by stage; empty: one pipeline
   int replicas = 1;
+  bool ring = false;  // the planner priced the syncs as rings (sync.reduce ring, or auto's pick)
   std::vector<int> microbatches;  // by replica, when paced (replica_microbatches: paced)
   double predicted_step_seconds = 0;
   std::string summary;                           // one line for the job's detail and the log

@@ -79,7 +79,7 @@ Status StageRunner::InitSyncExchange() {
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) so.live.push_back(!Contains(dropped, r));
   so.routes = SyncRoutes(grid_, ctx_.spec.job.model, stage_);
-  so.ring = SyncsAroundRings(ctx_.spec.sync.reduce, grid_, ctx_.spec.job.model);
+  so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
   // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
   for (const auto& [peer, sender] : ctx_.to_sync) {
     if (sender) so.to_stage[peer] = sender.get();
@@ -186,12 +186,15 @@ Status StageRunner::ChooseSyncCodec(double compute_seconds) {
   std::vector<v1::LinkEstimate> links;
   const ReplicaList dropped(ctx_.assignment.dropped_replicas().begin(),
                             ctx_.assignment.dropped_replicas().end());
-  for (const auto& [peer, sender] : ctx_.to_sync) {
+  // The links this stage's frames take (every other live holder's, or the next around each
+  // ring) and the fragment's share each carries.
+  for (int peer : sync_->SendsTo()) {
     if (!Contains(dropped, grid_.replica(peer))) {
       links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(peer).site()));
     }
   }
-  const uint64_t bytes = static_cast<uint64_t>(fragment_->layout().total()) * sizeof(float);
+  const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(fragment_->layout().total()) *
+                                               sizeof(float) * sync_->SentShare());
   ASSIGN_OR_RETURN(const compression::Decision d,
                    sync_codec_->Choose(links, bytes, compute_seconds, Now()));
   if (d.changed) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "compression/frame.h"
 #include "fleet/sync_options.h"
@@ -62,7 +63,9 @@ StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions
     ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(x->o_.codec));
     x->encoders_.push_back(std::move(encoder));
   }
+  const std::vector<int> sends_to = x->SendsTo();
   for (const auto& [stage, sender] : x->o_.to_stage) {
+    if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
     OutboundUsage& u = x->usage_[stage];
     const auto site = x->o_.stage_sites.find(stage);
     u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
@@ -88,8 +91,42 @@ Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
   return Finish(out);
 }
 
+std::vector<int> SyncExchange::SendsTo() const {
+  std::vector<int> to;
+  if (o_.ring) {
+    for (const RingPlace& place : places_) {
+      if (place.size() > 1) to.push_back(place.next());
+    }
+  } else {
+    for (const SyncRoute& route : o_.routes) {
+      for (int d : route.to) {
+        if (o_.live[o_.grid.replica(d)]) to.push_back(d);
+      }
+    }
+  }
+  std::sort(to.begin(), to.end());
+  to.erase(std::unique(to.begin(), to.end()), to.end());
+  return to;
+}
+
+double SyncExchange::SentShare() const {
+  if (!o_.ring || places_.empty()) return 1.0;
+  const double L = places_[0].size();
+  return L > 1 ? 2.0 * (L - 1) / L : 0.0;
+}
+
+Status SyncExchange::DrainBacklog() {
+  while (!backlog_.empty()) {
+    auto& [to, tensor] = backlog_.front();
+    ASSIGN_OR_RETURN(const bool queued, o_.to_stage.at(to)->TryEnqueue(&tensor));
+    if (!queued) return absl::OkStatus();  // the link is full: later
+    backlog_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
 Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
-                          std::vector<uint8_t> frame) {
+                          std::vector<uint8_t> frame, bool backlog) {
   // The values it carries: the slice (gather) or the hop's chunk of it (ring).
   const fleet::SyncSlice& sent = o_.routes[k].slice;
   const uint64_t values =
@@ -113,7 +150,12 @@ Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
   h.set_from_site(o_.site);
   const uint64_t wire = frame.size();
   t.payload = std::move(frame);
-  RETURN_IF_ERROR(o_.to_stage.at(to)->Enqueue(std::move(t)));
+  if (backlog) {
+    backlog_.emplace_back(to, std::move(t));
+    RETURN_IF_ERROR(DrainBacklog());
+  } else {
+    RETURN_IF_ERROR(o_.to_stage.at(to)->Enqueue(std::move(t)));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   OutboundUsage& u = usage_[to];
   ++u.tensors;
@@ -187,6 +229,8 @@ Status SyncExchange::StartRing(uint64_t step, std::span<const float> values, flo
   ring_out_.assign(values.size(), 0.0f);
   ring_.clear();
   ring_.reserve(o_.routes.size());
+  early_.assign(o_.routes.size(), {});
+  backlog_.clear();
   for (size_t k = 0; k < o_.routes.size(); ++k) {
     const fleet::SyncSlice& slice = o_.routes[k].slice;
     const RingPlace& place = places_[k];
@@ -200,8 +244,11 @@ Status SyncExchange::StartRing(uint64_t step, std::span<const float> values, flo
     RETURN_IF_ERROR(ring_[k].Begin(&frame));
     if (ring_[k].done()) continue;  // a ring of one
     RETURN_IF_ERROR(Send(step, k, 0, place.next(), std::move(frame)));
-    wanted->push_back(
-        {o_.attempt, step, 0, v1::TENSOR_KIND_SYNC, static_cast<uint32_t>(slice.index)});
+    // Every hop's frame, taken as it comes (one may overtake another on a link).
+    for (int hop = 0; hop < fleet::RingHops(place.size()); ++hop) {
+      wanted->push_back({o_.attempt, step, static_cast<uint32_t>(hop), v1::TENSOR_KIND_SYNC,
+                         static_cast<uint32_t>(slice.index)});
+    }
   }
   return absl::OkStatus();
 }
@@ -231,24 +278,31 @@ Status SyncExchange::TakeGathered(const TensorKey& key, const ReceivedTensor& t)
       "sync tensor " + key.DebugString() + " from " + t.from_site);
 }
 
-Status SyncExchange::TakeRing(const TensorKey& key, const ReceivedTensor& t,
-                              std::vector<TensorKey>* wanted) {
+Status SyncExchange::TakeRing(const TensorKey& key, ReceivedTensor t) {
   size_t k = 0;
   while (k < o_.routes.size() && static_cast<uint32_t>(o_.routes[k].slice.index) != key.tensor_id) {
     ++k;
   }
-  if (k == o_.routes.size())
+  if (k == o_.routes.size() || key.microbatch >= static_cast<uint32_t>(ring_[k].RingHopCount())) {
     return absl::InternalError("sync: unexpected tensor " + key.DebugString());
-  std::vector<uint8_t> next;
-  RETURN_IF_ERROR(Annotate(ring_[k].Take(static_cast<int>(key.microbatch), t.payload, &next),
-                           "sync tensor " + key.DebugString() + " from " + t.from_site));
-  if (!next.empty()) {
-    RETURN_IF_ERROR(Send(key.step, k, key.microbatch + 1, places_[k].next(), std::move(next)));
   }
-  if (!ring_[k].done()) {
-    TensorKey more = key;
-    more.microbatch = static_cast<uint32_t>(ring_[k].next_hop());
-    wanted->push_back(more);
+  std::map<int, ReceivedTensor>& early = early_[k];
+  early[static_cast<int>(key.microbatch)] = std::move(t);
+  // The hops in order, as far as they are in.
+  for (auto it = early.find(ring_[k].next_hop()); it != early.end();
+       it = early.find(ring_[k].next_hop())) {
+    const int hop = it->first;
+    const ReceivedTensor frame = std::move(it->second);
+    early.erase(it);
+    TensorKey at = key;
+    at.microbatch = static_cast<uint32_t>(hop);
+    std::vector<uint8_t> next;
+    RETURN_IF_ERROR(Annotate(ring_[k].Take(hop, frame.payload, &next),
+                             "sync tensor " + at.DebugString() + " from " + frame.from_site));
+    if (!next.empty()) {
+      RETURN_IF_ERROR(Send(key.step, k, static_cast<uint32_t>(hop + 1), places_[k].next(),
+                           std::move(next), /*backlog=*/true));
+    }
   }
   return absl::OkStatus();
 }
@@ -256,15 +310,23 @@ Status SyncExchange::TakeRing(const TensorKey& key, const ReceivedTensor& t,
 void SyncExchange::Receive(std::vector<TensorKey> wanted) {
   auto stopped = [this] { return cancel_.load() || (o_.stop != nullptr && o_.stop->load()); };
   auto run = [&]() -> Status {
-    while (!wanted.empty()) {
+    while (!wanted.empty() || !backlog_.empty()) {
       if (stopped()) return absl::AbortedError("stopped");
       RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
-      auto got = o_.inbox->TakeAny(wanted, o_.heartbeat_seconds);
+      RETURN_IF_ERROR(DrainBacklog());
+      // With frames still to queue, look back at the links often.
+      const double wait =
+          backlog_.empty() ? o_.heartbeat_seconds : std::min(o_.heartbeat_seconds, 0.01);
+      if (wanted.empty()) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+        continue;
+      }
+      auto got = o_.inbox->TakeAny(wanted, wait);
       if (!got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
       if (!got.ok()) return got.status();
       const TensorKey key = got->first;
       wanted.erase(std::find(wanted.begin(), wanted.end(), key));
-      RETURN_IF_ERROR(o_.ring ? TakeRing(key, got->second, &wanted)
+      RETURN_IF_ERROR(o_.ring ? TakeRing(key, std::move(got->second))
                               : TakeGathered(key, got->second));
     }
     return absl::OkStatus();
@@ -282,6 +344,10 @@ void SyncExchange::Cancel() {
   Join();
   decoded_.clear();
   ring_.clear();
+  early_.clear();
+  backlog_.clear();
+  ring_values_ = {};
+  ring_out_ = {};
 }
 
 SyncExchange::~SyncExchange() { Cancel(); }
@@ -304,6 +370,9 @@ Status SyncExchange::Finish(std::span<float> out) {
     }
     std::copy(ring_out_.begin(), ring_out_.end(), out.begin());
     ring_.clear();
+    early_.clear();
+    ring_values_ = {};  // two fragments' worth, until the next sync
+    ring_out_ = {};
   } else {
     const size_t n = decoded_.empty() ? 0 : decoded_[0].size();
     if (out.size() != n) {
@@ -347,6 +416,10 @@ v1::SyncReport SyncExchange::Report() const {
 }
 
 Status SyncExchange::SetCodec(const std::string& codec, const std::string& reason) {
+  if (in_flight()) {
+    return absl::FailedPreconditionError("sync codec " + codec +
+                                         ": a sync is in flight (set it between syncs)");
+  }
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(codec));
   if (codec != o_.codec) {
     std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders;

@@ -12,6 +12,9 @@
 // ring of its live holders instead (fleet/sync_ring.h): Start sends the first hop's chunk to
 // the ring's next stage, the receiver thread takes each hop's frame from the previous one,
 // adds this stage's part, and sends the next hop on; every holder ends with the same bits.
+// The receiver takes every hop's frame as it comes (a hop that overtook the one before waits
+// in the exchange, not in the bounded inbox) and queues what it sends without blocking (a
+// backlog it drains between frames), so a full link can neither stall the ring nor a stop.
 //
 // A streaming sync (sync.overlap) is AllGather in two halves: Start sends and takes the
 // others' frames on a thread of its own while the stage trains on; Finish waits for what has
@@ -20,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,16 +86,22 @@ class SyncExchange {
 
   // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried
   // over, the pinned slice excepted; `reason` is the usage's explanation (the adaptive
-  // choice's).
+  // choice's). FailedPrecondition while a sync is in flight (its receiver encodes, on a ring).
   Status SetCodec(const std::string& codec, const std::string& reason);
   const std::string& codec() const { return o_.codec; }
 
   // The error-feedback residuals, by slice (for the stage checkpoint), and their restore.
+  // REQUIRES: no sync in flight (a ring's receiver encodes).
   std::vector<std::vector<float>> residuals() const;
   Status RestoreResiduals(std::vector<std::vector<float>> residuals);
 
   // What this stage sent to each stage it sends to (their sites, by stage).
   std::vector<OutboundUsage> Usage() const;
+  // The stages a sync sends to (every other live holder when gathering, the next one around
+  // each ring) and the share of the fragment's encoded bytes each gets: 1, or 2 (L - 1) / L
+  // on a ring of L (what the adaptive sync codec prices).
+  std::vector<int> SendsTo() const;
+  double SentShare() const;
   double wait_seconds() const { return wait_seconds_; }
   // The syncs so far: how many, their time (encode, send, wait, decode, sum), the bytes sent.
   v1::SyncReport Report() const;
@@ -101,13 +111,16 @@ class SyncExchange {
   Status SendError() const;
   // Queues `frame` of route k's slice for stage `to`: microbatch is the sender's replica
   // (gather) or the ring hop.
-  Status Send(uint64_t step, size_t k, uint32_t microbatch, int to, std::vector<uint8_t> frame);
+  // From the receiver thread (`backlog`): onto backlog_ and as much of it as fits queued.
+  Status Send(uint64_t step, size_t k, uint32_t microbatch, int to, std::vector<uint8_t> frame,
+              bool backlog = false);
+  Status DrainBacklog();
   Status StartRing(uint64_t step, std::span<const float> values, float weight,
                    std::vector<TensorKey>* wanted);
-  // One frame taken by the receiver: decoded into decoded_ (gather), or the ring's hop taken
-  // and the next one sent (ring); *wanted loses it and gains what comes next.
+  // One frame taken by the receiver: decoded into decoded_ (gather), or kept until the ring's
+  // hops before it are in, then each hop taken in order and the next one sent (ring).
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
-  Status TakeRing(const TensorKey& key, const ReceivedTensor& t, std::vector<TensorKey>* wanted);
+  Status TakeRing(const TensorKey& key, ReceivedTensor t);
   void Receive(std::vector<TensorKey> wanted);  // the receiver thread
   void Join();
 
@@ -122,6 +135,8 @@ class SyncExchange {
   std::vector<float> ring_values_, ring_out_;
   std::vector<fleet::RingMember> ring_;
   std::vector<RingPlace> places_;
+  std::vector<std::map<int, ReceivedTensor>> early_;    // by route: hops ahead of the next
+  std::deque<std::pair<int, OutgoingTensor>> backlog_;  // (to stage, tensor), receiver only
   uint64_t step_ = 0;
   std::thread receiver_;
   std::atomic<bool> cancel_{false};

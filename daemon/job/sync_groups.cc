@@ -11,6 +11,7 @@ void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
   for (size_t index = 0; index < groups.size(); ++index) {
     v1::SyncGroupStatus* g = record->add_sync_groups();
     g->set_position(static_cast<uint32_t>(index));
+    g->set_reduce(record->sync_ring() ? "ring" : "gather");
     bool first = true;
     for (int member : groups[index]) {
       if (member < record->stages_size()) g->add_sites(record->stages(member).site());

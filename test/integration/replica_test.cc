@@ -296,6 +296,18 @@ TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit 
   INFO(sync);
   std::string yaml = JobYaml(sync, 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  {
+    // Two replicas of two stages: rings of two per position, the tied embedding's on both
+    // ends (alpha-gamma and beta-delta), the fleet's model too.
+    Cluster c2;
+    const std::string two = JobYaml(sync, 6);
+    const Oracle o2 = TrainFleet(two);
+    const std::string id2 = c2.Submit(two);
+    const v1::JobStatus s2 = c2.WaitCompleted(id2);
+    CheckAgainst(o2, s2, c2.Export(id2));
+    REQUIRE(s2.sync_groups_size() == 2);
+    CHECK(s2.sync_groups(0).reduce() == "ring");
+  }
   const Oracle oracle = TrainFleet(yaml);
   Cluster c;
   const std::string id = c.Submit(yaml);
@@ -527,9 +539,13 @@ void RestartDeltaUntilRejoined(Cluster& c, const std::string& id) {
 }
 
 TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins at a sync") {
-  // on_site_loss: drop is local mode's default.
+  // on_site_loss: drop is local mode's default. Gathered, and around rings (a ring of one
+  // while replica 1 is out, of two again after the rejoin's new attempt).
   const int steps = 60;
-  const std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8}\n", steps);
+  const std::string reduce = GENERATE(std::string("gather"), std::string("ring"));
+  INFO("reduce " << reduce);
+  const std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, codec: q8, reduce: " + reduce + "}\n", steps);
   Cluster c;
   for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
   const std::string id = c.Submit(yaml);
@@ -682,7 +698,7 @@ TEST_CASE("replica jobs are checked when submitted") {
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()),
-             Catch::Contains("sync.reduce must be gather or ring, not 'tree'"));
+             Catch::Contains("sync.reduce must be gather, ring or auto, not 'tree'"));
 }
 
 // sync: {codec: adaptive} picks each sync's codec from the links' estimates: fp32 where the

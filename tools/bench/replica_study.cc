@@ -10,7 +10,8 @@
 // The table reports per run: the final training loss (mean of the last --last steps) and
 // validation loss, each against the baseline of the same N and seed, and the bytes per
 // trained token that the syncs put on the links between replicas (an all-gather: each
-// replica's frame to every other), with their ratio to the baseline's.
+// replica's frame to every other; with --reduce ring, every hop of the rings), with their
+// ratio to the baseline's.
 //
 // Runs are independent and deterministic (one backend thread each); --jobs only changes the
 // wall time.
@@ -52,6 +53,7 @@ struct Flags {
   std::vector<int> every = {10, 50};
   std::vector<int> overlap = {0};  // sync.overlap: inner steps a sync streams behind
   std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
+  std::vector<std::string> reduce = {"gather"};  // sync.reduce of the local-mode runs
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
   int steps = 0;  // 0: the job's
@@ -76,7 +78,7 @@ struct RunSpec {
                ? absl::StrCat("N=", replicas, " step ", sync.codec)
                : absl::StrCat("N=", replicas, " local/", sync.every,
                               sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "", " ",
-                              sync.codec);
+                              sync.codec, sync.reduce == fleet::SyncReduce::kRing ? " ring" : "");
   }
 };
 
@@ -189,6 +191,13 @@ int Run(Flags f) {
       return 1;
     }
   }
+  for (const std::string& r : f.reduce) {
+    if (auto parsed = fleet::ParseSyncReduce(r); !parsed.ok()) {
+      std::fprintf(stderr, "replica_study: --reduce: %s\n",
+                   std::string(parsed.status().message()).c_str());
+      return 1;
+    }
+  }
   const model::GPT2Config& c = job.model;
   auto train = model::LoadData(job.data.train, job.data.format, 1, c.vocab_size, "data.train");
   if (!train.ok()) {
@@ -217,13 +226,16 @@ int Run(Flags f) {
         for (int overlap : f.overlap) {
           if (overlap >= every) continue;  // not a valid sync.overlap
           for (const std::string& codec : f.codecs) {
-            RunResult r = base;
-            r.spec.sync.mode = fleet::SyncMode::kLocal;
-            r.spec.sync.every = every;
-            r.spec.sync.overlap = overlap;
-            r.spec.sync.codec = codec;
-            r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
-            results.push_back(r);
+            for (const std::string& reduce : f.reduce) {
+              RunResult r = base;
+              r.spec.sync.reduce = *fleet::ParseSyncReduce(reduce);
+              r.spec.sync.mode = fleet::SyncMode::kLocal;
+              r.spec.sync.every = every;
+              r.spec.sync.overlap = overlap;
+              r.spec.sync.codec = codec;
+              r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
+              results.push_back(r);
+            }
           }
         }
       }
@@ -364,6 +376,11 @@ int main(int argc, char** argv) {
   app.add_option("--codecs", f.codecs,
                  "Sync codecs for local mode: exact, or a codec spec (q4, topk:0.01+q8, ...); "
                  "error feedback on every lossy one")
+      ->capture_default_str();
+  app.add_option("--reduce", f.reduce,
+                 "How the local-mode runs' syncs sum (sync.reduce): gather (every frame to "
+                 "every replica), ring (chunks around a ring, re-encoded with error feedback at "
+                 "each hop; the step/exact reference always gathers)")
       ->capture_default_str();
   app.add_option("--outer-lr", f.outer_lr, "Outer learning rate")->capture_default_str();
   app.add_option("--outer-momentum", f.outer_momentum, "Outer Nesterov momentum")

@@ -105,12 +105,13 @@ void PrintDetails(const v1::JobStatus& j) {
     // Pipeline replicas: what each sync group (the stages that exchange frames: the same
     // position of every replica when they are split alike) exchanged, and the time
     // their syncs took (exposed: the replicas waited; hidden: behind the next inner steps).
-    Table groups({"SYNC GROUP", "SITES", "CODEC", "RATIO", "SENT", "SYNCS", "EXPOSED", "HIDDEN"});
+    Table groups(
+        {"SYNC GROUP", "SITES", "REDUCE", "CODEC", "RATIO", "SENT", "SYNCS", "EXPOSED", "HIDDEN"});
     for (const auto& g : j.sync_groups()) {
       std::string sites;
       for (const auto& s : g.sites()) sites += (sites.empty() ? "" : ",") + s;
       const double ratio = g.wire_bytes() ? double(g.raw_bytes()) / g.wire_bytes() : 0;
-      groups.AddRow({std::to_string(g.position()), sites, g.codec(),
+      groups.AddRow({std::to_string(g.position()), sites, g.reduce(), g.codec(),
                      ratio > 0 ? Fixed(ratio, 1) + "x" : "-",
                      Fixed(g.wire_bytes() / 1048576.0, 1) + " MiB", std::to_string(g.syncs()),
                      Fixed(g.exposed_seconds(), 3) + " s", Fixed(g.hidden_seconds(), 3) + " s"});
