@@ -116,6 +116,28 @@ TEST_CASE("a job with replicas: the replicated plan beside the single pipeline's
     CHECK(j["tokens_per_second"].get<double>() > 0);
     CHECK(j["vs_single_pipeline"].get<double>() > 0);
   }
+  // Four single-stage replicas with sync.reduce auto: the planner prices both reductions and
+  // keeps the faster (a site's flows sharing its uplink).
+  {
+    PlanFlags f = Example();
+    std::string path = ReplicasJob("4");
+    std::ifstream in(path);
+    std::string yaml((std::istreambuf_iterator<char>(in)), {});
+    yaml.replace(yaml.find("reduce: gather"), 14, "reduce: auto");
+    std::ofstream(path) << yaml;
+    f.job = path;
+    f.output = "json";
+    std::ostringstream out, err;
+    REQUIRE(RunPlan(f, out, err) == 0);
+    const auto sync = nlohmann::json::parse(out.str())["replicas"]["sync"];
+    INFO(sync.dump());
+    const double gather = sync["gather_seconds"], ring = sync["ring_seconds"];
+    CHECK(gather > 0);
+    CHECK(ring > 0);
+    CHECK(sync["reduce"] == (ring < gather ? "ring" : "gather"));
+    CHECK(sync["reduce_asked"] == "auto");
+    CHECK(sync["seconds"].get<double>() == Approx(std::min(ring, gather)));
+  }
   // More replicas than the candidates can form.
   PlanFlags f = Example();
   f.job = ReplicasJob("5");

@@ -61,6 +61,45 @@ TEST_CASE("a sync is each stage's parameters over the slowest flow, hidden behin
   CHECK(c.paced_tokens_per_second == Approx(tokens / 1.0 + tokens / 2.0).epsilon(1e-3));
 }
 
+TEST_CASE("gathered or around a ring: a site's sync flows share its uplink", "[replicas]") {
+  const auto config = SmallModel(4);
+  const PipelineWorkload w = Workload(4);
+  const int64_t tokens = int64_t{w.microbatch_size} * w.seq_len * w.microbatches;
+  const Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e6, 0.01);                  // 1 MB/s, 10 ms
+  const double frame = static_cast<double>(model::NumParameters(config)) * 0.5;  // bytes
+  std::vector<PlanResult> four;
+  for (int i = 0; i < 4; ++i) four.push_back(OneStage("s" + std::to_string(i), 4, 1.0, tokens));
+  SyncCostOptions sync;
+  sync.bytes_per_value = 0.5;
+  // Gather: 3 frames out of each site through its one uplink; each flow alone would take one.
+  ReplicaPlan g = PriceReplicas(p, config, w, four, sync);
+  CHECK(!g.ring);
+  CHECK(g.sync_seconds == Approx(3 * frame / 1e6 + 0.01));
+  CHECK(g.sync_bytes == Approx(12 * frame));
+  sync.shared_uplink = false;
+  CHECK(PriceReplicas(p, config, w, four, sync).sync_seconds == Approx(frame / 1e6 + 0.01));
+  sync.shared_uplink = true;
+  // Ring: 2 (N - 1) / N = 1.5 frames to the next site, 6 hops of latency.
+  sync.reduce = SyncReduceCost::kRing;
+  ReplicaPlan r = PriceReplicas(p, config, w, four, sync);
+  CHECK(r.ring);
+  CHECK(r.sync_seconds == Approx(1.5 * frame / 1e6 + 6 * 0.01));
+  CHECK(r.sync_bytes == Approx(4 * 1.5 * frame));
+  CHECK(r.sync_bottleneck == "s0 -> s1");  // ties: the first ring member priced
+  // Cheaper: the ring for four, the gather for two (one flow each; the ring's second hop only
+  // adds latency).
+  sync.reduce = SyncReduceCost::kCheaper;
+  ReplicaPlan c = PriceReplicas(p, config, w, four, sync);
+  CHECK(c.ring);
+  CHECK(c.gather_seconds == Approx(g.sync_seconds));
+  CHECK(c.ring_seconds == Approx(r.sync_seconds));
+  const std::vector<PlanResult> two(four.begin(), four.begin() + 2);
+  ReplicaPlan c2 = PriceReplicas(p, config, w, two, sync);
+  CHECK(!c2.ring);
+  CHECK(c2.ring_seconds == Approx(frame / 1e6 + 2 * 0.01));
+  CHECK(c2.sync_seconds == Approx(frame / 1e6 + 0.01));
+}
+
 TEST_CASE("on a fast network the planner runs a replica on every site", "[replicas]") {
   const auto config = SmallModel(4);
   const Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e11, 0.001);

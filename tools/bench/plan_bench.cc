@@ -212,9 +212,18 @@ void PrintReplicaRow(int n, const std::string& model, const std::string& plan,
 
 // Replicated plans (scheduler/replica_planner.h) against the single-pipeline plan: how many
 // of the sites each uses and the tokens/s the cost model predicts, with the sync priced at
-// `every` inner steps per sync in q4 (or `bytes_per_value`), streamed behind the next steps.
+// `every` inner steps per sync in q4 (or `bytes_per_value`), streamed behind the next steps,
+// gathered or around rings (`reduce`), a site's flows sharing its uplink or not. With
+// `split_only`, only the plans split per replica (the runtime's best) against the single one.
+struct SyncPricing {
+  SyncReduceCost reduce = SyncReduceCost::kCheaper;
+  bool shared_uplink = true;
+  bool split_only = false;
+};
+
 int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& models,
-                 uint64_t seed, double budget, int every, double bytes_per_value) {
+                 uint64_t seed, double budget, int every, double bytes_per_value,
+                 const SyncPricing& pricing) {
   std::printf(
       "| sites | model | plan | replicas | sites used | replica step | sync (one) | sync GB | "
       "exposed/step | tokens/s | vs single | sync bottleneck |\n"
@@ -233,28 +242,33 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       r.sync.every = every;
       r.sync.overlap = every - 1;  // streamed: the most sync.overlap allows
       r.sync.bytes_per_value = bytes_per_value;
+      r.sync.reduce = pricing.reduce;
+      r.sync.shared_uplink = pricing.shared_uplink;
       PlannerOptions po;
       po.time_budget_seconds = budget;
       const Planner planner(profiles, po);
       auto single = planner.Plan(r.request);
-      auto fleet = PlanReplicas(planner, r);
-      r.paced = true;
-      auto paced = PlanReplicas(planner, r);
-      // Aligned: every replica the same stage count and split, in lockstep.
-      r.paced = false;
-      r.aligned = true;
-      auto aligned = PlanReplicas(planner, r);
-      // And with blocking syncs (sync.overlap 0, the default): all of a sync's time is
-      // exposed.
-      r.sync.overlap = 0;
-      auto blocking = PlanReplicas(planner, r);
-      // Aligned and paced by microbatches (the job's replica_microbatches): a slower replica
-      // trains fewer per step; streamed syncs, then blocking ones.
-      r.paced = true;
-      r.sync.overlap = r.sync.every - 1;
-      auto mb_paced = PlanReplicas(planner, r);
-      r.sync.overlap = 0;
-      auto mb_blocking = PlanReplicas(planner, r);
+      StatusOr<ReplicaPlan> fleet, paced, aligned, blocking, mb_paced, mb_blocking;
+      if (!pricing.split_only) {
+        fleet = PlanReplicas(planner, r);
+        r.paced = true;
+        paced = PlanReplicas(planner, r);
+        // Aligned: every replica the same stage count and split, in lockstep.
+        r.paced = false;
+        r.aligned = true;
+        aligned = PlanReplicas(planner, r);
+        // And with blocking syncs (sync.overlap 0, the default): all of a sync's time is
+        // exposed.
+        r.sync.overlap = 0;
+        blocking = PlanReplicas(planner, r);
+        // Aligned and paced by microbatches (the job's replica_microbatches): a slower replica
+        // trains fewer per step; streamed syncs, then blocking ones.
+        r.paced = true;
+        r.sync.overlap = r.sync.every - 1;
+        mb_paced = PlanReplicas(planner, r);
+        r.sync.overlap = 0;
+        mb_blocking = PlanReplicas(planner, r);
+      }
       // Each replica its own split (the runtime syncs each slice with the stages holding it),
       // paced by microbatches: what replica_microbatches: paced runs; streamed, then blocking.
       r.aligned = false;
@@ -264,11 +278,13 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       auto split_paced = PlanReplicas(planner, r);
       r.sync.overlap = 0;
       auto split_blocking = PlanReplicas(planner, r);
-      if (!single.ok() || !fleet.ok() || !paced.ok() || !aligned.ok() || !blocking.ok() ||
-          !mb_paced.ok() || !mb_blocking.ok() || !split_paced.ok() || !split_blocking.ok()) {
+      const bool others =
+          pricing.split_only || (fleet.ok() && paced.ok() && aligned.ok() && blocking.ok() &&
+                                 mb_paced.ok() && mb_blocking.ok());
+      if (!single.ok() || !others || !split_paced.ok() || !split_blocking.ok()) {
         std::printf(
             "| %d | %s | - | no plan fits: %s |\n", n, name.c_str(),
-            std::string((single.ok() ? fleet.status() : single.status()).message()).c_str());
+            std::string((single.ok() ? split_paced.status() : single.status()).message()).c_str());
         continue;
       }
       const double single_tps = single->estimate.tokens_per_second;
@@ -286,8 +302,10 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
           single->estimate.step_seconds, single_tps);
       const auto row = [&](const std::string& plan, const std::string& replicas,
                            const ReplicaPlan& p, bool own_pace = false) {
-        PrintReplicaRow(n, name, plan + ", sync every " + std::to_string(every), replicas, p,
-                        single_tps, own_pace);
+        PrintReplicaRow(
+            n, name,
+            plan + ", sync every " + std::to_string(every) + (p.ring ? ", ring" : ", gather"),
+            replicas, p, single_tps, own_pace);
       };
       const auto alike = [](const ReplicaPlan& p) {
         return std::to_string(p.replicas.size()) + " x " +
@@ -299,14 +317,17 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
                std::to_string(p.microbatches.empty() ? 0 : *hi) + " of " +
                std::to_string(wl.w.microbatches) + ")";
       };
-      row("replicated", std::to_string(fleet->replicas.size()), *fleet);
-      row("replicated, paced", std::to_string(paced->replicas.size()), *paced, true);
-      row("replicated, aligned (one split)", alike(*aligned), *aligned);
-      row("replicated, aligned, blocking syncs", alike(*blocking), *blocking);
-      row("replicated, aligned, paced by microbatches" + counts(*mb_paced), alike(*mb_paced),
-          *mb_paced);
-      row("replicated, aligned, paced by microbatches" + counts(*mb_blocking) + ", blocking syncs",
-          alike(*mb_blocking), *mb_blocking);
+      if (!pricing.split_only) {
+        row("replicated", std::to_string(fleet->replicas.size()), *fleet);
+        row("replicated, paced", std::to_string(paced->replicas.size()), *paced, true);
+        row("replicated, aligned (one split)", alike(*aligned), *aligned);
+        row("replicated, aligned, blocking syncs", alike(*blocking), *blocking);
+        row("replicated, aligned, paced by microbatches" + counts(*mb_paced), alike(*mb_paced),
+            *mb_paced);
+        row("replicated, aligned, paced by microbatches" + counts(*mb_blocking) +
+                ", blocking syncs",
+            alike(*mb_blocking), *mb_blocking);
+      }
       for (const auto* p : {&*split_paced, &*split_blocking}) {
         size_t s_lo = SIZE_MAX, s_hi = 0;
         for (const auto& rep : p->replicas) {
@@ -381,10 +402,32 @@ int main(int argc, char** argv) {
   app.add_option("--sync-bytes-per-value", bytes_per_value,
                  "Sync codec's bytes per value (q4 with per-64 scales: 0.5625; exact: 4)")
       ->capture_default_str();
+  std::string reduce = "auto", uplink = "shared";
+  bool split_only = false;
+  app.add_option("--reduce", reduce,
+                 "How syncs are priced: gather (every frame to every holder), ring (around the "
+                 "replicas), auto (the cheaper, as a job's sync.reduce: auto)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gather", "ring", "auto"}));
+  app.add_option("--uplink", uplink,
+                 "shared: a site's sync flows at once share its uplink (its fastest link's "
+                 "rate); own: each flow has its link to itself")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"shared", "own"}));
+  app.add_flag("--split-only", split_only,
+               "With --replicas: only the plans split per replica (paced by microbatches), "
+               "against the single pipeline");
   CLI11_PARSE(app, argc, argv);
   if (!calibrate.empty()) return longhaul::scheduler::Calibrate(calibrate);
   if (replicas) {
-    return longhaul::scheduler::ReplicaStudy(sizes, models, seed, budget, every, bytes_per_value);
+    longhaul::scheduler::SyncPricing pricing;
+    pricing.reduce = reduce == "gather" ? longhaul::scheduler::SyncReduceCost::kGather
+                     : reduce == "ring" ? longhaul::scheduler::SyncReduceCost::kRing
+                                        : longhaul::scheduler::SyncReduceCost::kCheaper;
+    pricing.shared_uplink = uplink == "shared";
+    pricing.split_only = split_only;
+    return longhaul::scheduler::ReplicaStudy(sizes, models, seed, budget, every, bytes_per_value,
+                                             pricing);
   }
   return longhaul::scheduler::Study(sizes, models, seed, steps, budget);
 }

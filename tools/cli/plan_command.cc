@@ -156,6 +156,10 @@ json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
   j["sync"] = {{"mode", fleet::SyncModeName(spec.sync.mode)},
                {"every", spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every},
                {"codec", spec.sync.codec},
+               {"reduce", f.ring ? "ring" : "gather"},
+               {"reduce_asked", fleet::SyncReduceName(spec.sync.reduce)},
+               {"gather_seconds", f.gather_seconds},
+               {"ring_seconds", f.ring_seconds},
                {"bytes", f.sync_bytes},
                {"seconds", f.sync_seconds},
                {"exposed_seconds_per_step", f.exposed_sync_per_step},
@@ -192,9 +196,15 @@ void PrintFleet(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
   }
   out << t.str();
   if (f.replicas.size() > 1) {
-    out << "sync:           " << SyncEvery(spec) << " in " << spec.sync.codec << ": "
-        << Bytes(f.sync_bytes) << " in " << Secs(f.sync_seconds) << " (slowest flow "
-        << f.sync_bottleneck << "), " << Secs(f.exposed_sync_per_step) << " per step\n";
+    out << "sync:           " << SyncEvery(spec) << " in " << spec.sync.codec
+        << (f.ring ? ", around a ring" : ", gathered") << ": " << Bytes(f.sync_bytes) << " in "
+        << Secs(f.sync_seconds) << " (slowest flow " << f.sync_bottleneck << "), "
+        << Secs(f.exposed_sync_per_step) << " per step\n";
+    if (f.gather_seconds > 0 && f.ring_seconds > 0) {
+      out << "sync.reduce:    auto chose " << (f.ring ? "ring" : "gather") << " (gather "
+          << Secs(f.gather_seconds) << ", ring " << Secs(f.ring_seconds)
+          << " per sync, a site's flows sharing its uplink)\n";
+    }
   }
   out << "all replicas:   " << Secs(f.step_seconds) << " per step, " << Count(f.tokens_per_second)
       << " tokens/s";
