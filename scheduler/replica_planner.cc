@@ -102,6 +102,77 @@ SyncPrice PriceSync(const Profiles& profiles, const model::GPT2Config& model,
 
 }  // namespace
 
+std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::GPT2Config& model,
+                                     std::vector<PlanResult> replicas,
+                                     std::vector<int>* microbatches) {
+  const size_t n = replicas.size();
+  if (n < 3) return replicas;
+  // hop[a][b]: seconds per byte of shared parameters on the slowest flow from a to b.
+  std::vector<std::vector<double>> hop(n, std::vector<double>(n, 0.0));
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) {
+      if (a == b) continue;
+      for (const StagePlan& s : replicas[a].stages) {
+        for (const StagePlan& d : replicas[b].stages) {
+          const double shared = SharedParams(model, s, d);
+          if (shared <= 0) continue;
+          const LinkProfile* link = profiles.Link(s.site, d.site);
+          const double cost = link == nullptr || link->bandwidth_bytes_per_second <= 0
+                                  ? 1e30
+                                  : shared / link->bandwidth_bytes_per_second;
+          hop[a][b] = std::max(hop[a][b], cost);
+        }
+      }
+    }
+  }
+  // A tour's cost: its slowest hop, then the sum of its hops.
+  auto cost = [&](const std::vector<size_t>& t) {
+    double worst = 0, sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double h = hop[t[i]][t[(i + 1) % n]];
+      worst = std::max(worst, h);
+      sum += h;
+    }
+    return std::make_pair(worst, sum);
+  };
+  std::vector<size_t> tour = {0};
+  std::vector<bool> used(n, false);
+  used[0] = true;
+  while (tour.size() < n) {
+    size_t next = n;
+    for (size_t b = 0; b < n; ++b) {
+      if (!used[b] && (next == n || hop[tour.back()][b] < hop[tour.back()][next])) next = b;
+    }
+    used[next] = true;
+    tour.push_back(next);
+  }
+  auto best = cost(tour);
+  for (bool improved = true; improved;) {
+    improved = false;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      for (size_t j = i + 1; j < n; ++j) {
+        std::vector<size_t> t = tour;
+        std::reverse(t.begin() + static_cast<std::ptrdiff_t>(i),
+                     t.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+        const auto c = cost(t);
+        if (c < best) {
+          best = c;
+          tour = std::move(t);
+          improved = true;
+        }
+      }
+    }
+  }
+  std::vector<PlanResult> ordered;
+  std::vector<int> counts;
+  for (size_t i : tour) {
+    ordered.push_back(std::move(replicas[i]));
+    if (microbatches != nullptr && i < microbatches->size()) counts.push_back((*microbatches)[i]);
+  }
+  if (microbatches != nullptr && !microbatches->empty()) *microbatches = std::move(counts);
+  return ordered;
+}
+
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
                           const PipelineWorkload& workload, std::vector<PlanResult> replicas,
                           const SyncCostOptions& sync, std::vector<int> microbatches) {
@@ -396,7 +467,16 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
         microbatches = *std::move(paced);
       }
       ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
-                                    std::move(replicas), r.sync, std::move(microbatches));
+                                    replicas, r.sync, microbatches);
+      // Around a ring, the order whose slowest hop is fastest, where it prices faster.
+      if (r.sync.reduce != SyncReduceCost::kGather && replicas.size() >= 3) {
+        std::vector<int> counts = microbatches;
+        std::vector<PlanResult> ordered =
+            OrderForRing(planner.profiles(), r.request.model, replicas, &counts);
+        ReplicaPlan q = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
+                                      std::move(ordered), r.sync, std::move(counts));
+        if (q.step_seconds < p.step_seconds) p = std::move(q);
+      }
       any = true;
       // Paced by microbatches, the replicas run in lockstep at those counts: its tokens/s.
       const bool by_paced = r.paced && !r.aligned && !r.microbatch_paced;

@@ -106,6 +106,16 @@ StatusOr<std::vector<PlanResult>> AlignReplicas(const Planner& planner,
 StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementRequest& request,
                                         std::vector<PlanResult>* replicas);
 
+// The replicas in the order whose ring (replica order, fleet/sync_ring.h) has the fastest
+// slowest hop, a hop from one replica to the next costing its slowest flow (the parameters
+// two stages share over their link): nearest neighbour from replica 0, then 2-opt on the
+// slowest hop (then the sum), as PCCL orders its ring from the measured bandwidths. With
+// `microbatches` (by replica), those follow their replicas. PlanReplicas keeps this order
+// where the syncs go around a ring and it prices faster.
+std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::GPT2Config& model,
+                                     std::vector<PlanResult> replicas,
+                                     std::vector<int>* microbatches = nullptr);
+
 // The price of given replicas (each a pipeline over its own sites) under `sync`; with
 // `microbatches` (by replica), each replica trains its own count per step, in lockstep.
 ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,

@@ -100,6 +100,44 @@ TEST_CASE("gathered or around a ring: a site's sync flows share its uplink", "[r
   CHECK(c2.sync_seconds == Approx(frame / 1e6 + 0.01));
 }
 
+TEST_CASE("the ring's order: the replicas ordered so that no hop takes a slow link", "[replicas]") {
+  const auto config = SmallModel(4);
+  const PipelineWorkload w = Workload(4);
+  const int64_t tokens = int64_t{w.microbatch_size} * w.seq_len * w.microbatches;
+  Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e7, 0.001);
+  // s0 <-> s1 and s2 <-> s3 are slow: the ring in replica order takes both.
+  for (LinkProfile& l : p.links) {
+    const std::set<std::string> ends = {l.from, l.to};
+    if (ends == std::set<std::string>{"s0", "s1"} || ends == std::set<std::string>{"s2", "s3"}) {
+      l.bandwidth_bytes_per_second = 1e5;
+    }
+  }
+  std::vector<PlanResult> four;
+  for (int i = 0; i < 4; ++i) four.push_back(OneStage("s" + std::to_string(i), 4, 1.0, tokens));
+  std::vector<int> microbatches = {1, 2, 3, 4};
+  const std::vector<PlanResult> ordered = OrderForRing(p, config, four, &microbatches);
+  REQUIRE(ordered.size() == 4);
+  std::vector<std::string> sites;
+  for (const auto& r : ordered) sites.push_back(r.stages[0].site);
+  INFO(sites[0] << " " << sites[1] << " " << sites[2] << " " << sites[3]);
+  CHECK(sites[0] == "s0");
+  for (size_t i = 0; i < 4; ++i) {
+    const std::set<std::string> hop = {sites[i], sites[(i + 1) % 4]};
+    CHECK(hop != std::set<std::string>{"s0", "s1"});
+    CHECK(hop != std::set<std::string>{"s2", "s3"});
+  }
+  // The microbatches went with their replicas.
+  for (size_t i = 0; i < 4; ++i) CHECK(microbatches[i] == 1 + (sites[i][1] - '0'));
+  SyncCostOptions sync;
+  sync.reduce = SyncReduceCost::kRing;
+  sync.bytes_per_value = 0.5;
+  const double frame = static_cast<double>(model::NumParameters(config)) * 0.5;
+  CHECK(PriceReplicas(p, config, w, four, sync).sync_seconds ==
+        Approx(1.5 * frame / 1e5 + 6 * 0.001));
+  CHECK(PriceReplicas(p, config, w, ordered, sync).sync_seconds ==
+        Approx(1.5 * frame / 1e7 + 6 * 0.001));
+}
+
 TEST_CASE("on a fast network the planner runs a replica on every site", "[replicas]") {
   const auto config = SmallModel(4);
   const Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e11, 0.001);
