@@ -12,17 +12,12 @@
 #include <vector>
 
 #include "fleet/sync_reduce.h"
+#include "test/kernels/test_util.h"
 
 namespace longhaul::fleet {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using kernels::testing::Random;
 
 struct Ring {
   std::vector<std::vector<float>> values;
