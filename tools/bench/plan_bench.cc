@@ -29,6 +29,7 @@
 #include "scheduler/calibration.h"
 #include "scheduler/planner.h"
 #include "scheduler/replica_planner.h"
+#include "scheduler/replica_simulator.h"
 #include "scheduler/simulator.h"
 #include "scheduler/topology.h"
 
@@ -196,18 +197,60 @@ int Study(const std::vector<int>& sizes, const std::vector<std::string>& models,
 // One row of the replicated-plan table: the plan and replicas columns as given, the rest from
 // `p`; with `own_pace`, the design where each replica steps at its own pace (paced tokens/s,
 // the slowest replica's step, no exposed sync column).
+// `simulated`: the replay's tokens/s over the single pipeline's replay (0: not replayed).
 void PrintReplicaRow(int n, const std::string& model, const std::string& plan,
                      const std::string& replicas, const ReplicaPlan& p, double single_tps,
-                     bool own_pace) {
+                     bool own_pace, double simulated = 0) {
   const double tps = own_pace ? p.paced_tokens_per_second : p.tokens_per_second;
-  char exposed[32] = "-";
+  char exposed[32] = "-", sim[32] = "-";
   if (!own_pace) std::snprintf(exposed, sizeof(exposed), "%.4f s", p.exposed_sync_per_step);
+  if (simulated > 0) std::snprintf(sim, sizeof(sim), "%.2fx", simulated);
   std::printf(
       "| %d | %s | %s | %s | %d of %d (%.0f%%) | %.3f s%s | %.2f s | %.2f | %s | %.0f | %.2fx | "
-      "%s |\n",
+      "%s | %s |\n",
       n, model.c_str(), plan.c_str(), replicas.c_str(), p.sites_used, n, 100.0 * p.sites_used / n,
       p.replica_step_seconds, own_pace ? " (slowest)" : "", p.sync_seconds, p.sync_bytes / 1e9,
-      exposed, tps, tps / single_tps, p.sync_bottleneck.c_str());
+      exposed, tps, tps / single_tps, sim, p.sync_bottleneck.c_str());
+}
+
+// Bandwidth that wanders +-30% every 5 s on every link a plan uses: its pipelines' (neighbours
+// and the tied-embedding ends) and, between replicas, every pair of stages sharing layers.
+void AddWanderingTraces(const Profiles& profiles, const std::vector<PlanResult>& replicas,
+                        double horizon, std::mt19937_64* rng, SimulatorOptions* so) {
+  std::set<std::pair<std::string, std::string>> used;
+  for (const LinkTrace& t : so->links) used.insert({t.from, t.to});
+  for (size_t a = 0; a < replicas.size(); ++a) {
+    const auto& st = replicas[a].stages;
+    for (size_t i = 0; i < st.size(); ++i) {
+      for (size_t j = 0; j < st.size(); ++j) {
+        if (i != j && (j == i + 1 || i == j + 1 || i + j == st.size() - 1)) {
+          used.insert({st[i].site, st[j].site});
+        }
+      }
+    }
+    for (size_t b = 0; b < replicas.size(); ++b) {
+      if (a == b) continue;
+      for (const StagePlan& s : st) {
+        for (const StagePlan& d : replicas[b].stages) {
+          if (std::max(s.layer_begin, d.layer_begin) < std::min(s.layer_end, d.layer_end)) {
+            used.insert({s.site, d.site});
+          }
+        }
+      }
+    }
+  }
+  std::uniform_real_distribution<double> wander(0.7, 1.3);
+  for (const auto& [from, to] : used) {
+    bool have = false;
+    for (const LinkTrace& t : so->links) have = have || (t.from == from && t.to == to);
+    const LinkProfile* link = profiles.Link(from, to);
+    if (have || link == nullptr) continue;
+    LinkTrace t{from, to, {}};
+    for (double s = 0; s < horizon; s += 5) {
+      t.bandwidth.push_back({s, link->bandwidth_bytes_per_second * wander(*rng)});
+    }
+    so->links.push_back(std::move(t));
+  }
 }
 
 // Replicated plans (scheduler/replica_planner.h) against the single-pipeline plan: how many
@@ -223,11 +266,11 @@ struct SyncPricing {
 
 int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& models,
                  uint64_t seed, double budget, int every, double bytes_per_value,
-                 const SyncPricing& pricing) {
+                 const SyncPricing& pricing, int sim_steps) {
   std::printf(
       "| sites | model | plan | replicas | sites used | replica step | sync (one) | sync GB | "
-      "exposed/step | tokens/s | vs single | sync bottleneck |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "exposed/step | tokens/s | vs single | simulated vs single | sync bottleneck |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int n : sizes) {
     RegionTopologyOptions to;
     to.sites = n;
@@ -295,17 +338,47 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       for (const auto& st : single->stages) single_flops += profiles.Site(st.site)->flops;
       std::fprintf(stderr, "%d sites, %s: all sites' FLOP/s are %.1fx the single pipeline's\n", n,
                    name.c_str(), all_flops / single_flops);
+      // The single pipeline and the plans split per replica replayed (replica_simulator.h) over
+      // links whose bandwidth wanders +-30% every 5 s, with 5% compute jitter.
+      SimulatorOptions so;
+      so.steps = sim_steps;
+      so.compute_jitter = 0.05;
+      so.seed = seed;
+      std::mt19937_64 rng(seed);
+      const double horizon =
+          sim_steps * std::max(single->estimate.step_seconds, split_blocking->step_seconds) * 2 +
+          (sim_steps / std::max(1, every) + 2) * split_blocking->sync_seconds * 2 + 60;
+      AddWanderingTraces(profiles, {*single}, horizon, &rng, &so);
+      AddWanderingTraces(profiles, split_paced->replicas, horizon, &rng, &so);
+      AddWanderingTraces(profiles, split_blocking->replicas, horizon, &rng, &so);
+      double single_sim = 0;
+      if (auto cm = planner.Model(r.request); cm.ok()) {
+        if (auto sim = Simulate(*cm, single->stages, so); sim.ok() && sim->end_seconds() > 0) {
+          single_sim = static_cast<double>(wl.w.microbatch_size) * wl.w.seq_len *
+                       wl.w.microbatches * sim_steps / (sim->end_seconds() - so.start_seconds);
+        }
+      }
+      const auto replay = [&](const ReplicaPlan& p, int overlap) {
+        SyncCostOptions sc = r.sync;
+        sc.overlap = overlap;
+        auto sim = SimulateReplicas(profiles, wl.config, wl.w, p.replicas, sc, so, p.microbatches);
+        if (!sim.ok()) {
+          std::fprintf(stderr, "replay: %s\n", std::string(sim.status().message()).c_str());
+          return 0.0;
+        }
+        return single_sim > 0 ? sim->tokens_per_second() / single_sim : 0.0;
+      };
       std::printf(
           "| %d | %s | single pipeline | 1 | %zu of %d (%.0f%%) | %.3f s | - | - | - | %.0f "
-          "| 1.00x | - |\n",
+          "| 1.00x | 1.00x | - |\n",
           n, name.c_str(), single->stages.size(), n, 100.0 * single->stages.size() / n,
           single->estimate.step_seconds, single_tps);
       const auto row = [&](const std::string& plan, const std::string& replicas,
-                           const ReplicaPlan& p, bool own_pace = false) {
+                           const ReplicaPlan& p, bool own_pace = false, double simulated = 0) {
         PrintReplicaRow(
             n, name,
             plan + ", sync every " + std::to_string(every) + (p.ring ? ", ring" : ", gather"),
-            replicas, p, single_tps, own_pace);
+            replicas, p, single_tps, own_pace, simulated);
       };
       const auto alike = [](const ReplicaPlan& p) {
         return std::to_string(p.replicas.size()) + " x " +
@@ -338,7 +411,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
                 (p == &*split_blocking ? ", blocking syncs" : ""),
             std::to_string(p->replicas.size()) + " (" + std::to_string(s_lo) + ".." +
                 std::to_string(s_hi) + " stages)",
-            *p);
+            *p, false, replay(*p, p == &*split_blocking ? 0 : every - 1));
       }
       std::fflush(stdout);
     }
@@ -404,6 +477,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string reduce = "auto", uplink = "shared";
   bool split_only = false;
+  int sim_steps = 100;
+  app.add_option("--replay-steps", sim_steps,
+                 "With --replicas: steps the single pipeline and the split plans are replayed "
+                 "(the simulator, wandering links) to give the simulated column")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   app.add_option("--reduce", reduce,
                  "How syncs are priced: gather (every frame to every holder), ring (around the "
                  "replicas), auto (the cheaper, as a job's sync.reduce: auto)")
@@ -427,7 +506,7 @@ int main(int argc, char** argv) {
     pricing.shared_uplink = uplink == "shared";
     pricing.split_only = split_only;
     return longhaul::scheduler::ReplicaStudy(sizes, models, seed, budget, every, bytes_per_value,
-                                             pricing);
+                                             pricing, sim_steps);
   }
   return longhaul::scheduler::Study(sizes, models, seed, steps, budget);
 }
