@@ -183,12 +183,17 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
     p.sites_used += static_cast<int>(r.stages.size());
     p.replica_step_seconds = std::max(p.replica_step_seconds, r.estimate.step_seconds);
   }
+  // Rings only where every replica holds the tied embedding as the others do (one stage each,
+  // or two or more each: daemon/job/sync_routes.h RingsAgree); else the job gathers.
+  bool single = false, multi = false;
+  for (const PlanResult& r : p.replicas) (r.stages.size() == 1 ? single : multi) = true;
+  const bool rings = !(single && multi);
   const SyncPrice gather = PriceSync(profiles, model, p.replicas, sync, false);
-  const SyncPrice ring = PriceSync(profiles, model, p.replicas, sync, true);
-  if (sync.reduce != SyncReduceCost::kRing) p.gather_seconds = gather.seconds;
-  if (sync.reduce != SyncReduceCost::kGather) p.ring_seconds = ring.seconds;
-  p.ring = sync.reduce == SyncReduceCost::kRing ||
-           (sync.reduce == SyncReduceCost::kCheaper && ring.seconds < gather.seconds);
+  const SyncPrice ring = rings ? PriceSync(profiles, model, p.replicas, sync, true) : SyncPrice{};
+  if (sync.reduce != SyncReduceCost::kRing || !rings) p.gather_seconds = gather.seconds;
+  if (sync.reduce != SyncReduceCost::kGather && rings) p.ring_seconds = ring.seconds;
+  p.ring = rings && (sync.reduce == SyncReduceCost::kRing ||
+                     (sync.reduce == SyncReduceCost::kCheaper && ring.seconds < gather.seconds));
   const SyncPrice& chosen = p.ring ? ring : gather;
   p.sync_seconds = chosen.seconds;
   p.sync_bytes = chosen.bytes;
@@ -475,7 +480,11 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
             OrderForRing(planner.profiles(), r.request.model, replicas, &counts);
         ReplicaPlan q = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
                                       std::move(ordered), r.sync, std::move(counts));
-        if (q.step_seconds < p.step_seconds) p = std::move(q);
+        const bool by_paced = r.paced && !r.aligned && !r.microbatch_paced;
+        if (by_paced ? q.paced_tokens_per_second > p.paced_tokens_per_second
+                     : q.step_seconds < p.step_seconds) {
+          p = std::move(q);
+        }
       }
       any = true;
       // Paced by microbatches, the replicas run in lockstep at those counts: its tokens/s.

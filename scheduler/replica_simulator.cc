@@ -18,13 +18,15 @@ Profiles ProfilesAt(const Profiles& profiles, const std::vector<LinkTrace>& trac
   Profiles p = profiles;
   for (size_t i = 0; i < traces.size(); ++i) {
     if (link_of[i] < 0) continue;
+    bool found = false;
     double bw = 0;
     for (const TracePoint& point : traces[i].bandwidth) {
       if (point.time_seconds > t) break;
       bw = point.value;
+      found = true;
     }
-    // Before the trace's first point: the profile's.
-    if (bw > 0) p.links[static_cast<size_t>(link_of[i])].bandwidth_bytes_per_second = bw;
+    // Before the trace's first point: the profile's; a point of 0 is the link down.
+    if (found) p.links[static_cast<size_t>(link_of[i])].bandwidth_bytes_per_second = bw;
   }
   return p;
 }

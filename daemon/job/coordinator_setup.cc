@@ -97,10 +97,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   RETURN_IF_ERROR(CheckPlan(r.stages(), c->spec_, c->spec_.job.source + ": the plan"));
   // Rings only where every holder of a slice agrees on one (sync_routes.h): a ring asked for
   // with replica_stages that do not is refused; a planner's plan that does not gathers.
-  const bool agree =
-      SyncsAroundRings(fleet::SyncReduce::kRing, StageGrid::OfPlan(c->spec_.replicas, r.stages()),
-                       c->spec_.job.model);
-  if (ring && !agree && !c->spec_.planned) {
+  const StageGrid grid = StageGrid::OfPlan(c->spec_.replicas, r.stages());
+  const bool agree = SyncsAroundRings(fleet::SyncReduce::kRing, grid, c->spec_.job.model);
+  if (ring && !agree && !c->spec_.planned && grid.replicas > 1) {
     return absl::InvalidArgumentError(
         c->spec_.job.source +
         ": sync.reduce: ring needs every replica to hold the tied embedding as the others do "

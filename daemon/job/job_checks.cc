@@ -144,9 +144,12 @@ Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::s
       (spec.sync.reduce == fleet::SyncReduce::kGather ||
        !SyncsAroundRings(fleet::SyncReduce::kRing, StageGrid::OfPlan(spec.replicas, a.stages()),
                          spec.job.model))) {
-    return absl::InvalidArgumentError(job + ": syncs around rings, but the job's sync.reduce is " +
-                                      fleet::SyncReduceName(spec.sync.reduce) +
-                                      " or the plan's holders of a slice do not agree on a ring");
+    return absl::InvalidArgumentError(
+        job + ": syncs around rings, but " +
+        (spec.sync.reduce == fleet::SyncReduce::kGather
+             ? std::string("the job's sync.reduce is gather")
+             : std::string("the plan's replicas hold the tied embedding differently (one stage "
+                           "against two or more): no ring agrees")));
   }
   return CheckReplicaMembership(a, spec, job);
 }

@@ -180,6 +180,12 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
                                     "' runs attempt " + std::to_string(assigned_attempt) +
                                     " (not assigned yet)");
     }
+    if (first.attempt() < assigned_attempt) {
+      return absl::FailedPreconditionError("job '" + id + "': stale sync frame of attempt " +
+                                           std::to_string(first.attempt()) + " (site '" +
+                                           options_.site + "' runs attempt " +
+                                           std::to_string(assigned_attempt) + "); dropped");
+    }
     if (from < n && Contains(dropped, grid.replica(sender))) {
       return RoleDenied(caller, id,
                         "send sync contributions for replica " +

@@ -98,6 +98,20 @@ TEST_CASE("gathered or around a ring: a site's sync flows share its uplink", "[r
   CHECK(!c2.ring);
   CHECK(c2.ring_seconds == Approx(frame / 1e6 + 2 * 0.01));
   CHECK(c2.sync_seconds == Approx(frame / 1e6 + 0.01));
+  // A replica on one stage beside one on two holds the tied embedding differently: no ring
+  // agrees on it (the runtime gathers), so none is priced, asked for or not.
+  PlanResult split;
+  split.stages = {{"s2", 0, 2}, {"s3", 2, 4}};
+  split.estimate.step_seconds = 1.0;
+  split.estimate.tokens_per_step = tokens;
+  const std::vector<PlanResult> mixed = {four[0], four[1], split};
+  for (SyncReduceCost reduce : {SyncReduceCost::kRing, SyncReduceCost::kCheaper}) {
+    sync.reduce = reduce;
+    const ReplicaPlan m = PriceReplicas(p, config, w, mixed, sync);
+    CHECK(!m.ring);
+    CHECK(m.ring_seconds == 0);
+    CHECK(m.gather_seconds > 0);
+  }
 }
 
 TEST_CASE("the ring's order: the replicas ordered so that no hop takes a slow link", "[replicas]") {

@@ -361,6 +361,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       const auto replay = [&](const ReplicaPlan& p, int overlap) {
         SyncCostOptions sc = r.sync;
         sc.overlap = overlap;
+        sc.reduce = p.ring ? SyncReduceCost::kRing : SyncReduceCost::kGather;  // fixed at submit
         auto sim = SimulateReplicas(profiles, wl.config, wl.w, p.replicas, sc, so, p.microbatches);
         if (!sim.ok()) {
           std::fprintf(stderr, "replay: %s\n", std::string(sim.status().message()).c_str());

@@ -192,9 +192,10 @@ int Run(Flags f) {
     }
   }
   for (const std::string& r : f.reduce) {
-    if (auto parsed = fleet::ParseSyncReduce(r); !parsed.ok()) {
+    if (auto parsed = fleet::ParseSyncReduce(r); !parsed.ok() || r == "auto") {
       std::fprintf(stderr, "replica_study: --reduce: %s\n",
-                   std::string(parsed.status().message()).c_str());
+                   parsed.ok() ? "gather or ring (auto is the planner's choice, not the fleet's)"
+                               : std::string(parsed.status().message()).c_str());
       return 1;
     }
   }

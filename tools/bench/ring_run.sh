@@ -45,7 +45,7 @@ bridge="${tag}br"
 pids=()
 cleanup() {
   local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in ${pids[@]+"${pids[@]}"}; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   for s in "${SITES[@]}"; do ip netns del "${tag}$s" 2>/dev/null || true; done
   ip link del "$bridge" 2>/dev/null || true
@@ -131,6 +131,7 @@ for reduce in "${RUNS[@]}"; do
   [ -n "$id" ] || { echo "ring_run: submit failed: $out" >&2; exit 1; }
   echo "== $reduce: job $id"
   start=$(date +%s.%N)
+  state=""
   for _ in $(seq 1 900); do
     sleep 1
     cli status "$id" -o json >"$OUT/$reduce.json" 2>/dev/null || continue
@@ -143,6 +144,11 @@ for reduce in "${RUNS[@]}"; do
     esac
   done
   end=$(date +%s.%N)
+  case "${state:-}" in *COMPLETED*) ;; *)
+    echo "ring_run: job $id did not complete in 900 s (state ${state:-unknown})" >&2
+    exit 1
+    ;;
+  esac
   echo "$start $end" >"$OUT/$reduce.wall"
 done
 
