@@ -240,6 +240,7 @@ TEST_CASE("replicas in sync mode step train the union batch, as the in-process f
   // here: the same stage), for a slice this stage holds.
   v1::TensorFrame frame;
   frame.set_job_id(id);
+  frame.set_attempt(s.attempt());  // the job's attempt: an older one is stale, dropped first
   frame.set_kind(v1::TENSOR_KIND_SYNC);
   frame.set_from_stage(1);  // beta: replica 0's second stage, not in gamma's group
   frame.set_to_stage(2);
@@ -328,6 +329,7 @@ TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit 
   // (slice 1, 1024 values) reaches gamma (position 2) in hop 0 as chunk 1, values [256, 512).
   v1::TensorFrame frame;
   frame.set_job_id(id);
+  frame.set_attempt(s.attempt());  // the job's attempt: an older one is stale, dropped first
   frame.set_kind(v1::TENSOR_KIND_SYNC);
   frame.set_from_stage(0);  // alpha: a member, but not gamma's predecessor
   frame.set_to_stage(2);
@@ -347,6 +349,9 @@ TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit 
   const Status d = c.at(2).jobs().Deliver(frame, payload, "beta");
   CHECK(d.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(d.message()), Catch::Contains("expects [256]"));
+  frame.set_attempt(s.attempt() - 1);  // an older attempt's frame: stale, whatever it holds
+  CHECK(c.at(2).jobs().Deliver(frame, payload, "beta").code() ==
+        absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("streaming syncs: the outer step lands `overlap` steps later, the fleet's model") {
@@ -472,6 +477,7 @@ TEST_CASE("replicas split differently: each slice syncs with its holders, the fl
   // gamma takes wpe (slice 1) from alpha only, which holds it; beta does not.
   v1::TensorFrame frame;
   frame.set_job_id(id);
+  frame.set_attempt(s.attempt());  // the job's attempt: an older one is stale, dropped first
   frame.set_kind(v1::TENSOR_KIND_SYNC);
   frame.set_from_stage(1);
   frame.set_to_stage(2);
