@@ -61,7 +61,8 @@ struct Flags {
   int jobs = 2;
   int last = 10;
   int progress = 100;
-  double tolerance = 2.0;  // percent
+  double tolerance = 2.0;    // percent
+  bool no_baseline = false;  // the local-mode runs only
   std::string markdown;
   std::string curves;
   // Each replica's microbatches per step, for the runs with as many replicas (every mode, the
@@ -222,7 +223,7 @@ int Run(Flags f) {
       base.spec.seed = job.seed + s;
       base.spec.sync.mode = fleet::SyncMode::kStep;
       base.spec.sync.codec = "exact";
-      results.push_back(base);
+      if (!f.no_baseline) results.push_back(base);
       for (int every : f.every) {
         for (int overlap : f.overlap) {
           if (overlap >= every) continue;  // not a valid sync.overlap
@@ -383,6 +384,9 @@ int main(int argc, char** argv) {
                  "every replica), ring (chunks around a ring, re-encoded with error feedback at "
                  "each hop; the step/exact reference always gathers)")
       ->capture_default_str();
+  app.add_flag("--no-baseline", f.no_baseline,
+               "Skip the step/exact runs (deterministic: one run gives a seed's baseline for "
+               "good); the table then has no comparisons, each run's line its losses");
   app.add_option("--outer-lr", f.outer_lr, "Outer learning rate")->capture_default_str();
   app.add_option("--outer-momentum", f.outer_momentum, "Outer Nesterov momentum")
       ->capture_default_str();
