@@ -40,6 +40,13 @@ double ReplicaSimulation::MeanStepSeconds(int from) const {
   return (step_end_seconds.back() - begin) / (n - from);
 }
 
+double ReplicaSimulation::steady_tokens_per_second() const {
+  const size_t n = step_end_seconds.size();
+  if (n < 3) return tokens_per_second();
+  const double wall = step_end_seconds[n - 2] - step_end_seconds[0];
+  return wall > 0 ? tokens / static_cast<double>(n) * static_cast<double>(n - 2) / wall : 0;
+}
+
 double ReplicaSimulation::tokens_per_second() const {
   const double wall = step_end_seconds.empty() ? 0 : step_end_seconds.back() - start_seconds;
   return wall > 0 ? tokens / wall : 0;

@@ -32,6 +32,9 @@ struct ReplicaSimulation {
   // Mean step time over steps [from, end), and all tokens over the whole run.
   double MeanStepSeconds(int from = 1) const;
   double tokens_per_second() const;
+  // Tokens/s between the first and the last step (the last step's sync always blocks: over a
+  // short replay it would weigh far more than in a long job).
+  double steady_tokens_per_second() const;
 };
 
 // `microbatches`: by replica (paced), else the workload's for each. REQUIRES: replicas name

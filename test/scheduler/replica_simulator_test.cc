@@ -49,6 +49,10 @@ TEST_CASE("steady links: the replay is the cost model's price", "[replicas]") {
   CHECK(priced.sync_seconds > 1.0);
   CHECK(sim->MeanStepSeconds(0) == Approx(priced.step_seconds).epsilon(0.01));
   CHECK(sim->tokens_per_second() == Approx(priced.tokens_per_second).epsilon(0.01));
+  // Steps 2..19: three syncs (after steps 5, 10, 15) in 18 steps, not four in 20.
+  const double steady_step =
+      (18 * f.replicas[0].estimate.step_seconds + 3 * priced.sync_seconds) / 18;
+  CHECK(sim->steady_tokens_per_second() == Approx(sim->tokens / 20 / steady_step).epsilon(0.01));
 }
 
 TEST_CASE("a sync link slowed by its trace: slower syncs; streamed syncs hide", "[replicas]") {

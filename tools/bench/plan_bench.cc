@@ -353,9 +353,14 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       AddWanderingTraces(profiles, split_blocking->replicas, horizon, &rng, &so);
       double single_sim = 0;
       if (auto cm = planner.Model(r.request); cm.ok()) {
-        if (auto sim = Simulate(*cm, single->stages, so); sim.ok() && sim->end_seconds() > 0) {
-          single_sim = static_cast<double>(wl.w.microbatch_size) * wl.w.seq_len *
-                       wl.w.microbatches * sim_steps / (sim->end_seconds() - so.start_seconds);
+        // Between the first and the last step, as the replicas' steady rate below.
+        if (auto sim = Simulate(*cm, single->stages, so); sim.ok() && sim_steps >= 3) {
+          const double wall = sim->steps[static_cast<size_t>(sim_steps - 2)].end_seconds -
+                              sim->steps[0].end_seconds;
+          if (wall > 0) {
+            single_sim = static_cast<double>(wl.w.microbatch_size) * wl.w.seq_len *
+                         wl.w.microbatches * (sim_steps - 2) / wall;
+          }
         }
       }
       const auto replay = [&](const ReplicaPlan& p, int overlap) {
@@ -367,7 +372,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
           std::fprintf(stderr, "replay: %s\n", std::string(sim.status().message()).c_str());
           return 0.0;
         }
-        return single_sim > 0 ? sim->tokens_per_second() / single_sim : 0.0;
+        return single_sim > 0 ? sim->steady_tokens_per_second() / single_sim : 0.0;
       };
       std::printf(
           "| %d | %s | single pipeline | 1 | %zu of %d (%.0f%%) | %.3f s | - | - | - | %.0f "
