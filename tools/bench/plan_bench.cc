@@ -483,10 +483,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string reduce = "auto", uplink = "shared";
   bool split_only = false;
-  int sim_steps = 100;
+  int sim_steps = 101;  // the steady window, steps 2..100, holds two syncs of every 50
   app.add_option("--replay-steps", sim_steps,
                  "With --replicas: steps the single pipeline and the split plans are replayed "
-                 "(the simulator, wandering links) to give the simulated column")
+                 "(the simulator, wandering links) to give the simulated column; its rate is "
+                 "taken from the end of step 1 to the end of the second last, so a multiple of "
+                 "--sync-every plus 1 holds whole sync periods")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
   app.add_option("--reduce", reduce,
