@@ -20,7 +20,11 @@ struct Fixture {
   PipelineWorkload w = Workload(4);
   Profiles p = Mesh({1e9, 1e9}, 1e5, 0.01);  // slow links: syncs of seconds
   std::vector<PlanResult> replicas;
+  SyncCostOptions sync;
+  SimulatorOptions so;
   Fixture() {
+    sync.every = 5;
+    so.steps = 20;
     auto cm = CostModel::Create(config, w, p);
     REQUIRE(cm.ok());
     for (const std::string site : {"s0", "s1"}) {
@@ -36,10 +40,8 @@ struct Fixture {
 
 TEST_CASE("steady links: the replay is the cost model's price", "[replicas]") {
   Fixture f;
-  SyncCostOptions sync;
-  sync.every = 5;
-  SimulatorOptions so;
-  so.steps = 20;
+  SyncCostOptions& sync = f.sync;
+  SimulatorOptions& so = f.so;
   const ReplicaPlan priced = PriceReplicas(f.p, f.config, f.w, f.replicas, sync);
   auto sim = SimulateReplicas(f.p, f.config, f.w, f.replicas, sync, so);
   REQUIRE(sim.ok());
@@ -57,10 +59,8 @@ TEST_CASE("steady links: the replay is the cost model's price", "[replicas]") {
 
 TEST_CASE("a sync link slowed by its trace: slower syncs; streamed syncs hide", "[replicas]") {
   Fixture f;
-  SyncCostOptions sync;
-  sync.every = 5;
-  SimulatorOptions so;
-  so.steps = 20;
+  SyncCostOptions& sync = f.sync;
+  SimulatorOptions& so = f.so;
   auto steady = SimulateReplicas(f.p, f.config, f.w, f.replicas, sync, so);
   REQUIRE(steady.ok());
   // Both directions at a quarter of the profile's rate from the start.
