@@ -439,6 +439,9 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
   ReplicaPlan best;
   Status error;
   bool any = false;
+  // Each replica at its own pace: chosen by paced tokens/s; paced by microbatches, the replicas
+  // run in lockstep at those counts: by tokens/s.
+  const bool by_paced = r.paced && !r.aligned && !r.microbatch_paced;
   for (size_t cap : {size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{6}, size_t{8}, size_t{0}}) {
     if (cap > r.request.sites.size()) continue;
     const std::vector<PlanResult> found = FormReplicas(planner, r, cap, &error);
@@ -480,15 +483,12 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
             OrderForRing(planner.profiles(), r.request.model, replicas, &counts);
         ReplicaPlan q = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
                                       std::move(ordered), r.sync, std::move(counts));
-        const bool by_paced = r.paced && !r.aligned && !r.microbatch_paced;
         if (by_paced ? q.paced_tokens_per_second > p.paced_tokens_per_second
                      : q.step_seconds < p.step_seconds) {
           p = std::move(q);
         }
       }
       any = true;
-      // Paced by microbatches, the replicas run in lockstep at those counts: its tokens/s.
-      const bool by_paced = r.paced && !r.aligned && !r.microbatch_paced;
       if (by_paced ? p.paced_tokens_per_second > best.paced_tokens_per_second
                    : p.tokens_per_second > best.tokens_per_second) {
         best = std::move(p);

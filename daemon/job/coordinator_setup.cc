@@ -98,7 +98,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   // Rings only where every holder of a slice agrees on one (sync_routes.h): a ring asked for
   // with replica_stages that do not is refused; a planner's plan that does not gathers.
   const StageGrid grid = StageGrid::OfPlan(c->spec_.replicas, r.stages());
-  const bool agree = SyncsAroundRings(fleet::SyncReduce::kRing, grid, c->spec_.job.model);
+  const bool agree = RingsAgree(grid, c->spec_.job.model);
   if (ring && !agree && !c->spec_.planned && grid.replicas > 1) {
     return absl::InvalidArgumentError(
         c->spec_.job.source +

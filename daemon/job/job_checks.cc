@@ -142,8 +142,7 @@ Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::s
   // agree on them: else the members would wait on frames no one sends.
   if (a.sync_ring() &&
       (spec.sync.reduce == fleet::SyncReduce::kGather ||
-       !SyncsAroundRings(fleet::SyncReduce::kRing, StageGrid::OfPlan(spec.replicas, a.stages()),
-                         spec.job.model))) {
+       !RingsAgree(StageGrid::OfPlan(spec.replicas, a.stages()), spec.job.model))) {
     return absl::InvalidArgumentError(
         job + ": syncs around rings, but " +
         (spec.sync.reduce == fleet::SyncReduce::kGather

@@ -128,15 +128,14 @@ Status SyncExchange::DrainBacklog() {
 Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
                           std::vector<uint8_t> frame, bool backlog) {
   // The values it carries: the slice (gather) or the hop's chunk of it (ring).
-  const fleet::SyncSlice& sent = o_.routes[k].slice;
+  const fleet::SyncSlice& slice = o_.routes[k].slice;
   const uint64_t values =
       o_.ring ? static_cast<uint64_t>(
-                    fleet::RingChunkOf(sent.size, places_[k].size(),
+                    fleet::RingChunkOf(slice.size, places_[k].size(),
                                        fleet::RingSendChunk(places_[k].size(), places_[k].position,
                                                             static_cast<int>(microbatch)))
                         .size())
-              : static_cast<uint64_t>(sent.size);
-  const fleet::SyncSlice& slice = o_.routes[k].slice;
+              : static_cast<uint64_t>(slice.size);
   OutgoingTensor t;
   v1::TensorFrame& h = t.header;
   h.set_job_id(o_.job_id);
@@ -177,7 +176,6 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values,
   }
   begin_ = Now();
   blocking_ = false;
-  step_ = step;
   weights_.assign(weights.begin(), weights.end());
   const int me = o_.grid.replica(o_.stage);
   const size_t n = values.size();

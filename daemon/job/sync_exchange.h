@@ -8,7 +8,7 @@
 // bits, so replicas that start identical stay identical, however each is split. A refused send
 // (naming the peer) or a stop ends the wait within one heartbeat.
 //
-// With `ring` (sync.reduce: ring, sync_routes.h SyncsAroundRings) each slice goes around the
+// With `ring` (sync.reduce: ring, sync_routes.h RingsAgree) each slice goes around the
 // ring of its live holders instead (fleet/sync_ring.h): Start sends the first hop's chunk to
 // the ring's next stage, the receiver thread takes each hop's frame from the previous one,
 // adds this stage's part, and sends the next hop on; every holder ends with the same bits.
@@ -131,13 +131,12 @@ class SyncExchange {
   std::vector<std::vector<float>> decoded_;
   std::vector<float> weights_;  // the sync in flight's, by replica
   // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
-  // rings (from Create); the step.
+  // rings (from Create).
   std::vector<float> ring_values_, ring_out_;
   std::vector<fleet::RingMember> ring_;
   std::vector<RingPlace> places_;
   std::vector<std::map<int, ReceivedTensor>> early_;    // by route: hops ahead of the next
   std::deque<std::pair<int, OutgoingTensor>> backlog_;  // (to stage, tensor), receiver only
-  uint64_t step_ = 0;
   std::thread receiver_;
   std::atomic<bool> cancel_{false};
   Status receive_status_;

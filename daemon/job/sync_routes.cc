@@ -65,6 +65,7 @@ std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config
 }
 
 bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config) {
+  if (grid.replicas < 2) return false;
   const Holders holders = HoldersOf(grid, config);
   std::vector<std::vector<SyncRoute>> routes;
   for (int i = 0; i < grid.size(); ++i) routes.push_back(RoutesOf(holders, grid, config, i));
@@ -81,11 +82,6 @@ bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config) {
     }
   }
   return true;
-}
-
-bool SyncsAroundRings(fleet::SyncReduce reduce, const StageGrid& grid,
-                      const model::GPT2Config& config) {
-  return reduce == fleet::SyncReduce::kRing && grid.replicas > 1 && RingsAgree(grid, config);
 }
 
 RingPlace RingOf(const SyncRoute& route, const std::vector<bool>& live, int self) {

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "daemon/job/stage_grid.h"
-#include "fleet/sync_options.h"
 #include "fleet/sync_slices.h"
 #include "model/config.h"
 
@@ -27,15 +26,12 @@ struct SyncRoute {
 // known (OfPlan) and every replica covers the model's layers (CheckPlan).
 std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self);
 
-// Whether the plan's slices can be reduced around rings (sync.reduce: ring, fleet/sync_ring.h):
-// every stage that another adds a slice from takes that slice from the same stages, so each
-// slice's holders agree on one ring. Aligned replicas always do; a plan split per replica
-// where one replica holds the tied embedding once and another on two stages does not (its
-// syncs gather).
+// Whether the plan's syncs can go around rings (sync.reduce: ring, fleet/sync_ring.h): two
+// or more replicas, and every stage that another adds a slice from takes that slice from the
+// same stages, so each slice's holders agree on one ring. Aligned replicas always do; a plan
+// split per replica where one replica holds the tied embedding once and another on two stages
+// does not (its syncs gather).
 bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config);
-// Whether a job's syncs go around rings: sync.reduce ring, replicas, and rings that agree.
-bool SyncsAroundRings(fleet::SyncReduce reduce, const StageGrid& grid,
-                      const model::GPT2Config& config);
 
 // Stage `self`'s ring for one of its slices: the route's sources of the live replicas, in
 // replica order, and self's place among them.
