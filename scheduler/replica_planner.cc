@@ -48,21 +48,26 @@ struct SyncPrice {
   std::string bottleneck;  // "FROM -> TO" of the slowest site's slowest flow
 };
 
+// Each site's fastest outbound link: what its uplink carries at most.
+std::map<std::string, double> Uplinks(const Profiles& profiles) {
+  std::map<std::string, double> uplink;
+  for (const LinkProfile& l : profiles.links) {
+    uplink[l.from] = std::max(uplink[l.from], l.bandwidth_bytes_per_second);
+  }
+  return uplink;
+}
+
 // One sync of `replicas` gathered or around the ring (replica order), as replica_planner.h
-// describes.
+// describes; `uplink`: Uplinks (empty: flows do not share them).
 SyncPrice PriceSync(const Profiles& profiles, const model::GPT2Config& model,
                     const std::vector<PlanResult>& replicas, const SyncCostOptions& sync,
-                    bool ring) {
+                    const std::map<std::string, double>& uplink, bool ring) {
   SyncPrice price;
   const size_t n = replicas.size();
   if (n < 2) return price;
   // A ring member sends 2 (N - 1) / N of its contribution, in 2 (N - 1) hops.
   const double share = ring ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) : 1.0;
   const double hops = ring ? 2.0 * static_cast<double>(n - 1) : 1.0;
-  std::map<std::string, double> uplink;  // a site's fastest link
-  for (const LinkProfile& l : profiles.links) {
-    uplink[l.from] = std::max(uplink[l.from], l.bandwidth_bytes_per_second);
-  }
   for (size_t r = 0; r < n; ++r) {
     for (const StagePlan& s : replicas[r].stages) {
       double slowest_flow = 0, total_bytes = 0, latency = 0;
@@ -87,8 +92,8 @@ SyncPrice PriceSync(const Profiles& profiles, const model::GPT2Config& model,
       }
       if (to.empty()) continue;
       double seconds = slowest_flow;
-      if (sync.shared_uplink && uplink[s.site] > 0) {
-        seconds = std::max(seconds, total_bytes / uplink[s.site]);
+      if (const auto u = uplink.find(s.site); u != uplink.end() && u->second > 0) {
+        seconds = std::max(seconds, total_bytes / u->second);
       }
       seconds += latency;
       if (seconds > price.seconds) {
@@ -188,8 +193,12 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
   bool single = false, multi = false;
   for (const PlanResult& r : p.replicas) (r.stages.size() == 1 ? single : multi) = true;
   const bool rings = !(single && multi);
-  const SyncPrice gather = PriceSync(profiles, model, p.replicas, sync, false);
-  const SyncPrice ring = rings ? PriceSync(profiles, model, p.replicas, sync, true) : SyncPrice{};
+  const std::map<std::string, double> uplink = sync.shared_uplink && p.replicas.size() > 1
+                                                   ? Uplinks(profiles)
+                                                   : std::map<std::string, double>{};
+  const SyncPrice gather = PriceSync(profiles, model, p.replicas, sync, uplink, false);
+  const SyncPrice ring =
+      rings ? PriceSync(profiles, model, p.replicas, sync, uplink, true) : SyncPrice{};
   if (sync.reduce != SyncReduceCost::kRing || !rings) p.gather_seconds = gather.seconds;
   if (sync.reduce != SyncReduceCost::kGather && rings) p.ring_seconds = ring.seconds;
   p.ring = rings && (sync.reduce == SyncReduceCost::kRing ||
