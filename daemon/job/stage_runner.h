@@ -165,8 +165,9 @@ class StageRunner {
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
   fleet::OuterOptimizer outer_;  // local mode
-  // A streaming sync in flight: the parameters at its start, and its weights by replica.
-  std::vector<float> sync_started_, sync_weights_;
+  // A streaming sync in flight: the parameters at its start (its weights went with it to
+  // SyncExchange::Start).
+  std::vector<float> sync_started_;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<model::DataLoader> val_loader_;  // first stage, with data.val
   int val_batches_ = 0;                            // per pass (0: no validation)

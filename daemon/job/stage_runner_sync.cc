@@ -163,7 +163,7 @@ Status StageRunner::StartSync(uint64_t step) {
   outer_.PseudoGradient(params, delta);
   const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
   RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
-  sync_weights_ = token_weights_;
+  std::vector<float> weights = token_weights_;
   const v1::StageAssignment& a = ctx_.assignment;
   if (step + 1 == start_step_ && a.rejoining_replicas_size() > 0) {
     // Started again at a rejoin: a rejoining replica starts from the anchor (Rejoin) and has
@@ -174,9 +174,9 @@ Status StageRunner::StartSync(uint64_t step) {
     for (int r = 0; r < grid_.replicas; ++r) {
       counted.push_back(!Contains(dropped, r) && !Contains(rejoining, r));
     }
-    sync_weights_ = fleet::TokenWeights(microbatches_, counted);
+    weights = fleet::TokenWeights(microbatches_, counted);
   }
-  RETURN_IF_ERROR(sync_->Start(step, delta, sync_weights_));
+  RETURN_IF_ERROR(sync_->Start(step, delta, weights));
   sync_started_ = std::move(params);
   return absl::OkStatus();
 }
@@ -184,14 +184,10 @@ Status StageRunner::StartSync(uint64_t step) {
 Status StageRunner::ChooseSyncCodec(double compute_seconds) {
   if (!sync_codec_) return absl::OkStatus();
   std::vector<v1::LinkEstimate> links;
-  const ReplicaList dropped(ctx_.assignment.dropped_replicas().begin(),
-                            ctx_.assignment.dropped_replicas().end());
-  // The links this stage's frames take (every other live holder's, or the next around each
-  // ring) and the fragment's share each carries.
+  // The links this stage's frames take (every other live holder's, or the next live one
+  // around each ring) and the fragment's share each carries.
   for (int peer : sync_->SendsTo()) {
-    if (!Contains(dropped, grid_.replica(peer))) {
-      links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(peer).site()));
-    }
+    links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(peer).site()));
   }
   const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(fragment_->layout().total()) *
                                                sizeof(float) * sync_->SentShare());
