@@ -31,8 +31,17 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
     }
   }
   RETURN_IF_ERROR(ValidateSyncOptions(options.sync));
+  if (options.sync.stagger > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("fleet: sync.stagger ", options.sync.stagger,
+                                                   " is more phases than the model's ",
+                                                   config.num_layers, " layers"));
+  }
   std::unique_ptr<LocalFleet> fleet(new LocalFleet(config, options));
-  fleet->slices_ = SyncSlices(model::FragmentLayout(config, 0, config.num_layers));
+  const model::FragmentLayout whole(config, 0, config.num_layers);
+  fleet->slices_ = SyncSlices(whole);
+  for (const SyncSlice& slice : fleet->slices_) {
+    fleet->phases_.push_back(SlicePhase(whole.model(), slice.index, options.sync.stagger));
+  }
   for (int r = 0; r < options.replicas; ++r) {
     Replica rep;
     model::ChainOptions co;
@@ -82,7 +91,7 @@ std::vector<int> LocalFleet::Microbatches() const {
 }
 
 Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions,
-                          const std::vector<float>& weights, uint64_t seed,
+                          const std::vector<float>& weights, uint64_t seed, int phase,
                           std::vector<float>* sum) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n = replicas_.size();
@@ -90,6 +99,7 @@ Status LocalFleet::Reduce(const std::vector<std::vector<float>>& contributions,
   std::vector<std::vector<uint8_t>> frames(n);
   const int num_slices = static_cast<int>(slices_.size());
   for (size_t k = 0; k < slices_.size(); ++k) {
+    if (!InPhase(phases_[k], phase)) continue;
     const size_t offset = static_cast<size_t>(slices_[k].offset);
     const size_t size = static_cast<size_t>(slices_[k].size);
     if (options_.sync.reduce == SyncReduce::kRing) {
@@ -145,7 +155,8 @@ StatusOr<FleetStepResult> LocalFleet::StepMode(const model::OptimizerOptions& op
     chain.GetGradients(grads[r].data());
   }
   std::vector<float> total;
-  RETURN_IF_ERROR(Reduce(grads, std::vector<float>(n, 1.0f), static_cast<uint64_t>(step), &total));
+  RETURN_IF_ERROR(
+      Reduce(grads, std::vector<float>(n, 1.0f), static_cast<uint64_t>(step), kEveryPhase, &total));
   const float lr = model::LearningRate(optimizer, step, total_steps);
   for (Replica& r : replicas_) {
     r.chain->SetGradients(total.data());
@@ -179,10 +190,16 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
   const size_t P = outer_.size();
   std::vector<float> params(P);
   if (action.finish) {  // the streaming sync started `overlap` steps ago
-    outer_.Step(options_.sync.outer, pending_mean_);
+    OuterStep(pending_phase_, pending_mean_);
     for (size_t r = 0; r < n; ++r) {
       replicas_[r].chain->StoreIntoModel(params.data());
-      outer_.Rebase(started_[r], params);
+      for (size_t k = 0; k < slices_.size(); ++k) {
+        if (!InPhase(phases_[k], pending_phase_)) continue;
+        const size_t offset = static_cast<size_t>(slices_[k].offset);
+        const size_t size = static_cast<size_t>(slices_[k].size);
+        outer_.RebasePart(offset, std::span<const float>(started_[r].data() + offset, size),
+                          std::span<float>(params.data() + offset, size));
+      }
       replicas_[r].chain->LoadFromModel(params.data());
     }
     started_.clear();
@@ -199,15 +216,43 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
   }
   // Each pseudo-gradient weighs by the tokens its replica trained since the last sync.
   std::vector<float> mean;
-  RETURN_IF_ERROR(Reduce(deltas, TokenWeights(microbatches), static_cast<uint64_t>(step), &mean));
+  RETURN_IF_ERROR(
+      Reduce(deltas, TokenWeights(microbatches), static_cast<uint64_t>(step), action.phase, &mean));
   if (action.start) {  // applied `overlap` steps later
     pending_mean_ = std::move(mean);
+    pending_phase_ = action.phase;
     return result;
   }
-  outer_.Step(options_.sync.outer, mean);
-  for (Replica& r : replicas_) r.chain->LoadFromModel(outer_.anchor().data());
+  OuterStep(action.phase, mean);
+  for (Replica& r : replicas_) {
+    if (action.phase == kEveryPhase) {
+      r.chain->LoadFromModel(outer_.anchor().data());
+      continue;
+    }
+    r.chain->StoreIntoModel(params.data());  // the phase's slices from the new anchor
+    for (size_t k = 0; k < slices_.size(); ++k) {
+      if (!InPhase(phases_[k], action.phase)) continue;
+      std::copy_n(outer_.anchor().begin() + slices_[k].offset, slices_[k].size,
+                  params.begin() + slices_[k].offset);
+    }
+    r.chain->LoadFromModel(params.data());
+  }
   result.synced = true;
   return result;
+}
+
+void LocalFleet::OuterStep(int phase, const std::vector<float>& mean) {
+  if (phase == kEveryPhase) {
+    outer_.Step(options_.sync.outer, mean);
+    return;
+  }
+  for (size_t k = 0; k < slices_.size(); ++k) {
+    if (!InPhase(phases_[k], phase)) continue;
+    const size_t offset = static_cast<size_t>(slices_[k].offset);
+    outer_.StepPart(
+        options_.sync.outer, offset,
+        std::span<const float>(mean.data() + offset, static_cast<size_t>(slices_[k].size)));
+  }
 }
 
 float LocalFleet::MaxDivergence() const {

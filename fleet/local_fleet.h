@@ -22,7 +22,9 @@
 //          goes through the outer step and every replica continues from the new anchor.
 //          With sync.overlap k the sync starts there and ends k steps later (each replica
 //          then continues from the new anchor plus what its k steps moved), as the daemons'
-//          streaming syncs do.
+//          streaming syncs do. With sync.stagger P each sync covers one phase's slices
+//          (SlicePhase), at that phase's steps (LocalSyncAt), and the outer step and the
+//          rebase touch only those slices.
 #pragma once
 
 #include <cstdint>
@@ -109,21 +111,26 @@ class LocalFleet {
                                      int total_steps);
   StatusOr<FleetStepResult> LocalMode(const model::OptimizerOptions& optimizer, int step,
                                       int total_steps);
-  // Encodes each replica's `contributions[r]`, sums the decoded frames with weights[r] into
-  // *sum, and counts the traffic.
+  // Encodes each replica's `contributions[r]` (the slices of `phase`), sums the decoded
+  // frames with weights[r] into *sum (those slices), and counts the traffic.
   Status Reduce(const std::vector<std::vector<float>>& contributions,
-                const std::vector<float>& weights, uint64_t seed, std::vector<float>* sum);
+                const std::vector<float>& weights, uint64_t seed, int phase,
+                std::vector<float>* sum);
+  // The outer step with `mean` on the slices of `phase`.
+  void OuterStep(int phase, const std::vector<float>& mean);
   std::vector<int> Microbatches() const;  // by replica
 
   model::GPT2Config config_;
   LocalFleetOptions options_;
   std::vector<Replica> replicas_;
   std::vector<SyncSlice> slices_;  // of the whole model
+  std::vector<int> phases_;        // by slice: SlicePhase
   OuterOptimizer outer_;
   // A streaming sync in flight (sync.overlap): each replica's parameters when it started,
   // and the mean pseudo-gradient its frames carry.
   std::vector<std::vector<float>> started_;
   std::vector<float> pending_mean_;
+  int pending_phase_ = kEveryPhase;
   FleetTraffic traffic_;
 };
 

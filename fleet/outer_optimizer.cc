@@ -38,17 +38,29 @@ void OuterOptimizer::PseudoGradient(std::span<const float> params, std::span<flo
 }
 
 void OuterOptimizer::Step(const OuterOptions& o, std::span<const float> delta) {
+  StepPart(o, 0, delta.first(anchor_.size()));
+}
+
+void OuterOptimizer::StepPart(const OuterOptions& o, size_t offset, std::span<const float> delta) {
   const float mu = o.momentum;
-  for (size_t i = 0; i < anchor_.size(); ++i) {
-    const float buf = mu * momentum_[i] + delta[i];
-    momentum_[i] = buf;
+  float* anchor = anchor_.data() + offset;
+  float* momentum = momentum_.data() + offset;
+  for (size_t i = 0; i < delta.size(); ++i) {
+    const float buf = mu * momentum[i] + delta[i];
+    momentum[i] = buf;
     const float update = o.nesterov ? delta[i] + mu * buf : buf;
-    anchor_[i] -= o.lr * update;
+    anchor[i] -= o.lr * update;
   }
 }
 
 void OuterOptimizer::Rebase(std::span<const float> started, std::span<float> params) const {
-  for (size_t i = 0; i < anchor_.size(); ++i) params[i] = anchor_[i] + (params[i] - started[i]);
+  RebasePart(0, started.first(anchor_.size()), params.first(anchor_.size()));
+}
+
+void OuterOptimizer::RebasePart(size_t offset, std::span<const float> started,
+                                std::span<float> params) const {
+  const float* anchor = anchor_.data() + offset;
+  for (size_t i = 0; i < params.size(); ++i) params[i] = anchor[i] + (params[i] - started[i]);
 }
 
 }  // namespace longhaul::fleet

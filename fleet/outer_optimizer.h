@@ -46,6 +46,11 @@ class OuterOptimizer {
   // `started` being the parameters when the sync started; what the inner steps since then
   // moved stays. REQUIRES: both of size().
   void Rebase(std::span<const float> started, std::span<float> params) const;
+  // Step and Rebase on the part of the arrays from `offset` on that the spans cover (one
+  // slice of a staggered sync's phase, sync_options.h); the rest stays.
+  // REQUIRES: offset + delta.size() (started.size(), params.size()) <= size().
+  void StepPart(const OuterOptions& options, size_t offset, std::span<const float> delta);
+  void RebasePart(size_t offset, std::span<const float> started, std::span<float> params) const;
 
   size_t size() const { return anchor_.size(); }
   const std::vector<float>& anchor() const { return anchor_; }

@@ -50,24 +50,58 @@ StatusOr<compression::CodecSpec> FixedSyncCodec(std::string_view codec) {
   return spec;
 }
 
+uint64_t PhaseOffset(const SyncOptions& o, int phase) {
+  const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
+  return static_cast<uint64_t>(phase) * every / static_cast<uint64_t>(std::max(1, o.stagger));
+}
+
+namespace {
+
+// The phase whose sync step `done` is (>= 1), or kEveryPhase when none is.
+int PhaseAt(const SyncOptions& o, uint64_t done) {
+  const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
+  const int stagger = std::max(1, o.stagger);
+  for (int p = 0; p < stagger; ++p) {
+    if (done % every == PhaseOffset(o, p)) return p;
+  }
+  return kEveryPhase;
+}
+
+}  // namespace
+
 LocalSyncAction LocalSyncAt(const SyncOptions& o, uint64_t done, uint64_t total) {
   LocalSyncAction a;
   const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
   const uint64_t overlap = static_cast<uint64_t>(std::max(0, o.overlap));
   if (done == 0) return a;
+  const int phase = PhaseAt(o, done);
   if (overlap == 0) {
-    a.blocking = done % every == 0 || done == total;
+    a.blocking = phase != kEveryPhase || done == total;
+    a.phase = done == total || o.stagger <= 1 ? kEveryPhase : phase;
     return a;
   }
-  // The one sync that can be in flight (overlap < every): the last multiple of every before
-  // `done`, if it started within `overlap` steps or this is the last step.
-  const uint64_t last_start = (done - 1) / every * every;
+  // The one sync that can be in flight (overlap < every / stagger, the closest two phases'
+  // distance): the last sync step before `done`, if it started within `overlap` steps or
+  // this is the last step.
+  uint64_t last_start = 0;
+  int last_phase = 0;
+  for (int p = 0; p < std::max(1, o.stagger); ++p) {
+    const uint64_t offset = PhaseOffset(o, p);
+    if (done - 1 < offset) continue;
+    const uint64_t s = offset + (done - 1 - offset) / every * every;
+    if (s > last_start) {
+      last_start = s;
+      last_phase = p;
+    }
+  }
   if (last_start > 0 && last_start < total &&
       (last_start + overlap == done || (done == total && last_start + overlap > done))) {
     a.finish = true;
     a.started = last_start;
+    a.finish_phase = o.stagger > 1 ? last_phase : kEveryPhase;
   }
-  a.start = done % every == 0 && done < total;
+  a.start = phase != kEveryPhase && done < total;
+  a.phase = a.start && o.stagger > 1 ? phase : kEveryPhase;
   a.blocking = done == total;
   return a;
 }
@@ -76,10 +110,20 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.every < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.every must be >= 1, not ", o.every));
   }
-  if (o.overlap < 0 || (o.overlap > 0 && o.overlap >= o.every)) {
+  if (o.stagger < 1 || o.stagger > o.every) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync.stagger must be in [1, every] = [1, ", o.every, "], not ", o.stagger,
+        " (each phase of the layers syncs once every `every` steps, at its own step)"));
+  }
+  if (o.stagger > 1 && o.mode != SyncMode::kLocal) {
     return absl::InvalidArgumentError(
-        absl::StrCat("sync.overlap must be in [0, every) = [0, ", o.every, "), not ", o.overlap,
-                     " (a sync has to finish before the next one starts)"));
+        "sync.stagger needs mode local (in mode step every gradient is summed every step)");
+  }
+  const int spacing = o.every / o.stagger;  // the closest two phases' sync steps
+  if (o.overlap < 0 || (o.overlap > 0 && o.overlap >= spacing)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.overlap must be in [0, every / stagger) = [0, ", spacing, "), not ",
+                     o.overlap, " (a sync has to finish before the next one starts)"));
   }
   if (o.overlap > 0 && o.mode != SyncMode::kLocal) {
     return absl::InvalidArgumentError(

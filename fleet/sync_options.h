@@ -8,6 +8,11 @@
 //          the replicas train k more inner steps while its frames cross the links; then the
 //          outer step applies and each replica keeps what those k steps moved
 //          (OuterOptimizer::Rebase). The last step's sync blocks, so the replicas end equal.
+//          With `stagger` P > 1 the model's layers sync in P phases at staggered steps
+//          (Streaming DiLoCo, Douillard et al. 2025): phase p's slices (SlicePhase,
+//          sync_slices.h: layer l in phase l mod P) sync after the steps k every + p every / P,
+//          each phase every `every` steps with 1/P of the parameters, so a link carries the
+//          same bytes spread evenly instead of all at once; every phase syncs after the last.
 //
 // What crosses a link between replicas is encoded with `codec`, with error feedback for
 // every lossy codec (sync_reduce.h): "exact" (fp32, bit for bit), a fixed codec spec
@@ -56,7 +61,11 @@ struct SyncOptions {
   // The job spec's default is drop in local mode (daemon/job/job_spec.h), wait in step mode.
   SiteLoss on_site_loss = SiteLoss::kWait;
   SyncReduce reduce = SyncReduce::kGather;
+  int stagger = 1;  // local: phases of a sync round (1: everything at once); <= every
 };
+
+// A LocalSyncAction's phase when a sync covers every slice (the last step's, or stagger 1).
+inline constexpr int kEveryPhase = -1;
 
 const char* SyncModeName(SyncMode mode);
 // "step" or "local"; the error names the accepted values.
@@ -72,18 +81,30 @@ StatusOr<SiteLoss> ParseSiteLoss(std::string_view text);
 
 // Local mode's syncs after `done` of `total` steps (1-based), in this order: `finish` the
 // streaming sync started `overlap` steps ago (or earlier, at the last step), then `start`
-// one (a multiple of `every` before the last step, overlap > 0) or run one `blocking`
-// (overlap 0: a multiple of every or the last step; overlap > 0: the last step).
+// one (a phase's sync step before the last step, overlap > 0) or run one `blocking`
+// (overlap 0: a phase's sync step or the last step; overlap > 0: the last step). A phase's
+// sync steps are those k every + PhaseOffset (k >= 0, >= 1); with stagger 1 the multiples of
+// every.
 struct LocalSyncAction {
   bool finish = false;
   bool start = false;
   bool blocking = false;
-  uint64_t started = 0;  // with finish: the `done` at which the finishing sync started
+  uint64_t started = 0;     // with finish: the `done` at which the finishing sync started
+  int finish_phase = 0;     // with finish: the phase it syncs (kEveryPhase: every slice)
+  int phase = kEveryPhase;  // with start or blocking: the phase whose slices sync
 };
 LocalSyncAction LocalSyncAt(const SyncOptions& options, uint64_t done, uint64_t total);
+// Phase p's first sync step within a round of `every`: p every / stagger (phase 0: 0, that is
+// every). REQUIRES: 0 <= p < stagger.
+uint64_t PhaseOffset(const SyncOptions& options, int phase);
+// Whether a slice of phase `slice_phase` syncs in a sync of `phase`.
+inline bool InPhase(int slice_phase, int phase) {
+  return phase == kEveryPhase || slice_phase == phase;
+}
 
-// every >= 1, 0 <= overlap < every (overlap > 0 only in local mode), the outer options' ranges, and
-// a codec that is "exact", "adaptive" or parses.
+// every >= 1, 1 <= stagger <= every (stagger > 1 only in local mode), 0 <= overlap <
+// every / stagger (overlap > 0 only in local mode: one sync in flight at a time), the outer
+// options' ranges, and a codec that is "exact", "adaptive" or parses.
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The codec spec of a fixed sync codec ("exact" is fp32); "adaptive" and unparsable specs

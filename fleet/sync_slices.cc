@@ -24,4 +24,15 @@ std::vector<SyncSlice> SyncSlices(const model::FragmentLayout& layout) {
   return slices;
 }
 
+int SlicePhase(const model::ParameterLayout& model, int slice_index, int stagger) {
+  const int layers = model.config().num_layers;
+  int layer = 0;  // wte and wpe
+  if (slice_index >= model.num_slices() - 2) {
+    layer = layers - 1;  // lnfw, lnfb
+  } else if (slice_index >= 2) {
+    layer = (slice_index - 2) % layers;  // per-layer tensors, tensor-major
+  }
+  return layer % std::max(1, stagger);
+}
+
 }  // namespace longhaul::fleet

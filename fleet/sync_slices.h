@@ -22,6 +22,11 @@ struct SyncSlice {
 // The fragment's slices in index order (which is also their order in the flat array).
 std::vector<SyncSlice> SyncSlices(const model::FragmentLayout& layout);
 
+// The phase of a staggered sync (sync_options.h, stagger) that a slice syncs in: layer l's
+// slices in phase l mod stagger, the embeddings (wte, wpe) with layer 0, the final layernorm
+// with the last layer. The same for every split of the model. REQUIRES: stagger >= 1.
+int SlicePhase(const model::ParameterLayout& model, int slice_index, int stagger);
+
 // The seed of one slice's stochastic rounding in one sync: the same on every fragment that
 // holds the slice, different per sender, slice and step.
 inline uint64_t SyncSeed(uint64_t step, int slice, int num_slices, int replica, int replicas) {

@@ -209,8 +209,12 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
   p.sync_bottleneck = chosen.bottleneck;
   const int every = std::max(1, sync.every);
   const int behind = std::clamp(sync.overlap, 0, every);
+  // A staggered round: `phases` syncs of 1/phases of the bytes, each hidden behind its own
+  // `behind` steps (the latency counted in each part too, so the parts are an upper bound).
+  const int phases = std::clamp(sync.stagger, 1, every);
+  const double part = p.sync_seconds / phases;
   const double hidden = behind * p.replica_step_seconds;
-  p.exposed_sync_per_step = std::max(0.0, p.sync_seconds - hidden) / every;
+  p.exposed_sync_per_step = phases * std::max(0.0, part - hidden) / every;
   p.step_seconds = p.replica_step_seconds + p.exposed_sync_per_step;
   double all_microbatches = 0;
   for (size_t r = 0; r < p.replicas.size(); ++r) {
@@ -224,7 +228,7 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
     if (fastest == 0 || r.estimate.step_seconds < fastest) fastest = r.estimate.step_seconds;
   }
   const double interval = every * fastest;  // wall time between syncs
-  const double exposed = std::max(0.0, p.sync_seconds - behind * fastest);
+  const double exposed = phases * std::max(0.0, part - behind * fastest);
   for (const PlanResult& r : p.replicas) {
     if (r.estimate.step_seconds > 0) paced += r.estimate.tokens_per_step / r.estimate.step_seconds;
   }

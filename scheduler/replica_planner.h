@@ -35,7 +35,10 @@ enum class SyncReduceCost { kGather, kRing, kCheaper };
 struct SyncCostOptions {
   int every = 50;                   // inner steps per sync; 1: sync mode step
   double bytes_per_value = 0.5625;  // q4 with an fp32 scale per 64 values; exact: 4
-  int overlap = 0;  // inner steps a sync runs behind (0: it blocks); a job's is < every
+  int overlap = 0;  // inner steps a sync runs behind (0: it blocks); a job's is < every / stagger
+  // Phases of a staggered round (sync.stagger): each phase's sync carries 1/stagger of the
+  // bytes every `every` steps and hides behind its own `overlap` steps.
+  int stagger = 1;
   SyncReduceCost reduce = SyncReduceCost::kGather;
   // A site's sync flows at once share its uplink (false: each flow has its link to itself).
   bool shared_uplink = true;

@@ -89,6 +89,7 @@ StatusOr<ReplicaSimulation> SimulateReplicas(
   }
   const int every = std::max(1, sync.every);
   const int overlap = std::clamp(sync.overlap, 0, every - 1);
+  const int stagger = std::clamp(sync.stagger, 1, every);
   double t = options.start_seconds;
   bool pending = false;
   double pending_end = 0;
@@ -108,10 +109,16 @@ StatusOr<ReplicaSimulation> SimulateReplicas(
       }
       pending = false;
     }
-    if (replicas.size() > 1 && (done % every == 0 || done == options.steps)) {
+    // A staggered round's phase p syncs 1/stagger of the parameters after the steps
+    // k every + p every / stagger (fleet::LocalSyncAt); every phase after the last.
+    bool phase_step = false;
+    for (int p = 0; p < stagger; ++p)
+      phase_step = phase_step || done % every == p * every / stagger;
+    if (replicas.size() > 1 && (phase_step || done == options.steps)) {
       const double seconds = PriceReplicas(ProfilesAt(profiles, options.links, link_of, t), model,
                                            workload, replicas, sync, microbatches)
-                                 .sync_seconds;
+                                 .sync_seconds /
+                             (done == options.steps ? 1 : stagger);
       ++out.syncs;
       out.sync_seconds += seconds;
       if (overlap == 0 || done == options.steps) {

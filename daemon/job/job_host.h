@@ -25,6 +25,7 @@
 #include "daemon/job/sync_routes.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
+#include "fleet/sync_options.h"
 #include "fleet/sync_slices.h"
 
 namespace longhaul::daemon {
@@ -117,6 +118,7 @@ class JobHost {
     int replicas = 1;
     std::vector<SyncRoute> routes;  // the fragment's sync slices, for checking sync tensors
     bool ring = false;              // its syncs go around rings (sync.reduce: ring)
+    fleet::SyncOptions sync;        // the job's: when each slice syncs
   };
   std::string JobDir(const std::string& job_id) const;
   // The stage of `job_id` here, or null.
@@ -131,12 +133,14 @@ class JobHost {
   // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the stage of another
   // replica that this stage's route names for the slice (sync_routes.h), a slice of this
   // stage's fragment with its exact size; with `ring`, from the slice's ring predecessor
-  // among the live replicas, a hop of the ring (the frame's microbatch) and that hop's chunk.
+  // among the live replicas, a hop of the ring (the frame's microbatch) and that hop's chunk;
+  // in sync mode local, at a step after which the slice syncs (fleet::LocalSyncAt, its phase).
   static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,
                                   const std::vector<SyncRoute>& routes, bool ring,
-                                  const std::vector<bool>& live, Inbox* inbox);
+                                  const fleet::SyncOptions& sync, const std::vector<bool>& live,
+                                  Inbox* inbox);
 
   const JobHostOptions options_;
   LinkMonitor* const monitor_;

@@ -150,6 +150,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   std::string from_site;
   std::vector<SyncRoute> routes;
   bool ring = false;
+  fleet::SyncOptions sync;
   uint32_t assigned_attempt = 0;
   StageGrid grid;
   ReplicaList dropped;
@@ -158,6 +159,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
     B = stage->B, T = stage->T, C = stage->C, Vp = stage->Vp, M = stage->M, steps = stage->steps;
     if (first.kind() == v1::TENSOR_KIND_SYNC) routes = stage->routes;
     ring = stage->ring;
+    sync = stage->sync;
     assigned_attempt = stage->assignment.attempt();
     grid = StageGrid::OfPlan(stage->replicas, stage->assignment.stages());
     dropped.assign(stage->assignment.dropped_replicas().begin(),
@@ -193,8 +195,8 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
     }
     std::vector<bool> live;
     for (int r = 0; r < grid.replicas; ++r) live.push_back(!Contains(dropped, r));
-    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, routes, ring, live,
-                             stage->inbox.get());
+    return CheckSyncIncoming(first, head, caller, grid, self, steps, from_site, routes, ring, sync,
+                             live, stage->inbox.get());
   }
   const bool tied =
       first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && from < n && grid.tied(self) == sender;
@@ -239,7 +241,8 @@ Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const 
                                   const std::string& caller, const StageGrid& grid, int self,
                                   int64_t steps, const std::string& from_site,
                                   const std::vector<SyncRoute>& routes, bool ring,
-                                  const std::vector<bool>& live, Inbox* inbox) {
+                                  const fleet::SyncOptions& sync, const std::vector<bool>& live,
+                                  Inbox* inbox) {
   const std::string& id = first.job_id();
   const int me = static_cast<int>(first.to_stage()), from = static_cast<int>(first.from_stage());
   // Only a stage of another replica that this stage takes the slice from (sync_routes.h); on a
@@ -269,6 +272,12 @@ Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const 
   // hop (the microbatch), each a chunk of the slice.
   int64_t values = slice == nullptr ? 0 : slice->size;
   bool valid = slice != nullptr && first.step() < static_cast<uint64_t>(steps);
+  if (valid && sync.mode == fleet::SyncMode::kLocal) {
+    // Local mode syncs after a phase's sync steps and the last: the slice's, none between.
+    const fleet::LocalSyncAction due =
+        fleet::LocalSyncAt(sync, first.step() + 1, static_cast<uint64_t>(steps));
+    valid = (due.start || due.blocking) && fleet::InPhase(route->phase, due.phase);
+  }
   if (valid && ring) {
     const int hop = static_cast<int>(std::min<uint64_t>(first.microbatch(), 1u << 30));
     valid = hop < fleet::RingHops(place.size());
@@ -284,7 +293,7 @@ Status JobHost::CheckSyncIncoming(const v1::TensorFrame& first, std::span<const 
     return absl::InvalidArgumentError(
         "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
         (ring ? " names a hop outside its ring" : " names another replica") +
-        ", a slice this stage does not hold or a step outside the job");
+        ", a slice this stage does not hold or a step at which that slice does not sync");
   }
   RETURN_IF_ERROR(CheckFrameHead(
       first, head, {values},

@@ -118,9 +118,11 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->replicas = grid.replicas;
     stage->routes.clear();
     if (grid.replicas > 1) {
-      stage->routes = SyncRoutes(grid, spec.job.model, static_cast<int>(a.stage()));
+      stage->routes =
+          SyncRoutes(grid, spec.job.model, static_cast<int>(a.stage()), spec.sync.stagger);
     }
     stage->ring = a.sync_ring();
+    stage->sync = spec.sync;
   }
 
   StageRunnerContext ctx;

@@ -19,7 +19,18 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
     ASSIGN_OR_RETURN(auto fields, w.Map(*entry, {"mode", "every", "overlap", "outer", "codec",
-                                                 "on_site_loss", "reduce"}));
+                                                 "on_site_loss", "reduce", "stagger"}));
+    if (auto it = fields.find("stagger"); it != fields.end()) {
+      ASSIGN_OR_RETURN(const int64_t stagger, w.Int(it->second, 1, 1000000));
+      if (stagger > spec->job.model.num_layers) {
+        return w.Error(it->second, "sync.stagger " + std::to_string(stagger) +
+                                       " is more phases than the model's " +
+                                       std::to_string(spec->job.model.num_layers) +
+                                       " layers (each phase syncs layers l with l mod stagger "
+                                       "equal to it)");
+      }
+      sync.stagger = static_cast<int>(stagger);
+    }
     if (auto it = fields.find("reduce"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));
       auto reduce = fleet::ParseSyncReduce(text);
@@ -99,12 +110,18 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   if (!s.ok() && entry != nullptr) return w.Error(*entry, s.message());
   RETURN_IF_ERROR(s);
   // A checkpoint is the state between steps with no sync in flight, or right before one starts
-  // (the stage resuming there starts it again): none may fall inside a streaming sync.
+  // (the stage resuming there starts it again): none may fall inside a streaming sync (of any
+  // phase, when staggered).
   const int every = spec->job.checkpoint.every;
   if (sync.overlap > 1 && every > 0) {
     const int period = sync.every / std::gcd(every, sync.every);
     for (int64_t k = 1; k <= period && k * every < spec->job.steps; ++k) {
-      const int64_t into = k * every % sync.every;
+      int64_t into = 0;
+      for (int p = 0; p < sync.stagger && (into < 1 || into >= sync.overlap); ++p) {
+        const int64_t offset = static_cast<int64_t>(fleet::PhaseOffset(sync, p));
+        into = k * every >= offset ? (k * every - offset) % sync.every : 0;
+        if (k * every - into < 1) into = 0;  // no sync started before this checkpoint
+      }
       if (into >= 1 && into < sync.overlap) {
         return w.Error(*entry, "checkpoint step " + std::to_string(k * every) + " (every " +
                                    std::to_string(every) +
@@ -200,6 +217,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   RETURN_IF_ERROR(ParseSync(w, have_sync ? &sync_entry : nullptr, &spec));
   if (spec.replicas == 1 && spec.sync.overlap > 0) {
     return w.Error(sync_entry, "sync.overlap needs replicas: a number of 2 or more, or auto");
+  }
+  if (spec.replicas == 1 && spec.sync.stagger > 1) {
+    return w.Error(sync_entry, "sync.stagger needs replicas: a number of 2 or more, or auto");
   }
   const bool paced_mb = have_mb && mb_entry.value.IsScalar() && mb_entry.value.Scalar() == "paced";
   if (paced_mb) {
@@ -407,6 +427,7 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   r.paced = spec.paced;
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
   r.sync.overlap = spec.sync.mode == fleet::SyncMode::kStep ? 0 : spec.sync.overlap;
+  r.sync.stagger = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.stagger;
   r.sync.reduce = spec.sync.reduce == fleet::SyncReduce::kRing ? scheduler::SyncReduceCost::kRing
                   : spec.sync.reduce == fleet::SyncReduce::kAuto
                       ? scheduler::SyncReduceCost::kCheaper

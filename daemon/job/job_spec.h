@@ -48,6 +48,14 @@
 //                                    # applies and each keeps what those k steps moved;
 //                                    # no checkpoint may fall inside: k - 1 steps after a
 //                                    # sync step; the last step's sync blocks)
+//     stagger: 1                     # local: phases of a sync round (Streaming DiLoCo): layer
+//                                    # l syncs in phase l mod stagger (the embeddings with
+//                                    # layer 0, the final layernorm with the last), phase p
+//                                    # after the steps k every + p every / stagger, so each
+//                                    # sync carries 1/stagger of the parameters and a link
+//                                    # the same bytes spread over the round; 1..layers,
+//                                    # <= every; overlap then < every / stagger; every phase
+//                                    # syncs after the last step
 //     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
 //                                    # (with a top-k codec the defaults are lr 1, momentum
 //                                    # 0: plain averaging)

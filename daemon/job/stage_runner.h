@@ -142,9 +142,13 @@ class StageRunner {
   // streaming one (sync.overlap); a stage resuming from that checkpoint starts it again.
   Status OuterStep(uint64_t step);
   Status StartSync(uint64_t step);
-  // sync: {codec: adaptive}: the codec of the next sync, for `compute_seconds` of compute
-  // since the last one (sync_codec.h).
-  Status ChooseSyncCodec(double compute_seconds);
+  // sync: {codec: adaptive}: the codec of the next sync (of `phase`: its bytes), for
+  // `compute_seconds` of compute until the next one (sync_codec.h); SyncComputeSeconds in
+  // local mode.
+  Status ChooseSyncCodec(double compute_seconds, int phase);
+  double SyncComputeSeconds() const;
+  // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
+  std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
   Status CheckpointSync(uint64_t step);
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().

@@ -78,7 +78,7 @@ Status StageRunner::InitSyncExchange() {
   so.grid = grid_;
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) so.live.push_back(!Contains(dropped, r));
-  so.routes = SyncRoutes(grid_, ctx_.spec.job.model, stage_);
+  so.routes = SyncRoutes(grid_, ctx_.spec.job.model, stage_, ctx_.spec.sync.stagger);
   so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
   // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
   for (const auto& [peer, sender] : ctx_.to_sync) {
@@ -107,7 +107,7 @@ Status StageRunner::SyncGradients(uint64_t step) {
   const size_t n = static_cast<size_t>(fragment_->layout().total());
   std::vector<float> grads(n), sum(n);
   fragment_->GetGradients(grads.data());
-  RETURN_IF_ERROR(ChooseSyncCodec(compute_acc_));  // this step's forward and backward
+  RETURN_IF_ERROR(ChooseSyncCodec(compute_acc_, fleet::kEveryPhase));  // this step's compute
   const std::vector<float> ones(static_cast<size_t>(grid_.replicas), 1.0f);
   RETURN_IF_ERROR(sync_->AllGather(step, grads, ones, sum));
   fragment_->SetGradients(sum.data());
@@ -122,7 +122,8 @@ Status StageRunner::OuterStep(uint64_t step) {
   std::vector<float> params(n);
   if (action.finish) {
     // The streaming sync started `overlap` steps ago: the outer step, and what the inner
-    // steps since then moved kept on top of the new anchor (fleet::OuterOptimizer::Rebase).
+    // steps since then moved kept on top of the new anchor (fleet::OuterOptimizer::Rebase),
+    // on the slices of its phase.
     if (sync_started_.size() != n) {
       return absl::InternalError("job " + ctx_.assignment.job_id() + " stage " +
                                  std::to_string(stage_) + ": the sync started after step " +
@@ -130,9 +131,13 @@ Status StageRunner::OuterStep(uint64_t step) {
     }
     std::vector<float> mean(n);
     RETURN_IF_ERROR(sync_->Finish(mean));
-    outer_.Step(ctx_.spec.sync.outer, mean);
     fragment_->GetParameters(params.data());
-    outer_.Rebase(sync_started_, params);
+    for (const fleet::SyncSlice& slice : PhaseSlices(action.finish_phase)) {
+      const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
+      outer_.StepPart(ctx_.spec.sync.outer, at, std::span<const float>(mean).subspan(at, size));
+      outer_.RebasePart(at, std::span<const float>(sync_started_).subspan(at, size),
+                        std::span<float>(params).subspan(at, size));
+    }
     fragment_->SetParameters(params.data());
     sync_started_ = {};
   }
@@ -140,29 +145,49 @@ Status StageRunner::OuterStep(uint64_t step) {
   std::vector<float> delta(n), mean(n);
   fragment_->GetParameters(params.data());
   outer_.PseudoGradient(params, delta);
-  // The inner steps' compute, as `every` times this step's.
-  const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
-  RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
+  RETURN_IF_ERROR(ChooseSyncCodec(SyncComputeSeconds(), action.phase));
   // Each live replica's pseudo-gradient weighs by the tokens it trained since the last sync:
   // its microbatches of theirs (fleet::TokenWeights; equal when every replica trains as many).
-  RETURN_IF_ERROR(sync_->AllGather(step, delta, token_weights_, mean));
-  outer_.Step(ctx_.spec.sync.outer, mean);
-  fragment_->SetParameters(outer_.anchor().data());
+  RETURN_IF_ERROR(sync_->AllGather(step, delta, token_weights_, mean, action.phase));
+  // The phase's slices take the outer step and continue from the new anchor.
+  for (const fleet::SyncSlice& slice : PhaseSlices(action.phase)) {
+    const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
+    outer_.StepPart(ctx_.spec.sync.outer, at, std::span<const float>(mean).subspan(at, size));
+    std::copy_n(outer_.anchor().begin() + slice.offset, size, params.begin() + slice.offset);
+  }
+  fragment_->SetParameters(params.data());
   return absl::OkStatus();
+}
+
+double StageRunner::SyncComputeSeconds() const {
+  // The inner steps' compute until the next sync, as that many times this step's: `every`
+  // steps, shared by the phases of a staggered round.
+  const fleet::SyncOptions& sync = ctx_.spec.sync;
+  return static_cast<double>(sync.every) / std::max(1, sync.stagger) * compute_acc_;
+}
+
+std::vector<fleet::SyncSlice> StageRunner::PhaseSlices(int phase) const {
+  const model::FragmentLayout& layout = fragment_->layout();
+  std::vector<fleet::SyncSlice> slices;
+  for (const fleet::SyncSlice& slice : fleet::SyncSlices(layout)) {
+    if (fleet::InPhase(fleet::SlicePhase(layout.model(), slice.index, ctx_.spec.sync.stagger),
+                       phase)) {
+      slices.push_back(slice);
+    }
+  }
+  return slices;
 }
 
 Status StageRunner::StartSync(uint64_t step) {
   if (!sync_ || ctx_.spec.sync.mode != fleet::SyncMode::kLocal) return absl::OkStatus();
-  if (!fleet::LocalSyncAt(ctx_.spec.sync, step + 1, static_cast<uint64_t>(ctx_.spec.job.steps))
-           .start) {
-    return absl::OkStatus();
-  }
+  const fleet::LocalSyncAction action =
+      fleet::LocalSyncAt(ctx_.spec.sync, step + 1, static_cast<uint64_t>(ctx_.spec.job.steps));
+  if (!action.start) return absl::OkStatus();
   const size_t n = static_cast<size_t>(fragment_->layout().total());
   std::vector<float> params(n), delta(n);
   fragment_->GetParameters(params.data());
   outer_.PseudoGradient(params, delta);
-  const uint64_t every = static_cast<uint64_t>(ctx_.spec.sync.every);
-  RETURN_IF_ERROR(ChooseSyncCodec(static_cast<double>(every) * compute_acc_));
+  RETURN_IF_ERROR(ChooseSyncCodec(SyncComputeSeconds(), action.phase));
   std::vector<float> weights = token_weights_;
   const v1::StageAssignment& a = ctx_.assignment;
   if (step + 1 == start_step_ && a.rejoining_replicas_size() > 0) {
@@ -176,12 +201,12 @@ Status StageRunner::StartSync(uint64_t step) {
     }
     weights = fleet::TokenWeights(microbatches_, counted);
   }
-  RETURN_IF_ERROR(sync_->Start(step, delta, weights));
+  RETURN_IF_ERROR(sync_->Start(step, delta, weights, action.phase));
   sync_started_ = std::move(params);
   return absl::OkStatus();
 }
 
-Status StageRunner::ChooseSyncCodec(double compute_seconds) {
+Status StageRunner::ChooseSyncCodec(double compute_seconds, int phase) {
   if (!sync_codec_) return absl::OkStatus();
   std::vector<v1::LinkEstimate> links;
   // The links this stage's frames take (every other live holder's, or the next live one
@@ -189,7 +214,7 @@ Status StageRunner::ChooseSyncCodec(double compute_seconds) {
   for (int peer : sync_->SendsTo()) {
     links.push_back(ctx_.monitor->Outbound(ctx_.assignment.stages(peer).site()));
   }
-  const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(fragment_->layout().total()) *
+  const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(sync_->PhaseValues(phase)) *
                                                sizeof(float) * sync_->SentShare());
   ASSIGN_OR_RETURN(const compression::Decision d,
                    sync_codec_->Choose(links, bytes, compute_seconds, Now()));

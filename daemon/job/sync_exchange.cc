@@ -85,8 +85,8 @@ Status SyncExchange::SendError() const {
 }
 
 Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
-                               std::span<const float> weights, std::span<float> out) {
-  RETURN_IF_ERROR(Start(step, values, weights));
+                               std::span<const float> weights, std::span<float> out, int phase) {
+  RETURN_IF_ERROR(Start(step, values, weights, phase));
   blocking_ = true;  // all of it exposed
   return Finish(out);
 }
@@ -107,6 +107,14 @@ std::vector<int> SyncExchange::SendsTo() const {
   std::sort(to.begin(), to.end());
   to.erase(std::unique(to.begin(), to.end()), to.end());
   return to;
+}
+
+int64_t SyncExchange::PhaseValues(int phase) const {
+  int64_t values = 0;
+  for (const SyncRoute& route : o_.routes) {
+    if (fleet::InPhase(route.phase, phase)) values += route.slice.size;
+  }
+  return values;
 }
 
 double SyncExchange::SentShare() const {
@@ -164,7 +172,7 @@ Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
 }
 
 Status SyncExchange::Start(uint64_t step, std::span<const float> values,
-                           std::span<const float> weights) {
+                           std::span<const float> weights, int phase) {
   if (in_flight()) {
     return absl::FailedPreconditionError("sync of step " + std::to_string(step) +
                                          ": the previous sync has not finished");
@@ -188,10 +196,11 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values,
   }
   std::vector<TensorKey> wanted;
   if (o_.ring) {
-    RETURN_IF_ERROR(StartRing(step, values, weights_[static_cast<size_t>(me)], &wanted));
+    RETURN_IF_ERROR(StartRing(step, values, weights_[static_cast<size_t>(me)], phase, &wanted));
   } else {
     decoded_.assign(static_cast<size_t>(replicas), std::vector<float>(n));
     for (size_t k = 0; k < o_.routes.size(); ++k) {
+      if (!fleet::InPhase(o_.routes[k].phase, phase)) continue;
       const fleet::SyncSlice& slice = o_.routes[k].slice;
       const std::span<const float> part = values.subspan(slice.offset, slice.size);
       std::vector<uint8_t> frame;
@@ -221,26 +230,27 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values,
 }
 
 Status SyncExchange::StartRing(uint64_t step, std::span<const float> values, float weight,
-                               std::vector<TensorKey>* wanted) {
+                               int phase, std::vector<TensorKey>* wanted) {
   const int me = o_.grid.replica(o_.stage);
   ring_values_.assign(values.begin(), values.end());
   ring_out_.assign(values.size(), 0.0f);
   ring_.clear();
-  ring_.reserve(o_.routes.size());
+  ring_.resize(o_.routes.size());
   early_.assign(o_.routes.size(), {});
   backlog_.clear();
   for (size_t k = 0; k < o_.routes.size(); ++k) {
+    if (!fleet::InPhase(o_.routes[k].phase, phase)) continue;
     const fleet::SyncSlice& slice = o_.routes[k].slice;
     const RingPlace& place = places_[k];
     const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
-    ring_.emplace_back(place.size(), place.position,
-                       std::span<const float>(ring_values_).subspan(at, size), weight,
-                       encoders_[k].get(),
-                       fleet::SyncSeed(step, slice.index, o_.model_slices, me, o_.grid.replicas),
-                       std::span<float>(ring_out_).subspan(at, size));
+    ring_[k].emplace(place.size(), place.position,
+                     std::span<const float>(ring_values_).subspan(at, size), weight,
+                     encoders_[k].get(),
+                     fleet::SyncSeed(step, slice.index, o_.model_slices, me, o_.grid.replicas),
+                     std::span<float>(ring_out_).subspan(at, size));
     std::vector<uint8_t> frame;
-    RETURN_IF_ERROR(ring_[k].Begin(&frame));
-    if (ring_[k].done()) continue;  // a ring of one
+    RETURN_IF_ERROR(ring_[k]->Begin(&frame));
+    if (ring_[k]->done()) continue;  // a ring of one
     RETURN_IF_ERROR(Send(step, k, 0, place.next(), std::move(frame)));
     // Every hop's frame, taken as it comes (one may overtake another on a link).
     for (int hop = 0; hop < fleet::RingHops(place.size()); ++hop) {
@@ -281,21 +291,22 @@ Status SyncExchange::TakeRing(const TensorKey& key, ReceivedTensor t) {
   while (k < o_.routes.size() && static_cast<uint32_t>(o_.routes[k].slice.index) != key.tensor_id) {
     ++k;
   }
-  if (k == o_.routes.size() || key.microbatch >= static_cast<uint32_t>(ring_[k].RingHopCount())) {
+  if (k == o_.routes.size() || !ring_[k] ||
+      key.microbatch >= static_cast<uint32_t>(ring_[k]->RingHopCount())) {
     return absl::InternalError("sync: unexpected tensor " + key.DebugString());
   }
   std::map<int, ReceivedTensor>& early = early_[k];
   early[static_cast<int>(key.microbatch)] = std::move(t);
   // The hops in order, as far as they are in.
-  for (auto it = early.find(ring_[k].next_hop()); it != early.end();
-       it = early.find(ring_[k].next_hop())) {
+  for (auto it = early.find(ring_[k]->next_hop()); it != early.end();
+       it = early.find(ring_[k]->next_hop())) {
     const int hop = it->first;
     const ReceivedTensor frame = std::move(it->second);
     early.erase(it);
     TensorKey at = key;
     at.microbatch = static_cast<uint32_t>(hop);
     std::vector<uint8_t> next;
-    RETURN_IF_ERROR(Annotate(ring_[k].Take(hop, frame.payload, &next),
+    RETURN_IF_ERROR(Annotate(ring_[k]->Take(hop, frame.payload, &next),
                              "sync tensor " + at.DebugString() + " from " + frame.from_site));
     if (!next.empty()) {
       RETURN_IF_ERROR(Send(key.step, k, static_cast<uint32_t>(hop + 1), places_[k].next(),
@@ -363,8 +374,8 @@ Status SyncExchange::Finish(std::span<float> out) {
       return absl::InvalidArgumentError("sync: " + std::to_string(ring_out_.size()) +
                                         " values into " + std::to_string(out.size()));
     }
-    for (const fleet::RingMember& m : ring_) {
-      if (!m.done()) return absl::InternalError("sync: a ring ended before its last hop");
+    for (const std::optional<fleet::RingMember>& m : ring_) {
+      if (m && !m->done()) return absl::InternalError("sync: a ring ended before its last hop");
     }
     std::copy(ring_out_.begin(), ring_out_.end(), out.begin());
     ring_.clear();

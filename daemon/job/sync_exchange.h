@@ -19,7 +19,8 @@
 // A streaming sync (sync.overlap) is AllGather in two halves: Start sends and takes the
 // others' frames on a thread of its own while the stage trains on; Finish waits for what has
 // not come yet and sums. The wait in Finish is the sync's exposed time; the rest of its time
-// on the links ran behind the steps (hidden).
+// on the links ran behind the steps (hidden). A staggered sync (sync.stagger) covers one
+// phase's slices (SyncRoute::phase): only those are sent, taken and summed.
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -38,6 +40,7 @@
 #include "daemon/job/stage_exchange.h"
 #include "daemon/job/stage_grid.h"
 #include "daemon/job/sync_routes.h"
+#include "fleet/sync_options.h"
 #include "fleet/sync_reduce.h"
 #include "fleet/sync_ring.h"
 #include "fleet/sync_slices.h"
@@ -70,14 +73,16 @@ class SyncExchange {
   static StatusOr<std::unique_ptr<SyncExchange>> Create(SyncExchangeOptions options);
 
   // out = sum over the live members r, in replica order, of weights[r] x decode(the member's
-  // frames of `values`); values and out are the fragment's flat arrays. REQUIRES: same sizes,
-  // covering every slice; a weight per replica.
+  // frames of `values`), on the slices of `phase` (fleet::kEveryPhase: all; out is 0 on the
+  // others); values and out are the fragment's flat arrays. REQUIRES: same sizes, covering
+  // every slice; a weight per replica.
   Status AllGather(uint64_t step, std::span<const float> values, std::span<const float> weights,
-                   std::span<float> out);
+                   std::span<float> out, int phase = fleet::kEveryPhase);
   // AllGather's halves: Start encodes and sends `values` (the sync of `step`, weighed by
   // `weights`) and takes the others' frames in the background; Finish waits for them and
   // writes the sum. One sync in flight at a time (FailedPrecondition otherwise).
-  Status Start(uint64_t step, std::span<const float> values, std::span<const float> weights);
+  Status Start(uint64_t step, std::span<const float> values, std::span<const float> weights,
+               int phase = fleet::kEveryPhase);
   Status Finish(std::span<float> out);
   bool in_flight() const { return receiver_.joinable(); }
   // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
@@ -102,6 +107,8 @@ class SyncExchange {
   // on a ring of L (what the adaptive sync codec prices).
   std::vector<int> SendsTo() const;
   double SentShare() const;
+  // The values of the fragment's slices that a sync of `phase` carries.
+  int64_t PhaseValues(int phase) const;
   double wait_seconds() const { return wait_seconds_; }
   // The syncs so far: how many, their time (encode, send, wait, decode, sum), the bytes sent.
   v1::SyncReport Report() const;
@@ -115,7 +122,7 @@ class SyncExchange {
   Status Send(uint64_t step, size_t k, uint32_t microbatch, int to, std::vector<uint8_t> frame,
               bool backlog = false);
   Status DrainBacklog();
-  Status StartRing(uint64_t step, std::span<const float> values, float weight,
+  Status StartRing(uint64_t step, std::span<const float> values, float weight, int phase,
                    std::vector<TensorKey>* wanted);
   // One frame taken by the receiver: decoded into decoded_ (gather), or kept until the ring's
   // hops before it are in, then each hop taken in order and the next one sent (ring).
@@ -133,7 +140,7 @@ class SyncExchange {
   // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
   // rings (from Create).
   std::vector<float> ring_values_, ring_out_;
-  std::vector<fleet::RingMember> ring_;
+  std::vector<std::optional<fleet::RingMember>> ring_;  // by route; none: not in the phase
   std::vector<RingPlace> places_;
   std::vector<std::map<int, ReceivedTensor>> early_;    // by route: hops ahead of the next
   std::deque<std::pair<int, OutgoingTensor>> backlog_;  // (to stage, tensor), receiver only

@@ -59,9 +59,13 @@ std::vector<SyncRoute> RoutesOf(const Holders& holders, const StageGrid& grid,
 
 }  // namespace
 
-std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config,
-                                  int self) {
-  return RoutesOf(HoldersOf(grid, config), grid, config, self);
+std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self,
+                                  int stagger) {
+  std::vector<SyncRoute> routes = RoutesOf(HoldersOf(grid, config), grid, config, self);
+  const model::ParameterLayout layout(config);
+  for (SyncRoute& route : routes)
+    route.phase = fleet::SlicePhase(layout, route.slice.index, stagger);
+  return routes;
 }
 
 bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config) {

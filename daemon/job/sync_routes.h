@@ -20,11 +20,14 @@ struct SyncRoute {
   fleet::SyncSlice slice;   // this stage's
   std::vector<int> source;  // by replica: the stage whose frame of the slice this stage adds
   std::vector<int> to;      // the stages of other replicas that add this stage's frame
+  int phase = 0;            // the staggered sync's phase it syncs in (fleet::SlicePhase)
 };
 
-// The routes of stage `self`'s slices, in its slices' order. REQUIRES: the grid's layers are
-// known (OfPlan) and every replica covers the model's layers (CheckPlan).
-std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self);
+// The routes of stage `self`'s slices, in its slices' order, each with its phase of a sync
+// staggered in `stagger` phases (sync.stagger). REQUIRES: the grid's layers are known (OfPlan)
+// and every replica covers the model's layers (CheckPlan).
+std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self,
+                                  int stagger = 1);
 
 // Whether the plan's syncs can go around rings (sync.reduce: ring, fleet/sync_ring.h): two
 // or more replicas, and every stage that another adds a slice from takes that slice from the

@@ -130,6 +130,28 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(std::string(inside_error.status().message()),
              Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "
                              "at step 4"));
+  // Staggered syncs: 1 .. layers phases, local mode with replicas, a streaming sync shorter
+  // than the phases' distance, no checkpoint inside any phase's streaming sync.
+  CHECK(two->sync.stagger == 1);
+  auto staggered =
+      ParseJobSpec(Job("replicas: 2\nsync: {every: 8, stagger: 2, overlap: 3}\n"), "job.yaml", ".");
+  INFO(staggered.status().ToString());
+  REQUIRE(staggered.ok());
+  CHECK(staggered->sync.stagger == 2);
+  CHECK_THAT(error("replicas: 2\nsync: {every: 8, stagger: 2, overlap: 4}\n"),
+             Catch::Contains("[0, every / stagger) = [0, 4)"));
+  CHECK_THAT(error("replicas: 2\nsync: {stagger: 5}\n"), Catch::Contains("more phases than"));
+  CHECK_THAT(error("replicas: 2\nsync: {stagger: 0}\n"), Catch::Contains("stagger"));
+  CHECK_THAT(error("replicas: 2\nsync: {mode: step, stagger: 2}\n"),
+             Catch::Contains("needs mode local"));
+  CHECK_THAT(error("sync: {stagger: 2}\n"), Catch::Contains("needs replicas"));
+  std::string phase_inside = Job("replicas: 2\nsync: {every: 8, stagger: 2, overlap: 3}\n");
+  phase_inside.replace(phase_inside.find("steps: 10"), 9, "steps: 10\ncheckpoint: {every: 6}");
+  const auto phase_error = ParseJobSpec(phase_inside, "job.yaml", ".");
+  REQUIRE_FALSE(phase_error.ok());  // phase 1 starts after step 4, streams until 7
+  CHECK_THAT(std::string(phase_error.status().message()),
+             Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "
+                             "at step 4"));
   // Each replica's microbatches: one count per replica, each at least 1.
   CHECK(two->replica_microbatches.empty());
   CHECK(two->microbatches(1) == 2);  // batch_size / microbatch_size

@@ -331,6 +331,120 @@ TEST_CASE("local mode with streaming syncs: the outer step lands `overlap` steps
   CHECK(a.fleet->traffic().syncs == b.fleet->traffic().syncs);
 }
 
+TEST_CASE("the staggered sync schedule: each phase at its own step, every phase at the last",
+          "[fleet]") {
+  SyncOptions sync = Local(6);
+  sync.stagger = 2;  // phase 0 after 6, 12; phase 1 after 3, 9
+  const uint64_t total = 14;
+  std::vector<std::pair<uint64_t, int>> blocks;
+  for (uint64_t done = 1; done <= total; ++done) {
+    const LocalSyncAction a = LocalSyncAt(sync, done, total);
+    if (a.blocking) blocks.emplace_back(done, a.phase);
+  }
+  CHECK(blocks ==
+        std::vector<std::pair<uint64_t, int>>{{3, 1}, {6, 0}, {9, 1}, {12, 0}, {14, kEveryPhase}});
+  // Streamed 2 steps behind: each phase's sync finishes before the next phase's starts.
+  sync.overlap = 2;
+  REQUIRE(ValidateSyncOptions(sync).ok());
+  std::vector<std::pair<uint64_t, int>> starts, finishes;
+  for (uint64_t done = 1; done <= total; ++done) {
+    const LocalSyncAction a = LocalSyncAt(sync, done, total);
+    INFO("done " << done);
+    if (a.start) starts.emplace_back(done, a.phase);
+    if (a.finish) finishes.emplace_back(done, a.finish_phase);
+    if (a.finish) CHECK(a.started + 2 == done);
+    CHECK(a.blocking == (done == total));
+  }
+  CHECK(starts == std::vector<std::pair<uint64_t, int>>{{3, 1}, {6, 0}, {9, 1}, {12, 0}});
+  CHECK(finishes == std::vector<std::pair<uint64_t, int>>{{5, 1}, {8, 0}, {11, 1}, {14, 0}});
+  CHECK(PhaseOffset(sync, 0) == 0);
+  CHECK(PhaseOffset(sync, 1) == 3);
+  // Checked: overlap below the phases' distance (6 / 2), 1 <= stagger <= every, local only.
+  sync.overlap = 3;
+  CHECK(!ValidateSyncOptions(sync).ok());
+  sync.overlap = 0;
+  sync.stagger = 7;
+  CHECK(!ValidateSyncOptions(sync).ok());
+  sync.stagger = 0;
+  CHECK(!ValidateSyncOptions(sync).ok());
+  sync.stagger = 6;
+  CHECK(ValidateSyncOptions(sync).ok());
+  sync.mode = SyncMode::kStep;
+  sync.on_site_loss = SiteLoss::kWait;
+  sync.codec = "exact";
+  sync.stagger = 2;
+  CHECK(!ValidateSyncOptions(sync).ok());
+}
+
+// The largest |difference| from replica 0 over the slices of one phase (stagger 2).
+float PhaseDivergence(LocalFleet& f, int phase) {
+  const model::GPT2Config config = Config();
+  const model::FragmentLayout whole(config, 0, config.num_layers);
+  const std::vector<float> first = Params(f.replica(0));
+  float worst = 0;
+  for (int r = 1; r < f.size(); ++r) {
+    const std::vector<float> other = Params(f.replica(r));
+    for (const SyncSlice& slice : SyncSlices(whole)) {
+      if (SlicePhase(whole.model(), slice.index, 2) != phase) continue;
+      for (int64_t i = slice.offset; i < slice.offset + slice.size; ++i) {
+        worst = std::max(worst, std::fabs(other[size_t(i)] - first[size_t(i)]));
+      }
+    }
+  }
+  return worst;
+}
+
+TEST_CASE("staggered syncs: a phase's slices equal after its sync, the others still apart",
+          "[fleet]") {
+  const model::GPT2Config config = Config();  // 2 layers: layer 0 (and wte, wpe) in phase 0
+  const model::ParameterLayout layout(config);
+  CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kWte, 0), 2) == 0);
+  CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kQkvw, 1), 2) == 1);
+  CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kFcb, 0), 2) == 0);
+  CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kLnfw, 0), 2) == 1);
+  CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kLnfb, 0), 1) == 0);
+  SyncOptions sync = Local(4, "q8");
+  sync.stagger = 2;  // phase 0 after 4, 8; phase 1 after 2, 6
+  sync.overlap = GENERATE(0, 1);
+  Fleet f = MakeFleet(2, sync), whole = MakeFleet(2, Local(4, "q8"));
+  const int steps = 9;
+  std::vector<int> landed;
+  for (int s = 0; s < steps; ++s) {
+    auto r = f.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(whole.fleet->TrainStep(Optimizer(), s, steps).ok());
+    REQUIRE(r.ok());
+    const int done = s + 1;
+    INFO("overlap " << sync.overlap << ", step " << done);
+    if (r->synced) landed.push_back(done);
+    if (sync.overlap == 0 && done < steps && r->synced) {
+      const int phase = done % 4 == 0 ? 0 : 1;
+      CHECK(PhaseDivergence(*f.fleet, phase) == 0.0f);
+      CHECK(PhaseDivergence(*f.fleet, 1 - phase) > 0.0f);
+    }
+  }
+  CHECK(landed ==
+        (sync.overlap == 0 ? std::vector<int>{2, 4, 6, 8, 9} : std::vector<int>{3, 5, 7, 9}));
+  CHECK(f.fleet->MaxDivergence() == 0.0f);  // every phase after the last step
+  CHECK(Params(f.fleet->replica(0)) != Params(whole.fleet->replica(0)));
+  // The same syncs of each slice (one per round and the last), each phase's sync a part:
+  // 4 phase syncs and the last (every slice) against 2 whole syncs and the last.
+  const FleetTraffic& t = f.fleet->traffic();
+  CHECK(t.syncs == 5);
+  CHECK(whole.fleet->traffic().syncs == 3);
+  CHECK(t.raw_bytes == whole.fleet->traffic().raw_bytes);
+  // More phases than layers: a phase with nothing to sync.
+  sync.stagger = 3;
+  sync.overlap = 0;
+  auto ops = kernels::MakeOps("cpu", 1);
+  REQUIRE(ops.ok());
+  LocalFleetOptions o;
+  o.replicas = 1;
+  o.batch_size = kB;
+  o.seq_len = kT;
+  o.sync = sync;
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+}
+
 TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   auto ops = kernels::MakeOps("cpu", 1);
   REQUIRE(ops.ok());

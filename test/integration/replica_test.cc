@@ -335,6 +335,7 @@ TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit 
   frame.set_to_stage(2);
   frame.set_microbatch(0);
   frame.set_tensor_id(1);
+  frame.set_step(1);  // a sync step in both modes (after step 2)
   std::vector<uint8_t> payload = testing::ZeroFrame({256});
   frame.set_encoded_size(payload.size());
   CHECK(c.at(2).jobs().Deliver(frame, payload, "alpha").code() ==
@@ -373,6 +374,47 @@ TEST_CASE("streaming syncs: the outer step lands `overlap` steps later, the flee
     CHECK(group.syncs() == 1);  // the one landed at 6 (the status trails the last step's two)
     CHECK(group.hidden_seconds() > 0);  // it ran behind the steps
   }
+}
+
+TEST_CASE("staggered syncs: each phase of the layers at its own steps, the fleet's model") {
+  // stagger 2 on 2 layers: layer 0, wte and wpe sync after steps 4 and 8 (phase 0), layer 1
+  // and the final layernorm after 2 and 6 (phase 1), everything after the last. Stage 0 holds
+  // nothing of phase 1, stage 1 both phases (the tied embedding is phase 0's). Blocking and
+  // gathered, or streamed a step behind around rings; the fleet is the oracle, bit for bit.
+  const std::string sync =
+      GENERATE(std::string("sync: {mode: local, every: 4, stagger: 2, codec: q4}\n"),
+               std::string("sync: {mode: local, every: 4, stagger: 2, overlap: 1, codec: q8, "
+                           "reduce: ring}\n"));
+  INFO(sync);
+  const std::string yaml = JobYaml(sync, 10);
+  const Oracle oracle = TrainFleet(yaml);
+  std::string whole = sync;
+  whole.replace(whole.find("stagger: 2, "), 12, "");
+  CHECK(oracle.params != TrainFleet(JobYaml(whole, 10)).params);  // not the unstaggered syncs
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  // A frame of a phase-0 slice (wpe, slice 1: alpha to gamma) at a phase-1 step is refused at
+  // the door; at a phase-0 step it passes the sync checks.
+  v1::TensorFrame frame;
+  frame.set_job_id(id);
+  frame.set_attempt(s.attempt());
+  frame.set_kind(v1::TENSOR_KIND_SYNC);
+  frame.set_from_stage(0);
+  frame.set_to_stage(2);
+  frame.set_microbatch(0);
+  frame.set_tensor_id(1);
+  frame.set_step(1);  // after step 2: phase 1's
+  const bool ring = sync.find("ring") != std::string::npos;
+  std::vector<uint8_t> payload = testing::ZeroFrame({ring ? 512 : 1024});  // hop 0's chunk of 2
+  frame.set_encoded_size(payload.size());
+  const Status wrong = c.at(2).jobs().Deliver(frame, payload, "alpha");
+  CHECK(wrong.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(wrong.message()), Catch::Contains("does not sync"));
+  frame.set_step(3);  // after step 4: phase 0's
+  CHECK(c.at(2).jobs().Deliver(frame, payload, "alpha").code() !=
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("streaming syncs: a site restarting mid-job resumes at a sync's start, bit for bit") {

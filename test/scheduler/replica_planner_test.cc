@@ -51,6 +51,18 @@ TEST_CASE("a sync is each stage's parameters over the slowest flow, hidden behin
   const ReplicaPlan b = PriceReplicas(
       p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
   CHECK(b.exposed_sync_per_step == Approx(one_sync / 10));
+  // Staggered in 2 phases: blocking, the same time per round; streamed, each half hides
+  // behind its own 4 steps.
+  sync.stagger = 2;
+  const ReplicaPlan halves = PriceReplicas(
+      p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
+  CHECK(halves.exposed_sync_per_step == Approx(one_sync / 10));
+  sync.overlap = 4;
+  const ReplicaPlan streamed_halves = PriceReplicas(
+      p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
+  CHECK(streamed_halves.exposed_sync_per_step == Approx(2 * std::max(0.0, one_sync / 2 - 4) / 10));
+  CHECK(streamed_halves.exposed_sync_per_step < halves.exposed_sync_per_step);
+  sync.stagger = 1;
 
   // One replica twice as slow: lockstep goes at its pace, paced adds each one's own rate.
   sync.overlap = sync.every;

@@ -55,6 +55,13 @@ TEST_CASE("steady links: the replay is the cost model's price", "[replicas]") {
   const double steady_step =
       (18 * f.replicas[0].estimate.step_seconds + 3 * priced.sync_seconds) / 18;
   CHECK(sim->steady_tokens_per_second() == Approx(sim->tokens / 20 / steady_step).epsilon(0.01));
+  // Staggered in 2 phases (after steps 2, 5, 7, 10, ... each half, all after 20): seven
+  // half syncs and the last whole one.
+  sync.stagger = 2;
+  auto staggered = SimulateReplicas(f.p, f.config, f.w, f.replicas, sync, so);
+  REQUIRE(staggered.ok());
+  CHECK(staggered->syncs == 8);
+  CHECK(staggered->sync_seconds == Approx(4.5 * priced.sync_seconds));
 }
 
 TEST_CASE("a sync link slowed by its trace: slower syncs; streamed syncs hide", "[replicas]") {

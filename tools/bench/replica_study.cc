@@ -11,7 +11,8 @@
 // validation loss, each against the baseline of the same N and seed, and the bytes per
 // trained token that the syncs put on the links between replicas (an all-gather: each
 // replica's frame to every other; with --reduce ring, every hop of the rings), with their
-// ratio to the baseline's.
+// ratio to the baseline's. --overlap streams the syncs behind the next inner steps and
+// --stagger P syncs the layers in P phases at staggered steps (sync.overlap, sync.stagger).
 //
 // Runs are independent and deterministic (one backend thread each); --jobs only changes the
 // wall time.
@@ -52,6 +53,7 @@ struct Flags {
   std::vector<int> replicas = {2, 4};
   std::vector<int> every = {10, 50};
   std::vector<int> overlap = {0};  // sync.overlap: inner steps a sync streams behind
+  std::vector<int> stagger = {1};  // sync.stagger: phases of a round
   std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
   std::vector<std::string> reduce = {"gather"};  // sync.reduce of the local-mode runs
   float outer_lr = 0.7f;
@@ -78,7 +80,8 @@ struct RunSpec {
     return sync.mode == fleet::SyncMode::kStep
                ? absl::StrCat("N=", replicas, " step ", sync.codec)
                : absl::StrCat("N=", replicas, " local/", sync.every,
-                              sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "", " ",
+                              sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "",
+                              sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "", " ",
                               sync.codec, sync.reduce == fleet::SyncReduce::kRing ? " ring" : "");
   }
 };
@@ -225,18 +228,25 @@ int Run(Flags f) {
       base.spec.sync.codec = "exact";
       if (!f.no_baseline) results.push_back(base);
       for (int every : f.every) {
-        for (int overlap : f.overlap) {
-          if (overlap >= every) continue;  // not a valid sync.overlap
-          for (const std::string& codec : f.codecs) {
-            for (const std::string& reduce : f.reduce) {
-              RunResult r = base;
-              r.spec.sync.reduce = *fleet::ParseSyncReduce(reduce);
-              r.spec.sync.mode = fleet::SyncMode::kLocal;
-              r.spec.sync.every = every;
-              r.spec.sync.overlap = overlap;
-              r.spec.sync.codec = codec;
-              r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
-              results.push_back(r);
+        for (int stagger : f.stagger) {
+          for (int overlap : f.overlap) {
+            // Only valid schedules: a phase's sync ends before the next phase's starts.
+            if (stagger > every || stagger > c.num_layers ||
+                (overlap > 0 && overlap >= every / stagger)) {
+              continue;
+            }
+            for (const std::string& codec : f.codecs) {
+              for (const std::string& reduce : f.reduce) {
+                RunResult r = base;
+                r.spec.sync.reduce = *fleet::ParseSyncReduce(reduce);
+                r.spec.sync.mode = fleet::SyncMode::kLocal;
+                r.spec.sync.every = every;
+                r.spec.sync.overlap = overlap;
+                r.spec.sync.stagger = stagger;
+                r.spec.sync.codec = codec;
+                r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
+                results.push_back(r);
+              }
             }
           }
         }
@@ -275,6 +285,7 @@ int Run(Flags f) {
     int ok = 0, failed = 0;
     std::string error;
     double train = 0, val = 0, d_train = 0, d_val = 0, worst = -1e30, bytes = 0, ratio = 0;
+    bool compared = true;  // false: --no-baseline, the losses and bytes alone
   };
   std::vector<Row> rows;
   for (const RunResult& r : results) {
@@ -289,6 +300,14 @@ int Run(Flags f) {
             b.spec.sync.mode == fleet::SyncMode::kStep && b.error.empty()) {
           base = &b;
         }
+      }
+      if (x.error.empty() && base == nullptr && f.no_baseline) {
+        ++row.ok;
+        row.compared = false;
+        row.train += x.train_loss;
+        row.val += x.val_loss;
+        row.bytes += x.bytes_per_token;
+        continue;
       }
       if (!x.error.empty() || base == nullptr) {
         ++row.failed;
@@ -322,15 +341,17 @@ int Run(Flags f) {
       table.push_back(absl::StrCat("| ", r.label, " | failed: ", r.error, " |"));
       continue;
     }
-    const bool base = r.label.find(" step ") != std::string::npos;
+    // The baseline's own row, or a run with no baseline to compare with (--no-baseline).
+    const bool base = r.label.find(" step ") != std::string::npos || !r.compared;
     table.push_back(absl::StrFormat(
         "| %s%s | %.4f | %s | %.4f | %s | %s | %.2f | %s |", r.label,
         r.failed > 0 ? absl::StrCat(" (", r.failed, " seeds failed)") : "", r.train,
         base ? "-" : Percent(r.d_train), r.val, base ? "-" : Percent(r.d_val),
         base ? "-" : Percent(r.worst), r.bytes,
-        base ? "1x"
-             : absl::StrFormat("%.0fx%s", r.ratio,
-                               r.worst <= f.tolerance && r.ratio >= 100 ? " ✓" : "")));
+        !r.compared ? "-"
+        : base      ? "1x"
+                    : absl::StrFormat("%.0fx%s", r.ratio,
+                                 r.worst <= f.tolerance && r.ratio >= 100 ? " ✓" : "")));
   }
   std::printf("\nall runs done in %.1f s\n\n%s\n", wall, absl::StrJoin(table, "\n").c_str());
   std::printf(
@@ -375,6 +396,12 @@ int main(int argc, char** argv) {
                  "below --every are skipped)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--stagger", f.stagger,
+                 "Phases of a staggered sync round (sync.stagger: layer l syncs in phase l mod "
+                 "P, each phase at its own step; 1: all at once; values above --every or the "
+                 "model's layers, or with an --overlap not below every / P, are skipped)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   app.add_option("--codecs", f.codecs,
                  "Sync codecs for local mode: exact, or a codec spec (q4, topk:0.01+q8, ...); "
                  "error feedback on every lossy one")
