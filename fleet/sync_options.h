@@ -11,8 +11,9 @@
 //          With `stagger` P > 1 the model's layers sync in P phases at staggered steps
 //          (Streaming DiLoCo, Douillard et al. 2025): phase p's slices (SlicePhase,
 //          sync_slices.h: layer l in phase l mod P) sync after the steps k every + p every / P,
-//          each phase every `every` steps with 1/P of the parameters, so a link carries the
-//          same bytes spread evenly instead of all at once; every phase syncs after the last.
+//          each phase every `every` steps with its part of the parameters (the embeddings
+//          make phase 0 the largest: PhaseShares), so a link carries the same bytes spread
+//          over the round instead of all at once; every phase syncs after the last.
 //
 // What crosses a link between replicas is encoded with `codec`, with error feedback for
 // every lossy codec (sync_reduce.h): "exact" (fp32, bit for bit), a fixed codec spec

@@ -35,4 +35,14 @@ int SlicePhase(const model::ParameterLayout& model, int slice_index, int stagger
   return layer % std::max(1, stagger);
 }
 
+std::vector<double> PhaseShares(const model::ParameterLayout& model, int stagger) {
+  std::vector<double> shares(static_cast<size_t>(std::max(1, stagger)), 0.0);
+  const model::FragmentLayout whole(model.config(), 0, model.config().num_layers);
+  for (const SyncSlice& slice : SyncSlices(whole)) {
+    shares[static_cast<size_t>(SlicePhase(model, slice.index, stagger))] +=
+        static_cast<double>(slice.size) / static_cast<double>(model.total());
+  }
+  return shares;
+}
+
 }  // namespace longhaul::fleet

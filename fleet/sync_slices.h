@@ -27,6 +27,10 @@ std::vector<SyncSlice> SyncSlices(const model::FragmentLayout& layout);
 // with the last layer. The same for every split of the model. REQUIRES: stagger >= 1.
 int SlicePhase(const model::ParameterLayout& model, int slice_index, int stagger);
 
+// The share of the model's parameters in each phase of `stagger` (they sum to 1): the
+// embeddings make phase 0 the largest.
+std::vector<double> PhaseShares(const model::ParameterLayout& model, int stagger);
+
 // The seed of one slice's stochastic rounding in one sync: the same on every fragment that
 // holds the slice, different per sender, slice and step.
 inline uint64_t SyncSeed(uint64_t step, int slice, int num_slices, int replica, int replicas) {

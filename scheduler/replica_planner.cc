@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "fleet/sync_slices.h"
 #include "model/layout.h"
 
 namespace longhaul::scheduler {
@@ -209,12 +210,17 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
   p.sync_bottleneck = chosen.bottleneck;
   const int every = std::max(1, sync.every);
   const int behind = std::clamp(sync.overlap, 0, every);
-  // A staggered round: `phases` syncs of 1/phases of the bytes, each hidden behind its own
-  // `behind` steps (the latency counted in each part too, so the parts are an upper bound).
-  const int phases = std::clamp(sync.stagger, 1, every);
-  const double part = p.sync_seconds / phases;
+  // A staggered round: one sync per phase, each its share of the model's parameters
+  // (fleet::PhaseShares, the embeddings' phase the largest; the latency scaled with it, an
+  // approximation), each hidden behind its own `behind` steps.
+  const std::vector<double> shares =
+      fleet::PhaseShares(model::ParameterLayout(model), std::clamp(sync.stagger, 1, every));
   const double hidden = behind * p.replica_step_seconds;
-  p.exposed_sync_per_step = phases * std::max(0.0, part - hidden) / every;
+  double exposed_round = 0, exposed_paced = 0;
+  for (double share : shares) {
+    exposed_round += std::max(0.0, p.sync_seconds * share - hidden);
+  }
+  p.exposed_sync_per_step = exposed_round / every;
   p.step_seconds = p.replica_step_seconds + p.exposed_sync_per_step;
   double all_microbatches = 0;
   for (size_t r = 0; r < p.replicas.size(); ++r) {
@@ -228,7 +234,10 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& mod
     if (fastest == 0 || r.estimate.step_seconds < fastest) fastest = r.estimate.step_seconds;
   }
   const double interval = every * fastest;  // wall time between syncs
-  const double exposed = phases * std::max(0.0, part - behind * fastest);
+  for (double share : shares) {
+    exposed_paced += std::max(0.0, p.sync_seconds * share - behind * fastest);
+  }
+  const double exposed = exposed_paced;
   for (const PlanResult& r : p.replicas) {
     if (r.estimate.step_seconds > 0) paced += r.estimate.tokens_per_step / r.estimate.step_seconds;
   }

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fleet/sync_slices.h"
+#include "model/layout.h"
 
 namespace longhaul::scheduler {
 namespace {
@@ -88,8 +90,10 @@ StatusOr<ReplicaSimulation> SimulateReplicas(
     link_of.push_back(it == index.end() ? -1 : it->second);
   }
   const int every = std::max(1, sync.every);
-  const int overlap = std::clamp(sync.overlap, 0, every - 1);
   const int stagger = std::clamp(sync.stagger, 1, every);
+  // One sync in flight at a time: a phase's finishes before the next phase's starts.
+  const int overlap = std::clamp(sync.overlap, 0, std::max(0, every / stagger - 1));
+  const std::vector<double> shares = fleet::PhaseShares(model::ParameterLayout(model), stagger);
   double t = options.start_seconds;
   bool pending = false;
   double pending_end = 0;
@@ -109,16 +113,17 @@ StatusOr<ReplicaSimulation> SimulateReplicas(
       }
       pending = false;
     }
-    // A staggered round's phase p syncs 1/stagger of the parameters after the steps
+    // A staggered round's phase p syncs its share of the parameters after the steps
     // k every + p every / stagger (fleet::LocalSyncAt); every phase after the last.
-    bool phase_step = false;
-    for (int p = 0; p < stagger; ++p)
-      phase_step = phase_step || done % every == p * every / stagger;
-    if (replicas.size() > 1 && (phase_step || done == options.steps)) {
+    int phase = -1;
+    for (int p = 0; p < stagger; ++p) {
+      if (done % every == p * every / stagger) phase = p;
+    }
+    if (replicas.size() > 1 && (phase >= 0 || done == options.steps)) {
       const double seconds = PriceReplicas(ProfilesAt(profiles, options.links, link_of, t), model,
                                            workload, replicas, sync, microbatches)
-                                 .sync_seconds /
-                             (done == options.steps ? 1 : stagger);
+                                 .sync_seconds *
+                             (done == options.steps ? 1.0 : shares[static_cast<size_t>(phase)]);
       ++out.syncs;
       out.sync_seconds += seconds;
       if (overlap == 0 || done == options.steps) {

@@ -6,7 +6,8 @@
 // a ring, a site's flows sharing its uplink) on the links as the traces set them when the sync
 // starts. A blocking sync (overlap 0, and always the last) adds its time; a streamed one
 // (overlap k) only what runs past the next k steps. Staggered (sync.stagger P), each phase's
-// sync is 1/P of that price, at its phase's steps.
+// sync is its share of the parameters (fleet::PhaseShares) of that price, at its phase's
+// steps.
 //
 // An approximation, said plainly: each replica's pipeline runs on its own clock from the
 // start (a sync delays when the fleet reads the traces for later syncs, not what the

@@ -114,8 +114,12 @@ Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* ent
   // phase, when staggered).
   const int every = spec->job.checkpoint.every;
   if (sync.overlap > 1 && every > 0) {
-    const int period = sync.every / std::gcd(every, sync.every);
-    for (int64_t k = 1; k <= period && k * every < spec->job.steps; ++k) {
+    // The checkpoints' places in the round repeat every `period` checkpoints; the first round
+    // (before every phase has started a sync) is skipped by each phase's own test below, so
+    // the scan goes one round further.
+    const int64_t period = sync.every / std::gcd(every, sync.every);
+    const int64_t rounds = period + (sync.every + every - 1) / every;
+    for (int64_t k = 1; k <= rounds && k * every < spec->job.steps; ++k) {
       int64_t into = 0;
       for (int p = 0; p < sync.stagger && (into < 1 || into >= sync.overlap); ++p) {
         const int64_t offset = static_cast<int64_t>(fleet::PhaseOffset(sync, p));

@@ -192,7 +192,8 @@ Status StageRunner::StartSync(uint64_t step) {
   const v1::StageAssignment& a = ctx_.assignment;
   if (step + 1 == start_step_ && a.rejoining_replicas_size() > 0) {
     // Started again at a rejoin: a rejoining replica starts from the anchor (Rejoin) and has
-    // trained nothing since, so its zero pseudo-gradient does not count in this sync.
+    // trained nothing since, so its zero pseudo-gradient does not count in this sync
+    // (staggered, it starts from a live replica's parameters: a copy, not counted twice).
     const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
     const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
     std::vector<bool> counted;
@@ -207,7 +208,8 @@ Status StageRunner::StartSync(uint64_t step) {
 }
 
 Status StageRunner::ChooseSyncCodec(double compute_seconds, int phase) {
-  if (!sync_codec_) return absl::OkStatus();
+  // A phase this stage holds nothing of sends nothing: no choice to make.
+  if (!sync_codec_ || sync_->PhaseValues(phase) == 0) return absl::OkStatus();
   std::vector<v1::LinkEstimate> links;
   // The links this stage's frames take (every other live holder's, or the next live one
   // around each ring) and the fragment's share each carries.

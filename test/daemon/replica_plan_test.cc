@@ -152,6 +152,14 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(std::string(phase_error.status().message()),
              Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "
                              "at step 4"));
+  // A checkpoint before any sync has started, and the same place in the round later inside one.
+  std::string later = Job("replicas: 2\nsync: {every: 8, overlap: 3}\n");
+  later.replace(later.find("steps: 10"), 9, "steps: 20\ncheckpoint: {every: 2}");
+  const auto later_error = ParseJobSpec(later, "job.yaml", ".");
+  REQUIRE_FALSE(later_error.ok());
+  CHECK_THAT(std::string(later_error.status().message()),
+             Catch::Contains("checkpoint step 10 (every 2) falls inside the streaming sync "
+                             "started at step 8"));
   // Each replica's microbatches: one count per replica, each at least 1.
   CHECK(two->replica_microbatches.empty());
   CHECK(two->microbatches(1) == 2);  // batch_size / microbatch_size

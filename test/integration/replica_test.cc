@@ -590,7 +590,10 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
   // on_site_loss: drop is local mode's default. Gathered, and around rings (a ring of one
   // while replica 1 is out, of two again after the rejoin's new attempt).
   const int steps = 60;
-  const std::string reduce = GENERATE(std::string("gather"), std::string("ring"));
+  // Staggered too: layer 0 syncs after even steps, layer 1 after odd ones; the rejoining
+  // replica starts from the live one's parameters.
+  const std::string reduce =
+      GENERATE(std::string("gather"), std::string("ring"), std::string("gather, stagger: 2"));
   INFO("reduce " << reduce);
   const std::string yaml =
       JobYaml("sync: {mode: local, every: 2, codec: q8, reduce: " + reduce + "}\n", steps);

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "fleet/sync_slices.h"
 #include "model/layout.h"
 #include "test/scheduler/test_util.h"
 
@@ -60,7 +61,10 @@ TEST_CASE("a sync is each stage's parameters over the slowest flow, hidden behin
   sync.overlap = 4;
   const ReplicaPlan streamed_halves = PriceReplicas(
       p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
-  CHECK(streamed_halves.exposed_sync_per_step == Approx(2 * std::max(0.0, one_sync / 2 - 4) / 10));
+  const std::vector<double> shares = fleet::PhaseShares(model::ParameterLayout(config), 2);
+  CHECK(streamed_halves.exposed_sync_per_step ==
+        Approx((std::max(0.0, one_sync * shares[0] - 4) + std::max(0.0, one_sync * shares[1] - 4)) /
+               10));
   CHECK(streamed_halves.exposed_sync_per_step < halves.exposed_sync_per_step);
   sync.stagger = 1;
 

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "fleet/sync_slices.h"
 #include "model/layout.h"
 #include "test/scheduler/test_util.h"
 
@@ -55,13 +56,17 @@ TEST_CASE("steady links: the replay is the cost model's price", "[replicas]") {
   const double steady_step =
       (18 * f.replicas[0].estimate.step_seconds + 3 * priced.sync_seconds) / 18;
   CHECK(sim->steady_tokens_per_second() == Approx(sim->tokens / 20 / steady_step).epsilon(0.01));
-  // Staggered in 2 phases (after steps 2, 5, 7, 10, ... each half, all after 20): seven
-  // half syncs and the last whole one.
+  // Staggered in 2 phases (phase 1 after steps 2, 7, 12, 17, phase 0 after 5, 10, 15, each
+  // its share of the parameters; all after 20).
   sync.stagger = 2;
   auto staggered = SimulateReplicas(f.p, f.config, f.w, f.replicas, sync, so);
   REQUIRE(staggered.ok());
   CHECK(staggered->syncs == 8);
-  CHECK(staggered->sync_seconds == Approx(4.5 * priced.sync_seconds));
+  const std::vector<double> shares = fleet::PhaseShares(model::ParameterLayout(f.config), 2);
+  CHECK(shares[0] > shares[1]);  // the embeddings' phase
+  CHECK(shares[0] + shares[1] == Approx(1.0));
+  CHECK(staggered->sync_seconds ==
+        Approx((3 * shares[0] + 4 * shares[1] + 1) * priced.sync_seconds));
 }
 
 TEST_CASE("a sync link slowed by its trace: slower syncs; streamed syncs hide", "[replicas]") {
