@@ -34,6 +34,18 @@ std::string Job(const std::string& extra) {
          extra;
 }
 
+// Why a two-replica job with `sync` and checkpoints every `checkpoint_every` of `steps` steps
+// is refused.
+std::string ScheduleError(const std::string& sync, int steps, int checkpoint_every) {
+  std::string yaml = Job("replicas: 2\nsync: " + sync + "\n");
+  yaml.replace(yaml.find("steps: 10"), 9,
+               "steps: " + std::to_string(steps) +
+                   "\ncheckpoint: {every: " + std::to_string(checkpoint_every) + "}");
+  const auto parsed = ParseJobSpec(yaml, "job.yaml", ".");
+  REQUIRE_FALSE(parsed.ok());
+  return std::string(parsed.status().message());
+}
+
 model::GPT2Config TinyConfig() { return model::MakeConfig(4, 32, 2, 256, 32); }
 
 TEST_CASE("replicas and sync in a job file", "[replicas]") {
@@ -123,11 +135,7 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {every: 5, overlap: 5}\n"), Catch::Contains("overlap"));
   CHECK_THAT(error("replicas: 2\nsync: {mode: step, overlap: 1}\n"),
              Catch::Contains("needs mode local"));
-  std::string inside = Job("replicas: 2\nsync: {every: 4, overlap: 3}\n");
-  inside.replace(inside.find("steps: 10"), 9, "steps: 10\ncheckpoint: {every: 6}");
-  const auto inside_error = ParseJobSpec(inside, "job.yaml", ".");
-  REQUIRE_FALSE(inside_error.ok());
-  CHECK_THAT(std::string(inside_error.status().message()),
+  CHECK_THAT(ScheduleError("{every: 4, overlap: 3}", 10, 6),
              Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "
                              "at step 4"));
   // Staggered syncs: 1 .. layers phases, local mode with replicas, a streaming sync shorter
@@ -145,19 +153,12 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {mode: step, stagger: 2}\n"),
              Catch::Contains("needs mode local"));
   CHECK_THAT(error("sync: {stagger: 2}\n"), Catch::Contains("needs replicas"));
-  std::string phase_inside = Job("replicas: 2\nsync: {every: 8, stagger: 2, overlap: 3}\n");
-  phase_inside.replace(phase_inside.find("steps: 10"), 9, "steps: 10\ncheckpoint: {every: 6}");
-  const auto phase_error = ParseJobSpec(phase_inside, "job.yaml", ".");
-  REQUIRE_FALSE(phase_error.ok());  // phase 1 starts after step 4, streams until 7
-  CHECK_THAT(std::string(phase_error.status().message()),
+  // Phase 1 starts after step 4 and streams until 7.
+  CHECK_THAT(ScheduleError("{every: 8, stagger: 2, overlap: 3}", 10, 6),
              Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "
                              "at step 4"));
   // A checkpoint before any sync has started, and the same place in the round later inside one.
-  std::string later = Job("replicas: 2\nsync: {every: 8, overlap: 3}\n");
-  later.replace(later.find("steps: 10"), 9, "steps: 20\ncheckpoint: {every: 2}");
-  const auto later_error = ParseJobSpec(later, "job.yaml", ".");
-  REQUIRE_FALSE(later_error.ok());
-  CHECK_THAT(std::string(later_error.status().message()),
+  CHECK_THAT(ScheduleError("{every: 8, overlap: 3}", 20, 2),
              Catch::Contains("checkpoint step 10 (every 2) falls inside the streaming sync "
                              "started at step 8"));
   // Each replica's microbatches: one count per replica, each at least 1.
