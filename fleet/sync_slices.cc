@@ -27,8 +27,8 @@ std::vector<SyncSlice> SyncSlices(const model::FragmentLayout& layout) {
 int SlicePhase(const model::ParameterLayout& model, int slice_index, int stagger) {
   const int layers = model.config().num_layers;
   int layer = 0;  // wte and wpe
-  if (slice_index >= model.num_slices() - 2) {
-    layer = layers - 1;  // lnfw, lnfb
+  if (slice_index >= model.SliceIndex(model::Tensor::kLnfw, 0)) {
+    layer = layers - 1;  // lnfw, lnfb, head
   } else if (slice_index >= 2) {
     layer = (slice_index - 2) % layers;  // per-layer tensors, tensor-major
   }

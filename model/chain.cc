@@ -99,7 +99,7 @@ void FragmentChain::StoreOptimizerState(float* m, float* v) const {
 StatusOr<float> FragmentChain::ForwardLoss(const int32_t* tokens, const int32_t* targets) {
   const float* activations = nullptr;
   for (auto& f : fragments_) {
-    RETURN_IF_ERROR(f->Forward(0, f->is_first() ? tokens : nullptr, activations));
+    RETURN_IF_ERROR(f->Forward(0, f->needs_tokens() ? tokens : nullptr, activations));
     if (!f->is_last()) activations = f->Output(0);
   }
   return fragments_.back()->Loss(0, targets);
@@ -117,7 +117,7 @@ Status FragmentChain::Backward(float dloss) {
 float FragmentChain::ReduceGradients() {
   Fragment& first = *fragments_.front();
   Fragment& last = *fragments_.back();
-  if (&first != &last) {
+  if (&first != &last && TiedHead(config_)) {
     // Both parts travel before either fragment combines (combining overwrites its own).
     kernels::Ops* ops = first.ops();
     const size_t n = first.layout().model().size(Tensor::kWte);

@@ -8,7 +8,8 @@ namespace longhaul::model {
 
 std::string GPT2Config::DebugString() const {
   return absl::StrCat("L=", num_layers, " C=", channels, " NH=", num_heads, " V=", vocab_size,
-                      " Vp=", padded_vocab_size, " maxT=", max_seq_len);
+                      " Vp=", padded_vocab_size, " maxT=", max_seq_len,
+                      residual_subspace > 0 ? absl::StrCat(" K=", residual_subspace) : "");
 }
 
 int PadVocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
@@ -38,6 +39,11 @@ Status ValidateConfig(const GPT2Config& c) {
   if (c.channels % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "channels (", c.channels, ") must be a multiple of heads (", c.num_heads, ")"));
+  }
+  if (c.residual_subspace < 0 || c.residual_subspace > c.channels) {
+    return absl::InvalidArgumentError(absl::StrCat("residual_subspace ", c.residual_subspace,
+                                                   " must be in [0, channels = ", c.channels,
+                                                   "] (0: the standard model)"));
   }
   if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size % 128 != 0) {
     return absl::InvalidArgumentError(

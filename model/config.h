@@ -17,10 +17,22 @@ struct GPT2Config {
   int num_layers = 0;         // L
   int num_heads = 0;          // NH
   int channels = 0;           // C; a multiple of NH
+  // K > 0: the subspace-cut variant (model/subspace.h): everything written into the
+  // residual stream lies in a fixed K-dimensional subspace, the stream is carried as K
+  // coordinates (what crosses a pipeline cut), and the output head is untied. 0: the
+  // standard GPT-2, llm.c's layout and checkpoints.
+  int residual_subspace = 0;
 
   bool operator==(const GPT2Config&) const = default;
   std::string DebugString() const;
 };
+
+// Floats per position crossing a pipeline cut: K for the subspace-cut variant, C otherwise.
+inline int CutWidth(const GPT2Config& c) {
+  return c.residual_subspace > 0 ? c.residual_subspace : c.channels;
+}
+// True when the output head is wte (the standard model), false when it is its own tensor.
+inline bool TiedHead(const GPT2Config& c) { return c.residual_subspace == 0; }
 
 // V rounded up to a multiple of 128.
 int PadVocab(int vocab_size);
@@ -28,8 +40,9 @@ int PadVocab(int vocab_size);
 // A config with Vp derived from V.
 GPT2Config MakeConfig(int num_layers, int channels, int num_heads, int vocab_size, int max_seq_len);
 
-// OK when every field is positive, C % NH == 0, Vp >= V and a multiple of 128, and the
-// parameter count fits the int64 offsets the model uses. Messages name the bad field.
+// OK when every field is positive (residual_subspace: 0 <= K <= C), C % NH == 0, Vp >= V and a
+// multiple of 128, and the parameter count fits the int64 offsets the model uses. Messages name the
+// bad field.
 Status ValidateConfig(const GPT2Config& config);
 
 // Total parameter count (floats) of the whole model, llm.c layout.

@@ -6,18 +6,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/init.h"
+#include "model/subspace.h"
 
 namespace longhaul::model {
 namespace {
 
 // Floats of one slot's activations: the input plus every layer's saved tensors.
 int64_t SlotFloats(const GPT2Config& c, const FragmentOptions& o) {
-  const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
+  const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels, R = CutWidth(c);
   const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
-  // ln1, atty, residual2, ln2, residual3 (C each), qkv (3C), fch, fch_gelu (4C each),
-  // four layernorm statistics and the attention probabilities.
-  const int64_t per_layer = BT * (16 * C + 4) + att;
-  return BT * C + per_layer * (o.end - o.begin);
+  const bool subspace = !TiedHead(c);
+  // ln1, atty, ln2 (C each), qkv (3C), fch, fch_gelu (4C each), residual2 and residual3 (R
+  // each), the rebuilt streams x1 and x2 (C each, subspace-cut variant), four layernorm
+  // statistics and the attention probabilities.
+  const int64_t per_layer = BT * (14 * C + 2 * R + (subspace ? 2 * C : 0) + 4) + att;
+  return BT * R + (subspace ? BT * C : 0) + per_layer * (o.end - o.begin);
 }
 
 std::string MiB(int64_t bytes) {
@@ -40,7 +43,8 @@ MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions
   const int64_t f = sizeof(float);
   const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
   const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
-  const bool tied = layout.is_first() || layout.is_last();
+  const bool tied = (layout.is_first() || layout.is_last()) && TiedHead(c);
+  const bool subspace = !TiedHead(c);
   MemoryReport r;
   r.parameters = layout.total() * f;
   if (o.training) {
@@ -52,6 +56,11 @@ MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions
   int64_t shared = BT * C + att;  // proj, preatt
   if (o.training) shared += 2 * BT * C + 2 * BT * 4 * C + 2 * att;
   if (layout.is_last()) shared += BT * C + 3 * BT + 2 * BT * c.padded_vocab_size;
+  if (subspace) {  // U, U^T, E, the zero positions; dx; the head's rebuilt stream
+    shared += 2 * C * c.residual_subspace + int64_t(c.padded_vocab_size) * C + o.seq_len * C;
+    if (o.training) shared += BT * C;
+    if (layout.is_last()) shared += BT * C;
+  }
   r.shared = shared * f;
   return r;
 }
@@ -97,8 +106,21 @@ void Fragment::Allocate() {
   const int64_t BT = int64_t(options_.batch_size) * options_.seq_len, C = c.channels;
   const int64_t att =
       int64_t(options_.batch_size) * c.num_heads * options_.seq_len * options_.seq_len;
-  const bool tied = is_first() || is_last();
+  const bool tied = (is_first() || is_last()) && TiedHead(c);
+  const bool subspace = !TiedHead(c);
   params_ = ops_->Alloc(layout_.total());
+  if (subspace) {
+    const SubspaceTables tables = MakeSubspaceTables(c);
+    basis_ = ops_->Alloc(tables.basis.size());
+    ops_->Upload(basis_, tables.basis.data(), tables.basis.size());
+    basis_transposed_ = ops_->Alloc(tables.basis_transposed.size());
+    ops_->Upload(basis_transposed_, tables.basis_transposed.data(), tables.basis_transposed.size());
+    token_table_ = ops_->Alloc(tables.token_table.size());
+    ops_->Upload(token_table_, tables.token_table.data(), tables.token_table.size());
+    zero_positions_ = ops_->Alloc(size_t(options_.seq_len) * C);
+    ops_->Zero(zero_positions_, size_t(options_.seq_len) * C);
+  }
+  const int64_t R = CutWidth(c);
   if (options_.training) {
     grads_ = ops_->Alloc(layout_.total());
     if (tied) tied_peer_ = ops_->Alloc(layout_.model().size(Tensor::kWte));
@@ -114,7 +136,8 @@ void Fragment::Allocate() {
       p += n;
       return q;
     };
-    s.input = take(BT * C);
+    s.input = take(BT * R);
+    if (subspace) s.fixed = take(BT * C);
     s.layers.resize(layout_.num_layers());
     for (LayerActs& a : s.layers) {
       a.ln1 = take(BT * C);
@@ -123,15 +146,19 @@ void Fragment::Allocate() {
       a.qkv = take(BT * 3 * C);
       a.atty = take(BT * C);
       a.att = take(att);
-      a.residual2 = take(BT * C);
+      a.residual2 = take(BT * R);
       a.ln2 = take(BT * C);
       a.ln2_mean = take(BT);
       a.ln2_rstd = take(BT);
       a.fch = take(BT * 4 * C);
       a.fch_gelu = take(BT * 4 * C);
-      a.residual3 = take(BT * C);
+      a.residual3 = take(BT * R);
+      if (subspace) {
+        a.x1 = take(BT * C);
+        a.x2 = take(BT * C);
+      }
     }
-    if (is_first()) s.tokens.resize(BT);
+    s.tokens.resize(BT);
   }
   scratch_.proj = ops_->Alloc(BT * C);
   scratch_.preatt = ops_->Alloc(att);
@@ -142,6 +169,7 @@ void Fragment::Allocate() {
     scratch_.dfch = ops_->Alloc(BT * 4 * C);
     scratch_.dpreatt = ops_->Alloc(att);
     scratch_.datt = ops_->Alloc(att);
+    if (subspace) scratch_.dx = ops_->Alloc(BT * C);
   }
   if (is_last()) {
     head_.lnf = ops_->Alloc(BT * C);
@@ -150,16 +178,38 @@ void Fragment::Allocate() {
     head_.logits = ops_->Alloc(BT * c.padded_vocab_size);
     head_.probs = ops_->Alloc(BT * c.padded_vocab_size);
     head_.losses = ops_->Alloc(BT);
+    if (subspace) head_.x = ops_->Alloc(BT * C);
     head_.targets.resize(BT);
     head_.host_losses.resize(BT);
   }
 }
 
 Fragment::~Fragment() {
-  for (float* p :
-       {params_, grads_, tied_peer_, m_, v_, scratch_.proj, scratch_.preatt, scratch_.dres,
-        scratch_.dtmp, scratch_.dfch_gelu, scratch_.dfch, scratch_.dpreatt, scratch_.datt,
-        head_.lnf, head_.lnf_mean, head_.lnf_rstd, head_.logits, head_.probs, head_.losses}) {
+  for (float* p : {params_,
+                   grads_,
+                   tied_peer_,
+                   m_,
+                   v_,
+                   scratch_.proj,
+                   scratch_.preatt,
+                   scratch_.dres,
+                   scratch_.dtmp,
+                   scratch_.dfch_gelu,
+                   scratch_.dfch,
+                   scratch_.dpreatt,
+                   scratch_.datt,
+                   head_.lnf,
+                   head_.lnf_mean,
+                   head_.lnf_rstd,
+                   head_.logits,
+                   head_.probs,
+                   head_.losses,
+                   head_.x,
+                   scratch_.dx,
+                   basis_,
+                   basis_transposed_,
+                   token_table_,
+                   zero_positions_}) {
     if (p != nullptr) ops_->Free(p);
   }
   for (Slot& s : slots_) {

@@ -18,6 +18,10 @@
 // pipeline fills from the peer; CombineTiedGrads then forms head + encoder (in that order)
 // in both, so both copies of wte take identical steps. A whole model fills both parts
 // itself and runs the same CombineTiedGrads.
+//
+// Subspace-cut variant (config.residual_subspace = K > 0, model/subspace.h): the head is
+// untied (no tied-gradient exchange: TiedGradOwn / TiedGradPeer are null), what crosses a
+// cut is K coordinates per position (cut_width()), and every fragment needs the tokens.
 #pragma once
 
 #include <cstdint>
@@ -82,12 +86,20 @@ class Fragment {
   void LoadFromModel(const float* model_params);
   void StoreIntoModel(float* model_params) const;
 
+  // Floats per position of Output, of the activations Forward takes and of the gradients
+  // Backward takes and InputGrad gives: C, or K in the subspace-cut variant.
+  int cut_width() const { return CutWidth(config_); }
+  // Whether Forward needs the tokens: the first fragment, and every fragment of the
+  // subspace-cut variant (it rebuilds the residual stream from them).
+  bool needs_tokens() const { return is_first() || !TiedHead(config_); }
+
   // ---- forward -----------------------------------------------------------------------
-  // First fragment: `tokens` (B*T host ids < V). Other fragments: `activations` (B,T,C)
-  // in this backend's memory, the previous fragment's Output. The other pointer is null.
+  // `tokens` (B*T host ids < V) when needs_tokens(), else null. Fragments after the first:
+  // `activations` (B,T,cut_width()) in this backend's memory, the previous fragment's
+  // Output; the first fragment takes null.
   Status Forward(int slot, const int32_t* tokens, const float* activations);
-  // Not last: this fragment's output activations for `slot`, valid until the slot's next
-  // Forward.
+  // Not last: this fragment's output activations (B,T,cut_width()) for `slot`, valid until
+  // the slot's next Forward.
   const float* Output(int slot) const;
   // Last fragment, after Forward(slot): final layernorm, logits and cross-entropy against
   // `targets` (B*T host ids < V). Returns the mean loss over the B*T positions.
@@ -134,27 +146,34 @@ class Fragment {
   float* MutableGradients() { return grads_; }
 
  private:
+  // residual2 / residual3 are (B,T,R) with R = cut_width(): the stream itself, or its K
+  // coordinates; x1 / x2 (subspace-cut variant only, else null) are the rebuilt (B,T,C)
+  // streams the two layernorms read.
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
+    float *x1 = nullptr, *x2 = nullptr;
   };
   struct Slot {
     float* base = nullptr;   // one allocation holding input and every layer's activations
-    float* input = nullptr;  // (B,T,C): embeddings (first) or received activations
+    float* input = nullptr;  // (B,T,R): embeddings (first) or received activations
+    float* fixed = nullptr;  // subspace-cut variant: (B,T,C) E[token], the fixed part
     std::vector<LayerActs> layers;
-    std::vector<int32_t> tokens;  // first fragment: kept for the embedding backward
+    std::vector<int32_t> tokens;  // kept for the embedding backward (first fragment)
     bool forward_done = false;
   };
   struct Head {  // last fragment only
     float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;
     float *logits = nullptr, *probs = nullptr, *losses = nullptr;
+    float* x = nullptr;  // subspace-cut variant: the rebuilt (B,T,C) final stream
     std::vector<int32_t> targets;
     std::vector<float> host_losses;
     int owner = -1;  // slot whose Loss the buffers hold
   };
   struct Scratch {
-    float *preatt = nullptr, *proj = nullptr;     // forward
-    float *dres = nullptr, *dtmp = nullptr;       // (B,T,C)
+    float *preatt = nullptr, *proj = nullptr;  // forward
+    float *dres = nullptr, *dtmp = nullptr;    // (B,T,C)
+    float* dx = nullptr;  // subspace-cut variant: (B,T,C) gradient of a rebuilt stream
     float *dfch_gelu = nullptr, *dfch = nullptr;  // (B,T,4C); dfch also holds dqkv
     float *dpreatt = nullptr, *datt = nullptr;    // (B,NH,T,T)
   };
@@ -168,6 +187,9 @@ class Fragment {
   float* G(Tensor t, int layer = 0) const;
   const float* SlotOutput(const Slot& s) const;
   void BackwardLayer(Slot& s, int layer);
+  // Subspace-cut variant: x = E[token] + U c, and dc += U^T dx.
+  void Rebuild(float* x, const Slot& s, const float* coords);
+  void AddCoordGrad(float* dcoords, const float* dx);
 
   GPT2Config config_;
   FragmentOptions options_;
@@ -176,6 +198,11 @@ class Fragment {
   float* params_ = nullptr;
   float* grads_ = nullptr;
   float* tied_peer_ = nullptr;  // the other part of wte's gradient
+  // Subspace-cut variant's fixed tables (model/subspace.h), in backend memory.
+  float* basis_ = nullptr;             // U (C, K)
+  float* basis_transposed_ = nullptr;  // U^T (K, C)
+  float* token_table_ = nullptr;       // E (Vp, C)
+  float* zero_positions_ = nullptr;    // (T, C) zeros: E[token] has no position term
   float* m_ = nullptr;
   float* v_ = nullptr;
   std::vector<Slot> slots_;

@@ -33,38 +33,61 @@ const float* Fragment::SlotOutput(const Slot& s) const { return s.layers.back().
 
 const float* Fragment::Output(int slot) const { return SlotOutput(slots_.at(slot)); }
 
+void Fragment::Rebuild(float* x, const Slot& s, const float* coords) {
+  const int BT = options_.batch_size * options_.seq_len, C = config_.channels;
+  ops_->MatmulForward(scratch_.proj, coords, basis_, nullptr, BT, config_.residual_subspace, C);
+  ops_->ResidualForward(x, s.fixed, scratch_.proj, size_t(BT) * C);
+}
+
+void Fragment::AddCoordGrad(float* dcoords, const float* dx) {
+  const int BT = options_.batch_size * options_.seq_len, C = config_.channels;
+  const int K = config_.residual_subspace;
+  ops_->MatmulForward(scratch_.proj, dx, basis_transposed_, nullptr, BT, C, K);
+  ops_->ResidualForward(dcoords, dcoords, scratch_.proj, size_t(BT) * K);
+}
+
 Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
   RETURN_IF_ERROR(CheckSlot(slot, "Forward"));
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
-  const int NH = config_.num_heads, BT = B * T;
+  const int NH = config_.num_heads, BT = B * T, R = cut_width();
+  const bool subspace = !TiedHead(config_);
   Slot& s = slots_[slot];
-  if (is_first()) {
+  if (needs_tokens()) {
     RETURN_IF_ERROR(CheckTokens(tokens, "input tokens"));
     std::copy(tokens, tokens + BT, s.tokens.begin());
-    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte), P(Tensor::kWpe), B, T, C);
+  }
+  if (is_first()) {
+    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte), P(Tensor::kWpe), B, T, R);
   } else {
     if (activations == nullptr) {
       return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
     }
-    ops_->Copy(s.input, activations, size_t(BT) * C);
+    ops_->Copy(s.input, activations, size_t(BT) * R);
   }
+  if (subspace) {
+    ops_->EmbeddingForward(s.fixed, s.tokens.data(), token_table_, zero_positions_, B, T, C);
+  }
+  // The standard model's layernorms read the stream itself; the subspace-cut variant's read
+  // it rebuilt from its coordinates (x1, x2), and its projections write R = K coordinates.
   const float* residual = s.input;
   for (int l = layout_.begin(); l < layout_.end(); ++l) {
     LayerActs& a = s.layers[l - layout_.begin()];
-    ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, P(Tensor::kLn1w, l),
-                           P(Tensor::kLn1b, l), BT, C);
+    if (subspace) Rebuild(a.x1, s, residual);
+    ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, subspace ? a.x1 : residual,
+                           P(Tensor::kLn1w, l), P(Tensor::kLn1b, l), BT, C);
     ops_->MatmulForward(a.qkv, a.ln1, P(Tensor::kQkvw, l), P(Tensor::kQkvb, l), BT, C, 3 * C);
     ops_->AttentionForward(a.atty, scratch_.preatt, a.att, a.qkv, B, T, C, NH);
     ops_->MatmulForward(scratch_.proj, a.atty, P(Tensor::kAttprojw, l), P(Tensor::kAttprojb, l), BT,
-                        C, C);
-    ops_->ResidualForward(a.residual2, residual, scratch_.proj, size_t(BT) * C);
-    ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, P(Tensor::kLn2w, l),
-                           P(Tensor::kLn2b, l), BT, C);
+                        C, R);
+    ops_->ResidualForward(a.residual2, residual, scratch_.proj, size_t(BT) * R);
+    if (subspace) Rebuild(a.x2, s, a.residual2);
+    ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, subspace ? a.x2 : a.residual2,
+                           P(Tensor::kLn2w, l), P(Tensor::kLn2b, l), BT, C);
     ops_->MatmulForward(a.fch, a.ln2, P(Tensor::kFcw, l), P(Tensor::kFcb, l), BT, C, 4 * C);
     ops_->GeluForward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
     ops_->MatmulForward(scratch_.proj, a.fch_gelu, P(Tensor::kFcprojw, l), P(Tensor::kFcprojb, l),
-                        BT, 4 * C, C);
-    ops_->ResidualForward(a.residual3, a.residual2, scratch_.proj, size_t(BT) * C);
+                        BT, 4 * C, R);
+    ops_->ResidualForward(a.residual3, a.residual2, scratch_.proj, size_t(BT) * R);
     residual = a.residual3;
   }
   s.forward_done = true;
@@ -80,9 +103,15 @@ StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   std::copy(targets, targets + BT, head_.targets.begin());
-  ops_->LayerNormForward(head_.lnf, head_.lnf_mean, head_.lnf_rstd, SlotOutput(s), P(Tensor::kLnfw),
+  const float* x = SlotOutput(s);
+  if (!TiedHead(config_)) {
+    Rebuild(head_.x, s, x);
+    x = head_.x;
+  }
+  ops_->LayerNormForward(head_.lnf, head_.lnf_mean, head_.lnf_rstd, x, P(Tensor::kLnfw),
                          P(Tensor::kLnfb), BT, C);
-  ops_->MatmulForward(head_.logits, head_.lnf, P(Tensor::kWte), nullptr, BT, C, Vp);
+  const Tensor head = TiedHead(config_) ? Tensor::kWte : Tensor::kHead;
+  ops_->MatmulForward(head_.logits, head_.lnf, P(head), nullptr, BT, C, Vp);
   ops_->SoftmaxCrossEntropyForward(head_.probs, head_.losses, head_.logits, head_.targets.data(), B,
                                    T, V, Vp);
   ops_->Download(head_.host_losses.data(), head_.losses, BT);
@@ -94,36 +123,46 @@ StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
 
 void Fragment::BackwardLayer(Slot& s, int l) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
-  const int NH = config_.num_heads, BT = B * T;
+  const int NH = config_.num_heads, BT = B * T, R = cut_width();
+  const bool subspace = !TiedHead(config_);
   const size_t btc = size_t(BT) * C;
   const LayerActs& a = s.layers[l - layout_.begin()];
   const float* residual =
       l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3;
-  float* dres = scratch_.dres;  // holds d(residual3) on entry
+  // Holds d(residual3) on entry, d(residual) on exit: (B,T,R). A layernorm's input gradient
+  // goes straight into it, or, in the subspace-cut variant, into dx and then through U^T.
+  float* dres = scratch_.dres;
+  float* dln_in = subspace ? scratch_.dx : dres;
   // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
   ops_->Zero(scratch_.dfch_gelu, btc * 4);
   ops_->MatmulBackward(scratch_.dfch_gelu, G(Tensor::kFcprojw, l), G(Tensor::kFcprojb, l), dres,
-                       a.fch_gelu, P(Tensor::kFcprojw, l), BT, 4 * C, C);
+                       a.fch_gelu, P(Tensor::kFcprojw, l), BT, 4 * C, R);
   ops_->Zero(scratch_.dfch, btc * 4);
   ops_->GeluBackward(scratch_.dfch, a.fch, scratch_.dfch_gelu, btc * 4);
   ops_->Zero(scratch_.dtmp, btc);
   ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kFcw, l), G(Tensor::kFcb, l), scratch_.dfch, a.ln2,
                        P(Tensor::kFcw, l), BT, C, 4 * C);
-  ops_->LayerNormBackward(dres, G(Tensor::kLn2w, l), G(Tensor::kLn2b, l), scratch_.dtmp,
-                          a.residual2, P(Tensor::kLn2w, l), a.ln2_mean, a.ln2_rstd, BT, C);
+  if (subspace) ops_->Zero(dln_in, btc);
+  ops_->LayerNormBackward(dln_in, G(Tensor::kLn2w, l), G(Tensor::kLn2b, l), scratch_.dtmp,
+                          subspace ? a.x2 : a.residual2, P(Tensor::kLn2w, l), a.ln2_mean,
+                          a.ln2_rstd, BT, C);
+  if (subspace) AddCoordGrad(dres, dln_in);
   // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
   float* dqkv = scratch_.dfch;  // (B,T,3C) fits in the (B,T,4C) buffer
   ops_->Zero(scratch_.dtmp, btc);
   ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kAttprojw, l), G(Tensor::kAttprojb, l), dres,
-                       a.atty, P(Tensor::kAttprojw, l), BT, C, C);
+                       a.atty, P(Tensor::kAttprojw, l), BT, C, R);
   ops_->Zero(dqkv, btc * 3);
   ops_->AttentionBackward(dqkv, scratch_.dpreatt, scratch_.datt, scratch_.dtmp, a.qkv, a.att, B, T,
                           C, NH);
   ops_->Zero(scratch_.dtmp, btc);
   ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kQkvw, l), G(Tensor::kQkvb, l), dqkv, a.ln1,
                        P(Tensor::kQkvw, l), BT, C, 3 * C);
-  ops_->LayerNormBackward(dres, G(Tensor::kLn1w, l), G(Tensor::kLn1b, l), scratch_.dtmp, residual,
-                          P(Tensor::kLn1w, l), a.ln1_mean, a.ln1_rstd, BT, C);
+  if (subspace) ops_->Zero(dln_in, btc);
+  ops_->LayerNormBackward(dln_in, G(Tensor::kLn1w, l), G(Tensor::kLn1b, l), scratch_.dtmp,
+                          subspace ? a.x1 : residual, P(Tensor::kLn1w, l), a.ln1_mean, a.ln1_rstd,
+                          BT, C);
+  if (subspace) AddCoordGrad(dres, dln_in);
 }
 
 Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
@@ -136,6 +175,8 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t btc = size_t(BT) * C;
+  const int R = cut_width();
+  const bool subspace = !TiedHead(config_);
   if (is_last()) {
     if (head_.owner != slot) {
       return absl::FailedPreconditionError(
@@ -146,25 +187,29 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
     ops_->Zero(dlogits, size_t(BT) * Vp);
     ops_->SoftmaxCrossEntropyBackward(dlogits, head_.probs, head_.targets.data(), dloss, B, T, V,
                                       Vp);
+    const Tensor head = subspace ? Tensor::kHead : Tensor::kWte;
     ops_->Zero(scratch_.dtmp, btc);
-    ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kWte), nullptr, dlogits, head_.lnf,
-                         P(Tensor::kWte), BT, C, Vp);
+    ops_->MatmulBackward(scratch_.dtmp, G(head), nullptr, dlogits, head_.lnf, P(head), BT, C, Vp);
     ops_->Zero(scratch_.dres, btc);
-    ops_->LayerNormBackward(scratch_.dres, G(Tensor::kLnfw), G(Tensor::kLnfb), scratch_.dtmp,
-                            SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean, head_.lnf_rstd, BT, C);
+    float* dx = subspace ? scratch_.dx : scratch_.dres;
+    if (subspace) ops_->Zero(dx, btc);
+    ops_->LayerNormBackward(dx, G(Tensor::kLnfw), G(Tensor::kLnfb), scratch_.dtmp,
+                            subspace ? head_.x : SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean,
+                            head_.lnf_rstd, BT, C);
+    if (subspace) AddCoordGrad(scratch_.dres, dx);
     head_.owner = -1;
   } else {
     if (output_grad == nullptr) {
       return absl::InvalidArgumentError("Backward: a fragment before the last needs output_grad");
     }
-    ops_->Copy(scratch_.dres, output_grad, btc);
+    ops_->Copy(scratch_.dres, output_grad, size_t(BT) * R);
   }
   for (int l = layout_.end() - 1; l >= layout_.begin(); --l) BackwardLayer(s, l);
   if (is_first()) {
     // The encoder's part of the tied wte gradient: into the peer buffer when this fragment
-    // also holds the head (whole model), into its own gradient otherwise.
-    float* dwte = is_last() ? tied_peer_ : G(Tensor::kWte);
-    ops_->EmbeddingBackward(dwte, G(Tensor::kWpe), scratch_.dres, s.tokens.data(), B, T, C);
+    // also holds the head (whole standard model), into its own gradient otherwise.
+    float* dwte = is_last() && !subspace ? tied_peer_ : G(Tensor::kWte);
+    ops_->EmbeddingBackward(dwte, G(Tensor::kWpe), scratch_.dres, s.tokens.data(), B, T, R);
   }
   s.forward_done = false;
   return absl::OkStatus();

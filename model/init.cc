@@ -29,6 +29,11 @@ void FillNormal(std::mt19937_64& rng, double std, float* out, int64_t n) {
 
 }  // namespace
 
+void FillNormalStream(uint64_t seed, double std, float* out, int64_t n) {
+  std::mt19937_64 rng(SplitMix64(seed));
+  FillNormal(rng, std, out, n);
+}
+
 void InitSlice(const ParameterLayout& layout, uint64_t seed, Tensor t, int layer, float* out) {
   const GPT2Config& c = layout.config();
   const int64_t n = layout.slice_size(t);
@@ -59,7 +64,9 @@ void InitSlice(const ParameterLayout& layout, uint64_t seed, Tensor t, int layer
   if (t == Tensor::kWpe) std = 0.01;
   if (IsResidualProjection(t)) std = 0.02 / std::sqrt(2.0 * c.num_layers);
   int64_t filled = n;
-  if (t == Tensor::kWte) filled = int64_t(c.vocab_size) * c.channels;  // padded rows stay 0
+  if (t == Tensor::kWte || t == Tensor::kHead) {  // padded rows stay 0
+    filled = int64_t(c.vocab_size) * (n / c.padded_vocab_size);
+  }
   FillNormal(rng, std, out, filled);
   for (int64_t i = filled; i < n; ++i) out[i] = 0.0f;
 }

@@ -7,7 +7,8 @@
 // the first and last fragments' copies of the tied wte are identical.
 //
 // GPT-2 / nanoGPT scheme: weight matrices N(0, 0.02); the residual projections attprojw
-// and fcprojw N(0, 0.02 / sqrt(2 L)); wte rows 0..V-1 N(0, 0.02), padded rows V..Vp-1 0;
+// and fcprojw N(0, 0.02 / sqrt(2 L)); wte (and the untied head of the subspace-cut variant)
+// rows 0..V-1 N(0, 0.02), padded rows V..Vp-1 0;
 // wpe N(0, 0.01); biases 0; layernorm weights 1.
 #pragma once
 
@@ -20,6 +21,10 @@ namespace longhaul::model {
 // Fills `out` (layout.model().slice_size(t) floats) with layer `layer`'s slice of tensor
 // `t` (layer is ignored for tensors that are not per-layer).
 void InitSlice(const ParameterLayout& layout, uint64_t seed, Tensor t, int layer, float* out);
+
+// Fills out[0..n) with N(0, std) from the stream seeded by SplitMix64(seed), the same
+// generator as the parameters' (for tables that are not parameters, model/subspace.h).
+void FillNormalStream(uint64_t seed, double std, float* out, int64_t n);
 
 // Fills a fragment's flat parameter buffer (host, layout.total() floats).
 void InitFragment(const FragmentLayout& layout, uint64_t seed, float* out);

@@ -21,8 +21,8 @@ const std::vector<absl::string_view> kTopKeys = {
     // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
     "sites", "compression", "replan", "placement", "replicas", "replica_microbatches",
     "replica_stages", "sync"};
-const std::vector<absl::string_view> kModelKeys = {"layers", "channels", "heads", "vocab",
-                                                   "context"};
+const std::vector<absl::string_view> kModelKeys = {"layers", "channels", "heads",
+                                                   "vocab",  "context",  "residual_subspace"};
 const std::vector<absl::string_view> kDataKeys = {"train", "format", "val", "val_every",
                                                   "val_batches"};
 const std::vector<absl::string_view> kOptimizerKeys = {
@@ -117,7 +117,10 @@ class JobParser {
       if (it == f.end()) return w_.Missing(*model, kModelKeys[i]);
       ASSIGN_OR_RETURN(values[i], w_.Int(it->second, 1, i == 3 ? 65536 : 1 << 20));
     }
-    const GPT2Config config = MakeConfig(values[0], values[1], values[2], values[3], values[4]);
+    GPT2Config config = MakeConfig(values[0], values[1], values[2], values[3], values[4]);
+    if (auto it = f.find("residual_subspace"); it != f.end()) {
+      ASSIGN_OR_RETURN(config.residual_subspace, w_.Int(it->second, 0, config.channels));
+    }
     if (config.channels % config.num_heads != 0) {
       return w_.Error(f.at("heads"),
                       absl::StrCat("channels (", config.channels, ") must be a multiple of heads (",

@@ -3,6 +3,8 @@
 //
 //   name: tiny                       # [A-Za-z0-9._-]+
 //   model: {layers: 2, channels: 64, heads: 4, vocab: 256, context: 64}
+//   #   residual_subspace: 32        # optional: K > 0 is the subspace-cut variant, whose
+//   #                                # pipeline cuts carry K floats per position (subspace.h)
 //   # init_from: gpt2_124M.bin       # instead of (or checked against) model
 //   data:
 //     train: builtin                 # or a path: llm.c token file or text (bytes)

@@ -8,39 +8,45 @@ namespace longhaul::model {
 const char* TensorName(Tensor t) {
   static const char* kNames[kNumTensors] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
                                             "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
-                                            "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
+                                            "fcprojw",  "fcprojb",  "lnfw", "lnfb", "head"};
   return kNames[int(t)];
 }
 
 bool IsPerLayer(Tensor t) {
-  return t != Tensor::kWte && t != Tensor::kWpe && t != Tensor::kLnfw && t != Tensor::kLnfb;
+  return t != Tensor::kWte && t != Tensor::kWpe && t != Tensor::kLnfw && t != Tensor::kLnfb &&
+         t != Tensor::kHead;
 }
 
 bool IsDecayed(Tensor t) {
   return t == Tensor::kWte || t == Tensor::kWpe || t == Tensor::kQkvw || t == Tensor::kAttprojw ||
-         t == Tensor::kFcw || t == Tensor::kFcprojw;
+         t == Tensor::kFcw || t == Tensor::kFcprojw || t == Tensor::kHead;
 }
 
 bool IsResidualProjection(Tensor t) { return t == Tensor::kAttprojw || t == Tensor::kFcprojw; }
 
 ParameterLayout::ParameterLayout(const GPT2Config& c) : config_(c) {
   const int64_t C = c.channels, L = c.num_layers;
-  const int64_t slices[kNumTensors] = {int64_t(c.padded_vocab_size) * C,
-                                       int64_t(c.max_seq_len) * C,
+  // What is written into the residual stream has R rows: C, or K coordinates in the
+  // subspace-cut variant.
+  const int64_t R = CutWidth(c);
+  const int64_t Vp = c.padded_vocab_size;
+  const int64_t slices[kNumTensors] = {Vp * R,
+                                       int64_t(c.max_seq_len) * R,
                                        C,
                                        C,
                                        3 * C * C,
                                        3 * C,
-                                       C * C,
-                                       C,
+                                       R * C,
+                                       R,
                                        C,
                                        C,
                                        4 * C * C,
                                        4 * C,
-                                       4 * C * C,
+                                       R * 4 * C,
+                                       R,
                                        C,
                                        C,
-                                       C};
+                                       TiedHead(c) ? 0 : Vp * C};
   for (int i = 0; i < kNumTensors; ++i) {
     slice_[i] = slices[i];
     size_[i] = IsPerLayer(Tensor(i)) ? slices[i] * L : slices[i];
@@ -56,9 +62,11 @@ int ParameterLayout::SliceIndex(Tensor t, int layer) const {
     case Tensor::kWpe:
       return 1;
     case Tensor::kLnfw:
-      return num_slices() - 2;
+      return 2 + 12 * config_.num_layers;
     case Tensor::kLnfb:
-      return num_slices() - 1;
+      return 3 + 12 * config_.num_layers;
+    case Tensor::kHead:
+      return 4 + 12 * config_.num_layers;
     default:
       return 2 + (int(t) - int(Tensor::kLn1w)) * config_.num_layers + layer;
   }
@@ -72,7 +80,9 @@ FragmentLayout::FragmentLayout(const GPT2Config& config, int begin, int end)
     if (IsPerLayer(t)) {
       size = model_.slice_size(t) * (end - begin);
     } else if (t == Tensor::kWte) {
-      size = (is_first() || is_last()) ? model_.size(t) : 0;
+      // The standard model's last fragment holds a copy of wte: its output head.
+      const bool tied_copy = is_last() && TiedHead(config);
+      size = (is_first() || tied_copy) ? model_.size(t) : 0;
     } else if (t == Tensor::kWpe) {
       size = is_first() ? model_.size(t) : 0;
     } else {

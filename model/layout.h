@@ -1,4 +1,6 @@
-// llm.c's GPT-2 parameter layout: 16 tensors in a fixed order, the per-layer ones stacked
+// llm.c's GPT-2 parameter layout: 16 tensors in a fixed order (a 17th, the untied head,
+// only in the subspace-cut variant, where wte, wpe and the residual projections also have
+// K rows instead of C: see model/subspace.h), the per-layer ones stacked
 // over layers (every layer of a tensor before the next tensor). The same layout, cut to a
 // layer range, is the layout of a Fragment's parameters: a fragment holds its layers'
 // slices of the 12 per-layer tensors, plus wte/wpe when it is the first fragment and
@@ -31,8 +33,9 @@ enum class Tensor : int {
   kFcprojb,   // (L, C)
   kLnfw,      // (C)
   kLnfb,      // (C)
+  kHead,      // (Vp, C) the untied output head of the subspace-cut variant; empty otherwise
 };
-inline constexpr int kNumTensors = 16;
+inline constexpr int kNumTensors = 17;
 
 // "wte", "qkvw", ...
 const char* TensorName(Tensor t);
@@ -62,8 +65,9 @@ class ParameterLayout {
   // Gradient-norm accounting works on "slices": each whole non-layer tensor and each
   // (per-layer tensor, layer) pair. Slices are numbered in the global order in which their
   // sums of squares are added: wte, wpe, then per-layer tensors tensor-major, layer-minor,
-  // then lnfw, lnfb. Any split of the model sums them in this same order.
-  int num_slices() const { return 4 + 12 * config_.num_layers; }
+  // then lnfw, lnfb, then (subspace-cut variant only) head. Any split of the model sums
+  // them in this same order.
+  int num_slices() const { return 4 + 12 * config_.num_layers + (TiedHead(config_) ? 0 : 1); }
   int SliceIndex(Tensor t, int layer) const;
 
  private:

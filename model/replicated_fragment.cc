@@ -28,7 +28,7 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     FragmentOptions o = options;
     o.batch_size = r.rows;
     ASSIGN_OR_RETURN(r.fragment, Fragment::Create(config, o, r.ops));
-    r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len * config.channels);
+    r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len * CutWidth(config));
     f->replicas_.push_back(std::move(r));
   }
   ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
@@ -48,7 +48,7 @@ ReplicatedFragment::~ReplicatedFragment() {
 }
 
 size_t ReplicatedFragment::RowFloats() const {
-  return static_cast<size_t>(options_.seq_len) * config_.channels;
+  return static_cast<size_t>(options_.seq_len) * CutWidth(config_);
 }
 
 void ReplicatedFragment::InitParameters(uint64_t seed) {
@@ -72,14 +72,19 @@ Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float*
   // Every replica's work is queued before any result is read back, so GPUs run concurrently.
   for (auto& r : replicas_) {
     const size_t first = static_cast<size_t>(r.row_begin);
-    if (tokens != nullptr) {
-      RETURN_IF_ERROR(r.fragment->Forward(slot, tokens + first * options_.seq_len, nullptr));
-    } else {
-      if (activations != r.in) {
-        r.ops->Upload(r.in, activations + first * RowFloats(), r.rows * RowFloats());
-      }
-      RETURN_IF_ERROR(r.fragment->Forward(slot, nullptr, r.in));
+    // Tokens for the first fragment, and for every fragment of the subspace-cut variant.
+    const int32_t* rows = tokens == nullptr ? nullptr : tokens + first * options_.seq_len;
+    if (r.fragment->is_first()) {
+      RETURN_IF_ERROR(r.fragment->Forward(slot, rows, nullptr));
+      continue;
     }
+    if (activations == nullptr) {
+      return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
+    }
+    if (activations != r.in) {
+      r.ops->Upload(r.in, activations + first * RowFloats(), r.rows * RowFloats());
+    }
+    RETURN_IF_ERROR(r.fragment->Forward(slot, rows, r.in));
   }
   return absl::OkStatus();
 }
@@ -134,7 +139,7 @@ Status ReplicatedFragment::ReduceGradients() {
   for (auto& r : replicas_) grads.push_back(r.fragment->MutableGradients());
   RETURN_IF_ERROR(reducer_->AllReduceSum(grads, layout().total()));
   // A whole model computes both parts of wte's gradient itself: the peer part too.
-  if (is_first() && is_last()) {
+  if (is_first() && is_last() && TiedHead(config_)) {
     std::vector<float*> peer;
     for (auto& r : replicas_) peer.push_back(r.fragment->TiedGradPeer());
     RETURN_IF_ERROR(reducer_->AllReduceSum(peer, layout().model().size(Tensor::kWte)));

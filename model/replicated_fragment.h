@@ -50,7 +50,8 @@ class ReplicatedFragment {
   void GetOptimizerState(float* m_host, float* v_host) const;
 
   // ---- one microbatch (host buffers of all B rows) ----------------------------------------
-  // First fragment: tokens (B*T); others: activations (B,T,C). The other is null.
+  // As Fragment::Forward: tokens (B*T) when needs_tokens(), activations (B,T,cut width)
+  // after the first fragment.
   Status Forward(int slot, const int32_t* tokens, const float* activations);
   // Not last: the output activations (B,T,C) of `slot` into `host`.
   void Output(int slot, float* host) const;

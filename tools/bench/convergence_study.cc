@@ -13,6 +13,11 @@
 // (docs/BENCHMARKS.md, "Convergence study"). Before the study it checks that the fp32 path
 // reproduces FragmentChain::TrainStep bit for bit.
 //
+// An entry subK:CODEC trains the subspace-cut variant instead (model/subspace.h: K floats per
+// position cross the cut, and the last stage gets the tokens with the targets), against the
+// job's standard model in fp32: the table then says what the variant costs in loss at equal
+// tokens and saves in cut bytes.
+//
 // Runs are independent and deterministic (each has its own backend with a fixed thread
 // count), so --jobs only changes the wall time, never the figures.
 //
@@ -31,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -75,8 +81,19 @@ std::vector<std::string> DefaultCodecs() {
 // q4 on the activations, q2:sr on their gradients), optionally followed by @TIED, a codec for
 // the tied-embedding gradient parts with error feedback ("fp32@q2"; without it they travel
 // exactly); returns it with canonical specs and a single codec when both directions use the
-// same one.
+// same one. A prefix subK: trains the subspace-cut variant with K coordinates
+// (model/subspace.h) instead of the job's model ("sub16:q8": its K = 16 coordinates in q8).
 StatusOr<std::string> Canonical(const std::string& entry) {
+  if (entry.rfind("sub", 0) == 0) {
+    const size_t colon = entry.find(':');
+    int k = 0;
+    if (colon == std::string::npos || !absl::SimpleAtoi(entry.substr(3, colon - 3), &k) || k < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", entry, "': expected subK:CODEC with K >= 1, e.g. sub16:q8"));
+    }
+    ASSIGN_OR_RETURN(const std::string cut, Canonical(entry.substr(colon + 1)));
+    return absl::StrCat("sub", k, ":", cut);
+  }
   const size_t at = entry.find('@');
   if (at != std::string::npos) {
     ASSIGN_OR_RETURN(const std::string cut, Canonical(entry.substr(0, at)));
@@ -132,15 +149,22 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
               r->error);
   };
   bench::CutRunOptions options;
-  const size_t at = r->codec.find('@');
-  const std::string cut = r->codec.substr(0, at);
-  if (at != std::string::npos) options.tied_codec = r->codec.substr(at + 1);
+  model::Job variant = job;
+  std::string codec = r->codec;
+  if (codec.rfind("sub", 0) == 0) {
+    const size_t colon = codec.find(':');
+    variant.model.residual_subspace = std::stoi(codec.substr(3, colon - 3));
+    codec = codec.substr(colon + 1);
+  }
+  const size_t at = codec.find('@');
+  const std::string cut = codec.substr(0, at);
+  if (at != std::string::npos) options.tied_codec = codec.substr(at + 1);
   const size_t slash = cut.find('/');
   options.forward_codec = cut.substr(0, slash);
   options.backward_codec = slash == std::string::npos ? cut : cut.substr(slash + 1);
   options.seed = r->seed;
   options.threads = f.threads;
-  auto run = bench::CutRun::Create(job, train, val, options);
+  auto run = bench::CutRun::Create(variant, train, val, options);
   if (!run.ok()) return fail(run.status());
   for (int step = 0; step < job.steps; ++step) {
     auto loss = (*run)->TrainStep(step, job.steps);
@@ -338,15 +362,31 @@ int Run(Flags f) {
   std::fflush(stdout);
 
   if (f.verify_steps > 0) {
-    const Status s = bench::VerifyAgainstChain(job, *train, job.seed, f.threads,
-                                               std::min(f.verify_steps, job.steps));
-    if (!s.ok()) {
-      std::fprintf(stderr, "convergence_study: check failed: %s\n",
-                   std::string(s.message()).c_str());
-      return 1;
+    // The job's model, and each subspace-cut variant the study trains.
+    std::vector<int> subspaces = {c.residual_subspace};
+    for (const std::string& codec : f.codecs) {
+      if (codec.rfind("sub", 0) != 0) continue;
+      const int k = std::stoi(codec.substr(3, codec.find(':') - 3));
+      if (std::find(subspaces.begin(), subspaces.end(), k) == subspaces.end()) {
+        subspaces.push_back(k);
+      }
     }
-    std::printf("check: fp32 over frames == FragmentChain::TrainStep for %d steps, bit for bit\n",
-                std::min(f.verify_steps, job.steps));
+    for (int k : subspaces) {
+      model::Job variant = job;
+      variant.model.residual_subspace = k;
+      const Status valid = model::ValidateConfig(variant.model);
+      const Status s = valid.ok() ? bench::VerifyAgainstChain(variant, *train, job.seed, f.threads,
+                                                              std::min(f.verify_steps, job.steps))
+                                  : valid;
+      if (!s.ok()) {
+        std::fprintf(stderr, "convergence_study: check failed (%s): %s\n",
+                     variant.model.DebugString().c_str(), std::string(s.message()).c_str());
+        return 1;
+      }
+      std::printf(
+          "check: fp32 over frames == FragmentChain::TrainStep for %d steps, bit for bit (%s)\n",
+          std::min(f.verify_steps, job.steps), variant.model.DebugString().c_str());
+    }
   }
 
   std::vector<RunResult> results;
@@ -431,7 +471,8 @@ int main(int argc, char** argv) {
                  "(activations/gradients, e.g. q4/q2:sr), optionally with @TIED, a codec with "
                  "error feedback for the tied-embedding gradients (fp32@q2); default: the "
                  "controller's ladder, fp16, q2, q2:sr and three top-k variants; fp32 is always "
-                 "added");
+                 "added. A prefix subK: trains the subspace-cut variant with K coordinates on the "
+                 "cut (sub16:q8), compared with the job's model in fp32");
   app.add_option("--steps", f.steps, "Steps per run (0: the job's)")->capture_default_str();
   app.add_option("--first-seed", f.first_seed, "First seed (-1: the job's)")->capture_default_str();
   app.add_option("--seeds", f.seeds, "Seeds per codec: the first seed, +1, ...")

@@ -68,7 +68,7 @@ StatusOr<std::unique_ptr<CutRun>> CutRun::Create(const model::Job& job,
     ASSIGN_OR_RETURN(run->val_loader_, model::DataLoader::Create(std::move(val), lo));
   }
   const size_t bt = size_t(job.microbatch_size) * job.seq_len;
-  const size_t act = bt * job.model.channels;
+  const size_t act = bt * model::CutWidth(job.model);
   const size_t wte = size_t(job.model.padded_vocab_size) * job.model.channels;
   run->tokens_.resize(bt);
   run->targets_.resize(bt);
@@ -109,10 +109,40 @@ Status CutRun::Transfer(const compression::Codec& codec, const float* src, float
   return absl::OkStatus();
 }
 
+Status CutRun::SendTokens(uint64_t seed) {
+  const int B = job_.microbatch_size, T = job_.seq_len;
+  // The standard model's last stage needs the targets; the subspace-cut variant's needs the
+  // inputs too, so it gets each sequence's window of T + 1 tokens, which holds both.
+  const bool window = !model::TiedHead(job_.model);
+  const int per_row = window ? T + 1 : T;
+  std::vector<float> values(size_t(B) * per_row);
+  for (int b = 0; b < B; ++b) {
+    float* row = values.data() + size_t(b) * per_row;
+    if (window) *row++ = float(tokens_[b * T]);  // then targets t = inputs t + 1
+    for (int t = 0; t < T; ++t) row[t] = float(targets_[b * T + t]);
+  }
+  compression::EncodeOptions eo;
+  eo.seed = seed;
+  std::vector<uint8_t> frame;
+  RETURN_IF_ERROR(
+      compression::EncodeFrame(*exact_, values, std::vector<int64_t>{B, per_row}, eo, &frame));
+  ASSIGN_OR_RETURN(compression::DecodedFrame d, compression::DecodeFrame(frame));
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const size_t at = size_t(b) * per_row + t;
+      if (window) tokens_[b * T + t] = static_cast<int32_t>(d.values[at]);
+      targets_[b * T + t] = static_cast<int32_t>(d.values[window ? at + 1 : at]);
+    }
+  }
+  traffic_.exact_wire += frame.size();
+  return absl::OkStatus();
+}
+
 StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
   const int B = job_.microbatch_size, T = job_.seq_len, C = job_.model.channels;
+  const int R = model::CutWidth(job_.model);
   const int M = job_.microbatches();
-  const size_t bt = size_t(B) * T, act = bt * C;
+  const size_t bt = size_t(B) * T, act = bt * R;
   first_->ZeroGrads();
   last_->ZeroGrads();
   const float dloss = 1.0f / (float(B) * T * M);
@@ -121,26 +151,18 @@ StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
     train_loader_->Next(tokens_.data(), targets_.data());
     // Stage 0 forward; activations and targets cross the cut.
     RETURN_IF_ERROR(first_->Forward(0, tokens_.data(), nullptr));
-    RETURN_IF_ERROR(Annotate(Transfer(*forward_, first_->Output(0), received_, act, {B, T, C},
+    RETURN_IF_ERROR(Annotate(Transfer(*forward_, first_->Output(0), received_, act, {B, T, R},
                                       SendSeed(step, mb, kKindActivation), true),
                              "activations"));
-    // Targets travel as an exact fp32 frame, as StageRunner sends them; they stay host-side.
-    {
-      std::vector<float> t(targets_.begin(), targets_.end());
-      compression::EncodeOptions eo;
-      eo.seed = SendSeed(step, mb, kKindTargets);
-      std::vector<uint8_t> frame;
-      RETURN_IF_ERROR(compression::EncodeFrame(*exact_, t, std::vector<int64_t>{B, T}, eo, &frame));
-      ASSIGN_OR_RETURN(compression::DecodedFrame d, compression::DecodeFrame(frame));
-      for (size_t i = 0; i < bt; ++i) targets_[i] = static_cast<int32_t>(d.values[i]);
-      traffic_.exact_wire += frame.size();
-    }
+    // Targets (and the subspace-cut variant's tokens) travel as an exact fp32 frame, as
+    // StageRunner sends targets; they stay host-side.
+    RETURN_IF_ERROR(SendTokens(SendSeed(step, mb, kKindTargets)));
     // Stage 1 forward, loss and backward; the activation gradient crosses back.
-    RETURN_IF_ERROR(last_->Forward(0, nullptr, received_));
+    RETURN_IF_ERROR(last_->Forward(0, last_->needs_tokens() ? tokens_.data() : nullptr, received_));
     ASSIGN_OR_RETURN(const float loss, last_->Loss(0, targets_.data()));
     loss_sum += loss;
     RETURN_IF_ERROR(last_->Backward(0, nullptr, dloss));
-    RETURN_IF_ERROR(Annotate(Transfer(*backward_, last_->InputGrad(), received_, act, {B, T, C},
+    RETURN_IF_ERROR(Annotate(Transfer(*backward_, last_->InputGrad(), received_, act, {B, T, R},
                                       SendSeed(step, mb, kKindActivationGrad), true),
                              "activation gradients"));
     RETURN_IF_ERROR(first_->Backward(0, received_, 0.0f));
@@ -149,7 +171,9 @@ StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
   const int64_t vp = job_.model.padded_vocab_size;
   const size_t wte = size_t(vp) * C;
   const uint64_t exact_before = traffic_.exact_wire;
-  if (tied_[0]) {
+  if (!model::TiedHead(job_.model)) {
+    // Untied head (subspace-cut variant): nothing to exchange.
+  } else if (tied_[0]) {
     // Each end's part as its frame carries it, in place of its own and as the other's peer.
     const int64_t shape[2] = {vp, C};
     std::vector<uint8_t> frame;
@@ -190,8 +214,8 @@ StatusOr<float> CutRun::Validate(bool through_codec) {
   RETURN_IF_ERROR(val_loader_->Restore(start));
   const int batches = int(std::min<int64_t>(
       job_.data.val_batches, std::max<int64_t>(val_loader_->batches_per_epoch(), 1)));
-  const int B = job_.microbatch_size, T = job_.seq_len, C = job_.model.channels;
-  const size_t act = size_t(B) * T * C;
+  const int B = job_.microbatch_size, T = job_.seq_len, R = model::CutWidth(job_.model);
+  const size_t act = size_t(B) * T * R;
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
     val_loader_->Next(tokens_.data(), targets_.data());
@@ -199,14 +223,14 @@ StatusOr<float> CutRun::Validate(bool through_codec) {
     if (through_codec) {
       // Evaluation traffic is not training traffic: keep the counters as they were.
       const CutTraffic saved = traffic_;
-      const Status s = Transfer(*forward_, first_->Output(0), received_, act, {B, T, C},
+      const Status s = Transfer(*forward_, first_->Output(0), received_, act, {B, T, R},
                                 SendSeed(uint64_t{1} << 40, i, kKindActivation), true);
       traffic_ = saved;
       RETURN_IF_ERROR(s);
     } else {
       ops_->Copy(received_, first_->Output(0), act);
     }
-    RETURN_IF_ERROR(last_->Forward(0, nullptr, received_));
+    RETURN_IF_ERROR(last_->Forward(0, last_->needs_tokens() ? tokens_.data() : nullptr, received_));
     ASSIGN_OR_RETURN(const float loss, last_->Loss(0, targets_.data()));
     sum += loss;
   }

@@ -77,6 +77,10 @@ class CutRun {
   Status Transfer(const compression::Codec& codec, const float* src, float* dst, size_t n,
                   std::vector<int64_t> shape, uint64_t seed, bool counted_as_codec);
 
+  // Sends the microbatch's targets (tokens_ / targets_) to the last stage as an exact frame:
+  // for the subspace-cut variant each sequence's window of T + 1 tokens, inputs and targets.
+  Status SendTokens(uint64_t seed);
+
   model::Job job_;
   std::unique_ptr<kernels::Ops> ops_;  // declared before the fragments: outlives them
   std::unique_ptr<model::Fragment> first_, last_;

@@ -1,0 +1,201 @@
+// The subspace-cut variant (model/subspace.h): its fixed tables, its gradients against
+// finite differences of its loss, the shape of what crosses a cut, and its job and file
+// plumbing. Split invariance (bit for bit) is in split_invariance_test.cc.
+#include "model/subspace.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/checkpoint.h"
+#include "model/fragment.h"
+#include "model/job.h"
+#include "model/layout.h"
+#include "test/model/test_util.h"
+
+namespace longhaul::model {
+namespace {
+
+GPT2Config SubspaceConfig(int k) {
+  GPT2Config c = MakeConfig(/*layers=*/2, /*channels=*/32, /*heads=*/4, /*vocab=*/67,
+                            /*context=*/16);
+  c.residual_subspace = k;
+  return c;
+}
+
+TEST_CASE("subspace tables: orthonormal basis, fixed by the shape alone", "[subspace]") {
+  const GPT2Config c = SubspaceConfig(8);
+  const SubspaceTables t = MakeSubspaceTables(c);
+  const int C = c.channels, K = c.residual_subspace;
+  REQUIRE(t.basis.size() == size_t(C) * K);
+  double worst = 0.0;
+  for (int i = 0; i < K; ++i) {
+    for (int j = 0; j < K; ++j) {
+      double dot = 0.0;
+      for (int r = 0; r < C; ++r) dot += double(t.basis[r * K + i]) * t.basis[r * K + j];
+      worst = std::max(worst, std::fabs(dot - (i == j ? 1.0 : 0.0)));
+    }
+  }
+  CHECK(worst < 1e-6);
+  for (int r = 0; r < C; ++r) {
+    for (int j = 0; j < K; ++j) CHECK(t.basis_transposed[j * C + r] == t.basis[r * K + j]);
+  }
+  // Rows of the padded vocabulary stay zero; real rows do not.
+  double pad = 0.0, real = 0.0;
+  for (size_t i = 0; i < t.token_table.size(); ++i) {
+    (i < size_t(c.vocab_size) * C ? real : pad) += std::fabs(t.token_table[i]);
+  }
+  CHECK(pad == 0.0);
+  CHECK(real > 0.0);
+  // The same shape gives the same tables (every site builds them alone); another K others.
+  const SubspaceTables again = MakeSubspaceTables(c);
+  CHECK(again.basis == t.basis);
+  CHECK(again.token_table == t.token_table);
+  CHECK(MakeSubspaceTables(SubspaceConfig(4)).token_table != t.token_table);
+}
+
+TEST_CASE("subspace layout: K-row writes, an untied head, one more slice", "[subspace]") {
+  const GPT2Config c = SubspaceConfig(8);
+  const ParameterLayout p(c);
+  CHECK(p.slice_size(Tensor::kWte) == int64_t(c.padded_vocab_size) * 8);
+  CHECK(p.slice_size(Tensor::kWpe) == int64_t(c.max_seq_len) * 8);
+  CHECK(p.slice_size(Tensor::kAttprojw) == 8 * 32);
+  CHECK(p.slice_size(Tensor::kFcprojw) == 8 * 4 * 32);
+  CHECK(p.slice_size(Tensor::kFcprojb) == 8);
+  CHECK(p.size(Tensor::kHead) == int64_t(c.padded_vocab_size) * 32);
+  CHECK(p.num_slices() == 5 + 12 * 2);
+  CHECK(p.SliceIndex(Tensor::kHead, 0) == p.num_slices() - 1);
+  const FragmentLayout first(c, 0, 1), last(c, 1, 2);
+  CHECK(first.has(Tensor::kWte));
+  CHECK(!first.has(Tensor::kHead));
+  CHECK(!last.has(Tensor::kWte));  // untied: the last fragment holds the head instead
+  CHECK(last.has(Tensor::kHead));
+  // The standard model is unchanged: no head tensor, the tied copy on the last fragment.
+  const GPT2Config standard = SubspaceConfig(0);
+  const ParameterLayout s(standard);
+  CHECK(s.size(Tensor::kHead) == 0);
+  CHECK(s.num_slices() == 4 + 12 * 2);
+  CHECK(FragmentLayout(standard, 1, 2).has(Tensor::kWte));
+}
+
+// Gradients of every tensor against central differences of the mean loss, on the reference
+// backend: the entries with the largest gradient of each tensor (where float rounding of the
+// loss is small against the difference).
+TEST_CASE("subspace gradients match finite differences of the loss", "[subspace]") {
+  const GPT2Config c = SubspaceConfig(8);
+  auto ops = kernels::MakeOps("cpu-ref", 1);
+  REQUIRE(ops.ok());
+  constexpr int B = 2, T = 16;
+  auto f = Fragment::Create(c, FragmentOptions{.begin = 0, .end = 2, .batch_size = B, .seq_len = T},
+                            ops->get());
+  REQUIRE(f.ok());
+  (*f)->InitParameters(3);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (i * 7 + 3) % c.vocab_size;
+    targets[i] = (i * 11 + 5) % c.vocab_size;
+  }
+  const FragmentLayout& layout = (*f)->layout();
+  std::vector<float> params(layout.total());
+  (*f)->GetParameters(params.data());
+  // Larger weights than the initialisation's, so every path carries real signal.
+  for (size_t i = 0; i < params.size(); ++i) params[i] *= 4.0f;
+  (*f)->SetParameters(params.data());
+  (*f)->ZeroGrads();
+  REQUIRE((*f)->Forward(0, tokens.data(), nullptr).ok());
+  REQUIRE((*f)->Loss(0, targets.data()).ok());
+  REQUIRE((*f)->Backward(0, nullptr, 1.0f / (B * T)).ok());
+  (*f)->CombineTiedGrads();
+  CHECK((*f)->TiedGradPeer() == nullptr);
+  std::vector<float> grads(layout.total());
+  (*f)->GetGradients(grads.data());
+  auto loss_at = [&](int64_t i, float value) {
+    std::vector<float> p = params;
+    p[i] = value;
+    (*f)->SetParameters(p.data());
+    REQUIRE((*f)->Forward(0, tokens.data(), nullptr).ok());
+    auto loss = (*f)->Loss(0, targets.data());
+    REQUIRE(loss.ok());
+    return double(*loss);
+  };
+  for (int t = 0; t < kNumTensors; ++t) {
+    const Tensor tensor = Tensor(t);
+    if (!layout.has(tensor)) continue;
+    int64_t best = layout.offset(tensor);
+    for (int64_t i = layout.offset(tensor); i < layout.offset(tensor) + layout.size(tensor); ++i) {
+      if (std::fabs(grads[i]) > std::fabs(grads[best])) best = i;
+    }
+    // A step that moves the loss by about 1e-3: far above its float rounding (~1e-7), small
+    // enough that the curvature stays out of the difference.
+    const float eps = std::clamp(1e-3f / std::fabs(grads[best]), 1e-4f, 1e-1f);
+    const double numeric =
+        (loss_at(best, params[best] + eps) - loss_at(best, params[best] - eps)) / (2.0 * eps);
+    INFO(TensorName(tensor) << "[" << best - layout.offset(tensor) << "]: analytic " << grads[best]
+                            << ", numeric " << numeric);
+    CHECK(std::fabs(grads[best]) > 1e-4);
+    CHECK(std::fabs(numeric - grads[best]) < 0.01 * std::fabs(grads[best]) + 1e-4);
+  }
+}
+
+TEST_CASE("subspace cut: K floats per position, tokens at every fragment", "[subspace]") {
+  const GPT2Config c = SubspaceConfig(8);
+  auto ops = kernels::MakeOps("cpu", 1);
+  REQUIRE(ops.ok());
+  constexpr int B = 1, T = 4;
+  auto second = Fragment::Create(
+      c, FragmentOptions{.begin = 1, .end = 2, .batch_size = B, .seq_len = T}, ops->get());
+  REQUIRE(second.ok());
+  CHECK((*second)->cut_width() == 8);
+  CHECK((*second)->needs_tokens());
+  std::vector<float> coords(B * T * 8, 0.1f);
+  const Status missing = (*second)->Forward(0, nullptr, coords.data());
+  CHECK(!missing.ok());
+  CHECK(std::string(missing.message()).find("tokens") != std::string::npos);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4};
+  CHECK((*second)->Forward(0, tokens.data(), coords.data()).ok());
+  // The standard model's later fragments need no tokens and carry C floats.
+  auto standard = Fragment::Create(
+      SubspaceConfig(0), FragmentOptions{.begin = 1, .end = 2, .batch_size = B, .seq_len = T},
+      ops->get());
+  REQUIRE(standard.ok());
+  CHECK((*standard)->cut_width() == 32);
+  CHECK(!(*standard)->needs_tokens());
+}
+
+TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {
+  const std::string dir = testing::TempDir("subspace_job");
+  const std::string job_path = dir + "/job.yaml";
+  const std::string text =
+      "name: s\nmodel: {layers: 2, channels: 32, heads: 4, vocab: 67, context: 16, "
+      "residual_subspace: 8}\nsteps: 1\nbatch_size: 2\n";
+  testing::WriteBytes(job_path, text);
+  auto job = LoadJob(job_path);
+  REQUIRE(job.ok());
+  CHECK(job->model.residual_subspace == 8);
+  CHECK(job->model.DebugString().find("K=8") != std::string::npos);
+
+  std::string bad = text;
+  bad.replace(bad.find("residual_subspace: 8"), 20, "residual_subspace: 33");
+  testing::WriteBytes(job_path, bad);
+  auto refused = LoadJob(job_path);
+  REQUIRE(!refused.ok());
+  CHECK(std::string(refused.status().message()).find("residual_subspace") != std::string::npos);
+
+  // The checkpoint header carries K, so a file is read back as the model that wrote it.
+  const GPT2Config c = SubspaceConfig(8);
+  std::vector<float> params(NumParameters(c), 0.5f);
+  const std::string ckpt = dir + "/model.bin";
+  REQUIRE(WriteCheckpoint(ckpt, c, params.data()).ok());
+  auto read = ReadCheckpoint(ckpt);
+  REQUIRE(read.ok());
+  CHECK(read->config == c);
+  const Status mismatch = CheckConfigMatches(SubspaceConfig(0), read->config, ckpt);
+  CHECK(std::string(mismatch.message()).find("residual_subspace 0 vs 8") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace longhaul::model
