@@ -16,7 +16,7 @@ std::vector<SyncSlice> SyncSlices(const model::FragmentLayout& layout) {
       continue;
     }
     for (int l = layout.begin(); l < layout.end(); ++l) {
-      slices.push_back({model.SliceIndex(t, l), layout.offset(t, l), model.slice_size(t)});
+      slices.push_back({model.SliceIndex(t, l), layout.offset(t, l), model.slice_size(t, l)});
     }
   }
   std::sort(slices.begin(), slices.end(),

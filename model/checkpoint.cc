@@ -41,6 +41,7 @@ StatusOr<GPT2Config> ReadCheckpointConfig(const std::string& path) {
   c.channels = header[6];
   c.padded_vocab_size = header[7];
   c.residual_subspace = header[8];  // 0 in llm.c's files (and ours of the standard model)
+  c.unconstrained_layers = header[9];
   RETURN_IF_ERROR(Annotate(ValidateConfig(c), absl::StrCat("checkpoint '", path, "'")));
   const int64_t expected = kHeaderBytes + NumParameters(c) * int64_t(sizeof(float));
   if (size != expected) {
@@ -72,6 +73,7 @@ Status WriteCheckpoint(const std::string& path, const GPT2Config& config, const 
   header[6] = config.channels;
   header[7] = config.padded_vocab_size;
   header[8] = config.residual_subspace;
+  header[9] = config.unconstrained_layers;
   AtomicFileWriter writer;
   RETURN_IF_ERROR(writer.Open(path));
   RETURN_IF_ERROR(writer.Write(header, sizeof(header)));
@@ -92,6 +94,7 @@ Status CheckConfigMatches(const GPT2Config& expected, const GPT2Config& actual,
   field("padded vocab", expected.padded_vocab_size, actual.padded_vocab_size);
   field("context", expected.max_seq_len, actual.max_seq_len);
   field("residual_subspace", expected.residual_subspace, actual.residual_subspace);
+  field("unconstrained_layers", expected.unconstrained_layers, actual.unconstrained_layers);
   if (diff.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("the model config does not fit checkpoint '",
                                                  checkpoint_path, "' (config vs checkpoint: ", diff,

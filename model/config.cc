@@ -9,7 +9,8 @@ namespace longhaul::model {
 std::string GPT2Config::DebugString() const {
   return absl::StrCat("L=", num_layers, " C=", channels, " NH=", num_heads, " V=", vocab_size,
                       " Vp=", padded_vocab_size, " maxT=", max_seq_len,
-                      residual_subspace > 0 ? absl::StrCat(" K=", residual_subspace) : "");
+                      residual_subspace > 0 ? absl::StrCat(" K=", residual_subspace) : "",
+                      unconstrained_layers > 0 ? absl::StrCat(" F=", unconstrained_layers) : "");
 }
 
 int PadVocab(int vocab_size) { return (vocab_size + 127) / 128 * 128; }
@@ -44,6 +45,12 @@ Status ValidateConfig(const GPT2Config& c) {
     return absl::InvalidArgumentError(absl::StrCat("residual_subspace ", c.residual_subspace,
                                                    " must be in [0, channels = ", c.channels,
                                                    "] (0: the standard model)"));
+  }
+  if (c.unconstrained_layers < 0 || c.unconstrained_layers >= c.num_layers ||
+      (c.unconstrained_layers > 0 && c.residual_subspace == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("unconstrained_layers ", c.unconstrained_layers,
+                                                   " must be in [0, layers = ", c.num_layers,
+                                                   ") and needs residual_subspace > 0"));
   }
   if (c.padded_vocab_size < c.vocab_size || c.padded_vocab_size % 128 != 0) {
     return absl::InvalidArgumentError(

@@ -22,14 +22,29 @@ struct GPT2Config {
   // coordinates (what crosses a pipeline cut), and the output head is untied. 0: the
   // standard GPT-2, llm.c's layout and checkpoints.
   int residual_subspace = 0;
+  // Subspace-cut variant only: the last F layers are unconstrained (they write all C
+  // channels), so cuts after layer L - F carry the full stream. 0 <= F < L.
+  int unconstrained_layers = 0;
 
   bool operator==(const GPT2Config&) const = default;
   std::string DebugString() const;
 };
 
-// Floats per position crossing a pipeline cut: K for the subspace-cut variant, C otherwise.
+// Rows a constrained layer writes: K for the subspace-cut variant, C otherwise.
 inline int CutWidth(const GPT2Config& c) {
   return c.residual_subspace > 0 ? c.residual_subspace : c.channels;
+}
+// The first layer that writes the full stream: L - F in the subspace-cut variant, 0 in the
+// standard model (every layer does).
+inline int FirstUnconstrainedLayer(const GPT2Config& c) {
+  return c.residual_subspace > 0 ? c.num_layers - c.unconstrained_layers : 0;
+}
+// Floats per position of the residual stream at layer boundary b (0..L; a fragment [b, e)
+// takes width(b) and gives width(e)): K coordinates up to the first unconstrained layer of
+// the subspace-cut variant, C everywhere else.
+inline int StreamWidth(const GPT2Config& c, int boundary) {
+  return c.residual_subspace > 0 && boundary <= FirstUnconstrainedLayer(c) ? c.residual_subspace
+                                                                           : c.channels;
 }
 // True when the output head is wte (the standard model), false when it is its own tensor.
 inline bool TiedHead(const GPT2Config& c) { return c.residual_subspace == 0; }

@@ -13,14 +13,22 @@ namespace {
 
 // Floats of one slot's activations: the input plus every layer's saved tensors.
 int64_t SlotFloats(const GPT2Config& c, const FragmentOptions& o) {
-  const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels, R = CutWidth(c);
+  const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
   const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
+  const int free_from = FirstUnconstrainedLayer(c);
   const bool subspace = !TiedHead(c);
-  // ln1, atty, ln2 (C each), qkv (3C), fch, fch_gelu (4C each), residual2 and residual3 (R
-  // each), the rebuilt streams x1 and x2 (C each, subspace-cut variant), four layernorm
-  // statistics and the attention probabilities.
-  const int64_t per_layer = BT * (14 * C + 2 * R + (subspace ? 2 * C : 0) + 4) + att;
-  return BT * R + (subspace ? BT * C : 0) + per_layer * (o.end - o.begin);
+  int64_t floats = BT * StreamWidth(c, o.begin);
+  if (subspace && o.begin <= free_from) floats += BT * C;                       // fixed
+  if (subspace && o.begin <= free_from && free_from < o.end) floats += BT * C;  // rebuilt
+  for (int l = o.begin; l < o.end; ++l) {
+    // ln1, atty, ln2 (C each), qkv (3C), fch, fch_gelu (4C each), residual2 and residual3
+    // (R each), a constrained layer's rebuilt streams x1 and x2 (C each), four layernorm
+    // statistics and the attention probabilities.
+    const bool constrained = subspace && l < free_from;
+    const int64_t R = constrained ? c.residual_subspace : C;
+    floats += BT * (14 * C + 2 * R + (constrained ? 2 * C : 0) + 4) + att;
+  }
+  return floats;
 }
 
 std::string MiB(int64_t bytes) {
@@ -56,10 +64,12 @@ MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions
   int64_t shared = BT * C + att;  // proj, preatt
   if (o.training) shared += 2 * BT * C + 2 * BT * 4 * C + 2 * att;
   if (layout.is_last()) shared += BT * C + 3 * BT + 2 * BT * c.padded_vocab_size;
-  if (subspace) {  // U, U^T, E, the zero positions; dx; the head's rebuilt stream
+  if (subspace && o.begin <= FirstUnconstrainedLayer(c)) {
+    // This fragment rebuilds the stream: U, U^T, E, the zero positions; dx; the head's
+    // rebuilt stream when no layer is unconstrained.
     shared += 2 * C * c.residual_subspace + int64_t(c.padded_vocab_size) * C + o.seq_len * C;
     if (o.training) shared += BT * C;
-    if (layout.is_last()) shared += BT * C;
+    if (layout.is_last() && c.unconstrained_layers == 0) shared += BT * C;
   }
   r.shared = shared * f;
   return r;
@@ -109,7 +119,7 @@ void Fragment::Allocate() {
   const bool tied = (is_first() || is_last()) && TiedHead(c);
   const bool subspace = !TiedHead(c);
   params_ = ops_->Alloc(layout_.total());
-  if (subspace) {
+  if (rebuilds()) {
     const SubspaceTables tables = MakeSubspaceTables(c);
     basis_ = ops_->Alloc(tables.basis.size());
     ops_->Upload(basis_, tables.basis.data(), tables.basis.size());
@@ -120,7 +130,7 @@ void Fragment::Allocate() {
     zero_positions_ = ops_->Alloc(size_t(options_.seq_len) * C);
     ops_->Zero(zero_positions_, size_t(options_.seq_len) * C);
   }
-  const int64_t R = CutWidth(c);
+  const int free_from = FirstUnconstrainedLayer(c);
   if (options_.training) {
     grads_ = ops_->Alloc(layout_.total());
     if (tied) tied_peer_ = ops_->Alloc(layout_.model().size(Tensor::kWte));
@@ -136,10 +146,13 @@ void Fragment::Allocate() {
       p += n;
       return q;
     };
-    s.input = take(BT * R);
-    if (subspace) s.fixed = take(BT * C);
+    s.input = take(BT * input_width());
+    if (rebuilds()) s.fixed = take(BT * C);
+    if (rebuilds() && free_from < layout_.end()) s.rebuilt = take(BT * C);
     s.layers.resize(layout_.num_layers());
-    for (LayerActs& a : s.layers) {
+    for (int l = layout_.begin(); l < layout_.end(); ++l) {
+      LayerActs& a = s.layers[l - layout_.begin()];
+      const int64_t R = constrained(l) ? c.residual_subspace : C;
       a.ln1 = take(BT * C);
       a.ln1_mean = take(BT);
       a.ln1_rstd = take(BT);
@@ -153,7 +166,7 @@ void Fragment::Allocate() {
       a.fch = take(BT * 4 * C);
       a.fch_gelu = take(BT * 4 * C);
       a.residual3 = take(BT * R);
-      if (subspace) {
+      if (constrained(l)) {
         a.x1 = take(BT * C);
         a.x2 = take(BT * C);
       }
@@ -169,7 +182,7 @@ void Fragment::Allocate() {
     scratch_.dfch = ops_->Alloc(BT * 4 * C);
     scratch_.dpreatt = ops_->Alloc(att);
     scratch_.datt = ops_->Alloc(att);
-    if (subspace) scratch_.dx = ops_->Alloc(BT * C);
+    if (rebuilds()) scratch_.dx = ops_->Alloc(BT * C);
   }
   if (is_last()) {
     head_.lnf = ops_->Alloc(BT * C);
@@ -178,7 +191,7 @@ void Fragment::Allocate() {
     head_.logits = ops_->Alloc(BT * c.padded_vocab_size);
     head_.probs = ops_->Alloc(BT * c.padded_vocab_size);
     head_.losses = ops_->Alloc(BT);
-    if (subspace) head_.x = ops_->Alloc(BT * C);
+    if (subspace && c.unconstrained_layers == 0) head_.x = ops_->Alloc(BT * C);
     head_.targets.resize(BT);
     head_.host_losses.resize(BT);
   }

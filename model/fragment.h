@@ -21,7 +21,8 @@
 //
 // Subspace-cut variant (config.residual_subspace = K > 0, model/subspace.h): the head is
 // untied (no tied-gradient exchange: TiedGradOwn / TiedGradPeer are null), what crosses a
-// cut is K coordinates per position (cut_width()), and every fragment needs the tokens.
+// cut before its unconstrained layers is K coordinates per position (input_width(),
+// output_width()), and a fragment that rebuilds the stream from them needs the tokens.
 #pragma once
 
 #include <cstdint>
@@ -86,20 +87,23 @@ class Fragment {
   void LoadFromModel(const float* model_params);
   void StoreIntoModel(float* model_params) const;
 
-  // Floats per position of Output, of the activations Forward takes and of the gradients
-  // Backward takes and InputGrad gives: C, or K in the subspace-cut variant.
-  int cut_width() const { return CutWidth(config_); }
-  // Whether Forward needs the tokens: the first fragment, and every fragment of the
-  // subspace-cut variant (it rebuilds the residual stream from them).
-  bool needs_tokens() const { return is_first() || !TiedHead(config_); }
+  // Floats per position of the activations Forward takes and InputGrad gives (the stream
+  // at layer `begin`), and of Output and the gradient Backward takes (at layer `end`): C,
+  // or K coordinates where the subspace-cut variant's stream is constrained.
+  int input_width() const { return StreamWidth(config_, layout_.begin()); }
+  int output_width() const { return StreamWidth(config_, layout_.end()); }
+  // Whether Forward needs the tokens: the first fragment, and a fragment of the
+  // subspace-cut variant that rebuilds the stream from its coordinates (one whose input is
+  // coordinates).
+  bool needs_tokens() const { return is_first() || rebuilds(); }
 
   // ---- forward -----------------------------------------------------------------------
   // `tokens` (B*T host ids < V) when needs_tokens(), else null. Fragments after the first:
-  // `activations` (B,T,cut_width()) in this backend's memory, the previous fragment's
+  // `activations` (B,T,input_width()) in this backend's memory, the previous fragment's
   // Output; the first fragment takes null.
   Status Forward(int slot, const int32_t* tokens, const float* activations);
-  // Not last: this fragment's output activations (B,T,cut_width()) for `slot`, valid until
-  // the slot's next Forward.
+  // Not last: this fragment's output activations (B,T,output_width()) for `slot`, valid
+  // until the slot's next Forward.
   const float* Output(int slot) const;
   // Last fragment, after Forward(slot): final layernorm, logits and cross-entropy against
   // `targets` (B*T host ids < V). Returns the mean loss over the B*T positions.
@@ -146,18 +150,19 @@ class Fragment {
   float* MutableGradients() { return grads_; }
 
  private:
-  // residual2 / residual3 are (B,T,R) with R = cut_width(): the stream itself, or its K
-  // coordinates; x1 / x2 (subspace-cut variant only, else null) are the rebuilt (B,T,C)
-  // streams the two layernorms read.
+  // residual2 / residual3 are (B,T,R): the stream itself (R = C), or its K coordinates in a
+  // constrained layer of the subspace-cut variant, where x1 / x2 (else null) are the
+  // rebuilt (B,T,C) streams the two layernorms read.
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
     float *x1 = nullptr, *x2 = nullptr;
   };
   struct Slot {
-    float* base = nullptr;   // one allocation holding input and every layer's activations
-    float* input = nullptr;  // (B,T,R): embeddings (first) or received activations
-    float* fixed = nullptr;  // subspace-cut variant: (B,T,C) E[token], the fixed part
+    float* base = nullptr;     // one allocation holding input and every layer's activations
+    float* input = nullptr;    // (B,T,R): embeddings (first) or received activations
+    float* fixed = nullptr;    // rebuilds(): (B,T,C) E[token], the fixed part
+    float* rebuilt = nullptr;  // (B,T,C) the stream rebuilt for the first unconstrained layer
     std::vector<LayerActs> layers;
     std::vector<int32_t> tokens;  // kept for the embedding backward (first fragment)
     bool forward_done = false;
@@ -187,7 +192,16 @@ class Fragment {
   float* G(Tensor t, int layer = 0) const;
   const float* SlotOutput(const Slot& s) const;
   void BackwardLayer(Slot& s, int layer);
-  // Subspace-cut variant: x = E[token] + U c, and dc += U^T dx.
+  // Subspace-cut variant: whether this fragment's input is coordinates (it rebuilds the
+  // stream), whether layer l writes coordinates, and the input of layer l.
+  bool rebuilds() const {
+    return !TiedHead(config_) && layout_.begin() <= FirstUnconstrainedLayer(config_);
+  }
+  bool constrained(int l) const {
+    return !TiedHead(config_) && l < FirstUnconstrainedLayer(config_);
+  }
+  const float* LayerInput(const Slot& s, int l) const;
+  // x = E[token] + U c, and dc += U^T dx.
   void Rebuild(float* x, const Slot& s, const float* coords);
   void AddCoordGrad(float* dcoords, const float* dx);
 

@@ -46,49 +46,60 @@ void Fragment::AddCoordGrad(float* dcoords, const float* dx) {
   ops_->ResidualForward(dcoords, dcoords, scratch_.proj, size_t(BT) * K);
 }
 
+const float* Fragment::LayerInput(const Slot& s, int l) const {
+  if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) return s.rebuilt;
+  return l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3;
+}
+
 Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
   RETURN_IF_ERROR(CheckSlot(slot, "Forward"));
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
-  const int NH = config_.num_heads, BT = B * T, R = cut_width();
-  const bool subspace = !TiedHead(config_);
+  const int NH = config_.num_heads, BT = B * T;
   Slot& s = slots_[slot];
   if (needs_tokens()) {
     RETURN_IF_ERROR(CheckTokens(tokens, "input tokens"));
     std::copy(tokens, tokens + BT, s.tokens.begin());
   }
   if (is_first()) {
-    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte), P(Tensor::kWpe), B, T, R);
+    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte), P(Tensor::kWpe), B, T,
+                           input_width());
   } else {
     if (activations == nullptr) {
       return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
     }
-    ops_->Copy(s.input, activations, size_t(BT) * R);
+    ops_->Copy(s.input, activations, size_t(BT) * input_width());
   }
-  if (subspace) {
+  if (rebuilds()) {
     ops_->EmbeddingForward(s.fixed, s.tokens.data(), token_table_, zero_positions_, B, T, C);
   }
-  // The standard model's layernorms read the stream itself; the subspace-cut variant's read
-  // it rebuilt from its coordinates (x1, x2), and its projections write R = K coordinates.
-  const float* residual = s.input;
+  // The standard model's layernorms read the stream itself; a constrained layer of the
+  // subspace-cut variant reads it rebuilt from its coordinates (x1, x2) and writes R = K
+  // coordinates. The first unconstrained layer reads the stream rebuilt once.
   for (int l = layout_.begin(); l < layout_.end(); ++l) {
     LayerActs& a = s.layers[l - layout_.begin()];
-    if (subspace) Rebuild(a.x1, s, residual);
-    ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, subspace ? a.x1 : residual,
+    const bool sub = constrained(l);
+    const int R = sub ? config_.residual_subspace : C;
+    if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
+      Rebuild(s.rebuilt, s,
+              l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3);
+    }
+    const float* residual = LayerInput(s, l);
+    if (sub) Rebuild(a.x1, s, residual);
+    ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, sub ? a.x1 : residual,
                            P(Tensor::kLn1w, l), P(Tensor::kLn1b, l), BT, C);
     ops_->MatmulForward(a.qkv, a.ln1, P(Tensor::kQkvw, l), P(Tensor::kQkvb, l), BT, C, 3 * C);
     ops_->AttentionForward(a.atty, scratch_.preatt, a.att, a.qkv, B, T, C, NH);
     ops_->MatmulForward(scratch_.proj, a.atty, P(Tensor::kAttprojw, l), P(Tensor::kAttprojb, l), BT,
                         C, R);
     ops_->ResidualForward(a.residual2, residual, scratch_.proj, size_t(BT) * R);
-    if (subspace) Rebuild(a.x2, s, a.residual2);
-    ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, subspace ? a.x2 : a.residual2,
+    if (sub) Rebuild(a.x2, s, a.residual2);
+    ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, sub ? a.x2 : a.residual2,
                            P(Tensor::kLn2w, l), P(Tensor::kLn2b, l), BT, C);
     ops_->MatmulForward(a.fch, a.ln2, P(Tensor::kFcw, l), P(Tensor::kFcb, l), BT, C, 4 * C);
     ops_->GeluForward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
     ops_->MatmulForward(scratch_.proj, a.fch_gelu, P(Tensor::kFcprojw, l), P(Tensor::kFcprojb, l),
                         BT, 4 * C, R);
     ops_->ResidualForward(a.residual3, a.residual2, scratch_.proj, size_t(BT) * R);
-    residual = a.residual3;
   }
   s.forward_done = true;
   return absl::OkStatus();
@@ -104,7 +115,7 @@ StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   std::copy(targets, targets + BT, head_.targets.begin());
   const float* x = SlotOutput(s);
-  if (!TiedHead(config_)) {
+  if (head_.x != nullptr) {  // the subspace-cut variant with every layer constrained
     Rebuild(head_.x, s, x);
     x = head_.x;
   }
@@ -123,12 +134,12 @@ StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
 
 void Fragment::BackwardLayer(Slot& s, int l) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
-  const int NH = config_.num_heads, BT = B * T, R = cut_width();
-  const bool subspace = !TiedHead(config_);
+  const int NH = config_.num_heads, BT = B * T;
+  const bool subspace = constrained(l);
+  const int R = subspace ? config_.residual_subspace : C;
   const size_t btc = size_t(BT) * C;
   const LayerActs& a = s.layers[l - layout_.begin()];
-  const float* residual =
-      l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3;
+  const float* residual = LayerInput(s, l);
   // Holds d(residual3) on entry, d(residual) on exit: (B,T,R). A layernorm's input gradient
   // goes straight into it, or, in the subspace-cut variant, into dx and then through U^T.
   float* dres = scratch_.dres;
@@ -175,7 +186,6 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t btc = size_t(BT) * C;
-  const int R = cut_width();
   const bool subspace = !TiedHead(config_);
   if (is_last()) {
     if (head_.owner != slot) {
@@ -191,25 +201,35 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
     ops_->Zero(scratch_.dtmp, btc);
     ops_->MatmulBackward(scratch_.dtmp, G(head), nullptr, dlogits, head_.lnf, P(head), BT, C, Vp);
     ops_->Zero(scratch_.dres, btc);
-    float* dx = subspace ? scratch_.dx : scratch_.dres;
-    if (subspace) ops_->Zero(dx, btc);
+    const bool rebuilt = head_.x != nullptr;  // the final stream was rebuilt from coordinates
+    float* dx = rebuilt ? scratch_.dx : scratch_.dres;
+    if (rebuilt) ops_->Zero(dx, btc);
     ops_->LayerNormBackward(dx, G(Tensor::kLnfw), G(Tensor::kLnfb), scratch_.dtmp,
-                            subspace ? head_.x : SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean,
+                            rebuilt ? head_.x : SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean,
                             head_.lnf_rstd, BT, C);
-    if (subspace) AddCoordGrad(scratch_.dres, dx);
+    if (rebuilt) AddCoordGrad(scratch_.dres, dx);
     head_.owner = -1;
   } else {
     if (output_grad == nullptr) {
       return absl::InvalidArgumentError("Backward: a fragment before the last needs output_grad");
     }
-    ops_->Copy(scratch_.dres, output_grad, size_t(BT) * R);
+    ops_->Copy(scratch_.dres, output_grad, size_t(BT) * output_width());
   }
-  for (int l = layout_.end() - 1; l >= layout_.begin(); --l) BackwardLayer(s, l);
+  for (int l = layout_.end() - 1; l >= layout_.begin(); --l) {
+    BackwardLayer(s, l);
+    if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
+      // Through the rebuild: d(coordinates) = U^T d(rebuilt stream).
+      ops_->Copy(scratch_.dx, scratch_.dres, btc);
+      ops_->Zero(scratch_.dres, size_t(BT) * config_.residual_subspace);
+      AddCoordGrad(scratch_.dres, scratch_.dx);
+    }
+  }
   if (is_first()) {
     // The encoder's part of the tied wte gradient: into the peer buffer when this fragment
     // also holds the head (whole standard model), into its own gradient otherwise.
     float* dwte = is_last() && !subspace ? tied_peer_ : G(Tensor::kWte);
-    ops_->EmbeddingBackward(dwte, G(Tensor::kWpe), scratch_.dres, s.tokens.data(), B, T, R);
+    ops_->EmbeddingBackward(dwte, G(Tensor::kWpe), scratch_.dres, s.tokens.data(), B, T,
+                            input_width());
   }
   s.forward_done = false;
   return absl::OkStatus();

@@ -45,7 +45,7 @@ std::vector<double> Fragment::GradSliceSums() const {
       continue;
     }
     for (int l = layout_.begin(); l < layout_.end(); ++l) {
-      sums[model.SliceIndex(t, l)] = ops_->SumSquares(G(t, l), model.slice_size(t));
+      sums[model.SliceIndex(t, l)] = ops_->SumSquares(G(t, l), model.slice_size(t, l));
     }
   }
   return sums;
@@ -62,7 +62,7 @@ void Fragment::Step(const OptimizerOptions& o, float lr, float grad_scale, int t
     const int last = IsPerLayer(tensor) ? layout_.end() : 1;
     for (int l = first; l < last; ++l) {
       const int64_t off = IsPerLayer(tensor) ? layout_.offset(tensor, l) : layout_.offset(tensor);
-      ops_->AdamW(params_ + off, grads_ + off, m_ + off, v_ + off, model.slice_size(tensor), lr,
+      ops_->AdamW(params_ + off, grads_ + off, m_ + off, v_ + off, model.slice_size(tensor, l), lr,
                   o.beta1, o.beta2, o.eps, decay, grad_scale, t);
     }
   }

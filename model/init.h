@@ -18,7 +18,7 @@
 
 namespace longhaul::model {
 
-// Fills `out` (layout.model().slice_size(t) floats) with layer `layer`'s slice of tensor
+// Fills `out` (layout.model().slice_size(t, layer) floats) with layer `layer`'s slice of tensor
 // `t` (layer is ignored for tensors that are not per-layer).
 void InitSlice(const ParameterLayout& layout, uint64_t seed, Tensor t, int layer, float* out);
 

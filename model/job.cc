@@ -21,8 +21,8 @@ const std::vector<absl::string_view> kTopKeys = {
     // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
     "sites", "compression", "replan", "placement", "replicas", "replica_microbatches",
     "replica_stages", "sync"};
-const std::vector<absl::string_view> kModelKeys = {"layers", "channels", "heads",
-                                                   "vocab",  "context",  "residual_subspace"};
+const std::vector<absl::string_view> kModelKeys = {
+    "layers", "channels", "heads", "vocab", "context", "residual_subspace", "unconstrained_layers"};
 const std::vector<absl::string_view> kDataKeys = {"train", "format", "val", "val_every",
                                                   "val_batches"};
 const std::vector<absl::string_view> kOptimizerKeys = {
@@ -120,6 +120,12 @@ class JobParser {
     GPT2Config config = MakeConfig(values[0], values[1], values[2], values[3], values[4]);
     if (auto it = f.find("residual_subspace"); it != f.end()) {
       ASSIGN_OR_RETURN(config.residual_subspace, w_.Int(it->second, 0, config.channels));
+    }
+    if (auto it = f.find("unconstrained_layers"); it != f.end()) {
+      if (config.residual_subspace == 0) {
+        return w_.Error(it->second, "needs residual_subspace (the subspace-cut variant)");
+      }
+      ASSIGN_OR_RETURN(config.unconstrained_layers, w_.Int(it->second, 0, config.num_layers - 1));
     }
     if (config.channels % config.num_heads != 0) {
       return w_.Error(f.at("heads"),

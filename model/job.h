@@ -5,6 +5,8 @@
 //   model: {layers: 2, channels: 64, heads: 4, vocab: 256, context: 64}
 //   #   residual_subspace: 32        # optional: K > 0 is the subspace-cut variant, whose
 //   #                                # pipeline cuts carry K floats per position (subspace.h)
+//   #   unconstrained_layers: 1      # optional: the last F layers write the full stream
+//   #                                # (cuts after layer L - F carry C floats)
 //   # init_from: gpt2_124M.bin       # instead of (or checked against) model
 //   data:
 //     train: builtin                 # or a path: llm.c token file or text (bytes)

@@ -26,10 +26,11 @@ bool IsResidualProjection(Tensor t) { return t == Tensor::kAttprojw || t == Tens
 
 ParameterLayout::ParameterLayout(const GPT2Config& c) : config_(c) {
   const int64_t C = c.channels, L = c.num_layers;
-  // What is written into the residual stream has R rows: C, or K coordinates in the
-  // subspace-cut variant.
+  // What a constrained layer writes into the residual stream has R rows: C, or K coordinates
+  // in the subspace-cut variant; its unconstrained layers (from free_from_ on) write C.
   const int64_t R = CutWidth(c);
   const int64_t Vp = c.padded_vocab_size;
+  free_from_ = FirstUnconstrainedLayer(c);
   const int64_t slices[kNumTensors] = {Vp * R,
                                        int64_t(c.max_seq_len) * R,
                                        C,
@@ -48,8 +49,13 @@ ParameterLayout::ParameterLayout(const GPT2Config& c) : config_(c) {
                                        C,
                                        TiedHead(c) ? 0 : Vp * C};
   for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
     slice_[i] = slices[i];
-    size_[i] = IsPerLayer(Tensor(i)) ? slices[i] * L : slices[i];
+    free_slice_[i] = slices[i];
+    if (t == Tensor::kAttprojw || t == Tensor::kFcprojw) free_slice_[i] = slices[i] / R * C;
+    if (t == Tensor::kAttprojb || t == Tensor::kFcprojb) free_slice_[i] = C;
+    size_[i] =
+        IsPerLayer(t) ? slice_[i] * free_from_ + free_slice_[i] * (L - free_from_) : slices[i];
     offset_[i] = total_;
     total_ += size_[i];
   }
@@ -78,7 +84,7 @@ FragmentLayout::FragmentLayout(const GPT2Config& config, int begin, int end)
     const Tensor t = Tensor(i);
     int64_t size = 0;
     if (IsPerLayer(t)) {
-      size = model_.slice_size(t) * (end - begin);
+      size = model_.offset(t, end) - model_.offset(t, begin);
     } else if (t == Tensor::kWte) {
       // The standard model's last fragment holds a copy of wte: its output head.
       const bool tied_copy = is_last() && TiedHead(config);

@@ -8,6 +8,7 @@
 // model [0, L) the fragment layout is exactly llm.c's flat parameter array.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -51,14 +52,22 @@ bool IsResidualProjection(Tensor t);
 class ParameterLayout {
  public:
   explicit ParameterLayout(const GPT2Config& config);
-  // Floats of one layer's slice (per-layer tensors) or of the whole tensor (others).
-  int64_t slice_size(Tensor t) const { return slice_[int(t)]; }
+  // Floats of layer `layer`'s slice (per-layer tensors) or of the whole tensor (others).
+  // Slices of one tensor differ only in the subspace-cut variant with unconstrained layers:
+  // their residual projections write C rows where the constrained layers' write K.
+  int64_t slice_size(Tensor t, int layer = 0) const {
+    return IsPerLayer(t) && layer >= free_from_ ? free_slice_[int(t)] : slice_[int(t)];
+  }
   // Floats of the whole tensor (all layers).
   int64_t size(Tensor t) const { return size_[int(t)]; }
   // Offset of the tensor in the flat llm.c array.
   int64_t offset(Tensor t) const { return offset_[int(t)]; }
   // Offset of layer `layer`'s slice of per-layer tensor `t`.
-  int64_t offset(Tensor t, int layer) const { return offset_[int(t)] + layer * slice_[int(t)]; }
+  int64_t offset(Tensor t, int layer) const {
+    const int constrained = std::min(layer, free_from_);
+    return offset_[int(t)] + constrained * slice_[int(t)] +
+           (layer - constrained) * free_slice_[int(t)];
+  }
   int64_t total() const { return total_; }
   const GPT2Config& config() const { return config_; }
 
@@ -72,7 +81,10 @@ class ParameterLayout {
 
  private:
   GPT2Config config_;
-  std::array<int64_t, kNumTensors> slice_{}, size_{}, offset_{};
+  // Per-layer tensors: slices of layers < free_from_ (all of them but the subspace-cut
+  // variant's unconstrained layers) are slice_, the others free_slice_.
+  int free_from_ = 0;
+  std::array<int64_t, kNumTensors> slice_{}, free_slice_{}, size_{}, offset_{};
   int64_t total_ = 0;
 };
 
@@ -94,7 +106,7 @@ class FragmentLayout {
   int64_t offset(Tensor t) const { return offset_[int(t)]; }
   // Offset of global layer `layer` (begin <= layer < end) of per-layer tensor `t`.
   int64_t offset(Tensor t, int layer) const {
-    return offset_[int(t)] + (layer - begin_) * model_.slice_size(t);
+    return offset_[int(t)] + model_.offset(t, layer) - model_.offset(t, begin_);
   }
   int64_t total() const { return total_; }
   const ParameterLayout& model() const { return model_; }

@@ -1,6 +1,8 @@
 // ReplicatedFragment; see replicated_fragment.h.
 #include "model/replicated_fragment.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace longhaul::model {
@@ -28,7 +30,9 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     FragmentOptions o = options;
     o.batch_size = r.rows;
     ASSIGN_OR_RETURN(r.fragment, Fragment::Create(config, o, r.ops));
-    r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len * CutWidth(config));
+    // Holds the input activations, and later the output's gradient.
+    r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len *
+                        std::max(r.fragment->input_width(), r.fragment->output_width()));
     f->replicas_.push_back(std::move(r));
   }
   ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
@@ -47,8 +51,9 @@ ReplicatedFragment::~ReplicatedFragment() {
   }
 }
 
-size_t ReplicatedFragment::RowFloats() const {
-  return static_cast<size_t>(options_.seq_len) * CutWidth(config_);
+size_t ReplicatedFragment::RowFloats(bool output) const {
+  return static_cast<size_t>(options_.seq_len) *
+         (output ? primary().output_width() : primary().input_width());
 }
 
 void ReplicatedFragment::InitParameters(uint64_t seed) {
@@ -82,7 +87,7 @@ Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float*
       return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
     }
     if (activations != r.in) {
-      r.ops->Upload(r.in, activations + first * RowFloats(), r.rows * RowFloats());
+      r.ops->Upload(r.in, activations + first * RowFloats(false), r.rows * RowFloats(false));
     }
     RETURN_IF_ERROR(r.fragment->Forward(slot, rows, r.in));
   }
@@ -91,8 +96,8 @@ Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float*
 
 void ReplicatedFragment::Output(int slot, float* host) const {
   for (const auto& r : replicas_) {
-    r.ops->Download(host + r.row_begin * RowFloats(), r.fragment->Output(slot),
-                    r.rows * RowFloats());
+    r.ops->Download(host + r.row_begin * RowFloats(true), r.fragment->Output(slot),
+                    r.rows * RowFloats(true));
   }
 }
 
@@ -112,7 +117,7 @@ Status ReplicatedFragment::Backward(int slot, const float* output_grad, float dl
   for (auto& r : replicas_) {
     if (output_grad != nullptr) {
       if (output_grad != r.in) {
-        r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(), r.rows * RowFloats());
+        r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(true), r.rows * RowFloats(true));
       }
       RETURN_IF_ERROR(r.fragment->Backward(slot, r.in, dloss));
     } else {
@@ -124,8 +129,8 @@ Status ReplicatedFragment::Backward(int slot, const float* output_grad, float dl
 
 void ReplicatedFragment::InputGrad(float* host) const {
   for (const auto& r : replicas_) {
-    r.ops->Download(host + r.row_begin * RowFloats(), r.fragment->InputGrad(),
-                    r.rows * RowFloats());
+    r.ops->Download(host + r.row_begin * RowFloats(false), r.fragment->InputGrad(),
+                    r.rows * RowFloats(false));
   }
 }
 

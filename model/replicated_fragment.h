@@ -50,7 +50,7 @@ class ReplicatedFragment {
   void GetOptimizerState(float* m_host, float* v_host) const;
 
   // ---- one microbatch (host buffers of all B rows) ----------------------------------------
-  // As Fragment::Forward: tokens (B*T) when needs_tokens(), activations (B,T,cut width)
+  // As Fragment::Forward: tokens (B*T) when needs_tokens(), activations (B,T,input width)
   // after the first fragment.
   Status Forward(int slot, const int32_t* tokens, const float* activations);
   // Not last: the output activations (B,T,C) of `slot` into `host`.
@@ -107,7 +107,7 @@ class ReplicatedFragment {
     float* in = nullptr;  // (rows,T,C) staging for received activations / gradients
   };
   ReplicatedFragment() = default;
-  size_t RowFloats() const;  // T * C
+  size_t RowFloats(bool output) const;  // T * the input's or the output's width
 
   GPT2Config config_;
   FragmentOptions options_;

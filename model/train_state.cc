@@ -63,6 +63,7 @@ Status WriteTrainState(const std::string& path, const GPT2Config& c, const Train
   header[6] = c.max_seq_len;
   header[7] = int32_t(s.loader_state.size());
   header[8] = c.residual_subspace;
+  header[9] = c.unconstrained_layers;
   AtomicFileWriter writer;
   RETURN_IF_ERROR(writer.Open(path));
   RETURN_IF_ERROR(writer.Write(header, sizeof(header)));
@@ -84,7 +85,8 @@ StatusOr<TrainState> ReadTrainState(const std::string& path, const GPT2Config& c
         absl::StrCat("'", path, "' is not a longhaul training state (bad magic or version)"));
   }
   if (header[3] != c.num_layers || header[4] != c.channels || header[5] != c.vocab_size ||
-      header[6] != c.max_seq_len || header[8] != c.residual_subspace) {
+      header[6] != c.max_seq_len || header[8] != c.residual_subspace ||
+      header[9] != c.unconstrained_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("training state '", path, "' was written for another model shape"));
   }

@@ -27,12 +27,12 @@ double SharedParams(const model::GPT2Config& config, const StagePlan& a, const S
   double shared = 0;
   if (begin < end) {
     const model::ParameterLayout layout(config);
-    double per_layer = 0;
     for (int i = 0; i < model::kNumTensors; ++i) {
       const auto t = static_cast<model::Tensor>(i);
-      if (model::IsPerLayer(t)) per_layer += static_cast<double>(layout.slice_size(t));
+      if (model::IsPerLayer(t)) {
+        shared += static_cast<double>(layout.offset(t, end) - layout.offset(t, begin));
+      }
     }
-    shared += per_layer * (end - begin);
   }
   const int L = config.num_layers;
   const model::ParameterLayout layout(config);

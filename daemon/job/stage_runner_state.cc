@@ -25,9 +25,8 @@ void CopyOverlap(const model::FragmentLayout& from, const float* src,
       std::copy_n(src + from.offset(t), from.size(t), dst + to.offset(t));
       continue;
     }
-    const int64_t n = from.model().slice_size(t);
     for (int l = std::max(from.begin(), to.begin()); l < std::min(from.end(), to.end()); ++l) {
-      std::copy_n(src + from.offset(t, l), n, dst + to.offset(t, l));
+      std::copy_n(src + from.offset(t, l), from.model().slice_size(t, l), dst + to.offset(t, l));
     }
   }
 }

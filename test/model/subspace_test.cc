@@ -80,13 +80,28 @@ TEST_CASE("subspace layout: K-row writes, an untied head, one more slice", "[sub
   CHECK(s.size(Tensor::kHead) == 0);
   CHECK(s.num_slices() == 4 + 12 * 2);
   CHECK(FragmentLayout(standard, 1, 2).has(Tensor::kWte));
+  // An unconstrained last layer writes C rows: its slices are the standard model's.
+  GPT2Config free = c;
+  free.unconstrained_layers = 1;
+  const ParameterLayout f(free);
+  CHECK(f.slice_size(Tensor::kAttprojw, 0) == 8 * 32);
+  CHECK(f.slice_size(Tensor::kAttprojw, 1) == 32 * 32);
+  CHECK(f.offset(Tensor::kAttprojw, 1) == f.offset(Tensor::kAttprojw) + 8 * 32);
+  CHECK(f.size(Tensor::kFcprojb) == 8 + 32);
+  CHECK(FragmentLayout(free, 1, 2).size(Tensor::kFcprojw) == 32 * 4 * 32);
+  CHECK(StreamWidth(free, 1) == 8);  // the cut before the unconstrained layer: coordinates
+  CHECK(StreamWidth(free, 2) == 32);
+  free.unconstrained_layers = 2;
+  CHECK(!ValidateConfig(free).ok());  // at least one layer stays constrained
 }
 
 // Gradients of every tensor against central differences of the mean loss, on the reference
 // backend: the entries with the largest gradient of each tensor (where float rounding of the
 // loss is small against the difference).
 TEST_CASE("subspace gradients match finite differences of the loss", "[subspace]") {
-  const GPT2Config c = SubspaceConfig(8);
+  GPT2Config c = SubspaceConfig(8);
+  c.unconstrained_layers = GENERATE(0, 1);  // 1: layer 1 writes the full stream
+  INFO(c.DebugString());
   auto ops = kernels::MakeOps("cpu-ref", 1);
   REQUIRE(ops.ok());
   constexpr int B = 2, T = 16;
@@ -149,7 +164,8 @@ TEST_CASE("subspace cut: K floats per position, tokens at every fragment", "[sub
   auto second = Fragment::Create(
       c, FragmentOptions{.begin = 1, .end = 2, .batch_size = B, .seq_len = T}, ops->get());
   REQUIRE(second.ok());
-  CHECK((*second)->cut_width() == 8);
+  CHECK((*second)->input_width() == 8);
+  CHECK((*second)->output_width() == 8);
   CHECK((*second)->needs_tokens());
   std::vector<float> coords(B * T * 8, 0.1f);
   const Status missing = (*second)->Forward(0, nullptr, coords.data());
@@ -162,8 +178,18 @@ TEST_CASE("subspace cut: K floats per position, tokens at every fragment", "[sub
       SubspaceConfig(0), FragmentOptions{.begin = 1, .end = 2, .batch_size = B, .seq_len = T},
       ops->get());
   REQUIRE(standard.ok());
-  CHECK((*standard)->cut_width() == 32);
+  CHECK((*standard)->input_width() == 32);
   CHECK(!(*standard)->needs_tokens());
+  // After the subspace variant's first unconstrained layer the stream is full width and
+  // needs no rebuilding: no tokens either.
+  GPT2Config free = MakeConfig(3, 32, 4, 67, 16);
+  free.residual_subspace = 8;
+  free.unconstrained_layers = 2;
+  auto late = Fragment::Create(
+      free, FragmentOptions{.begin = 2, .end = 3, .batch_size = B, .seq_len = T}, ops->get());
+  REQUIRE(late.ok());
+  CHECK((*late)->input_width() == 32);
+  CHECK(!(*late)->needs_tokens());
 }
 
 TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {
@@ -195,6 +221,25 @@ TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {
   CHECK(read->config == c);
   const Status mismatch = CheckConfigMatches(SubspaceConfig(0), read->config, ckpt);
   CHECK(std::string(mismatch.message()).find("residual_subspace 0 vs 8") != std::string::npos);
+  GPT2Config free = c;
+  free.unconstrained_layers = 1;
+  std::vector<float> free_params(NumParameters(free), 0.5f);
+  REQUIRE(WriteCheckpoint(ckpt, free, free_params.data()).ok());
+  read = ReadCheckpoint(ckpt);
+  REQUIRE(read.ok());
+  CHECK(read->config == free);
+
+  // unconstrained_layers needs the variant, and at least one constrained layer.
+  for (const char* key :
+       {"residual_subspace: 8, unconstrained_layers: 2", "unconstrained_layers: 1"}) {
+    std::string t = text;
+    t.replace(t.find("residual_subspace: 8"), 20, key);
+    testing::WriteBytes(job_path, t);
+    auto r = LoadJob(job_path);
+    INFO(key);
+    REQUIRE(!r.ok());
+    CHECK(std::string(r.status().message()).find("unconstrained_layers") != std::string::npos);
+  }
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 // (docs/BENCHMARKS.md, "Convergence study"). Before the study it checks that the fp32 path
 // reproduces FragmentChain::TrainStep bit for bit.
 //
-// An entry subK:CODEC trains the subspace-cut variant instead (model/subspace.h: K floats per
+// An entry subK:CODEC (subKfF:CODEC: with F unconstrained last layers) trains the
+// subspace-cut variant instead (model/subspace.h: K floats per
 // position cross the cut, and the last stage gets the tokens with the targets), against the
 // job's standard model in fp32: the table then says what the variant costs in loss at equal
 // tokens and saves in cut bytes.
@@ -77,6 +78,16 @@ std::vector<std::string> DefaultCodecs() {
   return codecs;
 }
 
+// "subK" or "subKfF": the subspace-cut variant with K coordinates and F unconstrained layers.
+bool ParseVariant(const std::string& prefix, int* k, int* free) {
+  if (prefix.rfind("sub", 0) != 0) return false;
+  const size_t f = prefix.find('f');
+  *free = 0;
+  if (f != std::string::npos && !absl::SimpleAtoi(prefix.substr(f + 1), free)) return false;
+  return absl::SimpleAtoi(prefix.substr(3, f == std::string::npos ? f : f - 3), k) && *k >= 1 &&
+         *free >= 0;
+}
+
 // A study entry is one codec for both directions ("q4") or FORWARD/BACKWARD ("q4/q2:sr":
 // q4 on the activations, q2:sr on their gradients), optionally followed by @TIED, a codec for
 // the tied-embedding gradient parts with error feedback ("fp32@q2"; without it they travel
@@ -86,13 +97,13 @@ std::vector<std::string> DefaultCodecs() {
 StatusOr<std::string> Canonical(const std::string& entry) {
   if (entry.rfind("sub", 0) == 0) {
     const size_t colon = entry.find(':');
-    int k = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(entry.substr(3, colon - 3), &k) || k < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", entry, "': expected subK:CODEC with K >= 1, e.g. sub16:q8"));
+    int k = 0, free = 0;
+    if (colon == std::string::npos || !ParseVariant(entry.substr(0, colon), &k, &free)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", entry, "': expected subK:CODEC or subKfF:CODEC with K >= 1, e.g. sub16f1:q8"));
     }
     ASSIGN_OR_RETURN(const std::string cut, Canonical(entry.substr(colon + 1)));
-    return absl::StrCat("sub", k, ":", cut);
+    return absl::StrCat(entry.substr(0, colon), ":", cut);
   }
   const size_t at = entry.find('@');
   if (at != std::string::npos) {
@@ -153,7 +164,8 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   std::string codec = r->codec;
   if (codec.rfind("sub", 0) == 0) {
     const size_t colon = codec.find(':');
-    variant.model.residual_subspace = std::stoi(codec.substr(3, colon - 3));
+    ParseVariant(codec.substr(0, colon), &variant.model.residual_subspace,
+                 &variant.model.unconstrained_layers);
     codec = codec.substr(colon + 1);
   }
   const size_t at = codec.find('@');
@@ -363,17 +375,16 @@ int Run(Flags f) {
 
   if (f.verify_steps > 0) {
     // The job's model, and each subspace-cut variant the study trains.
-    std::vector<int> subspaces = {c.residual_subspace};
+    std::vector<std::pair<int, int>> variants = {{c.residual_subspace, c.unconstrained_layers}};
     for (const std::string& codec : f.codecs) {
-      if (codec.rfind("sub", 0) != 0) continue;
-      const int k = std::stoi(codec.substr(3, codec.find(':') - 3));
-      if (std::find(subspaces.begin(), subspaces.end(), k) == subspaces.end()) {
-        subspaces.push_back(k);
-      }
+      std::pair<int, int> v;
+      if (!ParseVariant(codec.substr(0, codec.find(':')), &v.first, &v.second)) continue;
+      if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
     }
-    for (int k : subspaces) {
+    for (const auto& [k, free] : variants) {
       model::Job variant = job;
       variant.model.residual_subspace = k;
+      variant.model.unconstrained_layers = free;
       const Status valid = model::ValidateConfig(variant.model);
       const Status s = valid.ok() ? bench::VerifyAgainstChain(variant, *train, job.seed, f.threads,
                                                               std::min(f.verify_steps, job.steps))
@@ -472,7 +483,8 @@ int main(int argc, char** argv) {
                  "error feedback for the tied-embedding gradients (fp32@q2); default: the "
                  "controller's ladder, fp16, q2, q2:sr and three top-k variants; fp32 is always "
                  "added. A prefix subK: trains the subspace-cut variant with K coordinates on the "
-                 "cut (sub16:q8), compared with the job's model in fp32");
+                 "cut (sub16:q8), subKfF: with its last F layers unconstrained (sub16f1:q8), "
+                 "compared with the job's model in fp32");
   app.add_option("--steps", f.steps, "Steps per run (0: the job's)")->capture_default_str();
   app.add_option("--first-seed", f.first_seed, "First seed (-1: the job's)")->capture_default_str();
   app.add_option("--seeds", f.seeds, "Seeds per codec: the first seed, +1, ...")

@@ -68,7 +68,7 @@ StatusOr<std::unique_ptr<CutRun>> CutRun::Create(const model::Job& job,
     ASSIGN_OR_RETURN(run->val_loader_, model::DataLoader::Create(std::move(val), lo));
   }
   const size_t bt = size_t(job.microbatch_size) * job.seq_len;
-  const size_t act = bt * model::CutWidth(job.model);
+  const size_t act = bt * size_t(run->first_->output_width());
   const size_t wte = size_t(job.model.padded_vocab_size) * job.model.channels;
   run->tokens_.resize(bt);
   run->targets_.resize(bt);
@@ -140,7 +140,7 @@ Status CutRun::SendTokens(uint64_t seed) {
 
 StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
   const int B = job_.microbatch_size, T = job_.seq_len, C = job_.model.channels;
-  const int R = model::CutWidth(job_.model);
+  const int R = first_->output_width();
   const int M = job_.microbatches();
   const size_t bt = size_t(B) * T, act = bt * R;
   first_->ZeroGrads();
@@ -214,7 +214,7 @@ StatusOr<float> CutRun::Validate(bool through_codec) {
   RETURN_IF_ERROR(val_loader_->Restore(start));
   const int batches = int(std::min<int64_t>(
       job_.data.val_batches, std::max<int64_t>(val_loader_->batches_per_epoch(), 1)));
-  const int B = job_.microbatch_size, T = job_.seq_len, R = model::CutWidth(job_.model);
+  const int B = job_.microbatch_size, T = job_.seq_len, R = first_->output_width();
   const size_t act = size_t(B) * T * R;
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
