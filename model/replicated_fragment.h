@@ -38,6 +38,9 @@ class ReplicatedFragment {
   const Fragment& primary() const { return *replicas_[0].fragment; }
   bool is_first() const { return primary().is_first(); }
   bool is_last() const { return primary().is_last(); }
+  bool needs_tokens() const { return primary().needs_tokens(); }
+  int input_width() const { return primary().input_width(); }
+  int output_width() const { return primary().output_width(); }
   const FragmentLayout& layout() const { return primary().layout(); }
   std::string reducer_name() const { return reducer_->name(); }
 

@@ -132,15 +132,20 @@ StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const Pipe
     m.rung_wire_bytes_.push_back(wire);
     m.rung_codec_seconds_.push_back(codec);
   }
-  m.targets_bytes_ = 4.0 * B * T;
+  // The subspace-cut variant's later stages get each sequence's T + 1 tokens, not T targets.
+  m.targets_bytes_ = 4.0 * B * (model::TiedHead(model) ? T : T + 1);
   price(m.fp32_rung_, m.targets_bytes_, &m.targets_bytes_, &m.targets_codec_seconds_);
-  m.tied_bytes_ = 4.0 * model.padded_vocab_size * model.channels;
-  price(m.fp32_rung_, m.tied_bytes_, &m.tied_wire_bytes_, &m.tied_codec_seconds_);
+  m.tied_bytes_ = model::TiedHead(model) ? 4.0 * model.padded_vocab_size * model.channels : 0.0;
+  if (m.tied_bytes_ > 0) {  // an untied head (subspace-cut variant) exchanges nothing
+    price(m.fp32_rung_, m.tied_bytes_, &m.tied_wire_bytes_, &m.tied_codec_seconds_);
+  }
   return m;
 }
 
 double CostModel::ActivationBytes() const {
-  return 4.0 * workload_.microbatch_size * workload_.seq_len * model_.channels;
+  // The subspace-cut variant's constrained cuts carry K floats per position (a cut after its
+  // first unconstrained layer carries C: priced as K too, an optimistic figure there).
+  return 4.0 * workload_.microbatch_size * workload_.seq_len * model::CutWidth(model_);
 }
 
 double CostModel::Forward(int site, int n, bool last) const {

@@ -147,6 +147,8 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   }
   uint32_t me, n;
   int64_t B, T, C, Vp, M, steps;
+  model::GPT2Config config;
+  int layer_begin = 0, layer_end = 0;
   std::string from_site;
   std::vector<SyncRoute> routes;
   bool ring = false;
@@ -162,6 +164,8 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
     sync = stage->sync;
     assigned_attempt = stage->assignment.attempt();
     grid = StageGrid::OfPlan(stage->replicas, stage->assignment.stages());
+    config = stage->model;
+    grid.tied_head = model::TiedHead(config);
     dropped.assign(stage->assignment.dropped_replicas().begin(),
                    stage->assignment.dropped_replicas().end());
     if (stage->cancelled) {
@@ -169,6 +173,10 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
     }
     me = stage->assignment.stage();
     n = static_cast<uint32_t>(stage->assignment.stages_size());
+    if (me < n) {
+      layer_begin = static_cast<int>(stage->assignment.stages(me).layer_begin());
+      layer_end = static_cast<int>(stage->assignment.stages(me).layer_end());
+    }
     if (first.from_stage() < n) from_site = stage->assignment.stages(first.from_stage()).site();
   }
   const uint32_t from = first.from_stage();
@@ -214,12 +222,16 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   }
   std::vector<int64_t> expected;
   switch (first.kind()) {
+    // The stream's width where it enters and leaves this stage: K coordinates across the
+    // subspace-cut variant's constrained cuts, C elsewhere.
     case v1::TENSOR_KIND_ACTIVATION:
-    case v1::TENSOR_KIND_ACTIVATION_GRAD:
-      expected = {B, T, C};
+      expected = {B, T, model::StreamWidth(config, layer_begin)};
       break;
-    case v1::TENSOR_KIND_TARGETS:
-      expected = {B, T};
+    case v1::TENSOR_KIND_ACTIVATION_GRAD:
+      expected = {B, T, model::StreamWidth(config, layer_end)};
+      break;
+    case v1::TENSOR_KIND_TARGETS:  // the subspace-cut variant's: each sequence's T + 1 tokens
+      expected = {B, model::TiedHead(config) ? T : T + 1};
       break;
     default:
       expected = {Vp, C};

@@ -106,6 +106,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     stage->B = spec.job.microbatch_size;
     stage->T = spec.job.seq_len;
     stage->C = spec.job.model.channels;
+    stage->model = spec.job.model;
     stage->Vp = spec.job.model.padded_vocab_size;
     const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
     // Its replica's microbatches, training and validation.
@@ -137,7 +138,8 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                "' is not a peer of site '" + options_.site + "'");
   }
   const int i = static_cast<int>(a.stage());
-  const StageGrid grid = StageGrid::OfPlan(ctx.spec.replicas, a.stages());
+  StageGrid grid = StageGrid::OfPlan(ctx.spec.replicas, a.stages());
+  grid.tied_head = model::TiedHead(ctx.spec.job.model);
   bool all_peers = true;
   auto sender_to = [&](int stage_index) -> std::unique_ptr<LinkSender> {
     if (stage_index < 0) return nullptr;

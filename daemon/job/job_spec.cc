@@ -5,7 +5,6 @@
 #include <numeric>
 #include <set>
 
-#include "absl/strings/str_cat.h"
 #include "compression/codec.h"
 #include "model/tied_exchange.h"
 #include "model/yaml_walker.h"
@@ -199,14 +198,6 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
-  if (spec.job.model.residual_subspace > 0) {
-    // The stages would have to send the tokens to every site and K-wide cut frames; until
-    // they do, say so rather than fail mid-step.
-    return absl::InvalidArgumentError(
-        absl::StrCat(source,
-                     ": model.residual_subspace: the subspace-cut variant trains with train-local "
-                     "and tools/bench/convergence_study; distributed jobs do not carry it yet"));
-  }
   if (!sites_entry.value.IsSequence() || sites_entry.value.size() == 0) {
     return w.Error(sites_entry, "expected a non-empty list of site names, in pipeline order");
   }

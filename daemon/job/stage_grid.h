@@ -18,6 +18,9 @@ struct StageGrid {
   int replicas = 1;
   std::vector<int> start = {0, 1};  // replicas + 1 flat indices: each replica's first, the end
   std::vector<std::pair<int, int>> layers;  // by flat stage, [begin, end); empty: not known
+  // False for a model whose output head is its own tensor (the subspace-cut variant): no
+  // stage has a tied-embedding partner then.
+  bool tied_head = true;
 
   // `replicas` replicas of equal stage counts (no layers). REQUIRES: replicas >= 1 and
   // flat_count a multiple of it.
@@ -88,10 +91,11 @@ struct StageGrid {
   int prev(int flat) const { return first(flat) ? -1 : flat - 1; }
   int next(int flat) const { return last(flat) ? -1 : flat + 1; }
   // The first and last stage of a multi-stage replica exchange the tied embedding's
-  // gradient parts; -1 for the stages in between and for single-stage replicas.
+  // gradient parts; -1 for the stages in between, for single-stage replicas and without a
+  // tied head.
   int tied(int flat) const {
     const int r = replica(flat);
-    if (stages(r) < 2) return -1;
+    if (!tied_head || stages(r) < 2) return -1;
     if (first(flat)) return start[r + 1] - 1;
     if (last(flat)) return start[r];
     return -1;

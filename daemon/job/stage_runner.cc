@@ -5,6 +5,7 @@
 #include "daemon/job/stage_runner.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -40,6 +41,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   const auto& a = ctx_.assignment;
   const model::Job& job = ctx_.spec.job;
   grid_ = StageGrid::OfPlan(ctx_.spec.replicas, a.stages());
+  grid_.tied_head = model::TiedHead(job.model);
   stage_ = static_cast<int>(a.stage());
   num_stages_ = grid_.stages(grid_.replica(stage_));
   pos_ = grid_.position(stage_);
@@ -52,6 +54,9 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   model::FragmentOptions fo;
   fo.begin = static_cast<int>(me.layer_begin());
   fo.end = static_cast<int>(me.layer_end());
+  in_width_ = model::StreamWidth(job.model, fo.begin);
+  out_width_ = model::StreamWidth(job.model, fo.end);
+  window_ = !model::TiedHead(job.model);
   fo.batch_size = B_;
   fo.seq_len = T_;
   fo.slots = std::min(M_, num_stages_ - pos_);
@@ -92,6 +97,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   tokens_.resize(static_cast<size_t>(B_) * T_);
   targets_.resize(tokens_.size());
   slot_targets_.assign(fo.slots, std::vector<int32_t>(tokens_.size()));
+  if (window_) slot_tokens_.assign(fo.slots, std::vector<int32_t>(tokens_.size()));
 
   RETURN_IF_ERROR(InitExchange(replicas[0]));
 
@@ -335,23 +341,67 @@ Status StageRunner::RunStep(uint64_t step) {
   return absl::OkStatus();
 }
 
+std::vector<float> StageRunner::PackTargets(int slot) const {
+  const int per_row = window_ ? T_ + 1 : T_;
+  std::vector<float> frame(static_cast<size_t>(B_) * per_row);
+  for (int b = 0; b < B_; ++b) {
+    float* row = frame.data() + static_cast<size_t>(b) * per_row;
+    if (window_) *row++ = static_cast<float>(slot_tokens_[slot][static_cast<size_t>(b) * T_]);
+    for (int t = 0; t < T_; ++t) {
+      row[t] = static_cast<float>(slot_targets_[slot][static_cast<size_t>(b) * T_ + t]);
+    }
+  }
+  return frame;
+}
+
+Status StageRunner::UnpackTargets(const std::vector<float>& frame, int slot, uint64_t step,
+                                  int mb) {
+  const int vocab = ctx_.spec.job.model.vocab_size;
+  for (size_t i = 0; i < frame.size(); ++i) {
+    // Checked before any conversion: a float outside int's range does not convert.
+    const float v = frame[i];
+    if (!(v >= 0.0f && v < static_cast<float>(vocab)) || v != std::floor(v)) {
+      return absl::InvalidArgumentError(
+          "job " + ctx_.assignment.job_id() + ": targets frame of step " + std::to_string(step) +
+          ", microbatch " + std::to_string(mb) + " from stage " +
+          std::to_string(grid_.prev(stage_)) + ": value " + std::to_string(v) + " at " +
+          std::to_string(i) + " of " + std::to_string(frame.size()) +
+          " is not a token id of the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  // Targets are the inputs shifted by one: a window's token t is input t, token t + 1 target t.
+  const int per_row = window_ ? T_ + 1 : T_;
+  for (int b = 0; b < B_; ++b) {
+    const float* row = frame.data() + static_cast<size_t>(b) * per_row;
+    for (int t = 0; t < T_; ++t) {
+      const size_t i = static_cast<size_t>(b) * T_ + t;
+      if (window_) slot_tokens_[slot][i] = static_cast<int32_t>(row[t]);
+      slot_targets_[slot][i] = static_cast<int32_t>(row[window_ ? t + 1 : t]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
-  const size_t act = static_cast<size_t>(B_) * T_ * C_, tok = static_cast<size_t>(B_) * T_;
+  const size_t act = static_cast<size_t>(B_) * T_ * out_width_;
+  const size_t frame_floats = static_cast<size_t>(B_) * (window_ ? T_ + 1 : T_);
   const float* input = nullptr;
   if (fragment_->is_first()) {
     (mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data());
     slot_targets_[slot] = targets_;
+    if (window_) slot_tokens_[slot] = tokens_;
   } else {
     ASSIGN_OR_RETURN(input, ReceiveInput(v1::TENSOR_KIND_ACTIVATION, step, mb));
-    std::vector<float> t(tok);
-    RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok));
-    for (size_t i = 0; i < tok; ++i) slot_targets_[slot][i] = static_cast<int32_t>(t[i]);
+    std::vector<float> t(frame_floats);
+    RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), frame_floats));
+    RETURN_IF_ERROR(UnpackTargets(t, slot, step, mb));
   }
+  const int32_t* tokens = nullptr;
+  if (fragment_->needs_tokens()) tokens = window_ ? slot_tokens_[slot].data() : tokens_.data();
   const double start = Now(), sending = exchange_->send_seconds();
   RETURN_IF_ERROR(Throttle());
-  RETURN_IF_ERROR(
-      fragment_->Forward(slot, fragment_->is_first() ? tokens_.data() : nullptr, input));
+  RETURN_IF_ERROR(fragment_->Forward(slot, tokens, input));
   RETURN_IF_ERROR(exchange_->FinishPendingSend(/*wait=*/false));  // while a GPU computes
   if (fragment_->is_last()) {
     ASSIGN_OR_RETURN(const float loss, fragment_->Loss(slot, slot_targets_[slot].data()));
@@ -366,18 +416,18 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   fragment_->Synchronize();  // a GPU's forward is only done when its queue is
   const double elapsed = Now() - start - (exchange_->send_seconds() - sending);
   compute_acc_ += elapsed;
-  std::vector<float> t(slot_targets_[slot].begin(), slot_targets_[slot].end());
+  std::vector<float> t = PackTargets(slot);
   // The targets first, so that activations encoded on a GPU can stay pending (see Send).
   using To = StageExchange::To;
-  RETURN_IF_ERROR(exchange_->Send(To::kNext, v1::TENSOR_KIND_TARGETS, step, mb, t.data(), tok,
-                                  {B_, T_}, false));
-  return exchange_->Send(To::kNext, v1::TENSOR_KIND_ACTIVATION, step, mb, host, act, {B_, T_, C_},
-                         true, device_out);
+  RETURN_IF_ERROR(exchange_->Send(To::kNext, v1::TENSOR_KIND_TARGETS, step, mb, t.data(),
+                                  frame_floats, {B_, window_ ? T_ + 1 : T_}, false));
+  return exchange_->Send(To::kNext, v1::TENSOR_KIND_ACTIVATION, step, mb, host, act,
+                         {B_, T_, out_width_}, true, device_out);
 }
 
 Status StageRunner::Backward(uint64_t step, int mb) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
-  const size_t act = static_cast<size_t>(B_) * T_ * C_;
+  const size_t act = static_cast<size_t>(B_) * T_ * in_width_;
   // Sync mode step: each replica's share of the union batch's mean, its microbatches of all
   // replicas' (fleet/local_fleet.h); local mode: the mean over its own.
   const int microbatches = ctx_.spec.sync.mode == fleet::SyncMode::kStep ? union_microbatches_ : M_;
@@ -401,11 +451,12 @@ Status StageRunner::Backward(uint64_t step, int mb) {
       exchange_->encodes_on_device() ? fragment_->DeviceInputGrad() : nullptr;
   if (device_grad == nullptr) fragment_->InputGrad(host);
   return exchange_->Send(StageExchange::To::kPrev, v1::TENSOR_KIND_ACTIVATION_GRAD, step, mb, host,
-                         act, {B_, T_, C_}, true, device_grad);
+                         act, {B_, T_, in_width_}, true, device_grad);
 }
 
 StatusOr<const float*> StageRunner::ReceiveInput(v1::TensorKind kind, uint64_t step, int mb) {
-  const size_t n = static_cast<size_t>(B_) * T_ * C_;
+  const int width = kind == v1::TENSOR_KIND_ACTIVATION ? in_width_ : out_width_;
+  const size_t n = static_cast<size_t>(B_) * T_ * width;
   float* staged = exchange_->decodes_on_device() ? fragment_->DeviceInput() : nullptr;
   bool on_device = false;
   RETURN_IF_ERROR(

@@ -153,12 +153,21 @@ class StageRunner {
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
   StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
+  // The targets frame: packs the slot's targets (window_: and tokens) / unpacks them.
+  std::vector<float> PackTargets(int slot) const;
+  // A peer's frame: every value must be a token id of the vocabulary.
+  Status UnpackTargets(const std::vector<float>& frame, int slot, uint64_t step, int mb);
 
   StageRunnerContext ctx_;
   // stage_: the flat index in the plan (stage_grid.h); pos_: the position in its replica of
   // num_stages_ stages.
   StageGrid grid_;
   int num_stages_ = 0, stage_ = 0, pos_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
+  // Floats per position of the stream entering and leaving this stage (model::StreamWidth).
+  int in_width_ = 0, out_width_ = 0;
+  // The subspace-cut variant: the targets frame holds each sequence's T + 1 tokens, inputs
+  // and targets, since later stages rebuild the stream from the tokens.
+  bool window_ = false;
   int64_t memory_bytes_ = 0;
   std::string devices_;
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
@@ -179,6 +188,7 @@ class StageRunner {
   double val_loss_ = 0;
   std::vector<int32_t> tokens_, targets_;
   std::vector<std::vector<int32_t>> slot_targets_;
+  std::vector<std::vector<int32_t>> slot_tokens_;  // window_: each slot's input tokens
   uint64_t start_step_ = 0;
   bool migrate_ = false;           // Run fetches the stage's layers from the old plan's sites first
   bool rejoin_ = false;            // Run fetches the stage's state from a live replica first

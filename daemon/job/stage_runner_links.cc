@@ -2,6 +2,8 @@
 // (stage_exchange.h): its options from the assignment (the sites of the stages next to this
 // one in its replica, the job's compression), and the device codecs: a GPU stage with one
 // backend encodes outgoing tensors and decodes incoming ones on the device.
+#include <algorithm>
+
 #include "compression/codec.h"
 #include "daemon/job/stage_runner.h"
 
@@ -43,7 +45,7 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
       xo.decoder = compression::MakeHostDeviceDecoder();
     }
   }
-  xo.host_floats = static_cast<size_t>(B_) * T_ * C_;
+  xo.host_floats = static_cast<size_t>(B_) * T_ * std::max(in_width_, out_width_);
   ASSIGN_OR_RETURN(exchange_, StageExchange::Create(std::move(xo)));
   return absl::OkStatus();
 }

@@ -247,7 +247,7 @@ Status StageRunner::CheckpointSync(uint64_t step) {
 }
 
 Status StageRunner::ExchangeTiedGrads(uint64_t step) {
-  if (num_stages_ == 1) {
+  if (num_stages_ == 1 || !grid_.tied_head) {  // a whole model, or an untied head
     fragment_->CombineTiedGrads();
     return absl::OkStatus();
   }

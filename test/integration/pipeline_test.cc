@@ -142,6 +142,81 @@ TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bi
   CHECK(ckpt->config.num_layers == 3);
 }
 
+// The subspace-cut variant (model/subspace.h): the cuts carry K = 8 coordinates per position
+// instead of C = 32 floats, the later stages get each sequence's T + 1 tokens to rebuild the
+// stream from, the head is untied (no tied exchange), and the last layer is unconstrained
+// (its stage rebuilds the stream once). Still bit for bit what train-local computes.
+TEST_CASE("a 3-site pipeline of the subspace-cut variant matches train-local bit for bit") {
+  Cluster c = StartCluster();
+  std::string yaml = JobYaml("compression: {mode: off}\n");
+  yaml.replace(yaml.find("context: 32}"), 12,
+               "context: 32, residual_subspace: 8, unconstrained_layers: 1}");
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  auto submitted = c.at(0).jobs().Submit(req);
+  INFO(submitted.status().ToString());
+  REQUIRE(submitted.ok());
+  const std::string id = submitted->job_id();
+  // A frame of the standard model's width is refused at the door while the job runs.
+  REQUIRE(testing::WaitFor(
+      [&] {
+        auto s = c.at(0).jobs().GetJob(id, 1);
+        return s.ok() && s->step() >= 1;
+      },
+      60s));
+  v1::TensorFrame frame;
+  frame.set_job_id(id);
+  frame.set_from_site("alpha");
+  frame.set_to_stage(1);
+  frame.set_kind(v1::TENSOR_KIND_ACTIVATION);
+  std::vector<uint8_t> payload = testing::ZeroFrame({2, 32, 32});
+  frame.set_encoded_size(payload.size());
+  auto d = c.at(1).jobs().Deliver(frame, payload, "alpha");
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("expects [2,32,8]"));
+  frame.set_kind(v1::TENSOR_KIND_TARGETS);
+  payload = testing::ZeroFrame({2, 32});
+  frame.set_encoded_size(payload.size());
+  d = c.at(1).jobs().Deliver(frame, payload, "alpha");
+  CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("expects [2,33]"));
+  // No stage has a tied-embedding partner: gamma takes no weight gradient from alpha.
+  frame.set_kind(v1::TENSOR_KIND_WEIGHT_GRAD);
+  frame.set_to_stage(2);
+  payload = testing::ZeroFrame({256, 32});
+  frame.set_encoded_size(payload.size());
+  d = c.at(2).jobs().Deliver(frame, payload, "alpha");
+  CHECK(d.code() == absl::StatusCode::kPermissionDenied);
+
+  const v1::JobStatus s = WaitDone(c.at(0), id, 120s);
+  INFO("state " << v1::JobState_Name(s.state()) << ": " << s.detail());
+  REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
+  const std::vector<float> local = TrainLocalLosses(yaml);
+  REQUIRE(s.losses_size() == static_cast<int>(local.size()));
+  for (size_t i = 0; i < local.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(s.losses(i) == local[i]);
+  }
+  CHECK(local.back() < local.front());
+  std::string bytes;
+  REQUIRE(c.at(0)
+              .jobs()
+              .Export(id,
+                      [&](const std::string& b, uint64_t) {
+                        bytes += b;
+                        return absl::OkStatus();
+                      })
+              .ok());
+  const std::string path = testing::TempDir("export_subspace") + "/model.bin";
+  FILE* f = fopen(path.c_str(), "wb");
+  fwrite(bytes.data(), 1, bytes.size(), f);
+  fclose(f);
+  auto ckpt = model::ReadCheckpoint(path);
+  REQUIRE(ckpt.ok());
+  CHECK(ckpt->config.residual_subspace == 8);
+  CHECK(ckpt->config.unconstrained_layers == 1);
+}
+
 TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   Cluster c = StartCluster();
   const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\n");
