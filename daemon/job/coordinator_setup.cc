@@ -32,6 +32,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     if (!floor.ok()) return Annotate(floor.status(), spec.job.source + ": compression.floor");
     auto codec = controller.FindRung(spec.codec);
     if (!codec.ok()) return Annotate(codec.status(), spec.job.source + ": compression.codec");
+    RETURN_IF_ERROR(Annotate(CheckDirectionCodecs(spec), spec.job.source));
   }
   std::vector<scheduler::StagePlan> plan;
   std::string placement;

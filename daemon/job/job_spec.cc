@@ -6,6 +6,7 @@
 #include <set>
 
 #include "compression/codec.h"
+#include "compression/controller.h"
 #include "model/tied_exchange.h"
 #include "model/yaml_walker.h"
 
@@ -347,7 +348,8 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   }
   if (spec.replicas != 1) spec.replan = false;  // layers would have to move in every replica
   if (have_comp) {
-    ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor", "tied"}));
+    ASSIGN_OR_RETURN(auto fields, w.Map(comp_entry, {"mode", "codec", "floor", "tied",
+                                                     "activations", "gradients"}));
     if (auto it = fields.find("mode"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string mode, w.String(it->second));
       if (mode == "off") {
@@ -366,6 +368,32 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     if (auto it = fields.find("floor"); it != fields.end()) {
       ASSIGN_OR_RETURN(spec.floor, w.String(it->second));
     }
+    for (const char* direction : {"activations", "gradients"}) {
+      auto it = fields.find(direction);
+      if (it == fields.end()) continue;
+      JobSpec::DirectionCodecs& d =
+          std::string(direction) == "gradients" ? spec.gradients : spec.activations;
+      ASSIGN_OR_RETURN(auto sub, w.Map(it->second, {"ladder", "codec", "floor"}));
+      if (auto l = sub.find("ladder"); l != sub.end()) {
+        if (!l->second.value.IsSequence() || l->second.value.size() == 0) {
+          return w.Error(l->second, "expected a non-empty list of codecs, least lossy first");
+        }
+        for (const auto& rung : l->second.value) {
+          const std::string name = rung.IsScalar() ? rung.as<std::string>() : "";
+          auto parsed = compression::ParseCodecSpec(name);
+          if (!parsed.ok()) return w.Error(l->second, parsed.status().message());
+          d.ladder.push_back(name);
+        }
+      }
+      if (auto c = sub.find("codec"); c != sub.end()) {
+        ASSIGN_OR_RETURN(d.codec, w.String(c->second));
+      }
+      if (auto f = sub.find("floor"); f != sub.end()) {
+        ASSIGN_OR_RETURN(d.floor, w.String(f->second));
+      }
+      const Status fits = CheckDirectionCodecs(spec);
+      if (!fits.ok()) return w.Error(it->second, fits.message());
+    }
     if (auto it = fields.find("tied"); it != fields.end()) {
       ASSIGN_OR_RETURN(spec.tied_codec, w.String(it->second));
       if (auto c = model::TiedGradCodec::Create(spec.tied_codec); !c.ok()) {
@@ -374,6 +402,41 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
   }
   return spec;
+}
+
+JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients) {
+  JobSpec::DirectionCodecs d = gradients ? spec.gradients : spec.activations;
+  if (d.ladder.empty()) d.ladder = compression::ControllerOptions().ladder;
+  if (d.codec.empty()) d.codec = spec.codec;
+  if (d.floor.empty()) d.floor = spec.floor;
+  return d;
+}
+
+Status CheckDirectionCodecs(const JobSpec& spec) {
+  for (bool gradients : {false, true}) {
+    const JobSpec::DirectionCodecs d = ResolvedCodecs(spec, gradients);
+    const std::string where =
+        std::string("compression.") + (gradients ? "gradients" : "activations");
+    compression::ControllerOptions o;
+    o.ladder = d.ladder;
+    auto controller = compression::Controller::Create(o);
+    if (!controller.ok()) return Annotate(controller.status(), where + ".ladder");
+    if (auto r = controller->FindRung(d.floor); !r.ok()) {
+      return Annotate(r.status(), where + ": floor '" + d.floor + "'");
+    }
+    // Fixed mode sends its codec; off sends fp32, which every ladder starts with.
+    if (spec.compression == CompressionMode::kFixed) {
+      if (auto r = controller->FindRung(d.codec); !r.ok()) {
+        return Annotate(r.status(), where + ": codec '" + d.codec + "'");
+      }
+    }
+    if (spec.compression == CompressionMode::kOff) {
+      if (auto r = controller->FindRung("fp32"); !r.ok()) {
+        return Annotate(r.status(), where + ".ladder (compression off sends fp32)");
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 void SetReplicaShard(const JobSpec& spec, const std::vector<int>& microbatches, int replica,

@@ -9,6 +9,10 @@
 //     mode: adaptive                 # off (exact fp32) | fixed | adaptive (default)
 //     codec: q8                      # mode fixed: the codec for activations and gradients
 //     floor: q4                      # mode adaptive: the most lossy codec allowed
+//     gradients:                     # optional, per direction (also activations:): its own
+//       ladder: [fp32, bf16, q8:sr, q4:sr]  # controller ladder (least lossy first; default
+//       floor: q4:sr                 # the controller's), floor and fixed codec, each on
+//       codec: q8:sr                 # that ladder (default: the shared codec / floor)
 //     tied: exact                    # the tied-embedding gradient exchange between the first
 //                                    # and last stage: exact (default) or a codec with error
 //                                    # feedback (q8, q4, q2, topk:0.1+q8; model/tied_exchange.h)
@@ -109,6 +113,7 @@
 namespace longhaul::daemon {
 
 enum class CompressionMode { kOff, kFixed, kAdaptive };
+struct JobSpec;
 
 // Most pipeline replicas a job may have.
 inline constexpr int kMaxReplicas = 256;
@@ -132,8 +137,15 @@ struct JobSpec {
   std::string yaml;  // the job file as submitted
   std::vector<std::string> sites;
   CompressionMode compression = CompressionMode::kAdaptive;
-  std::string codec = "q8";          // kFixed
-  std::string floor = "q4";          // kAdaptive
+  std::string codec = "q8";  // kFixed
+  std::string floor = "q4";  // kAdaptive
+  // compression.activations / compression.gradients: each direction's own ladder, floor and
+  // fixed codec; empty fields are the shared codec and floor and the default ladder.
+  struct DirectionCodecs {
+    std::vector<std::string> ladder;
+    std::string codec, floor;
+  };
+  DirectionCodecs activations, gradients;
   std::string tied_codec = "exact";  // compression.tied
   bool replan = true;                // move layers away from a straggler
   // true (placement: planned): the planner chooses the order of `sites`, the split and which
@@ -169,6 +181,12 @@ struct JobSpec {
     return first;
   }
 };
+
+// The codecs of one direction (activations forward, gradients back), the shared codec,
+// floor and default ladder filling what compression.activations / .gradients leave out.
+JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients);
+// OK when each direction's codec and floor are rungs of its ladder; errors name the key.
+Status CheckDirectionCodecs(const JobSpec& spec);
 
 // Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).
 StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& source,

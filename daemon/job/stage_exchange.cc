@@ -40,13 +40,19 @@ StageExchange::StageExchange(StageExchangeOptions options) : o_(std::move(option
 
 StatusOr<std::unique_ptr<StageExchange>> StageExchange::Create(StageExchangeOptions options) {
   std::unique_ptr<StageExchange> x(new StageExchange(std::move(options)));
-  ASSIGN_OR_RETURN(auto controller, compression::Controller::Create());
-  x->controller_ = std::make_unique<compression::Controller>(std::move(controller));
-  ASSIGN_OR_RETURN(x->quality_floor_, x->controller_->FindRung(x->o_.floor));
-  if (x->o_.compression == CompressionMode::kFixed) {
-    ASSIGN_OR_RETURN(x->fixed_rung_, x->controller_->FindRung(x->o_.codec));
-  } else if (x->o_.compression == CompressionMode::kOff) {
-    ASSIGN_OR_RETURN(x->fixed_rung_, x->controller_->FindRung("fp32"));
+  for (int i = 0; i < 2; ++i) {
+    const JobSpec::DirectionCodecs& codecs = i == 0 ? x->o_.activations : x->o_.gradients;
+    Direction& d = x->directions_[i];
+    compression::ControllerOptions co;
+    co.ladder = codecs.ladder;
+    ASSIGN_OR_RETURN(auto controller, compression::Controller::Create(co));
+    d.controller = std::make_unique<compression::Controller>(std::move(controller));
+    ASSIGN_OR_RETURN(d.quality_floor, d.controller->FindRung(codecs.floor));
+    if (x->o_.compression == CompressionMode::kFixed) {
+      ASSIGN_OR_RETURN(d.fixed_rung, d.controller->FindRung(codecs.codec));
+    } else if (x->o_.compression == CompressionMode::kOff) {
+      ASSIGN_OR_RETURN(d.fixed_rung, d.controller->FindRung("fp32"));
+    }
   }
   return x;
 }
@@ -130,15 +136,19 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
   RETURN_IF_ERROR(FinishPendingSend());
   ASSIGN_OR_RETURN(LinkSender * sender, SenderFor(to, kind));
   OutboundUsage* usage = UsageOf(to);
+  // Activations (to the next stage) and gradients (to the previous) have their own ladders;
+  // anything else is sent exactly, fp32 being every ladder's first rung.
+  Direction& direction = DirectionOf(to);
+  const compression::Controller& controller = *direction.controller;
   int rung = 0;  // fp32: exact
   std::string reason = "exact (not an activation or gradient)";
   if (adaptive) {
-    if (fixed_rung_ >= 0) {
-      rung = fixed_rung_;
+    if (direction.fixed_rung >= 0) {
+      rung = direction.fixed_rung;
       reason = std::string("compression ") + CompressionModeName(o_.compression) + ": " +
-               controller_->name(rung);
+               controller.name(rung);
     } else {
-      compression::ControllerState* state = to == To::kPrev ? &prev_state_ : &next_state_;
+      compression::ControllerState* state = &direction.state;
       const v1::LinkEstimate e = o_.monitor->Outbound(usage->to_site);
       compression::ControllerInput in;
       in.bandwidth_bytes_per_second = e.bandwidth_bytes_per_second();
@@ -148,15 +158,15 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
       in.rtt_seconds = 0;
       in.tensor_bytes = n * sizeof(float);
       in.budget_seconds = budget_seconds_ > 0 ? budget_seconds_ : 0.05;
-      in.quality_floor = quality_floor_;
+      in.quality_floor = direction.quality_floor;
       in.now_seconds = Now();
-      ASSIGN_OR_RETURN(auto d, controller_->Decide(in, *state));
+      ASSIGN_OR_RETURN(auto d, controller.Decide(in, *state));
       *state = d.next;
       rung = d.rung;
       reason = d.explanation;
     }
   }
-  const compression::CodecSpec spec = controller_->spec(rung);
+  const compression::CodecSpec spec = controller.spec(rung);
   compression::EncodeOptions eo;
   eo.seed = step * 1000003 + mb * 31 + kind;
   // The frame's envelope, once the payload is encoded, and what the link's usage counts once
@@ -164,10 +174,11 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
   auto envelope = [this, kind, step, mb](OutgoingTensor* t) {
     Envelope(kind, step, mb, &t->header);
   };
-  auto count = [this, usage, n, adaptive, rung, reason](uint64_t wire, bool on_device) {
+  auto count = [this, usage, n, adaptive, name = controller.name(rung), reason](uint64_t wire,
+                                                                                bool on_device) {
     std::lock_guard<std::mutex> lock(mu_);
     if (adaptive) {
-      usage->codec = controller_->name(rung);
+      usage->codec = name;
       usage->reason = reason;
     }
     ++usage->tensors;
@@ -180,7 +191,7 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
     if (!encode_logged_ && o_.log) {
       encode_logged_ = true;
       o_.log->info("job {}: stage {} encodes on {} before the copy to the host ({})", o_.job_id,
-                   o_.stage, o_.ops->name(), controller_->name(rung));
+                   o_.stage, o_.ops->name(), controller.name(rung));
     }
     pending_.emplace(PendingSend{});
     pending_->to = sender;

@@ -50,8 +50,10 @@ struct StageExchangeOptions {
   // replica, whose stages need not start at a multiple of num_stages); -1: none.
   int tied_stage = -1;
   CompressionMode compression = CompressionMode::kAdaptive;
-  std::string codec = "q8";  // kFixed
-  std::string floor = "q4";  // kAdaptive
+  // Each direction's ladder, floor (kAdaptive) and codec (kFixed): activations go to the
+  // next stage, their gradients to the previous one (JobSpec::DirectionCodecs, resolved).
+  JobSpec::DirectionCodecs activations = {compression::ControllerOptions().ladder, "q8", "q4"};
+  JobSpec::DirectionCodecs gradients = {compression::ControllerOptions().ladder, "q8", "q4"};
   LinkMonitor* monitor = nullptr;
   std::shared_ptr<spdlog::logger> log;
   Inbox* inbox = nullptr;
@@ -137,10 +139,15 @@ class StageExchange {
   StageExchangeOptions o_;
   std::unique_ptr<compression::DeviceEncoder> encoder_;
   std::unique_ptr<compression::DeviceDecoder> decoder_;
-  std::unique_ptr<compression::Controller> controller_;
-  int quality_floor_ = 0;
-  int fixed_rung_ = -1;  // >= 0: compression off or fixed
-  compression::ControllerState next_state_, prev_state_;
+  // One per direction: [0] activations (to the next stage), [1] gradients (to the previous).
+  struct Direction {
+    std::unique_ptr<compression::Controller> controller;
+    int quality_floor = 0;
+    int fixed_rung = -1;  // >= 0: compression off or fixed
+    compression::ControllerState state;
+  };
+  Direction directions_[2];
+  Direction& DirectionOf(To to) { return directions_[to == To::kPrev ? 1 : 0]; }
   double budget_seconds_ = 0;
   std::vector<float> host_buf_;
   bool encode_logged_ = false, decode_logged_ = false;

@@ -18,8 +18,8 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
   xo.stage = stage_;
   xo.num_stages = num_stages_;
   xo.compression = ctx_.spec.compression;
-  xo.codec = ctx_.spec.codec;
-  xo.floor = ctx_.spec.floor;
+  xo.activations = ResolvedCodecs(ctx_.spec, /*gradients=*/false);
+  xo.gradients = ResolvedCodecs(ctx_.spec, /*gradients=*/true);
   xo.monitor = ctx_.monitor;
   xo.log = ctx_.log;
   xo.inbox = ctx_.inbox;

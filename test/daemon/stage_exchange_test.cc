@@ -31,8 +31,10 @@ struct Pair {
   std::unique_ptr<LinkSender> to_next, to_prev;
   std::atomic<bool> stop{false};
   std::unique_ptr<StageExchange> x0, x1;
+  std::string gradients_codec;
 
-  explicit Pair(CompressionMode mode) {
+  explicit Pair(CompressionMode mode, std::string gradients_codec = "q8")
+      : gradients_codec(std::move(gradients_codec)) {
     auto wire = [](Inbox* inbox) {
       return [inbox](const transport::WireTensor& t) {
         ReceivedTensor r;
@@ -66,7 +68,9 @@ struct Pair {
     o.stage = stage;
     o.num_stages = 2;
     o.compression = mode;
-    o.codec = "q8";
+    o.activations.codec = "q8";
+    o.gradients.codec = gradients_codec;
+    o.gradients.ladder = {"fp32", "bf16", "q8", "q4", "q8:sr", "q4:sr"};
     o.monitor = &monitor;
     o.inbox = inbox;
     o.heartbeat_seconds = 0.05;
@@ -134,6 +138,63 @@ TEST_CASE("stage exchange: a fixed q8 stays within its bound and shrinks the wir
   const auto usage = p.x0->Usage(false);
   CHECK(usage[0].codec == "q8");
   CHECK(usage[0].tensors == 2);
+}
+
+// Activations and their gradients have their own codecs (compression.activations /
+// .gradients): here q8 forward, q4 with stochastic rounding back.
+TEST_CASE("stage exchange: each direction sends with its own codec") {
+  Pair p(CompressionMode::kFixed, "q4:sr");
+  const std::vector<float> sent = Values();
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_ACTIVATION, 0, 0, sent.data(), kAct,
+                     {kB, kT, kC}, true)
+              .ok());
+  REQUIRE(p.x1->Send(StageExchange::To::kPrev, v1::TENSOR_KIND_ACTIVATION_GRAD, 0, 0, sent.data(),
+                     kAct, {kB, kT, kC}, true)
+              .ok());
+  std::vector<float> act(kAct), grad(kAct);
+  REQUIRE(p.x1->Receive(v1::TENSOR_KIND_ACTIVATION, 0, 0, act.data(), kAct).ok());
+  REQUIRE(p.x0->Receive(v1::TENSOR_KIND_ACTIVATION_GRAD, 0, 0, grad.data(), kAct).ok());
+  float worst_act = 0, worst_grad = 0;
+  for (size_t i = 0; i < kAct; ++i) {
+    worst_act = std::max(worst_act, std::fabs(act[i] - sent[i]));
+    worst_grad = std::max(worst_grad, std::fabs(grad[i] - sent[i]));
+  }
+  CHECK(worst_act <= 3.0f / 127 + 1e-6f);  // q8: half a step of 3 / 127
+  CHECK(worst_grad <= 6.0f / 7 + 1e-5f);   // q4 stochastic: within one step of 3 / 7
+  CHECK(worst_grad > worst_act);
+  CHECK(p.x0->Usage(false)[0].codec == "q8");
+  CHECK(p.x1->Usage(false)[0].codec == "q4:sr");
+}
+
+TEST_CASE("compression.activations and .gradients in a job file") {
+  const std::string base =
+      "name: j\nmodel: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+      "data: {train: builtin}\nsteps: 2\nbatch_size: 2\nsites: [a, b]\nplacement: even\n";
+  auto spec = ParseJobSpec(base +
+                               "compression:\n  floor: q4\n  gradients:\n"
+                               "    ladder: [fp32, bf16, q8:sr, q4:sr]\n    floor: q4:sr\n",
+                           "job.yaml", ".");
+  INFO(spec.status().ToString());
+  REQUIRE(spec.ok());
+  const JobSpec::DirectionCodecs act = ResolvedCodecs(*spec, false);
+  const JobSpec::DirectionCodecs grad = ResolvedCodecs(*spec, true);
+  CHECK(act.ladder == compression::ControllerOptions().ladder);
+  CHECK(act.floor == "q4");
+  CHECK(grad.ladder == std::vector<std::string>{"fp32", "bf16", "q8:sr", "q4:sr"});
+  CHECK(grad.floor == "q4:sr");
+  // A floor off its direction's ladder, a bad rung, a fixed codec off the ladder: refused,
+  // naming the file, the key and the ladder.
+  for (const auto& [extra, says] : std::vector<std::pair<std::string, std::string>>{
+           {"compression: {gradients: {ladder: [fp32, q8:sr]}}", "floor 'q4'"},
+           {"compression: {gradients: {ladder: [fp32, q9]}}", "q9"},
+           {"compression: {mode: fixed, activations: {codec: q4:sr}}", "codec 'q4:sr'"},
+           {"compression: {gradients: {ladder: []}}", "non-empty list"}}) {
+    auto bad = ParseJobSpec(base + extra + "\n", "job.yaml", ".");
+    INFO(extra);
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(std::string(bad.status().message()), Catch::StartsWith("job.yaml:"));
+    CHECK_THAT(std::string(bad.status().message()), Catch::Contains(says));
+  }
 }
 
 TEST_CASE("stage exchange: a size other than expected is refused at the receiver") {
