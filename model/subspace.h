@@ -28,10 +28,13 @@
 
 namespace longhaul::model {
 
+// The fixed token table's entries are N(0, kTokenTableStd) (rows < V).
+inline constexpr double kTokenTableStd = 0.06;
+
 struct SubspaceTables {
   std::vector<float> basis;             // U, (C, K) row-major: orthonormal columns
   std::vector<float> basis_transposed;  // U^T, (K, C)
-  std::vector<float> token_table;       // E, (Vp, C): rows < V N(0, 0.02), padded rows 0
+  std::vector<float> token_table;       // E, (Vp, C): rows < V N(0, kTokenTableStd), others 0
 };
 
 // REQUIRES: config.residual_subspace > 0 and ValidateConfig(config) is OK.

@@ -21,6 +21,9 @@
 #                              FALL_TO FALL_AT seconds after the job is submitted (a linkem
 #                              --schedule file); the other links as above
 #   RUNS="static:off static:fixed static:adaptive fall:off fall:adaptive fall:fixed"
+#                              a run SCENARIO:MODE:subK (or :subKfF) trains the subspace-cut
+#                              variant instead (model.residual_subspace: K,
+#                              unconstrained_layers: F; model/subspace.h)
 #   LAYERS=6 CHANNELS=128 HEADS=4 STEPS=120 BATCH=64 MICROBATCH=8 SEQ=64 LR=2e-3 THREADS=1
 #   FIXED_CODEC=q8 FLOOR=q4    the fixed run's codec; the adaptive runs' quality floor
 #   TARGET_FRACTION=0.65 WINDOW=5   target loss: the trailing mean (WINDOW steps) that the
@@ -106,8 +109,13 @@ start_rate() {
   if [ "$1" = fall ] && same_link "$2" "$FALL_LINK"; then echo "$FALL_FROM"; else rate_of "$2"; fi
 }
 
-write_job() {  # write_job FILE MODE
-  local codec_line=""
+write_job() {  # write_job FILE MODE [subK | subKfF]
+  local codec_line="" variant=""
+  if [ -n "${3:-}" ]; then
+    local k=${3#sub} f=0
+    case "$k" in *f*) f=${k#*f} k=${k%f*} ;; esac
+    variant=", residual_subspace: $k, unconstrained_layers: $f"
+  fi
   case "$2" in
     off) ;;
     fixed) codec_line="  codec: $FIXED_CODEC" ;;
@@ -115,7 +123,7 @@ write_job() {  # write_job FILE MODE
   esac
   cat >"$1" <<EOF
 name: bench-$2
-model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
+model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ$variant}
 data: {train: builtin}
 steps: $STEPS
 batch_size: $BATCH
@@ -134,10 +142,11 @@ $codec_line
 EOF
 }
 
-# run_one SCENARIO MODE: fresh links and daemons, one job, its samples in $OUT/SCENARIO-MODE.json.
+# run_one SCENARIO MODE [VARIANT]: fresh links and daemons, one job, its samples in
+# $OUT/SCENARIO-MODE[-VARIANT].json.
 run_one() {
-  local scen=$1 mode=$2 label="$2"
-  local dir="$OUT/$scen-$mode"
+  local scen=$1 mode=$2 variant=${3:-} label="$2${3:+ $3}"
+  local dir="$OUT/$scen-$mode${3:+-$3}"
   rm -rf "$dir" && mkdir -p "$dir"
   declare -A P=()
   local s o pair to
@@ -148,7 +157,7 @@ run_one() {
     [ "$s" = "$o" ] || { pairs+=("$s-$o"); P[link.$s-$o]=${free[i++]}; }
   done; done
   wan_site_configs "$dir" "${SITES[@]}"
-  write_job "$dir/job.yaml" "$mode"
+  write_job "$dir/job.yaml" "$mode" "$variant"
 
   local rates change=() linkem_pids=() daemon_pids=()
   rates="$A-$B=$(start_rate "$scen" "$A-$B"),$B-$C=$(start_rate "$scen" "$B-$C")"
@@ -183,11 +192,11 @@ run_one() {
   $LONGHAUL --config "$dir/$A.yaml" links >"$dir/links-before.txt" 2>&1 || true
   local fall=""
   [ "$scen" = fall ] && fall=", $FALL_LINK falls to $FALL_TO ${FALL_AT}s after submission"
-  echo "== $scen / $mode: links $rates$fall; job: ${LAYERS}x$CHANNELS, $STEPS steps of $BATCH x $SEQ tokens in microbatches of $MICROBATCH"
+  echo "== $scen / $mode${variant:+ / $variant}: links $rates$fall; job: ${LAYERS}x$CHANNELS, $STEPS steps of $BATCH x $SEQ tokens in microbatches of $MICROBATCH"
   # In the background and waited for, so that a signal stops everything at once (bash runs
   # traps only after a foreground child ends).
   $PY "$HELPER" follow --cli "$LONGHAUL" --config "$dir/$A.yaml" --job "$dir/job.yaml" \
-    --out "$OUT/$scen-$mode.json" --label "$label" --scenario "$scen" --progress \
+    --out "$OUT/$scen-$mode${variant:+-$variant}.json" --label "$label" --scenario "$scen" --progress \
     --timeout "$RUN_TIMEOUT" --rates "$rates" --links-started "$links_started" "${change[@]}" \
     --cpu-pids "daemons=$(IFS=,; echo "${daemon_pids[*]}");linkem=$(IFS=,; echo "${linkem_pids[*]}")" &
   follower=$!
@@ -201,8 +210,9 @@ run_one() {
 
 results=()
 for r in "${RUNS[@]}"; do
-  run_one "${r%%:*}" "${r#*:}"
-  results+=("$OUT/${r%%:*}-${r#*:}.json")
+  IFS=: read -r scen mode variant <<<"$r"
+  run_one "$scen" "$mode" "$variant"
+  results+=("$OUT/$scen-$mode${variant:+-$variant}.json")
 done
 
 echo
