@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "model/layout.h"
 
 namespace longhaul::scheduler {
 namespace {
@@ -74,9 +75,17 @@ std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<Stag
                                   const std::vector<StagePlan>& next) {
   const model::GPT2Config& c = model.model();
   const int L = c.num_layers;
-  // Per-layer parameters: the 12 per-layer tensors (llm.c layout).
-  const int64_t C = c.channels;
-  const int64_t layer_params = 12 * C * C + 13 * C;
+  // Per-layer parameters: the 12 per-layer tensors of those layers (the subspace-cut
+  // variant's constrained layers are smaller).
+  const model::ParameterLayout layout(c);
+  auto layer_params = [&](int begin, int end) {
+    int64_t n = 0;
+    for (int i = 0; i < model::kNumTensors; ++i) {
+      const auto t = static_cast<model::Tensor>(i);
+      if (model::IsPerLayer(t)) n += layout.offset(t, end) - layout.offset(t, begin);
+    }
+    return n;
+  };
   const int64_t state = 3 * 4;  // params, m, v in fp32
   auto seconds = [&](const std::string& from, const std::string& to, int64_t bytes) {
     const LinkProfile* l = model.profiles().Link(from, to);
@@ -92,14 +101,15 @@ std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<Stag
       m.what = absl::StrCat("layers ", layer, "..", end - 1);
       m.layer_begin = layer, m.layer_end = end;
       m.from_site = from, m.to_site = to;
-      m.bytes = (end - layer) * layer_params * state;
+      m.bytes = layer_params(layer, end) * state;
       m.seconds = seconds(from, to, m.bytes);
       moves.push_back(m);
     }
     layer = end;
   }
-  const int64_t wte = static_cast<int64_t>(c.padded_vocab_size) * C;
-  const int64_t wpe = static_cast<int64_t>(c.max_seq_len) * C;
+  const int64_t wte = layout.size(model::Tensor::kWte), wpe = layout.size(model::Tensor::kWpe);
+  // The last stage's head: its copy of wte, or the subspace-cut variant's untied head.
+  const int64_t head = model::TiedHead(c) ? wte : layout.size(model::Tensor::kHead);
   auto move_end = [&](const std::string& what, const std::string& from, const std::string& to,
                       int64_t params) {
     if (from == to) return;
@@ -110,7 +120,8 @@ std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<Stag
     moves.push_back(m);
   };
   move_end("wte+wpe (first stage)", current.front().site, next.front().site, wte + wpe);
-  move_end("wte+lnf (last stage)", current.back().site, next.back().site, wte + 2 * C);
+  move_end(model::TiedHead(c) ? "wte+lnf (last stage)" : "head+lnf (last stage)",
+           current.back().site, next.back().site, head + 2 * int64_t{c.channels});
   return moves;
 }
 

@@ -39,8 +39,13 @@ double SharedParams(const model::GPT2Config& config, const StagePlan& a, const S
   const bool first = a.layer_begin == 0 && b.layer_begin == 0;
   const bool last = a.layer_end == L && b.layer_end == L;
   if (first) shared += layout.size(model::Tensor::kWte) + layout.size(model::Tensor::kWpe);
-  if (last && !first) shared += layout.size(model::Tensor::kWte);
-  if (last) shared += layout.size(model::Tensor::kLnfw) + layout.size(model::Tensor::kLnfb);
+  // The standard model's last stage holds a copy of wte (its head); the subspace-cut
+  // variant's holds the untied head instead (size 0 in the standard model).
+  if (last && !first && model::TiedHead(config)) shared += layout.size(model::Tensor::kWte);
+  if (last) {
+    shared += layout.size(model::Tensor::kLnfw) + layout.size(model::Tensor::kLnfb) +
+              layout.size(model::Tensor::kHead);
+  }
   return shared;
 }
 

@@ -27,11 +27,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     }
   }
   {
-    ASSIGN_OR_RETURN(auto controller, compression::Controller::Create());
-    auto floor = controller.FindRung(spec.floor);
-    if (!floor.ok()) return Annotate(floor.status(), spec.job.source + ": compression.floor");
-    auto codec = controller.FindRung(spec.codec);
-    if (!codec.ok()) return Annotate(codec.status(), spec.job.source + ": compression.codec");
+    // Each direction's codec and floor on its ladder (the shared ones where a direction
+    // does not override them).
     RETURN_IF_ERROR(Annotate(CheckDirectionCodecs(spec), spec.job.source));
   }
   std::vector<scheduler::StagePlan> plan;

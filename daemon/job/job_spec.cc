@@ -391,8 +391,10 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
       if (auto f = sub.find("floor"); f != sub.end()) {
         ASSIGN_OR_RETURN(d.floor, w.String(f->second));
       }
+    }
+    if (fields.count("activations") + fields.count("gradients") > 0) {
       const Status fits = CheckDirectionCodecs(spec);
-      if (!fits.ok()) return w.Error(it->second, fits.message());
+      if (!fits.ok()) return w.Error(comp_entry, fits.message());
     }
     if (auto it = fields.find("tied"); it != fields.end()) {
       ASSIGN_OR_RETURN(spec.tied_codec, w.String(it->second));
@@ -414,25 +416,32 @@ JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients) {
 
 Status CheckDirectionCodecs(const JobSpec& spec) {
   for (bool gradients : {false, true}) {
+    const JobSpec::DirectionCodecs& given = gradients ? spec.gradients : spec.activations;
     const JobSpec::DirectionCodecs d = ResolvedCodecs(spec, gradients);
-    const std::string where =
-        std::string("compression.") + (gradients ? "gradients" : "activations");
+    // Errors name the key the value came from: the direction's own, or the shared one.
+    const std::string own = std::string("compression.") + (gradients ? "gradients" : "activations");
+    auto key = [&](const std::string& name, bool overridden) {
+      return (overridden ? own + "." : std::string("compression.")) + name;
+    };
+    const std::string ladder = given.ladder.empty() ? "the default ladder" : own + ".ladder";
     compression::ControllerOptions o;
     o.ladder = d.ladder;
     auto controller = compression::Controller::Create(o);
-    if (!controller.ok()) return Annotate(controller.status(), where + ".ladder");
+    if (!controller.ok()) return Annotate(controller.status(), ladder);
     if (auto r = controller->FindRung(d.floor); !r.ok()) {
-      return Annotate(r.status(), where + ": floor '" + d.floor + "'");
+      return Annotate(r.status(), key("floor", !given.floor.empty()) + " '" + d.floor +
+                                      "' is not on " + ladder);
     }
-    // Fixed mode sends its codec; off sends fp32, which every ladder starts with.
+    // Fixed mode sends its codec; off sends fp32.
     if (spec.compression == CompressionMode::kFixed) {
       if (auto r = controller->FindRung(d.codec); !r.ok()) {
-        return Annotate(r.status(), where + ": codec '" + d.codec + "'");
+        return Annotate(r.status(), key("codec", !given.codec.empty()) + " '" + d.codec +
+                                        "' is not on " + ladder);
       }
     }
     if (spec.compression == CompressionMode::kOff) {
       if (auto r = controller->FindRung("fp32"); !r.ok()) {
-        return Annotate(r.status(), where + ".ladder (compression off sends fp32)");
+        return Annotate(r.status(), ladder + " (compression off sends fp32)");
       }
     }
   }

@@ -40,6 +40,7 @@ StageExchange::StageExchange(StageExchangeOptions options) : o_(std::move(option
 
 StatusOr<std::unique_ptr<StageExchange>> StageExchange::Create(StageExchangeOptions options) {
   std::unique_ptr<StageExchange> x(new StageExchange(std::move(options)));
+  ASSIGN_OR_RETURN(x->fp32_, compression::ParseCodecSpec("fp32"));
   for (int i = 0; i < 2; ++i) {
     const JobSpec::DirectionCodecs& codecs = i == 0 ? x->o_.activations : x->o_.gradients;
     Direction& d = x->directions_[i];
@@ -166,7 +167,8 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
       reason = d.explanation;
     }
   }
-  const compression::CodecSpec spec = controller.spec(rung);
+  // What is not adaptive travels exactly, whatever a direction's ladder starts with.
+  const compression::CodecSpec spec = adaptive ? controller.spec(rung) : fp32_;
   compression::EncodeOptions eo;
   eo.seed = step * 1000003 + mb * 31 + kind;
   // The frame's envelope, once the payload is encoded, and what the link's usage counts once

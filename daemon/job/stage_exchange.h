@@ -147,6 +147,7 @@ class StageExchange {
     compression::ControllerState state;
   };
   Direction directions_[2];
+  compression::CodecSpec fp32_;  // targets, tokens and the exact tied exchange
   Direction& DirectionOf(To to) { return directions_[to == To::kPrev ? 1 : 0]; }
   double budget_seconds_ = 0;
   std::vector<float> host_buf_;

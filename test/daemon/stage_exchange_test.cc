@@ -32,9 +32,12 @@ struct Pair {
   std::atomic<bool> stop{false};
   std::unique_ptr<StageExchange> x0, x1;
   std::string gradients_codec;
+  std::vector<std::string> activations_ladder;  // empty: the default
 
-  explicit Pair(CompressionMode mode, std::string gradients_codec = "q8")
-      : gradients_codec(std::move(gradients_codec)) {
+  explicit Pair(CompressionMode mode, std::string gradients_codec = "q8",
+                std::vector<std::string> activations_ladder = {})
+      : gradients_codec(std::move(gradients_codec)),
+        activations_ladder(std::move(activations_ladder)) {
     auto wire = [](Inbox* inbox) {
       return [inbox](const transport::WireTensor& t) {
         ReceivedTensor r;
@@ -69,6 +72,10 @@ struct Pair {
     o.num_stages = 2;
     o.compression = mode;
     o.activations.codec = "q8";
+    if (!activations_ladder.empty()) {
+      o.activations.ladder = activations_ladder;
+      o.activations.floor = activations_ladder.back();
+    }
     o.gradients.codec = gradients_codec;
     o.gradients.ladder = {"fp32", "bf16", "q8", "q4", "q8:sr", "q4:sr"};
     o.monitor = &monitor;
@@ -166,6 +173,20 @@ TEST_CASE("stage exchange: each direction sends with its own codec") {
   CHECK(p.x1->Usage(false)[0].codec == "q4:sr");
 }
 
+// A ladder need not start with fp32: what is not adaptive (targets, tokens) still travels
+// exactly. bf16 would round token ids above 256.
+TEST_CASE("stage exchange: exact tensors stay exact whatever a direction's ladder") {
+  Pair p(CompressionMode::kFixed, "q8", {"bf16", "q8"});
+  std::vector<float> ids(kB * kT);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>(50001 + 7 * i);
+  REQUIRE(p.x0->Send(StageExchange::To::kNext, v1::TENSOR_KIND_TARGETS, 0, 0, ids.data(),
+                     ids.size(), {kB, kT}, /*adaptive=*/false)
+              .ok());
+  std::vector<float> got(ids.size());
+  REQUIRE(p.x1->Receive(v1::TENSOR_KIND_TARGETS, 0, 0, got.data(), got.size()).ok());
+  CHECK(got == ids);
+}
+
 TEST_CASE("compression.activations and .gradients in a job file") {
   const std::string base =
       "name: j\nmodel: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}\n"
@@ -185,9 +206,11 @@ TEST_CASE("compression.activations and .gradients in a job file") {
   // A floor off its direction's ladder, a bad rung, a fixed codec off the ladder: refused,
   // naming the file, the key and the ladder.
   for (const auto& [extra, says] : std::vector<std::pair<std::string, std::string>>{
-           {"compression: {gradients: {ladder: [fp32, q8:sr]}}", "floor 'q4'"},
+           {"compression: {gradients: {ladder: [fp32, q8:sr]}}",
+            "compression.floor 'q4' is not on compression.gradients.ladder"},
            {"compression: {gradients: {ladder: [fp32, q9]}}", "q9"},
-           {"compression: {mode: fixed, activations: {codec: q4:sr}}", "codec 'q4:sr'"},
+           {"compression: {mode: fixed, activations: {codec: q4:sr}}",
+            "compression.activations.codec 'q4:sr' is not on the default ladder"},
            {"compression: {gradients: {ladder: []}}", "non-empty list"}}) {
     auto bad = ParseJobSpec(base + extra + "\n", "job.yaml", ".");
     INFO(extra);
