@@ -48,4 +48,19 @@ v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::
   return s;
 }
 
+StatusOr<model::Checkpoint> ExportedCheckpoint(daemon::Daemon& d, const std::string& id,
+                                               const std::string& dir_name) {
+  std::string bytes;
+  RETURN_IF_ERROR(d.jobs().Export(id, [&](const std::string& b, uint64_t) {
+    bytes += b;
+    return absl::OkStatus();
+  }));
+  const std::string path = TempDir(dir_name) + "/model.bin";
+  FILE* f = fopen(path.c_str(), "wb");
+  if (f == nullptr) return absl::InternalError("cannot write " + path);
+  fwrite(bytes.data(), 1, bytes.size(), f);
+  fclose(f);
+  return model::ReadCheckpoint(path);
+}
+
 }  // namespace longhaul::testing

@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "daemon/daemon.h"
+#include "model/checkpoint.h"
 
 namespace longhaul::testing {
 
@@ -22,5 +23,10 @@ StatusOr<std::vector<std::pair<int, float>>> TrainLocalValLosses(const std::stri
 // Polls job `id` on its coordinator `d` until it completed, failed or was cancelled, or
 // `timeout` passed; returns its last status (all losses).
 v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::seconds timeout);
+
+// Job `id`'s model as its coordinator `d` exports it (`longhaul export`), written to a file
+// in a fresh temporary directory `dir_name` and read back as a checkpoint.
+StatusOr<model::Checkpoint> ExportedCheckpoint(daemon::Daemon& d, const std::string& id,
+                                               const std::string& dir_name);
 
 }  // namespace longhaul::testing

@@ -124,20 +124,7 @@ TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bi
   CHECK(local.back() < local.front());
 
   // Export gathers the fragments into one llm.c checkpoint.
-  std::string bytes;
-  REQUIRE(c.at(0)
-              .jobs()
-              .Export(submitted->job_id(),
-                      [&](const std::string& b, uint64_t) {
-                        bytes += b;
-                        return absl::OkStatus();
-                      })
-              .ok());
-  const std::string path = testing::TempDir("export") + "/model.bin";
-  FILE* f = fopen(path.c_str(), "wb");
-  fwrite(bytes.data(), 1, bytes.size(), f);
-  fclose(f);
-  auto ckpt = model::ReadCheckpoint(path);
+  auto ckpt = testing::ExportedCheckpoint(c.at(0), submitted->job_id(), "export");
   REQUIRE(ckpt.ok());
   CHECK(ckpt->config.num_layers == 3);
 }
@@ -198,20 +185,8 @@ TEST_CASE("a 3-site pipeline of the subspace-cut variant matches train-local bit
     CHECK(s.losses(i) == local[i]);
   }
   CHECK(local.back() < local.front());
-  std::string bytes;
-  REQUIRE(c.at(0)
-              .jobs()
-              .Export(id,
-                      [&](const std::string& b, uint64_t) {
-                        bytes += b;
-                        return absl::OkStatus();
-                      })
-              .ok());
-  const std::string path = testing::TempDir("export_subspace") + "/model.bin";
-  FILE* f = fopen(path.c_str(), "wb");
-  fwrite(bytes.data(), 1, bytes.size(), f);
-  fclose(f);
-  auto ckpt = model::ReadCheckpoint(path);
+  auto ckpt = testing::ExportedCheckpoint(c.at(0), id, "export_subspace");
+  INFO(ckpt.status().ToString());
   REQUIRE(ckpt.ok());
   CHECK(ckpt->config.residual_subspace == 8);
   CHECK(ckpt->config.unconstrained_layers == 1);

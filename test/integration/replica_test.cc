@@ -109,20 +109,8 @@ struct Cluster {
   }
   // Replica 0's model at the last committed step, as the export writes it.
   std::vector<float> Export(const std::string& id) {
-    std::string bytes;
-    REQUIRE(at(0)
-                .jobs()
-                .Export(id,
-                        [&](const std::string& b, uint64_t) {
-                          bytes += b;
-                          return absl::OkStatus();
-                        })
-                .ok());
-    const std::string path = testing::TempDir("replica-export") + "/model.bin";
-    FILE* f = fopen(path.c_str(), "wb");
-    fwrite(bytes.data(), 1, bytes.size(), f);
-    fclose(f);
-    auto ckpt = model::ReadCheckpoint(path);
+    auto ckpt = testing::ExportedCheckpoint(at(0), id, "replica-export");
+    INFO(ckpt.status().ToString());
     REQUIRE(ckpt.ok());
     return ckpt->params;
   }
