@@ -200,6 +200,8 @@ class Fragment {
   bool constrained(int l) const {
     return !TiedHead(config_) && l < FirstUnconstrainedLayer(config_);
   }
+  // The stream (or its coordinates) leaving layer l - 1 of this fragment, or its input.
+  const float* StreamInto(const Slot& s, int l) const;
   const float* LayerInput(const Slot& s, int l) const;
   // x = E[token] + U c, and dc += U^T dx.
   void Rebuild(float* x, const Slot& s, const float* coords);

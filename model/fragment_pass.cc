@@ -46,9 +46,13 @@ void Fragment::AddCoordGrad(float* dcoords, const float* dx) {
   ops_->ResidualForward(dcoords, dcoords, scratch_.proj, size_t(BT) * K);
 }
 
+const float* Fragment::StreamInto(const Slot& s, int l) const {
+  return l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3;
+}
+
 const float* Fragment::LayerInput(const Slot& s, int l) const {
   if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) return s.rebuilt;
-  return l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3;
+  return StreamInto(s, l);
 }
 
 Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
@@ -80,8 +84,7 @@ Status Fragment::Forward(int slot, const int32_t* tokens, const float* activatio
     const bool sub = constrained(l);
     const int R = sub ? config_.residual_subspace : C;
     if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
-      Rebuild(s.rebuilt, s,
-              l == layout_.begin() ? s.input : s.layers[l - 1 - layout_.begin()].residual3);
+      Rebuild(s.rebuilt, s, StreamInto(s, l));
     }
     const float* residual = LayerInput(s, l);
     if (sub) Rebuild(a.x1, s, residual);

@@ -19,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/layout.h"
 #include "model/optimizer.h"
+#include "model/targets_frame.h"
 #include "model/trainer.h"
 #include "scheduler/pipeline_order.h"
 
@@ -341,51 +342,12 @@ Status StageRunner::RunStep(uint64_t step) {
   return absl::OkStatus();
 }
 
-std::vector<float> StageRunner::PackTargets(int slot) const {
-  const int per_row = window_ ? T_ + 1 : T_;
-  std::vector<float> frame(static_cast<size_t>(B_) * per_row);
-  for (int b = 0; b < B_; ++b) {
-    float* row = frame.data() + static_cast<size_t>(b) * per_row;
-    if (window_) *row++ = static_cast<float>(slot_tokens_[slot][static_cast<size_t>(b) * T_]);
-    for (int t = 0; t < T_; ++t) {
-      row[t] = static_cast<float>(slot_targets_[slot][static_cast<size_t>(b) * T_ + t]);
-    }
-  }
-  return frame;
-}
-
-Status StageRunner::UnpackTargets(const std::vector<float>& frame, int slot, uint64_t step,
-                                  int mb) {
-  const int vocab = ctx_.spec.job.model.vocab_size;
-  for (size_t i = 0; i < frame.size(); ++i) {
-    // Checked before any conversion: a float outside int's range does not convert.
-    const float v = frame[i];
-    if (!(v >= 0.0f && v < static_cast<float>(vocab)) || v != std::floor(v)) {
-      return absl::InvalidArgumentError(
-          "job " + ctx_.assignment.job_id() + ": targets frame of step " + std::to_string(step) +
-          ", microbatch " + std::to_string(mb) + " from stage " +
-          std::to_string(grid_.prev(stage_)) + ": value " + std::to_string(v) + " at " +
-          std::to_string(i) + " of " + std::to_string(frame.size()) +
-          " is not a token id of the vocabulary [0, " + std::to_string(vocab) + ")");
-    }
-  }
-  // Targets are the inputs shifted by one: a window's token t is input t, token t + 1 target t.
-  const int per_row = window_ ? T_ + 1 : T_;
-  for (int b = 0; b < B_; ++b) {
-    const float* row = frame.data() + static_cast<size_t>(b) * per_row;
-    for (int t = 0; t < T_; ++t) {
-      const size_t i = static_cast<size_t>(b) * T_ + t;
-      if (window_) slot_tokens_[slot][i] = static_cast<int32_t>(row[t]);
-      slot_targets_[slot][i] = static_cast<int32_t>(row[window_ ? t + 1 : t]);
-    }
-  }
-  return absl::OkStatus();
-}
-
 Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * out_width_;
-  const size_t frame_floats = static_cast<size_t>(B_) * (window_ ? T_ + 1 : T_);
+  const model::GPT2Config& config = ctx_.spec.job.model;
+  const int per_row = model::TargetsFrameRow(config, T_);
+  const size_t frame_floats = static_cast<size_t>(B_) * per_row;
   const float* input = nullptr;
   if (fragment_->is_first()) {
     (mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data());
@@ -395,7 +357,11 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
     ASSIGN_OR_RETURN(input, ReceiveInput(v1::TENSOR_KIND_ACTIVATION, step, mb));
     std::vector<float> t(frame_floats);
     RETURN_IF_ERROR(exchange_->Receive(v1::TENSOR_KIND_TARGETS, step, mb, t.data(), frame_floats));
-    RETURN_IF_ERROR(UnpackTargets(t, slot, step, mb));
+    RETURN_IF_ERROR(Annotate(
+        model::UnpackTargetsFrame(config, B_, T_, t, window_ ? slot_tokens_[slot].data() : nullptr,
+                                  slot_targets_[slot].data()),
+        "job " + ctx_.assignment.job_id() + ": step " + std::to_string(step) + ", microbatch " +
+            std::to_string(mb) + " from stage " + std::to_string(grid_.prev(stage_))));
   }
   const int32_t* tokens = nullptr;
   if (fragment_->needs_tokens()) tokens = window_ ? slot_tokens_[slot].data() : tokens_.data();
@@ -416,11 +382,12 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   fragment_->Synchronize();  // a GPU's forward is only done when its queue is
   const double elapsed = Now() - start - (exchange_->send_seconds() - sending);
   compute_acc_ += elapsed;
-  std::vector<float> t = PackTargets(slot);
+  std::vector<float> t = model::PackTargetsFrame(
+      config, B_, T_, window_ ? slot_tokens_[slot].data() : nullptr, slot_targets_[slot].data());
   // The targets first, so that activations encoded on a GPU can stay pending (see Send).
   using To = StageExchange::To;
   RETURN_IF_ERROR(exchange_->Send(To::kNext, v1::TENSOR_KIND_TARGETS, step, mb, t.data(),
-                                  frame_floats, {B_, window_ ? T_ + 1 : T_}, false));
+                                  frame_floats, {B_, per_row}, false));
   return exchange_->Send(To::kNext, v1::TENSOR_KIND_ACTIVATION, step, mb, host, act,
                          {B_, T_, out_width_}, true, device_out);
 }

@@ -153,10 +153,6 @@ class StageRunner {
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
   StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
-  // The targets frame: packs the slot's targets (window_: and tokens) / unpacks them.
-  std::vector<float> PackTargets(int slot) const;
-  // A peer's frame: every value must be a token id of the vocabulary.
-  Status UnpackTargets(const std::vector<float>& frame, int slot, uint64_t step, int mb);
 
   StageRunnerContext ctx_;
   // stage_: the flat index in the plan (stage_grid.h); pos_: the position in its replica of

@@ -15,6 +15,7 @@
 #include "model/fragment.h"
 #include "model/job.h"
 #include "model/layout.h"
+#include "model/targets_frame.h"
 #include "test/model/test_util.h"
 
 namespace longhaul::model {
@@ -190,6 +191,31 @@ TEST_CASE("subspace cut: K floats per position, tokens at every fragment", "[sub
   REQUIRE(late.ok());
   CHECK((*late)->input_width() == 32);
   CHECK(!(*late)->needs_tokens());
+}
+
+// The targets frame a stage sends the next: the targets, and for the variant each
+// sequence's T + 1 tokens; a value that is no token id is refused before any conversion.
+TEST_CASE("targets frame: round trip, and values that are no token ids", "[subspace]") {
+  constexpr int B = 2, T = 3;
+  const std::vector<int32_t> inputs = {1, 2, 3, 10, 11, 12}, targets = {2, 3, 4, 11, 12, 13};
+  for (int k : {0, 8}) {
+    const GPT2Config c = SubspaceConfig(k);
+    INFO("K = " << k);
+    const std::vector<float> frame = PackTargetsFrame(c, B, T, inputs.data(), targets.data());
+    CHECK(frame.size() == size_t(B) * (k > 0 ? T + 1 : T));
+    std::vector<int32_t> in(B * T, -1), out(B * T, -1);
+    REQUIRE(UnpackTargetsFrame(c, B, T, frame, in.data(), out.data()).ok());
+    CHECK(out == targets);
+    if (k > 0) CHECK(in == inputs);
+    for (float bad : {std::nanf(""), 1e20f, -1.0f, 67.0f, 2.5f}) {
+      std::vector<float> hostile = frame;
+      hostile[1] = bad;
+      const Status s = UnpackTargetsFrame(c, B, T, hostile, in.data(), out.data());
+      INFO(bad);
+      CHECK(!s.ok());
+      CHECK(std::string(s.message()).find("not a token id") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {

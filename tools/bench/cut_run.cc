@@ -11,6 +11,7 @@
 #include "compression/frame.h"
 #include "model/chain.h"
 #include "model/optimizer.h"
+#include "model/targets_frame.h"
 
 namespace longhaul::bench {
 namespace {
@@ -112,28 +113,18 @@ Status CutRun::Transfer(const compression::Codec& codec, const float* src, float
 Status CutRun::SendTokens(uint64_t seed) {
   const int B = job_.microbatch_size, T = job_.seq_len;
   // The standard model's last stage needs the targets; the subspace-cut variant's needs the
-  // inputs too, so it gets each sequence's window of T + 1 tokens, which holds both.
+  // inputs too (model/targets_frame.h).
   const bool window = !model::TiedHead(job_.model);
-  const int per_row = window ? T + 1 : T;
-  std::vector<float> values(size_t(B) * per_row);
-  for (int b = 0; b < B; ++b) {
-    float* row = values.data() + size_t(b) * per_row;
-    if (window) *row++ = float(tokens_[b * T]);  // then targets t = inputs t + 1
-    for (int t = 0; t < T; ++t) row[t] = float(targets_[b * T + t]);
-  }
+  const std::vector<float> values =
+      model::PackTargetsFrame(job_.model, B, T, tokens_.data(), targets_.data());
   compression::EncodeOptions eo;
   eo.seed = seed;
   std::vector<uint8_t> frame;
-  RETURN_IF_ERROR(
-      compression::EncodeFrame(*exact_, values, std::vector<int64_t>{B, per_row}, eo, &frame));
+  RETURN_IF_ERROR(compression::EncodeFrame(
+      *exact_, values, std::vector<int64_t>{B, model::TargetsFrameRow(job_.model, T)}, eo, &frame));
   ASSIGN_OR_RETURN(compression::DecodedFrame d, compression::DecodeFrame(frame));
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const size_t at = size_t(b) * per_row + t;
-      if (window) tokens_[b * T + t] = static_cast<int32_t>(d.values[at]);
-      targets_[b * T + t] = static_cast<int32_t>(d.values[window ? at + 1 : at]);
-    }
-  }
+  RETURN_IF_ERROR(model::UnpackTargetsFrame(job_.model, B, T, d.values,
+                                            window ? tokens_.data() : nullptr, targets_.data()));
   traffic_.exact_wire += frame.size();
   return absl::OkStatus();
 }
