@@ -37,9 +37,9 @@ Status UnpackTargetsFrame(const GPT2Config& config, int batch, int seq_len,
     // Checked before any conversion: a float outside int's range does not convert.
     const float v = frame[i];
     if (!(v >= 0.0f && v < float(config.vocab_size)) || v != std::floor(v)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "targets frame: value ", v, " at ", i, " of ", frame.size(),
-          " is not a token id of the vocabulary [0, ", config.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("targets frame: value ", v, " at ", i, " of ", frame.size(),
+                       " is not a token id of the vocabulary [0, ", config.vocab_size, ")"));
     }
   }
   for (int b = 0; b < batch; ++b) {
