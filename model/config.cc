@@ -60,7 +60,7 @@ Status ValidateConfig(const GPT2Config& c) {
   // Keep every per-tensor size well inside int64 and every activation index inside the
   // int arguments of the kernels (checked again per batch by the fragment).
   const double params = 12.0 * c.num_layers * double(c.channels) * c.channels +
-                        double(c.padded_vocab_size + c.max_seq_len) * c.channels;
+                        (double(c.padded_vocab_size) + c.max_seq_len) * c.channels;
   if (params > 1e12) {
     return absl::InvalidArgumentError(
         absl::StrCat("model too large: about ", params, " parameters (", c.DebugString(), ")"));

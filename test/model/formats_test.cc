@@ -95,6 +95,18 @@ TEST_CASE("bad checkpoints give clear errors", "[formats]") {
   CHECK_THAT(std::string(ReadCheckpoint(dir + "/heads.bin").status().message()),
              Contains("multiple of heads"));
 
+  // A header whose vocab and context would overflow an int when added (a fuzzer's find):
+  // rejected as too large, not wrapped into a small negative size that passes.
+  bad = good;
+  const int32_t huge_vocab = 998244352, huge_context = 1979777032, wide = 1024;
+  std::memcpy(bad.data() + 2 * 4, &huge_context, 4);
+  std::memcpy(bad.data() + 3 * 4, &huge_vocab, 4);
+  std::memcpy(bad.data() + 6 * 4, &wide, 4);
+  std::memcpy(bad.data() + 7 * 4, &huge_vocab, 4);
+  testing::WriteBytes(dir + "/huge.bin", bad);
+  CHECK_THAT(std::string(ReadCheckpoint(dir + "/huge.bin").status().message()),
+             Contains("model too large"));
+
   const Status mismatch = CheckConfigMatches(MakeConfig(2, 8, 2, 10, 4), c, "good.bin");
   CHECK_THAT(std::string(mismatch.message()), Contains("layers 2 vs 1"));
   CHECK(CheckConfigMatches(c, c, "good.bin").ok());
