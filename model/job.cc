@@ -20,7 +20,7 @@ const std::vector<absl::string_view> kTopKeys = {
     "optimizer", "seed", "checkpoint", "backend", "threads",
     // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
     "sites", "compression", "replan", "placement", "replicas", "replica_microbatches",
-    "replica_stages", "sync"};
+    "replica_stages", "sync", "extra_in_flight"};
 const std::vector<absl::string_view> kModelKeys = {
     "layers", "channels", "heads", "vocab", "context", "residual_subspace", "unconstrained_layers"};
 const std::vector<absl::string_view> kDataKeys = {"train", "format", "val", "val_every",

@@ -7,6 +7,7 @@
 #include <map>
 #include <utility>
 
+#include "scheduler/in_flight.h"
 #include "scheduler/pipeline_order.h"
 
 namespace longhaul::scheduler {
@@ -74,15 +75,20 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
   std::vector<Ev> act(static_cast<size_t>(S) * M), grad(act.size());
   std::vector<char> act_known(act.size(), 0), grad_known(act.size(), 0);
   std::vector<Ev> act_link(S > 0 ? S - 1 : 0), grad_link(act_link.size());
-  // Program counters: ops issued per stage, in the 1F1B order.
+  // Program counters: ops issued per stage, in the 1F1B order with each stage's warm-ups.
   std::vector<int> pc(S, 0);
+  std::vector<int> warmup = in.warmup;
+  if (static_cast<int>(warmup.size()) != S || !ValidWarmups(warmup, M)) {
+    warmup.resize(S);
+    for (int i = 0; i < S; ++i) warmup[i] = StandardWarmup(i, S, M);
+  }
   int done = 0;
   const int total = 2 * S * M;
 
   // Runs stage i's next op if its input is there; returns whether it ran.
   auto step_stage = [&](int i) -> bool {
     if (pc[i] == 2 * M) return false;
-    const PipelineOp op = OneFOneB(i, S, M, pc[i]);
+    const PipelineOp op = OneFOneBWarm(warmup[i], M, pc[i]);
     const int j = op.microbatch;
     if (op.forward) {
       Ev start = free[i];
@@ -129,7 +135,7 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
       while (step_stage(i)) {
       }
     }
-    if (done == before) return kUnknown;  // cannot happen: 1F1B does not deadlock
+    if (done == before) return kUnknown;  // cannot happen: valid warm-ups do not deadlock
   }
 
   std::vector<Ev> reported = free;

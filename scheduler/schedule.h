@@ -1,11 +1,11 @@
 // One training step of a pipeline played exactly, on steady links: the schedule the stage
-// runner follows (daemon/job/stage_runner.cc) reduced to times. Stage i runs
-// min(M, S - i - 1) warm-up forwards, then alternates one forward and one backward, then
-// drains; an op starts when its stage is free and its input has arrived. Each directed
-// link between neighbours has one FIFO sender: a tensor leaves when it is encoded and the
-// link is free, occupies the link for its wire time, and arrives rtt/2 later. After its
-// last backward the first and the last stage swap their tied-embedding gradients (over the
-// neighbour links when there are two stages, a direct link otherwise); then every stage
+// runner follows (daemon/job/stage_runner.cc) reduced to times. Stage i runs its warm-up
+// forwards (plain 1F1B's min(M, S - i - 1), or the WAN-aware schedule's, in_flight.h), then
+// alternates one forward and one backward, then drains; an op starts when its stage is free and its
+// input has arrived. Each directed link between neighbours has one FIFO sender: a tensor leaves
+// when it is encoded and the link is free, occupies the link for its wire time, and arrives rtt/2
+// later. After its last backward the first and the last stage swap their tied-embedding gradients
+// (over the neighbour links when there are two stages, a direct link otherwise); then every stage
 // reports to the coordinator and the step ends when the last report arrives. The stage may
 // begin the step once the previous decision reached it and its optimizer step ran.
 //
@@ -19,6 +19,8 @@ namespace longhaul::scheduler {
 
 struct ScheduleInputs {
   int microbatches = 1;
+  // Per stage: warm-up forwards (pipeline_order.h); empty or not ValidWarmups: plain 1F1B.
+  std::vector<int> warmup;
   // Per stage.
   std::vector<double> release;    // when the previous barrier decision reaches the stage
   std::vector<double> optimizer;  // its AdamW step, before the first op

@@ -7,6 +7,7 @@
 #include "daemon/job/coordinator.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
+#include "daemon/job/step_warmups.h"
 #include "daemon/job/sync_groups.h"
 #include "daemon/job/sync_routes.h"
 
@@ -105,6 +106,14 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
     SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model), &record_);
+    if (spec_.extra_in_flight == JobSpec::kAutoInFlight) {
+      // The WAN-aware schedule: the next step's warm-ups from this step's measurements.
+      std::vector<std::string> sites;
+      for (const auto& s : record_.stages()) sites.push_back(s.site());
+      if (v1::StepDecision* d = barrier_.MutableDecision(rep.attempt(), rep.step())) {
+        for (uint32_t w : StepWarmups(grid, sites, counts, *reports)) d->add_warmups(w);
+      }
+    }
     PersistLocked();
     barrier_.Prune(rep.attempt(), rep.step());
     cv_.notify_all();

@@ -189,6 +189,8 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                           " MiB, all its memory limit allows");
     }
   }
+  ctx.in_flight_memory_bytes =
+      limit > 0 ? limit : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
   ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), limit));
   RETURN_IF_ERROR(model::WriteFileAtomically(JobDir(id) + "/stage.pb", a.SerializeAsString()));
   v1::AssignResponse r;

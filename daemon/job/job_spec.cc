@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "compression/codec.h"
 #include "compression/controller.h"
 #include "model/tied_exchange.h"
@@ -167,9 +168,10 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
   model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{},
-      replicas_entry{}, sync_entry{}, mb_entry{}, rs_entry{};
+      replicas_entry{}, sync_entry{}, mb_entry{}, rs_entry{}, flight_entry{};
   bool have_sites = false, have_comp = false, have_replan = false, have_placement = false,
-       have_replicas = false, have_sync = false, have_mb = false, have_rs = false;
+       have_replicas = false, have_sync = false, have_mb = false, have_rs = false,
+       have_flight = false;
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.as<std::string>();
     if (key == "sites") {
@@ -196,6 +198,9 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     } else if (key == "replica_stages") {
       rs_entry = {it->first, it->second, "replica_stages"};
       have_rs = true;
+    } else if (key == "extra_in_flight") {
+      flight_entry = {it->first, it->second, "extra_in_flight"};
+      have_flight = true;
     }
   }
   if (!have_sites) return w.Missing(root, "sites");
@@ -269,6 +274,20 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
       return w.Error(rs_entry, std::to_string(total) + " stages in all, but " +
                                    std::to_string(spec.sites.size()) +
                                    " sites are listed (one site per stage, replica by replica)");
+    }
+  }
+  if (have_flight) {
+    ASSIGN_OR_RETURN(std::string v, w.String(flight_entry));
+    int64_t parsed = 0;
+    if (v == "auto") {
+      spec.extra_in_flight = JobSpec::kAutoInFlight;
+    } else if (!absl::SimpleAtoi(v, &parsed)) {
+      return w.Error(flight_entry,
+                     "expected auto or a number of microbatches (0: plain 1F1B), got '" + v + "'");
+    } else {
+      // More than M is the same as M: a stage never holds more than its step's microbatches.
+      ASSIGN_OR_RETURN(const int64_t n, w.Int(flight_entry, 0, kMaxReplicaMicrobatches));
+      spec.extra_in_flight = static_cast<int>(n);
     }
   }
   if (have_replan) {

@@ -148,6 +148,11 @@ struct JobSpec {
   DirectionCodecs activations, gradients;
   std::string tied_codec = "exact";  // compression.tied
   bool replan = true;                // move layers away from a straggler
+  // extra_in_flight: microbatches each stage keeps in flight beyond plain 1F1B's, to cover
+  // the links' round trips (scheduler/in_flight.h). kAutoInFlight: chosen each step from the
+  // measured round trips and compute, within the stage's memory; 0: plain 1F1B.
+  static constexpr int kAutoInFlight = -1;
+  int extra_in_flight = kAutoInFlight;
   // true (placement: planned): the planner chooses the order of `sites`, the split and which
   // sites to leave out, from the sites' calibrations and links (site_profile.h); false
   // (placement: even): `sites` in the listed order, the layers split evenly.

@@ -21,6 +21,7 @@
 #include "model/optimizer.h"
 #include "model/targets_frame.h"
 #include "model/trainer.h"
+#include "scheduler/in_flight.h"
 #include "scheduler/pipeline_order.h"
 
 namespace longhaul::daemon {
@@ -60,19 +61,39 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   window_ = !model::TiedHead(job.model);
   fo.batch_size = B_;
   fo.seq_len = T_;
-  fo.slots = std::min(M_, num_stages_ - pos_);
   std::vector<std::string> backends = ctx_.backends;
   if (backends.empty()) backends = {job.backend};
   // Every replica holds its own parameters, gradients, optimizer state and its rows'
   // activations: CPU replicas share the machine's memory, so theirs add up; each GPU replica
   // has a device of its own, so the largest one counts.
-  memory_bytes_ = 0;
-  for (int rows : model::ReplicatedFragment::ReplicaRows(B_, static_cast<int>(backends.size()))) {
-    model::FragmentOptions ro = fo;
-    ro.batch_size = std::max(1, rows);
-    const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
-    memory_bytes_ = OnGpu(backends[0]) ? std::max(memory_bytes_, bytes) : memory_bytes_ + bytes;
+  auto memory_with = [&](int slots) {
+    int64_t total = 0;
+    for (int rows : model::ReplicatedFragment::ReplicaRows(B_, static_cast<int>(backends.size()))) {
+      model::FragmentOptions ro = fo;
+      ro.batch_size = std::max(1, rows);
+      ro.slots = slots;
+      const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
+      total = OnGpu(backends[0]) ? std::max(total, bytes) : total + bytes;
+    }
+    return total;
+  };
+  // Activation slots: one per microbatch in flight, warm-ups + 1 (scheduler/in_flight.h).
+  warmup_ = scheduler::StandardWarmup(pos_, num_stages_, M_);
+  max_warmup_ = warmup_;
+  if (ctx_.spec.extra_in_flight > 0) {
+    warmup_ = scheduler::ExtraWarmups(num_stages_, M_, ctx_.spec.extra_in_flight)[pos_];
+    max_warmup_ = warmup_;
+  } else if (ctx_.spec.extra_in_flight == JobSpec::kAutoInFlight && pos_ + 1 < num_stages_) {
+    // As many as the memory allows, up to every microbatch; the coordinator chooses how
+    // many of them each step uses.
+    max_warmup_ = M_;
+    while (max_warmup_ > warmup_ &&
+           memory_with(std::min(M_, max_warmup_ + 1)) > ctx_.in_flight_memory_bytes) {
+      --max_warmup_;
+    }
   }
+  fo.slots = std::min(M_, max_warmup_ + 1);
+  memory_bytes_ = memory_with(fo.slots);
   if (memory_limit_bytes > 0 && memory_bytes_ > memory_limit_bytes) {
     return absl::ResourceExhaustedError(
         "job too large for site '" + ctx_.site + "': stage " + std::to_string(stage_) +
@@ -231,6 +252,28 @@ void StageRunner::Run() {
   }
 }
 
+Status StageRunner::TakeWarmups(const v1::StepDecision& decision) {
+  if (ctx_.spec.extra_in_flight != JobSpec::kAutoInFlight || decision.warmups_size() == 0) {
+    return absl::OkStatus();
+  }
+  const int standard = scheduler::StandardWarmup(pos_, num_stages_, M_);
+  const int64_t w = stage_ < decision.warmups_size() ? decision.warmups(stage_) : -1;
+  if (decision.warmups_size() != grid_.size() || w < standard || w > max_warmup_) {
+    return absl::InvalidArgumentError(
+        "job " + ctx_.assignment.job_id() + " stage " + std::to_string(stage_) +
+        ": the step decision asks for " + std::to_string(w) + " warm-up forwards (of " +
+        std::to_string(decision.warmups_size()) + " stages' for " + std::to_string(grid_.size()) +
+        "); the stage runs from " + std::to_string(standard) + " to " +
+        std::to_string(max_warmup_));
+  }
+  if (w != warmup_ && ctx_.log) {
+    ctx_.log->info("job {}: stage {} keeps {} microbatches in flight (was {})",
+                   ctx_.assignment.job_id(), stage_, w + 1, warmup_ + 1);
+  }
+  warmup_ = static_cast<int>(w);
+  return absl::OkStatus();
+}
+
 Status StageRunner::RunStep(uint64_t step) {
   const double start = Now();
   ctx_.inbox->AdvanceTo(step);  // earlier steps' tensors are no longer taken
@@ -239,7 +282,7 @@ Status StageRunner::RunStep(uint64_t step) {
   fragment_->ZeroGrads();
   double loss_sum = 0;
   for (int k = 0; k < 2 * M_; ++k) {  // the 1F1B order (scheduler/pipeline_order.h)
-    const scheduler::PipelineOp op = scheduler::OneFOneB(pos_, num_stages_, M_, k);
+    const scheduler::PipelineOp op = scheduler::OneFOneBWarm(warmup_, M_, k);
     RETURN_IF_ERROR(op.forward ? Forward(step, op.microbatch, &loss_sum)
                                : Backward(step, op.microbatch));
   }
@@ -268,6 +311,7 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_step_seconds(Now() - start);
   report.set_checkpoint_step(status_.checkpoint_step);
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
+  report.set_max_warmup(static_cast<uint32_t>(max_warmup_));
   if (val_step_ > 0) {
     report.set_val_step(val_step_);
     report.set_val_loss(val_loss_);
@@ -306,6 +350,7 @@ Status StageRunner::RunStep(uint64_t step) {
   wait_acc_ += Now() - barrier_start;
   val_step_ = 0;  // reported
   if (decision->stop()) return absl::AbortedError("coordinator: " + decision->detail());
+  RETURN_IF_ERROR(TakeWarmups(*decision));
   const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
   const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
   const double step_start = Now();

@@ -65,6 +65,9 @@ struct StageRunnerContext {
   bool host_device_codecs = false;
   // A stage waiting for a tensor checks its own senders for failures this often.
   double heartbeat_seconds = 1.0;
+  // extra_in_flight auto: what the stage's memory may grow to with extra activation slots
+  // (the site's limit, or without one half the machine's memory); 0: no extra slots.
+  int64_t in_flight_memory_bytes = 0;
   // Links to other sites (to fetch moved layers when the plan changed).
   std::function<transport::Link*(const std::string&)> channel;
 };
@@ -153,12 +156,19 @@ class StageRunner {
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
   StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
+  // extra_in_flight auto: this stage's warm-ups for the next step from the step decision,
+  // checked against its slots.
+  Status TakeWarmups(const v1::StepDecision& decision);
 
   StageRunnerContext ctx_;
   // stage_: the flat index in the plan (stage_grid.h); pos_: the position in its replica of
   // num_stages_ stages.
   StageGrid grid_;
   int num_stages_ = 0, stage_ = 0, pos_ = 0, B_ = 0, T_ = 0, C_ = 0, M_ = 0;
+  // Warm-up forwards this step (scheduler/pipeline_order.h) and the most the activation
+  // slots hold (slots - 1): plain 1F1B's, a fixed extra_in_flight's, or the coordinator's
+  // WAN-aware choice from the previous step's decision.
+  int warmup_ = 0, max_warmup_ = 0;
   // Floats per position of the stream entering and leaving this stage (model::StreamWidth).
   int in_width_ = 0, out_width_ = 0;
   // The subspace-cut variant: the targets frame holds each sequence's T + 1 tokens, inputs

@@ -40,6 +40,13 @@ class StepBarrier {
 
   // The barrier of (attempt, step): still gathering, decided (then *decision is set), or
   // gone (pruned: its attempt ended or it is long past).
+  // The decision of (attempt, step) once decided, to add to before any waiter reads it (the
+  // coordinator's lock held); null otherwise.
+  v1::StepDecision* MutableDecision(uint32_t attempt, uint64_t step) {
+    auto it = barriers_.find({attempt, step});
+    return it != barriers_.end() && it->second.decided ? &it->second.decision : nullptr;
+  }
+
   enum class State { kGathering, kDecided, kGone };
   State Lookup(uint32_t attempt, uint64_t step, v1::StepDecision* decision) const;
 

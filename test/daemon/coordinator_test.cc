@@ -190,5 +190,35 @@ TEST_CASE("coordinator: the job completes once every stage ran its last step") {
   CHECK(f.c->finished());
 }
 
+TEST_CASE("coordinator: each decision carries the next step's warm-ups (extra_in_flight auto)") {
+  Fixture f;
+  // Reports without compute or links: plain 1F1B's, stage 0 one warm-up forward.
+  auto [d0, d1] = f.Step(0, 0);
+  CHECK(std::vector<uint32_t>(d0.warmups().begin(), d0.warmups().end()) ==
+        std::vector<uint32_t>{1, 0});
+  CHECK(d1.warmups_size() == 2);
+}
+
+TEST_CASE("job spec: extra_in_flight is auto, a count, or a clear error") {
+  const std::string dir = testing::TempDir("in_flight_spec");
+  auto parse = [&](const std::string& line) { return ParseJobSpec(kJob + line, "job.yaml", dir); };
+  auto plain = ParseJobSpec(kJob, "job.yaml", dir);
+  REQUIRE(plain.ok());
+  CHECK(plain->extra_in_flight == JobSpec::kAutoInFlight);
+  auto three = parse("extra_in_flight: 3\n");
+  REQUIRE(three.ok());
+  CHECK(three->extra_in_flight == 3);
+  auto off = parse("extra_in_flight: 0\n");
+  REQUIRE(off.ok());
+  CHECK(off->extra_in_flight == 0);
+  auto word = parse("extra_in_flight: lots\n");
+  REQUIRE_FALSE(word.ok());
+  CHECK_THAT(std::string(word.status().message()),
+             Catch::Contains("job.yaml:") && Catch::Contains("expected auto or a number"));
+  auto negative = parse("extra_in_flight: -1\n");
+  REQUIRE_FALSE(negative.ok());
+  CHECK_THAT(std::string(negative.status().message()), Catch::Contains("extra_in_flight"));
+}
+
 }  // namespace
 }  // namespace longhaul::daemon

@@ -1,10 +1,16 @@
 // StepBarrier: the committed step, the finish, one decision per (attempt, step) from all
-// stages' gradient sums, and pruning.
+// stages' gradient sums, and pruning; StepWarmups, the WAN-aware warm-ups the coordinator adds
+// to the decision.
 #include "daemon/job/step_barrier.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
 
+#include "daemon/job/step_warmups.h"
 #include "model/optimizer.h"
 
 namespace longhaul::daemon {
@@ -67,6 +73,65 @@ TEST_CASE("step barrier: pruning ends older attempts and long-past steps") {
   CHECK(b.Lookup(1, 5, &d) == StepBarrier::State::kGone);
   CHECK(b.Lookup(2, 5, &d) == StepBarrier::State::kGone);  // more than two steps back
   CHECK(b.Lookup(2, 9, &d) == StepBarrier::State::kGathering);
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
+
+namespace longhaul::daemon {
+namespace {
+
+// A stage's report for StepWarmups: compute over the step, its slots, one neighbour link.
+v1::StepReport FlightReport(uint32_t stage, double compute, uint32_t max_warmup,
+                            const std::string& to, double rtt, double bandwidth, uint64_t wire) {
+  v1::StepReport r;
+  r.set_stage(stage);
+  r.set_compute_seconds(compute);
+  r.set_max_warmup(max_warmup);
+  if (!to.empty()) {
+    v1::LinkUsage* l = r.add_links();
+    l->set_to_site(to);
+    l->set_rtt_seconds(rtt);
+    l->set_bandwidth_bytes_per_second(bandwidth);
+    l->set_tensors(10);
+    l->set_wire_bytes(10 * wire);
+  }
+  return r;
+}
+
+TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per replica") {
+  const std::vector<std::string> sites = {"a", "b", "c"};
+  const StageGrid grid = StageGrid::Of(1, 3);
+  // 8 microbatches of 18 ms; 30 ms round trips, 262 kB at 100 MB/s (2.6 ms) each way.
+  std::map<uint32_t, v1::StepReport> reports;
+  reports[0] = FlightReport(0, 8 * 0.018, 8, "b", 0.03, 1e8, 262000);
+  reports[1] = FlightReport(1, 8 * 0.018, 8, "c", 0.03, 1e8, 262000);
+  reports[1].add_links()->CopyFrom(reports[0].links(0));  // its link back to a
+  reports[1].mutable_links(1)->set_to_site("a");
+  reports[2] = FlightReport(2, 8 * 0.018, 0, "b", 0.03, 1e8, 262000);
+  // Stage 1: ceil((0.03 + 2 x 0.00262) / 0.018) = 2 more than 1F1B's 1; stage 0: both links.
+  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{6, 3, 0});
+  // Stage 0's slots hold 4: it and the next stay deadlock-free.
+  reports[0].set_max_warmup(3);
+  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{3, 2, 0});
+  // A missing report: plain 1F1B.
+  reports.erase(2);
+  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{2, 1, 0});
+  // Hostile figures (negative, not finite) count as nothing measured.
+  reports[2] = FlightReport(2, -1, 0, "b", std::nan(""), -5, 1);
+  reports[0] =
+      FlightReport(0, std::nan(""), 8, "b", -1, std::numeric_limits<double>::infinity(), 262000);
+  reports[1] = FlightReport(1, 0, 8, "c", 0, 0, 0);
+  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{2, 1, 0});
+  // Two replicas of two stages: each its own.
+  const StageGrid two = StageGrid::Of(2, 4);
+  const std::vector<std::string> four = {"a", "b", "c", "d"};
+  std::map<uint32_t, v1::StepReport> r2;
+  r2[0] = FlightReport(0, 4 * 0.01, 4, "b", 0.1, 1e8, 1000);
+  r2[1] = FlightReport(1, 4 * 0.01, 0, "a", 0.1, 1e8, 1000);
+  r2[2] = FlightReport(2, 4 * 0.01, 4, "d", 0, 1e8, 1000);
+  r2[3] = FlightReport(3, 4 * 0.01, 0, "c", 0, 1e8, 1000);
+  CHECK(StepWarmups(two, four, {4, 4}, r2) == std::vector<uint32_t>{4, 0, 1, 0});
 }
 
 }  // namespace

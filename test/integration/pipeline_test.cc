@@ -129,6 +129,24 @@ TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bi
   CHECK(ckpt->config.num_layers == 3);
 }
 
+// More microbatches in flight than plain 1F1B (extra_in_flight, scheduler/in_flight.h): the
+// stages run their forwards earlier, not differently, so the losses are train-local's bit for
+// bit; and the default (auto, the coordinator choosing from the measured links) as well.
+TEST_CASE("a pipeline keeping more microbatches in flight trains the same, bit for bit") {
+  Cluster c = StartCluster();
+  for (const std::string extra : {"2", "4", "auto"}) {
+    INFO("extra_in_flight: " << extra);
+    const std::string yaml = JobYaml("compression: {mode: off}\nextra_in_flight: " + extra + "\n");
+    const v1::JobStatus s = RunToCompletion(c.at(0), yaml);
+    const std::vector<float> local = TrainLocalLosses(yaml);
+    REQUIRE(s.losses_size() == static_cast<int>(local.size()));
+    for (size_t i = 0; i < local.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(s.losses(i) == local[i]);
+    }
+  }
+}
+
 // The subspace-cut variant (model/subspace.h): the cuts carry K = 8 coordinates per position
 // instead of C = 32 floats, the later stages get each sequence's T + 1 tokens to rebuild the
 // stream from, the head is untied (no tied exchange), and the last layer is unconstrained

@@ -26,6 +26,8 @@
 #                              unconstrained_layers: F; model/subspace.h)
 #   LAYERS=6 CHANNELS=128 HEADS=4 STEPS=120 BATCH=64 MICROBATCH=8 SEQ=64 LR=2e-3 THREADS=1
 #   FIXED_CODEC=q8 FLOOR=q4    the fixed run's codec; the adaptive runs' quality floor
+#   IN_FLIGHT=auto             the job's extra_in_flight (0: plain 1F1B; unset: the default,
+#                              auto, the WAN-aware schedule; scheduler/in_flight.h)
 #   TARGET_FRACTION=0.65 WINDOW=5   target loss: the trailing mean (WINDOW steps) that the
 #                              static "off" run reaches at this fraction of its steps
 #   TARGET=1.7263              a fixed target loss instead (needed when no "off" run is in RUNS)
@@ -48,6 +50,7 @@ LAYERS=${LAYERS:-6} CHANNELS=${CHANNELS:-128} HEADS=${HEADS:-4} STEPS=${STEPS:-1
 BATCH=${BATCH:-64} MICROBATCH=${MICROBATCH:-8} SEQ=${SEQ:-64} LR=${LR:-2e-3}
 THREADS=${THREADS:-1}
 FIXED_CODEC=${FIXED_CODEC:-q8} FLOOR=${FLOOR:-q4}
+IN_FLIGHT=${IN_FLIGHT:-}
 TARGET_FRACTION=${TARGET_FRACTION:-0.65} WINDOW=${WINDOW:-5}
 PROBE_INTERVAL=${PROBE_INTERVAL:-5} PROBE_BYTES=${PROBE_BYTES:-1048576}
 SETTLE=${SETTLE:-15}
@@ -136,6 +139,7 @@ backend: cpu
 threads: $THREADS
 sites: [$A, $B, $C]
 placement: even   # the three sites in this order: the links under study carry the pipeline
+${IN_FLIGHT:+extra_in_flight: $IN_FLIGHT}
 compression:
   mode: $2
 $codec_line
