@@ -2,6 +2,8 @@
 // that heartbeats, probes and senders feed.
 #include "daemon/link_monitor.h"
 
+#include <algorithm>
+
 namespace longhaul::daemon {
 
 LinkMonitor::LinkMonitor(std::string site, LinkMonitorOptions options)
@@ -27,19 +29,51 @@ void LinkMonitor::SetState(const std::string& peer, v1::LinkState state,
   link.detail = state == v1::LINK_STATE_UP ? "" : detail;
 }
 
-void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds) {
-  if (seconds <= 0 || bytes == 0) return;
+void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
+                                     bool lower_bound) {
+  if (!(seconds > 0) || bytes == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = links_.find(peer);
   if (it == links_.end()) return;
   Link& link = it->second;
   const double sample = static_cast<double>(bytes) / seconds;
+  if (lower_bound && link.bandwidth_samples > 0 && sample <= link.bandwidth) return;
   link.bandwidth =
       link.bandwidth_samples == 0
           ? sample
           : options_.bandwidth_alpha * sample + (1 - options_.bandwidth_alpha) * link.bandwidth;
   ++link.bandwidth_samples;
   link.last_bandwidth_sample = Clock::now();
+}
+
+double LinkMonitor::SteadySeconds() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+void LinkMonitor::AddTransfer(const std::string& peer, double start, double end, uint64_t bytes) {
+  if (!(end >= start) || bytes == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  auto& transfers = it->second.transfers;
+  transfers.push_back({start, end, bytes});
+  while (transfers.size() > kTransfersKept) transfers.pop_front();
+}
+
+double LinkMonitor::TransferBytesDuring(const std::string& peer, double from, double to) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end() || !(to > from)) return 0;
+  double bytes = 0;
+  for (const auto& t : it->second.transfers) {
+    if (t.end == t.start) {  // too quick for the clock: all or nothing
+      if (t.start >= from && t.start <= to) bytes += static_cast<double>(t.bytes);
+      continue;
+    }
+    const double overlap = std::min(to, t.end) - std::max(from, t.start);
+    if (overlap > 0) bytes += static_cast<double>(t.bytes) * overlap / (t.end - t.start);
+  }
+  return bytes;
 }
 
 void LinkMonitor::AddRttSample(const std::string& peer, double seconds) {

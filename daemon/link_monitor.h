@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -44,8 +45,19 @@ class LinkMonitor {
   // after having been up before counts a reconnect.
   void SetState(const std::string& peer, v1::LinkState state, const std::string& detail = "");
 
-  // `bytes` crossed this site -> peer in `seconds`.
-  void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds);
+  // `bytes` crossed this site -> peer in `seconds`. A `lower_bound` sample (a transfer that
+  // found the link idle: TCP's window may not have opened, compute may have left gaps) only
+  // says the link carries at least that much: it raises the estimate, never lowers it.
+  void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
+                          bool lower_bound = false);
+  // A job's transfer of `bytes` to the peer ran from `start` to `end` (seconds of the steady
+  // clock, SteadySeconds): kept for a while so that a probe can count the traffic it shared
+  // the link with.
+  void AddTransfer(const std::string& peer, double start, double end, uint64_t bytes);
+  // Bytes of the transfers to `peer` that fell within [from, to], each prorated by the share
+  // of its time inside the window.
+  double TransferBytesDuring(const std::string& peer, double from, double to) const;
+  static double SteadySeconds();
   void AddRttSample(const std::string& peer, double seconds);
   // The peer's own estimate of peer -> this site.
   void SetInbound(const std::string& peer, const v1::LinkEstimate& estimate);
@@ -72,6 +84,11 @@ class LinkMonitor {
     uint64_t bandwidth_samples = 0;
     uint64_t rtt_samples = 0;
     Clock::time_point last_bandwidth_sample;
+    struct Transfer {
+      double start, end;
+      uint64_t bytes;
+    };
+    std::deque<Transfer> transfers;  // the newest kTransfersKept
     v1::LinkEstimate inbound;
     bool probing_out = false;
     bool probing_in = false;
@@ -80,6 +97,7 @@ class LinkMonitor {
     Clock::time_point up_since;
   };
   v1::LinkEstimate OutboundLocked(const std::string& peer, const Link& link) const;
+  static constexpr size_t kTransfersKept = 512;
 
   const std::string site_;
   const LinkMonitorOptions options_;

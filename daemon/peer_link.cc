@@ -106,14 +106,23 @@ Status PeerLink::ProbeOnce(transport::Link& link, bool* done) {
   // Generous: a 4 MiB probe on a 1 Mbit/s link takes ~34 s.
   req.timeout_seconds = 30.0 + options_.links.probe_bytes / 100e3;
   const auto start = Clock::now();
+  const double from = LinkMonitor::SteadySeconds();
   ASSIGN_OR_RETURN(const v1::ProbeResult result, link.Probe(req));
+  const double wall = SecondsSince(start);
+  // Jobs' tensors to the peer shared the link with the probe: the link carried their bytes
+  // too. Without them a probe reads what the job's traffic leaves, not the capacity.
+  const double shared_rate =
+      wall > 0 ? monitor_->TransferBytesDuring(options_.peer, from, from + wall) / wall : 0;
   // Prefer the receiver's arrival timing (free of connection setup and send buffering);
   // fall back to the sender's wall time when the span is too short to trust.
   if (result.arrival_span_seconds() > 0.02 && result.bytes_after_first() > 0) {
-    monitor_->AddBandwidthSample(options_.peer, result.bytes_after_first(),
-                                 result.arrival_span_seconds());
+    const double span = result.arrival_span_seconds();
+    monitor_->AddBandwidthSample(
+        options_.peer, result.bytes_after_first() + static_cast<uint64_t>(shared_rate * span),
+        span);
   } else {
-    monitor_->AddBandwidthSample(options_.peer, result.bytes_received(), SecondsSince(start));
+    monitor_->AddBandwidthSample(
+        options_.peer, result.bytes_received() + static_cast<uint64_t>(shared_rate * wall), wall);
   }
   *done = true;
   return absl::OkStatus();

@@ -83,16 +83,16 @@ LinkSenderStats LinkSender::stats() const {
 }
 
 namespace {
-double NowSeconds() {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
+double NowSeconds() { return LinkMonitor::SteadySeconds(); }
 }  // namespace
 
 void LinkSender::StartTransferLocked() {
   if (in_flight_++ == 0) {
     busy_start_ = NowSeconds();
     busy_bytes_ = 0;
+    busy_overlapped_ = false;
   }
+  if (in_flight_ > 1) busy_overlapped_ = true;
 }
 
 void LinkSender::FinishTransferLocked(uint64_t bytes) {
@@ -105,7 +105,13 @@ void LinkSender::FinishTransferLocked(uint64_t bytes) {
   if (busy_bytes_ >= (256u << 10)) {
     const double rtt = monitor_->Outbound(options_.peer).rtt_seconds();
     const double busy = seconds - rtt;
-    if (busy > 0.002) monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy);
+    // One transfer at a time found the link idle and may not have filled it (TCP's window
+    // reopening after idle, compute leaving gaps): a lower bound on what it carries. Transfers
+    // overlapping kept data queued on the link: a sample of its capacity.
+    if (busy > 0.002) {
+      monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy,
+                                   /*lower_bound=*/!busy_overlapped_);
+    }
   }
 }
 
@@ -122,6 +128,7 @@ void LinkSender::Run() {
       StartTransferLocked();
     }
     // Generous: a whole tensor at 1 Mbit/s plus a minute.
+    const double started = NowSeconds();
     const Status s = link_->SendTensor(*t, 60.0 + t->payload.size() / (1e6 / 8));
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_) {
@@ -160,6 +167,8 @@ void LinkSender::Run() {
       stats_.raw_bytes += h->raw_size;
     }
     stats_.wire_bytes += t->payload.size();
+    // What a probe of the link shares it with (PeerLink counts it into its sample).
+    monitor_->AddTransfer(options_.peer, started, NowSeconds(), t->payload.size());
     FinishTransferLocked(t->payload.size());
     cv_.notify_all();
   }

@@ -91,6 +91,7 @@ class LinkSender {
   LinkSenderStats stats_;
   double busy_start_ = 0;
   uint64_t busy_bytes_ = 0;
+  bool busy_overlapped_ = false;  // more than one transfer in flight in this busy period
   std::vector<std::thread> threads_;
 };
 

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "daemon/job/inbox.h"
 #include "test/daemon/fake_link.h"
@@ -108,6 +109,69 @@ TEST_CASE("a refusal that will not heal fails the sender, naming the tensor and 
   CHECK(sender.TryEnqueue(&t).status() == flushed);
   CHECK(link.delivered().size() == 1);  // the first one; nothing after the refusal
   CHECK(link.attempts() == 2);
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
+
+namespace longhaul::daemon {
+namespace {
+
+// The link monitor's side of the capacity estimate: samples from transfers that found the
+// link idle only raise it; the transfers a job made are kept so that a probe can add the
+// bytes it shared the link with.
+TEST_CASE("link estimate: idle-start samples are lower bounds; shared traffic is prorated") {
+  LinkMonitor monitor("alpha");
+  monitor.AddPeer("beta", "addr");
+  monitor.AddBandwidthSample("beta", 1000, 1.0);  // a probe: 1000 B/s
+  monitor.AddBandwidthSample("beta", 400, 1.0, /*lower_bound=*/true);
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == 1000);  // not dragged down
+  monitor.AddBandwidthSample("beta", 3000, 1.0, /*lower_bound=*/true);
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == 2000);  // raised (EWMA 0.5)
+  monitor.AddBandwidthSample("beta", 500, 1.0);  // a saturated sample lowers it
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == 1250);
+  CHECK(monitor.Outbound("beta").bandwidth_samples() == 3);
+
+  monitor.AddTransfer("beta", 10.0, 12.0, 2000);   // 1000 B/s over [10, 12]
+  monitor.AddTransfer("beta", 11.5, 11.5, 99);     // too quick for the clock: whole
+  monitor.AddTransfer("beta", 12.0, 11.0, 77);     // ends before it starts: ignored
+  monitor.AddTransfer("gamma", 10.0, 12.0, 5000);  // not a peer: ignored
+  monitor.AddTransfer("beta", 13.0, 14.0, 300);
+  CHECK(monitor.TransferBytesDuring("beta", 11.0, 13.5) == Approx(1000 + 99 + 150));
+  CHECK(monitor.TransferBytesDuring("beta", 0.0, 100.0) == Approx(2399));
+  CHECK(monitor.TransferBytesDuring("beta", 12.0, 13.0) == 0);
+  CHECK(monitor.TransferBytesDuring("beta", 13.0, 11.0) == 0);  // an empty window
+  CHECK(monitor.TransferBytesDuring("gamma", 0.0, 100.0) == 0);
+}
+
+// One tensor at a time over a link that is not the bottleneck: what the sender measures is
+// a lower bound, which raises a low estimate and leaves a higher (probed) one alone; every
+// delivered tensor is recorded for the probes.
+TEST_CASE("a sender's lone transfers do not lower the link estimate; they are recorded") {
+  LinkMonitor monitor("alpha");
+  monitor.AddPeer("beta", "addr");
+  monitor.AddBandwidthSample("beta", 1000, 1.0);  // 1000 B/s
+  testing::FakeLink link("beta");
+  link.OnDeliver([](const transport::WireTensor&) {  // 300 KiB in no less than 10 ms
+    std::this_thread::sleep_for(10ms);
+    return absl::OkStatus();
+  });
+  LinkSender sender(Options(), &link, &monitor, spdlog::default_logger());
+  auto send_three = [&] {
+    for (uint32_t mb = 0; mb < 3; ++mb) {
+      REQUIRE(sender.Enqueue(Tensor(300 << 10, mb)).ok());
+      REQUIRE(sender.Flush().ok());
+    }
+  };
+  send_three();
+  const double raised = monitor.Outbound("beta").bandwidth_bytes_per_second();
+  CHECK(raised > 1e4);  // about 30 MB/s each (less on a loaded machine), far above 1000 B/s
+  CHECK(raised < 31e6);
+  monitor.AddBandwidthSample("beta", uint64_t{1} << 40, 1.0);  // a probe: far faster
+  const double probed = monitor.Outbound("beta").bandwidth_bytes_per_second();
+  send_three();
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == probed);
+  CHECK(monitor.TransferBytesDuring("beta", 0, 1e18) == Approx(6.0 * (300 << 10)));
 }
 
 }  // namespace
