@@ -9,13 +9,19 @@
 namespace longhaul::scheduler {
 namespace {
 
-double Clean(double v) { return std::isfinite(v) && v > 0 ? v : 0; }
+// Not a number or negative: nothing measured; infinite (a link too slow to time): huge.
+double Clean(double v) {
+  if (std::isnan(v) || v <= 0) return 0;
+  return std::min(v, 1e9);
+}
 
 double At(const std::vector<double>& v, size_t i) { return i < v.size() ? Clean(v[i]) : 0; }
 
-// Clamps each extra-warm-up stage to [plain 1F1B, min(M, max_warmup)], then lowers stages
-// from the front so that each warms up by at least one more than the next.
-std::vector<int> Settle(std::vector<int> w, int M, const std::vector<int>& max_warmup) {
+// Clamps each stage's warm-ups to [plain 1F1B, min(M, max_warmup)], lowers stages from the
+// front so that each warms up by at least one more than the next, then from the back so that
+// none runs more than max_ahead ahead of the next.
+std::vector<int> Settle(std::vector<int> w, int M, const std::vector<int>& max_warmup,
+                        const std::vector<int>& max_ahead) {
   const int S = static_cast<int>(w.size());
   for (int i = 0; i < S; ++i) {
     const int standard = StandardWarmup(i, S, M);
@@ -25,6 +31,12 @@ std::vector<int> Settle(std::vector<int> w, int M, const std::vector<int>& max_w
   }
   for (int i = 1; i < S; ++i) {
     if (w[i - 1] < M) w[i] = std::min(w[i], w[i - 1] - 1);
+  }
+  // Lowering w[i - 1] to w[i] + a (a >= 1) keeps it one ahead of w[i] and, since plain 1F1B's
+  // warm-ups differ by one, at or above its own.
+  for (int i = S - 1; i >= 1; --i) {
+    if (static_cast<size_t>(i) >= max_ahead.size()) continue;
+    w[i - 1] = std::min(w[i - 1], w[i] + std::max(1, max_ahead[i]));
   }
   return w;
 }
@@ -49,17 +61,18 @@ std::vector<int> WanAwareWarmups(const InFlightInputs& in) {
     extra = std::min(extra, static_cast<double>(M));
     w[i] = i + 1 < S ? StandardWarmup(i, S, M) + static_cast<int>(extra) : 0;
   }
-  return Settle(std::move(w), M, in.max_warmup);
+  return Settle(std::move(w), M, in.max_warmup, in.max_ahead);
 }
 
 std::vector<int> ExtraWarmups(int stages, int microbatches, int extra,
-                              const std::vector<int>& max_warmup) {
+                              const std::vector<int>& max_warmup,
+                              const std::vector<int>& max_ahead) {
   const int M = std::max(microbatches, 1);
   std::vector<int> w(std::max(stages, 0));
   for (int i = 0; i < stages; ++i) {
     w[i] = i + 1 < stages ? StandardWarmup(i, stages, M) + std::clamp(extra, 0, M) : 0;
   }
-  return Settle(std::move(w), M, max_warmup);
+  return Settle(std::move(w), M, max_warmup, max_ahead);
 }
 
 bool ValidWarmups(const std::vector<int>& w, int microbatches) {

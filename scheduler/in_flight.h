@@ -11,8 +11,11 @@
 //   w_i     = min(M, S - i - 1 + extra_i, max_warmup_i)
 //
 // then lowered where needed so that w_i >= min(M, w_{i+1} + 1) (as plain 1F1B; no deadlock,
-// see pipeline_order.h). The gradients are the same bit for bit whatever the warm-ups: only when
-// each forward runs moves, not what it computes or the order backwards accumulate in.
+// see pipeline_order.h) and w_{i-1} <= w_i + max_ahead_i (the activations stage i - 1 sends
+// ahead wait in stage i's inbox, whose budget the gradients coming back share: a full one
+// would block them, and the pipeline with it). The gradients are the same bit for bit whatever the
+// warm-ups: only when each forward runs moves, not what it computes or the order backwards
+// accumulate in.
 #pragma once
 
 #include <vector>
@@ -28,6 +31,10 @@ struct InFlightInputs {
   // Per stage: the most warm-up forwards its activation slots hold (slots - 1); empty: M.
   // Never below plain 1F1B's (a stage always holds those slots).
   std::vector<int> max_warmup;
+  // Per stage: how many more warm-ups the stage before it may run than it does, so that the
+  // activations sent ahead fit its inbox (values below 1 count as 1, plain 1F1B's gap);
+  // empty: no bound.
+  std::vector<int> max_ahead;
 };
 
 // The WAN-aware warm-ups, one per stage (compute.size() stages). Non-finite or negative
@@ -37,7 +44,8 @@ std::vector<int> WanAwareWarmups(const InFlightInputs& in);
 // Plain 1F1B's warm-ups plus `extra` (>= 0) on every stage but the last, within max_warmup
 // (as in InFlightInputs) and M.
 std::vector<int> ExtraWarmups(int stages, int microbatches, int extra,
-                              const std::vector<int>& max_warmup = {});
+                              const std::vector<int>& max_warmup = {},
+                              const std::vector<int>& max_ahead = {});
 
 // Whether warm-ups w (one per stage) are within [plain 1F1B's, M] and keep
 // w_i >= min(M, w_{i+1} + 1) (so deadlock-free).

@@ -78,6 +78,7 @@ class Inbox {
   void Close(const std::string& reason);
 
   size_t bytes() const;
+  size_t capacity() const { return capacity_; }
   uint64_t duplicates() const;
 
  private:

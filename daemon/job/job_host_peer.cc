@@ -189,8 +189,13 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                           " MiB, all its memory limit allows");
     }
   }
-  ctx.in_flight_memory_bytes =
-      limit > 0 ? limit : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
+  // What extra activation slots may grow a stage to (extra_in_flight auto): within the site's
+  // limit; without one, half the machine's memory on the CPU, and none on GPUs (the site does
+  // not know their memory: setting memory_limit_mb lets them use it).
+  const bool on_gpu = OnGpu(ctx.backends.empty() ? ctx.spec.job.backend : ctx.backends[0]);
+  ctx.in_flight_memory_bytes = limit > 0 ? limit
+                               : on_gpu  ? 0
+                                        : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
   ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), limit));
   RETURN_IF_ERROR(model::WriteFileAtomically(JobDir(id) + "/stage.pb", a.SerializeAsString()));
   v1::AssignResponse r;

@@ -84,11 +84,15 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     warmup_ = scheduler::ExtraWarmups(num_stages_, M_, ctx_.spec.extra_in_flight)[pos_];
     max_warmup_ = warmup_;
   } else if (ctx_.spec.extra_in_flight == JobSpec::kAutoInFlight && pos_ + 1 < num_stages_) {
-    // As many as the memory allows, up to every microbatch; the coordinator chooses how
-    // many of them each step uses.
+    // Up to one slot per microbatch, the coordinator choosing each step how many it uses;
+    // the extra slots may take as much again as the plain schedule's stage, or 1 GiB if that
+    // is more, within what the site leaves (in_flight_memory_bytes; 0 on GPUs without a
+    // memory_limit_mb, whose device memory the site does not know).
+    const int64_t plain = memory_with(std::min(M_, warmup_ + 1));
+    const int64_t budget =
+        std::min(ctx_.in_flight_memory_bytes, plain + std::max<int64_t>(plain, int64_t{1} << 30));
     max_warmup_ = M_;
-    while (max_warmup_ > warmup_ &&
-           memory_with(std::min(M_, max_warmup_ + 1)) > ctx_.in_flight_memory_bytes) {
+    while (max_warmup_ > warmup_ && memory_with(std::min(M_, max_warmup_ + 1)) > budget) {
       --max_warmup_;
     }
   }
@@ -258,17 +262,30 @@ Status StageRunner::TakeWarmups(const v1::StepDecision& decision) {
   }
   const int standard = scheduler::StandardWarmup(pos_, num_stages_, M_);
   const int64_t w = stage_ < decision.warmups_size() ? decision.warmups(stage_) : -1;
-  if (decision.warmups_size() != grid_.size() || w < standard || w > max_warmup_) {
+  // The replica's warm-ups must be deadlock-free as a whole, not only this stage's in range.
+  std::vector<int> replica;
+  const int r = grid_.replica(stage_);
+  for (int p = 0; p < num_stages_ && decision.warmups_size() == grid_.size(); ++p) {
+    replica.push_back(
+        static_cast<int>(std::min<uint32_t>(decision.warmups(grid_.flat(r, p)), uint32_t(M_) + 1)));
+  }
+  if (decision.warmups_size() != grid_.size() || w < standard || w > max_warmup_ ||
+      !scheduler::ValidWarmups(replica, M_)) {
     return absl::InvalidArgumentError(
         "job " + ctx_.assignment.job_id() + " stage " + std::to_string(stage_) +
         ": the step decision asks for " + std::to_string(w) + " warm-up forwards (of " +
         std::to_string(decision.warmups_size()) + " stages' for " + std::to_string(grid_.size()) +
+        ", the replica's deadlock-free: " + (scheduler::ValidWarmups(replica, M_) ? "yes" : "no") +
         "); the stage runs from " + std::to_string(standard) + " to " +
         std::to_string(max_warmup_));
   }
   if (w != warmup_ && ctx_.log) {
-    ctx_.log->info("job {}: stage {} keeps {} microbatches in flight (was {})",
-                   ctx_.assignment.job_id(), stage_, w + 1, warmup_ + 1);
+    // The first change at info, the later ones (round trips drifting) at debug.
+    ctx_.log->log(warmups_changed_ ? spdlog::level::debug : spdlog::level::info,
+                  "job {}: stage {} keeps up to {} microbatches in flight (was {})",
+                  ctx_.assignment.job_id(), stage_, std::min<int64_t>(M_, w + 1),
+                  std::min(M_, warmup_ + 1));
+    warmups_changed_ = true;
   }
   warmup_ = static_cast<int>(w);
   return absl::OkStatus();
@@ -312,6 +329,11 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_checkpoint_step(status_.checkpoint_step);
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
   report.set_max_warmup(static_cast<uint32_t>(max_warmup_));
+  // Activations the stage before may send ahead: a quarter of the inbox's budget, which the
+  // gradients coming back and other tensors share.
+  const uint64_t activation_bytes = uint64_t(B_) * T_ * in_width_ * sizeof(float) + 1;
+  report.set_max_ahead(static_cast<uint32_t>(
+      std::clamp<uint64_t>(ctx_.inbox->capacity() / 4 / activation_bytes, 1, M_)));
   if (val_step_ > 0) {
     report.set_val_step(val_step_);
     report.set_val_loss(val_loss_);

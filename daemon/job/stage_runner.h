@@ -169,6 +169,7 @@ class StageRunner {
   // slots hold (slots - 1): plain 1F1B's, a fixed extra_in_flight's, or the coordinator's
   // WAN-aware choice from the previous step's decision.
   int warmup_ = 0, max_warmup_ = 0;
+  bool warmups_changed_ = false;
   // Floats per position of the stream entering and leaving this stage (model::StreamWidth).
   int in_width_ = 0, out_width_ = 0;
   // The subspace-cut variant: the targets frame holds each sequence's T + 1 tokens, inputs

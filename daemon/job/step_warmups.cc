@@ -19,7 +19,7 @@ void LinkTimes(const v1::StepReport& r, const std::string& to, double* rtt, doub
     if (l.to_site() != to) continue;
     if (std::isfinite(l.rtt_seconds()) && l.rtt_seconds() > 0) *rtt = l.rtt_seconds();
     const double bw = l.bandwidth_bytes_per_second();
-    if (l.tensors() > 0 && std::isfinite(bw) && bw > 0) {
+    if (l.tensors() > 0 && !std::isnan(bw) && bw > 0) {  // an infinite rate: instant
       *wire = static_cast<double>(l.wire_bytes()) / static_cast<double>(l.tensors()) / bw;
     }
     return;  // the neighbour link comes first (StageExchange::Usage)
@@ -49,6 +49,7 @@ std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<std::
       const double c = rep.compute_seconds() / M;
       in.compute.push_back(std::isfinite(c) && c > 0 ? c : 0);
       in.max_warmup.push_back(static_cast<int>(std::min<uint32_t>(rep.max_warmup(), M)));
+      in.max_ahead.push_back(static_cast<int>(std::min<uint32_t>(rep.max_ahead(), M)));
       if (p + 1 < S) {
         const auto next = reports.find(static_cast<uint32_t>(flat + 1));
         if (next == reports.end() || static_cast<size_t>(flat + 1) >= sites.size()) {

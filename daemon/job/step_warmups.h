@@ -3,7 +3,8 @@
 // replica by replica. A stage's compute per microbatch is its reported compute over its
 // replica's microbatches; boundary k's round trip and wire times come from the reports' link
 // usage (the link monitor's rtt and bandwidth, the mean wire bytes per tensor so far) of
-// stage k towards k + 1 and of k + 1 back; each stage stays within its reported max_warmup.
+// stage k towards k + 1 and of k + 1 back; each stage stays within its reported max_warmup,
+// and the stage before it within its max_ahead.
 // Stages of dropped replicas, or whose reports are missing, get plain 1F1B's.
 #pragma once
 

@@ -88,6 +88,7 @@ v1::StepReport FlightReport(uint32_t stage, double compute, uint32_t max_warmup,
   r.set_stage(stage);
   r.set_compute_seconds(compute);
   r.set_max_warmup(max_warmup);
+  r.set_max_ahead(64);
   if (!to.empty()) {
     v1::LinkUsage* l = r.add_links();
     l->set_to_site(to);
@@ -111,6 +112,12 @@ TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per re
   reports[2] = FlightReport(2, 8 * 0.018, 0, "b", 0.03, 1e8, 262000);
   // Stage 1: ceil((0.03 + 2 x 0.00262) / 0.018) = 2 more than 1F1B's 1; stage 0: both links.
   CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{6, 3, 0});
+  // Stage 1's inbox holds two activations ahead: stage 0 runs at most two ahead of it.
+  reports[1].set_max_ahead(2);
+  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{5, 3, 0});
+  reports[1].set_max_ahead(0);  // an old or hostile report: plain 1F1B's gap
+  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{4, 3, 0});
+  reports[1].set_max_ahead(64);
   // Stage 0's slots hold 4: it and the next stay deadlock-free.
   reports[0].set_max_warmup(3);
   CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{3, 2, 0});

@@ -153,6 +153,7 @@ TEST_CASE("warm-ups: the WAN-aware and fixed-extra choices are valid and cover t
     for (int i = 0; i < stages; ++i) {
       in.compute.push_back(u(rng));
       in.max_warmup.push_back(static_cast<int>(rng() % (m + 2)));
+      in.max_ahead.push_back(static_cast<int>(rng() % 4));
     }
     for (int k = 0; k + 1 < stages; ++k) {
       in.rtt.push_back(u(rng));
@@ -160,7 +161,9 @@ TEST_CASE("warm-ups: the WAN-aware and fixed-extra choices are valid and cover t
       in.grad_wire.push_back(u(rng) / 4);
     }
     INFO("trial " << trial);
-    CHECK(ValidWarmups(WanAwareWarmups(in), m));
+    const std::vector<int> w = WanAwareWarmups(in);
+    CHECK(ValidWarmups(w, m));
+    for (int i = 1; i < stages; ++i) CHECK(w[i - 1] - w[i] <= std::max(1, in.max_ahead[i]));
     CHECK(ValidWarmups(ExtraWarmups(stages, m, static_cast<int>(rng() % 4), in.max_warmup), m));
   }
   // 3 stages, 18 ms of compute per microbatch, 200 ms round trips: the first stage covers
