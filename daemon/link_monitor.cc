@@ -76,6 +76,20 @@ double LinkMonitor::TransferBytesDuring(const std::string& peer, double from, do
   return bytes;
 }
 
+void LinkMonitor::RequestProbe(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it != links_.end()) it->second.probe_requested = true;
+}
+
+bool LinkMonitor::TakeProbeRequest(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end() || !it->second.probe_requested) return false;
+  it->second.probe_requested = false;
+  return true;
+}
+
 void LinkMonitor::AddRttSample(const std::string& peer, double seconds) {
   if (seconds < 0) return;
   std::lock_guard<std::mutex> lock(mu_);

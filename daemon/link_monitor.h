@@ -45,9 +45,10 @@ class LinkMonitor {
   // after having been up before counts a reconnect.
   void SetState(const std::string& peer, v1::LinkState state, const std::string& detail = "");
 
-  // `bytes` crossed this site -> peer in `seconds`. A `lower_bound` sample (a transfer that
-  // found the link idle: TCP's window may not have opened, compute may have left gaps) only
-  // says the link carries at least that much: it raises the estimate, never lowers it.
+  // `bytes` crossed this site -> peer in `seconds`. A `lower_bound` sample (a job's transfers:
+  // TCP's window reopening after idle, compute leaving gaps, flow control on long round
+  // trips all keep them from filling the link) only says the link carries at least that
+  // much: it raises the estimate, never lowers it. Probes set the level.
   void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
                           bool lower_bound = false);
   // A job's transfer of `bytes` to the peer ran from `start` to `end` (seconds of the steady
@@ -58,6 +59,11 @@ class LinkMonitor {
   // of its time inside the window.
   double TransferBytesDuring(const std::string& peer, double from, double to) const;
   static double SteadySeconds();
+  // Transfers suggest the link carries less than estimated (it may have fallen): the link's
+  // prober probes early (PeerLink), so that the estimate follows a fall without waiting for
+  // the next periodic probe. TakeProbeRequest returns and clears the request.
+  void RequestProbe(const std::string& peer);
+  bool TakeProbeRequest(const std::string& peer);
   void AddRttSample(const std::string& peer, double seconds);
   // The peer's own estimate of peer -> this site.
   void SetInbound(const std::string& peer, const v1::LinkEstimate& estimate);
@@ -91,6 +97,7 @@ class LinkMonitor {
     std::deque<Transfer> transfers;  // the newest kTransfersKept
     v1::LinkEstimate inbound;
     bool probing_out = false;
+    bool probe_requested = false;
     bool probing_in = false;
     bool ever_up = false;
     uint64_t reconnects = 0;

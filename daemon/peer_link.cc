@@ -171,9 +171,17 @@ void PeerLink::Run() {
     last_problem_.clear();
     backoff = cfg.reconnect_initial_seconds;
     auto next_probe = Clock::now();
+    auto last_probe = Clock::now();
     while (true) {
       s = Heartbeat(**link);
-      if (s.ok() && Clock::now() >= next_probe) {
+      // Early, when transfers suggest a fall (LinkMonitor::RequestProbe), but no more often
+      // than a quarter of the interval: a probe takes the link from the jobs while it runs.
+      const bool early =
+          monitor_->TakeProbeRequest(options_.peer) &&
+          Clock::now() - last_probe >=
+              std::chrono::microseconds(static_cast<int64_t>(cfg.probe_interval_seconds * 0.25e6));
+      if (s.ok() && (Clock::now() >= next_probe || early)) {
+        last_probe = Clock::now();
         bool done = false;
         s = Probe(**link, &done);
         // +-20% jitter keeps the two directions' probes from falling into lockstep.

@@ -105,12 +105,15 @@ void LinkSender::FinishTransferLocked(uint64_t bytes) {
   if (busy_bytes_ >= (256u << 10)) {
     const double rtt = monitor_->Outbound(options_.peer).rtt_seconds();
     const double busy = seconds - rtt;
-    // One transfer at a time found the link idle and may not have filled it (TCP's window
-    // reopening after idle, compute leaving gaps): a lower bound on what it carries. Transfers
-    // overlapping kept data queued on the link: a sample of its capacity.
+    // What a job's transfers achieve is a lower bound on what the link carries (TCP's window
+    // reopening after idle, compute leaving gaps, flow control over long round trips): it
+    // raises the estimate, never lowers it. But transfers that queued behind each other and
+    // still moved far less than the estimate say the link may have fallen: probe it now.
     if (busy > 0.002) {
-      monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy,
-                                   /*lower_bound=*/!busy_overlapped_);
+      const double rate = static_cast<double>(busy_bytes_) / busy;
+      monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy, /*lower_bound=*/true);
+      const double estimate = monitor_->Outbound(options_.peer).bandwidth_bytes_per_second();
+      if (busy_overlapped_ && rate < 0.5 * estimate) monitor_->RequestProbe(options_.peer);
     }
   }
 }

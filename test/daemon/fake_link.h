@@ -50,6 +50,11 @@ class FakeLink : public daemon::transport::Link {
     std::lock_guard<std::mutex> lock(mu_);
     return attempts_;
   }
+  // Sends waiting in Hold().
+  int waiting() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_;
+  }
 
   const std::string& site() const override { return site_; }
   StatusOr<v1::HelloResponse> Hello(const v1::HelloRequest&, double) override { return No(); }
@@ -73,7 +78,9 @@ class FakeLink : public daemon::transport::Link {
   }
   Status SendTensor(const daemon::transport::WireTensor& t, double) override {
     std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
     cv_.wait(lock, [&] { return !held_; });
+    --waiting_;
     ++attempts_;
     Status s;
     if (!script_.empty()) {
@@ -94,6 +101,7 @@ class FakeLink : public daemon::transport::Link {
   bool held_ = false;
   std::function<Status(const daemon::transport::WireTensor&)> deliver_;
   int attempts_ = 0;
+  int waiting_ = 0;
   std::vector<daemon::transport::WireTensor> delivered_;
 };
 

@@ -172,6 +172,32 @@ TEST_CASE("a sender's lone transfers do not lower the link estimate; they are re
   send_three();
   CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == probed);
   CHECK(monitor.TransferBytesDuring("beta", 0, 1e18) == Approx(6.0 * (300 << 10)));
+  CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // one at a time: no sign of a fall
+}
+
+// Transfers that queued behind each other yet moved far less than the estimate: the link may
+// have fallen, and the sender asks for an early probe (the estimate itself stays: probes set it).
+TEST_CASE("a sender's backlogged transfers far below the estimate ask for a probe") {
+  LinkMonitor monitor("alpha");
+  monitor.AddPeer("beta", "addr");
+  monitor.AddBandwidthSample("beta", uint64_t{1} << 40, 1.0);
+  testing::FakeLink link("beta");
+  link.OnDeliver([](const transport::WireTensor&) {
+    std::this_thread::sleep_for(10ms);
+    return absl::OkStatus();
+  });
+  LinkSenderOptions o = Options();
+  o.workers = 2;
+  LinkSender sender(o, &link, &monitor, spdlog::default_logger());
+  link.Hold();  // both tensors in flight at once
+  REQUIRE(sender.Enqueue(Tensor(300 << 10, 0)).ok());
+  REQUIRE(sender.Enqueue(Tensor(300 << 10, 1)).ok());
+  while (link.waiting() < 2) std::this_thread::sleep_for(1ms);
+  link.Release();
+  REQUIRE(sender.Flush().ok());
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == double(uint64_t{1} << 40));
+  CHECK(monitor.TakeProbeRequest("beta"));
+  CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // taken once
 }
 
 }  // namespace
