@@ -7,7 +7,7 @@
 #include "daemon/job/coordinator.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
-#include "daemon/job/step_warmups.h"
+#include "daemon/job/step_schedule.h"
 #include "daemon/job/sync_groups.h"
 #include "daemon/job/sync_routes.h"
 
@@ -106,12 +106,29 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
     SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model), &record_);
-    if (spec_.extra_in_flight == JobSpec::kAutoInFlight) {
-      // The WAN-aware schedule: the next step's warm-ups from this step's measurements.
+    // The next step's schedule from this step's measurements (step_schedule.h): the
+    // WAN-aware warm-ups, and the adaptive controllers' budgets priced on that schedule.
+    if (v1::StepDecision* d = barrier_.MutableDecision(rep.attempt(), rep.step())) {
       std::vector<std::string> sites;
       for (const auto& s : record_.stages()) sites.push_back(s.site());
-      if (v1::StepDecision* d = barrier_.MutableDecision(rep.attempt(), rep.step())) {
-        for (uint32_t w : StepWarmups(grid, sites, counts, *reports)) d->add_warmups(w);
+      std::vector<uint32_t> warmups;
+      if (spec_.extra_in_flight == JobSpec::kAutoInFlight) {
+        warmups = StepWarmups(grid, sites, counts, *reports);
+        for (uint32_t w : warmups) d->add_warmups(w);
+      } else if (spec_.extra_in_flight > 0) {
+        for (int r = 0; r < grid.replicas; ++r) {
+          const int m = static_cast<size_t>(r) < counts.size() ? counts[r] : 1;
+          for (int w : scheduler::ExtraWarmups(grid.stages(r), m, spec_.extra_in_flight)) {
+            warmups.push_back(static_cast<uint32_t>(w));
+          }
+        }
+      }
+      if (spec_.compression == CompressionMode::kAdaptive) {
+        const StepBudgets b = CodecBudgets(grid, sites, counts, *reports, warmups);
+        for (size_t i = 0; i < b.act.size(); ++i) {
+          d->add_act_budgets(b.act[i]);
+          d->add_grad_budgets(b.grad[i]);
+        }
       }
     }
     PersistLocked();

@@ -4,6 +4,7 @@
 #include "daemon/job/stage_exchange.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "compression/codec.h"
 #include "compression/frame.h"
@@ -129,6 +130,12 @@ void StageExchange::NoteMicrobatchCompute(double seconds) {
   budget_seconds_ = budget_seconds_ == 0 ? 2 * seconds : 0.8 * budget_seconds_ + 0.4 * seconds;
 }
 
+void StageExchange::SetScheduleBudgets(double activations, double gradients) {
+  auto clean = [](double v) { return std::isfinite(v) && v > 0 ? std::min(v, 3600.0) : 0.0; };
+  schedule_budget_[0] = clean(activations);
+  schedule_budget_[1] = clean(gradients);
+}
+
 Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, const float* host,
                            size_t n, std::vector<int64_t> shape, bool adaptive,
                            const float* device) {
@@ -158,7 +165,10 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
       // once, at fill, and no codec can shorten it.
       in.rtt_seconds = 0;
       in.tensor_bytes = n * sizeof(float);
-      in.budget_seconds = budget_seconds_ > 0 ? budget_seconds_ : 0.05;
+      // The coordinator's budget for this link, priced on the running schedule's critical
+      // path; before its first decision, a microbatch's compute.
+      const double scheduled = schedule_budget_[to == To::kPrev ? 1 : 0];
+      in.budget_seconds = scheduled > 0 ? scheduled : budget_seconds_ > 0 ? budget_seconds_ : 0.05;
       in.quality_floor = direction.quality_floor;
       in.now_seconds = Now();
       ASSIGN_OR_RETURN(auto d, controller.Decide(in, *state));

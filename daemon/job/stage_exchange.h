@@ -114,6 +114,10 @@ class StageExchange {
   // The compute of one microbatch (forward and backward), the controller's time budget for a
   // tensor: smoothed over microbatches.
   void NoteMicrobatchCompute(double seconds);
+  // The coordinator's budgets for the next step (StepDecision.act_budgets / grad_budgets:
+  // priced on the step's critical path, daemon/job/step_schedule.h); a value that is not
+  // positive and finite leaves that direction on the compute budget.
+  void SetScheduleBudgets(double activations, double gradients);
   // Seconds spent waiting for tensors, and in FinishPendingSend(wait), since the start.
   double wait_seconds() const { return wait_seconds_; }
   double send_seconds() const { return send_seconds_; }
@@ -150,6 +154,7 @@ class StageExchange {
   compression::CodecSpec fp32_;  // targets, tokens and the exact tied exchange
   Direction& DirectionOf(To to) { return directions_[to == To::kPrev ? 1 : 0]; }
   double budget_seconds_ = 0;
+  double schedule_budget_[2] = {0, 0};  // by direction, as directions_; 0: none
   std::vector<float> host_buf_;
   bool encode_logged_ = false, decode_logged_ = false;
   struct PendingSend {  // see Send

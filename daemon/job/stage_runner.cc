@@ -373,6 +373,10 @@ Status StageRunner::RunStep(uint64_t step) {
   val_step_ = 0;  // reported
   if (decision->stop()) return absl::AbortedError("coordinator: " + decision->detail());
   RETURN_IF_ERROR(TakeWarmups(*decision));
+  if (decision->act_budgets_size() == grid_.size() &&
+      decision->grad_budgets_size() == grid_.size()) {
+    exchange_->SetScheduleBudgets(decision->act_budgets(stage_), decision->grad_budgets(stage_));
+  }
   const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
   const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
   const double step_start = Now();

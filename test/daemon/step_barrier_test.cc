@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/job/step_warmups.h"
+#include "daemon/job/step_schedule.h"
 #include "model/optimizer.h"
 
 namespace longhaul::daemon {
@@ -139,6 +139,52 @@ TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per re
   r2[2] = FlightReport(2, 4 * 0.01, 4, "d", 0, 1e8, 1000);
   r2[3] = FlightReport(3, 4 * 0.01, 0, "c", 0, 1e8, 1000);
   CHECK(StepWarmups(two, four, {4, 4}, r2) == std::vector<uint32_t>{4, 0, 1, 0});
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
+
+namespace longhaul::daemon {
+namespace {
+
+// The adaptive controllers' budgets priced on the played step (step_schedule.h).
+TEST_CASE("codec budgets: a link's share of the step's critical path, not a microbatch") {
+  const std::vector<std::string> sites = {"a", "b", "c"};
+  const StageGrid grid = StageGrid::Of(1, 3);
+  std::map<uint32_t, v1::StepReport> reports;
+  // 8 microbatches of 18 ms; 20 ms round trips; the links carry 262 kB tensors at 25 MB/s.
+  reports[0] = FlightReport(0, 8 * 0.018, 8, "b", 0.02, 25e6, 262000);
+  reports[1] = FlightReport(1, 8 * 0.018, 8, "c", 0.02, 25e6, 262000);
+  reports[1].add_links()->CopyFrom(reports[0].links(0));
+  reports[1].mutable_links(1)->set_to_site("a");
+  reports[2] = FlightReport(2, 8 * 0.018, 0, "b", 0.02, 25e6, 262000);
+  const std::vector<uint32_t> plain = {2, 1, 0};
+  const StepBudgets b = CodecBudgets(grid, sites, {8}, reports, plain);
+  REQUIRE(b.act.size() == 3);
+  REQUIRE(b.grad.size() == 3);
+  CHECK(b.act[2] == 0);   // the last stage sends no activations
+  CHECK(b.grad[0] == 0);  // the first no gradients
+  for (double v : {b.act[0], b.act[1], b.grad[1], b.grad[2]}) {
+    CHECK(v > 0);
+    // Under plain 1F1B with 20 ms round trips every transfer is on the critical path: far
+    // less than the microbatch's compute that a transfer used to have to fit.
+    CHECK(v < 0.018);
+  }
+  // A looser tolerance, looser budgets; the round trips covered by warm-ups leave the first
+  // link's activations more room.
+  const StepBudgets loose = CodecBudgets(grid, sites, {8}, reports, plain, 0.2);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(loose.act[i] >= b.act[i]);
+    CHECK(loose.grad[i] >= b.grad[i]);
+  }
+  CHECK(loose.act[0] > b.act[0]);
+  const StepBudgets wide = CodecBudgets(grid, sites, {8}, reports, {6, 3, 0});
+  CHECK(wide.act[0] > b.act[0]);
+  // A replica with a missing report gets none; tolerance 0 gives none.
+  reports.erase(1);
+  const StepBudgets missing = CodecBudgets(grid, sites, {8}, reports, plain);
+  CHECK(missing.act == std::vector<double>{0, 0, 0});
+  CHECK(CodecBudgets(grid, sites, {8}, reports, plain, 0).grad == std::vector<double>{0, 0, 0});
 }
 
 }  // namespace
