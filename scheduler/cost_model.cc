@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/fragment.h"
 #include "model/layout.h"
+#include "scheduler/in_flight.h"
 #include "scheduler/schedule.h"
 
 namespace longhaul::scheduler {
@@ -306,12 +307,17 @@ bool CostModel::BuildSchedule(const Pipeline& p, ScheduleInputs* in, bool check_
   in->act_wire.assign(S - 1, 0), in->act_latency.assign(S - 1, 0);
   in->grad_wire.assign(S - 1, 0), in->grad_latency.assign(S - 1, 0);
   const int coordinator = coordinator_ >= 0 ? coordinator_ : p.sites[0];
+  // Warm-ups the stages run (in_flight.h): a fixed extra's slots must fit, as the stage
+  // runner requires; the WAN-aware ones come after the links are priced.
+  const int extra = workload_.extra_in_flight;
+  const std::vector<int> fixed = extra > 0 ? ExtraWarmups(S, M, extra) : std::vector<int>{};
   int covered = 0;
   for (int i = 0; i < S; ++i) {
     const int s = p.sites[i], n = p.layers[i];
     const bool first = i == 0, last = i == S - 1;
     covered += n;
-    if (n < 1 || (check_memory && !Fits(s, n, first, last, std::min(M, S - i)))) return false;
+    const int slots = extra > 0 ? std::min(M, fixed[i] + 1) : std::min(M, S - i);
+    if (n < 1 || (check_memory && !Fits(s, n, first, last, slots))) return false;
     in->forward[i] += Forward(s, n, last);
     in->backward[i] += Backward(s, n, last);
     in->optimizer[i] = Optimizer(s, n, first, last);
@@ -331,6 +337,33 @@ bool CostModel::BuildSchedule(const Pipeline& p, ScheduleInputs* in, bool check_
     in->backward[i + 1] += g.encode_seconds;
   }
   if (covered != num_layers()) return false;
+  if (extra > 0) in->warmup = fixed;
+  if (extra == PipelineWorkload::kAutoInFlight && S > 1) {
+    InFlightInputs f;
+    f.microbatches = M;
+    for (int i = 0; i < S; ++i) {
+      f.compute.push_back(in->forward[i] + in->backward[i]);
+      // The most warm-ups whose slots fit the site (the stage runner bounds its extra slots
+      // further: as much memory again as the plain stage, or 1 GiB).
+      const int s = p.sites[i], n = p.layers[i];
+      int lo = std::min(M, S - i - 1), hi = M;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (Fits(s, n, i == 0, i == S - 1, std::min(M, mid + 1))) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      f.max_warmup.push_back(lo);
+    }
+    for (int k = 0; k + 1 < S; ++k) {
+      f.rtt.push_back(in->act_latency[k] + in->grad_latency[k]);
+      f.act_wire.push_back(in->act_wire[k]);
+      f.grad_wire.push_back(in->grad_wire[k]);
+    }
+    in->warmup = WanAwareWarmups(f);
+  }
   if (S > 1) {
     const int a = p.sites[0], b = p.sites[S - 1];
     if (!HasLink(a, b) || !HasLink(b, a)) return false;

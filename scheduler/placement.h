@@ -36,6 +36,10 @@ struct PipelineWorkload {
   std::string floor = "q4";
   // The site whose daemon coordinates the job (the per-step barrier); "" = the first stage's.
   std::string coordinator;
+  // As the job's extra_in_flight (in_flight.h): 0 plain 1F1B, N > 0 that many more warm-ups,
+  // kAutoInFlight the WAN-aware warm-ups from the priced links, within each stage's memory.
+  static constexpr int kAutoInFlight = -1;
+  int extra_in_flight = 0;
 };
 
 struct PlacementRequest {

@@ -509,6 +509,7 @@ scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
   w.compression = CompressionModeName(spec.compression);
   w.codec = spec.codec;
   w.floor = spec.floor;
+  w.extra_in_flight = spec.extra_in_flight;
   return request;
 }
 

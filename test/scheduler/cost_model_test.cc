@@ -74,6 +74,25 @@ TEST_CASE("link latency: two stages, two microbatches, worked out by hand") {
   CHECK(e->bottleneck.kind == "latency");
 }
 
+// The WAN-aware schedule (extra_in_flight, in_flight.h) as the cost model plays it: over
+// 100 ms links the extra warm-ups hide the round trips plain 1F1B waits for, a fixed extra
+// lands in between, and with instant links auto is plain 1F1B.
+TEST_CASE("more microbatches in flight shorten the step over long round trips") {
+  const auto config = SmallModel(6);
+  const Pipeline p{{0, 1, 2}, {2, 2, 2}};
+  auto step = [&](int extra, double rtt) {
+    PipelineWorkload w = Workload(8);
+    w.extra_in_flight = extra;
+    return MakeModel(config, w, Mesh({1e11, 1e11, 1e11}, 1e30, rtt), FreeCodecs()).StepSeconds(p);
+  };
+  const double plain = step(0, 0.2), fixed = step(2, 0.2);
+  const double aware = step(PipelineWorkload::kAutoInFlight, 0.2);
+  CHECK(fixed < plain);
+  CHECK(aware <= fixed);
+  CHECK(plain / aware > 1.3);
+  CHECK(step(PipelineWorkload::kAutoInFlight, 0) == step(0, 0));
+}
+
 TEST_CASE("replayed: the codec is the one the controller settles on from a clean start") {
   const auto config = SmallModel(4);
   CostModelOptions replay;
