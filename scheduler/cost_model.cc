@@ -126,12 +126,14 @@ StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const Pipe
     in.bandwidth_bytes_per_second = 1;
     *wire = c.Predict(r, in) - *codec;
   };
-  const double act_bytes = m.ActivationBytes();
-  for (int r = 0; r < c.rungs(); ++r) {
-    double wire = 0, codec = 0;
-    price(r, act_bytes, &wire, &codec);
-    m.rung_wire_bytes_.push_back(wire);
-    m.rung_codec_seconds_.push_back(codec);
+  for (int wide = 0; wide < 2; ++wide) {
+    const double act_bytes = m.ActivationBytes(wide == 1);
+    for (int r = 0; r < c.rungs(); ++r) {
+      double wire = 0, codec = 0;
+      price(r, act_bytes, &wire, &codec);
+      m.rung_wire_bytes_[wide].push_back(wire);
+      m.rung_codec_seconds_[wide].push_back(codec);
+    }
   }
   // The subspace-cut variant's later stages get each sequence's T + 1 tokens, not T targets.
   m.targets_bytes_ = 4.0 * B * (model::TiedHead(model) ? T : T + 1);
@@ -143,10 +145,15 @@ StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const Pipe
   return m;
 }
 
-double CostModel::ActivationBytes() const {
-  // The subspace-cut variant's constrained cuts carry K floats per position (a cut after its
-  // first unconstrained layer carries C: priced as K too, an optimistic figure there).
-  return 4.0 * workload_.microbatch_size * workload_.seq_len * model::CutWidth(model_);
+double CostModel::ActivationBytes(bool wide) const {
+  // The subspace-cut variant's constrained cuts carry K floats per position, a cut after its
+  // first unconstrained layer C (WideCut).
+  return 4.0 * workload_.microbatch_size * workload_.seq_len *
+         (wide ? model_.channels : model::CutWidth(model_));
+}
+
+bool CostModel::WideCut(int boundary) const {
+  return model::StreamWidth(model_, boundary) > model::CutWidth(model_);
 }
 
 double CostModel::Forward(int site, int n, bool last) const {
@@ -167,7 +174,7 @@ double CostModel::HalfRtt(int a, int b) const {
   return rtt_[static_cast<size_t>(a) * num_sites() + b] / 2;
 }
 
-int CostModel::PickRung(int from, int to, double budget, double first_budget) const {
+int CostModel::PickRung(int from, int to, double budget, double first_budget, bool wide) const {
   if (fixed_rung_ >= 0) return fixed_rung_;
   const size_t k = static_cast<size_t>(from) * num_sites() + to;
   // The controller's view of a transfer is its serialisation time alone, as the stage runner
@@ -178,7 +185,7 @@ int CostModel::PickRung(int from, int to, double budget, double first_budget) co
   int fastest = 0;
   const int rungs = std::min(floor_rung_ + 1, 16);
   for (int r = 0; r < rungs; ++r) {
-    t[r] = rung_wire_bytes_[r] / bw + rung_codec_seconds_[r];
+    t[r] = rung_wire_bytes_[wide][r] / bw + rung_codec_seconds_[wide][r];
     if (t[r] < t[fastest]) fastest = r;
   }
   auto least_lossy = [&](double limit) {
@@ -224,7 +231,9 @@ compression::Decision CostModel::SteadyDecision(int from, int to, double raw_byt
   compression::Decision d;
   if (options_.settling == CostModelOptions::Settling::kUnderNoise) {
     // Start from the settled codec: the controller keeps it and says why.
-    state.rung = PickRung(from, to, budget, first_budget);
+    // A wide cut's tensor (ActivationBytes(true)) settles on its own rung.
+    const bool wide = raw_bytes != ActivationBytes(false) && raw_bytes == ActivationBytes(true);
+    state.rung = PickRung(from, to, budget, first_budget, wide);
     in.budget_seconds = budget;
     auto kept = controller_.Decide(in, state);
     if (kept.ok()) d = *kept;
@@ -243,25 +252,27 @@ compression::Decision CostModel::SteadyDecision(int from, int to, double raw_byt
   return d;
 }
 
-TransferCost CostModel::PriceRung(int from, int to, int rung, bool with_targets) const {
+TransferCost CostModel::PriceRung(int from, int to, int rung, bool with_targets, bool wide) const {
   const size_t k = static_cast<size_t>(from) * num_sites() + to;
   TransferCost t;
   t.rung = rung;
-  t.wire_bytes = rung_wire_bytes_[rung] + (with_targets ? targets_bytes_ : 0);
+  t.wire_bytes = rung_wire_bytes_[wide][rung] + (with_targets ? targets_bytes_ : 0);
   t.wire_seconds = t.wire_bytes / bw_[k];
   t.latency_seconds = rtt_[k] / 2;
-  const double codec = rung_codec_seconds_[rung] + (with_targets ? targets_codec_seconds_ : 0);
+  const double codec =
+      rung_codec_seconds_[wide][rung] + (with_targets ? targets_codec_seconds_ : 0);
   t.encode_seconds = options_.encode_fraction * codec;
   t.decode_seconds = (1 - options_.encode_fraction) * codec;
   return t;
 }
 
-TransferCost CostModel::Activation(int from, int to, double budget) const {
-  return PriceRung(from, to, PickRung(from, to, budget, options_.initial_budget_seconds), true);
+TransferCost CostModel::Activation(int from, int to, double budget, bool wide) const {
+  return PriceRung(from, to, PickRung(from, to, budget, options_.initial_budget_seconds, wide),
+                   true, wide);
 }
 
-TransferCost CostModel::Gradient(int from, int to, double budget) const {
-  return PriceRung(from, to, PickRung(from, to, budget, 0), false);
+TransferCost CostModel::Gradient(int from, int to, double budget, bool wide) const {
+  return PriceRung(from, to, PickRung(from, to, budget, 0, wide), false, wide);
 }
 
 TransferCost CostModel::TiedGradient(int from, int to) const {
@@ -278,8 +289,16 @@ TransferCost CostModel::TiedGradient(int from, int to) const {
 
 int64_t CostModel::Memory(int n, bool first, bool last, int slots) const {
   if (n < 1 || n > num_layers()) return -1;
+  const size_t row = (static_cast<size_t>(n) * 4 + Position(first, last)) * max_slots_;
+  if (slots > max_slots_ && max_slots_ >= 2) {
+    // More slots than layers (more microbatches in flight than plain 1F1B's): each slot is
+    // one more microbatch's activations, so the memory grows linearly.
+    const int64_t top = memory_[row + max_slots_ - 1], below = memory_[row + max_slots_ - 2];
+    if (top < 0 || below < 0) return -1;
+    return top + static_cast<int64_t>(slots - max_slots_) * (top - below);
+  }
   slots = std::clamp(slots, 1, max_slots_);
-  return memory_[(static_cast<size_t>(n) * 4 + Position(first, last)) * max_slots_ + slots - 1];
+  return memory_[row + slots - 1];
 }
 
 bool CostModel::Fits(int site, int n, bool first, bool last, int slots) const {
@@ -327,8 +346,9 @@ bool CostModel::BuildSchedule(const Pipeline& p, ScheduleInputs* in, bool check_
     if (last) break;
     const int t = p.sites[i + 1], nt = p.layers[i + 1];
     if (!HasLink(s, t) || !HasLink(t, s) || nt < 1) return false;
-    const TransferCost a = Activation(s, t, Budget(s, n, false));
-    const TransferCost g = Gradient(t, s, Budget(t, nt, i + 1 == S - 1));
+    const bool wide = WideCut(covered);  // the cut after layer covered - 1
+    const TransferCost a = Activation(s, t, Budget(s, n, false), wide);
+    const TransferCost g = Gradient(t, s, Budget(t, nt, i + 1 == S - 1), wide);
     in->act_wire[i] = a.wire_seconds, in->act_latency[i] = a.latency_seconds;
     in->grad_wire[i] = g.wire_seconds, in->grad_latency[i] = g.latency_seconds;
     in->forward[i] += a.encode_seconds;

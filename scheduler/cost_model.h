@@ -147,11 +147,14 @@ class CostModel {
   // Compute per microbatch of n layers on `site` (the last stage also runs the head).
   double Forward(int site, int n, bool last) const;
   double Backward(int site, int n, bool last) const;
-  // Raw bytes of one activation (or activation gradient) tensor, and of the targets.
-  double ActivationBytes() const;
+  // Raw bytes of one activation (or activation gradient) tensor; `wide`: at a cut after the
+  // subspace-cut variant's first unconstrained layer (C floats per position, not K).
+  double ActivationBytes(bool wide = false) const;
+  // Whether the cut after `boundary` layers is wide (model::StreamWidth).
+  bool WideCut(int boundary) const;
   // Activations (+ targets) or gradients sent with the sender's controller budget.
-  TransferCost Activation(int from, int to, double budget_seconds) const;
-  TransferCost Gradient(int from, int to, double budget_seconds) const;
+  TransferCost Activation(int from, int to, double budget_seconds, bool wide = false) const;
+  TransferCost Gradient(int from, int to, double budget_seconds, bool wide = false) const;
   TransferCost TiedGradient(int from, int to) const;
   bool HasLink(int from, int to) const;
   double HalfRtt(int a, int b) const;               // 0 when a == b, inf without a link
@@ -160,7 +163,7 @@ class CostModel {
   int fixed_rung() const { return fixed_rung_; }  // -1: adaptive
   int floor_rung() const { return floor_rung_; }
   // One activation (with_targets) or gradient tensor under a given rung.
-  TransferCost PriceRung(int from, int to, int rung, bool with_targets) const;
+  TransferCost PriceRung(int from, int to, int rung, bool with_targets, bool wide = false) const;
   // The tied-embedding gradient's raw bytes.
   double TiedBytes() const { return tied_bytes_; }
   // The controller's own decision (with its explanation) in the settled state of PickRung.
@@ -182,7 +185,8 @@ class CostModel {
   // first decision saw `first_budget` (<= 0: the budget itself) and Decide's rules are
   // replayed on its predictions until nothing changes (test/scheduler/cost_model_test.cc
   // checks both against Decide itself).
-  int PickRung(int from, int to, double budget_seconds, double first_budget) const;
+  int PickRung(int from, int to, double budget_seconds, double first_budget,
+               bool wide = false) const;
   // Fills the schedule of `p`; false when a link is missing or (check_memory) a stage does
   // not fit its site.
   bool BuildSchedule(const Pipeline& p, ScheduleInputs* in, bool check_memory = true) const;
@@ -203,7 +207,7 @@ class CostModel {
   std::vector<double> bw_, rtt_;
   // One activation tensor under each rung: encoded bytes and codec compute (Controller's
   // prediction); targets and tied-embedding gradients travel as fp32.
-  std::vector<double> rung_wire_bytes_, rung_codec_seconds_;
+  std::vector<double> rung_wire_bytes_[2], rung_codec_seconds_[2];  // [wide][rung]
   double targets_bytes_ = 0, targets_codec_seconds_ = 0;
   double tied_bytes_ = 0, tied_wire_bytes_ = 0, tied_codec_seconds_ = 0;
 };

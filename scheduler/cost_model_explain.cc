@@ -142,13 +142,16 @@ StatusOr<StepEstimate> CostModel::Estimate(const std::vector<StagePlan>& plan) c
     }
     e.links.push_back(l);
   };
+  int boundary = 0;
   for (int i = 0; i + 1 < S; ++i) {
     const int a = p.sites[i], b = p.sites[i + 1];
     const double ba = Budget(a, p.layers[i], false),
                  bb = Budget(b, p.layers[i + 1], i + 1 == S - 1);
-    link(i, i + 1, "activations", ActivationBytes(), Activation(a, b, ba), ba,
+    boundary += p.layers[i];
+    const bool wide = WideCut(boundary);
+    link(i, i + 1, "activations", ActivationBytes(wide), Activation(a, b, ba, wide), ba,
          options_.initial_budget_seconds);
-    link(i + 1, i, "gradients", ActivationBytes(), Gradient(b, a, bb), bb, 0);
+    link(i + 1, i, "gradients", ActivationBytes(wide), Gradient(b, a, bb, wide), bb, 0);
   }
   if (S > 1) {
     link(0, S - 1, "tied-embedding", tied_bytes_, TiedGradient(p.sites[0], p.sites[S - 1]), 0, 0);

@@ -93,6 +93,27 @@ TEST_CASE("more microbatches in flight shorten the step over long round trips") 
   CHECK(step(PipelineWorkload::kAutoInFlight, 0) == step(0, 0));
 }
 
+// The subspace-cut variant: cuts up to its first unconstrained layer carry K floats per
+// position, cuts after it C (model::StreamWidth); each is priced at its own width.
+TEST_CASE("subspace-cut variant: each cut priced at its width") {
+  auto config = SmallModel(6);
+  config.residual_subspace = 16;
+  config.unconstrained_layers = 3;  // layers 3..5 unconstrained: the cut after 4 layers is wide
+  const CostModel m =
+      MakeModel(config, Workload(4), Mesh({1e12, 1e12, 1e12}, 1e7, 0.01), FreeCodecs());
+  CHECK(m.ActivationBytes(false) == 4.0 * 4 * 128 * 16);
+  CHECK(m.ActivationBytes(true) == 4.0 * 4 * 128 * 256);
+  CHECK_FALSE(m.WideCut(2));
+  CHECK_FALSE(m.WideCut(3));  // the stage holding layer 3 rebuilds the stream itself
+  CHECK(m.WideCut(4));
+  auto e = m.Estimate(m.ToPlan(Pipeline{{0, 1, 2}, {2, 2, 2}}));
+  REQUIRE(e.ok());
+  REQUIRE(e->links.size() >= 4);
+  CHECK(e->links[0].tensor_bytes == m.ActivationBytes(false));  // after layer 1
+  CHECK(e->links[2].tensor_bytes == m.ActivationBytes(true));   // after layer 3
+  CHECK(e->links[2].cost.wire_seconds > 10 * e->links[0].cost.wire_seconds);
+}
+
 TEST_CASE("replayed: the codec is the one the controller settles on from a clean start") {
   const auto config = SmallModel(4);
   CostModelOptions replay;
