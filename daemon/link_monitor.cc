@@ -30,13 +30,22 @@ void LinkMonitor::SetState(const std::string& peer, v1::LinkState state,
 }
 
 void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
-                                     bool lower_bound) {
+                                     bool lower_bound, bool backlogged) {
   if (!(seconds > 0) || bytes == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = links_.find(peer);
   if (it == links_.end()) return;
   Link& link = it->second;
   const double sample = static_cast<double>(bytes) / seconds;
+  if (backlogged) {
+    // Against what such transfers usually move, not against the probed capacity: over a
+    // long round trip they never fill the link, and that alone is no fall.
+    if (link.backlogged_rate > 0 && sample < 0.5 * link.backlogged_rate) {
+      link.probe_requested = true;
+    }
+    link.backlogged_rate =
+        link.backlogged_rate > 0 ? 0.7 * link.backlogged_rate + 0.3 * sample : sample;
+  }
   if (lower_bound && link.bandwidth_samples > 0 && sample <= link.bandwidth) return;
   link.bandwidth =
       link.bandwidth_samples == 0

@@ -49,8 +49,11 @@ class LinkMonitor {
   // TCP's window reopening after idle, compute leaving gaps, flow control on long round
   // trips all keep them from filling the link) only says the link carries at least that
   // much: it raises the estimate, never lowers it. Probes set the level.
+  // A `backlogged` lower bound (transfers queued behind each other) also tracks what such
+  // transfers usually achieve; one far below that asks for an early probe (RequestProbe):
+  // the link may have fallen.
   void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
-                          bool lower_bound = false);
+                          bool lower_bound = false, bool backlogged = false);
   // A job's transfer of `bytes` to the peer ran from `start` to `end` (seconds of the steady
   // clock, SteadySeconds): kept for a while so that a probe can count the traffic it shared
   // the link with.
@@ -59,9 +62,9 @@ class LinkMonitor {
   // of its time inside the window.
   double TransferBytesDuring(const std::string& peer, double from, double to) const;
   static double SteadySeconds();
-  // Transfers suggest the link carries less than estimated (it may have fallen): the link's
-  // prober probes early (PeerLink), so that the estimate follows a fall without waiting for
-  // the next periodic probe. TakeProbeRequest returns and clears the request.
+  // Transfers suggest the link has fallen: the link's prober probes early (PeerLink), so that
+  // the estimate follows a fall without waiting for the next periodic probe.
+  // TakeProbeRequest returns and clears the request.
   void RequestProbe(const std::string& peer);
   bool TakeProbeRequest(const std::string& peer);
   void AddRttSample(const std::string& peer, double seconds);
@@ -98,6 +101,7 @@ class LinkMonitor {
     v1::LinkEstimate inbound;
     bool probing_out = false;
     bool probe_requested = false;
+    double backlogged_rate = 0;  // EWMA of backlogged transfers' rates; 0: none yet
     bool probing_in = false;
     bool ever_up = false;
     uint64_t reconnects = 0;

@@ -107,13 +107,12 @@ void LinkSender::FinishTransferLocked(uint64_t bytes) {
     const double busy = seconds - rtt;
     // What a job's transfers achieve is a lower bound on what the link carries (TCP's window
     // reopening after idle, compute leaving gaps, flow control over long round trips): it
-    // raises the estimate, never lowers it. But transfers that queued behind each other and
-    // still moved far less than the estimate say the link may have fallen: probe it now.
+    // raises the estimate, never lowers it. Transfers that queued behind each other and moved
+    // far less than such transfers usually do say the link may have fallen: the monitor then
+    // asks for a probe.
     if (busy > 0.002) {
-      const double rate = static_cast<double>(busy_bytes_) / busy;
-      monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy, /*lower_bound=*/true);
-      const double estimate = monitor_->Outbound(options_.peer).bandwidth_bytes_per_second();
-      if (busy_overlapped_ && rate < 0.5 * estimate) monitor_->RequestProbe(options_.peer);
+      monitor_->AddBandwidthSample(options_.peer, busy_bytes_, busy, /*lower_bound=*/true,
+                                   /*backlogged=*/busy_overlapped_);
     }
   }
 }

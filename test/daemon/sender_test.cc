@@ -175,9 +175,10 @@ TEST_CASE("a sender's lone transfers do not lower the link estimate; they are re
   CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // one at a time: no sign of a fall
 }
 
-// Transfers that queued behind each other yet moved far less than the estimate: the link may
-// have fallen, and the sender asks for an early probe (the estimate itself stays: probes set it).
-TEST_CASE("a sender's backlogged transfers far below the estimate ask for a probe") {
+// Transfers that queued behind each other yet moved far less than such transfers did before:
+// the link may have fallen, and an early probe is asked for (the estimate itself stays:
+// probes set it). Moving less than the probed capacity alone (a long round trip) is no fall.
+TEST_CASE("a sender's backlogged transfers far below their usual rate ask for a probe") {
   LinkMonitor monitor("alpha");
   monitor.AddPeer("beta", "addr");
   monitor.AddBandwidthSample("beta", uint64_t{1} << 40, 1.0);
@@ -196,8 +197,19 @@ TEST_CASE("a sender's backlogged transfers far below the estimate ask for a prob
   link.Release();
   REQUIRE(sender.Flush().ok());
   CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == double(uint64_t{1} << 40));
+  CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // far below the probe, but the first such
+  // The same kind of transfers, 100 times slower than the first (as the monitor sees them).
+  monitor.AddBandwidthSample("beta", 600 << 10, 1.0, /*lower_bound=*/true, /*backlogged=*/true);
   CHECK(monitor.TakeProbeRequest("beta"));
   CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // taken once
+  // Steady backlogged transfers far below a probed capacity (a long round trip): no probes.
+  LinkMonitor steady("alpha");
+  steady.AddPeer("beta", "addr");
+  steady.AddBandwidthSample("beta", uint64_t{1} << 30, 1.0);
+  for (uint64_t bytes : {1000, 900, 1100, 800, 1000}) {
+    steady.AddBandwidthSample("beta", bytes, 1.0, /*lower_bound=*/true, /*backlogged=*/true);
+    CHECK_FALSE(steady.TakeProbeRequest("beta"));
+  }
 }
 
 }  // namespace
