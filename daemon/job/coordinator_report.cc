@@ -3,6 +3,7 @@
 // sync groups) and every caller returns with the decision, or with stop when its attempt
 // ended or its replica was dropped.
 #include <algorithm>
+#include <cmath>
 
 #include "daemon/job/coordinator.h"
 #include "daemon/job/job_checks.h"
@@ -123,7 +124,12 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
           }
         }
       }
-      if (spec_.compression == CompressionMode::kAdaptive) {
+      // Pricing plays every link's step ~30 times: on very large jobs (hundreds of replicas,
+      // thousands of microbatches) only every few steps, the stages keeping their budgets
+      // in between (a decision without budgets leaves them).
+      const double work = CodecBudgetWork(grid, counts);
+      const uint64_t stride = static_cast<uint64_t>(std::max(1.0, std::ceil(work / 2e6)));
+      if (spec_.compression == CompressionMode::kAdaptive && rep.step() % stride == 0) {
         const StepBudgets b = CodecBudgets(grid, sites, counts, *reports, warmups);
         for (size_t i = 0; i < b.act.size(); ++i) {
           d->add_act_budgets(b.act[i]);

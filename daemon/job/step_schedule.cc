@@ -91,6 +91,15 @@ std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<std::
   return out;
 }
 
+double CodecBudgetWork(const StageGrid& grid, const std::vector<int>& microbatches) {
+  double work = 0;
+  for (int r = 0; r < grid.replicas; ++r) {
+    const double S = grid.stages(r), M = MicrobatchesOf(microbatches, r);
+    work += 2 * (S - 1) * 31 * 2 * S * M;
+  }
+  return work;
+}
+
 StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<std::string>& sites,
                          const std::vector<int>& microbatches,
                          const std::map<uint32_t, v1::StepReport>& reports,

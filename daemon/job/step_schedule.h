@@ -49,6 +49,9 @@ std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<std::
 struct StepBudgets {
   std::vector<double> act, grad;
 };
+// Roughly how many schedule events CodecBudgets plays for this grid (each directed link's
+// bisection plays the replica's step about 30 times), to pace it on very large jobs.
+double CodecBudgetWork(const StageGrid& grid, const std::vector<int>& microbatches);
 StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<std::string>& sites,
                          const std::vector<int>& microbatches,
                          const std::map<uint32_t, v1::StepReport>& reports,

@@ -100,16 +100,23 @@ v1::StepReport FlightReport(uint32_t stage, double compute, uint32_t max_warmup,
   return r;
 }
 
+// Sites a, b, c in a pipeline: 8 microbatches of 18 ms each; every link with this round
+// trip and rate, carrying 262 kB tensors.
+std::map<uint32_t, v1::StepReport> ThreeStages(double rtt, double bandwidth) {
+  std::map<uint32_t, v1::StepReport> reports;
+  reports[0] = FlightReport(0, 8 * 0.018, 8, "b", rtt, bandwidth, 262000);
+  reports[1] = FlightReport(1, 8 * 0.018, 8, "c", rtt, bandwidth, 262000);
+  reports[1].add_links()->CopyFrom(reports[0].links(0));  // its link back to a
+  reports[1].mutable_links(1)->set_to_site("a");
+  reports[2] = FlightReport(2, 8 * 0.018, 0, "b", rtt, bandwidth, 262000);
+  return reports;
+}
+
 TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per replica") {
   const std::vector<std::string> sites = {"a", "b", "c"};
   const StageGrid grid = StageGrid::Of(1, 3);
-  // 8 microbatches of 18 ms; 30 ms round trips, 262 kB at 100 MB/s (2.6 ms) each way.
-  std::map<uint32_t, v1::StepReport> reports;
-  reports[0] = FlightReport(0, 8 * 0.018, 8, "b", 0.03, 1e8, 262000);
-  reports[1] = FlightReport(1, 8 * 0.018, 8, "c", 0.03, 1e8, 262000);
-  reports[1].add_links()->CopyFrom(reports[0].links(0));  // its link back to a
-  reports[1].mutable_links(1)->set_to_site("a");
-  reports[2] = FlightReport(2, 8 * 0.018, 0, "b", 0.03, 1e8, 262000);
+  // 30 ms round trips, 262 kB at 100 MB/s (2.6 ms) each way.
+  std::map<uint32_t, v1::StepReport> reports = ThreeStages(0.03, 1e8);
   // Stage 1: ceil((0.03 + 2 x 0.00262) / 0.018) = 2 more than 1F1B's 1; stage 0: both links.
   CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{6, 3, 0});
   // Stage 1's inbox holds two activations ahead: stage 0 runs at most two ahead of it.
@@ -141,23 +148,12 @@ TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per re
   CHECK(StepWarmups(two, four, {4, 4}, r2) == std::vector<uint32_t>{4, 0, 1, 0});
 }
 
-}  // namespace
-}  // namespace longhaul::daemon
-
-namespace longhaul::daemon {
-namespace {
-
 // The adaptive controllers' budgets priced on the played step (step_schedule.h).
 TEST_CASE("codec budgets: a link's share of the step's critical path, not a microbatch") {
   const std::vector<std::string> sites = {"a", "b", "c"};
   const StageGrid grid = StageGrid::Of(1, 3);
-  std::map<uint32_t, v1::StepReport> reports;
-  // 8 microbatches of 18 ms; 20 ms round trips; the links carry 262 kB tensors at 25 MB/s.
-  reports[0] = FlightReport(0, 8 * 0.018, 8, "b", 0.02, 25e6, 262000);
-  reports[1] = FlightReport(1, 8 * 0.018, 8, "c", 0.02, 25e6, 262000);
-  reports[1].add_links()->CopyFrom(reports[0].links(0));
-  reports[1].mutable_links(1)->set_to_site("a");
-  reports[2] = FlightReport(2, 8 * 0.018, 0, "b", 0.02, 25e6, 262000);
+  // 20 ms round trips, 262 kB tensors at 25 MB/s.
+  std::map<uint32_t, v1::StepReport> reports = ThreeStages(0.02, 25e6);
   const std::vector<uint32_t> plain = {2, 1, 0};
   const StepBudgets b = CodecBudgets(grid, sites, {8}, reports, plain);
   REQUIRE(b.act.size() == 3);
@@ -180,6 +176,8 @@ TEST_CASE("codec budgets: a link's share of the step's critical path, not a micr
   CHECK(loose.act[0] > b.act[0]);
   const StepBudgets wide = CodecBudgets(grid, sites, {8}, reports, {6, 3, 0});
   CHECK(wide.act[0] > b.act[0]);
+  // The pacing figure: 4 directed links x 31 plays x 2 x 3 stages x 8 microbatches.
+  CHECK(CodecBudgetWork(grid, {8}) == 4 * 31 * 2 * 3 * 8);
   // A replica with a missing report gets none; tolerance 0 gives none.
   reports.erase(1);
   const StepBudgets missing = CodecBudgets(grid, sites, {8}, reports, plain);
