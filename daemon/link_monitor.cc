@@ -85,12 +85,6 @@ double LinkMonitor::TransferBytesDuring(const std::string& peer, double from, do
   return bytes;
 }
 
-void LinkMonitor::RequestProbe(const std::string& peer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = links_.find(peer);
-  if (it != links_.end()) it->second.probe_requested = true;
-}
-
 bool LinkMonitor::TakeProbeRequest(const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = links_.find(peer);

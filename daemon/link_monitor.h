@@ -50,7 +50,7 @@ class LinkMonitor {
   // trips all keep them from filling the link) only says the link carries at least that
   // much: it raises the estimate, never lowers it. Probes set the level.
   // A `backlogged` lower bound (transfers queued behind each other) also tracks what such
-  // transfers usually achieve; one far below that asks for an early probe (RequestProbe):
+  // transfers usually achieve; one far below that asks for an early probe (TakeProbeRequest):
   // the link may have fallen.
   void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
                           bool lower_bound = false, bool backlogged = false);
@@ -62,10 +62,9 @@ class LinkMonitor {
   // of its time inside the window.
   double TransferBytesDuring(const std::string& peer, double from, double to) const;
   static double SteadySeconds();
-  // Transfers suggest the link has fallen: the link's prober probes early (PeerLink), so that
-  // the estimate follows a fall without waiting for the next periodic probe.
-  // TakeProbeRequest returns and clears the request.
-  void RequestProbe(const std::string& peer);
+  // Whether backlogged transfers suggested a fall since the last call (AddBandwidthSample),
+  // clearing it: the link's prober then probes early (PeerLink), so that the estimate follows
+  // a fall without waiting for the next periodic probe.
   bool TakeProbeRequest(const std::string& peer);
   void AddRttSample(const std::string& peer, double seconds);
   // The peer's own estimate of peer -> this site.

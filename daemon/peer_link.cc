@@ -174,7 +174,7 @@ void PeerLink::Run() {
     auto last_probe = Clock::now();
     while (true) {
       s = Heartbeat(**link);
-      // Early, when transfers suggest a fall (LinkMonitor::RequestProbe), but no more often
+      // Early, when transfers suggest a fall (LinkMonitor::TakeProbeRequest), but no more often
       // than a quarter of the interval: a probe takes the link from the jobs while it runs.
       const bool early =
           monitor_->TakeProbeRequest(options_.peer) &&
