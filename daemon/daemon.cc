@@ -18,6 +18,7 @@
 #include "daemon/peer_security.h"
 #include "daemon/status_pages.h"
 #include "daemon/transport/grpc_link.h"
+#include "kernels/cpu/blas_core.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -240,6 +241,7 @@ Status Daemon::StartAll() {
              WithPort(config_.control_listen, control_port_),
              config_.tls && config_.tls->control ? "on" : "off",
              WithPort(config_.status_listen, status_port_), config_.peers.size());
+  log_->info("cpu backend: {}", kernels::BlasCoreReport());
   return absl::OkStatus();
 }
 

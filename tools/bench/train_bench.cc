@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/ops.h"
 #include "model/chain.h"
 #include "model/data_loader.h"
@@ -111,8 +112,9 @@ int Run(const Flags& f) {
       f.layers, f.channels, f.heads, f.vocab, config.padded_vocab_size, f.seq_len, params / 1e6,
       f.batch, f.seq_len, f.threads, flops_per_token * tokens / 1e9);
   std::printf("memory: %s\n", (*chain)->memory().DebugString().c_str());
-  std::printf("peak (%s): %.1f GFLOP/s\n",
-              f.peak_gflops > 0 ? "given" : "OpenBLAS sgemm 1024^3, measured", peak);
+  std::printf("peak (%s): %.1f GFLOP/s; %s\n",
+              f.peak_gflops > 0 ? "given" : "OpenBLAS sgemm 1024^3, measured", peak,
+              kernels::BlasCoreReport().c_str());
   // Rounds alternate between this backend and PyTorch, so that both see the same machine
   // (a shared machine's speed drifts); the summary takes the median over rounds.
   // MFU of a round is against that round's peak; the summary's against the best peak seen.
