@@ -36,11 +36,15 @@ class Surrogate {
   double Cycle(int s, int n, bool last) const {
     return m_.Forward(s, n, last) + m_.Backward(s, n, last);
   }
-  Tx Act(int from, int to, int n_from) const {
-    return ToTx(m_.Activation(from, to, m_.Budget(from, n_from, false)));
+  // `wide`: the cut after the subspace-cut variant's first unconstrained layer carries C
+  // floats per position, the others K (CostModel::WideCut); suffix_layers: the layers after
+  // the cut, which the suffix DPs know.
+  bool Wide(int suffix_layers) const { return m_.WideCut(L_ - suffix_layers); }
+  Tx Act(int from, int to, int n_from, bool wide) const {
+    return ToTx(m_.Activation(from, to, m_.Budget(from, n_from, false), wide));
   }
-  Tx Grad(int from, int to, int n_from, bool from_last) const {
-    return ToTx(m_.Gradient(from, to, m_.Budget(from, n_from, from_last)));
+  Tx Grad(int from, int to, int n_from, bool from_last, bool wide) const {
+    return ToTx(m_.Gradient(from, to, m_.Budget(from, n_from, from_last), wide));
   }
 
   // The last stage on its own.
@@ -189,17 +193,19 @@ std::vector<DpCandidate> SolveAnyOrder(const CostModel& model, const std::vector
   if (N == 0 || N > 16) return {};
   LabelStore store(sur, model.num_sites(), cand, options);
   Completions done;
-  // Link prices by candidate position: act[(a * N + b) * (L + 1) + n], grad likewise with
-  // the sender's "is last" flag.
-  std::vector<Tx> act(static_cast<size_t>(N) * N * (L + 1)), grad(act.size() * 2);
+  // Link prices by candidate position and the cut's width: act[((a * N + b) * (L + 1) + n) *
+  // 2 + wide], grad likewise with the sender's "is last" flag last.
+  std::vector<Tx> act(static_cast<size_t>(N) * N * (L + 1) * 2), grad(act.size() * 2);
   for (int a = 0; a < N; ++a) {
     for (int b = 0; b < N; ++b) {
       if (a == b || !model.HasLink(cand[a], cand[b]) || !model.HasLink(cand[b], cand[a])) continue;
       for (int n = 1; n <= L; ++n) {
-        const size_t k = (static_cast<size_t>(a) * N + b) * (L + 1) + n;
-        act[k] = sur.Act(cand[a], cand[b], n);
-        grad[2 * k] = sur.Grad(cand[a], cand[b], n, false);
-        grad[2 * k + 1] = sur.Grad(cand[a], cand[b], n, true);
+        for (int wide = 0; wide < 2; ++wide) {
+          const size_t k = ((static_cast<size_t>(a) * N + b) * (L + 1) + n) * 2 + wide;
+          act[k] = sur.Act(cand[a], cand[b], n, wide);
+          grad[2 * k] = sur.Grad(cand[a], cand[b], n, false, wide);
+          grad[2 * k + 1] = sur.Grad(cand[a], cand[b], n, true, wide);
+        }
       }
     }
   }
@@ -245,9 +251,11 @@ std::vector<DpCandidate> SolveAnyOrder(const CostModel& model, const std::vector
               if (!options.allow_subsets && first && next != full) continue;
               if (!first && next == full) continue;  // no site left for the front
               if (!sur.Fits(cand[a], n, first, false, x.cnt + 1)) break;
-              const size_t ka = (static_cast<size_t>(a) * N + b) * (L + 1) + n;
+              const size_t wide = sur.Wide(l);
+              const size_t ka = ((static_cast<size_t>(a) * N + b) * (L + 1) + n) * 2 + wide;
               const size_t kg =
-                  ((static_cast<size_t>(b) * N + a) * (L + 1) + x.n) * 2 + (x.cnt == 1);
+                  (((static_cast<size_t>(b) * N + a) * (L + 1) + x.n) * 2 + wide) * 2 +
+                  (x.cnt == 1);
               // Compute alone grows with n: once it breaks the bound, larger n does too.
               const double cycle = sur.Cycle(cand[a], n, false);
               if ((sur.M() - 1) * std::max(x.P, cycle) + x.R + cycle > bound) break;
@@ -294,14 +302,19 @@ std::vector<DpCandidate> SolveInOrder(const CostModel& model, const std::vector<
   }
   for (int i = S - 2; i >= 0; --i) {
     const int a = order[i], b = order[i + 1];
-    std::vector<Tx> act(L + 1);
-    for (int n = 1; n <= L; ++n) act[n] = sur.Act(a, b, n);
-    std::vector<Tx> grad(2 * (L + 1));
-    for (int n = 1; n <= L; ++n) {
-      grad[2 * n] = sur.Grad(b, a, n, false);
-      grad[2 * n + 1] = sur.Grad(b, a, n, true);
+    // By the cut's width (index 0 narrow, 1 wide) and the sender's layers.
+    std::vector<Tx> act[2], grad[2];
+    for (int wide = 0; wide < 2; ++wide) {
+      act[wide].resize(L + 1);
+      grad[wide].resize(2 * (L + 1));
+      for (int n = 1; n <= L; ++n) {
+        act[wide][n] = sur.Act(a, b, n, wide);
+        grad[wide][2 * n] = sur.Grad(b, a, n, false, wide);
+        grad[wide][2 * n + 1] = sur.Grad(b, a, n, true, wide);
+      }
     }
     for (int l = S - 1 - i; l < L; ++l) {
+      const int wide = sur.Wide(l);
       const std::vector<int> labels = sets[static_cast<size_t>(i + 1) * (L + 1) + l];
       for (int xi : labels) {
         const Label x = store.arena[xi];
@@ -313,7 +326,7 @@ std::vector<DpCandidate> SolveInOrder(const CostModel& model, const std::vector<
           if (!sur.Fits(a, n, first, false, x.cnt + 1)) break;
           const double cycle = sur.Cycle(a, n, false);
           if ((sur.M() - 1) * std::max(x.P, cycle) + x.R + cycle > bound) break;
-          const Label y = sur.Extend(x, a, n, act[n], grad[2 * x.n + (x.cnt == 1)], xi);
+          const Label y = sur.Extend(x, a, n, act[wide][n], grad[wide][2 * x.n + (x.cnt == 1)], xi);
           if (store.Bound(y) > bound) continue;
           if (first) {
             store.arena.push_back(y);
@@ -334,11 +347,14 @@ double SurrogateSeconds(const CostModel& model, const Pipeline& p) {
   if (S == 0) return kInfeasible;
   if (!sur.Fits(p.sites[S - 1], p.layers[S - 1], S == 1, true, 1)) return kInfeasible;
   Label x = sur.Start(p.sites[S - 1], p.layers[S - 1]);
+  int suffix = p.layers[S - 1];  // layers after the cut in front of stage i + 1
   for (int i = S - 2; i >= 0; --i) {
     const int a = p.sites[i], b = p.sites[i + 1];
     if (!sur.Fits(a, p.layers[i], i == 0, false, S - i)) return kInfeasible;
-    x = sur.Extend(x, a, p.layers[i], sur.Act(a, b, p.layers[i]),
-                   sur.Grad(b, a, p.layers[i + 1], i + 1 == S - 1), -1);
+    const bool wide = sur.Wide(suffix);
+    x = sur.Extend(x, a, p.layers[i], sur.Act(a, b, p.layers[i], wide),
+                   sur.Grad(b, a, p.layers[i + 1], i + 1 == S - 1, wide), -1);
+    suffix += p.layers[i];
   }
   return sur.Complete(x);
 }

@@ -232,6 +232,38 @@ TEST_CASE("keep_order: the request's sites in its order, the best split of them"
   }
 }
 
+// The subspace-cut variant: a cut among its constrained layers carries K floats per position,
+// one after its first unconstrained layer C. The planner's surrogate prices each at its width
+// (as the cost model does), so on slow links it does not put the cut where the stream is wide.
+TEST_CASE("subspace-cut variant: the surrogate prices each cut at its width") {
+  auto config = SmallModel(8);
+  config.residual_subspace = 16;
+  config.unconstrained_layers = 3;  // layers 5..7 free: the cuts after 6 and 7 layers are wide
+  // Site 1 computes 4x slower, so compute alone would put 6 or 7 layers on site 0.
+  const Profiles p = Mesh({4e11, 1e11}, 2e6, 0.01);
+  const auto w = testing::Workload(4);
+  const auto m = testing::MakeModel(config, w, p);
+  REQUIRE(m.WideCut(6));
+  REQUIRE_FALSE(m.WideCut(5));
+  for (int cut = 1; cut < 8; ++cut) {
+    const Pipeline two{{0, 1}, {cut, 8 - cut}};
+    const double surrogate = internal::SurrogateSeconds(m, two), exact = m.StepSeconds(two);
+    INFO("cut after " << cut << ": surrogate " << surrogate << " exact " << exact);
+    CHECK(surrogate / exact > 0.7);
+    CHECK(surrogate / exact < 1.3);
+  }
+  Pipeline best;
+  const double exhaustive = Exhaustive(m, true, &best);
+  auto plan = Planner(p).Plan(Request(config, w, p));
+  REQUIRE(plan.ok());
+  INFO("planner " << PlanDebugString(plan->stages) << " = " << plan->estimate.step_seconds
+                  << ", exhaustive " << PlanDebugString(m.ToPlan(best)) << " = " << exhaustive);
+  CHECK(plan->estimate.step_seconds <= exhaustive * 1.01);
+  for (size_t i = 0; i + 1 < plan->stages.size(); ++i) {
+    CHECK_FALSE(m.WideCut(plan->stages[i].layer_end));
+  }
+}
+
 TEST_CASE("the Placer interface and bad requests") {
   const auto config = SmallModel(8);
   Profiles p = Mesh({1e11, 1e11}, 1e9, 0.005);
