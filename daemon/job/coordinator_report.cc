@@ -112,9 +112,15 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     if (v1::StepDecision* d = barrier_.MutableDecision(rep.attempt(), rep.step())) {
       std::vector<std::string> sites;
       for (const auto& s : record_.stages()) sites.push_back(s.site());
+      // Built once for both decisions, and only when one of them needs it.
+      const bool auto_warmups = spec_.extra_in_flight == JobSpec::kAutoInFlight;
+      const bool adaptive = spec_.compression == CompressionMode::kAdaptive;
+      const std::vector<ReplicaTimes> times = auto_warmups || adaptive
+                                                  ? MeasuredTimes(grid, sites, counts, *reports)
+                                                  : std::vector<ReplicaTimes>{};
       std::vector<uint32_t> warmups;
-      if (spec_.extra_in_flight == JobSpec::kAutoInFlight) {
-        warmups = StepWarmups(grid, sites, counts, *reports);
+      if (auto_warmups) {
+        warmups = StepWarmups(grid, counts, times);
         for (uint32_t w : warmups) d->add_warmups(w);
       } else if (spec_.extra_in_flight > 0) {
         for (int r = 0; r < grid.replicas; ++r) {
@@ -129,8 +135,8 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       // in between (a decision without budgets leaves them).
       const double work = CodecBudgetWork(grid, counts);
       const uint64_t stride = static_cast<uint64_t>(std::max(1.0, std::ceil(work / 2e6)));
-      if (spec_.compression == CompressionMode::kAdaptive && rep.step() % stride == 0) {
-        const StepBudgets b = CodecBudgets(grid, sites, counts, *reports, warmups);
+      if (adaptive && rep.step() % stride == 0) {
+        const StepBudgets b = CodecBudgets(grid, times, warmups);
         for (size_t i = 0; i < b.act.size(); ++i) {
           d->add_act_budgets(b.act[i]);
           d->add_grad_budgets(b.grad[i]);

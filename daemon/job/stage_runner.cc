@@ -91,10 +91,18 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     const int64_t plain = memory_with(std::min(M_, warmup_ + 1));
     const int64_t budget =
         std::min(ctx_.in_flight_memory_bytes, plain + std::max<int64_t>(plain, int64_t{1} << 30));
-    max_warmup_ = M_;
-    while (max_warmup_ > warmup_ && memory_with(std::min(M_, max_warmup_ + 1)) > budget) {
-      --max_warmup_;
+    // Memory grows with the slots: the most warm-ups within the budget (warmup_ if none
+    // fits), by bisection over [warmup_, M].
+    int lo = warmup_, hi = M_;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (memory_with(std::min(M_, mid + 1)) <= budget) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
     }
+    max_warmup_ = lo;
   }
   fo.slots = std::min(M_, max_warmup_ + 1);
   memory_bytes_ = memory_with(fo.slots);

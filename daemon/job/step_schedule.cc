@@ -38,11 +38,10 @@ int MicrobatchesOf(const std::vector<int>& microbatches, int replica) {
   return replica < static_cast<int>(microbatches.size()) ? std::max(microbatches[replica], 1) : 1;
 }
 
-}  // namespace
-
-ReplicaTimes MeasuredTimes(const StageGrid& grid, int r, const std::vector<std::string>& sites,
-                           const std::vector<int>& microbatches,
-                           const std::map<uint32_t, v1::StepReport>& reports) {
+// Replica r's measured schedule.
+ReplicaTimes ReplicaMeasured(const StageGrid& grid, int r, const std::vector<std::string>& sites,
+                             const std::vector<int>& microbatches,
+                             const std::map<uint32_t, v1::StepReport>& reports) {
   ReplicaTimes t;
   const int S = grid.stages(r);
   const int M = MicrobatchesOf(microbatches, r);
@@ -72,14 +71,28 @@ ReplicaTimes MeasuredTimes(const StageGrid& grid, int r, const std::vector<std::
   return t;
 }
 
-std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<std::string>& sites,
-                                  const std::vector<int>& microbatches,
-                                  const std::map<uint32_t, v1::StepReport>& reports) {
+}  // namespace
+
+std::vector<ReplicaTimes> MeasuredTimes(const StageGrid& grid,
+                                        const std::vector<std::string>& sites,
+                                        const std::vector<int>& microbatches,
+                                        const std::map<uint32_t, v1::StepReport>& reports) {
+  std::vector<ReplicaTimes> out;
+  out.reserve(static_cast<size_t>(grid.replicas));
+  for (int r = 0; r < grid.replicas; ++r) {
+    out.push_back(ReplicaMeasured(grid, r, sites, microbatches, reports));
+  }
+  return out;
+}
+
+std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<int>& microbatches,
+                                  const std::vector<ReplicaTimes>& times) {
   std::vector<uint32_t> out(static_cast<size_t>(grid.size()), 0);
   for (int r = 0; r < grid.replicas; ++r) {
     const int S = grid.stages(r);
     const int M = MicrobatchesOf(microbatches, r);
-    const ReplicaTimes t = MeasuredTimes(grid, r, sites, microbatches, reports);
+    static const ReplicaTimes kNone;
+    const ReplicaTimes& t = static_cast<size_t>(r) < times.size() ? times[r] : kNone;
     std::vector<int> w(S);
     if (t.complete) {
       w = scheduler::WanAwareWarmups(t.in);
@@ -100,9 +113,7 @@ double CodecBudgetWork(const StageGrid& grid, const std::vector<int>& microbatch
   return work;
 }
 
-StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<std::string>& sites,
-                         const std::vector<int>& microbatches,
-                         const std::map<uint32_t, v1::StepReport>& reports,
+StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<ReplicaTimes>& times,
                          const std::vector<uint32_t>& warmups, double tolerance) {
   StepBudgets b;
   b.act.assign(static_cast<size_t>(grid.size()), 0);
@@ -111,8 +122,8 @@ StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<std::string>& 
   for (int r = 0; r < grid.replicas; ++r) {
     const int S = grid.stages(r);
     if (S < 2) continue;
-    const ReplicaTimes t = MeasuredTimes(grid, r, sites, microbatches, reports);
-    if (!t.complete) continue;
+    if (static_cast<size_t>(r) >= times.size() || !times[r].complete) continue;
+    const ReplicaTimes& t = times[r];
     scheduler::ScheduleInputs in;
     in.microbatches = t.in.microbatches;
     for (int p = 0; p < S; ++p) {

@@ -31,16 +31,16 @@ struct ReplicaTimes {
   bool complete = false;  // every stage reported, with its neighbours' sites known
   scheduler::InFlightInputs in;
 };
-// `sites` by flat stage; `microbatches` by replica; `reports` by flat stage.
-ReplicaTimes MeasuredTimes(const StageGrid& grid, int replica,
-                           const std::vector<std::string>& sites,
-                           const std::vector<int>& microbatches,
-                           const std::map<uint32_t, v1::StepReport>& reports);
+// Every replica's, by replica, built once per step for both decisions below. `sites` by flat
+// stage; `microbatches` by replica; `reports` by flat stage.
+std::vector<ReplicaTimes> MeasuredTimes(const StageGrid& grid,
+                                        const std::vector<std::string>& sites,
+                                        const std::vector<int>& microbatches,
+                                        const std::map<uint32_t, v1::StepReport>& reports);
 
-// The WAN-aware warm-ups of every stage, by flat stage.
-std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<std::string>& sites,
-                                  const std::vector<int>& microbatches,
-                                  const std::map<uint32_t, v1::StepReport>& reports);
+// The WAN-aware warm-ups of every stage, by flat stage (plain 1F1B for replicas not measured).
+std::vector<uint32_t> StepWarmups(const StageGrid& grid, const std::vector<int>& microbatches,
+                                  const std::vector<ReplicaTimes>& times);
 
 // The codec budgets, by flat stage: act[i] for stage i's activations to i + 1, grad[i] for
 // its gradients to i - 1; 0 where there is none (no such link, a replica not measured).
@@ -52,9 +52,7 @@ struct StepBudgets {
 // Roughly how many schedule events CodecBudgets plays for this grid (each directed link's
 // bisection plays the replica's step about 30 times), to pace it on very large jobs.
 double CodecBudgetWork(const StageGrid& grid, const std::vector<int>& microbatches);
-StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<std::string>& sites,
-                         const std::vector<int>& microbatches,
-                         const std::map<uint32_t, v1::StepReport>& reports,
+StepBudgets CodecBudgets(const StageGrid& grid, const std::vector<ReplicaTimes>& times,
                          const std::vector<uint32_t>& warmups, double tolerance = 0.03);
 
 }  // namespace longhaul::daemon

@@ -112,31 +112,44 @@ std::map<uint32_t, v1::StepReport> ThreeStages(double rtt, double bandwidth) {
   return reports;
 }
 
+// The coordinator's two decisions from one step's reports, as it makes them.
+std::vector<uint32_t> Warmups(const StageGrid& grid, const std::vector<std::string>& sites,
+                              const std::vector<int>& microbatches,
+                              const std::map<uint32_t, v1::StepReport>& reports) {
+  return StepWarmups(grid, microbatches, MeasuredTimes(grid, sites, microbatches, reports));
+}
+StepBudgets Budgets(const StageGrid& grid, const std::vector<std::string>& sites,
+                    const std::vector<int>& microbatches,
+                    const std::map<uint32_t, v1::StepReport>& reports,
+                    const std::vector<uint32_t>& warmups, double tolerance = 0.03) {
+  return CodecBudgets(grid, MeasuredTimes(grid, sites, microbatches, reports), warmups, tolerance);
+}
+
 TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per replica") {
   const std::vector<std::string> sites = {"a", "b", "c"};
   const StageGrid grid = StageGrid::Of(1, 3);
   // 30 ms round trips, 262 kB at 100 MB/s (2.6 ms) each way.
   std::map<uint32_t, v1::StepReport> reports = ThreeStages(0.03, 1e8);
   // Stage 1: ceil((0.03 + 2 x 0.00262) / 0.018) = 2 more than 1F1B's 1; stage 0: both links.
-  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{6, 3, 0});
+  CHECK(Warmups(grid, sites, {8}, reports) == std::vector<uint32_t>{6, 3, 0});
   // Stage 1's inbox holds two activations ahead: stage 0 runs at most two ahead of it.
   reports[1].set_max_ahead(2);
-  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{5, 3, 0});
+  CHECK(Warmups(grid, sites, {8}, reports) == std::vector<uint32_t>{5, 3, 0});
   reports[1].set_max_ahead(0);  // an old or hostile report: plain 1F1B's gap
-  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{4, 3, 0});
+  CHECK(Warmups(grid, sites, {8}, reports) == std::vector<uint32_t>{4, 3, 0});
   reports[1].set_max_ahead(64);
   // Stage 0's slots hold 4: it and the next stay deadlock-free.
   reports[0].set_max_warmup(3);
-  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{3, 2, 0});
+  CHECK(Warmups(grid, sites, {8}, reports) == std::vector<uint32_t>{3, 2, 0});
   // A missing report: plain 1F1B.
   reports.erase(2);
-  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{2, 1, 0});
+  CHECK(Warmups(grid, sites, {8}, reports) == std::vector<uint32_t>{2, 1, 0});
   // Hostile figures (negative, not finite) count as nothing measured.
   reports[2] = FlightReport(2, -1, 0, "b", std::nan(""), -5, 1);
   reports[0] =
       FlightReport(0, std::nan(""), 8, "b", -1, std::numeric_limits<double>::infinity(), 262000);
   reports[1] = FlightReport(1, 0, 8, "c", 0, 0, 0);
-  CHECK(StepWarmups(grid, sites, {8}, reports) == std::vector<uint32_t>{2, 1, 0});
+  CHECK(Warmups(grid, sites, {8}, reports) == std::vector<uint32_t>{2, 1, 0});
   // Two replicas of two stages: each its own.
   const StageGrid two = StageGrid::Of(2, 4);
   const std::vector<std::string> four = {"a", "b", "c", "d"};
@@ -145,7 +158,7 @@ TEST_CASE("step warm-ups: the WAN-aware schedule from one step's reports, per re
   r2[1] = FlightReport(1, 4 * 0.01, 0, "a", 0.1, 1e8, 1000);
   r2[2] = FlightReport(2, 4 * 0.01, 4, "d", 0, 1e8, 1000);
   r2[3] = FlightReport(3, 4 * 0.01, 0, "c", 0, 1e8, 1000);
-  CHECK(StepWarmups(two, four, {4, 4}, r2) == std::vector<uint32_t>{4, 0, 1, 0});
+  CHECK(Warmups(two, four, {4, 4}, r2) == std::vector<uint32_t>{4, 0, 1, 0});
 }
 
 // The adaptive controllers' budgets priced on the played step (step_schedule.h).
@@ -155,7 +168,7 @@ TEST_CASE("codec budgets: a link's share of the step's critical path, not a micr
   // 20 ms round trips, 262 kB tensors at 25 MB/s.
   std::map<uint32_t, v1::StepReport> reports = ThreeStages(0.02, 25e6);
   const std::vector<uint32_t> plain = {2, 1, 0};
-  const StepBudgets b = CodecBudgets(grid, sites, {8}, reports, plain);
+  const StepBudgets b = Budgets(grid, sites, {8}, reports, plain);
   REQUIRE(b.act.size() == 3);
   REQUIRE(b.grad.size() == 3);
   CHECK(b.act[2] == 0);   // the last stage sends no activations
@@ -168,21 +181,21 @@ TEST_CASE("codec budgets: a link's share of the step's critical path, not a micr
   }
   // A looser tolerance, looser budgets; the round trips covered by warm-ups leave the first
   // link's activations more room.
-  const StepBudgets loose = CodecBudgets(grid, sites, {8}, reports, plain, 0.2);
+  const StepBudgets loose = Budgets(grid, sites, {8}, reports, plain, 0.2);
   for (int i = 0; i < 3; ++i) {
     CHECK(loose.act[i] >= b.act[i]);
     CHECK(loose.grad[i] >= b.grad[i]);
   }
   CHECK(loose.act[0] > b.act[0]);
-  const StepBudgets wide = CodecBudgets(grid, sites, {8}, reports, {6, 3, 0});
+  const StepBudgets wide = Budgets(grid, sites, {8}, reports, {6, 3, 0});
   CHECK(wide.act[0] > b.act[0]);
   // The pacing figure: 4 directed links x 31 plays x 2 x 3 stages x 8 microbatches.
   CHECK(CodecBudgetWork(grid, {8}) == 4 * 31 * 2 * 3 * 8);
   // A replica with a missing report gets none; tolerance 0 gives none.
   reports.erase(1);
-  const StepBudgets missing = CodecBudgets(grid, sites, {8}, reports, plain);
+  const StepBudgets missing = Budgets(grid, sites, {8}, reports, plain);
   CHECK(missing.act == std::vector<double>{0, 0, 0});
-  CHECK(CodecBudgets(grid, sites, {8}, reports, plain, 0).grad == std::vector<double>{0, 0, 0});
+  CHECK(Budgets(grid, sites, {8}, reports, plain, 0).grad == std::vector<double>{0, 0, 0});
 }
 
 }  // namespace
