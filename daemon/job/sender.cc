@@ -16,14 +16,21 @@ using Clock = std::chrono::steady_clock;
 LinkSender::LinkSender(LinkSenderOptions options, transport::Link* link, LinkMonitor* monitor,
                        std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)), link_(link), monitor_(monitor), log_(std::move(log)) {
-  for (int i = 0; i < std::max(1, options_.workers); ++i) {
-    threads_.emplace_back([this] { Run(); });
-  }
+  const int first = std::max(1, options_.workers);
+  max_threads_ = static_cast<size_t>(std::max(first, options_.max_workers));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < first; ++i) threads_.emplace_back([this] { Run(); });
 }
 
 LinkSender::~LinkSender() {
-  Close();
+  Close();  // no worker starts after this (GrowLocked checks closed_ under mu_)
   for (auto& t : threads_) t.join();
+}
+
+void LinkSender::GrowLocked() {
+  if (closed_ || queue_.empty() || threads_.size() >= max_threads_) return;
+  if (static_cast<size_t>(in_flight_) < threads_.size()) return;  // a worker is free
+  threads_.emplace_back([this] { Run(); });
 }
 
 Status LinkSender::RefusedLocked() const {
@@ -128,6 +135,7 @@ void LinkSender::Run() {
       t = queue_.front();
       queue_.pop_front();
       StartTransferLocked();
+      GrowLocked();
     }
     // Generous: a whole tensor at 1 Mbit/s plus a minute.
     const double started = NowSeconds();

@@ -1,13 +1,15 @@
 // LinkSender: the one sender of one job's tensors over one directed link. The stage executor
 // enqueues encoded tensors and goes back to computing; worker threads send them, in queue
 // order, each with one Link::SendTensor call, several in flight, so a long round trip does
-// not cap the link at one tensor per RTT. A call that may heal (peer restarting, connection
-// dropped) is retried until it succeeds or the sender is closed; the receiver drops
-// duplicates by key, so a retry never delivers a microbatch twice. A refusal that will not
-// heal (the peer says the tensor is wrong or unexpected) fails the sender: error() says which
-// tensor, to which site and why, and every later call returns it, so the stage stops with it.
-// Busy periods of the link (from the first transfer starting to the last one finishing) are
-// passive bandwidth samples for the link monitor.
+// not cap the link at one tensor per RTT. Each call lasts at least a round trip (it ends
+// with the receiver's answer), so a link carries at most `workers` tensors per round trip:
+// while tensors wait with every worker busy, another worker starts, up to max_workers. A call that
+// may heal (peer restarting, connection dropped) is retried until it succeeds or the sender is
+// closed; the receiver drops duplicates by key, so a retry never delivers a microbatch twice. A
+// refusal that will not heal (the peer says the tensor is wrong or unexpected) fails the sender:
+// error() says which tensor, to which site and why, and every later call returns it, so the stage
+// stops with it. Busy periods of the link (from the first transfer starting to the last one
+// finishing) are passive bandwidth samples for the link monitor.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -40,7 +42,8 @@ struct LinkSenderOptions {
   std::string site;
   std::string peer;
   size_t queue_capacity_bytes = 512 << 20;
-  int workers = 4;  // calls in flight at once
+  int workers = 4;       // calls in flight at once, at first
+  int max_workers = 32;  // and at most, when tensors wait with every worker busy
 };
 
 class LinkSender {
@@ -67,6 +70,8 @@ class LinkSender {
 
  private:
   void Run();
+  // Starts another worker when tensors wait with every worker busy (mu_ held).
+  void GrowLocked();
   // Why nothing can be queued: closed or failed; OK otherwise (mu_ held).
   Status RefusedLocked() const;
   bool HasRoomLocked(size_t bytes) const {
@@ -91,8 +96,9 @@ class LinkSender {
   LinkSenderStats stats_;
   double busy_start_ = 0;
   uint64_t busy_bytes_ = 0;
-  bool busy_overlapped_ = false;  // more than one transfer in flight in this busy period
-  std::vector<std::thread> threads_;
+  bool busy_overlapped_ = false;      // more than one transfer in flight in this busy period
+  std::vector<std::thread> threads_;  // grows under mu_ until closed_, then joined
+  size_t max_threads_ = 1;
 };
 
 }  // namespace longhaul::daemon

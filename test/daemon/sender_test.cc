@@ -37,6 +37,7 @@ LinkSenderOptions Options(size_t capacity = 512 << 20) {
   o.peer = "beta";
   o.queue_capacity_bytes = capacity;
   o.workers = 1;
+  o.max_workers = 1;
   return o;
 }
 
@@ -173,6 +174,27 @@ TEST_CASE("a sender's lone transfers do not lower the link estimate; they are re
   CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == probed);
   CHECK(monitor.TransferBytesDuring("beta", 0, 1e18) == Approx(6.0 * (300 << 10)));
   CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // one at a time: no sign of a fall
+}
+
+// Every call lasts at least a round trip, so over a long one a fixed number of workers caps
+// the tensors per round trip: while tensors wait with every worker busy, another starts, up
+// to max_workers, and no more.
+TEST_CASE("calls in flight grow while tensors wait, up to max_workers") {
+  LinkMonitor monitor("alpha");
+  testing::FakeLink link("beta");
+  link.Hold();  // every call stays in flight: a very long round trip
+  LinkSenderOptions o = Options();
+  o.workers = 1;
+  o.max_workers = 4;
+  LinkSender sender(o, &link, &monitor, spdlog::default_logger());
+  for (uint32_t mb = 0; mb < 6; ++mb) REQUIRE(sender.Enqueue(Tensor(100, mb)).ok());
+  for (int i = 0; i < 10000 && link.waiting() < 4; ++i) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);
+  CHECK(link.waiting() == 4);  // all four started, and never more than max_workers
+  link.Release();
+  REQUIRE(sender.Flush().ok());
+  CHECK(link.delivered().size() == 6);
+  CHECK(sender.stats().tensors == 6);
 }
 
 // Transfers that queued behind each other yet moved far less than such transfers did before:
