@@ -63,6 +63,7 @@ StatusOr<bool> LinkSender::TryEnqueue(OutgoingTensor* tensor) {
 void LinkSender::PushLocked(OutgoingTensor tensor) {
   queued_bytes_ += tensor.payload.size();
   queue_.push_back(std::make_shared<OutgoingTensor>(std::move(tensor)));
+  GrowLocked();  // every worker may be in a call already
   cv_.notify_all();
 }
 

@@ -70,7 +70,8 @@ class LinkSender {
 
  private:
   void Run();
-  // Starts another worker when tensors wait with every worker busy (mu_ held).
+  // Starts another worker when tensors wait with every worker busy (mu_ held): on queueing
+  // (every worker may be in a call) and when a worker takes a tensor with more behind it.
   void GrowLocked();
   // Why nothing can be queued: closed or failed; OK otherwise (mu_ held).
   Status RefusedLocked() const;
