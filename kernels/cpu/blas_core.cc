@@ -12,9 +12,11 @@
 namespace longhaul::kernels {
 namespace {
 
-// Set beside OPENBLAS_CORETYPE when this hook chose it, so that BlasCoreReport can tell it
-// from a user's choice (the restarted process, and any child, inherits both).
-constexpr char kMarker[] = "LONGHAUL_BLAS_CORE_FROM_CPU=1";
+// OpenBLAS's knob, and the variable set beside it when this hook chose it, so that
+// BlasCoreReport can tell it from a user's choice (the restarted process, and any child,
+// inherits both).
+constexpr std::string_view kCoreVar = "OPENBLAS_CORETYPE";
+constexpr std::string_view kMarkerVar = "LONGHAUL_BLAS_CORE_FROM_CPU";
 
 // Runs from .preinit_array, before any shared library's constructor, so it uses only the C
 // library and cpuid. Setting the variable here is not enough: the C library's own
@@ -25,18 +27,23 @@ void ChooseBlasCore(int /*argc*/, char** argv, char** envp) {
   if (envp == nullptr || argv == nullptr) return;
   size_t n = 0;
   for (; envp[n] != nullptr; n++) {
-    if (std::strncmp(envp[n], "OPENBLAS_CORETYPE=", 18) == 0) return;
+    if (std::strncmp(envp[n], kCoreVar.data(), kCoreVar.size()) == 0 &&
+        envp[n][kCoreVar.size()] == '=') {
+      return;
+    }
   }
   const std::string_view core = BlasCoreFor(DetectCpuFeatures());
   if (core.empty()) return;
   static char assignment[64];
-  std::snprintf(assignment, sizeof(assignment), "OPENBLAS_CORETYPE=%.*s",
+  std::snprintf(assignment, sizeof(assignment), "%s=%.*s", kCoreVar.data(),
                 static_cast<int>(core.size()), core.data());
+  static char marker[64];
+  std::snprintf(marker, sizeof(marker), "%s=1", kMarkerVar.data());
   char** env = static_cast<char**>(std::malloc((n + 3) * sizeof(char*)));
   if (env == nullptr) return;
   std::memcpy(env, envp, n * sizeof(char*));
   env[n] = assignment;
-  env[n + 1] = const_cast<char*>(kMarker);
+  env[n + 1] = marker;
   env[n + 2] = nullptr;
   execve("/proc/self/exe", argv, env);
   std::free(env);  // exec failed: run on with the library's own choice
@@ -85,9 +92,9 @@ std::string_view BlasCoreFor(const CpuFeatures& cpu) {
 std::string BlasCoreReport() {
   std::string line = "OpenBLAS core ";
   line += openblas_get_corename();
-  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+  if (std::getenv(kCoreVar.data()) == nullptr) {
     line += " (the library's own choice)";
-  } else if (std::getenv("LONGHAUL_BLAS_CORE_FROM_CPU") != nullptr) {
+  } else if (std::getenv(kMarkerVar.data()) != nullptr) {
     line += " (OPENBLAS_CORETYPE set from CPU features)";
   } else {
     line += " (OPENBLAS_CORETYPE set by the user)";
