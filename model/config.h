@@ -42,9 +42,13 @@ inline int FirstUnconstrainedLayer(const GPT2Config& c) {
 // Floats per position of the residual stream at layer boundary b (0..L; a fragment [b, e)
 // takes width(b) and gives width(e)): K coordinates up to the first unconstrained layer of
 // the subspace-cut variant, C everywhere else.
+// True when layer boundary b of the subspace-cut variant carries K coordinates (a cut there
+// sends them, not the stream).
+inline bool CoordinateBoundary(const GPT2Config& c, int boundary) {
+  return c.residual_subspace > 0 && boundary <= FirstUnconstrainedLayer(c);
+}
 inline int StreamWidth(const GPT2Config& c, int boundary) {
-  return c.residual_subspace > 0 && boundary <= FirstUnconstrainedLayer(c) ? c.residual_subspace
-                                                                           : c.channels;
+  return CoordinateBoundary(c, boundary) ? c.residual_subspace : c.channels;
 }
 // True when the output head is wte (the standard model), false when it is its own tensor.
 inline bool TiedHead(const GPT2Config& c) { return c.residual_subspace == 0; }

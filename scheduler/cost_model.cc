@@ -73,6 +73,11 @@ StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const Pipe
   };
   ASSIGN_OR_RETURN(m.fp32_rung_, rung("fp32", "exact transfers"));
   ASSIGN_OR_RETURN(m.floor_rung_, rung(w.floor, "compression floor"));
+  m.coordinate_floor_rung_ = m.floor_rung_;
+  if (!w.coordinate_floor.empty()) {
+    ASSIGN_OR_RETURN(m.coordinate_floor_rung_,
+                     rung(w.coordinate_floor, "compression floor of subspace coordinates"));
+  }
   if (w.compression == "off") {
     m.fixed_rung_ = m.fp32_rung_;
   } else if (w.compression == "fixed") {
@@ -183,7 +188,7 @@ int CostModel::PickRung(int from, int to, double budget, double first_budget, bo
   const double margin = options_.controller.upgrade_margin;
   double t[16];
   int fastest = 0;
-  const int rungs = std::min(floor_rung_ + 1, 16);
+  const int rungs = std::min(floor_rung(wide) + 1, 16);
   for (int r = 0; r < rungs; ++r) {
     t[r] = rung_wire_bytes_[wide][r] / bw + rung_codec_seconds_[wide][r];
     if (t[r] < t[fastest]) fastest = r;
@@ -225,14 +230,14 @@ compression::Decision CostModel::SteadyDecision(int from, int to, double raw_byt
   in.bandwidth_bytes_per_second = bw_[k];
   in.rtt_seconds = 0;  // as the stage runner feeds its controllers (see PickRung)
   in.tensor_bytes = static_cast<uint64_t>(raw_bytes);
-  in.quality_floor = floor_rung_;
+  // A wide cut's tensor (ActivationBytes(true)) settles on its own rung, within its floor.
+  const bool wide = raw_bytes != ActivationBytes(false) && raw_bytes == ActivationBytes(true);
+  in.quality_floor = floor_rung(wide);
   in.budget_seconds = first_budget > 0 ? first_budget : budget;
   compression::ControllerState state;
   compression::Decision d;
   if (options_.settling == CostModelOptions::Settling::kUnderNoise) {
     // Start from the settled codec: the controller keeps it and says why.
-    // A wide cut's tensor (ActivationBytes(true)) settles on its own rung.
-    const bool wide = raw_bytes != ActivationBytes(false) && raw_bytes == ActivationBytes(true);
     state.rung = PickRung(from, to, budget, first_budget, wide);
     in.budget_seconds = budget;
     auto kept = controller_.Decide(in, state);

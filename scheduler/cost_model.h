@@ -161,7 +161,11 @@ class CostModel {
   int coordinator() const { return coordinator_; }  // -1: the first stage's site
   const CostModelOptions& options() const { return options_; }
   int fixed_rung() const { return fixed_rung_; }  // -1: adaptive
-  int floor_rung() const { return floor_rung_; }
+  // The adaptive floor of a cut: a narrow cut of the subspace-cut variant (its coordinates)
+  // has the workload's coordinate_floor, any other the floor.
+  int floor_rung(bool wide = false) const {
+    return !wide && model_.residual_subspace > 0 ? coordinate_floor_rung_ : floor_rung_;
+  }
   // One activation (with_targets) or gradient tensor under a given rung.
   TransferCost PriceRung(int from, int to, int rung, bool with_targets, bool wide = false) const;
   // The tied-embedding gradient's raw bytes.
@@ -197,6 +201,7 @@ class CostModel {
   CostModelOptions options_;
   compression::Controller controller_;
   int floor_rung_ = 0, fixed_rung_ = -1;  // fixed_rung_ >= 0: no adaptation
+  int coordinate_floor_rung_ = 0;
   int fp32_rung_ = 0;
   int coordinator_ = -1;
   double layer_fwd_flops_ = 0, head_fwd_flops_ = 0;

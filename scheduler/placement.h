@@ -34,6 +34,9 @@ struct PipelineWorkload {
   std::string compression = "adaptive";
   std::string codec = "q8";
   std::string floor = "q4";
+  // adaptive: the floor of a cut that carries the subspace-cut variant's coordinates ("": the
+  // same as `floor`; the daemon's default is q8 there, daemon/job/job_spec.h).
+  std::string coordinate_floor;
   // The site whose daemon coordinates the job (the per-step barrier); "" = the first stage's.
   std::string coordinator;
   // As the job's extra_in_flight (in_flight.h): 0 plain 1F1B, N > 0 that many more warm-ups,

@@ -2,11 +2,13 @@
 // sites, placement, compression and re-planning.
 #include "daemon/job/job_spec.h"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "compression/codec.h"
+#include "compression/codec_spec.h"
 #include "compression/controller.h"
 #include "model/tied_exchange.h"
 #include "model/yaml_walker.h"
@@ -386,6 +388,7 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
     if (auto it = fields.find("floor"); it != fields.end()) {
       ASSIGN_OR_RETURN(spec.floor, w.String(it->second));
+      spec.floor_given = true;
     }
     for (const char* direction : {"activations", "gradients"}) {
       auto it = fields.find(direction);
@@ -425,11 +428,25 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   return spec;
 }
 
-JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients) {
+JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients, bool coordinates) {
   JobSpec::DirectionCodecs d = gradients ? spec.gradients : spec.activations;
   if (d.ladder.empty()) d.ladder = compression::ControllerOptions().ladder;
   if (d.codec.empty()) d.codec = spec.codec;
-  if (d.floor.empty()) d.floor = spec.floor;
+  if (d.floor.empty()) {
+    d.floor = spec.floor;
+    if (coordinates && !spec.floor_given) {
+      // The lossiest dense, lossy rung of at least kCoordinateFloorBits per value, where it
+      // comes before the shared floor (the ladder runs from the least lossy): never exact.
+      const auto floor_at = std::find(d.ladder.begin(), d.ladder.end(), d.floor);
+      for (auto it = d.ladder.begin(); it != floor_at; ++it) {
+        auto rung = compression::ParseCodecSpec(*it);
+        if (rung.ok() && !rung->topk.enabled && !rung->lossless() &&
+            rung->value.bits() >= kCoordinateFloorBits) {
+          d.floor = *it;
+        }
+      }
+    }
+  }
   return d;
 }
 
@@ -509,6 +526,7 @@ scheduler::PlacementRequest PlacementRequestFor(const JobSpec& spec,
   w.compression = CompressionModeName(spec.compression);
   w.codec = spec.codec;
   w.floor = spec.floor;
+  w.coordinate_floor = ResolvedCodecs(spec, /*gradients=*/false, /*coordinates=*/true).floor;
   w.extra_in_flight = spec.extra_in_flight;
   return request;
 }

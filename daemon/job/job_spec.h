@@ -8,7 +8,8 @@
 //   compression:
 //     mode: adaptive                 # off (exact fp32) | fixed | adaptive (default)
 //     codec: q8                      # mode fixed: the codec for activations and gradients
-//     floor: q4                      # mode adaptive: the most lossy codec allowed
+//     floor: q4                      # mode adaptive: the most lossy codec allowed (unset: q4,
+//                                    # and q8 on a cut of subspace coordinates)
 //     gradients:                     # optional, per direction (also activations:): its own
 //       ladder: [fp32, bf16, q8:sr, q4:sr]  # controller ladder (least lossy first; default
 //       floor: q4:sr                 # the controller's), floor and fixed codec, each on
@@ -139,6 +140,7 @@ struct JobSpec {
   CompressionMode compression = CompressionMode::kAdaptive;
   std::string codec = "q8";  // kFixed
   std::string floor = "q4";  // kAdaptive
+  bool floor_given = false;  // compression.floor was in the job file
   // compression.activations / compression.gradients: each direction's own ladder, floor and
   // fixed codec; empty fields are the shared codec and floor and the default ladder.
   struct DirectionCodecs {
@@ -187,9 +189,21 @@ struct JobSpec {
   }
 };
 
+// The floor of a cut that carries the subspace-cut variant's coordinates when the job gives
+// none (neither compression.floor nor the direction's own): the lossiest lossy rung of at
+// least this many bits per value (q8 on the default ladder, q8:sr on a stochastic one). A
+// coordinate is dense, and q4 on it costs loss that q8 does not (docs/BENCHMARKS.md,
+// subspace-cut variant: sub8f2 at 300 steps +18% with q4, +8% with q8; in the pipeline
+// bench 74 steps to the target with the controller's q4 coordinates against 67 with q8),
+// for about 1 ms more per tensor at 20 Mbit/s.
+inline constexpr int kCoordinateFloorBits = 8;
+
 // The codecs of one direction (activations forward, gradients back), the shared codec,
-// floor and default ladder filling what compression.activations / .gradients leave out.
-JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients);
+// floor and default ladder filling what compression.activations / .gradients leave out;
+// `coordinates`: the direction's cut carries subspace coordinates (model::CoordinateBoundary),
+// whose default floor has kCoordinateFloorBits.
+JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients,
+                                        bool coordinates = false);
 // OK when each direction's codec and floor are rungs of its ladder; errors name the key.
 Status CheckDirectionCodecs(const JobSpec& spec);
 

@@ -18,8 +18,13 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
   xo.stage = stage_;
   xo.num_stages = num_stages_;
   xo.compression = ctx_.spec.compression;
-  xo.activations = ResolvedCodecs(ctx_.spec, /*gradients=*/false);
-  xo.gradients = ResolvedCodecs(ctx_.spec, /*gradients=*/true);
+  // Activations go out at this stage's end, gradients at its begin.
+  const model::GPT2Config& m = ctx_.spec.job.model;
+  const auto& me = a.stages(stage_);
+  xo.activations = ResolvedCodecs(ctx_.spec, /*gradients=*/false,
+                                  model::CoordinateBoundary(m, static_cast<int>(me.layer_end())));
+  xo.gradients = ResolvedCodecs(ctx_.spec, /*gradients=*/true,
+                                model::CoordinateBoundary(m, static_cast<int>(me.layer_begin())));
   xo.monitor = ctx_.monitor;
   xo.log = ctx_.log;
   xo.inbox = ctx_.inbox;

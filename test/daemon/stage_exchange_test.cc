@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "test/daemon/fake_link.h"
 
 namespace longhaul::daemon {
@@ -218,6 +219,55 @@ TEST_CASE("compression.activations and .gradients in a job file") {
     CHECK_THAT(std::string(bad.status().message()), Catch::StartsWith("job.yaml:"));
     CHECK_THAT(std::string(bad.status().message()), Catch::Contains(says));
   }
+}
+
+TEST_CASE("a cut of subspace coordinates keeps 8 bits per value unless the job sets a floor") {
+  const std::string base =
+      "name: j\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32,\n"
+      "  residual_subspace: 8, unconstrained_layers: 2}\n"
+      "data: {train: builtin}\nsteps: 2\nbatch_size: 2\nsites: [a, b]\nplacement: even\n";
+  auto plain = ParseJobSpec(base, "job.yaml", ".");
+  INFO(plain.status().ToString());
+  REQUIRE(plain.ok());
+  // Boundaries 0..2 carry coordinates (the first L - F = 2 layers write the subspace).
+  CHECK(model::CoordinateBoundary(plain->job.model, 2));
+  CHECK_FALSE(model::CoordinateBoundary(plain->job.model, 3));
+  for (bool gradients : {false, true}) {
+    CHECK(ResolvedCodecs(*plain, gradients, /*coordinates=*/true).floor == "q8");
+    CHECK(ResolvedCodecs(*plain, gradients, /*coordinates=*/false).floor == "q4");
+  }
+  // A stochastic gradient ladder: its 8-bit rung.
+  auto sr = ParseJobSpec(base +
+                             "compression: {gradients: {ladder: [fp32, bf16, q8:sr, q4:sr], "
+                             "floor: q4:sr}}\n",
+                         "job.yaml", ".");
+  REQUIRE(sr.ok());
+  CHECK(ResolvedCodecs(*sr, true, true).floor == "q4:sr");  // the direction's own floor wins
+  auto sr_default = ParseJobSpec(
+      base +
+          "compression: {floor: q4:sr, activations: {ladder: [fp32, bf16, q8:sr, q4:sr]}, "
+          "gradients: {ladder: [fp32, bf16, q8:sr, q4:sr]}}\n",
+      "job.yaml", ".");
+  INFO(sr_default.status().ToString());
+  REQUIRE(sr_default.ok());
+  CHECK(ResolvedCodecs(*sr_default, true, true).floor == "q4:sr");  // compression.floor given
+  // Not given anywhere, on a ladder whose 8-bit rung rounds stochastically.
+  auto sr_ladder = ParseJobSpec(base + "compression: {gradients: {ladder: [fp32, q8:sr, q4]}}\n",
+                                "job.yaml", ".");
+  INFO(sr_ladder.status().ToString());
+  REQUIRE(sr_ladder.ok());
+  CHECK(ResolvedCodecs(*sr_ladder, true, true).floor == "q8:sr");
+  CHECK(ResolvedCodecs(*sr_ladder, false, true).floor == "q8");
+  // An explicit floor of q4 is the job's choice.
+  auto given = ParseJobSpec(base + "compression: {floor: q4}\n", "job.yaml", ".");
+  REQUIRE(given.ok());
+  CHECK(ResolvedCodecs(*given, false, true).floor == "q4");
+  // A ladder with nothing lossy of 8 bits or more above the floor keeps the floor (never
+  // exact fp32 by default).
+  auto coarse =
+      ParseJobSpec(base + "compression: {activations: {ladder: [fp32, q4]}}\n", "job.yaml", ".");
+  REQUIRE(coarse.ok());
+  CHECK(ResolvedCodecs(*coarse, false, true).floor == "q4");
 }
 
 TEST_CASE("stage exchange: a size other than expected is refused at the receiver") {

@@ -114,6 +114,35 @@ TEST_CASE("subspace-cut variant: each cut priced at its width") {
   CHECK(e->links[2].cost.wire_seconds > 10 * e->links[0].cost.wire_seconds);
 }
 
+TEST_CASE("subspace-cut variant: a cut of coordinates stops at its own floor") {
+  auto config = SmallModel(6);
+  config.residual_subspace = 16;
+  config.unconstrained_layers = 3;
+  auto w = Workload(4, "adaptive");
+  w.floor = "q4";
+  w.coordinate_floor = "q8";
+  // A slow link and a tight budget: every cut would go to the lossiest rung it may.
+  const CostModel m = MakeModel(config, w, Mesh({1e12, 1e12, 1e12}, 1e5, 0.01));
+  REQUIRE(m.floor_rung(false) < m.floor_rung(true));
+  CHECK(m.Activation(0, 1, 1e-6, /*wide=*/false).rung == m.floor_rung(false));
+  CHECK(m.Gradient(1, 0, 1e-6, /*wide=*/false).rung == m.floor_rung(false));
+  CHECK(m.Activation(0, 1, 1e-6, /*wide=*/true).rung == m.floor_rung(true));
+  CHECK(m.SteadyDecision(0, 1, m.ActivationBytes(false), 1e-6, 0).rung == m.floor_rung(false));
+  CHECK(m.SteadyDecision(0, 1, m.ActivationBytes(true), 1e-6, 0).rung == m.floor_rung(true));
+  // Unset: the floor everywhere; the standard model has no coordinates.
+  w.coordinate_floor.clear();
+  CHECK(MakeModel(config, w, Mesh({1e12, 1e12, 1e12}, 1e5, 0.01)).floor_rung(false) ==
+        m.floor_rung(true));
+  w.coordinate_floor = "q8";
+  CHECK(MakeModel(SmallModel(6), w, Mesh({1e12, 1e12, 1e12}, 1e5, 0.01)).floor_rung(false) ==
+        m.floor_rung(true));
+  // A floor off the ladder is refused, naming it.
+  w.coordinate_floor = "q9";
+  auto bad = CostModel::Create(config, w, Mesh({1e12, 1e12, 1e12}, 1e5, 0.01), CostModelOptions{});
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("subspace coordinates"));
+}
+
 TEST_CASE("replayed: the codec is the one the controller settles on from a clean start") {
   const auto config = SmallModel(4);
   CostModelOptions replay;

@@ -25,7 +25,9 @@
 #                              variant instead (model.residual_subspace: K,
 #                              unconstrained_layers: F; model/subspace.h)
 #   LAYERS=6 CHANNELS=128 HEADS=4 STEPS=120 BATCH=64 MICROBATCH=8 SEQ=64 LR=2e-3 THREADS=1
-#   FIXED_CODEC=q8 FLOOR=q4    the fixed run's codec; the adaptive runs' quality floor
+#   FIXED_CODEC=q8             the fixed run's codec
+#   FLOOR=                     the adaptive runs' quality floor (unset: the job's default,
+#                              q4, and q8 on a cut of subspace coordinates; job_spec.h)
 #   IN_FLIGHT=auto             the job's extra_in_flight (0: plain 1F1B; unset: the default,
 #                              auto, the WAN-aware schedule; scheduler/in_flight.h)
 #   TARGET_FRACTION=0.65 WINDOW=5   target loss: the trailing mean (WINDOW steps) that the
@@ -49,7 +51,7 @@ RUNS=(${RUNS:-static:off static:fixed static:adaptive fall:off fall:adaptive fal
 LAYERS=${LAYERS:-6} CHANNELS=${CHANNELS:-128} HEADS=${HEADS:-4} STEPS=${STEPS:-120}
 BATCH=${BATCH:-64} MICROBATCH=${MICROBATCH:-8} SEQ=${SEQ:-64} LR=${LR:-2e-3}
 THREADS=${THREADS:-1}
-FIXED_CODEC=${FIXED_CODEC:-q8} FLOOR=${FLOOR:-q4}
+FIXED_CODEC=${FIXED_CODEC:-q8} FLOOR=${FLOOR:-}
 IN_FLIGHT=${IN_FLIGHT:-}
 TARGET_FRACTION=${TARGET_FRACTION:-0.65} WINDOW=${WINDOW:-5}
 PROBE_INTERVAL=${PROBE_INTERVAL:-5} PROBE_BYTES=${PROBE_BYTES:-1048576}
@@ -122,7 +124,7 @@ write_job() {  # write_job FILE MODE [subK | subKfF]
   case "$2" in
     off) ;;
     fixed) codec_line="  codec: $FIXED_CODEC" ;;
-    adaptive) codec_line="  floor: $FLOOR" ;;
+    adaptive) codec_line=${FLOOR:+"  floor: $FLOOR"} ;;
   esac
   cat >"$1" <<EOF
 name: bench-$2
