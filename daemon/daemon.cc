@@ -303,6 +303,9 @@ v1::ListLinksResponse Daemon::Links() const {
     *l->mutable_inbound() = snap.inbound;
     l->set_reconnects(snap.reconnects);
     l->set_up_seconds(snap.up_seconds);
+    l->set_probes(snap.probes);
+    l->set_early_probes(snap.early_probes);
+    l->set_probe_bytes(snap.probe_bytes);
     for (const auto& u : usage) {
       if (u.to_site() == snap.peer) *l->add_jobs() = u;
     }

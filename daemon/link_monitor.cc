@@ -55,6 +55,28 @@ void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, do
   link.last_bandwidth_sample = Clock::now();
 }
 
+void LinkMonitor::AddProbeSample(const std::string& peer, uint64_t bytes, double seconds,
+                                 bool asked) {
+  if (!(seconds > 0) || bytes == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = links_.find(peer);
+    if (it == links_.end()) return;
+    Link& link = it->second;
+    const double sample = static_cast<double>(bytes) / seconds;
+    if (link.bandwidth_samples > 0 && sample * options_.level_change < link.bandwidth) {
+      if (asked) {
+        link.bandwidth = sample;
+        ++link.bandwidth_samples;
+        link.last_bandwidth_sample = Clock::now();
+        return;
+      }
+      link.probe_requested = true;  // a second probe soon confirms or clears it
+    }
+  }
+  AddBandwidthSample(peer, bytes, seconds);
+}
+
 double LinkMonitor::SteadySeconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
@@ -91,6 +113,15 @@ bool LinkMonitor::TakeProbeRequest(const std::string& peer) {
   if (it == links_.end() || !it->second.probe_requested) return false;
   it->second.probe_requested = false;
   return true;
+}
+
+void LinkMonitor::CountProbe(const std::string& peer, uint64_t bytes, bool early) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  ++it->second.probes;
+  if (early) ++it->second.early_probes;
+  it->second.probe_bytes += bytes;
 }
 
 void LinkMonitor::AddRttSample(const std::string& peer, double seconds) {
@@ -163,6 +194,9 @@ std::vector<LinkSnapshot> LinkMonitor::Snapshot() const {
     s.outbound = OutboundLocked(peer, link);
     s.inbound = link.inbound;
     s.reconnects = link.reconnects;
+    s.probes = link.probes;
+    s.early_probes = link.early_probes;
+    s.probe_bytes = link.probe_bytes;
     if (link.state == v1::LINK_STATE_UP) {
       s.up_seconds = std::chrono::duration<double>(Clock::now() - link.up_since).count();
     }

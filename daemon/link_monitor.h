@@ -19,6 +19,9 @@ namespace longhaul::daemon {
 struct LinkMonitorOptions {
   // Weight of a new sample in the exponentially weighted moving averages.
   double bandwidth_alpha = 0.5;
+  // AddProbeSample: a probe reading under the estimate divided by this asks for a second one;
+  // an asked-for probe reading that low replaces the estimate.
+  double level_change = 2.0;
   double rtt_alpha = 0.3;
 };
 
@@ -32,6 +35,10 @@ struct LinkSnapshot {
   v1::LinkEstimate inbound;   // peer -> this site (as reported by the peer)
   uint64_t reconnects = 0;
   double up_seconds = 0;
+  // Bandwidth probes this site sent to the peer: how many, how many of them early (asked for
+  // by a transfer far below the usual, TakeProbeRequest), and their bytes: each one takes
+  // the link from the jobs while it runs.
+  uint64_t probes = 0, early_probes = 0, probe_bytes = 0;
 };
 
 class LinkMonitor {
@@ -54,6 +61,12 @@ class LinkMonitor {
   // the link may have fallen.
   void AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
                           bool lower_bound = false, bool backlogged = false);
+  // A probe's sample. A reading under 1 / level_change of the estimate asks for another probe
+  // soon (TakeProbeRequest) and is averaged in; one that was asked for (by such a reading or
+  // by slow transfers: `asked`) and reads that low is the link's new level, taken as it is:
+  // two signals agree that the link fell, and the moving average would take several probes
+  // to follow (from 200 to 20 Mbit/s: six). Otherwise as AddBandwidthSample.
+  void AddProbeSample(const std::string& peer, uint64_t bytes, double seconds, bool asked);
   // A job's transfer of `bytes` to the peer ran from `start` to `end` (seconds of the steady
   // clock, SteadySeconds): kept for a while so that a probe can count the traffic it shared
   // the link with.
@@ -66,6 +79,8 @@ class LinkMonitor {
   // clearing it: the link's prober then probes early (PeerLink), so that the estimate follows
   // a fall without waiting for the next periodic probe.
   bool TakeProbeRequest(const std::string& peer);
+  // A probe of `bytes` to the peer ended; `early`: one TakeProbeRequest asked for.
+  void CountProbe(const std::string& peer, uint64_t bytes, bool early);
   void AddRttSample(const std::string& peer, double seconds);
   // The peer's own estimate of peer -> this site.
   void SetInbound(const std::string& peer, const v1::LinkEstimate& estimate);
@@ -104,6 +119,7 @@ class LinkMonitor {
     bool probing_in = false;
     bool ever_up = false;
     uint64_t reconnects = 0;
+    uint64_t probes = 0, early_probes = 0, probe_bytes = 0;
     Clock::time_point up_since;
   };
   v1::LinkEstimate OutboundLocked(const std::string& peer, const Link& link) const;

@@ -87,18 +87,18 @@ Status PeerLink::Heartbeat(transport::Link& link) {
   return absl::OkStatus();
 }
 
-Status PeerLink::Probe(transport::Link& link, bool* done) {
+Status PeerLink::Probe(transport::Link& link, bool asked, bool* done) {
   *done = false;
   if (monitor_->Probing(options_.peer, /*outbound=*/false)) return absl::OkStatus();
   monitor_->SetProbing(options_.peer, /*outbound=*/true, true);
-  Status s = ProbeOnce(link, done);
+  Status s = ProbeOnce(link, asked, done);
   monitor_->SetProbing(options_.peer, /*outbound=*/true, false);
   // The peer was probing towards us: not a failure, just try again shortly.
   if (s.code() == absl::StatusCode::kAborted) return absl::OkStatus();
   return s;
 }
 
-Status PeerLink::ProbeOnce(transport::Link& link, bool* done) {
+Status PeerLink::ProbeOnce(transport::Link& link, bool asked, bool* done) {
   transport::ProbeRequest req;
   req.probe_id = ++probe_id_;
   req.bytes = options_.links.probe_bytes;
@@ -117,12 +117,13 @@ Status PeerLink::ProbeOnce(transport::Link& link, bool* done) {
   // fall back to the sender's wall time when the span is too short to trust.
   if (result.arrival_span_seconds() > 0.02 && result.bytes_after_first() > 0) {
     const double span = result.arrival_span_seconds();
-    monitor_->AddBandwidthSample(
-        options_.peer, result.bytes_after_first() + static_cast<uint64_t>(shared_rate * span),
-        span);
+    monitor_->AddProbeSample(options_.peer,
+                             result.bytes_after_first() + static_cast<uint64_t>(shared_rate * span),
+                             span, asked);
   } else {
-    monitor_->AddBandwidthSample(
-        options_.peer, result.bytes_received() + static_cast<uint64_t>(shared_rate * wall), wall);
+    monitor_->AddProbeSample(options_.peer,
+                             result.bytes_received() + static_cast<uint64_t>(shared_rate * wall),
+                             wall, asked);
   }
   *done = true;
   return absl::OkStatus();
@@ -172,18 +173,27 @@ void PeerLink::Run() {
     backoff = cfg.reconnect_initial_seconds;
     auto next_probe = Clock::now();
     auto last_probe = Clock::now();
+    const auto quarter =
+        std::chrono::microseconds(static_cast<int64_t>(cfg.probe_interval_seconds * 0.25e6));
+    bool asked = false;  // a probe was asked for and none has been done since
     while (true) {
       s = Heartbeat(**link);
-      // Early, when transfers suggest a fall (LinkMonitor::TakeProbeRequest), but no more often
-      // than a quarter of the interval: a probe takes the link from the jobs while it runs.
-      const bool early =
-          monitor_->TakeProbeRequest(options_.peer) &&
-          Clock::now() - last_probe >=
-              std::chrono::microseconds(static_cast<int64_t>(cfg.probe_interval_seconds * 0.25e6));
-      if (s.ok() && (Clock::now() >= next_probe || early)) {
-        last_probe = Clock::now();
+      // Early when asked (LinkMonitor::TakeProbeRequest: transfers or a probe suggest a
+      // fall), but no more often than a quarter of the interval: a probe takes the link from
+      // the jobs while it runs. A request waits for that, and is kept until a probe is done.
+      const auto now = Clock::now();
+      const bool due = now >= next_probe;
+      if ((due || now - last_probe >= quarter) && monitor_->TakeProbeRequest(options_.peer)) {
+        asked = true;
+      }
+      if (s.ok() && (due || asked)) {
+        last_probe = now;
         bool done = false;
-        s = Probe(**link, &done);
+        s = Probe(**link, asked, &done);
+        if (done) {
+          monitor_->CountProbe(options_.peer, options_.links.probe_bytes, asked && !due);
+          asked = false;
+        }
         // +-20% jitter keeps the two directions' probes from falling into lockstep.
         const double wait = done ? cfg.probe_interval_seconds * jitter(rng) : 0.05 * jitter(rng);
         next_probe = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait * 1e6));

@@ -47,9 +47,10 @@ class PeerLink {
   Status Handshake(transport::Link& link, bool* rejected);
   Status Heartbeat(transport::Link& link);
   // Runs a bandwidth probe unless the peer is probing towards us; *done says whether a
-  // sample was taken.
-  Status Probe(transport::Link& link, bool* done);
-  Status ProbeOnce(transport::Link& link, bool* done);
+  // sample was taken. `asked`: slow transfers or a low probe asked for it
+  // (LinkMonitor::TakeProbeRequest), so a low reading is a fall (LinkMonitor::AddProbeSample).
+  Status Probe(transport::Link& link, bool asked, bool* done);
+  Status ProbeOnce(transport::Link& link, bool asked, bool* done);
   // Sleeps up to `seconds`; returns false if Stop() was called meanwhile.
   bool Sleep(double seconds);
 

@@ -156,6 +156,11 @@ std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksRespons
            "Link state per peer: 1 for the current state, 0 for the others.");
   m.Family("longhaul_peer_reconnects_total", "counter",
            "Times the link to the peer came back up after having been up.");
+  m.Family("longhaul_peer_probes_total", "counter",
+           "Bandwidth probes this site sent to the peer (kind: periodic or early, asked for by "
+           "a transfer far below the usual).");
+  m.Family("longhaul_peer_probe_bytes_total", "counter",
+           "Bytes of the bandwidth probes this site sent to the peer.");
   m.Family("longhaul_link_bandwidth_bytes_per_second", "gauge",
            "Estimated bandwidth of the directed link, in bytes per second (0 = no sample yet).");
   m.Family("longhaul_link_rtt_seconds", "gauge",
@@ -171,6 +176,11 @@ std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksRespons
                link.state() == state ? 1 : 0);
     }
     m.Sample("longhaul_peer_reconnects_total", {{"peer", link.peer()}}, link.reconnects());
+    m.Sample("longhaul_peer_probes_total", {{"peer", link.peer()}, {"kind", "periodic"}},
+             link.probes() - std::min(link.probes(), link.early_probes()));
+    m.Sample("longhaul_peer_probes_total", {{"peer", link.peer()}, {"kind", "early"}},
+             link.early_probes());
+    m.Sample("longhaul_peer_probe_bytes_total", {{"peer", link.peer()}}, link.probe_bytes());
     for (const v1::LinkEstimate* e : {&link.outbound(), &link.inbound()}) {
       if (e->from_site().empty()) continue;  // the peer has not reported yet
       const std::vector<std::pair<std::string, std::string>> labels = {{"from", e->from_site()},
@@ -238,6 +248,9 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                         {"state", LinkStateName(link.state())},
                         {"detail", link.detail()},
                         {"reconnects", link.reconnects()},
+                        {"probes", link.probes()},
+                        {"early_probes", link.early_probes()},
+                        {"probe_bytes", link.probe_bytes()},
                         {"up_seconds", link.up_seconds()},
                         {"outbound", EstimateJson(link.outbound())}};
     if (!link.inbound().from_site().empty()) l["inbound"] = EstimateJson(link.inbound());

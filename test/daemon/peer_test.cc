@@ -2,6 +2,7 @@
 // after a peer restarts, the Control API's token check, and the status endpoint.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <thread>
 
 #include "common/version.h"
 #include "daemon/daemon.h"
@@ -55,6 +56,28 @@ TEST_CASE("two daemons handshake, measure their link both ways, and report it") 
   CHECK(l.outbound.rtt_seconds() > 0);
   CHECK(l.inbound.from_site() == "beta");
   CHECK(a->NodeStatus().peers_up() == 1);
+  // Each probe alpha sent is counted with its bytes (early ones too: a loopback probe far
+  // below the one before asks for one).
+  REQUIRE(WaitFor([&] { return LinkOf(*a, "beta").probes > 0; }, 10s));
+  l = LinkOf(*a, "beta");
+  CHECK(l.probe_bytes == l.probes * a->config().links.probe_bytes);
+  CHECK(l.early_probes <= l.probes);
+  const v1::ListLinksResponse listed = a->Links();
+  REQUIRE(listed.links_size() == 1);
+  CHECK(listed.links(0).probes() >= l.probes);
+  CHECK(listed.links(0).probe_bytes() == listed.links(0).probes() * a->config().links.probe_bytes);
+  // A transfer far below what such transfers usually move asks for an early probe, counted as
+  // one (asked again until one lands between the periodic ones).
+  REQUIRE(WaitFor(
+      [&] {
+        a->monitor().AddBandwidthSample("beta", 1 << 20, 0.01, true, /*backlogged=*/true);
+        a->monitor().AddBandwidthSample("beta", 1 << 10, 0.01, true, /*backlogged=*/true);
+        std::this_thread::sleep_for(20ms);
+        return LinkOf(*a, "beta").early_probes > 0;
+      },
+      20s));
+  l = LinkOf(*a, "beta");
+  CHECK(l.early_probes <= l.probes);
 }
 
 TEST_CASE("a peer answering under another site name is rejected") {
@@ -144,6 +167,9 @@ TEST_CASE("the status endpoint serves health, metrics and JSON status") {
       metrics.body,
       Catch::Contains("longhaul_link_bandwidth_bytes_per_second{from=\"alpha\",to=\"beta\"}"));
   CHECK_THAT(metrics.body, Catch::Contains("longhaul_build_info{"));
+  CHECK_THAT(metrics.body,
+             Catch::Contains("longhaul_peer_probes_total{peer=\"beta\",kind=\"early\"} "));
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_peer_probe_bytes_total{peer=\"beta\"}"));
   CHECK_THAT(metrics.body, Catch::Contains("longhaul_process_start_time_seconds "));
 
   // A real Prometheus parser accepts it.

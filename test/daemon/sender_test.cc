@@ -145,6 +145,31 @@ TEST_CASE("link estimate: idle-start samples are lower bounds; shared traffic is
   CHECK(monitor.TransferBytesDuring("gamma", 0.0, 100.0) == 0);
 }
 
+// A probe far below the estimate asks for a second one; an asked-for probe that low is the
+// link's new level; others are averaged in.
+TEST_CASE("link estimate: an asked-for probe far below the estimate replaces it") {
+  LinkMonitor monitor("alpha");
+  monitor.AddPeer("beta", "addr");
+  monitor.AddProbeSample("beta", 25'000'000, 1.0, /*asked=*/true);  // the first: taken
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == 25e6);
+  CHECK_FALSE(monitor.TakeProbeRequest("beta"));
+  monitor.AddProbeSample("beta", 2'500'000, 1.0, /*asked=*/false);  // periodic: averaged,
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == Approx(13.75e6));
+  CHECK(monitor.TakeProbeRequest("beta"));                          // and a second probe asked for
+  monitor.AddProbeSample("beta", 10'000'000, 1.0, /*asked=*/true);  // not under half: averaged
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == Approx(11.875e6));
+  CHECK_FALSE(monitor.TakeProbeRequest("beta"));
+  monitor.AddProbeSample("beta", 2'500'000, 1.0, /*asked=*/true);  // under half, asked: taken
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == 2.5e6);
+  CHECK(monitor.Outbound("beta").bandwidth_samples() == 4);
+  monitor.AddProbeSample("beta", 0, 1.0, true);           // nothing measured: ignored
+  monitor.AddProbeSample("beta", 100, 0.0, true);         // no time: ignored
+  monitor.AddProbeSample("gamma", 100, 1.0, true);        // not a peer: ignored
+  monitor.AddProbeSample("beta", 25'000'000, 1.0, true);  // a rise is averaged
+  CHECK(monitor.Outbound("beta").bandwidth_bytes_per_second() == Approx(13.75e6));
+  CHECK(monitor.Outbound("beta").bandwidth_samples() == 5);
+}
+
 // One tensor at a time over a link that is not the bottleneck: what the sender measures is
 // a lower bound, which raises a low estimate and leaves a higher (probed) one alone; every
 // delivered tensor is recorded for the probes.

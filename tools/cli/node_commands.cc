@@ -33,6 +33,14 @@ int NodeStatus(const ClientOptions& options) {
   return kExitOk;
 }
 
+// "12 (3 early), 40.0 MiB": the bandwidth probes this site sent on the link.
+std::string ProbesText(const v1::LinkInfo& l) {
+  if (l.probes() == 0) return "0";
+  std::string s = std::to_string(l.probes());
+  if (l.early_probes() > 0) s += " (" + std::to_string(l.early_probes()) + " early)";
+  return s + ", " + FormatBytes(l.probe_bytes());
+}
+
 int Links(const ClientOptions& options) {
   auto client = ControlClient::Connect(options);
   if (!client) return kExitUsage;
@@ -48,7 +56,7 @@ int Links(const ClientOptions& options) {
     return kExitOk;
   }
   Table t({"PEER", "ADDRESS", "STATE", "OUT BANDWIDTH", "IN BANDWIDTH", "RTT", "UP FOR",
-           "RECONNECTS", "DETAIL"});
+           "RECONNECTS", "PROBES", "DETAIL"});
   Table jobs({"LINK", "JOB", "CODEC", "RATIO", "RAW", "WIRE", "ACHIEVED", "WHY"});
   for (const auto& l : r.links()) {
     t.AddRow({l.peer(), l.address(), daemon::LinkStateName(l.state()),
@@ -56,7 +64,7 @@ int Links(const ClientOptions& options) {
               FormatBitRate(l.inbound().bandwidth_bytes_per_second()),
               FormatSeconds(l.outbound().rtt_seconds()),
               l.up_seconds() > 0 ? FormatDuration(l.up_seconds()) : "-",
-              std::to_string(l.reconnects()), l.detail()});
+              std::to_string(l.reconnects()), ProbesText(l), l.detail()});
     for (const auto& u : l.jobs()) {
       char ratio[32];
       std::snprintf(ratio, sizeof ratio, "%.1fx",
@@ -96,7 +104,9 @@ void AddNodeCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   status->callback([&options, exit_code] { *exit_code = NodeStatus(options); });
 
   auto* links = app.add_subcommand(
-      "links", "Show each peer link: state, measured bandwidth both ways, RTT, reconnects");
+      "links",
+      "Show each peer link: state, measured bandwidth both ways, RTT, reconnects, "
+      "bandwidth probes sent");
   links->callback([&options, exit_code] { *exit_code = Links(options); });
 
   static double throttle_seconds = 0;
