@@ -29,6 +29,13 @@ void LinkMonitor::SetState(const std::string& peer, v1::LinkState state,
   link.detail = state == v1::LINK_STATE_UP ? "" : detail;
 }
 
+void LinkMonitor::TakeSampleLocked(Link& link, double sample, double weight) {
+  link.bandwidth =
+      link.bandwidth_samples == 0 ? sample : weight * sample + (1 - weight) * link.bandwidth;
+  ++link.bandwidth_samples;
+  link.last_bandwidth_sample = Clock::now();
+}
+
 void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, double seconds,
                                      bool lower_bound, bool backlogged) {
   if (!(seconds > 0) || bytes == 0) return;
@@ -47,34 +54,20 @@ void LinkMonitor::AddBandwidthSample(const std::string& peer, uint64_t bytes, do
         link.backlogged_rate > 0 ? 0.7 * link.backlogged_rate + 0.3 * sample : sample;
   }
   if (lower_bound && link.bandwidth_samples > 0 && sample <= link.bandwidth) return;
-  link.bandwidth =
-      link.bandwidth_samples == 0
-          ? sample
-          : options_.bandwidth_alpha * sample + (1 - options_.bandwidth_alpha) * link.bandwidth;
-  ++link.bandwidth_samples;
-  link.last_bandwidth_sample = Clock::now();
+  TakeSampleLocked(link, sample, options_.bandwidth_alpha);
 }
 
 void LinkMonitor::AddProbeSample(const std::string& peer, uint64_t bytes, double seconds,
                                  bool asked) {
   if (!(seconds > 0) || bytes == 0) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = links_.find(peer);
-    if (it == links_.end()) return;
-    Link& link = it->second;
-    const double sample = static_cast<double>(bytes) / seconds;
-    if (link.bandwidth_samples > 0 && sample * options_.level_change < link.bandwidth) {
-      if (asked) {
-        link.bandwidth = sample;
-        ++link.bandwidth_samples;
-        link.last_bandwidth_sample = Clock::now();
-        return;
-      }
-      link.probe_requested = true;  // a second probe soon confirms or clears it
-    }
-  }
-  AddBandwidthSample(peer, bytes, seconds);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end()) return;
+  Link& link = it->second;
+  const double sample = static_cast<double>(bytes) / seconds;
+  const bool fell = link.bandwidth_samples > 0 && sample * options_.level_change < link.bandwidth;
+  if (fell && !asked) link.probe_requested = true;  // a second probe soon confirms or clears it
+  TakeSampleLocked(link, sample, fell && asked ? 1.0 : options_.bandwidth_alpha);
 }
 
 double LinkMonitor::SteadySeconds() {

@@ -123,6 +123,8 @@ class LinkMonitor {
     Clock::time_point up_since;
   };
   v1::LinkEstimate OutboundLocked(const std::string& peer, const Link& link) const;
+  // A bandwidth sample with this weight in the moving average (the first one is taken).
+  void TakeSampleLocked(Link& link, double sample, double weight);
   static constexpr size_t kTransfersKept = 512;
 
   const std::string site_;
