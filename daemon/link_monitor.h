@@ -36,8 +36,8 @@ struct LinkSnapshot {
   uint64_t reconnects = 0;
   double up_seconds = 0;
   // Bandwidth probes this site sent to the peer: how many, how many of them early (asked for
-  // by a transfer far below the usual, TakeProbeRequest), and their bytes: each one takes
-  // the link from the jobs while it runs.
+  // by a transfer or a probe far below the usual, TakeProbeRequest), and their bytes: each
+  // one takes the link from the jobs while it runs.
   uint64_t probes = 0, early_probes = 0, probe_bytes = 0;
 };
 

@@ -158,7 +158,7 @@ std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksRespons
            "Times the link to the peer came back up after having been up.");
   m.Family("longhaul_peer_probes_total", "counter",
            "Bandwidth probes this site sent to the peer (kind: periodic or early, asked for by "
-           "a transfer far below the usual).");
+           "a transfer or a probe far below the usual).");
   m.Family("longhaul_peer_probe_bytes_total", "counter",
            "Bytes of the bandwidth probes this site sent to the peer.");
   m.Family("longhaul_link_bandwidth_bytes_per_second", "gauge",

@@ -39,14 +39,14 @@ inline int CutWidth(const GPT2Config& c) {
 inline int FirstUnconstrainedLayer(const GPT2Config& c) {
   return c.residual_subspace > 0 ? c.num_layers - c.unconstrained_layers : 0;
 }
-// Floats per position of the residual stream at layer boundary b (0..L; a fragment [b, e)
-// takes width(b) and gives width(e)): K coordinates up to the first unconstrained layer of
-// the subspace-cut variant, C everywhere else.
 // True when layer boundary b of the subspace-cut variant carries K coordinates (a cut there
 // sends them, not the stream).
 inline bool CoordinateBoundary(const GPT2Config& c, int boundary) {
   return c.residual_subspace > 0 && boundary <= FirstUnconstrainedLayer(c);
 }
+// Floats per position of the residual stream at layer boundary b (0..L; a fragment [b, e)
+// takes width(b) and gives width(e)): K coordinates up to the first unconstrained layer of
+// the subspace-cut variant, C everywhere else.
 inline int StreamWidth(const GPT2Config& c, int boundary) {
   return CoordinateBoundary(c, boundary) ? c.residual_subspace : c.channels;
 }

@@ -2,7 +2,6 @@
 // sites, placement, compression and re-planning.
 #include "daemon/job/job_spec.h"
 
-#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -428,24 +427,36 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   return spec;
 }
 
+namespace {
+
+// The lossiest dense, lossy rung of at least kCoordinateFloorBits per value before `floor` on
+// `ladder` (which runs from the least lossy; never exact), or `floor` when there is none or
+// the ladder or floor is bad (CheckDirectionCodecs reports those).
+std::string CoordinateFloor(const std::vector<std::string>& ladder, const std::string& floor) {
+  compression::ControllerOptions o;
+  o.ladder = ladder;
+  auto controller = compression::Controller::Create(o);
+  if (!controller.ok()) return floor;
+  auto at = controller->FindRung(floor);
+  if (!at.ok()) return floor;
+  std::string chosen = floor;
+  for (int r = 0; r < *at; ++r) {
+    const compression::CodecSpec& rung = controller->spec(r);
+    if (!rung.topk.enabled && !rung.lossless() && rung.value.bits() >= kCoordinateFloorBits) {
+      chosen = ladder[static_cast<size_t>(r)];
+    }
+  }
+  return chosen;
+}
+
+}  // namespace
+
 JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients, bool coordinates) {
   JobSpec::DirectionCodecs d = gradients ? spec.gradients : spec.activations;
   if (d.ladder.empty()) d.ladder = compression::ControllerOptions().ladder;
   if (d.codec.empty()) d.codec = spec.codec;
   if (d.floor.empty()) {
-    d.floor = spec.floor;
-    if (coordinates && !spec.floor_given) {
-      // The lossiest dense, lossy rung of at least kCoordinateFloorBits per value, where it
-      // comes before the shared floor (the ladder runs from the least lossy): never exact.
-      const auto floor_at = std::find(d.ladder.begin(), d.ladder.end(), d.floor);
-      for (auto it = d.ladder.begin(); it != floor_at; ++it) {
-        auto rung = compression::ParseCodecSpec(*it);
-        if (rung.ok() && !rung->topk.enabled && !rung->lossless() &&
-            rung->value.bits() >= kCoordinateFloorBits) {
-          d.floor = *it;
-        }
-      }
-    }
+    d.floor = coordinates && !spec.floor_given ? CoordinateFloor(d.ladder, spec.floor) : spec.floor;
   }
   return d;
 }
