@@ -92,10 +92,29 @@ class Session : public std::enable_shared_from_this<Session> {
     if (shared_->sessions.empty()) shared_->sessions_done.notify_all();
   }
 
+  // Called on the acceptor's strand as soon as the connection is accepted, so that a Stop()
+  // that closes the acceptor after it sees this session: registered, it is closed by Stop()
+  // even if its first handler has not run yet. False (and closed) when the server is stopping
+  // or full.
+  bool Register() {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (!shared_->stopping && shared_->sessions.size() < kMaxConnections) {
+        shared_->sessions.emplace(this, weak_from_this());
+        return true;
+      }
+    }
+    Close();
+    return false;
+  }
+
   void Start() {
     net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&Session::Begin, shared_from_this()));
+                  beast::bind_front_handler(&Session::ReadRequest, shared_from_this()));
   }
+
+  // Called by Stop() once no thread runs any more, for connections its grace did not close.
+  void CloseNow() { Close(); }
 
   // Called by Stop(): closes the connection unless a response is being written.
   void ServerStopping() {
@@ -104,22 +123,6 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  void Begin() {
-    bool accept = false;
-    {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      if (!shared_->stopping && shared_->sessions.size() < kMaxConnections) {
-        shared_->sessions.emplace(this, weak_from_this());
-        accept = true;
-      }
-    }
-    if (accept) {
-      ReadRequest();
-    } else {
-      Close();
-    }
-  }
-
   void ReadRequest() {
     if (shared_->stopping) return Close();
     parser_.emplace();
@@ -334,6 +337,18 @@ class StatusServer::Impl {
     work_.reset();
     ioc_.stop();
     for (std::thread& thread : threads_) thread.join();
+
+    // Connections the grace did not see closed (their handlers still queued on a loaded
+    // machine) are closed here, with no thread left to race: a client never waits on a
+    // stopped server.
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      for (auto& [ptr, weak] : shared_->sessions) {
+        if (auto session = weak.lock()) live.push_back(std::move(session));
+      }
+    }
+    for (auto& session : live) session->CloseNow();
+    live.clear();
   }
 
  private:
@@ -352,7 +367,8 @@ class StatusServer::Impl {
       });
       return;
     }
-    std::make_shared<Session>(std::move(socket), shared_)->Start();
+    auto session = std::make_shared<Session>(std::move(socket), shared_);
+    if (session->Register()) session->Start();
     DoAccept();
   }
 
