@@ -338,9 +338,15 @@ class StatusServer::Impl {
     ioc_.stop();
     for (std::thread& thread : threads_) thread.join();
 
-    // Connections the grace did not see closed (their handlers still queued on a loaded
-    // machine) are closed here, with no thread left to race: a client never waits on a
-    // stopped server.
+    // What the grace did not see done (its handlers still queued on a loaded machine) is done
+    // here, with no thread left to race, so that a client never waits on a stopped server:
+    // the acceptor closed, the queued handlers run (an accept completed before the close drops
+    // its socket, a session stopping closes its own), and any connection still open closed.
+    beast::error_code ec;
+    acceptor_.close(ec);
+    retry_timer_.cancel();
+    ioc_.restart();
+    ioc_.poll();
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       for (auto& [ptr, weak] : shared_->sessions) {

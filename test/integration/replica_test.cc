@@ -525,11 +525,14 @@ TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at t
       JobYaml("sync: {mode: local, every: 2, codec: q8, on_site_loss: wait}\n", 10);
   const Oracle oracle = TrainFleet(yaml);
   Cluster c;
+  // Stretched so that the job is still running when delta goes (the throttle only sleeps).
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.05);
   const std::string id = c.Submit(yaml);
   REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
   c.daemons[3].reset();  // delta: replica 1's last stage
   REQUIRE(testing::WaitFor([&] { return c.Status(id).state() == v1::JOB_STATE_RECOVERING; }, 60s));
   c.Start(3);
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
   const v1::JobStatus s = c.WaitCompleted(id);
   CHECK(s.attempt() >= 2);
   CheckAgainst(oracle, s, c.Export(id));
@@ -566,8 +569,14 @@ uint64_t KillDeltaUntilDropped(Cluster& c, const std::string& id) {
   return dropped_at;
 }
 
+// While a dropped site comes back, the live replica is slowed further, so that the job is
+// still running when the site has started and the coordinator has seen it (a daemon's start
+// under a sanitizer on a loaded machine takes seconds): the rejoin waits for a committed step.
+constexpr double kRejoinThrottle = 0.25;
+
 // Delta back: replica 1 rejoins at the next committed step; then full speed to the end.
 void RestartDeltaUntilRejoined(Cluster& c, const std::string& id) {
+  for (size_t i = 0; i < 3; ++i) c.at(i).jobs().set_throttle(kRejoinThrottle);
   c.Start(3);
   c.at(3).jobs().set_throttle(kDropThrottle);
   REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
@@ -679,7 +688,7 @@ TEST_CASE("a replica split differently rejoins from the stages holding its layer
       JobYaml("replica_stages: [2, 1]\nsync: {mode: local, every: 2, codec: q8}\n", steps);
   yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
   Cluster c;
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.04);
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
   const std::string id = c.Submit(yaml);
   REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
   c.daemons[1].reset();  // beta: replica 0's last stage
@@ -690,8 +699,9 @@ TEST_CASE("a replica split differently rejoins from the stages holding its layer
       },
       120s));
   CHECK(c.Status(id).dropped_replicas(0) == 0);
+  for (size_t i : {size_t{0}, size_t{2}}) c.at(i).jobs().set_throttle(kRejoinThrottle);
   c.Start(1);
-  c.at(1).jobs().set_throttle(0.04);
+  c.at(1).jobs().set_throttle(kDropThrottle);
   REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
   for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
   const v1::JobStatus s = c.WaitCompleted(id);
@@ -769,10 +779,12 @@ TEST_CASE("the adaptive sync codec follows the measured links") {
           return true;
         },
         60s));
-    // Compute stretched to 40 ms a step (1 layer x 2 microbatches x 20 ms), so that the
-    // budget, a tenth of the compute between syncs, dwarfs a loopback round trip even
-    // under a sanitizer: what decides is the rate the probes report.
-    for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.02);
+    // Compute stretched to 400 ms a step (1 layer x 2 microbatches x 200 ms), so that the
+    // budget, a tenth of the compute between syncs (80 ms), dwarfs a loopback round trip even
+    // under a sanitizer on a loaded machine (the prediction adds half the measured RTT, a
+    // moving average of heartbeats that one preempted heartbeat can raise by tens of ms):
+    // what decides is the rate the probes report.
+    for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.2);
     const std::string id = c.Submit(JobYaml("sync: {mode: local, every: 2, codec: adaptive}\n", 6));
     const v1::JobStatus s = c.WaitCompleted(id);
     REQUIRE(s.sync_groups_size() == 2);
@@ -810,7 +822,9 @@ TEST_CASE("under the adaptive sync codec the tied embedding's two copies stay eq
         return true;
       },
       60s));
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.02);
+  // A budget of 80 ms (a tenth of 2 steps of 400 ms), far above a loopback round trip under a
+  // sanitizer, as in the test before.
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.2);
   const int steps = 6;
   const std::string id =
       c.Submit(JobYaml("sync: {mode: local, every: 2, codec: adaptive}\n", steps));
