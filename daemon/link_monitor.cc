@@ -127,6 +127,16 @@ void LinkMonitor::AddRttSample(const std::string& peer, double seconds) {
                  ? seconds
                  : options_.rtt_alpha * seconds + (1 - options_.rtt_alpha) * link.rtt;
   ++link.rtt_samples;
+  link.recent_rtts.push_back(seconds);
+  while (link.recent_rtts.size() > kRttWindow) link.recent_rtts.pop_front();
+}
+
+double LinkMonitor::BaseRttSeconds(const std::string& peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = links_.find(peer);
+  if (it == links_.end() || it->second.recent_rtts.empty()) return 0;
+  const auto& rtts = it->second.recent_rtts;
+  return *std::min_element(rtts.begin(), rtts.end());
 }
 
 void LinkMonitor::SetInbound(const std::string& peer, const v1::LinkEstimate& estimate) {

@@ -82,6 +82,10 @@ class LinkMonitor {
   // A probe of `bytes` to the peer ended; `early`: one TakeProbeRequest asked for.
   void CountProbe(const std::string& peer, uint64_t bytes, bool early);
   void AddRttSample(const std::string& peer, double seconds);
+  // The link's round trip without queueing: the least of the last kRttWindow samples (a
+  // heartbeat queues behind a busy link's data, so the moving average rtt_seconds carries the
+  // queue too); 0 before any sample. What a transfer's time holds besides its serialisation.
+  double BaseRttSeconds(const std::string& peer) const;
   // The peer's own estimate of peer -> this site.
   void SetInbound(const std::string& peer, const v1::LinkEstimate& estimate);
 
@@ -106,6 +110,7 @@ class LinkMonitor {
     double rtt = 0;
     uint64_t bandwidth_samples = 0;
     uint64_t rtt_samples = 0;
+    std::deque<double> recent_rtts;  // the newest kRttWindow samples, for BaseRttSeconds
     Clock::time_point last_bandwidth_sample;
     struct Transfer {
       double start, end;
@@ -126,6 +131,9 @@ class LinkMonitor {
   // A bandwidth sample with this weight in the moving average (the first one is taken).
   void TakeSampleLocked(Link& link, double sample, double weight);
   static constexpr size_t kTransfersKept = 512;
+  // Heartbeats are a second apart by default: the base round trip follows a route change
+  // within half a minute.
+  static constexpr size_t kRttWindow = 30;
 
   const std::string site_;
   const LinkMonitorOptions options_;

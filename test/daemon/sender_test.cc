@@ -201,6 +201,41 @@ TEST_CASE("a sender's lone transfers do not lower the link estimate; they are re
   CHECK_FALSE(monitor.TakeProbeRequest("beta"));  // one at a time: no sign of a fall
 }
 
+// The round trip a transfer's time holds is the link's base one: heartbeats that queued behind
+// a busy link's data raise the moving average, not the least of the recent samples, and a
+// sender subtracting the average read links above their rate.
+TEST_CASE("a sender's sample subtracts the base round trip, not the queue-inflated average") {
+  LinkMonitor monitor("alpha");
+  monitor.AddPeer("beta", "addr");
+  CHECK(monitor.BaseRttSeconds("beta") == 0);  // no sample yet
+  monitor.AddRttSample("beta", 0.020);
+  for (int i = 0; i < 5; ++i) monitor.AddRttSample("beta", 0.050);  // queued heartbeats
+  CHECK(monitor.Outbound("beta").rtt_seconds() > 0.044);
+  CHECK(monitor.BaseRttSeconds("beta") == 0.020);
+  CHECK(monitor.BaseRttSeconds("gamma") == 0);  // not a peer
+
+  // 300 KiB in no less than 60 ms, 20 of them the round trip: at most 300 KiB / 40 ms on the
+  // wire, however slow the machine (slowness only lengthens the call). Subtracting the
+  // average (45 ms) read it at 20 MB/s.
+  testing::FakeLink link("beta");
+  link.OnDeliver([](const transport::WireTensor&) {
+    std::this_thread::sleep_for(60ms);
+    return absl::OkStatus();
+  });
+  LinkSender sender(Options(), &link, &monitor, spdlog::default_logger());
+  for (uint32_t mb = 0; mb < 3; ++mb) {
+    REQUIRE(sender.Enqueue(Tensor(300 << 10, mb)).ok());
+    REQUIRE(sender.Flush().ok());
+  }
+  const double estimate = monitor.Outbound("beta").bandwidth_bytes_per_second();
+  CHECK(estimate > 0);
+  CHECK(estimate <= (300 << 10) / 0.040 * 1.01);  // the tensor's header is a few bytes more
+
+  // The base follows the newest 30 samples: an old low one ages out.
+  for (int i = 0; i < 30; ++i) monitor.AddRttSample("beta", 0.030);
+  CHECK(monitor.BaseRttSeconds("beta") == 0.030);
+}
+
 // Every call lasts at least a round trip, so over a long one a fixed number of workers caps
 // the tensors per round trip: while tensors wait with every worker busy, another starts, up
 // to max_workers, and no more.
