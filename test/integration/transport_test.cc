@@ -252,10 +252,17 @@ TEST_CASE("a site restarting mid-job: the job rolls back and ends with the same 
     const v1::JobStatus s = c.WaitCompleted(id);
     CHECK(s.attempt() >= 2);  // it did roll back
     CHECK(Losses(s) == local);
-    // The timeline (the status page's marks): the rollback, at a step the job had committed;
-    // and every step's time beside its loss, the redone steps' counted once.
+    // The timeline (the status page's marks): the restart's rollback, at a step the job had
+    // committed (2 or later; on a loaded machine the first attempt may also have been retried
+    // at its start, a rollback at step 0: recovery working, not a fault); and every step's time
+    // beside its loss, the redone steps' counted once.
     CHECK(CountEvents(s, "rollback") == static_cast<int>(s.attempt()) - 1);
-    for (const auto& e : s.events()) CHECK(e.step() >= 2);
+    int after_commit = 0;
+    for (const auto& e : s.events()) {
+      CHECK(e.step() <= s.committed_step());
+      if (e.kind() == "rollback" && e.step() >= 2) ++after_commit;
+    }
+    CHECK(after_commit >= 1);
     CHECK(s.step_times_size() == s.losses_size());
     std::vector<std::pair<int, float>> val;
     for (const auto& v : s.val_losses()) val.emplace_back(v.step(), static_cast<float>(v.loss()));
