@@ -320,16 +320,11 @@ class StatusServer::Impl {
     closed_future.wait_until(deadline);
 
     // Close idle connections; the others close after their response is written.
-    std::vector<std::shared_ptr<Session>> live;
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
-      shared_->stopping = true;
-      for (auto& [ptr, weak] : shared_->sessions) {
-        if (auto session = weak.lock()) live.push_back(std::move(session));
-      }
+      shared_->stopping = true;  // no session registers from here on
     }
-    for (auto& session : live) session->ServerStopping();
-    live.clear();
+    for (auto& session : LiveSessions()) session->ServerStopping();
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
       shared_->sessions_done.wait_until(lock, deadline, [&] { return shared_->sessions.empty(); });
@@ -347,17 +342,21 @@ class StatusServer::Impl {
     retry_timer_.cancel();
     ioc_.restart();
     ioc_.poll();
-    {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      for (auto& [ptr, weak] : shared_->sessions) {
-        if (auto session = weak.lock()) live.push_back(std::move(session));
-      }
-    }
-    for (auto& session : live) session->CloseNow();
-    live.clear();
+    for (auto& session : LiveSessions()) session->CloseNow();
   }
 
  private:
+  // The registered sessions still alive, each held for the caller (released outside the lock:
+  // a session's destructor takes it).
+  std::vector<std::shared_ptr<Session>> LiveSessions() {
+    std::vector<std::shared_ptr<Session>> live;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (auto& [ptr, weak] : shared_->sessions) {
+      if (auto session = weak.lock()) live.push_back(std::move(session));
+    }
+    return live;
+  }
+
   void DoAccept() {
     acceptor_.async_accept(net::make_strand(ioc_),
                            beast::bind_front_handler(&Impl::OnAccept, this));
