@@ -1,5 +1,5 @@
-// The kernel backend: every numeric op one GPT-2 training step needs, forward and backward,
-// behind one interface. A backend owns its memory (host memory for CPU backends, device
+// The kernel backend: every numeric op one training step of a GPT-2 or Llama model needs,
+// forward and backward, behind one interface. A backend owns its memory (host memory for CPU backends, device
 // memory for GPU ones): every float* argument points into memory from that backend's
 // Alloc(). Token ids and targets are always host arrays.
 //
@@ -107,6 +107,48 @@ class Ops {
                      int t) = 0;
   // Sum of squares of x, accumulated in double in a fixed order (for the global grad norm).
   virtual double SumSquares(const float* x, size_t n) = 0;
+
+  // ---- Llama-family ops (model family "llama": RMSNorm, rotary embeddings, SwiGLU,
+  // grouped-query attention). The CPU backends implement them; a backend that does not (the
+  // CUDA ones, until their versions have run on a GPU) answers false here, aborts if one is
+  // called anyway, and a job that needs them is refused before it starts.
+  virtual bool HasLlamaOps() const { return false; }
+
+  // N rows of C: out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd[N].
+  virtual void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight,
+                              int N, int C, float eps);
+  // Accumulates into dinp (N,C) and dweight (C).
+  virtual void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                               const float* weight, const float* rstd, int N, int C);
+
+  // Rotary position embedding in Hugging Face's rotate-half convention, IN PLACE on the
+  // query and key heads of qkv (B,T,(NH+2*NKV)*HD) (the value heads are left alone): for each
+  // head x at position t and i < HD/2, with c = cos[t,i], s = sin[t,i] (tables (T, HD/2)):
+  //   x[i] <- x[i] c - x[i+HD/2] s;   x[i+HD/2] <- x[i+HD/2] c + x[i] s.
+  virtual void RopeForward(float* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                           int NKV, int HD);
+  // The transposed rotation, IN PLACE on the query and key heads of dqkv: a gradient with
+  // respect to the rotated heads becomes one with respect to the heads before rotation. (Not
+  // an accumulating op: the rotation is applied to what dqkv holds.)
+  virtual void RopeBackward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH,
+                            int NKV, int HD);
+
+  // SwiGLU: inp (N, 2*I) holds each row's gate then its up projection; out (N,I) =
+  // silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+  virtual void SwiGluForward(float* out, const float* inp, int N, int I);
+  // Accumulates into dinp (N, 2*I).
+  virtual void SwiGluBackward(float* dinp, const float* inp, const float* dout, int N, int I);
+
+  // Grouped-query causal attention: qkv (B,T,(NH+2*NKV)*HD) holds NH query heads, then NKV
+  // key heads, then NKV value heads, each HD wide; query head h attends with key/value head
+  // h / (NH/NKV). Scores scaled by 1/sqrt(HD). out (B,T,NH*HD); att and preatt (B,NH,T,T) as
+  // in AttentionForward (which is this op with NKV = NH, HD = C/NH). REQUIRES: NH % NKV == 0.
+  virtual void GroupedAttentionForward(float* out, float* preatt, float* att, const float* qkv,
+                                       int B, int T, int NH, int NKV, int HD);
+  // Accumulates into dqkv (B,T,(NH+2*NKV)*HD); datt and dpreatt (B,NH,T,T) are scratch.
+  virtual void GroupedAttentionBackward(float* dqkv, float* dpreatt, float* datt,
+                                        const float* dout, const float* qkv, const float* att,
+                                        int B, int T, int NH, int NKV, int HD);
 };
 
 // The backends this build has: "cpu-ref", "cpu", and in a --config=cuda build "cuda" and

@@ -1,6 +1,6 @@
 // The "cpu" backend's class, shared by the files that implement its op groups:
-// cpu_ops.cc (pointwise, layernorm, embedding, loss, optimizer), cpu_matmul.cc and
-// cpu_attention.cc (OpenBLAS). Not part of the interface; use MakeOps("cpu").
+// cpu_ops.cc (pointwise, layernorm, embedding, loss, optimizer), cpu_llama.cc (RMSNorm,
+// rotary embedding, SwiGLU), cpu_matmul.cc and cpu_attention.cc (OpenBLAS). Not part of the interface; use MakeOps("cpu").
 #pragma once
 
 #include <algorithm>
@@ -46,6 +46,24 @@ class CpuOps final : public HostOps {
   void AdamW(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   double SumSquares(const float* x, size_t n) override;
+
+  // Llama-family ops (cpu_llama.cc; attention in cpu_attention.cc).
+  bool HasLlamaOps() const override { return true; }
+  void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                      float eps) override;
+  void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                       const float* weight, const float* rstd, int N, int C) override;
+  void RopeForward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                   int HD) override;
+  void RopeBackward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                    int HD) override;
+  void SwiGluForward(float* out, const float* inp, int N, int I) override;
+  void SwiGluBackward(float* dinp, const float* inp, const float* dout, int N, int I) override;
+  void GroupedAttentionForward(float* out, float* preatt, float* att, const float* qkv, int B,
+                               int T, int NH, int NKV, int HD) override;
+  void GroupedAttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
+                                const float* qkv, const float* att, int B, int T, int NH, int NKV,
+                                int HD) override;
 
  private:
   // Runs fn(begin, end) over [0, n) split into blocks of whole items, each block about

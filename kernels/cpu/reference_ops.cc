@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/host_ops.h"
+#include "kernels/cpu/reference_llama.h"
 
 namespace longhaul::kernels {
 namespace {
@@ -136,91 +137,16 @@ class ReferenceOps final : public HostOps {
     }
   }
 
+  // Causal attention is grouped-query attention with as many key/value heads as query heads.
   void AttentionForward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
                         int C, int NH) override {
-    if (B == 0 || T == 0 || C == 0) return;
-    const int C3 = 3 * C;
-    const int hs = C / NH;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    for (int b = 0; b < B; b++) {
-      for (int t = 0; t < T; t++) {
-        for (int h = 0; h < NH; h++) {
-          const float* q = qkv + (static_cast<size_t>(b) * T + t) * C3 + h * hs;
-          size_t row = ((static_cast<size_t>(b) * NH + h) * T + t) * T;
-          float* preatt_row = preatt + row;
-          float* att_row = att + row;
-          // Scaled scores q.k and their maximum, over the causal window t2 <= t.
-          float maxval = -INFINITY;
-          for (int t2 = 0; t2 <= t; t2++) {
-            const float* k = qkv + (static_cast<size_t>(b) * T + t2) * C3 + h * hs + C;
-            float val = 0.0f;
-            for (int i = 0; i < hs; i++) val += q[i] * k[i];
-            val *= scale;
-            if (val > maxval) maxval = val;
-            preatt_row[t2] = val;
-          }
-          float expsum = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) {
-            float e = std::exp(preatt_row[t2] - maxval);
-            expsum += e;
-            att_row[t2] = e;
-          }
-          float expsum_inv = expsum == 0.0f ? 0.0f : 1.0f / expsum;
-          for (int t2 = 0; t2 < T; t2++) att_row[t2] = t2 <= t ? att_row[t2] * expsum_inv : 0.0f;
-          // out = att x v.
-          float* out_h = out + (static_cast<size_t>(b) * T + t) * C + h * hs;
-          for (int i = 0; i < hs; i++) out_h[i] = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) {
-            const float* v = qkv + (static_cast<size_t>(b) * T + t2) * C3 + h * hs + 2 * C;
-            float a = att_row[t2];
-            for (int i = 0; i < hs; i++) out_h[i] += a * v[i];
-          }
-        }
-      }
-    }
+    if (NH == 0) return;
+    ref::GroupedAttentionForward(out, preatt, att, qkv, B, T, NH, NH, C / NH);
   }
-
   void AttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
                          const float* qkv, const float* att, int B, int T, int C, int NH) override {
-    if (B == 0 || T == 0 || C == 0) return;
-    const int C3 = 3 * C;
-    const int hs = C / NH;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    for (int b = 0; b < B; b++) {
-      for (int t = 0; t < T; t++) {
-        for (int h = 0; h < NH; h++) {
-          size_t row = ((static_cast<size_t>(b) * NH + h) * T + t) * T;
-          const float* att_row = att + row;
-          float* datt_row = datt + row;
-          float* dpreatt_row = dpreatt + row;
-          const float* dout_h = dout + (static_cast<size_t>(b) * T + t) * C + h * hs;
-          size_t qoff = (static_cast<size_t>(b) * T + t) * C3 + h * hs;
-          // Through out = att x v: datt and dv.
-          for (int t2 = 0; t2 <= t; t2++) {
-            size_t voff = (static_cast<size_t>(b) * T + t2) * C3 + h * hs + 2 * C;
-            float d = 0.0f;
-            for (int i = 0; i < hs; i++) {
-              d += qkv[voff + i] * dout_h[i];
-              dqkv[voff + i] += att_row[t2] * dout_h[i];
-            }
-            datt_row[t2] = d;
-          }
-          // Through the softmax: dpreatt = att * (datt - sum(att * datt)).
-          float dot = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) dot += att_row[t2] * datt_row[t2];
-          for (int t2 = 0; t2 <= t; t2++) dpreatt_row[t2] = att_row[t2] * (datt_row[t2] - dot);
-          // Through the scaled scores q.k: dq and dk.
-          for (int t2 = 0; t2 <= t; t2++) {
-            size_t koff = (static_cast<size_t>(b) * T + t2) * C3 + h * hs + C;
-            float d = dpreatt_row[t2] * scale;
-            for (int i = 0; i < hs; i++) {
-              dqkv[qoff + i] += qkv[koff + i] * d;
-              dqkv[koff + i] += qkv[qoff + i] * d;
-            }
-          }
-        }
-      }
-    }
+    if (NH == 0) return;
+    ref::GroupedAttentionBackward(dqkv, dpreatt, datt, dout, qkv, att, B, T, NH, NH, C / NH);
   }
 
   void GeluForward(float* out, const float* inp, size_t n) override {
@@ -306,6 +232,39 @@ class ReferenceOps final : public HostOps {
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += static_cast<double>(x[i]) * x[i];
     return sum;
+  }
+
+  bool HasLlamaOps() const override { return true; }
+  void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                      float eps) override {
+    ref::RmsNormForward(out, rstd, inp, weight, N, C, eps);
+  }
+  void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                       const float* weight, const float* rstd, int N, int C) override {
+    ref::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void RopeForward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                   int HD) override {
+    ref::RopeForward(qkv, cos, sin, B, T, NH, NKV, HD);
+  }
+  void RopeBackward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                    int HD) override {
+    ref::RopeBackward(dqkv, cos, sin, B, T, NH, NKV, HD);
+  }
+  void SwiGluForward(float* out, const float* inp, int N, int I) override {
+    ref::SwiGluForward(out, inp, N, I);
+  }
+  void SwiGluBackward(float* dinp, const float* inp, const float* dout, int N, int I) override {
+    ref::SwiGluBackward(dinp, inp, dout, N, I);
+  }
+  void GroupedAttentionForward(float* out, float* preatt, float* att, const float* qkv, int B,
+                               int T, int NH, int NKV, int HD) override {
+    ref::GroupedAttentionForward(out, preatt, att, qkv, B, T, NH, NKV, HD);
+  }
+  void GroupedAttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
+                                const float* qkv, const float* att, int B, int T, int NH, int NKV,
+                                int HD) override {
+    ref::GroupedAttentionBackward(dqkv, dpreatt, datt, dout, qkv, att, B, T, NH, NKV, HD);
   }
 };
 

@@ -1,6 +1,8 @@
 // The reference checked against calculus: each backward op of "cpu-ref" against central
 // finite differences of its forward op, for the loss L = sum(out * r) with random r (so the
 // incoming gradient is r). This is what lets the reference itself fail.
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "test/kernels/test_util.h"
@@ -152,6 +154,88 @@ TEST_CASE("Reference cross-entropy gradient matches finite differences", "[kerne
                                    Vp);
   // Padding columns get no gradient, matching the finite differences (they do not matter).
   ExpectClose(dlogits.ToHost(), NumericGrad(forward, logits, r), kTol, "dlogits");
+}
+
+TEST_CASE("Reference RMSNorm gradients match finite differences", "[kernels][gradcheck]") {
+  auto ops = Backend("cpu-ref");
+  const int N = 3, C = 7;
+  const float eps = 1e-5f;
+  auto x = Random(N * C, 1, -2.0f, 3.0f), w = Random(C, 2, 0.5f, 1.5f), r = Random(N * C, 4);
+  std::vector<float> rstd;
+  auto forward = [&](const std::vector<float>& x_, const std::vector<float>& w_) {
+    DeviceVec dx(*ops, x_), dw(*ops, w_), out(*ops, N * C), s(*ops, N);
+    ops->RmsNormForward(out.get(), s.get(), dx.get(), dw.get(), N, C, eps);
+    rstd = s.ToHost();
+    return out.ToHost();
+  };
+  auto y = forward(x, w);
+  // Definition: y = w x / sqrt(mean(x^2) + eps).
+  for (int n = 0; n < N; n++) {
+    double ss = 0;
+    for (int i = 0; i < C; i++) ss += double(x[n * C + i]) * x[n * C + i];
+    const double r_n = 1.0 / std::sqrt(ss / C + eps);
+    for (int i = 0; i < C; i++) CHECK(y[n * C + i] == Approx(w[i] * x[n * C + i] * r_n).epsilon(1e-5));
+  }
+  DeviceVec dx(*ops, x), dw(*ops, w), dr(*ops, r), s(*ops, rstd);
+  DeviceVec dinp(*ops, N * C), dweight(*ops, C);
+  ops->RmsNormBackward(dinp.get(), dweight.get(), dr.get(), dx.get(), dw.get(), s.get(), N, C);
+  ExpectClose(dinp.ToHost(), NumericGrad([&](auto& v) { return forward(v, w); }, x, r), kTol,
+              "dinp");
+  ExpectClose(dweight.ToHost(), NumericGrad([&](auto& v) { return forward(x, v); }, w, r), kTol,
+              "dweight");
+}
+
+TEST_CASE("Reference SwiGLU gradient matches finite differences", "[kernels][gradcheck]") {
+  auto ops = Backend("cpu-ref");
+  const int N = 3, I = 5;
+  auto x = Random(2 * N * I, 1, -4.0f, 4.0f), r = Random(N * I, 2);
+  Fn forward = [&](const std::vector<float>& v) {
+    DeviceVec dx(*ops, v), out(*ops, N * I);
+    ops->SwiGluForward(out.get(), dx.get(), N, I);
+    return out.ToHost();
+  };
+  DeviceVec dx(*ops, x), dr(*ops, r), dinp(*ops, x.size());
+  ops->SwiGluBackward(dinp.get(), dx.get(), dr.get(), N, I);
+  ExpectClose(dinp.ToHost(), NumericGrad(forward, x, r), kTol, "dinp");
+  // silu(1) * 2 = 2 / (1 + e^-1) = 1.462117.
+  auto y = forward(std::vector<float>(2 * N * I, 0.0f));
+  CHECK(y[0] == 0.0f);
+  std::vector<float> one(2 * N * I, 2.0f);
+  for (int n = 0; n < N; n++) std::fill(one.begin() + 2 * n * I, one.begin() + 2 * n * I + I, 1.0f);
+  CHECK(forward(one)[0] == Approx(1.462117).epsilon(1e-5));
+}
+
+TEST_CASE("Reference grouped attention and rotary gradients match finite differences",
+          "[kernels][gradcheck]") {
+  auto ops = Backend("cpu-ref");
+  const int B = 2, T = 4, NH = 4, NKV = 2, HD = 4, W = (NH + 2 * NKV) * HD;
+  const int half = HD / 2;
+  std::vector<float> cos(T * half), sin(T * half);
+  for (int t = 0; t < T; t++) {
+    for (int i = 0; i < half; i++) {
+      cos[t * half + i] = std::cos(0.7f * t * (i + 1));
+      sin[t * half + i] = std::sin(0.7f * t * (i + 1));
+    }
+  }
+  auto qkv = Random(B * T * W, 1), r = Random(B * T * NH * HD, 2);
+  std::vector<float> att, rotated;
+  // out = attention(rope(qkv)): the two ops as the model chains them.
+  Fn forward = [&](const std::vector<float>& q) {
+    DeviceVec dq(*ops, q), c(*ops, cos), s(*ops, sin), out(*ops, B * T * NH * HD),
+        pre(*ops, B * NH * T * T), a(*ops, B * NH * T * T);
+    ops->RopeForward(dq.get(), c.get(), s.get(), B, T, NH, NKV, HD);
+    ops->GroupedAttentionForward(out.get(), pre.get(), a.get(), dq.get(), B, T, NH, NKV, HD);
+    att = a.ToHost();
+    rotated = dq.ToHost();
+    return out.ToHost();
+  };
+  forward(qkv);
+  DeviceVec dq(*ops, rotated), a(*ops, att), dr(*ops, r), c(*ops, cos), s(*ops, sin);
+  DeviceVec dqkv(*ops, qkv.size()), dpre(*ops, att.size()), datt(*ops, att.size());
+  ops->GroupedAttentionBackward(dqkv.get(), dpre.get(), datt.get(), dr.get(), dq.get(), a.get(), B,
+                                T, NH, NKV, HD);
+  ops->RopeBackward(dqkv.get(), c.get(), s.get(), B, T, NH, NKV, HD);
+  ExpectClose(dqkv.ToHost(), NumericGrad(forward, qkv, r), kTol, "dqkv");
 }
 
 }  // namespace
