@@ -1,7 +1,7 @@
 // The kernel backend: every numeric op one training step of a GPT-2 or Llama model needs,
-// forward and backward, behind one interface. A backend owns its memory (host memory for CPU backends, device
-// memory for GPU ones): every float* argument points into memory from that backend's
-// Alloc(). Token ids and targets are always host arrays.
+// forward and backward, behind one interface. A backend owns its memory (host memory for CPU
+// backends, device memory for GPU ones): every float* argument points into memory from that
+// backend's Alloc(). Token ids and targets are always host arrays.
 //
 // Backends: "cpu-ref" (plain loops, the reference every other backend is tested against),
 // "cpu" (OpenBLAS matmuls, vectorized and multi-threaded loops), "cuda" and "cuda-bf16"
@@ -115,8 +115,8 @@ class Ops {
   virtual bool HasLlamaOps() const { return false; }
 
   // N rows of C: out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd[N].
-  virtual void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight,
-                              int N, int C, float eps);
+  virtual void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                              int C, float eps);
   // Accumulates into dinp (N,C) and dweight (C).
   virtual void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
                                const float* weight, const float* rstd, int N, int C);
@@ -146,9 +146,9 @@ class Ops {
   virtual void GroupedAttentionForward(float* out, float* preatt, float* att, const float* qkv,
                                        int B, int T, int NH, int NKV, int HD);
   // Accumulates into dqkv (B,T,(NH+2*NKV)*HD); datt and dpreatt (B,NH,T,T) are scratch.
-  virtual void GroupedAttentionBackward(float* dqkv, float* dpreatt, float* datt,
-                                        const float* dout, const float* qkv, const float* att,
-                                        int B, int T, int NH, int NKV, int HD);
+  virtual void GroupedAttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
+                                        const float* qkv, const float* att, int B, int T, int NH,
+                                        int NKV, int HD);
 };
 
 // The backends this build has: "cpu-ref", "cpu", and in a --config=cuda build "cuda" and

@@ -40,8 +40,8 @@ void Ops::SwiGluBackward(float*, const float*, const float*, int, int) {
 void Ops::GroupedAttentionForward(float*, float*, float*, const float*, int, int, int, int, int) {
   NoLlamaOps(*this, "GroupedAttentionForward");
 }
-void Ops::GroupedAttentionBackward(float*, float*, float*, const float*, const float*,
-                                   const float*, int, int, int, int, int) {
+void Ops::GroupedAttentionBackward(float*, float*, float*, const float*, const float*, const float*,
+                                   int, int, int, int, int) {
   NoLlamaOps(*this, "GroupedAttentionBackward");
 }
 

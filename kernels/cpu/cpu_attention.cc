@@ -24,8 +24,8 @@ constexpr int kRowBlock = 64;
 
 }  // namespace
 
-void CpuOps::AttentionForward(float* out, float* preatt, float* att, const float* qkv, int B,
-                              int T, int C, int NH) {
+void CpuOps::AttentionForward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
+                              int C, int NH) {
   if (NH == 0) return;
   GroupedAttentionForward(out, preatt, att, qkv, B, T, NH, NH, C / NH);
 }
@@ -95,11 +95,11 @@ void CpuOps::GroupedAttentionBackward(float* dqkv, float* /*dpreatt*/, float* da
         float* d_blk = d + static_cast<size_t>(r0) * T;
         const float* dout_blk = dout_h + static_cast<size_t>(r0) * OW;
         // dV[0:r1] += att[r0:r1, 0:r1]^T dout[r0:r1]
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HD, rows, 1.0f, a_blk, T,
-                    dout_blk, OW, 1.0f, dv, W);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, HD, rows, 1.0f, a_blk, T, dout_blk,
+                    OW, 1.0f, dv, W);
         // datt[r0:r1, 0:r1] = dout[r0:r1] V[0:r1]^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HD, 1.0f, dout_blk, OW, v,
-                    W, 0.0f, d_blk, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, HD, 1.0f, dout_blk, OW, v, W,
+                    0.0f, d_blk, T);
         // Softmax backward in place, with the score scale folded in; zero past the causal edge.
         for (int t = r0; t < r1; t++) {
           const float* ar = a + static_cast<size_t>(t) * T;

@@ -133,13 +133,11 @@ void CpuOps::SwiGluBackward(float* dinp, const float* inp, const float* dout, in
       vec::ForEach8(I, [&](size_t i, size_t count) {
         const __m256 g = vec::Load(gate + i, count), u = vec::Load(up + i, count);
         const __m256 d = vec::Load(dy + i, count), sig = Sigmoid8(g);
-        const __m256 dsilu =
-            _mm256_mul_ps(sig, _mm256_fmadd_ps(g, _mm256_sub_ps(one, sig), one));
+        const __m256 dsilu = _mm256_mul_ps(sig, _mm256_fmadd_ps(g, _mm256_sub_ps(one, sig), one));
         vec::Store(dgate + i,
-                   _mm256_fmadd_ps(_mm256_mul_ps(d, u), dsilu, vec::Load(dgate + i, count)),
+                   _mm256_fmadd_ps(_mm256_mul_ps(d, u), dsilu, vec::Load(dgate + i, count)), count);
+        vec::Store(dup + i, _mm256_fmadd_ps(d, _mm256_mul_ps(g, sig), vec::Load(dup + i, count)),
                    count);
-        vec::Store(dup + i,
-                   _mm256_fmadd_ps(d, _mm256_mul_ps(g, sig), vec::Load(dup + i, count)), count);
       });
     }
   });

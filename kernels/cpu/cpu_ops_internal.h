@@ -1,6 +1,7 @@
 // The "cpu" backend's class, shared by the files that implement its op groups:
 // cpu_ops.cc (pointwise, layernorm, embedding, loss, optimizer), cpu_llama.cc (RMSNorm,
-// rotary embedding, SwiGLU), cpu_matmul.cc and cpu_attention.cc (OpenBLAS). Not part of the interface; use MakeOps("cpu").
+// rotary embedding, SwiGLU), cpu_matmul.cc and cpu_attention.cc (OpenBLAS). Not part of the
+// interface; use MakeOps("cpu").
 #pragma once
 
 #include <algorithm>

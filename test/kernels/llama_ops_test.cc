@@ -19,8 +19,8 @@ TEST_CASE("Only backends with the Llama ops claim them", "[ops][llama]") {
 
 TEST_CASE("RMSNorm forward and backward match the reference", "[ops][llama][rmsnorm]") {
   const SuiteBackend backend = GENERATE(from_range(SuiteBackends()));
-  const Dims shape = GENERATE(Dims{{0, 8}}, Dims{{1, 1}}, Dims{{7, 13}}, Dims{{64, 256}},
-                              Dims{{130, 1000}});
+  const Dims shape =
+      GENERATE(Dims{{0, 8}}, Dims{{1, 1}}, Dims{{7, 13}}, Dims{{64, 256}}, Dims{{130, 1000}});
   const int N = shape[0], C = shape[1];
   const float eps = 1e-6f;
   INFO(backend.Label() << " N=" << N << " C=" << C);
@@ -40,8 +40,7 @@ TEST_CASE("RMSNorm forward and backward match the reference", "[ops][llama][rmsn
   GradRun run = [&](Ops& ops, bool prefill) {
     DeviceVec dx(ops, x), dw(ops, w), ddy(ops, dy), rstd(ops, want[1]);
     DeviceVec dinp(ops, GradInit(0, x.size(), prefill)), dweight(ops, GradInit(1, C, prefill));
-    ops.RmsNormBackward(dinp.get(), dweight.get(), ddy.get(), dx.get(), dw.get(), rstd.get(), N,
-                        C);
+    ops.RmsNormBackward(dinp.get(), dweight.get(), ddy.get(), dx.get(), dw.get(), rstd.get(), N, C);
     return std::vector<std::vector<float>>{dinp.ToHost(), dweight.ToHost()};
   };
   CheckBackward(run, *fast, {1e-4f, 1e-4f}, {"dinp", "dweight"});
@@ -76,8 +75,8 @@ struct AttnShape {
 
 AttnShape AttentionShape() {
   return GENERATE(AttnShape{0, 7, 2, 1, 8}, AttnShape{1, 1, 1, 1, 2}, AttnShape{1, 7, 4, 2, 6},
-                  AttnShape{2, 9, 3, 1, 10}, AttnShape{1, 65, 6, 3, 8},
-                  AttnShape{2, 130, 4, 4, 16}, AttnShape{1, 128, 8, 2, 64});
+                  AttnShape{2, 9, 3, 1, 10}, AttnShape{1, 65, 6, 3, 8}, AttnShape{2, 130, 4, 4, 16},
+                  AttnShape{1, 128, 8, 2, 64});
 }
 
 TEST_CASE("Rotary embedding matches the reference and its backward undoes it",
@@ -130,8 +129,8 @@ TEST_CASE("Grouped-query attention matches the reference", "[ops][llama][attenti
   auto fwd = [&](Ops& ops) {
     DeviceVec dq(ops, qkv), out(ops, Random(out_size, 3));
     DeviceVec preatt(ops, Random(att_size, 7)), att(ops, Random(att_size, 8));
-    ops.GroupedAttentionForward(out.get(), preatt.get(), att.get(), dq.get(), s.B, s.T, s.NH,
-                                s.NKV, s.HD);
+    ops.GroupedAttentionForward(out.get(), preatt.get(), att.get(), dq.get(), s.B, s.T, s.NH, s.NKV,
+                                s.HD);
     return std::vector<std::vector<float>>{out.ToHost(), att.ToHost()};
   };
   auto fast = backend.Make();

@@ -174,7 +174,8 @@ TEST_CASE("Reference RMSNorm gradients match finite differences", "[kernels][gra
     double ss = 0;
     for (int i = 0; i < C; i++) ss += double(x[n * C + i]) * x[n * C + i];
     const double r_n = 1.0 / std::sqrt(ss / C + eps);
-    for (int i = 0; i < C; i++) CHECK(y[n * C + i] == Approx(w[i] * x[n * C + i] * r_n).epsilon(1e-5));
+    for (int i = 0; i < C; i++)
+      CHECK(y[n * C + i] == Approx(w[i] * x[n * C + i] * r_n).epsilon(1e-5));
   }
   DeviceVec dx(*ops, x), dw(*ops, w), dr(*ops, r), s(*ops, rstd);
   DeviceVec dinp(*ops, N * C), dweight(*ops, C);
