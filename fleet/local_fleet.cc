@@ -11,7 +11,7 @@
 namespace longhaul::fleet {
 
 StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
-    const model::GPT2Config& config, std::shared_ptr<const model::TokenData> train,
+    const model::ModelConfig& config, std::shared_ptr<const model::TokenData> train,
     const LocalFleetOptions& options, const std::vector<kernels::Ops*>& ops) {
   if (options.replicas < 1 || static_cast<int>(ops.size()) != options.replicas) {
     return absl::InvalidArgumentError(

@@ -81,7 +81,7 @@ struct FleetTraffic {
 class LocalFleet {
  public:
   // `ops`: one backend per replica (N), outliving the fleet.
-  static StatusOr<std::unique_ptr<LocalFleet>> Create(const model::GPT2Config& config,
+  static StatusOr<std::unique_ptr<LocalFleet>> Create(const model::ModelConfig& config,
                                                       std::shared_ptr<const model::TokenData> train,
                                                       const LocalFleetOptions& options,
                                                       const std::vector<kernels::Ops*>& ops);
@@ -105,7 +105,7 @@ class LocalFleet {
     std::unique_ptr<model::DataLoader> loader;
     std::vector<std::unique_ptr<ContributionEncoder>> encoders;  // one per slice
   };
-  LocalFleet(const model::GPT2Config& config, const LocalFleetOptions& options)
+  LocalFleet(const model::ModelConfig& config, const LocalFleetOptions& options)
       : config_(config), options_(options) {}
   StatusOr<FleetStepResult> StepMode(const model::OptimizerOptions& optimizer, int step,
                                      int total_steps);
@@ -120,7 +120,7 @@ class LocalFleet {
   void OuterStep(int phase, const std::vector<float>& mean);
   std::vector<int> Microbatches() const;  // by replica
 
-  model::GPT2Config config_;
+  model::ModelConfig config_;
   LocalFleetOptions options_;
   std::vector<Replica> replicas_;
   std::vector<SyncSlice> slices_;  // of the whole model

@@ -16,7 +16,7 @@ std::vector<int> FragmentChain::EvenSplit(int num_layers, int fragments) {
   return bounds;
 }
 
-StatusOr<std::unique_ptr<FragmentChain>> FragmentChain::Create(const GPT2Config& config,
+StatusOr<std::unique_ptr<FragmentChain>> FragmentChain::Create(const ModelConfig& config,
                                                                const ChainOptions& options,
                                                                kernels::Ops* ops) {
   RETURN_IF_ERROR(ValidateConfig(config));

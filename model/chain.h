@@ -41,14 +41,14 @@ struct StepResult {
 
 class FragmentChain {
  public:
-  static StatusOr<std::unique_ptr<FragmentChain>> Create(const GPT2Config& config,
+  static StatusOr<std::unique_ptr<FragmentChain>> Create(const ModelConfig& config,
                                                          const ChainOptions& options,
                                                          kernels::Ops* ops);
   // Layer boundaries of an even split of L layers into K fragments: K + 1 numbers from 0
   // to L, the first L % K fragments one layer longer.
   static std::vector<int> EvenSplit(int num_layers, int fragments);
 
-  const GPT2Config& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   int size() const { return int(fragments_.size()); }
   Fragment& fragment(int i) { return *fragments_[i]; }
   // Sum of the fragments' memory.
@@ -98,10 +98,10 @@ class FragmentChain {
   uint64_t tied_wire_bytes() const { return tied_wire_bytes_; }
 
  private:
-  FragmentChain(const GPT2Config& config, const ChainOptions& options)
+  FragmentChain(const ModelConfig& config, const ChainOptions& options)
       : config_(config), options_(options) {}
 
-  GPT2Config config_;
+  ModelConfig config_;
   ChainOptions options_;
   // Replaces each end's tied part (n floats) with what its frame carries.
   void ExchangeTiedEncoded(size_t n);

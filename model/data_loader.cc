@@ -133,10 +133,10 @@ int64_t DataLoader::WindowAt(int64_t local) {
 void DataLoader::Next(int32_t* inputs, int32_t* targets) {
   const int T = options_.seq_len;
   for (int b = 0; b < options_.batch_size; ++b) {
-    const uint16_t* w = data_->tokens.data() + WindowAt(position_++) * T;
-    for (int t = 0; t < T; ++t) {
-      inputs[b * T + t] = w[t];
-      targets[b * T + t] = w[t + 1];
+    const uint32_t* w = data_->tokens.data() + WindowAt(position_++) * T;
+    for (int t = 0; t < T; ++t) {  // ids <= INT32_MAX (token_data.h)
+      inputs[b * T + t] = int32_t(w[t]);
+      targets[b * T + t] = int32_t(w[t + 1]);
     }
   }
 }

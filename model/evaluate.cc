@@ -9,6 +9,7 @@
 #include "model/chain.h"
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
+#include "model/init_from.h"
 
 namespace longhaul::model {
 
@@ -20,18 +21,19 @@ StatusOr<EvalResult> EvaluateCheckpoint(const EvalOptions& options) {
   if (options.batches < 0 || options.seq_len < 0) {
     return absl::InvalidArgumentError("batches and sequence length must not be negative");
   }
-  ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(options.checkpoint));
+  // A checkpoint file or a Hugging Face model directory (model/init_from.h).
+  ASSIGN_OR_RETURN(const ModelConfig config, ReadInitConfig(options.checkpoint));
   EvalResult result;
-  result.config = ckpt.config;
+  result.config = config;
   result.batch_size = options.batch_size;
-  result.seq_len = options.seq_len > 0 ? options.seq_len : std::min(ckpt.config.max_seq_len, 1024);
-  if (result.seq_len > ckpt.config.max_seq_len) {
+  result.seq_len = options.seq_len > 0 ? options.seq_len : std::min(config.max_seq_len, 1024);
+  if (result.seq_len > config.max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("sequence length ", result.seq_len,
                                                    " exceeds the checkpoint's context of ",
-                                                   ckpt.config.max_seq_len));
+                                                   config.max_seq_len));
   }
   ASSIGN_OR_RETURN(TokenData data, ReadTokenData(options.data, options.format));
-  RETURN_IF_ERROR(CheckTokensFit(data, ckpt.config.vocab_size));
+  RETURN_IF_ERROR(CheckTokensFit(data, config.vocab_size));
   result.data_tokens = int64_t(data.tokens.size());
   DataLoaderOptions lo;
   lo.batch_size = options.batch_size;
@@ -52,9 +54,13 @@ StatusOr<EvalResult> EvaluateCheckpoint(const EvalOptions& options) {
   co.batch_size = options.batch_size;
   co.seq_len = result.seq_len;
   co.training = false;
-  ASSIGN_OR_RETURN(auto chain, FragmentChain::Create(ckpt.config, co, ops.get()));
-  chain->LoadFromModel(ckpt.params.data());
-  ckpt.params = {};
+  ASSIGN_OR_RETURN(auto chain, FragmentChain::Create(config, co, ops.get()));
+  for (int i = 0; i < chain->size(); ++i) {
+    Fragment& f = chain->fragment(i);
+    std::vector<float> params(f.layout().total());
+    RETURN_IF_ERROR(ReadInitFragment(options.checkpoint, f.layout(), params.data()));
+    f.SetParameters(params.data());
+  }
   ASSIGN_OR_RETURN(result.mean_loss, chain->MeanLoss(*loader, result.batches));
   return result;
 }

@@ -22,7 +22,7 @@ struct EvalOptions {
 };
 
 struct EvalResult {
-  GPT2Config config;
+  ModelConfig config;
   float mean_loss = 0;
   int batches = 0;  // batches actually evaluated
   int batch_size = 0;

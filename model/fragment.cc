@@ -2,31 +2,36 @@
 // fragment_pass.cc, the optimizer step in fragment_step.cc).
 #include "model/fragment.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "model/init.h"
+#include "model/rope.h"
 #include "model/subspace.h"
 
 namespace longhaul::model {
 namespace {
 
 // Floats of one slot's activations: the input plus every layer's saved tensors.
-int64_t SlotFloats(const GPT2Config& c, const FragmentOptions& o) {
+int64_t SlotFloats(const ModelConfig& c, const FragmentOptions& o) {
   const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
   const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
   const int free_from = FirstUnconstrainedLayer(c);
-  const bool subspace = !TiedHead(c);
+  const bool subspace = Subspace(c);
+  const LayerWidths w = Widths(c);
   int64_t floats = BT * StreamWidth(c, o.begin);
   if (subspace && o.begin <= free_from) floats += BT * C;                       // fixed
   if (subspace && o.begin <= free_from && free_from < o.end) floats += BT * C;  // rebuilt
   for (int l = o.begin; l < o.end; ++l) {
-    // ln1, atty, ln2 (C each), qkv (3C), fch, fch_gelu (4C each), residual2 and residual3
-    // (R each), a constrained layer's rebuilt streams x1 and x2 (C each), four layernorm
-    // statistics and the attention probabilities.
+    // ln1, ln2 (C each), qkv, atty, fch, fch_gelu (their widths: 3C, C, 4C, 4C for GPT-2),
+    // residual2 and residual3 (R each), a constrained layer's rebuilt streams x1 and x2 (C
+    // each), four norm statistics and the attention probabilities.
     const bool constrained = subspace && l < free_from;
     const int64_t R = constrained ? c.residual_subspace : C;
-    floats += BT * (14 * C + 2 * R + (constrained ? 2 * C : 0) + 4) + att;
+    floats += BT * (2 * C + w.qkv + w.attention + w.mlp_in + w.mlp_hidden + 2 * R +
+                    (constrained ? 2 * C : 0) + 4) +
+              att;
   }
   return floats;
 }
@@ -46,13 +51,14 @@ std::string MemoryReport::DebugString() const {
                       MiB(shared), "; total ", MiB(total()));
 }
 
-MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions& o) {
+MemoryReport Fragment::EstimateMemory(const ModelConfig& c, const FragmentOptions& o) {
   const FragmentLayout layout(c, o.begin, o.end);
   const int64_t f = sizeof(float);
   const int64_t BT = int64_t(o.batch_size) * o.seq_len, C = c.channels;
   const int64_t att = int64_t(o.batch_size) * c.num_heads * o.seq_len * o.seq_len;
   const bool tied = (layout.is_first() || layout.is_last()) && TiedHead(c);
-  const bool subspace = !TiedHead(c);
+  const bool subspace = Subspace(c);
+  const LayerWidths w = Widths(c);
   MemoryReport r;
   r.parameters = layout.total() * f;
   if (o.training) {
@@ -62,7 +68,14 @@ MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions
   r.activations_per_slot = SlotFloats(c, o) * f;
   r.slots = o.slots;
   int64_t shared = BT * C + att;  // proj, preatt
-  if (o.training) shared += 2 * BT * C + 2 * BT * 4 * C + 2 * att;
+  if (o.training) {
+    shared += BT * C + BT * std::max(int64_t(C), w.attention) + BT * w.mlp_hidden +
+              BT * std::max(w.mlp_in, w.qkv) + 2 * att;
+  }
+  if (c.family == Family::kLlama) {
+    // The zero position table, the rotary tables and (training) the position-gradient sink.
+    shared += int64_t(o.seq_len) * C * (o.training ? 2 : 1) + int64_t(o.seq_len) * w.head_dim;
+  }
   if (layout.is_last()) shared += BT * C + 3 * BT + 2 * BT * c.padded_vocab_size;
   if (subspace && o.begin <= FirstUnconstrainedLayer(c)) {
     // This fragment rebuilds the stream: U, U^T, E, the zero positions; dx; the head's
@@ -75,10 +88,10 @@ MemoryReport Fragment::EstimateMemory(const GPT2Config& c, const FragmentOptions
   return r;
 }
 
-Fragment::Fragment(const GPT2Config& config, const FragmentOptions& options, kernels::Ops* ops)
+Fragment::Fragment(const ModelConfig& config, const FragmentOptions& options, kernels::Ops* ops)
     : config_(config), options_(options), layout_(config, options.begin, options.end), ops_(ops) {}
 
-StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const GPT2Config& config,
+StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const ModelConfig& config,
                                                      const FragmentOptions& options,
                                                      kernels::Ops* ops) {
   RETURN_IF_ERROR(ValidateConfig(config));
@@ -97,14 +110,23 @@ StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const GPT2Config& config,
                                                    " exceeds the model's context of ",
                                                    config.max_seq_len));
   }
-  // The kernels take int sizes: keep B*T*4C, B*T*Vp and B*NH*T*T below 2^31.
+  // The kernels take int sizes: keep B*T times every activation's width and B*NH*T*T below
+  // 2^31.
   const int64_t BT = int64_t(options.batch_size) * options.seq_len;
-  const int64_t largest = std::max({BT * 4 * config.channels, BT * config.padded_vocab_size,
-                                    BT * config.num_heads * options.seq_len});
+  const LayerWidths w = Widths(config);
+  const int64_t largest =
+      std::max({BT * w.mlp_in, BT * w.qkv, BT * w.attention, BT * config.channels,
+                BT * config.padded_vocab_size, BT * config.num_heads * options.seq_len});
   if (largest >= (int64_t(1) << 31)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "microbatch too large: ", options.batch_size, " x ", options.seq_len,
         " tokens make a buffer of ", largest, " floats; use a smaller microbatch_size"));
+  }
+  if (config.family == Family::kLlama && !ops->HasLlamaOps()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kernel backend ", ops->name(),
+                     " has no llama kernels yet (RMSNorm, rotary embedding, SwiGLU, grouped-query "
+                     "attention run on cpu and cpu-ref; the GPU versions have not run on a GPU)"));
   }
   std::unique_ptr<Fragment> f(new Fragment(config, options, ops));
   f->Allocate();
@@ -112,13 +134,23 @@ StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const GPT2Config& config,
 }
 
 void Fragment::Allocate() {
-  const GPT2Config& c = config_;
+  const ModelConfig& c = config_;
   const int64_t BT = int64_t(options_.batch_size) * options_.seq_len, C = c.channels;
   const int64_t att =
       int64_t(options_.batch_size) * c.num_heads * options_.seq_len * options_.seq_len;
   const bool tied = (is_first() || is_last()) && TiedHead(c);
-  const bool subspace = !TiedHead(c);
+  const bool subspace = Subspace(c);
+  const LayerWidths w = Widths(c);
   params_ = ops_->Alloc(layout_.total());
+  if (llama()) {
+    const RopeTables rope = MakeRopeTables(c, options_.seq_len);
+    rope_cos_ = ops_->Alloc(rope.cos.size());
+    ops_->Upload(rope_cos_, rope.cos.data(), rope.cos.size());
+    rope_sin_ = ops_->Alloc(rope.sin.size());
+    ops_->Upload(rope_sin_, rope.sin.data(), rope.sin.size());
+    zero_positions_ = ops_->Alloc(size_t(options_.seq_len) * C);
+    if (options_.training) scratch_.dwpe_sink = ops_->Alloc(size_t(options_.seq_len) * C);
+  }
   if (rebuilds()) {
     const SubspaceTables tables = MakeSubspaceTables(c);
     basis_ = ops_->Alloc(tables.basis.size());
@@ -156,15 +188,15 @@ void Fragment::Allocate() {
       a.ln1 = take(BT * C);
       a.ln1_mean = take(BT);
       a.ln1_rstd = take(BT);
-      a.qkv = take(BT * 3 * C);
-      a.atty = take(BT * C);
+      a.qkv = take(BT * w.qkv);
+      a.atty = take(BT * w.attention);
       a.att = take(att);
       a.residual2 = take(BT * R);
       a.ln2 = take(BT * C);
       a.ln2_mean = take(BT);
       a.ln2_rstd = take(BT);
-      a.fch = take(BT * 4 * C);
-      a.fch_gelu = take(BT * 4 * C);
+      a.fch = take(BT * w.mlp_in);
+      a.fch_gelu = take(BT * w.mlp_hidden);
       a.residual3 = take(BT * R);
       if (constrained(l)) {
         a.x1 = take(BT * C);
@@ -177,9 +209,9 @@ void Fragment::Allocate() {
   scratch_.preatt = ops_->Alloc(att);
   if (options_.training) {
     scratch_.dres = ops_->Alloc(BT * C);
-    scratch_.dtmp = ops_->Alloc(BT * C);
-    scratch_.dfch_gelu = ops_->Alloc(BT * 4 * C);
-    scratch_.dfch = ops_->Alloc(BT * 4 * C);
+    scratch_.dtmp = ops_->Alloc(BT * std::max(C, w.attention));
+    scratch_.dfch_gelu = ops_->Alloc(BT * w.mlp_hidden);
+    scratch_.dfch = ops_->Alloc(BT * std::max(w.mlp_in, w.qkv));
     scratch_.dpreatt = ops_->Alloc(att);
     scratch_.datt = ops_->Alloc(att);
     if (rebuilds()) scratch_.dx = ops_->Alloc(BT * C);
@@ -222,7 +254,10 @@ Fragment::~Fragment() {
                    basis_,
                    basis_transposed_,
                    token_table_,
-                   zero_positions_}) {
+                   zero_positions_,
+                   rope_cos_,
+                   rope_sin_,
+                   scratch_.dwpe_sink}) {
     if (p != nullptr) ops_->Free(p);
   }
   for (Slot& s : slots_) {

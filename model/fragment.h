@@ -1,6 +1,7 @@
-// A Fragment: GPT-2 layers [begin, end) on one kernel backend, plus the token and position
-// embeddings when it is the first fragment and the final layernorm, the tied output head
-// (its own copy of wte) and the loss when it is the last. The whole model is the fragment
+// A Fragment: layers [begin, end) of a GPT-2 or llama model (model/config.h) on one kernel
+// backend, plus the token (and, for GPT-2, position) embeddings when it is the first
+// fragment and the final norm, the output head (its own copy of wte when tied) and the loss
+// when it is the last. The whole model is the fragment
 // [0, L), first and last at once, and runs exactly the same code as any split: a model
 // trained as k chained fragments produces the same bits as the whole model.
 //
@@ -64,14 +65,14 @@ struct MemoryReport {
 class Fragment {
  public:
   // Validates config and options; allocates everything. `ops` must outlive the fragment.
-  static StatusOr<std::unique_ptr<Fragment>> Create(const GPT2Config& config,
+  static StatusOr<std::unique_ptr<Fragment>> Create(const ModelConfig& config,
                                                     const FragmentOptions& options,
                                                     kernels::Ops* ops);
   // The memory Create would allocate, without allocating it.
-  static MemoryReport EstimateMemory(const GPT2Config& config, const FragmentOptions& options);
+  static MemoryReport EstimateMemory(const ModelConfig& config, const FragmentOptions& options);
   ~Fragment();
 
-  const GPT2Config& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const FragmentLayout& layout() const { return layout_; }
   const FragmentOptions& options() const { return options_; }
   bool is_first() const { return layout_.is_first(); }
@@ -152,7 +153,9 @@ class Fragment {
  private:
   // residual2 / residual3 are (B,T,R): the stream itself (R = C), or its K coordinates in a
   // constrained layer of the subspace-cut variant, where x1 / x2 (else null) are the
-  // rebuilt (B,T,C) streams the two layernorms read.
+  // rebuilt (B,T,C) streams the two layernorms read. Widths by family (config.h's
+  // LayerWidths): qkv, atty (attention output), fch (MLP input) and fch_gelu (MLP hidden:
+  // GELU's output, or a llama's SwiGLU's); a llama's RMSNorms keep no mean.
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *residual3;
@@ -177,13 +180,16 @@ class Fragment {
   };
   struct Scratch {
     float *preatt = nullptr, *proj = nullptr;  // forward
-    float *dres = nullptr, *dtmp = nullptr;    // (B,T,C)
+    float* dres = nullptr;                     // (B,T,C)
+    float* dtmp = nullptr;                     // (B,T,max(C, attention width))
     float* dx = nullptr;  // subspace-cut variant: (B,T,C) gradient of a rebuilt stream
-    float *dfch_gelu = nullptr, *dfch = nullptr;  // (B,T,4C); dfch also holds dqkv
-    float *dpreatt = nullptr, *datt = nullptr;    // (B,NH,T,T)
+    // (B,T,MLP hidden) and (B,T,max(MLP input, qkv)): dfch also holds dqkv.
+    float *dfch_gelu = nullptr, *dfch = nullptr;
+    float *dpreatt = nullptr, *datt = nullptr;  // (B,NH,T,T)
+    float* dwpe_sink = nullptr;  // llama: (T,C) where the embedding backward's dwpe goes
   };
 
-  Fragment(const GPT2Config& config, const FragmentOptions& options, kernels::Ops* ops);
+  Fragment(const ModelConfig& config, const FragmentOptions& options, kernels::Ops* ops);
   void Allocate();
   Status CheckSlot(int slot, const char* what) const;
   Status CheckTokens(const int32_t* ids, const char* what) const;
@@ -191,14 +197,19 @@ class Fragment {
   float* P(Tensor t, int layer = 0) const;
   float* G(Tensor t, int layer = 0) const;
   const float* SlotOutput(const Slot& s) const;
-  void BackwardLayer(Slot& s, int layer);
+  // One layer of each family (fragment_pass.cc, fragment_llama.cc).
+  void Gpt2LayerForward(Slot& s, int l);
+  void Gpt2LayerBackward(Slot& s, int l);
+  void LlamaLayerForward(Slot& s, int l);
+  void LlamaLayerBackward(Slot& s, int l);
+  bool llama() const { return config_.family == Family::kLlama; }
   // Subspace-cut variant: whether this fragment's input is coordinates (it rebuilds the
   // stream), whether layer l writes coordinates, and the input of layer l.
   bool rebuilds() const {
-    return !TiedHead(config_) && layout_.begin() <= FirstUnconstrainedLayer(config_);
+    return Subspace(config_) && layout_.begin() <= FirstUnconstrainedLayer(config_);
   }
   bool constrained(int l) const {
-    return !TiedHead(config_) && l < FirstUnconstrainedLayer(config_);
+    return Subspace(config_) && l < FirstUnconstrainedLayer(config_);
   }
   // The stream (or its coordinates) leaving layer l - 1 of this fragment, or its input.
   const float* StreamInto(const Slot& s, int l) const;
@@ -207,7 +218,7 @@ class Fragment {
   void Rebuild(float* x, const Slot& s, const float* coords);
   void AddCoordGrad(float* dcoords, const float* dx);
 
-  GPT2Config config_;
+  ModelConfig config_;
   FragmentOptions options_;
   FragmentLayout layout_;
   kernels::Ops* ops_;
@@ -218,7 +229,9 @@ class Fragment {
   float* basis_ = nullptr;             // U (C, K)
   float* basis_transposed_ = nullptr;  // U^T (K, C)
   float* token_table_ = nullptr;       // E (Vp, C)
-  float* zero_positions_ = nullptr;    // (T, C) zeros: E[token] has no position term
+  float* zero_positions_ = nullptr;    // (T, C) zeros: E[token] has no position term (nor a llama)
+  float* rope_cos_ = nullptr;          // llama: (T, HD/2) rotary tables (model/rope.h)
+  float* rope_sin_ = nullptr;
   float* m_ = nullptr;
   float* v_ = nullptr;
   std::vector<Slot> slots_;

@@ -1,4 +1,5 @@
-// Fragment forward and backward passes: llm.c's GPT-2 computation over a layer range.
+// Fragment forward and backward passes over a layer range: llm.c's GPT-2 layers here, the
+// llama family's in fragment_llama.cc; embeddings, head and loss here for both.
 // Backward keeps one running residual-stream gradient (scratch_.dres): each layernorm
 // backward accumulates into it, so the residual adds need no separate backward op.
 #include <algorithm>
@@ -55,18 +56,50 @@ const float* Fragment::LayerInput(const Slot& s, int l) const {
   return StreamInto(s, l);
 }
 
-Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
-  RETURN_IF_ERROR(CheckSlot(slot, "Forward"));
+// One GPT-2 layer. The standard model's layernorms read the stream itself; a constrained
+// layer of the subspace-cut variant reads it rebuilt from its coordinates (x1, x2) and writes
+// R = K coordinates. The first unconstrained layer reads the stream rebuilt once.
+void Fragment::Gpt2LayerForward(Slot& s, int l) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
   const int NH = config_.num_heads, BT = B * T;
+  LayerActs& a = s.layers[l - layout_.begin()];
+  const bool sub = constrained(l);
+  const int R = sub ? config_.residual_subspace : C;
+  if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
+    Rebuild(s.rebuilt, s, StreamInto(s, l));
+  }
+  const float* residual = LayerInput(s, l);
+  if (sub) Rebuild(a.x1, s, residual);
+  ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, sub ? a.x1 : residual, P(Tensor::kLn1w, l),
+                         P(Tensor::kLn1b, l), BT, C);
+  ops_->MatmulForward(a.qkv, a.ln1, P(Tensor::kQkvw, l), P(Tensor::kQkvb, l), BT, C, 3 * C);
+  ops_->AttentionForward(a.atty, scratch_.preatt, a.att, a.qkv, B, T, C, NH);
+  ops_->MatmulForward(scratch_.proj, a.atty, P(Tensor::kAttprojw, l), P(Tensor::kAttprojb, l), BT,
+                      C, R);
+  ops_->ResidualForward(a.residual2, residual, scratch_.proj, size_t(BT) * R);
+  if (sub) Rebuild(a.x2, s, a.residual2);
+  ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, sub ? a.x2 : a.residual2,
+                         P(Tensor::kLn2w, l), P(Tensor::kLn2b, l), BT, C);
+  ops_->MatmulForward(a.fch, a.ln2, P(Tensor::kFcw, l), P(Tensor::kFcb, l), BT, C, 4 * C);
+  ops_->GeluForward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
+  ops_->MatmulForward(scratch_.proj, a.fch_gelu, P(Tensor::kFcprojw, l), P(Tensor::kFcprojb, l), BT,
+                      4 * C, R);
+  ops_->ResidualForward(a.residual3, a.residual2, scratch_.proj, size_t(BT) * R);
+}
+
+Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
+  RETURN_IF_ERROR(CheckSlot(slot, "Forward"));
+  const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
   Slot& s = slots_[slot];
   if (needs_tokens()) {
     RETURN_IF_ERROR(CheckTokens(tokens, "input tokens"));
     std::copy(tokens, tokens + BT, s.tokens.begin());
   }
   if (is_first()) {
-    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte), P(Tensor::kWpe), B, T,
-                           input_width());
+    // A llama has no position embedding: its rows are a table of zeros (rotary embeddings
+    // carry positions inside attention).
+    ops_->EmbeddingForward(s.input, s.tokens.data(), P(Tensor::kWte),
+                           llama() ? zero_positions_ : P(Tensor::kWpe), B, T, input_width());
   } else {
     if (activations == nullptr) {
       return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
@@ -76,33 +109,12 @@ Status Fragment::Forward(int slot, const int32_t* tokens, const float* activatio
   if (rebuilds()) {
     ops_->EmbeddingForward(s.fixed, s.tokens.data(), token_table_, zero_positions_, B, T, C);
   }
-  // The standard model's layernorms read the stream itself; a constrained layer of the
-  // subspace-cut variant reads it rebuilt from its coordinates (x1, x2) and writes R = K
-  // coordinates. The first unconstrained layer reads the stream rebuilt once.
   for (int l = layout_.begin(); l < layout_.end(); ++l) {
-    LayerActs& a = s.layers[l - layout_.begin()];
-    const bool sub = constrained(l);
-    const int R = sub ? config_.residual_subspace : C;
-    if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
-      Rebuild(s.rebuilt, s, StreamInto(s, l));
+    if (llama()) {
+      LlamaLayerForward(s, l);
+    } else {
+      Gpt2LayerForward(s, l);
     }
-    const float* residual = LayerInput(s, l);
-    if (sub) Rebuild(a.x1, s, residual);
-    ops_->LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, sub ? a.x1 : residual,
-                           P(Tensor::kLn1w, l), P(Tensor::kLn1b, l), BT, C);
-    ops_->MatmulForward(a.qkv, a.ln1, P(Tensor::kQkvw, l), P(Tensor::kQkvb, l), BT, C, 3 * C);
-    ops_->AttentionForward(a.atty, scratch_.preatt, a.att, a.qkv, B, T, C, NH);
-    ops_->MatmulForward(scratch_.proj, a.atty, P(Tensor::kAttprojw, l), P(Tensor::kAttprojb, l), BT,
-                        C, R);
-    ops_->ResidualForward(a.residual2, residual, scratch_.proj, size_t(BT) * R);
-    if (sub) Rebuild(a.x2, s, a.residual2);
-    ops_->LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, sub ? a.x2 : a.residual2,
-                           P(Tensor::kLn2w, l), P(Tensor::kLn2b, l), BT, C);
-    ops_->MatmulForward(a.fch, a.ln2, P(Tensor::kFcw, l), P(Tensor::kFcb, l), BT, C, 4 * C);
-    ops_->GeluForward(a.fch_gelu, a.fch, size_t(BT) * 4 * C);
-    ops_->MatmulForward(scratch_.proj, a.fch_gelu, P(Tensor::kFcprojw, l), P(Tensor::kFcprojb, l),
-                        BT, 4 * C, R);
-    ops_->ResidualForward(a.residual3, a.residual2, scratch_.proj, size_t(BT) * R);
   }
   s.forward_done = true;
   return absl::OkStatus();
@@ -122,8 +134,12 @@ StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
     Rebuild(head_.x, s, x);
     x = head_.x;
   }
-  ops_->LayerNormForward(head_.lnf, head_.lnf_mean, head_.lnf_rstd, x, P(Tensor::kLnfw),
-                         P(Tensor::kLnfb), BT, C);
+  if (llama()) {
+    ops_->RmsNormForward(head_.lnf, head_.lnf_rstd, x, P(Tensor::kLnfw), BT, C, config_.norm_eps);
+  } else {
+    ops_->LayerNormForward(head_.lnf, head_.lnf_mean, head_.lnf_rstd, x, P(Tensor::kLnfw),
+                           P(Tensor::kLnfb), BT, C);
+  }
   const Tensor head = TiedHead(config_) ? Tensor::kWte : Tensor::kHead;
   ops_->MatmulForward(head_.logits, head_.lnf, P(head), nullptr, BT, C, Vp);
   ops_->SoftmaxCrossEntropyForward(head_.probs, head_.losses, head_.logits, head_.targets.data(), B,
@@ -135,7 +151,7 @@ StatusOr<float> Fragment::Loss(int slot, const int32_t* targets) {
   return float(sum / BT);
 }
 
-void Fragment::BackwardLayer(Slot& s, int l) {
+void Fragment::Gpt2LayerBackward(Slot& s, int l) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels;
   const int NH = config_.num_heads, BT = B * T;
   const bool subspace = constrained(l);
@@ -189,7 +205,7 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size;
   const size_t btc = size_t(BT) * C;
-  const bool subspace = !TiedHead(config_);
+  const bool untied = !TiedHead(config_);
   if (is_last()) {
     if (head_.owner != slot) {
       return absl::FailedPreconditionError(
@@ -200,16 +216,21 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
     ops_->Zero(dlogits, size_t(BT) * Vp);
     ops_->SoftmaxCrossEntropyBackward(dlogits, head_.probs, head_.targets.data(), dloss, B, T, V,
                                       Vp);
-    const Tensor head = subspace ? Tensor::kHead : Tensor::kWte;
+    const Tensor head = untied ? Tensor::kHead : Tensor::kWte;
     ops_->Zero(scratch_.dtmp, btc);
     ops_->MatmulBackward(scratch_.dtmp, G(head), nullptr, dlogits, head_.lnf, P(head), BT, C, Vp);
     ops_->Zero(scratch_.dres, btc);
     const bool rebuilt = head_.x != nullptr;  // the final stream was rebuilt from coordinates
     float* dx = rebuilt ? scratch_.dx : scratch_.dres;
     if (rebuilt) ops_->Zero(dx, btc);
-    ops_->LayerNormBackward(dx, G(Tensor::kLnfw), G(Tensor::kLnfb), scratch_.dtmp,
-                            rebuilt ? head_.x : SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean,
+    if (llama()) {
+      ops_->RmsNormBackward(dx, G(Tensor::kLnfw), scratch_.dtmp, SlotOutput(s), P(Tensor::kLnfw),
                             head_.lnf_rstd, BT, C);
+    } else {
+      ops_->LayerNormBackward(dx, G(Tensor::kLnfw), G(Tensor::kLnfb), scratch_.dtmp,
+                              rebuilt ? head_.x : SlotOutput(s), P(Tensor::kLnfw), head_.lnf_mean,
+                              head_.lnf_rstd, BT, C);
+    }
     if (rebuilt) AddCoordGrad(scratch_.dres, dx);
     head_.owner = -1;
   } else {
@@ -219,7 +240,11 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
     ops_->Copy(scratch_.dres, output_grad, size_t(BT) * output_width());
   }
   for (int l = layout_.end() - 1; l >= layout_.begin(); --l) {
-    BackwardLayer(s, l);
+    if (llama()) {
+      LlamaLayerBackward(s, l);
+    } else {
+      Gpt2LayerBackward(s, l);
+    }
     if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
       // Through the rebuild: d(coordinates) = U^T d(rebuilt stream).
       ops_->Copy(scratch_.dx, scratch_.dres, btc);
@@ -230,9 +255,9 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
   if (is_first()) {
     // The encoder's part of the tied wte gradient: into the peer buffer when this fragment
     // also holds the head (whole standard model), into its own gradient otherwise.
-    float* dwte = is_last() && !subspace ? tied_peer_ : G(Tensor::kWte);
-    ops_->EmbeddingBackward(dwte, G(Tensor::kWpe), scratch_.dres, s.tokens.data(), B, T,
-                            input_width());
+    float* dwte = is_last() && !untied ? tied_peer_ : G(Tensor::kWte);
+    ops_->EmbeddingBackward(dwte, llama() ? scratch_.dwpe_sink : G(Tensor::kWpe), scratch_.dres,
+                            s.tokens.data(), B, T, input_width());
   }
   s.forward_done = false;
   return absl::OkStatus();

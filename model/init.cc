@@ -35,7 +35,7 @@ void FillNormalStream(uint64_t seed, double std, float* out, int64_t n) {
 }
 
 void InitSlice(const ParameterLayout& layout, uint64_t seed, Tensor t, int layer, float* out) {
-  const GPT2Config& c = layout.config();
+  const ModelConfig& c = layout.config();
   const int64_t n = layout.slice_size(t, layer);
   if (!IsPerLayer(t)) layer = 0;
   switch (t) {

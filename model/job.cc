@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/file_io.h"
+#include "model/init_from.h"
+#include "model/targets_frame.h"
 #include "model/yaml_walker.h"
 
 namespace longhaul::model {
@@ -21,8 +23,26 @@ const std::vector<absl::string_view> kTopKeys = {
     // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
     "sites", "compression", "replan", "placement", "replicas", "replica_microbatches",
     "replica_stages", "sync", "extra_in_flight"};
-const std::vector<absl::string_view> kModelKeys = {
-    "layers", "channels", "heads", "vocab", "context", "residual_subspace", "unconstrained_layers"};
+// The first five are required; then the subspace-cut variant's (gpt2), then llama's.
+const std::vector<absl::string_view> kModelKeys = {"layers",
+                                                   "channels",
+                                                   "heads",
+                                                   "vocab",
+                                                   "context",
+                                                   "residual_subspace",
+                                                   "unconstrained_layers",
+                                                   "family",
+                                                   "kv_heads",
+                                                   "head_dim",
+                                                   "intermediate",
+                                                   "norm_eps",
+                                                   "rope_theta",
+                                                   "rope_scaling",
+                                                   "tied"};
+const std::vector<absl::string_view> kLlamaOnlyKeys = {
+    "kv_heads", "head_dim", "intermediate", "norm_eps", "rope_theta", "rope_scaling", "tied"};
+const std::vector<absl::string_view> kRopeScalingKeys = {"factor", "low_freq_factor",
+                                                         "high_freq_factor", "original_context"};
 const std::vector<absl::string_view> kDataKeys = {"train", "format", "val", "val_every",
                                                   "val_batches"};
 const std::vector<absl::string_view> kOptimizerKeys = {
@@ -105,8 +125,13 @@ class JobParser {
     if (init_from != nullptr) {
       ASSIGN_OR_RETURN(std::string path, w_.String(*init_from));
       job->init_from = Resolve(path);
-      auto config = ReadCheckpointConfig(job->init_from);
+      auto config = ReadInitConfig(job->init_from);
       if (!config.ok()) return w_.Error(*init_from, config.status().message());
+      if (config->vocab_size > kMaxFrameVocab) {
+        return w_.Error(*init_from, absl::StrCat("the checkpoint's vocabulary of ",
+                                                 config->vocab_size, " is above ", kMaxFrameVocab,
+                                                 ", the largest a pipeline carries exactly"));
+      }
       job->model = *config;
     }
     if (model == nullptr) return absl::OkStatus();
@@ -115,9 +140,25 @@ class JobParser {
     for (int i = 0; i < 5; ++i) {
       auto it = f.find(kModelKeys[i]);
       if (it == f.end()) return w_.Missing(*model, kModelKeys[i]);
-      ASSIGN_OR_RETURN(values[i], w_.Int(it->second, 1, i == 3 ? 65536 : 1 << 20));
+      // The vocabulary up to what a targets frame carries exactly (token ids are 32-bit).
+      ASSIGN_OR_RETURN(values[i], w_.Int(it->second, 1, i == 3 ? kMaxFrameVocab : 1 << 20));
     }
-    GPT2Config config = MakeConfig(values[0], values[1], values[2], values[3], values[4]);
+    ModelConfig config = MakeConfig(values[0], values[1], values[2], values[3], values[4]);
+    if (auto it = f.find("family"); it != f.end()) {
+      ASSIGN_OR_RETURN(const std::string name, w_.String(it->second));
+      auto family = ParseFamily(name);
+      if (!family.ok()) return w_.Error(it->second, family.status().message());
+      config.family = *family;
+    }
+    if (config.family == Family::kLlama) {
+      RETURN_IF_ERROR(ParseLlama(*model, f, &config));
+    } else {
+      for (absl::string_view key : kLlamaOnlyKeys) {
+        if (auto it = f.find(key); it != f.end()) {
+          return w_.Error(it->second, "is a llama key (set family: llama)");
+        }
+      }
+    }
     if (auto it = f.find("residual_subspace"); it != f.end()) {
       ASSIGN_OR_RETURN(config.residual_subspace, w_.Int(it->second, 0, config.channels));
     }
@@ -127,7 +168,7 @@ class JobParser {
       }
       ASSIGN_OR_RETURN(config.unconstrained_layers, w_.Int(it->second, 0, config.num_layers - 1));
     }
-    if (config.channels % config.num_heads != 0) {
+    if (config.family == Family::kGpt2 && config.channels % config.num_heads != 0) {
       return w_.Error(f.at("heads"),
                       absl::StrCat("channels (", config.channels, ") must be a multiple of heads (",
                                    config.num_heads, ")"));
@@ -139,6 +180,61 @@ class JobParser {
       if (!fits.ok()) return w_.Error(*model, fits.message());
     }
     job->model = config;
+    return absl::OkStatus();
+  }
+
+  // The llama keys of `model` (job.h), defaults as Hugging Face's LlamaConfig has them.
+  Status ParseLlama(const Entry& model, const Fields& f, ModelConfig* c) {
+    auto get = [&f](absl::string_view key) -> const Entry* {
+      auto it = f.find(key);
+      return it == f.end() ? nullptr : &it->second;
+    };
+    c->num_kv_heads = c->num_heads;
+    if (const Entry* e = get("kv_heads")) {
+      ASSIGN_OR_RETURN(c->num_kv_heads, w_.Int(*e, 1, c->num_heads));
+      if (c->num_heads % c->num_kv_heads != 0) {
+        return w_.Error(*e, absl::StrCat("must divide heads (", c->num_heads, ")"));
+      }
+    }
+    if (const Entry* e = get("head_dim")) {
+      ASSIGN_OR_RETURN(c->head_dim, w_.Int(*e, 2, 4096));
+    } else if (c->channels % c->num_heads != 0) {
+      return w_.Error(*get("heads"),
+                      absl::StrCat("channels (", c->channels, ") must be a multiple of heads (",
+                                   c->num_heads, ") unless head_dim is given"));
+    } else {
+      c->head_dim = c->channels / c->num_heads;
+    }
+    const Entry* inter = get("intermediate");
+    if (inter == nullptr) return w_.Missing(model, "intermediate");
+    ASSIGN_OR_RETURN(c->intermediate_size, w_.Int(*inter, 1, 1 << 20));
+    if (const Entry* e = get("norm_eps")) {
+      ASSIGN_OR_RETURN(const double v, w_.Double(*e, 1e-12, 0.1));
+      c->norm_eps = float(v);
+    }
+    if (const Entry* e = get("rope_theta")) {
+      ASSIGN_OR_RETURN(c->rope_theta, w_.Double(*e, 1.0 + 1e-9, 1e12));
+    }
+    if (const Entry* e = get("tied")) {
+      ASSIGN_OR_RETURN(const std::string v, w_.String(*e));
+      if (v != "true" && v != "false") return w_.Error(*e, "must be true or false");
+      c->tied_embeddings = v == "true";
+    }
+    if (const Entry* e = get("rope_scaling")) {
+      ASSIGN_OR_RETURN(const Fields r, w_.Map(*e, kRopeScalingKeys));
+      auto it = r.find("factor");
+      if (it == r.end()) return w_.Missing(*e, "factor");
+      ASSIGN_OR_RETURN(c->rope_scaling.factor, w_.Double(it->second, 1.0, 1e6));
+      if (auto i = r.find("low_freq_factor"); i != r.end()) {
+        ASSIGN_OR_RETURN(c->rope_scaling.low_freq_factor, w_.Double(i->second, 1e-9, 1e6));
+      }
+      if (auto i = r.find("high_freq_factor"); i != r.end()) {
+        ASSIGN_OR_RETURN(c->rope_scaling.high_freq_factor, w_.Double(i->second, 1e-9, 1e6));
+      }
+      if (auto i = r.find("original_context"); i != r.end()) {
+        ASSIGN_OR_RETURN(c->rope_scaling.original_context, w_.Int(i->second, 1, kIntMax));
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -3,14 +3,25 @@
 //
 //   name: tiny                       # [A-Za-z0-9._-]+
 //   model: {layers: 2, channels: 64, heads: 4, vocab: 256, context: 64}
+//   #                                # (vocab: up to 2^24, what targets frames carry exactly)
 //   #   residual_subspace: 32        # optional: K > 0 is the subspace-cut variant, whose
 //   #                                # pipeline cuts carry K floats per position (subspace.h)
 //   #   unconstrained_layers: 1      # optional: the last F layers write the full stream
 //   #                                # (cuts after layer L - F carry C floats)
+//   #   family: llama                # gpt2 (default: llm.c's GPT-2) or llama (Hugging Face's
+//   #                                # LlamaForCausalLM); llama's keys, HF's names in brackets:
+//   #   kv_heads: 2                  # [num_key_value_heads] divides heads; default heads
+//   #   head_dim: 64                 # [head_dim] default channels / heads
+//   #   intermediate: 1376           # [intermediate_size] SwiGLU width; required for llama
+//   #   norm_eps: 1e-5               # [rms_norm_eps]
+//   #   rope_theta: 500000           # [rope_theta] default 10000
+//   #   rope_scaling: {factor: 8, low_freq_factor: 1, high_freq_factor: 4,
+//   #                  original_context: 8192}   # [rope_scaling, rope_type llama3]
+//   #   tied: false                  # [tie_word_embeddings] default true
 //   # init_from: gpt2_124M.bin       # instead of (or checked against) model
 //   data:
 //     train: builtin                 # or a path: llm.c token file or text (bytes)
-//     format: auto                   # auto | llmc | text
+//     format: auto                   # auto | llmc (uint16 or uint32 ids) | text
 //     val: builtin                   # optional; evaluated every val_every steps and at the end
 //     val_every: 50                  # optional, 0 = only at the end
 //     val_batches: 8                 # optional
@@ -59,7 +70,7 @@ struct JobCheckpoint {
 struct Job {
   std::string source;  // the job file
   std::string name;
-  GPT2Config model;       // from `model`, or from init_from's header
+  ModelConfig model;      // from `model`, or from init_from's header
   std::string init_from;  // checkpoint to start from; "" = initialise from seed
   JobData data;
   int steps = 0;

@@ -1,4 +1,5 @@
-// llm.c parameter layout: sizes, offsets, and copies between model and fragment buffers.
+// Parameter layout (llm.c's for gpt2, the same slots for llama): sizes, offsets, and copies between
+// model and fragment buffers.
 #include "model/layout.h"
 
 #include <cstring>
@@ -24,36 +25,42 @@ bool IsDecayed(Tensor t) {
 
 bool IsResidualProjection(Tensor t) { return t == Tensor::kAttprojw || t == Tensor::kFcprojw; }
 
-ParameterLayout::ParameterLayout(const GPT2Config& c) : config_(c) {
+ParameterLayout::ParameterLayout(const ModelConfig& c) : config_(c) {
   const int64_t C = c.channels, L = c.num_layers;
   // What a constrained layer writes into the residual stream has R rows: C, or K coordinates
   // in the subspace-cut variant; its unconstrained layers (from free_from_ on) write C.
   const int64_t R = CutWidth(c);
   const int64_t Vp = c.padded_vocab_size;
   free_from_ = FirstUnconstrainedLayer(c);
+  // Family llama fills the same slots: ln1w / ln2w / lnfw are RMSNorm weights, qkvw the q, k
+  // and v projections stacked ((NH + 2 NKV) HD rows), attprojw o_proj, fcw gate_proj and
+  // up_proj stacked (2I rows), fcprojw down_proj; biases, wpe and layernorm biases are empty.
+  const LayerWidths w = Widths(c);
+  const bool gpt2 = c.family == Family::kGpt2;
+  const int64_t bias = gpt2 ? 1 : 0;
   const int64_t slices[kNumTensors] = {Vp * R,
-                                       int64_t(c.max_seq_len) * R,
+                                       gpt2 ? int64_t(c.max_seq_len) * R : 0,
                                        C,
+                                       C * bias,
+                                       w.qkv * C,
+                                       w.qkv * bias,
+                                       R * w.attention,
+                                       R * bias,
                                        C,
-                                       3 * C * C,
-                                       3 * C,
-                                       R * C,
-                                       R,
+                                       C * bias,
+                                       w.mlp_in * C,
+                                       w.mlp_in * bias,
+                                       R * w.mlp_hidden,
+                                       R * bias,
                                        C,
-                                       C,
-                                       4 * C * C,
-                                       4 * C,
-                                       R * 4 * C,
-                                       R,
-                                       C,
-                                       C,
+                                       C * bias,
                                        TiedHead(c) ? 0 : Vp * C};
   for (int i = 0; i < kNumTensors; ++i) {
     const Tensor t = Tensor(i);
     slice_[i] = slices[i];
     free_slice_[i] = slices[i];
     if (t == Tensor::kAttprojw || t == Tensor::kFcprojw) free_slice_[i] = slices[i] / R * C;
-    if (t == Tensor::kAttprojb || t == Tensor::kFcprojb) free_slice_[i] = C;
+    if (t == Tensor::kAttprojb || t == Tensor::kFcprojb) free_slice_[i] = C * bias;
     size_[i] =
         IsPerLayer(t) ? slice_[i] * free_from_ + free_slice_[i] * (L - free_from_) : slices[i];
     offset_[i] = total_;
@@ -78,7 +85,7 @@ int ParameterLayout::SliceIndex(Tensor t, int layer) const {
   }
 }
 
-FragmentLayout::FragmentLayout(const GPT2Config& config, int begin, int end)
+FragmentLayout::FragmentLayout(const ModelConfig& config, int begin, int end)
     : model_(config), begin_(begin), end_(end) {
   for (int i = 0; i < kNumTensors; ++i) {
     const Tensor t = Tensor(i);

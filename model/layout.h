@@ -51,7 +51,7 @@ bool IsResidualProjection(Tensor t);
 // Sizes and offsets of the 16 tensors for the whole model.
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const GPT2Config& config);
+  explicit ParameterLayout(const ModelConfig& config);
   // Floats of layer `layer`'s slice (per-layer tensors) or of the whole tensor (others).
   // Slices of one tensor differ only in the subspace-cut variant with unconstrained layers:
   // their residual projections write C rows where the constrained layers' write K.
@@ -69,7 +69,7 @@ class ParameterLayout {
            (layer - constrained) * free_slice_[int(t)];
   }
   int64_t total() const { return total_; }
-  const GPT2Config& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
 
   // Gradient-norm accounting works on "slices": each whole non-layer tensor and each
   // (per-layer tensor, layer) pair. Slices are numbered in the global order in which their
@@ -80,7 +80,7 @@ class ParameterLayout {
   int SliceIndex(Tensor t, int layer) const;
 
  private:
-  GPT2Config config_;
+  ModelConfig config_;
   // Per-layer tensors: slices of layers < free_from_ (all of them but the subspace-cut
   // variant's unconstrained layers) are slice_, the others free_slice_.
   int free_from_ = 0;
@@ -94,7 +94,7 @@ class ParameterLayout {
 class FragmentLayout {
  public:
   // REQUIRES: 0 <= begin < end <= L.
-  FragmentLayout(const GPT2Config& config, int begin, int end);
+  FragmentLayout(const ModelConfig& config, int begin, int end);
   int begin() const { return begin_; }
   int end() const { return end_; }
   int num_layers() const { return end_ - begin_; }

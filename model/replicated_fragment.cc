@@ -8,7 +8,8 @@
 namespace longhaul::model {
 
 StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
-    const GPT2Config& config, const FragmentOptions& options, std::vector<kernels::Ops*> replicas) {
+    const ModelConfig& config, const FragmentOptions& options,
+    std::vector<kernels::Ops*> replicas) {
   const int R = static_cast<int>(replicas.size());
   if (R < 1 || R > options.batch_size) {
     return absl::InvalidArgumentError(

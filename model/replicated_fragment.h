@@ -25,7 +25,7 @@ class ReplicatedFragment {
   // options.batch_size is the whole microbatch B; replica i gets rows [start_i, start_i + b_i)
   // (the first B % R replicas one more). `replicas` (backends) must outlive this object.
   // REQUIRES: 1 <= replicas.size() <= options.batch_size.
-  static StatusOr<std::unique_ptr<ReplicatedFragment>> Create(const GPT2Config& config,
+  static StatusOr<std::unique_ptr<ReplicatedFragment>> Create(const ModelConfig& config,
                                                               const FragmentOptions& options,
                                                               std::vector<kernels::Ops*> replicas);
   ~ReplicatedFragment();
@@ -112,7 +112,7 @@ class ReplicatedFragment {
   ReplicatedFragment() = default;
   size_t RowFloats(bool output) const;  // T * the input's or the output's width
 
-  GPT2Config config_;
+  ModelConfig config_;
   FragmentOptions options_;
   std::vector<Replica> replicas_;
   std::unique_ptr<kernels::ReplicaReducer> reducer_;

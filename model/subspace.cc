@@ -8,7 +8,7 @@
 
 namespace longhaul::model {
 
-SubspaceTables MakeSubspaceTables(const GPT2Config& config) {
+SubspaceTables MakeSubspaceTables(const ModelConfig& config) {
   const int C = config.channels, K = config.residual_subspace, Vp = config.padded_vocab_size;
   // One stream per table, keyed by the shape only (never by the job's seed): every site
   // must build the same tables.

@@ -1,4 +1,4 @@
-// The fixed tables of the subspace-cut variant (GPT2Config::residual_subspace = K > 0).
+// The fixed tables of the subspace-cut variant (ModelConfig::residual_subspace = K > 0).
 //
 // In that variant everything a block writes into the residual stream, and the learned token
 // and position embeddings, lie in span(U) for a fixed orthonormal basis U (C x K); a fixed
@@ -38,6 +38,6 @@ struct SubspaceTables {
 };
 
 // REQUIRES: config.residual_subspace > 0 and ValidateConfig(config) is OK.
-SubspaceTables MakeSubspaceTables(const GPT2Config& config);
+SubspaceTables MakeSubspaceTables(const ModelConfig& config);
 
 }  // namespace longhaul::model

@@ -8,13 +8,13 @@
 
 namespace longhaul::model {
 
-int TargetsFrameRow(const GPT2Config& config, int seq_len) {
-  return TiedHead(config) ? seq_len : seq_len + 1;
+int TargetsFrameRow(const ModelConfig& config, int seq_len) {
+  return Subspace(config) ? seq_len + 1 : seq_len;
 }
 
-std::vector<float> PackTargetsFrame(const GPT2Config& config, int batch, int seq_len,
+std::vector<float> PackTargetsFrame(const ModelConfig& config, int batch, int seq_len,
                                     const int32_t* inputs, const int32_t* targets) {
-  const bool window = !TiedHead(config);
+  const bool window = Subspace(config);
   const int per_row = TargetsFrameRow(config, seq_len);
   std::vector<float> frame(size_t(batch) * per_row);
   for (int b = 0; b < batch; ++b) {
@@ -25,13 +25,18 @@ std::vector<float> PackTargetsFrame(const GPT2Config& config, int batch, int seq
   return frame;
 }
 
-Status UnpackTargetsFrame(const GPT2Config& config, int batch, int seq_len,
+Status UnpackTargetsFrame(const ModelConfig& config, int batch, int seq_len,
                           std::span<const float> frame, int32_t* inputs, int32_t* targets) {
-  const bool window = !TiedHead(config);
+  const bool window = Subspace(config);
   const int per_row = TargetsFrameRow(config, seq_len);
   if (frame.size() != size_t(batch) * per_row) {
     return absl::InvalidArgumentError(absl::StrCat("targets frame of ", frame.size(),
                                                    " values, expected ", batch, " x ", per_row));
+  }
+  if (config.vocab_size > kMaxFrameVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("targets frame: a vocabulary of ", config.vocab_size, " is above ",
+                     kMaxFrameVocab, ", the largest whose ids a frame carries exactly"));
   }
   for (size_t i = 0; i < frame.size(); ++i) {
     // Checked before any conversion: a float outside int's range does not convert.

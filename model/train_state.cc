@@ -48,7 +48,7 @@ int LatestCheckpointStep(const std::string& dir) {
   return best;
 }
 
-Status WriteTrainState(const std::string& path, const GPT2Config& c, const TrainState& s) {
+Status WriteTrainState(const std::string& path, const ModelConfig& c, const TrainState& s) {
   const int64_t n = NumParameters(c);
   if (int64_t(s.m.size()) != n || int64_t(s.v.size()) != n) {
     return absl::InvalidArgumentError("train state: moments do not match the model size");
@@ -73,7 +73,7 @@ Status WriteTrainState(const std::string& path, const GPT2Config& c, const Train
   return writer.Commit();
 }
 
-StatusOr<TrainState> ReadTrainState(const std::string& path, const GPT2Config& c) {
+StatusOr<TrainState> ReadTrainState(const std::string& path, const ModelConfig& c) {
   ASSIGN_OR_RETURN(const int64_t size, FileSize(path, "training state"));
   int32_t header[kHeaderInts];
   if (size < kHeaderBytes) {

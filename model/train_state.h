@@ -20,9 +20,9 @@ struct TrainState {
 };
 
 // Writes atomically.
-Status WriteTrainState(const std::string& path, const GPT2Config& config, const TrainState& s);
+Status WriteTrainState(const std::string& path, const ModelConfig& config, const TrainState& s);
 // Fails when the file is missing, malformed, truncated or written for another model shape.
-StatusOr<TrainState> ReadTrainState(const std::string& path, const GPT2Config& config);
+StatusOr<TrainState> ReadTrainState(const std::string& path, const ModelConfig& config);
 
 // "DIR/model_00000100.bin" and "DIR/state_00000100.bin".
 std::string ModelCheckpointPath(const std::string& dir, int step);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/corpus.h"
+#include "model/init_from.h"
 #include "model/train_state.h"
 
 namespace longhaul::model {
@@ -43,7 +44,7 @@ Status Trainer::Init() {
   if (!options_.backend.empty()) job_.backend = options_.backend;
   if (options_.threads >= 0) job_.threads = options_.threads;
   checkpoint_dir_ = options_.checkpoint_dir.empty() ? job_.checkpoint.dir : options_.checkpoint_dir;
-  const GPT2Config& c = job_.model;
+  const ModelConfig& c = job_.model;
   ASSIGN_OR_RETURN(auto train, LoadData(job_.data.train, job_.data.format, 1, c.vocab_size,
                                         absl::StrCat(job_.source, ": data.train")));
   DataLoaderOptions lo;
@@ -71,9 +72,12 @@ Status Trainer::Init() {
   if (job_.init_from.empty()) {
     chain_->InitParameters(job_.seed);
   } else {
-    ASSIGN_OR_RETURN(Checkpoint ckpt, ReadCheckpoint(job_.init_from));
-    RETURN_IF_ERROR(CheckConfigMatches(c, ckpt.config, job_.init_from));
-    chain_->LoadFromModel(ckpt.params.data());
+    for (int i = 0; i < chain_->size(); ++i) {
+      Fragment& f = chain_->fragment(i);
+      std::vector<float> params(f.layout().total());
+      RETURN_IF_ERROR(ReadInitFragment(job_.init_from, f.layout(), params.data()));
+      f.SetParameters(params.data());
+    }
   }
   return absl::OkStatus();
 }

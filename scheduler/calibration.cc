@@ -23,12 +23,12 @@ double Now() {
 
 }  // namespace
 
-StatusOr<Calibration> CalibrateLayer(kernels::Ops* ops, const model::GPT2Config& config,
+StatusOr<Calibration> CalibrateLayer(kernels::Ops* ops, const model::ModelConfig& config,
                                      const CalibrationOptions& o) {
   if (o.repetitions <= 0) return absl::InvalidArgumentError("calibration: repetitions must be > 0");
   // Three layers, so that layer 1 is a middle fragment: no embedding, no head.
-  const model::GPT2Config c = model::MakeConfig(3, config.channels, config.num_heads,
-                                                config.vocab_size, config.max_seq_len);
+  const model::ModelConfig c = model::MakeConfig(3, config.channels, config.num_heads,
+                                                 config.vocab_size, config.max_seq_len);
   model::FragmentOptions fo;
   fo.begin = 1, fo.end = 2, fo.batch_size = o.batch_size, fo.seq_len = o.seq_len, fo.slots = 1;
   ASSIGN_OR_RETURN(auto fragment, model::Fragment::Create(c, fo, ops));

@@ -34,7 +34,7 @@ struct Calibration {
 };
 
 // Times one layer of `config`'s shape on `ops`. Allocates one layer's fragment (and frees it).
-StatusOr<Calibration> CalibrateLayer(kernels::Ops* ops, const model::GPT2Config& config,
+StatusOr<Calibration> CalibrateLayer(kernels::Ops* ops, const model::ModelConfig& config,
                                      const CalibrationOptions& options = {});
 
 // A site profile from a calibration and the site's memory limit (0: none).

@@ -34,7 +34,7 @@ bool Range(int L, int n, bool first, bool last, int* begin, int* end) {
 
 }  // namespace
 
-CostModel::CostModel(const model::GPT2Config& model, const PipelineWorkload& workload,
+CostModel::CostModel(const model::ModelConfig& model, const PipelineWorkload& workload,
                      const Profiles& profiles, const CostModelOptions& options,
                      compression::Controller controller)
     : model_(model),
@@ -43,7 +43,7 @@ CostModel::CostModel(const model::GPT2Config& model, const PipelineWorkload& wor
       options_(options),
       controller_(std::move(controller)) {}
 
-StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const PipelineWorkload& w,
+StatusOr<CostModel> CostModel::Create(const model::ModelConfig& model, const PipelineWorkload& w,
                                       const Profiles& profiles, const CostModelOptions& options) {
   RETURN_IF_ERROR(model::ValidateConfig(model));
   RETURN_IF_ERROR(ValidateProfiles(profiles));
@@ -141,7 +141,7 @@ StatusOr<CostModel> CostModel::Create(const model::GPT2Config& model, const Pipe
     }
   }
   // The subspace-cut variant's later stages get each sequence's T + 1 tokens, not T targets.
-  m.targets_bytes_ = 4.0 * B * (model::TiedHead(model) ? T : T + 1);
+  m.targets_bytes_ = 4.0 * B * (model::Subspace(model) ? T + 1 : T);
   price(m.fp32_rung_, m.targets_bytes_, &m.targets_bytes_, &m.targets_codec_seconds_);
   m.tied_bytes_ = model::TiedHead(model) ? 4.0 * model.padded_vocab_size * model.channels : 0.0;
   if (m.tied_bytes_ > 0) {  // an untied head (subspace-cut variant) exchanges nothing

@@ -122,7 +122,7 @@ struct StepEstimate {
 class CostModel {
  public:
   // Validates profiles, workload (B, T, M > 0, T <= context, codecs on the ladder).
-  static StatusOr<CostModel> Create(const model::GPT2Config& model,
+  static StatusOr<CostModel> Create(const model::ModelConfig& model,
                                     const PipelineWorkload& workload, const Profiles& profiles,
                                     const CostModelOptions& options = {});
 
@@ -137,7 +137,7 @@ class CostModel {
   std::vector<StagePlan> ToPlan(const Pipeline& p) const;
 
   // ---- primitives, shared with the planner so that both price everything the same way --
-  const model::GPT2Config& model() const { return model_; }
+  const model::ModelConfig& model() const { return model_; }
   const PipelineWorkload& workload() const { return workload_; }
   const Profiles& profiles() const { return profiles_; }
   const compression::Controller& controller() const { return controller_; }
@@ -182,7 +182,7 @@ class CostModel {
   double Budget(int site, int n, bool last) const { return 2 * Backward(site, n, last); }
 
  private:
-  CostModel(const model::GPT2Config& model, const PipelineWorkload& workload,
+  CostModel(const model::ModelConfig& model, const PipelineWorkload& workload,
             const Profiles& profiles, const CostModelOptions& options,
             compression::Controller controller);
   // The rung the controller settles on for a link and budget (see Settling); for kReplay its
@@ -195,7 +195,7 @@ class CostModel {
   // not fit its site.
   bool BuildSchedule(const Pipeline& p, ScheduleInputs* in, bool check_memory = true) const;
 
-  model::GPT2Config model_;
+  model::ModelConfig model_;
   PipelineWorkload workload_;
   Profiles profiles_;
   CostModelOptions options_;

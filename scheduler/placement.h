@@ -46,7 +46,7 @@ struct PipelineWorkload {
 };
 
 struct PlacementRequest {
-  model::GPT2Config model;
+  model::ModelConfig model;
   std::vector<std::string> sites;  // candidate sites, in the job's preferred order
   PipelineWorkload workload;
 };

@@ -88,16 +88,16 @@ Status CheckCoverage(const Profiles& p, const std::vector<std::string>& sites) {
   return absl::OkStatus();
 }
 
-double LayerForwardFlops(const model::GPT2Config& c, int batch_size, int seq_len) {
+double LayerForwardFlops(const model::ModelConfig& c, int batch_size, int seq_len) {
   const double C = c.channels, T = seq_len;
   return double(batch_size) * T * (24 * C * C + 4 * T * C);
 }
 
-double HeadForwardFlops(const model::GPT2Config& c, int batch_size, int seq_len) {
+double HeadForwardFlops(const model::ModelConfig& c, int batch_size, int seq_len) {
   return double(batch_size) * seq_len * 2.0 * c.channels * c.padded_vocab_size;
 }
 
-double FlopsFromLayerSeconds(const model::GPT2Config& c, int batch_size, int seq_len,
+double FlopsFromLayerSeconds(const model::ModelConfig& c, int batch_size, int seq_len,
                              double seconds) {
   return LayerForwardFlops(c, batch_size, seq_len) * (1 + kBackwardFlopsFactor) / seconds;
 }

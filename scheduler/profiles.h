@@ -57,14 +57,14 @@ Status CheckCoverage(const Profiles& profiles, const std::vector<std::string>& s
 
 // ---- FLOP conventions (per microbatch of B sequences of T tokens) ------------------------
 // One transformer layer's forward.
-double LayerForwardFlops(const model::GPT2Config& config, int batch_size, int seq_len);
+double LayerForwardFlops(const model::ModelConfig& config, int batch_size, int seq_len);
 // The final layernorm, tied output head and loss (forward) of the last stage.
-double HeadForwardFlops(const model::GPT2Config& config, int batch_size, int seq_len);
+double HeadForwardFlops(const model::ModelConfig& config, int batch_size, int seq_len);
 // A backward pass costs this many times its forward.
 inline constexpr double kBackwardFlopsFactor = 2.0;
 
 // FLOP/s implied by a measured forward + backward time of one layer on one microbatch.
-double FlopsFromLayerSeconds(const model::GPT2Config& config, int batch_size, int seq_len,
+double FlopsFromLayerSeconds(const model::ModelConfig& config, int batch_size, int seq_len,
                              double layer_forward_backward_seconds);
 
 }  // namespace longhaul::scheduler

@@ -73,7 +73,7 @@ Profiles WithLinks(const Profiles& profiles, const std::vector<LinkProfile>& lin
 
 std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<StagePlan>& current,
                                   const std::vector<StagePlan>& next) {
-  const model::GPT2Config& c = model.model();
+  const model::ModelConfig& c = model.model();
   const int L = c.num_layers;
   // Per-layer parameters: the 12 per-layer tensors of those layers (the subspace-cut
   // variant's constrained layers are smaller).

@@ -15,13 +15,13 @@ namespace {
 
 // Parameters of the layers [begin, end) a stage holds, with the embeddings its place brings
 // (wte and wpe on the first stage, wte's copy and the final layernorm on the last).
-double StageParams(const model::GPT2Config& config, int begin, int end) {
+double StageParams(const model::ModelConfig& config, int begin, int end) {
   return static_cast<double>(model::FragmentLayout(config, begin, end).total());
 }
 
 // The parameters two stages of different replicas hold in common: their layers' overlap,
 // with the embeddings both hold.
-double SharedParams(const model::GPT2Config& config, const StagePlan& a, const StagePlan& b) {
+double SharedParams(const model::ModelConfig& config, const StagePlan& a, const StagePlan& b) {
   const int begin = std::max(a.layer_begin, b.layer_begin);
   const int end = std::min(a.layer_end, b.layer_end);
   double shared = 0;
@@ -65,7 +65,7 @@ std::map<std::string, double> Uplinks(const Profiles& profiles) {
 
 // One sync of `replicas` gathered or around the ring (replica order), as replica_planner.h
 // describes; `uplink`: Uplinks (empty: flows do not share them).
-SyncPrice PriceSync(const Profiles& profiles, const model::GPT2Config& model,
+SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
                     const std::vector<PlanResult>& replicas, const SyncCostOptions& sync,
                     const std::map<std::string, double>& uplink, bool ring) {
   SyncPrice price;
@@ -113,7 +113,7 @@ SyncPrice PriceSync(const Profiles& profiles, const model::GPT2Config& model,
 
 }  // namespace
 
-std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::GPT2Config& model,
+std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::ModelConfig& model,
                                      std::vector<PlanResult> replicas,
                                      std::vector<int>* microbatches) {
   const size_t n = replicas.size();
@@ -184,7 +184,7 @@ std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::GPT2
   return ordered;
 }
 
-ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
+ReplicaPlan PriceReplicas(const Profiles& profiles, const model::ModelConfig& model,
                           const PipelineWorkload& workload, std::vector<PlanResult> replicas,
                           const SyncCostOptions& sync, std::vector<int> microbatches) {
   ReplicaPlan p;

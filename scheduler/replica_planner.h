@@ -115,13 +115,13 @@ StatusOr<std::vector<int>> PaceReplicas(const Planner& planner, const PlacementR
 // slowest hop (then the sum), as PCCL orders its ring from the measured bandwidths. With
 // `microbatches` (by replica), those follow their replicas. PlanReplicas keeps this order
 // where the syncs go around a ring and it prices faster.
-std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::GPT2Config& model,
+std::vector<PlanResult> OrderForRing(const Profiles& profiles, const model::ModelConfig& model,
                                      std::vector<PlanResult> replicas,
                                      std::vector<int>* microbatches = nullptr);
 
 // The price of given replicas (each a pipeline over its own sites) under `sync`; with
 // `microbatches` (by replica), each replica trains its own count per step, in lockstep.
-ReplicaPlan PriceReplicas(const Profiles& profiles, const model::GPT2Config& model,
+ReplicaPlan PriceReplicas(const Profiles& profiles, const model::ModelConfig& model,
                           const PipelineWorkload& workload, std::vector<PlanResult> replicas,
                           const SyncCostOptions& sync, std::vector<int> microbatches = {});
 

@@ -55,7 +55,7 @@ double ReplicaSimulation::tokens_per_second() const {
 }
 
 StatusOr<ReplicaSimulation> SimulateReplicas(
-    const Profiles& profiles, const model::GPT2Config& model, const PipelineWorkload& workload,
+    const Profiles& profiles, const model::ModelConfig& model, const PipelineWorkload& workload,
     const std::vector<PlanResult>& replicas, const SyncCostOptions& sync,
     const SimulatorOptions& options, const std::vector<int>& microbatches,
     const CostModelOptions& cost_options) {

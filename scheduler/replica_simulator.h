@@ -42,7 +42,7 @@ struct ReplicaSimulation {
 // `microbatches`: by replica (paced), else the workload's for each. REQUIRES: replicas name
 // sites of `profiles`.
 StatusOr<ReplicaSimulation> SimulateReplicas(
-    const Profiles& profiles, const model::GPT2Config& model, const PipelineWorkload& workload,
+    const Profiles& profiles, const model::ModelConfig& model, const PipelineWorkload& workload,
     const std::vector<PlanResult>& replicas, const SyncCostOptions& sync,
     const SimulatorOptions& options, const std::vector<int>& microbatches = {},
     const CostModelOptions& cost_options = {});

@@ -18,7 +18,7 @@ Status Coordinator::Export(
   if (r.committed_step() == 0) {
     return absl::FailedPreconditionError("job " + r.job_id() + " has no committed checkpoint yet");
   }
-  const model::GPT2Config& config = spec_.job.model;
+  const model::ModelConfig& config = spec_.job.model;
   std::vector<float> params(model::NumParameters(config));
   // Pipeline replicas: the first live replica's model (they are identical after each sync; a
   // dropped one's checkpoints stop where it was dropped).

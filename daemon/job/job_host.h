@@ -115,7 +115,7 @@ class JobHost {
     bool cancelled = false;               // guarded by mu_
     // M: microbatch ids per step, the validation pass's included (job_spec.h ValBatches).
     int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
-    model::GPT2Config model;  // the job's: cut widths and what the targets frame holds
+    model::ModelConfig model;  // the job's: cut widths and what the targets frame holds
     int replicas = 1;
     std::vector<SyncRoute> routes;  // the fragment's sync slices, for checking sync tensors
     bool ring = false;              // its syncs go around rings (sync.reduce: ring)

@@ -147,7 +147,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   }
   uint32_t me, n;
   int64_t B, T, C, Vp, M, steps;
-  model::GPT2Config config;
+  model::ModelConfig config;
   int layer_begin = 0, layer_end = 0;
   std::string from_site;
   std::vector<SyncRoute> routes;
@@ -231,7 +231,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
       expected = {B, T, model::StreamWidth(config, layer_end)};
       break;
     case v1::TENSOR_KIND_TARGETS:  // the subspace-cut variant's: each sequence's T + 1 tokens
-      expected = {B, model::TiedHead(config) ? T : T + 1};
+      expected = {B, model::Subspace(config) ? T + 1 : T};
       break;
     default:
       expected = {Vp, C};

@@ -17,6 +17,7 @@
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "model/checkpoint.h"
+#include "model/init_from.h"
 #include "model/layout.h"
 #include "model/optimizer.h"
 #include "model/targets_frame.h"
@@ -58,7 +59,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   fo.end = static_cast<int>(me.layer_end());
   in_width_ = model::StreamWidth(job.model, fo.begin);
   out_width_ = model::StreamWidth(job.model, fo.end);
-  window_ = !model::TiedHead(job.model);
+  window_ = model::Subspace(job.model);
   fo.batch_size = B_;
   fo.seq_len = T_;
   std::vector<std::string> backends = ctx_.backends;
@@ -169,9 +170,10 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     // Sync mode step cuts the data for other microbatches after a drop or a rejoin.
     if (loader_) RETURN_IF_ERROR(RestoreLoaderAt(start_step_, s.loader_state, "stage checkpoint"));
   } else if (!job.init_from.empty()) {
-    ASSIGN_OR_RETURN(model::Checkpoint ckpt, model::ReadCheckpoint(job.init_from));
-    RETURN_IF_ERROR(model::CheckConfigMatches(job.model, ckpt.config, job.init_from));
-    fragment_->LoadFromModel(ckpt.params.data());
+    // Only this stage's layers (from a Hugging Face directory, only their tensors).
+    std::vector<float> params(fragment_->layout().total());
+    RETURN_IF_ERROR(model::ReadInitFragment(job.init_from, fragment_->layout(), params.data()));
+    fragment_->SetParameters(params.data());
   } else {
     fragment_->InitParameters(job.seed);
   }
@@ -424,7 +426,7 @@ Status StageRunner::RunStep(uint64_t step) {
 Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const int slot = mb % static_cast<int>(slot_targets_.size());
   const size_t act = static_cast<size_t>(B_) * T_ * out_width_;
-  const model::GPT2Config& config = ctx_.spec.job.model;
+  const model::ModelConfig& config = ctx_.spec.job.model;
   const int per_row = model::TargetsFrameRow(config, T_);
   const size_t frame_floats = static_cast<size_t>(B_) * per_row;
   const float* input = nullptr;

@@ -19,7 +19,7 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
   xo.num_stages = num_stages_;
   xo.compression = ctx_.spec.compression;
   // Activations go out at this stage's end, gradients at its begin.
-  const model::GPT2Config& m = ctx_.spec.job.model;
+  const model::ModelConfig& m = ctx_.spec.job.model;
   const auto& me = a.stages(stage_);
   xo.activations = ResolvedCodecs(ctx_.spec, /*gradients=*/false,
                                   model::CoordinateBoundary(m, static_cast<int>(me.layer_end())));

@@ -35,7 +35,7 @@ void CopyOverlap(const model::FragmentLayout& from, const float* src,
 
 Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageInfo>& old_plan,
                             uint64_t step) {
-  const model::GPT2Config& config = ctx_.spec.job.model;
+  const model::ModelConfig& config = ctx_.spec.job.model;
   const model::FragmentLayout& mine = fragment_->layout();
   const size_t total = model::NumParameters(config);
   std::vector<float> params(total), m(total), v(total);
@@ -136,7 +136,7 @@ Status StageRunner::Rejoin(uint64_t step) {
     return absl::InvalidArgumentError("job " + a.job_id() + ": no replica " +
                                       std::to_string(source) + " to rejoin from");
   }
-  const model::GPT2Config& config = ctx_.spec.job.model;
+  const model::ModelConfig& config = ctx_.spec.job.model;
   const bool local = sync_ != nullptr && ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
   const model::FragmentLayout& mine = fragment_->layout();
   // Parameters, m, v, and (local mode) the outer step's anchor and momentum. The source

@@ -10,7 +10,7 @@
 namespace longhaul::daemon {
 namespace {
 
-std::vector<fleet::SyncSlice> SlicesOf(const StageGrid& grid, const model::GPT2Config& config,
+std::vector<fleet::SyncSlice> SlicesOf(const StageGrid& grid, const model::ModelConfig& config,
                                        int stage) {
   const auto& [begin, end] = grid.layers[static_cast<size_t>(stage)];
   return fleet::SyncSlices(model::FragmentLayout(config, begin, end));
@@ -19,7 +19,7 @@ std::vector<fleet::SyncSlice> SlicesOf(const StageGrid& grid, const model::GPT2C
 // holders[slice][replica]: the replica's stages holding the slice, in pipeline order.
 using Holders = std::map<int, std::vector<std::vector<int>>>;
 
-Holders HoldersOf(const StageGrid& grid, const model::GPT2Config& config) {
+Holders HoldersOf(const StageGrid& grid, const model::ModelConfig& config) {
   Holders h;
   for (int i = 0; i < grid.size(); ++i) {
     for (const fleet::SyncSlice& s : SlicesOf(grid, config, i)) {
@@ -38,7 +38,7 @@ int SourceFor(const StageGrid& grid, const std::vector<int>& holders, int receiv
 }
 
 std::vector<SyncRoute> RoutesOf(const Holders& holders, const StageGrid& grid,
-                                const model::GPT2Config& config, int self) {
+                                const model::ModelConfig& config, int self) {
   const int mine = grid.replica(self);
   std::vector<SyncRoute> routes;
   for (const fleet::SyncSlice& s : SlicesOf(grid, config, self)) {
@@ -59,7 +59,7 @@ std::vector<SyncRoute> RoutesOf(const Holders& holders, const StageGrid& grid,
 
 }  // namespace
 
-std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self,
+std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::ModelConfig& config, int self,
                                   int stagger) {
   std::vector<SyncRoute> routes = RoutesOf(HoldersOf(grid, config), grid, config, self);
   const model::ParameterLayout layout(config);
@@ -68,7 +68,7 @@ std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config
   return routes;
 }
 
-bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config) {
+bool RingsAgree(const StageGrid& grid, const model::ModelConfig& config) {
   if (grid.replicas < 2) return false;
   const Holders holders = HoldersOf(grid, config);
   std::vector<std::vector<SyncRoute>> routes;
@@ -111,7 +111,8 @@ std::vector<int> SyncPeers(const std::vector<SyncRoute>& routes, int self) {
   return peers;
 }
 
-std::vector<std::vector<int>> SyncGroupsOf(const StageGrid& grid, const model::GPT2Config& config) {
+std::vector<std::vector<int>> SyncGroupsOf(const StageGrid& grid,
+                                           const model::ModelConfig& config) {
   if (grid.replicas < 2) return {};
   if (grid.aligned()) {  // the same position of every replica
     std::vector<std::vector<int>> groups(static_cast<size_t>(grid.stages(0)));

@@ -26,7 +26,7 @@ struct SyncRoute {
 // The routes of stage `self`'s slices, in its slices' order, each with its phase of a sync
 // staggered in `stagger` phases (sync.stagger). REQUIRES: the grid's layers are known (OfPlan)
 // and every replica covers the model's layers (CheckPlan).
-std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config& config, int self,
+std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::ModelConfig& config, int self,
                                   int stagger = 1);
 
 // Whether the plan's syncs can go around rings (sync.reduce: ring, fleet/sync_ring.h): two
@@ -34,7 +34,7 @@ std::vector<SyncRoute> SyncRoutes(const StageGrid& grid, const model::GPT2Config
 // same stages, so each slice's holders agree on one ring. Aligned replicas always do; a plan
 // split per replica where one replica holds the tied embedding once and another on two stages
 // does not (its syncs gather).
-bool RingsAgree(const StageGrid& grid, const model::GPT2Config& config);
+bool RingsAgree(const StageGrid& grid, const model::ModelConfig& config);
 
 // Stage `self`'s ring for one of its slices: the route's sources of the live replicas, in
 // replica order, and self's place among them.
@@ -54,6 +54,6 @@ std::vector<int> SyncPeers(const std::vector<SyncRoute>& routes, int self);
 // The sync groups of a plan: the stages that exchange frames with each other, directly or
 // through others, each group ascending, groups by their first stage. Aligned replicas give
 // one group per position; one replica gives none.
-std::vector<std::vector<int>> SyncGroupsOf(const StageGrid& grid, const model::GPT2Config& config);
+std::vector<std::vector<int>> SyncGroupsOf(const StageGrid& grid, const model::ModelConfig& config);
 
 }  // namespace longhaul::daemon

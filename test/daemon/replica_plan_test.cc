@@ -46,7 +46,7 @@ std::string ScheduleError(const std::string& sync, int steps, int checkpoint_eve
   return std::string(parsed.status().message());
 }
 
-model::GPT2Config TinyConfig() { return model::MakeConfig(4, 32, 2, 256, 32); }
+model::ModelConfig TinyConfig() { return model::MakeConfig(4, 32, 2, 256, 32); }
 
 TEST_CASE("replicas and sync in a job file", "[replicas]") {
   auto one = ParseJobSpec(Job(""), "job.yaml", ".");
@@ -310,7 +310,7 @@ TEST_CASE("the stage grid: neighbours and tied partners within a replica, groups
   CHECK(g.tied(3) == 5);
   CHECK(g.tied(5) == 3);
   CHECK(g.tied(4) == -1);
-  const model::GPT2Config config = TinyConfig();
+  const model::ModelConfig config = TinyConfig();
   CHECK(SyncGroupsOf(g, config) == std::vector<std::vector<int>>{{0, 3, 6}, {1, 4, 7}, {2, 5, 8}});
   const StageGrid single = StageGrid::Of(2, 2);
   CHECK(single.tied(0) == -1);
@@ -334,7 +334,7 @@ TEST_CASE("replicas split differently: each slice from the holder at the same en
   CHECK(g.tied(4) == 3);
   CHECK(g.holder(2, 3) == 4);
   CHECK(g.holder(0, 2) == 1);
-  const model::GPT2Config config = TinyConfig();
+  const model::ModelConfig config = TinyConfig();
   const model::ParameterLayout layout(config);
   const int wte = layout.SliceIndex(model::Tensor::kWte, 0);
   auto route_of = [&](int stage, int slice) {

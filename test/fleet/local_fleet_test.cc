@@ -17,7 +17,7 @@ namespace {
 
 constexpr int kB = 2, kT = 16, kM = 2;
 
-model::GPT2Config Config() { return model::MakeConfig(2, 32, 4, 256, kT); }
+model::ModelConfig Config() { return model::MakeConfig(2, 32, 4, 256, kT); }
 
 std::shared_ptr<const model::TokenData> Data() {
   static const auto data = std::make_shared<const model::TokenData>(
@@ -380,7 +380,7 @@ TEST_CASE("the staggered sync schedule: each phase at its own step, every phase 
 
 // The largest |difference| from replica 0 over the slices of one phase (stagger 2).
 float PhaseDivergence(LocalFleet& f, int phase) {
-  const model::GPT2Config config = Config();
+  const model::ModelConfig config = Config();
   const model::FragmentLayout whole(config, 0, config.num_layers);
   const std::vector<float> first = Params(f.replica(0));
   float worst = 0;
@@ -398,7 +398,7 @@ float PhaseDivergence(LocalFleet& f, int phase) {
 
 TEST_CASE("staggered syncs: a phase's slices equal after its sync, the others still apart",
           "[fleet]") {
-  const model::GPT2Config config = Config();  // 2 layers: layer 0 (and wte, wpe) in phase 0
+  const model::ModelConfig config = Config();  // 2 layers: layer 0 (and wte, wpe) in phase 0
   const model::ParameterLayout layout(config);
   CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kWte, 0), 2) == 0);
   CHECK(SlicePhase(layout, layout.SliceIndex(model::Tensor::kQkvw, 1), 2) == 1);

@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     default: {
       auto t = longhaul::model::ReadTokenData(path, longhaul::model::DataFormat::kLlmc);
-      (void)t;
+      if (t.ok() && t->max_token > INT32_MAX) std::abort();  // ids the model's int32 holds
     }
   }
   return 0;
@@ -73,6 +73,8 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   if (longhaul::model::WriteCheckpoint(path, config, params.data()).ok())
     seeds->push_back('\1' + ReadAll(path));
   if (longhaul::model::WriteTokenFile(path, {1, 2, 3, 4, 5, 6, 7, 8}).ok())
+    seeds->push_back('\2' + ReadAll(path));
+  if (longhaul::model::WriteTokenFile(path, {1, 70000, 3, 128255}).ok())  // uint32 ids
     seeds->push_back('\2' + ReadAll(path));
   ::unlink(path.c_str());
 }

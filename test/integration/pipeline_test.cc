@@ -210,6 +210,39 @@ TEST_CASE("a 3-site pipeline of the subspace-cut variant matches train-local bit
   CHECK(ckpt->config.unconstrained_layers == 1);
 }
 
+// A llama (grouped-query attention, rotary embeddings with llama3 scaling, SwiGLU, RMSNorm;
+// a vocabulary above 16 bits) across three daemons, its head tied (the tied exchange between
+// the first and last stage) and untied: train-local's losses bit for bit, and the exported
+// checkpoint is the llama's.
+TEST_CASE("a 3-site pipeline of a llama matches train-local bit for bit") {
+  Cluster c = StartCluster();
+  for (const std::string tied : {"true", "false"}) {
+    INFO("tied: " << tied);
+    std::string yaml = JobYaml("compression: {mode: off}\n");
+    yaml.replace(yaml.find("model: {"),
+                 yaml.find('\n', yaml.find("model: {")) - yaml.find("model: {"),
+                 "model: {family: llama, layers: 3, channels: 32, heads: 4, kv_heads: 2, "
+                 "intermediate: 48, vocab: 70000, context: 32, rope_theta: 500000, "
+                 "rope_scaling: {factor: 8, original_context: 16}, tied: " +
+                     tied + "}");
+    const v1::JobStatus s = RunToCompletion(c.at(0), yaml);
+    REQUIRE(s.stages_size() == 3);
+    const std::vector<float> local = TrainLocalLosses(yaml);
+    REQUIRE(s.losses_size() == static_cast<int>(local.size()));
+    for (size_t i = 0; i < local.size(); ++i) {
+      INFO("step " << i + 1);
+      CHECK(s.losses(i) == local[i]);
+    }
+    CHECK(local.back() < local.front());
+    auto ckpt = testing::ExportedCheckpoint(c.at(0), s.job_id(), "export_llama_" + tied);
+    INFO(ckpt.status().ToString());
+    REQUIRE(ckpt.ok());
+    CHECK(ckpt->config.family == model::Family::kLlama);
+    CHECK(ckpt->config.num_kv_heads == 2);
+    CHECK(ckpt->config.tied_embeddings == (tied == "true"));
+  }
+}
+
 TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   Cluster c = StartCluster();
   const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\n");

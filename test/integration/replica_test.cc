@@ -711,7 +711,7 @@ TEST_CASE("a replica split differently rejoins from the stages holding its layer
   CHECK_THAT(s.detail(), Catch::Contains("replica 0 rejoined at step"));
   // After the last outer step both replicas hold the same model, bit for bit: alpha's and
   // beta's layers put together are gamma's.
-  const model::GPT2Config config = model::MakeConfig(2, 32, 2, 256, 32);
+  const model::ModelConfig config = model::MakeConfig(2, 32, 2, 256, 32);
   std::vector<float> split(static_cast<size_t>(model::NumParameters(config)));
   std::vector<float> whole = split;
   model::FragmentLayout(config, 0, 1)
@@ -832,7 +832,7 @@ TEST_CASE("under the adaptive sync codec the tied embedding's two copies stay eq
   REQUIRE(s.sync_groups_size() == 2);
   CHECK(s.sync_groups(0).codec() == "q4");
   CHECK(s.sync_groups(1).codec() == "fp32");
-  const model::GPT2Config config = model::MakeConfig(2, 32, 2, 256, 32);
+  const model::ModelConfig config = model::MakeConfig(2, 32, 2, 256, 32);
   for (size_t first : {size_t{0}, size_t{2}}) {
     INFO("replica " << first / 2);
     const model::FragmentLayout a(config, 0, 1), b(config, 1, 2);

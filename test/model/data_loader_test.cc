@@ -15,7 +15,7 @@ namespace {
 std::shared_ptr<const TokenData> Counting(int n) {
   auto data = std::make_shared<TokenData>();
   data->source = "counting";
-  for (int i = 0; i < n; ++i) data->tokens.push_back(uint16_t(i));
+  for (int i = 0; i < n; ++i) data->tokens.push_back(uint32_t(i));
   data->max_token = n - 1;
   return data;
 }

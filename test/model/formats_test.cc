@@ -1,6 +1,7 @@
-// llm.c checkpoint and token files: bit-exact round trips, and a clear error (never a crash)
-// for every kind of bad input: missing, truncated, bad magic or version, tokens outside
-// the vocabulary, a config that does not fit the checkpoint.
+// llm.c checkpoint and token files (GPT-2's uint16 and llama-3's uint32 ids): bit-exact round
+// trips, and a clear error (never a crash) for every kind of bad input: missing, truncated,
+// bad magic or version, ids above INT32_MAX, tokens outside the vocabulary, a config that
+// does not fit the checkpoint.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -17,7 +18,7 @@ namespace {
 
 using Catch::Matchers::Contains;
 
-std::vector<float> RandomParams(const GPT2Config& c) {
+std::vector<float> RandomParams(const ModelConfig& c) {
   std::vector<float> p(NumParameters(c));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
@@ -32,7 +33,7 @@ std::string ReadAll(const std::string& path) {
 
 TEST_CASE("checkpoint round-trips bit-exactly", "[formats]") {
   const std::string dir = testing::TempDir("ckpt_roundtrip");
-  const GPT2Config c = MakeConfig(2, 16, 2, 67, 8);
+  const ModelConfig c = MakeConfig(2, 16, 2, 67, 8);
   const std::vector<float> params = RandomParams(c);
   REQUIRE(WriteCheckpoint(dir + "/sub/model.bin", c, params.data()).ok());
   auto back = ReadCheckpoint(dir + "/sub/model.bin");
@@ -57,7 +58,7 @@ TEST_CASE("checkpoint round-trips bit-exactly", "[formats]") {
 
 TEST_CASE("bad checkpoints give clear errors", "[formats]") {
   const std::string dir = testing::TempDir("ckpt_bad");
-  const GPT2Config c = MakeConfig(1, 8, 2, 10, 4);
+  const ModelConfig c = MakeConfig(1, 8, 2, 10, 4);
   const std::vector<float> params = RandomParams(c);
   REQUIRE(WriteCheckpoint(dir + "/good.bin", c, params.data()).ok());
   const std::string good = ReadAll(dir + "/good.bin");
@@ -114,7 +115,7 @@ TEST_CASE("bad checkpoints give clear errors", "[formats]") {
 
 TEST_CASE("token files and text", "[formats]") {
   const std::string dir = testing::TempDir("tokens");
-  const std::vector<uint16_t> tokens = {1, 2, 3, 65535, 0, 7};
+  const std::vector<uint32_t> tokens = {1, 2, 3, 65535, 0, 7};
   REQUIRE(WriteTokenFile(dir + "/t.bin", tokens).ok());
   auto data = ReadTokenData(dir + "/t.bin", DataFormat::kAuto);
   REQUIRE(data.ok());
@@ -128,7 +129,7 @@ TEST_CASE("token files and text", "[formats]") {
   auto text = ReadTokenData(dir + "/text.txt", DataFormat::kAuto);
   REQUIRE(text.ok());
   CHECK(text->format == DataFormat::kText);
-  CHECK(text->tokens == std::vector<uint16_t>{'h', 'i', ' ', 255});
+  CHECK(text->tokens == std::vector<uint32_t>{'h', 'i', ' ', 255});
   CHECK(CheckTokensFit(*text, 256).ok());
 
   CHECK(absl::IsNotFound(ReadTokenData(dir + "/none", DataFormat::kAuto).status()));
@@ -149,9 +150,124 @@ TEST_CASE("token files and text", "[formats]") {
   CHECK(!ParseDataFormat("csv").ok());
 }
 
+// An llm.c token file as llm.c's data scripts write it: a 256-int32 header, then the ids.
+template <typename Id>
+std::string TokenFileBytes(int32_t magic, int32_t version, int32_t count,
+                           const std::vector<Id>& ids) {
+  int32_t header[256] = {magic, version, count};
+  std::string bytes(reinterpret_cast<const char*>(header), sizeof(header));
+  bytes.append(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(Id));
+  return bytes;
+}
+
+int32_t IntAt(const std::string& bytes, size_t i) {
+  int32_t v;
+  std::memcpy(&v, bytes.data() + 4 * i, 4);
+  return v;
+}
+
+TEST_CASE("llama-3 token files: uint32 ids", "[formats]") {
+  const std::string dir = testing::TempDir("tokens32");
+
+  // Round trip with ids above 65535: the auto width writes the uint32 kind.
+  const std::vector<uint32_t> big = {1, 65536, 128255, 2147483646, 0, 70000};
+  REQUIRE(WriteTokenFile(dir + "/big.bin", big).ok());
+  const std::string bytes = ReadAll(dir + "/big.bin");
+  REQUIRE(bytes.size() == 1024 + big.size() * 4);
+  CHECK(IntAt(bytes, 0) == 20240801);
+  CHECK(IntAt(bytes, 1) == 7);
+  CHECK(IntAt(bytes, 2) == int32_t(big.size()));
+  CHECK(IntAt(bytes, 256 + 2) == 128255);  // little-endian uint32 after the header
+  for (DataFormat format : {DataFormat::kAuto, DataFormat::kLlmc}) {
+    auto data = ReadTokenData(dir + "/big.bin", format);
+    REQUIRE(data.ok());
+    CHECK(data->format == DataFormat::kLlmc);
+    CHECK(data->tokens == big);
+    CHECK(data->max_token == 2147483646);
+  }
+  auto data = ReadTokenData(dir + "/big.bin", DataFormat::kAuto);
+  REQUIRE(data.ok());
+  CHECK(CheckTokensFit(*data, 2147483647).ok());  // the largest vocabulary an int holds
+  CHECK_THAT(std::string(CheckTokensFit(*data, 128256).message()),
+             Contains("token 2147483646 at position 3, outside the model's vocabulary of 128256"));
+
+  // The auto width: uint16 while every id is below 65536; kU32 on request.
+  REQUIRE(WriteTokenFile(dir + "/small.bin", {0, 65535, 9}).ok());
+  const std::string small = ReadAll(dir + "/small.bin");
+  CHECK(small.size() == 1024 + 3 * 2);
+  CHECK(IntAt(small, 0) == 20240520);
+  CHECK(IntAt(small, 1) == 1);
+  REQUIRE(WriteTokenFile(dir + "/one.bin", {65536}).ok());
+  CHECK(ReadAll(dir + "/one.bin").size() == 1024 + 4);
+  REQUIRE(WriteTokenFile(dir + "/wide.bin", {0, 65535, 9}, TokenWidth::kU32).ok());
+  CHECK(ReadAll(dir + "/wide.bin").size() == 1024 + 3 * 4);
+  auto wide = ReadTokenData(dir + "/wide.bin", DataFormat::kAuto);
+  REQUIRE(wide.ok());
+  CHECK(wide->tokens == std::vector<uint32_t>{0, 65535, 9});
+  CHECK(WriteTokenFile(dir + "/empty16.bin", {}).ok());
+  CHECK(ReadAll(dir + "/empty16.bin").size() == 1024);
+
+  // The uint16 width refuses an id it cannot hold, and writes nothing.
+  const Status narrow = WriteTokenFile(dir + "/narrow.bin", {1, 2, 70000, 65536}, TokenWidth::kU16);
+  CHECK_THAT(std::string(narrow.message()), Contains("id 70000 at position 2"));
+  CHECK_THAT(std::string(narrow.message()), Contains("uint16"));
+  CHECK(absl::IsNotFound(ReadTokenData(dir + "/narrow.bin", DataFormat::kAuto).status()));
+  // No width writes an id the reader would refuse.
+  CHECK_THAT(std::string(WriteTokenFile(dir + "/huge.bin", {5, 2147483648u}).message()),
+             Contains("id 2147483648 at position 1"));
+
+  // Truncated, and trailing bytes: the error names the file, the sizes and the width.
+  testing::WriteBytes(dir + "/cut.bin", bytes.substr(0, bytes.size() - 1));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/cut.bin", DataFormat::kAuto).status().message()),
+             Contains("token file '" + dir +
+                      "/cut.bin' has 1047 bytes but its header says 6 "
+                      "tokens of 4 bytes, which need 1048 (truncated)"));
+  testing::WriteBytes(dir + "/long.bin", bytes + "xy");
+  CHECK_THAT(std::string(ReadTokenData(dir + "/long.bin", DataFormat::kLlmc).status().message()),
+             Contains("1050 bytes but its header says 6 tokens of 4 bytes, which need 1048"));
+  testing::WriteBytes(dir + "/empty.bin", "");
+  CHECK_THAT(std::string(ReadTokenData(dir + "/empty.bin", DataFormat::kLlmc).status().message()),
+             Contains("token file '" + dir + "/empty.bin' is empty (0 bytes"));
+
+  // Each magic wants its own version.
+  testing::WriteBytes(dir + "/v1.bin", TokenFileBytes<uint32_t>(20240801, 1, 2, {1, 2}));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/v1.bin", DataFormat::kAuto).status().message()),
+             Contains("token file '" + dir +
+                      "/v1.bin' has magic 20240801 (llm.c llama-3 (uint32 "
+                      "tokens)) and version 1; that magic needs version 7"));
+  testing::WriteBytes(dir + "/v7.bin", TokenFileBytes<uint16_t>(20240520, 7, 2, {1, 2}));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/v7.bin", DataFormat::kLlmc).status().message()),
+             Contains("has magic 20240520 (llm.c GPT-2 (uint16 tokens)) and version 7; that "
+                      "magic needs version 1"));
+  testing::WriteBytes(dir + "/magic.bin", TokenFileBytes<uint32_t>(20240802, 7, 2, {1, 2}));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/magic.bin", DataFormat::kLlmc).status().message()),
+             Contains("bad magic 20240802 (expected 20240520 for uint16 tokens or 20240801 for "
+                      "uint32 tokens)"));
+
+  // An id above INT32_MAX is an error naming its position and value, not a negative id.
+  testing::WriteBytes(dir + "/sign.bin",
+                      TokenFileBytes<uint32_t>(20240801, 7, 4, {7, 2147483647, 2147483648u, 1}));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/sign.bin", DataFormat::kAuto).status().message()),
+             Contains("token file '" + dir +
+                      "/sign.bin' holds id 2147483648 at position 2, "
+                      "above 2147483647"));
+  testing::WriteBytes(dir + "/max.bin", TokenFileBytes<uint32_t>(20240801, 7, 1, {4294967295u}));
+  CHECK_THAT(std::string(ReadTokenData(dir + "/max.bin", DataFormat::kLlmc).status().message()),
+             Contains("holds id 4294967295 at position 0"));
+
+  // A GPT-2 file as llm.c writes it still reads, into 32-bit ids.
+  testing::WriteBytes(dir + "/gpt2.bin",
+                      TokenFileBytes<uint16_t>(20240520, 1, 5, {50256, 1, 65535, 0, 257}));
+  auto old = ReadTokenData(dir + "/gpt2.bin", DataFormat::kAuto);
+  REQUIRE(old.ok());
+  CHECK(old->format == DataFormat::kLlmc);
+  CHECK(old->tokens == std::vector<uint32_t>{50256, 1, 65535, 0, 257});
+  CHECK(old->max_token == 65535);
+}
+
 TEST_CASE("evaluation rejects data that does not fit the model", "[formats]") {
   const std::string dir = testing::TempDir("eval_bad");
-  const GPT2Config c = MakeConfig(1, 8, 2, 67, 8);
+  const ModelConfig c = MakeConfig(1, 8, 2, 67, 8);
   const std::vector<float> params = RandomParams(c);
   REQUIRE(WriteCheckpoint(dir + "/m.bin", c, params.data()).ok());
   testing::WriteBytes(dir + "/text.txt", std::string(200, 'z'));  // 'z' = 122 >= V = 67
@@ -168,7 +284,7 @@ TEST_CASE("evaluation rejects data that does not fit the model", "[formats]") {
   CHECK_THAT(std::string(EvaluateCheckpoint(eo).status().message()), Contains("context of 8"));
   eo.seq_len = 0;
   eo.backend = "tpu";
-  REQUIRE(WriteTokenFile(dir + "/ok.bin", std::vector<uint16_t>(100, 5)).ok());
+  REQUIRE(WriteTokenFile(dir + "/ok.bin", std::vector<uint32_t>(100, 5)).ok());
   eo.data = dir + "/ok.bin";
   CHECK_THAT(std::string(EvaluateCheckpoint(eo).status().message()), Contains("tpu"));
   eo.backend = "cpu-ref";

@@ -50,6 +50,19 @@ TEST_CASE("defaults", "[job]") {
   CHECK(job->optimizer.grad_clip == 1.0f);
 }
 
+// Token ids are 32-bit: a vocabulary above 65536 (llama-3's 128,256) is a job's to choose,
+// up to 2^24, the largest a pipeline's targets frame carries exactly.
+TEST_CASE("vocabularies above 16 bits", "[job]") {
+  const std::string rest = ", context: 16}\nsteps: 1\nbatch_size: 1\n";
+  const std::string head = "name: t\nmodel: {layers: 2, channels: 32, heads: 4, vocab: ";
+  auto job = ParseJob(head + "128256" + rest, "job.yaml", "/base");
+  REQUIRE(job.ok());
+  CHECK(job->model.vocab_size == 128256);
+  CHECK(job->model.padded_vocab_size == 128256);
+  CHECK(ParseJob(head + "16777216" + rest, "job.yaml", "/base").ok());
+  CHECK_THAT(ErrorOf(head + "16777217" + rest), Contains("model.vocab: must be in [1, 16777216]"));
+}
+
 TEST_CASE("malformed jobs name file, line, column and key", "[job]") {
   const std::string v = kValid;
   CHECK_THAT(ErrorOf(v + "stpes: 3\n"),
@@ -88,7 +101,7 @@ TEST_CASE("malformed jobs name file, line, column and key", "[job]") {
 
 TEST_CASE("init_from is read and checked against model", "[job]") {
   const std::string dir = testing::TempDir("job_init");
-  const GPT2Config c = MakeConfig(2, 32, 4, 256, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 256, 16);
   std::vector<float> params(NumParameters(c), 0.5f);
   REQUIRE(WriteCheckpoint(dir + "/m.bin", c, params.data()).ok());
   auto job = ParseJob("name: t\ninit_from: m.bin\nsteps: 1\nbatch_size: 1\n", "job.yaml", dir);

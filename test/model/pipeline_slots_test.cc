@@ -16,7 +16,7 @@ struct Stages {
   std::unique_ptr<Fragment> first, last;
 };
 
-Stages Make(kernels::Ops* ops, const GPT2Config& c, int slots) {
+Stages Make(kernels::Ops* ops, const ModelConfig& c, int slots) {
   FragmentOptions a{.begin = 0, .end = 1, .batch_size = kB, .seq_len = kT, .slots = slots};
   FragmentOptions b{.begin = 1, .end = 2, .batch_size = kB, .seq_len = kT, .slots = slots};
   Stages s{*Fragment::Create(c, a, ops), *Fragment::Create(c, b, ops)};
@@ -42,7 +42,7 @@ std::vector<float> Grads(Fragment& f) {
 TEST_CASE("1F1B with two slots matches sequential microbatches", "[slots]") {
   auto ops = kernels::MakeOps("cpu", 2);
   REQUIRE(ops.ok());
-  const GPT2Config c = MakeConfig(2, 32, 4, 67, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   const auto in0 = Tokens(0), tg0 = Tokens(1), in1 = Tokens(2), tg1 = Tokens(3);
   const float dloss = 1.0f / (2 * kB * kT);
 
@@ -73,7 +73,7 @@ TEST_CASE("1F1B with two slots matches sequential microbatches", "[slots]") {
 
 TEST_CASE("slot misuse is an error", "[slots]") {
   auto ops = kernels::MakeOps("cpu-ref");
-  const GPT2Config c = MakeConfig(2, 32, 4, 67, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   Stages s = Make(ops->get(), c, 2);
   const auto in = Tokens(0);
   CHECK(!s.first->Forward(2, in.data(), nullptr).ok());  // no such slot
@@ -108,7 +108,7 @@ TEST_CASE("slot misuse is an error", "[slots]") {
 }
 
 TEST_CASE("memory report adds up and matches the estimate", "[slots]") {
-  const GPT2Config c = MakeConfig(2, 32, 4, 67, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   FragmentOptions o{.begin = 0, .end = 2, .batch_size = kB, .seq_len = kT, .slots = 3};
   const MemoryReport r = Fragment::EstimateMemory(c, o);
   CHECK(r.parameters == NumParameters(c) * 4);

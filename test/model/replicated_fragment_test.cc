@@ -28,7 +28,7 @@ struct Run {
 };
 
 Run Train(int replicas, int steps) {
-  const GPT2Config c = MakeConfig(2, 32, 4, 67, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   std::vector<std::unique_ptr<kernels::Ops>> owned;
   std::vector<kernels::Ops*> a, b;
   for (int i = 0; i < replicas; ++i) {
@@ -89,7 +89,7 @@ Run Train(int replicas, int steps) {
 
 // The same pipeline on plain fragments, the way the stage runner drove them before.
 Run TrainPlain(int steps) {
-  const GPT2Config c = MakeConfig(2, 32, 4, 67, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   auto ops = *kernels::MakeOps("cpu-ref", 1);
   FragmentOptions fa{.begin = 0, .end = 1, .batch_size = kB, .seq_len = kT, .slots = 1};
   FragmentOptions fb{.begin = 1, .end = 2, .batch_size = kB, .seq_len = kT, .slots = 1};
@@ -163,7 +163,7 @@ TEST_CASE("two and three replicas train to the same losses and parameters") {
 }
 
 TEST_CASE("more replicas than sequences is refused, saying why") {
-  const GPT2Config c = MakeConfig(2, 32, 4, 67, 16);
+  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   std::vector<std::unique_ptr<kernels::Ops>> owned;
   std::vector<kernels::Ops*> r;
   for (int i = 0; i < 3; ++i) {

@@ -23,7 +23,7 @@ struct Run {
   uint64_t tied_wire_bytes = 0;
 };
 
-Run Train(int fragments, const GPT2Config& config, std::shared_ptr<const TokenData> data,
+Run Train(int fragments, const ModelConfig& config, std::shared_ptr<const TokenData> data,
           const std::string& tied_codec = "exact") {
   auto ops = kernels::MakeOps("cpu", 2);
   REQUIRE(ops.ok());
@@ -70,8 +70,8 @@ Run Train(int fragments, const GPT2Config& config, std::shared_ptr<const TokenDa
 }
 
 TEST_CASE("1, 2 and 3 fragments train bit-identically", "[split]") {
-  const GPT2Config config = MakeConfig(/*layers=*/3, /*channels=*/48, /*heads=*/4,
-                                       /*vocab=*/256, /*context=*/32);
+  const ModelConfig config = MakeConfig(/*layers=*/3, /*channels=*/48, /*heads=*/4,
+                                        /*vocab=*/256, /*context=*/32);
   auto data =
       std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
   const Run whole = Train(1, config, data);
@@ -94,11 +94,40 @@ TEST_CASE("1, 2 and 3 fragments train bit-identically", "[split]") {
 // With F unconstrained last layers the cuts after layer 3 - F carry the full stream, and the
 // fragment that holds layer 3 - F rebuilds the stream for it.
 TEST_CASE("the subspace-cut variant trains bit-identically split 1, 2 and 3 ways", "[split]") {
-  GPT2Config config = MakeConfig(/*layers=*/3, /*channels=*/48, /*heads=*/4,
-                                 /*vocab=*/256, /*context=*/32);
+  ModelConfig config = MakeConfig(/*layers=*/3, /*channels=*/48, /*heads=*/4,
+                                  /*vocab=*/256, /*context=*/32);
   config.residual_subspace = 12;
   config.unconstrained_layers = GENERATE(0, 1, 2);
   INFO(config.DebugString());
+  auto data =
+      std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
+  const Run whole = Train(1, config, data);
+  CHECK(whole.losses.back() < whole.losses.front() - 0.5f);
+  for (int k : {2, 3}) {
+    INFO(k << " fragments");
+    const Run split = Train(k, config, data);
+    CHECK(split.losses == whole.losses);
+    CHECK(split.norms == whole.norms);
+    CHECK(std::memcmp(split.params.data(), whole.params.data(),
+                      whole.params.size() * sizeof(float)) == 0);
+  }
+}
+
+// A llama (grouped-query attention, rotary embeddings with llama3 scaling, SwiGLU, RMSNorm),
+// its head tied and untied: split 2 and 3 ways it trains to the same bits as whole.
+TEST_CASE("a llama trains bit-identically split 1, 2 and 3 ways", "[split][llama]") {
+  ModelConfig config = MakeConfig(/*layers=*/3, /*channels=*/48, /*heads=*/4,
+                                  /*vocab=*/256, /*context=*/32);
+  config.family = Family::kLlama;
+  config.num_kv_heads = 2;
+  config.head_dim = 12;
+  config.intermediate_size = 80;
+  config.norm_eps = 1e-5f;
+  config.rope_theta = 10000.0;
+  config.rope_scaling = {4.0, 1.0, 4.0, 16};
+  config.tied_embeddings = GENERATE(true, false);
+  INFO(config.DebugString());
+  REQUIRE(ValidateConfig(config).ok());
   auto data =
       std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
   const Run whole = Train(1, config, data);
@@ -117,7 +146,7 @@ TEST_CASE("the subspace-cut variant trains bit-identically split 1, 2 and 3 ways
 // identical steps (Train checks them bit for bit), the frames are a fraction of fp32's, and
 // with q8 training stays close to the exact exchange.
 TEST_CASE("a compressed tied exchange keeps both copies of wte identical", "[split][tied]") {
-  const GPT2Config config = MakeConfig(3, 48, 4, 256, 32);
+  const ModelConfig config = MakeConfig(3, 48, 4, 256, 32);
   auto data =
       std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
   const Run exact = Train(2, config, data);
@@ -149,7 +178,7 @@ TEST_CASE("a compressed tied exchange keeps both copies of wte identical", "[spl
 }
 
 TEST_CASE("initialisation does not depend on the split", "[split]") {
-  const GPT2Config config = MakeConfig(4, 32, 4, 67, 16);
+  const ModelConfig config = MakeConfig(4, 32, 4, 67, 16);
   const FragmentLayout whole(config, 0, 4);
   std::vector<float> all(whole.total());
   InitFragment(whole, 5, all.data());

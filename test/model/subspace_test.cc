@@ -21,15 +21,15 @@
 namespace longhaul::model {
 namespace {
 
-GPT2Config SubspaceConfig(int k) {
-  GPT2Config c = MakeConfig(/*layers=*/2, /*channels=*/32, /*heads=*/4, /*vocab=*/67,
-                            /*context=*/16);
+ModelConfig SubspaceConfig(int k) {
+  ModelConfig c = MakeConfig(/*layers=*/2, /*channels=*/32, /*heads=*/4, /*vocab=*/67,
+                             /*context=*/16);
   c.residual_subspace = k;
   return c;
 }
 
 TEST_CASE("subspace tables: orthonormal basis, fixed by the shape alone", "[subspace]") {
-  const GPT2Config c = SubspaceConfig(8);
+  const ModelConfig c = SubspaceConfig(8);
   const SubspaceTables t = MakeSubspaceTables(c);
   const int C = c.channels, K = c.residual_subspace;
   REQUIRE(t.basis.size() == size_t(C) * K);
@@ -60,7 +60,7 @@ TEST_CASE("subspace tables: orthonormal basis, fixed by the shape alone", "[subs
 }
 
 TEST_CASE("subspace layout: K-row writes, an untied head, one more slice", "[subspace]") {
-  const GPT2Config c = SubspaceConfig(8);
+  const ModelConfig c = SubspaceConfig(8);
   const ParameterLayout p(c);
   CHECK(p.slice_size(Tensor::kWte) == int64_t(c.padded_vocab_size) * 8);
   CHECK(p.slice_size(Tensor::kWpe) == int64_t(c.max_seq_len) * 8);
@@ -76,13 +76,13 @@ TEST_CASE("subspace layout: K-row writes, an untied head, one more slice", "[sub
   CHECK(!last.has(Tensor::kWte));  // untied: the last fragment holds the head instead
   CHECK(last.has(Tensor::kHead));
   // The standard model is unchanged: no head tensor, the tied copy on the last fragment.
-  const GPT2Config standard = SubspaceConfig(0);
+  const ModelConfig standard = SubspaceConfig(0);
   const ParameterLayout s(standard);
   CHECK(s.size(Tensor::kHead) == 0);
   CHECK(s.num_slices() == 4 + 12 * 2);
   CHECK(FragmentLayout(standard, 1, 2).has(Tensor::kWte));
   // An unconstrained last layer writes C rows: its slices are the standard model's.
-  GPT2Config free = c;
+  ModelConfig free = c;
   free.unconstrained_layers = 1;
   const ParameterLayout f(free);
   CHECK(f.slice_size(Tensor::kAttprojw, 0) == 8 * 32);
@@ -100,7 +100,7 @@ TEST_CASE("subspace layout: K-row writes, an untied head, one more slice", "[sub
 // backend: the entries with the largest gradient of each tensor (where float rounding of the
 // loss is small against the difference).
 TEST_CASE("subspace gradients match finite differences of the loss", "[subspace]") {
-  GPT2Config c = SubspaceConfig(8);
+  ModelConfig c = SubspaceConfig(8);
   c.unconstrained_layers = GENERATE(0, 1);  // 1: layer 1 writes the full stream
   INFO(c.DebugString());
   auto ops = kernels::MakeOps("cpu-ref", 1);
@@ -158,7 +158,7 @@ TEST_CASE("subspace gradients match finite differences of the loss", "[subspace]
 }
 
 TEST_CASE("subspace cut: K floats per position, tokens at every fragment", "[subspace]") {
-  const GPT2Config c = SubspaceConfig(8);
+  const ModelConfig c = SubspaceConfig(8);
   auto ops = kernels::MakeOps("cpu", 1);
   REQUIRE(ops.ok());
   constexpr int B = 1, T = 4;
@@ -183,7 +183,7 @@ TEST_CASE("subspace cut: K floats per position, tokens at every fragment", "[sub
   CHECK(!(*standard)->needs_tokens());
   // After the subspace variant's first unconstrained layer the stream is full width and
   // needs no rebuilding: no tokens either.
-  GPT2Config free = MakeConfig(3, 32, 4, 67, 16);
+  ModelConfig free = MakeConfig(3, 32, 4, 67, 16);
   free.residual_subspace = 8;
   free.unconstrained_layers = 2;
   auto late = Fragment::Create(
@@ -199,7 +199,7 @@ TEST_CASE("targets frame: round trip, and values that are no token ids", "[subsp
   constexpr int B = 2, T = 3;
   const std::vector<int32_t> inputs = {1, 2, 3, 10, 11, 12}, targets = {2, 3, 4, 11, 12, 13};
   for (int k : {0, 8}) {
-    const GPT2Config c = SubspaceConfig(k);
+    const ModelConfig c = SubspaceConfig(k);
     INFO("K = " << k);
     const std::vector<float> frame = PackTargetsFrame(c, B, T, inputs.data(), targets.data());
     CHECK(frame.size() == size_t(B) * (k > 0 ? T + 1 : T));
@@ -216,6 +216,35 @@ TEST_CASE("targets frame: round trip, and values that are no token ids", "[subsp
       CHECK(std::string(s.message()).find("not a token id") != std::string::npos);
     }
   }
+}
+
+// Token ids are 32-bit: ids above 65535 (llama-3's vocabulary of 128,256, and up to 2^24,
+// the last integer a float holds exactly) travel exactly; a larger vocabulary is refused.
+TEST_CASE("targets frame: ids above 16 bits round trip exactly", "[subspace]") {
+  constexpr int B = 2, T = 3;
+  for (int vocab : {128256, kMaxFrameVocab}) {
+    const int top = vocab - 1;
+    // Two sequences of T + 1 tokens: inputs are their first T, targets their last T.
+    const std::vector<int32_t> inputs = {65535, 65536, 70000, top - 3, 0, top - 1};
+    const std::vector<int32_t> targets = {65536, 70000, 128255, 0, top - 1, top};
+    for (int k : {0, 8}) {
+      ModelConfig c = SubspaceConfig(k);
+      c.vocab_size = vocab;
+      INFO("V = " << vocab << ", K = " << k);
+      const std::vector<float> frame = PackTargetsFrame(c, B, T, inputs.data(), targets.data());
+      std::vector<int32_t> in(B * T, -1), out(B * T, -1);
+      REQUIRE(UnpackTargetsFrame(c, B, T, frame, in.data(), out.data()).ok());
+      CHECK(out == targets);
+      if (k > 0) CHECK(in == inputs);
+    }
+  }
+  ModelConfig c = SubspaceConfig(0);
+  c.vocab_size = kMaxFrameVocab + 1;
+  const std::vector<float> frame(B * T, 1.0f);
+  std::vector<int32_t> out(B * T);
+  const Status s = UnpackTargetsFrame(c, B, T, frame, nullptr, out.data());
+  CHECK(std::string(s.message()).find("vocabulary of 16777217 is above 16777216") !=
+        std::string::npos);
 }
 
 TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {
@@ -238,7 +267,7 @@ TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {
   CHECK(std::string(refused.status().message()).find("residual_subspace") != std::string::npos);
 
   // The checkpoint header carries K, so a file is read back as the model that wrote it.
-  const GPT2Config c = SubspaceConfig(8);
+  const ModelConfig c = SubspaceConfig(8);
   std::vector<float> params(NumParameters(c), 0.5f);
   const std::string ckpt = dir + "/model.bin";
   REQUIRE(WriteCheckpoint(ckpt, c, params.data()).ok());
@@ -247,7 +276,7 @@ TEST_CASE("subspace: job files, checkpoints and bad values", "[subspace]") {
   CHECK(read->config == c);
   const Status mismatch = CheckConfigMatches(SubspaceConfig(0), read->config, ckpt);
   CHECK(std::string(mismatch.message()).find("residual_subspace 0 vs 8") != std::string::npos);
-  GPT2Config free = c;
+  ModelConfig free = c;
   free.unconstrained_layers = 1;
   std::vector<float> free_params(NumParameters(free), 0.5f);
   REQUIRE(WriteCheckpoint(ckpt, free, free_params.data()).ok());

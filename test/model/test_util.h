@@ -37,10 +37,12 @@ inline void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// max |a - b| / max |b| over n elements (0 when both are all zero).
+// max |a - b| / max |b| over n elements (0 when both are all zero); infinity when either
+// holds a NaN (std::max would drop it, and a NaN must fail every tolerance).
 inline double RelError(const float* a, const float* b, size_t n) {
   double diff = 0, scale = 0;
   for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
     diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
     scale = std::max(scale, std::fabs(double(b[i])));
   }

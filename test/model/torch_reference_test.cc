@@ -63,7 +63,7 @@ TEST_CASE("forward, backward and AdamW match PyTorch", "[torch]") {
   const std::string dir = ReferenceDir();
   auto ckpt = ReadCheckpoint(dir + "/model.bin");
   REQUIRE(ckpt.ok());
-  const GPT2Config& config = ckpt->config;
+  const ModelConfig& config = ckpt->config;
   REQUIRE(config.padded_vocab_size == 128);
   REQUIRE(config.vocab_size == 67);
   const ParameterLayout layout(config);

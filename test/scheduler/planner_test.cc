@@ -58,7 +58,7 @@ double Exhaustive(const CostModel& m, bool allow_subsets, Pipeline* best_pipelin
   return best;
 }
 
-PlacementRequest Request(const model::GPT2Config& config, const PipelineWorkload& w,
+PlacementRequest Request(const model::ModelConfig& config, const PipelineWorkload& w,
                          const Profiles& p) {
   PlacementRequest r;
   r.model = config;

@@ -17,7 +17,7 @@ using testing::SmallModel;
 using testing::Workload;
 
 struct Fixture {
-  model::GPT2Config config = SmallModel(4);
+  model::ModelConfig config = SmallModel(4);
   PipelineWorkload w = Workload(4);
   Profiles p = Mesh({1e9, 1e9}, 1e5, 0.01);  // slow links: syncs of seconds
   std::vector<PlanResult> replicas;

@@ -12,7 +12,7 @@
 
 namespace longhaul::scheduler::testing {
 
-inline model::GPT2Config SmallModel(int layers = 8) {
+inline model::ModelConfig SmallModel(int layers = 8) {
   return model::MakeConfig(layers, 256, 4, 512, 128);
 }
 
@@ -56,7 +56,7 @@ inline CostModelOptions FreeCodecs() {
   return o;
 }
 
-inline CostModel MakeModel(const model::GPT2Config& config, const PipelineWorkload& w,
+inline CostModel MakeModel(const model::ModelConfig& config, const PipelineWorkload& w,
                            const Profiles& p, const CostModelOptions& o = {}) {
   auto m = CostModel::Create(config, w, p, o);
   REQUIRE(m.ok());

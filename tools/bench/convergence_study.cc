@@ -339,7 +339,7 @@ int Run(Flags f) {
   if (std::find(f.codecs.begin(), f.codecs.end(), "fp32") == f.codecs.end()) {
     f.codecs.insert(f.codecs.begin(), "fp32");
   }
-  const model::GPT2Config& c = job.model;
+  const model::ModelConfig& c = job.model;
   auto train = model::LoadData(job.data.train, job.data.format, 1, c.vocab_size, "data.train");
   if (!train.ok()) {
     std::fprintf(stderr, "convergence_study: %s\n", std::string(train.status().message()).c_str());

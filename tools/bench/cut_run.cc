@@ -114,7 +114,7 @@ Status CutRun::SendTokens(uint64_t seed) {
   const int B = job_.microbatch_size, T = job_.seq_len;
   // The standard model's last stage needs the targets; the subspace-cut variant's needs the
   // inputs too (model/targets_frame.h).
-  const bool window = !model::TiedHead(job_.model);
+  const bool window = model::Subspace(job_.model);
   const std::vector<float> values =
       model::PackTargetsFrame(job_.model, B, T, tokens_.data(), targets_.data());
   compression::EncodeOptions eo;

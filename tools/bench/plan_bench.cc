@@ -38,7 +38,7 @@ namespace {
 
 struct Workload {
   std::string name;
-  model::GPT2Config config;
+  model::ModelConfig config;
   PipelineWorkload w;
 };
 

@@ -203,7 +203,7 @@ int Run(Flags f) {
       return 1;
     }
   }
-  const model::GPT2Config& c = job.model;
+  const model::ModelConfig& c = job.model;
   auto train = model::LoadData(job.data.train, job.data.format, 1, c.vocab_size, "data.train");
   if (!train.ok()) {
     std::fprintf(stderr, "replica_study: %s\n", std::string(train.status().message()).c_str());

@@ -66,7 +66,7 @@ int Run(const Flags& f) {
   // A GPU's peak is given (its datasheet's dense figure for the precision); a CPU's is measured.
   auto measure_peak = [&f] { return f.peak_gflops > 0 ? f.peak_gflops : SgemmPeak(f.threads); };
   const double peak = measure_peak();
-  const model::GPT2Config config =
+  const model::ModelConfig config =
       model::MakeConfig(f.layers, f.channels, f.heads, f.vocab, f.context);
   auto ops = kernels::MakeOps(f.backend, f.threads);
   if (!ops.ok()) {
@@ -92,7 +92,7 @@ int Run(const Flags& f) {
   auto data = std::make_shared<model::TokenData>();
   std::mt19937 rng(1);
   data->tokens.resize(size_t(f.batch) * f.seq_len * 64 + 1);
-  for (auto& t : data->tokens) t = uint16_t(rng() % f.vocab);
+  for (auto& t : data->tokens) t = uint32_t(rng() % uint32_t(f.vocab));
   data->max_token = f.vocab - 1;
   model::DataLoaderOptions lo;
   lo.batch_size = f.batch;
