@@ -70,10 +70,12 @@ grpc::Status ControlServiceImpl::ExportJob(grpc::ServerContext* context,
   grpc::Status auth = AuthorizeControlCall(*context, token_);
   if (!auth.ok()) return auth;
   return transport::ToGrpc(jobs_->Export(
-      request->job_id(), [&](const std::string& bytes, uint64_t total) -> absl::Status {
+      request->job_id(), request->format(), request->dtype(),
+      [&](const std::string& file, const std::string& bytes, uint64_t total) -> absl::Status {
         v1::ExportChunk c;
         c.set_total_bytes(total);
         c.set_data(bytes);
+        c.set_file(file);
         if (!writer->Write(c)) return absl::CancelledError("client left");
         return absl::OkStatus();
       }));

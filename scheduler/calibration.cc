@@ -26,14 +26,18 @@ double Now() {
 StatusOr<Calibration> CalibrateLayer(kernels::Ops* ops, const model::ModelConfig& config,
                                      const CalibrationOptions& o) {
   if (o.repetitions <= 0) return absl::InvalidArgumentError("calibration: repetitions must be > 0");
-  // Three layers, so that layer 1 is a middle fragment: no embedding, no head.
-  const model::ModelConfig c = model::MakeConfig(3, config.channels, config.num_heads,
-                                                 config.vocab_size, config.max_seq_len);
+  // The job's own model (its family and every width of its layer) cut to three layers, so
+  // that layer 1 is a middle fragment: no embedding, no head. The subspace-cut variant is
+  // timed as the standard model, as the FLOP conventions count it.
+  model::ModelConfig c = config;
+  c.num_layers = 3;
+  c.residual_subspace = 0;
+  c.unconstrained_layers = 0;
   model::FragmentOptions fo;
   fo.begin = 1, fo.end = 2, fo.batch_size = o.batch_size, fo.seq_len = o.seq_len, fo.slots = 1;
   ASSIGN_OR_RETURN(auto fragment, model::Fragment::Create(c, fo, ops));
   fragment->InitParameters(o.seed);
-  const size_t n = static_cast<size_t>(o.batch_size) * o.seq_len * c.channels;
+  const size_t n = static_cast<size_t>(o.batch_size) * o.seq_len * model::StreamWidth(c, 1);
   std::vector<float> host(n);
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<float> normal(0, 1);

@@ -1,7 +1,7 @@
 // Calibration: how fast this site runs the job's layers. Times a few forward and backward
-// passes of one transformer layer (a middle fragment of the job's shape: channels, heads,
-// microbatch size, sequence length) and one AdamW step of its parameters on a kernel backend,
-// and turns the times into the SiteProfile figures the cost model uses (FLOP/s under
+// passes of one transformer layer (a middle fragment of the job's model: its family and layer
+// widths, microbatch size, sequence length) and one AdamW step of its parameters on a kernel
+// backend, and turns the times into the SiteProfile figures the cost model uses (FLOP/s under
 // profiles.h's conventions, AdamW parameters per second). A daemon runs it once per job shape
 // on its devices; `longhaul plan` users can run it through tools/bench/plan_bench --calibrate.
 #pragma once

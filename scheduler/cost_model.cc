@@ -143,8 +143,10 @@ StatusOr<CostModel> CostModel::Create(const model::ModelConfig& model, const Pip
   // The subspace-cut variant's later stages get each sequence's T + 1 tokens, not T targets.
   m.targets_bytes_ = 4.0 * B * (model::Subspace(model) ? T + 1 : T);
   price(m.fp32_rung_, m.targets_bytes_, &m.targets_bytes_, &m.targets_codec_seconds_);
-  m.tied_bytes_ = model::TiedHead(model) ? 4.0 * model.padded_vocab_size * model.channels : 0.0;
-  if (m.tied_bytes_ > 0) {  // an untied head (subspace-cut variant) exchanges nothing
+  // The tied embedding's gradient: all of wte, as the family's layout has it.
+  m.tied_bytes_ =
+      model::TiedHead(model) ? 4.0 * model::ParameterLayout(model).size(model::Tensor::kWte) : 0.0;
+  if (m.tied_bytes_ > 0) {  // an untied head (subspace-cut variant, untied llama) exchanges nothing
     price(m.fp32_rung_, m.tied_bytes_, &m.tied_wire_bytes_, &m.tied_codec_seconds_);
   }
   return m;
@@ -389,7 +391,8 @@ bool CostModel::BuildSchedule(const Pipeline& p, ScheduleInputs* in, bool check_
     }
     in->warmup = WanAwareWarmups(f);
   }
-  if (S > 1) {
+  in->tied_exchange = TiedExchange();
+  if (S > 1 && TiedExchange()) {
     const int a = p.sites[0], b = p.sites[S - 1];
     if (!HasLink(a, b) || !HasLink(b, a)) return false;
     const TransferCost fl = TiedGradient(a, b), lf = TiedGradient(b, a);

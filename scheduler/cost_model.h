@@ -168,8 +168,12 @@ class CostModel {
   }
   // One activation (with_targets) or gradient tensor under a given rung.
   TransferCost PriceRung(int from, int to, int rung, bool with_targets, bool wide = false) const;
-  // The tied-embedding gradient's raw bytes.
+  // The tied-embedding gradient's raw bytes (0: an untied head).
   double TiedBytes() const { return tied_bytes_; }
+  // Whether the first and last stages exchange the tied embedding's gradient (model::TiedHead:
+  // the standard GPT-2, a tied llama); an untied head (subspace-cut variant, untied llama) has
+  // no exchange, and its first and last stages need no link between them.
+  bool TiedExchange() const { return tied_bytes_ > 0; }
   // The controller's own decision (with its explanation) in the settled state of PickRung.
   compression::Decision SteadyDecision(int from, int to, double raw_bytes, double budget_seconds,
                                        double first_budget) const;

@@ -153,7 +153,7 @@ StatusOr<StepEstimate> CostModel::Estimate(const std::vector<StagePlan>& plan) c
          options_.initial_budget_seconds);
     link(i + 1, i, "gradients", ActivationBytes(wide), Gradient(b, a, bb, wide), bb, 0);
   }
-  if (S > 1) {
+  if (S > 1 && TiedExchange()) {
     link(0, S - 1, "tied-embedding", tied_bytes_, TiedGradient(p.sites[0], p.sites[S - 1]), 0, 0);
     link(S - 1, 0, "tied-embedding", tied_bytes_, TiedGradient(p.sites[S - 1], p.sites[0]), 0, 0);
   }

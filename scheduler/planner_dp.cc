@@ -77,6 +77,7 @@ class Surrogate {
   // Tied exchange and the end stages' reports, after the first stage's last backward.
   double Tail(int first, int last, int stages) const {
     if (stages == 1) return Report(first, first);
+    if (!m_.TiedExchange()) return std::max(Report(first, first), Report(last, first));
     const TransferCost fl = m_.TiedGradient(first, last);
     const double to_last = fl.encode_seconds + fl.wire_seconds + fl.latency_seconds +
                            fl.decode_seconds + Report(last, first);

@@ -88,9 +88,18 @@ Status CheckCoverage(const Profiles& p, const std::vector<std::string>& sites) {
   return absl::OkStatus();
 }
 
-double LayerForwardFlops(const model::ModelConfig& c, int batch_size, int seq_len) {
+double LayerForwardFlopsPerToken(const model::ModelConfig& c, int seq_len) {
+  // Exact in doubles for any valid config (every term is an integer far below 2^53), so
+  // GPT-2's figure is exactly 24 C^2 + 4 T C.
+  const model::LayerWidths w = model::Widths(c);
   const double C = c.channels, T = seq_len;
-  return double(batch_size) * T * (24 * C * C + 4 * T * C);
+  const double matmuls = 2 * (C * w.qkv + w.attention * C + C * w.mlp_in + w.mlp_hidden * C);
+  const double attention = 2 * 2 * T * c.num_heads * w.head_dim;  // Q K^T, then A V
+  return matmuls + attention;
+}
+
+double LayerForwardFlops(const model::ModelConfig& c, int batch_size, int seq_len) {
+  return double(batch_size) * seq_len * LayerForwardFlopsPerToken(c, seq_len);
 }
 
 double HeadForwardFlops(const model::ModelConfig& c, int batch_size, int seq_len) {

@@ -6,9 +6,14 @@
 // scale study from generated topologies (scheduler/topology.h).
 //
 // The FLOP conventions that turn a profile's FLOP/s into seconds live here too, so that a
-// calibration and a cost estimate always count the same FLOPs: per token, a layer's forward
-// is 24 C^2 + 4 T C FLOPs (the four matmuls and attention over the full context, as llm.c and
-// PaLM count them), the tied output head's forward 2 C Vp, and a backward twice its forward.
+// calibration and a cost estimate always count the same FLOPs, for every model family: per
+// token, a layer's forward is its four matmuls over the family's activation widths
+// (model::Widths: qkv, attention, mlp_in, mlp_hidden) plus attention over the full context
+// (scores and weighted values, not halved for the causal mask, as llm.c and PaLM count it),
+//   2 (C qkv + attention C + C mlp_in + mlp_hidden C) + 2 * 2 T NH HD,
+// which is GPT-2's 24 C^2 + 4 T C (qkv 3C, attention C, MLP 4C and 4C, NH HD = C) and a
+// llama's 2 C ((NH + 2 NKV) HD + NH HD + 2I + I) + 4 T NH HD; the output head's forward is
+// 2 C Vp, and a backward costs twice its forward.
 #pragma once
 
 #include <cstdint>
@@ -56,9 +61,11 @@ Status ValidateProfiles(const Profiles& profiles);
 Status CheckCoverage(const Profiles& profiles, const std::vector<std::string>& sites);
 
 // ---- FLOP conventions (per microbatch of B sequences of T tokens) ------------------------
+// One transformer layer's forward, per token (`seq_len`: the context its attention spans).
+double LayerForwardFlopsPerToken(const model::ModelConfig& config, int seq_len);
 // One transformer layer's forward.
 double LayerForwardFlops(const model::ModelConfig& config, int batch_size, int seq_len);
-// The final layernorm, tied output head and loss (forward) of the last stage.
+// The final norm, output head and loss (forward) of the last stage.
 double HeadForwardFlops(const model::ModelConfig& config, int batch_size, int seq_len);
 // A backward pass costs this many times its forward.
 inline constexpr double kBackwardFlopsFactor = 2.0;

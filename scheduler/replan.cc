@@ -75,8 +75,8 @@ std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<Stag
                                   const std::vector<StagePlan>& next) {
   const model::ModelConfig& c = model.model();
   const int L = c.num_layers;
-  // Per-layer parameters: the 12 per-layer tensors of those layers (the subspace-cut
-  // variant's constrained layers are smaller).
+  // Per-layer parameters: the per-layer tensors of those layers, as the family's layout has
+  // them (the subspace-cut variant's constrained layers are smaller; a llama's has no biases).
   const model::ParameterLayout layout(c);
   auto layer_params = [&](int begin, int end) {
     int64_t n = 0;
@@ -119,9 +119,11 @@ std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<Stag
     m.seconds = seconds(from, to, m.bytes);
     moves.push_back(m);
   };
-  move_end("wte+wpe (first stage)", current.front().site, next.front().site, wte + wpe);
+  move_end(wpe > 0 ? "wte+wpe (first stage)" : "wte (first stage)", current.front().site,
+           next.front().site, wte + wpe);
+  const int64_t lnf = layout.size(model::Tensor::kLnfw) + layout.size(model::Tensor::kLnfb);
   move_end(model::TiedHead(c) ? "wte+lnf (last stage)" : "head+lnf (last stage)",
-           current.back().site, next.back().site, head + 2 * int64_t{c.channels});
+           current.back().site, next.back().site, head + lnf);
   return moves;
 }
 

@@ -140,7 +140,7 @@ double PlayStep(const ScheduleInputs& in, ScheduleResult* result, bool trace) {
 
   std::vector<Ev> reported = free;
   double tied_seconds = 0;
-  if (S > 1) {
+  if (S > 1 && in.tied_exchange) {
     const int last = S - 1;
     const Ev first_coded = rec.Add(free[0], in.tied_encode, PathSegment::kTiedCodec, 0);
     const Ev last_coded = rec.Add(free[last], in.tied_encode, PathSegment::kTiedCodec, last);

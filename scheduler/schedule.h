@@ -5,9 +5,10 @@
 // input has arrived. Each directed link between neighbours has one FIFO sender: a tensor leaves
 // when it is encoded and the link is free, occupies the link for its wire time, and arrives rtt/2
 // later. After its last backward the first and the last stage swap their tied-embedding gradients
-// (over the neighbour links when there are two stages, a direct link otherwise); then every stage
-// reports to the coordinator and the step ends when the last report arrives. The stage may
-// begin the step once the previous decision reached it and its optimizer step ran.
+// (over the neighbour links when there are two stages, a direct link otherwise; not at all when
+// the head is untied); then every stage reports to the coordinator and the step ends when the
+// last report arrives. The stage may begin the step once the previous decision reached it and
+// its optimizer step ran.
 //
 // Optionally records the critical path: which segments (compute on a stage, a link's wire
 // time or latency, ...) the step's end waited for, back to the previous decision.
@@ -30,7 +31,9 @@ struct ScheduleInputs {
   // Per boundary k between stage k and k + 1 (S - 1 entries).
   std::vector<double> act_wire, act_latency;    // k -> k + 1
   std::vector<double> grad_wire, grad_latency;  // k + 1 -> k
-  // The tied-embedding exchange (more than one stage).
+  // The tied-embedding exchange (more than one stage, and a head tied to the embedding: an
+  // untied head exchanges nothing).
+  bool tied_exchange = true;
   double tied_encode = 0, tied_decode = 0;
   double tied_fl_wire = 0, tied_fl_latency = 0;  // first -> last
   double tied_lf_wire = 0, tied_lf_latency = 0;  // last -> first

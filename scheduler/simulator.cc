@@ -247,7 +247,7 @@ class Sim {
           Send(e.a, e.a - 1, {kGrad, s.step, mb, e.b, 0, t.wire_bytes});
         }
         if (s.pc == s.program.size()) {
-          if (S_ == 1 || (!s.first && !s.last)) {
+          if (S_ == 1 || (!s.first && !s.last) || !m_.TiedExchange()) {
             Report(e.a);
           } else {
             s.busy = true;  // encoding its part of the tied gradient

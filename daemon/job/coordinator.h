@@ -57,8 +57,11 @@ class Coordinator {
   // Completed, failed or cancelled.
   bool finished() const;
   StatusOr<v1::JobState> Cancel();
-  // Streams an llm.c checkpoint of the model at the last committed step.
-  Status Export(const std::function<Status(const std::string& bytes, uint64_t total)>& sink);
+  // Streams the model at the last committed step: one checkpoint file (format "llmc", file
+  // "") or a Hugging Face directory (format "hf", dtype "f32" or "bf16"), file by file.
+  using ExportSink =
+      std::function<Status(const std::string& file, const std::string& bytes, uint64_t total)>;
+  Status Export(const std::string& format, const std::string& dtype, const ExportSink& sink);
   // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
   void Shutdown();
   // Releases every caller waiting at the step barrier (they are told to stop) and tells the

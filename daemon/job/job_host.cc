@@ -278,8 +278,8 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
   return r;
 }
 
-Status JobHost::Export(const std::string& job_id,
-                       const std::function<Status(const std::string&, uint64_t)>& sink) {
+Status JobHost::Export(const std::string& job_id, const std::string& format,
+                       const std::string& dtype, const Coordinator::ExportSink& sink) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   Coordinator* c;
   {
@@ -288,7 +288,7 @@ Status JobHost::Export(const std::string& job_id,
     if (it == coordinators_.end()) return absl::NotFoundError("no job '" + job_id + "' here");
     c = it->second.get();
   }
-  return c->Export(sink);
+  return c->Export(format, dtype, sink);
 }
 
 }  // namespace longhaul::daemon

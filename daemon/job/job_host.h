@@ -63,8 +63,8 @@ class JobHost {
   // Every job coordinated here; each with the newest `max_losses` losses and step times.
   v1::ListJobsResponse ListJobs(uint32_t max_losses = 1);
   StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id);
-  Status Export(const std::string& job_id,
-                const std::function<Status(const std::string&, uint64_t)>& sink);
+  Status Export(const std::string& job_id, const std::string& format, const std::string& dtype,
+                const Coordinator::ExportSink& sink);
 
   // ---- Peer API (job_host_peer.cc) ----
   // `caller` is the site that made the call, as the Peer service established it (with TLS:

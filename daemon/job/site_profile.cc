@@ -31,8 +31,12 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
   v1::SiteProfileReply r;
   r.set_site(site_);
   r.set_backend(backend + (R > 1 ? absl::StrCat(" x", R) : ""));
-  const auto key = std::make_tuple(backend, job.model.channels, job.model.num_heads,
-                                   job.model.max_seq_len, rows, job.seq_len, job.threads);
+  // Everything the timed layer's shape depends on: a llama's layer of the same C and NH as a
+  // GPT-2's is not the same layer.
+  const model::ModelConfig& c = job.model;
+  const auto key = std::make_tuple(backend, static_cast<int>(c.family), c.channels, c.num_heads,
+                                   c.num_kv_heads, c.head_dim, c.intermediate_size, c.max_seq_len,
+                                   rows, job.seq_len, job.threads);
   Measured m;
   {
     std::lock_guard<std::mutex> lock(mu_);

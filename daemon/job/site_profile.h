@@ -50,7 +50,9 @@ class SiteProfiler {
   const std::vector<std::string> devices_;
   const int64_t memory_limit_bytes_;
   std::mutex mu_;  // one calibration at a time; guards the cache
-  std::map<std::tuple<std::string, int, int, int, int, int, int>, Measured> cache_;
+  // Per (backend, the layer's shape: family, C, NH, NKV, HD, I, context; rows, T, threads).
+  std::map<std::tuple<std::string, int, int, int, int, int, int, int, int, int, int>, Measured>
+      cache_;
 };
 
 // The coordinator's side: profiles of the candidate sites. A link exists between two sites

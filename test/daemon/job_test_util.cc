@@ -1,6 +1,8 @@
 // Job helpers for in-process daemon tests; see job_test_util.h.
 #include "test/daemon/job_test_util.h"
 
+#include <map>
+
 #include "model/job.h"
 #include "model/trainer.h"
 #include "test/daemon/test_util.h"
@@ -51,16 +53,36 @@ v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::
 StatusOr<model::Checkpoint> ExportedCheckpoint(daemon::Daemon& d, const std::string& id,
                                                const std::string& dir_name) {
   std::string bytes;
-  RETURN_IF_ERROR(d.jobs().Export(id, [&](const std::string& b, uint64_t) {
-    bytes += b;
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(
+      d.jobs().Export(id, "llmc", "", [&](const std::string&, const std::string& b, uint64_t) {
+        bytes += b;
+        return absl::OkStatus();
+      }));
   const std::string path = TempDir(dir_name) + "/model.bin";
   FILE* f = fopen(path.c_str(), "wb");
   if (f == nullptr) return absl::InternalError("cannot write " + path);
   fwrite(bytes.data(), 1, bytes.size(), f);
   fclose(f);
   return model::ReadCheckpoint(path);
+}
+
+StatusOr<std::string> ExportedHfDir(daemon::Daemon& d, const std::string& id,
+                                    const std::string& dir_name, const std::string& dtype) {
+  const std::string dir = TempDir(dir_name);
+  std::map<std::string, std::string> files;
+  RETURN_IF_ERROR(d.jobs().Export(id, "hf", dtype,
+                                  [&](const std::string& file, const std::string& b, uint64_t) {
+                                    files[file] += b;
+                                    return absl::OkStatus();
+                                  }));
+  for (const auto& [name, bytes] : files) {
+    const std::string path = dir + "/" + name;
+    FILE* f = fopen(path.c_str(), "wb");
+    if (f == nullptr) return absl::InternalError("cannot write " + path);
+    fwrite(bytes.data(), 1, bytes.size(), f);
+    fclose(f);
+  }
+  return dir;
 }
 
 }  // namespace longhaul::testing

@@ -28,5 +28,9 @@ v1::JobStatus WaitJobEnd(daemon::Daemon& d, const std::string& id, std::chrono::
 // in a fresh temporary directory `dir_name` and read back as a checkpoint.
 StatusOr<model::Checkpoint> ExportedCheckpoint(daemon::Daemon& d, const std::string& id,
                                                const std::string& dir_name);
+// The job's Hugging Face export (Control API format "hf") written into a fresh directory
+// `dir_name` under the test's temporary directory; returns its path.
+StatusOr<std::string> ExportedHfDir(daemon::Daemon& d, const std::string& id,
+                                    const std::string& dir_name, const std::string& dtype = "f32");
 
 }  // namespace longhaul::testing

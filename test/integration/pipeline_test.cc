@@ -11,7 +11,10 @@
 
 #include "daemon/daemon.h"
 #include "model/checkpoint.h"
+#include "model/hf_checkpoint.h"
+#include "model/init_from.h"
 #include "model/job.h"
+#include "model/safetensors.h"
 #include "model/trainer.h"
 #include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
@@ -240,6 +243,34 @@ TEST_CASE("a 3-site pipeline of a llama matches train-local bit for bit") {
     CHECK(ckpt->config.family == model::Family::kLlama);
     CHECK(ckpt->config.num_kv_heads == 2);
     CHECK(ckpt->config.tied_embeddings == (tied == "true"));
+    // The Hugging Face export: one shard per stage (each written from that stage's fragment
+    // alone), the index naming every tensor once, config.json; it reads back as the same
+    // model, bit for bit.
+    auto hf = testing::ExportedHfDir(c.at(0), s.job_id(), "export_hf_" + tied);
+    INFO(hf.status().ToString());
+    REQUIRE(hf.ok());
+    for (const char* f :
+         {"config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
+          "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}) {
+      INFO(f);
+      CHECK(std::filesystem::exists(*hf + "/" + f));
+    }
+    auto index = model::ReadSafetensorsIndex(*hf + "/model.safetensors.index.json");
+    REQUIRE(index.ok());
+    const size_t per_layer = 9;  // 2 norms, q, k, v, o, gate, up, down
+    CHECK(index->size() == 3 * per_layer + 2 + (tied == "true" ? 0 : 1));
+    CHECK(index->at("model.embed_tokens.weight") == "model-00001-of-00003.safetensors");
+    CHECK(index->at("model.norm.weight") == "model-00003-of-00003.safetensors");
+    auto config = model::ReadHfConfig(*hf);
+    INFO(config.status().ToString());
+    REQUIRE(config.ok());
+    CHECK(*config == ckpt->config);
+    const model::FragmentLayout whole(*config, 0, config->num_layers);
+    std::vector<float> params(whole.total());
+    auto read = model::ReadInitFragment(*hf, whole, params.data());
+    INFO(read.ToString());
+    REQUIRE(read.ok());
+    CHECK(params == ckpt->params);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
 #include "model/evaluate.h"
+#include "model/hf_checkpoint.h"
 #include "model/layout.h"
 #include "test/model/test_util.h"
 
@@ -161,6 +162,20 @@ TEST_CASE("evaluating PyTorch's checkpoint gives PyTorch's loss", "[torch]") {
   CHECK(result->batches == 1);
   const float ref_loss = ReadFloats(dir + "/loss.f32").at(0);
   CHECK(std::fabs(result->mean_loss - ref_loss) / ref_loss < kTol);
+}
+
+// Our Hugging Face export of a GPT-2 (Conv1D weights transposed, GPT-2's names) read by the
+// script's own GPT2LMHeadModel-convention forward, to the reference logits.
+TEST_CASE("PyTorch reads our Hugging Face GPT-2 export to the same logits", "[torch][hf]") {
+  const std::string dir = ReferenceDir();
+  auto ckpt = ReadCheckpoint(dir + "/model.bin");
+  REQUIRE(ckpt.ok());
+  const std::string out = testing::TempDir("torch_reference_hf");
+  REQUIRE(WriteHfCheckpoint(out, ckpt->config, ckpt->params.data()).ok());
+  const std::string cmd = absl::StrCat(
+      "/usr/bin/python3 ", testing::Runfile("test/model/torch_reference.py"), " --out ", dir,
+      " --batch ", kBatch, " --seq-len ", kSeqLen, " --check-hf ", out, " --tol 1e-4");
+  CHECK(std::system(cmd.c_str()) == 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "model/fragment.h"
+#include "model/layout.h"
 #include "test/scheduler/test_util.h"
 
 namespace longhaul::scheduler {
@@ -242,6 +243,89 @@ TEST_CASE("memory is Fragment::EstimateMemory with the stage runner's slots") {
   auto t = tight.Estimate({{"s0", 0, 3}, {"s1", 3, 5}, {"s2", 5, 8}});
   REQUIRE(t.ok());
   CHECK_FALSE(t->fits_memory);
+}
+
+TEST_CASE("GPT-2: a layer is 24 C^2 + 4 T C FLOPs per token, the head 2 C Vp") {
+  const auto config = SmallModel(8);  // C 256, NH 4, Vp 512
+  const double C = 256, T = 128, tokens = 4 * T;
+  CHECK(LayerForwardFlopsPerToken(config, 128) == 24 * C * C + 4 * T * C);
+  CHECK(LayerForwardFlops(config, 4, 128) == tokens * (24 * C * C + 4 * T * C));
+  CHECK(HeadForwardFlops(config, 4, 128) == tokens * 2 * C * 512);
+  const CostModel m = MakeModel(config, Workload(4), Mesh({1e12, 1e12}, 1e9, 0));
+  CHECK(m.Forward(0, 3, false) == Approx(3 * tokens * (24 * C * C + 4 * T * C) / 1e12));
+  CHECK(m.Backward(1, 3, true) ==
+        Approx(2 * (3 * tokens * (24 * C * C + 4 * T * C) + tokens * 2 * C * 512) / 1e12));
+  CHECK(m.Parameters(1, false, false) == 12 * 256 * 256 + 13 * 256);
+  CHECK(m.TiedBytes() == 4.0 * 512 * 256);
+}
+
+// A llama's layer priced from its own widths (testing::SmallLlama: C 64, NH 4, NKV 2, HD 24,
+// I 96, Vp 384), worked out by hand: per token, the matmuls
+//   qkv    C x (NH + 2 NKV) HD = 64 x 192
+//   o      NH HD x C           = 96 x 64
+//   gate|up C x 2I             = 64 x 192
+//   down   I x C               = 96 x 64
+// are 2 (12288 + 6144 + 12288 + 6144) = 73728 FLOPs, attention 2 x 2 T NH HD = 4 x 128 x 96 =
+// 49152 (as GPT-2's 4 T C counts it: scores and weighted values over the full context);
+// parameters per layer: two RMSNorm weights (2 x 64) and those four matrices, no biases.
+TEST_CASE("llama: FLOPs, parameters and memory from the family's widths and layout") {
+  const double per_token = 73728 + 49152, tokens = 4 * 128, head = 2 * 64 * 384;
+  const int64_t per_layer = 2 * 64 + 12288 + 6144 + 12288 + 6144, wte = 384 * 64, lnf = 64;
+  for (const bool tied : {true, false}) {
+    INFO((tied ? "tied" : "untied"));
+    const auto config = testing::SmallLlama(8, tied);
+    REQUIRE(model::ValidateConfig(config).ok());
+    CHECK(LayerForwardFlopsPerToken(config, 128) == per_token);
+    CHECK(LayerForwardFlops(config, 4, 128) == tokens * per_token);
+    CHECK(HeadForwardFlops(config, 4, 128) == tokens * head);
+    // A calibration and the cost model count the same FLOPs.
+    CHECK(FlopsFromLayerSeconds(config, 4, 128, 2.0) == tokens * per_token * 3 / 2.0);
+
+    auto profiles = Mesh({1e12, 2e12, 1e12}, 1e9, 0.01);
+    const CostModel m = MakeModel(config, Workload(8), profiles);
+    CHECK(m.Forward(1, 3, false) == Approx(3 * tokens * per_token / 2e12).epsilon(1e-12));
+    CHECK(m.Backward(1, 3, false) == Approx(2 * 3 * tokens * per_token / 2e12).epsilon(1e-12));
+    CHECK(m.Forward(2, 2, true) ==
+          Approx((2 * tokens * per_token + tokens * head) / 1e12).epsilon(1e-12));
+    CHECK(m.Backward(2, 2, true) == Approx(2 * m.Forward(2, 2, true)).epsilon(1e-12));
+
+    // Parameters: by hand, and as the family's layout has them.
+    CHECK(model::ParameterLayout(config).slice_size(model::Tensor::kQkvw) == 12288);
+    CHECK(m.Parameters(3, false, false) == 3 * per_layer);
+    CHECK(m.Parameters(3, true, false) == 3 * per_layer + wte);        // no wpe
+    CHECK(m.Parameters(2, false, true) == 2 * per_layer + lnf + wte);  // wte's copy or the head
+    CHECK(m.Parameters(8, true, true) == model::NumParameters(config));
+    CHECK(m.TiedBytes() == (tied ? 4.0 * wte : 0.0));
+    // Cuts carry the C-wide stream.
+    CHECK(m.ActivationBytes() == 4.0 * tokens * 64);
+    CHECK_FALSE(m.WideCut(3));
+
+    auto e = m.Estimate({{"s0", 0, 3}, {"s1", 3, 6}, {"s2", 6, 8}});
+    REQUIRE(e.ok());
+    int64_t total = 0;
+    for (int i = 0; i < 3; ++i) {
+      const auto& st = e->stages[i];
+      CHECK(st.parameters == model::FragmentLayout(config, st.layer_begin, st.layer_end).total());
+      total += st.parameters;
+      model::FragmentOptions fo;
+      fo.begin = st.layer_begin, fo.end = st.layer_end, fo.batch_size = 4, fo.seq_len = 128;
+      fo.slots = 3 - i;
+      CHECK(st.memory_bytes == model::Fragment::EstimateMemory(config, fo).total());
+      CHECK(st.forward_seconds >=
+            m.Forward(profiles.SiteIndex(st.site), st.layer_end - st.layer_begin, i == 2));
+    }
+    // The last stage's copy of wte is the only parameter held twice.
+    CHECK(total == model::NumParameters(config) + (tied ? wte : 0));
+    bool exchanged = false;
+    for (const auto& l : e->links) {
+      if (l.kind == "tied-embedding") {
+        exchanged = true;
+        CHECK(l.tensor_bytes == 4.0 * wte);
+      }
+    }
+    CHECK(exchanged == tied);
+    CHECK(e->step_seconds > 0);
+  }
 }
 
 TEST_CASE("the bottleneck names the slow stage or the slow link") {

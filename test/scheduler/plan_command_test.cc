@@ -146,6 +146,79 @@ TEST_CASE("a job with replicas: the replicated plan beside the single pipeline's
   CHECK(err.str().find("no 5 replicas fit on the 4 candidate sites") != std::string::npos);
 }
 
+// The demo job with a llama model in place of its GPT-2: grouped-query attention, a head width
+// other than C / NH, an MLP other than 4C, an untied head.
+std::string LlamaJob() {
+  std::ifstream in("configs/demo-job.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), {});
+  const std::string gpt2 = "model: {layers: 6, channels: 128, heads: 4, vocab: 256, context: 64}";
+  REQUIRE(yaml.find(gpt2) != std::string::npos);
+  yaml.replace(yaml.find(gpt2), gpt2.size(),
+               "model: {family: llama, layers: 6, channels: 128, heads: 4, kv_heads: 2, "
+               "head_dim: 48, intermediate: 320, vocab: 256, context: 64, tied: false}");
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/llama-job.yaml";
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+TEST_CASE("the model's family and shape: GPT-2 and llama") {
+  {
+    PlanFlags f = Example();
+    std::ostringstream table, out, err;
+    REQUIRE(RunPlan(f, table, err) == 0);
+    CHECK(table.str().find("job demo: GPT-2 L=6 C=128 NH=4") != std::string::npos);
+    f.output = "json";
+    REQUIRE(RunPlan(f, out, err) == 0);
+    const auto model = nlohmann::json::parse(out.str())["model"];
+    CHECK(model["family"] == "gpt2");
+    CHECK(model["kv_heads"] == 4);
+    CHECK(model["head_dim"] == 32);
+    CHECK(model["intermediate"] == 512);
+    CHECK(model["tied"] == true);
+    CHECK(model["parameters"] == 6 * (12 * 128 * 128 + 13 * 128) + (256 + 64 + 2) * 128);
+  }
+  PlanFlags f = Example();
+  f.job = LlamaJob();
+  std::ostringstream table, out, err;
+  REQUIRE(RunPlan(f, table, err) == 0);
+  INFO(table.str() << err.str());
+  for (const char* expected : {"job demo: llama L=6 C=128 NH=4 NKV=2 HD=48 I=320", "untied",
+                               "params", "fwd+bwd/mb", "predicted step:", "bottleneck:"}) {
+    CHECK(table.str().find(expected) != std::string::npos);
+  }
+  CHECK(table.str().find("tied-embedding") == std::string::npos);
+  f.output = "json";
+  REQUIRE(RunPlan(f, out, err) == 0);
+  const auto j = nlohmann::json::parse(out.str());
+  const auto& model = j["model"];
+  CHECK(model["family"] == "llama");
+  CHECK(model["layers"] == 6);
+  CHECK(model["heads"] == 4);
+  CHECK(model["kv_heads"] == 2);
+  CHECK(model["head_dim"] == 48);
+  CHECK(model["intermediate"] == 320);
+  CHECK(model["tied"] == false);
+  // Per layer: two RMSNorm weights, q|k|v (4 + 2 x 2) 48 x 128, o 128 x 192, gate|up 640 x 128,
+  // down 128 x 320; then wte, the untied head (256 x 128 each) and the final norm.
+  const int64_t per_layer = 2 * 128 + 384 * 128 + 128 * 192 + 640 * 128 + 128 * 320;
+  const int64_t params = 6 * per_layer + 2 * 256 * 128 + 128;
+  CHECK(model["parameters"] == params);
+  int64_t held = 0;
+  int next = 0;
+  for (const auto& s : j["stages"]) {
+    CHECK(s["layer_begin"] == next);
+    next = s["layer_end"];
+    held += s["parameters"].get<int64_t>();
+    CHECK(s["forward_seconds"].get<double>() > 0);
+    CHECK(s["memory_bytes"].get<int64_t>() > 0);
+  }
+  CHECK(next == 6);
+  CHECK(held == params);  // untied: no stage holds a copy
+  for (const auto& l : j["links"]) CHECK(l["kind"] != "tied-embedding");
+  CHECK(j["step_seconds"].get<double>() > 0);
+}
+
 TEST_CASE("bad input: exit code 2 and a message naming the file") {
   std::ostringstream out, err;
   PlanFlags f = Example();

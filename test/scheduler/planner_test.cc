@@ -264,6 +264,45 @@ TEST_CASE("subspace-cut variant: the surrogate prices each cut at its width") {
   }
 }
 
+// A llama job (grouped-query attention, SwiGLU; tied and untied heads): the planner's plan is
+// valid (every layer once, in order, each stage fitting its site's memory), priced as the cost
+// model prices it, and as good as exhaustive search. An untied head exchanges nothing between
+// the first and last stages.
+TEST_CASE("a llama job: a valid plan, as good as exhaustive search") {
+  for (const bool tied : {true, false}) {
+    INFO((tied ? "tied" : "untied"));
+    const auto config = testing::SmallLlama(8, tied);
+    Profiles p = Mesh({2e11, 1e11, 1.5e11, 5e10}, 5e8, 0.01);
+    testing::SetLink(&p, "s0", "s2", 2e7, 0.05);
+    const auto w = testing::Workload(8, "adaptive");
+    const auto m = testing::MakeModel(config, w, p);
+    // Memory for three quarters of the whole model: it fits on no single site.
+    const int64_t limit = m.Memory(8, true, true, 1) / 4 * 3;
+    for (auto& s : p.sites) s.memory_bytes = limit;
+    const auto limited = testing::MakeModel(config, w, p);
+    auto plan = Planner(p).Plan(Request(config, w, p));
+    REQUIRE(plan.ok());
+    INFO(PlanDebugString(plan->stages));
+    CHECK(ValidatePlan(plan->stages, 8).ok());
+    CHECK(plan->stages.size() >= 2);
+    CHECK(plan->estimate.fits_memory);
+    for (const auto& st : plan->estimate.stages) CHECK(st.memory_bytes <= limit);
+    auto pipeline = limited.FromPlan(plan->stages);
+    REQUIRE(pipeline.ok());
+    CHECK(plan->estimate.step_seconds == Approx(limited.StepSeconds(*pipeline)));
+    int64_t params = 0;
+    bool exchanged = false;
+    for (const auto& st : plan->estimate.stages) params += st.parameters;
+    for (const auto& l : plan->estimate.links) exchanged |= l.kind == "tied-embedding";
+    CHECK(params == model::NumParameters(config) +
+                        (tied ? config.padded_vocab_size * int64_t{config.channels} : 0));
+    CHECK(exchanged == tied);
+    Pipeline best;
+    const double exhaustive = Exhaustive(limited, true, &best);
+    CHECK(plan->estimate.step_seconds <= exhaustive * 1.01);
+  }
+}
+
 TEST_CASE("the Placer interface and bad requests") {
   const auto config = SmallModel(8);
   Profiles p = Mesh({1e11, 1e11}, 1e9, 0.005);

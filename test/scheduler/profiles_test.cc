@@ -104,5 +104,30 @@ TEST_CASE("calibration times one layer on the CPU backend") {
   CHECK_FALSE(CalibrateLayer(ops->get(), config, o).ok());
 }
 
+// A llama job's calibration times a llama layer (its own widths: GQA, a head width that is not
+// C / NH, SwiGLU of width I), not a GPT-2 layer of the same C and NH.
+TEST_CASE("calibration times the job's own family: a llama layer for a llama job") {
+  auto ops = kernels::MakeOps("cpu", 1);
+  REQUIRE(ops.ok());
+  auto config = model::MakeConfig(12, 64, 4, 300, 64);
+  config.family = model::Family::kLlama;
+  config.num_kv_heads = 2;
+  config.head_dim = 24;
+  config.intermediate_size = 96;
+  config.tied_embeddings = false;
+  CalibrationOptions o;
+  o.batch_size = 2;
+  o.seq_len = 32;
+  auto cal = CalibrateLayer(ops->get(), config, o);
+  REQUIRE(cal.ok());
+  // Two RMSNorm weights, q|k|v (64 x 192), o (96 x 64), gate|up (64 x 192), down (96 x 64).
+  CHECK(cal->layer_parameters == 2 * 64 + 64 * 192 + 96 * 64 + 64 * 192 + 96 * 64);
+  CHECK(cal->forward_seconds > 0);
+  CHECK(cal->backward_seconds > 0);
+  // The FLOP/s are the llama layer's FLOPs over its time (profiles.h's conventions).
+  CHECK(cal->flops == Approx(FlopsFromLayerSeconds(config, 2, 32, cal->seconds_per_layer())));
+  CHECK(LayerForwardFlops(config, 2, 32) == 2 * 32 * (2.0 * 36864 + 4 * 32 * 96));
+}
+
 }  // namespace
 }  // namespace longhaul::scheduler

@@ -122,6 +122,35 @@ TEST_CASE("layer moves: contiguous runs, bytes of parameters and moments, embedd
   CHECK(LayerMoves(*model, from, from).empty());
 }
 
+// A llama's layers move with the family's layout: no biases, no wpe, RMSNorm's one weight; an
+// untied head moves with the last stage.
+TEST_CASE("layer moves of a llama: the family's parameters") {
+  const Profiles profiles = Mesh({1e11, 1e11, 1e11}, 1e8, 0.02);
+  for (const bool tied : {true, false}) {
+    INFO((tied ? "tied" : "untied"));
+    PlacementRequest request = Request(profiles, 12);
+    request.model = testing::SmallLlama(12, tied);
+    auto model = Planner(profiles).Model(request);
+    REQUIRE(model.ok());
+    const std::vector<StagePlan> from = {{"s0", 0, 4}, {"s1", 4, 8}, {"s2", 8, 12}};
+    const std::vector<StagePlan> to = {{"s1", 0, 6}, {"s0", 6, 12}};
+    const auto moves = LayerMoves(*model, from, to);
+    // Per layer: two RMSNorm weights, q|k|v 192 x 64, o 64 x 96, gate|up 192 x 64, down 64 x 96;
+    // parameters, m and v in fp32.
+    const int64_t per_layer = (2 * 64 + 2 * 192 * 64 + 2 * 64 * 96) * 12, wte = 384 * 64 * 12;
+    REQUIRE(moves.size() == 5);
+    CHECK(moves[0].what == "layers 0..3");
+    CHECK(moves[0].bytes == 4 * per_layer);
+    CHECK(moves[1].what == "layers 6..7");
+    CHECK(moves[1].bytes == 2 * per_layer);
+    CHECK(moves[2].what == "layers 8..11");
+    CHECK(moves[3].what == "wte (first stage)");
+    CHECK(moves[3].bytes == wte);
+    CHECK(moves[4].what == (tied ? "wte+lnf (last stage)" : "head+lnf (last stage)"));
+    CHECK(moves[4].bytes == wte + 64 * 12);
+  }
+}
+
 TEST_CASE("no re-plan for a small gain or when nothing changed") {
   const Profiles profiles = Mesh({2e10, 2e10, 2e10}, 1e9, 0.004);
   const PlacementRequest request = Request(profiles);

@@ -16,6 +16,19 @@ inline model::ModelConfig SmallModel(int layers = 8) {
   return model::MakeConfig(layers, 256, 4, 512, 128);
 }
 
+// A small llama with grouped-query attention (NKV 2 < NH 4), a head width that is not C / NH
+// (24, not 16) and an MLP that is not 4C (I = 96): every width of its layer differs from a
+// GPT-2's of the same C and NH.
+inline model::ModelConfig SmallLlama(int layers = 8, bool tied = true) {
+  model::ModelConfig c = model::MakeConfig(layers, 64, 4, 300, 128);
+  c.family = model::Family::kLlama;
+  c.num_kv_heads = 2;
+  c.head_dim = 24;
+  c.intermediate_size = 96;
+  c.tied_embeddings = tied;
+  return c;
+}
+
 inline PipelineWorkload Workload(int microbatches = 4, const std::string& compression = "off") {
   PipelineWorkload w;
   w.microbatch_size = 4;

@@ -114,6 +114,41 @@ class OpProfiler : public kernels::Ops {
     return r;
   }
 
+  // Llama-family ops (train_bench --family llama).
+  bool HasLlamaOps() const override { return inner_->HasLlamaOps(); }
+  void RmsNormForward(float* o, float* r, const float* i, const float* w, int N, int C,
+                      float eps) override {
+    Time("RmsNormForward", [&] { inner_->RmsNormForward(o, r, i, w, N, C, eps); });
+  }
+  void RmsNormBackward(float* di, float* dw, const float* d, const float* i, const float* w,
+                       const float* r, int N, int C) override {
+    Time("RmsNormBackward", [&] { inner_->RmsNormBackward(di, dw, d, i, w, r, N, C); });
+  }
+  void RopeForward(float* qkv, const float* c, const float* s, int B, int T, int NH, int NKV,
+                   int HD) override {
+    Time("RopeForward", [&] { inner_->RopeForward(qkv, c, s, B, T, NH, NKV, HD); });
+  }
+  void RopeBackward(float* dqkv, const float* c, const float* s, int B, int T, int NH, int NKV,
+                    int HD) override {
+    Time("RopeBackward", [&] { inner_->RopeBackward(dqkv, c, s, B, T, NH, NKV, HD); });
+  }
+  void SwiGluForward(float* o, const float* i, int N, int I) override {
+    Time("SwiGluForward", [&] { inner_->SwiGluForward(o, i, N, I); });
+  }
+  void SwiGluBackward(float* di, const float* i, const float* d, int N, int I) override {
+    Time("SwiGluBackward", [&] { inner_->SwiGluBackward(di, i, d, N, I); });
+  }
+  void GroupedAttentionForward(float* o, float* p, float* a, const float* q, int B, int T, int NH,
+                               int NKV, int HD) override {
+    Time("GroupedAttentionForward",
+         [&] { inner_->GroupedAttentionForward(o, p, a, q, B, T, NH, NKV, HD); });
+  }
+  void GroupedAttentionBackward(float* dq, float* dp, float* da, const float* d, const float* q,
+                                const float* a, int B, int T, int NH, int NKV, int HD) override {
+    Time("GroupedAttentionBackward",
+         [&] { inner_->GroupedAttentionBackward(dq, dp, da, d, q, a, B, T, NH, NKV, HD); });
+  }
+
  private:
   template <typename F>
   void Time(const char* op, F&& f) {

@@ -50,6 +50,16 @@ Workload MakeWorkload(const std::string& name) {
     x.config = model::MakeConfig(48, 1600, 25, 50257, 1024);
     x.w.microbatch_size = 8;  // too many activations for one 80 GB GPU: at least 2 stages
     x.w.microbatches = 16;
+  } else if (name == "llama8b") {  // Llama 3 8B's shape: GQA 32/8, SwiGLU 14336, untied, 8.0B
+    x.config = model::MakeConfig(32, 4096, 32, 128256, 8192);
+    x.config.family = model::Family::kLlama;
+    x.config.num_kv_heads = 8;
+    x.config.head_dim = 128;
+    x.config.intermediate_size = 14336;
+    x.config.rope_theta = 500000;
+    x.config.tied_embeddings = false;
+    x.w.microbatch_size = 1;
+    x.w.microbatches = 64;
   } else {  // "13b": GPT-3 13B's shape in GPT-2's architecture, 12.9B parameters
     x.config = model::MakeConfig(40, 5120, 40, 50257, 2048);
     x.w.microbatch_size = 1;
@@ -466,7 +476,8 @@ int main(int argc, char** argv) {
   double budget = 20;
   std::string calibrate;
   app.add_option("--sites", sizes, "Topology sizes")->delimiter(',');
-  app.add_option("--models", models, "xl (GPT-2 XL) and/or 13b")->delimiter(',');
+  app.add_option("--models", models, "xl (GPT-2 XL), 13b and/or llama8b (Llama 3 8B's shape)")
+      ->delimiter(',');
   app.add_option("--seed", seed, "Topology seed")->capture_default_str();
   app.add_option("--steps", steps, "Simulated steps per placement")->capture_default_str();
   app.add_option("--time-budget", budget, "Planner time budget (s)")->capture_default_str();

@@ -1,16 +1,61 @@
 #!/usr/bin/python3
-"""PyTorch side of tools/bench/train_bench: the same GPT-2 (llm.c's architecture, padded
-vocabulary, tied head), batch and thread count, trained with AdamW and grad-norm clipping;
-prints the median step time and tokens/s. Run with Debian's /usr/bin/python3 on the CPU; on a
-GPU machine `--device cuda` (fp32, TF32 off) or `--device cuda --dtype bf16` (autocast to bf16
-with fp32 master weights, as longhaul's cuda-bf16 backend) gives the GPU baseline."""
+"""PyTorch side of tools/bench/train_bench: the same model, batch and thread count, trained
+with AdamW and grad-norm clipping; prints the median step time and tokens/s. Run with Debian's
+/usr/bin/python3 on the CPU; on a GPU machine `--device cuda` (fp32, TF32 off) or `--device cuda
+--dtype bf16` (autocast to bf16 with fp32 master weights, as longhaul's cuda-bf16 backend) gives
+the GPU baseline.
+
+--family gpt2 (default): llm.c's GPT-2 (padded vocabulary, tied head).
+--family llama: Hugging Face's LlamaForCausalLM, written here from its equations (RMSNorm,
+rotary embeddings in the rotate-half convention, grouped-query causal attention, SwiGLU, no
+biases, head tied or not), in the fastest form PyTorch 1.13's eager ops allow: q|k|v and
+gate|up as one matmul each (longhaul stacks them the same way), and each key/value head's
+group of query heads as one batched product, scaled and causally masked inside baddbmm (no
+copies of the key/value heads; 1.13 has no scaled_dot_product_attention). Llama runs set OMP_WAIT_POLICY=PASSIVE before torch starts
+(--omp-wait-policy): with spinning OpenMP threads a 2-thread torch slows several-fold when
+another process shares the cores."""
 import argparse
 import math
+import os
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def parse_args():
+    ap = argparse.ArgumentParser()
+    for name, default in [("layers", 6), ("channels", 384), ("heads", 6), ("vocab", 50257),
+                          ("context", 256), ("batch", 4), ("seq-len", 256), ("warmup", 2),
+                          ("steps", 5), ("threads", 2)]:
+        ap.add_argument("--" + name, type=int, default=default)
+    ap.add_argument("--peak-gflops", type=float, default=0)
+    ap.add_argument("--flops-per-token", type=float, default=0)
+    ap.add_argument("--ours-tokens-per-s", type=float, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--family", default="gpt2", choices=["gpt2", "llama"])
+    # Llama only (Hugging Face's names in parentheses).
+    ap.add_argument("--kv-heads", type=int, default=0, help="num_key_value_heads (0: heads)")
+    ap.add_argument("--head-dim", type=int, default=0, help="head_dim (0: channels / heads)")
+    ap.add_argument("--intermediate", type=int, default=1376, help="intermediate_size")
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--norm-eps", type=float, default=1e-5, help="rms_norm_eps")
+    ap.add_argument("--tied", type=int, default=0, choices=[0, 1], help="tie_word_embeddings")
+    ap.add_argument("--omp-wait-policy", default="auto", choices=["auto", "passive", "active"],
+                    help="OMP_WAIT_POLICY for torch's threads; auto: PASSIVE for llama, libgomp's "
+                         "default for gpt2 (unless the environment sets it)")
+    return ap.parse_args()
+
+
+ARGS = parse_args() if __name__ == "__main__" else None
+if ARGS is not None and "OMP_WAIT_POLICY" not in os.environ:
+    policy = ARGS.omp_wait_policy
+    if policy == "auto":
+        policy = "passive" if ARGS.family == "llama" else None
+    if policy:
+        os.environ["OMP_WAIT_POLICY"] = policy.upper()  # read when libgomp loads, with torch
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class Block(nn.Module):
@@ -54,18 +99,87 @@ class GPT(nn.Module):
         return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps))
+
+
+def rotate_half(u):
+    half = u.shape[-1] // 2
+    return torch.cat((-u[..., half:], u[..., :half]), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    """h = x + o(attention(rope(q), rope(k), v)), q|k|v = qkv(rmsnorm(x));
+    y = h + down(silu(gate) * up), gate|up = gate_up(rmsnorm(h)). No biases."""
+
+    def __init__(self, C, NH, NKV, HD, I, eps):
+        super().__init__()
+        self.NH, self.NKV, self.HD, self.I = NH, NKV, HD, I
+        self.input_norm, self.post_norm = RMSNorm(C, eps), RMSNorm(C, eps)
+        self.qkv = nn.Linear(C, (NH + 2 * NKV) * HD, bias=False)  # q_proj | k_proj | v_proj
+        self.o = nn.Linear(NH * HD, C, bias=False)
+        self.gate_up = nn.Linear(C, 2 * I, bias=False)  # gate_proj | up_proj
+        self.down = nn.Linear(I, C, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        NH, NKV, HD = self.NH, self.NKV, self.HD
+        group = NH // NKV
+        q, k, v = self.qkv(self.input_norm(x)).split([NH * HD, NKV * HD, NKV * HD], dim=-1)
+        q = q.view(B, T, NH, HD).transpose(1, 2)
+        k = k.view(B, T, NKV, HD).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin  # (B, NH, T, HD)
+        k = k * cos + rotate_half(k) * sin  # (B, NKV, T, HD)
+        v = v.view(B, T, NKV, HD).transpose(1, 2)
+        # Query head h reads key/value head h // group; a group's query heads are consecutive,
+        # so each (batch, key/value head) is one product of its group * T query rows.
+        q = q.reshape(B * NKV, group * T, HD)
+        k, v = k.reshape(B * NKV, T, HD), v.reshape(B * NKV, T, HD)
+        att = torch.baddbmm(mask, q, k.transpose(1, 2), alpha=1.0 / math.sqrt(HD)).softmax(dim=-1)
+        y = torch.bmm(att, v).view(B, NH, T, HD).transpose(1, 2).reshape(B, T, NH * HD)
+        x = x + self.o(y)
+        gate, up = self.gate_up(self.post_norm(x)).split(self.I, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, L, C, NH, NKV, HD, I, Vp, T, eps, theta, tied):
+        super().__init__()
+        self.embed = nn.Embedding(Vp, C)
+        self.blocks = nn.ModuleList(LlamaBlock(C, NH, NKV, HD, I, eps) for _ in range(L))
+        self.norm = RMSNorm(C, eps)
+        self.lm_head = None if tied else nn.Linear(C, Vp, bias=False)
+        # Rotary tables (T, HD), Hugging Face's default rope (no rope_scaling), and the causal
+        # mask as an additive (group * T, T) bias, tiled once per query head of a group.
+        inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.int64).float() / HD))
+        freqs = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+        causal = torch.full((T, T), float("-inf")).triu(1)
+        self.register_buffer("mask", causal.repeat(NH // NKV, 1))
+        for name, m in self.named_modules():  # as longhaul's init (model/init.cc)
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                std = 0.02 / math.sqrt(2 * L) if name.endswith((".o", ".down")) else 0.02
+                nn.init.normal_(m.weight, 0.0, std)
+
+    def forward(self, idx, targets, V):
+        x = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, self.cos, self.sin, self.mask)
+        head = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        logits = self.norm(x) @ head.T
+        return F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    for name, default in [("layers", 6), ("channels", 384), ("heads", 6), ("vocab", 50257),
-                          ("context", 256), ("batch", 4), ("seq-len", 256), ("warmup", 2),
-                          ("steps", 5), ("threads", 2)]:
-        ap.add_argument("--" + name, type=int, default=default)
-    ap.add_argument("--peak-gflops", type=float, default=0)
-    ap.add_argument("--flops-per-token", type=float, default=0)
-    ap.add_argument("--ours-tokens-per-s", type=float, default=0)
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
-    a = ap.parse_args()
+    a = ARGS
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     dev = torch.device(a.device)
@@ -75,7 +189,13 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     Vp = (a.vocab + 127) // 128 * 128
-    model = GPT(a.layers, a.channels, a.heads, Vp, a.context).to(dev)
+    if a.family == "llama":
+        NKV = a.kv_heads or a.heads
+        HD = a.head_dim or a.channels // a.heads
+        model = Llama(a.layers, a.channels, a.heads, NKV, HD, a.intermediate, Vp, a.seq_len,
+                      a.norm_eps, a.rope_theta, bool(a.tied)).to(dev)
+    else:
+        model = GPT(a.layers, a.channels, a.heads, Vp, a.context).to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},

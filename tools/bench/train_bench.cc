@@ -1,12 +1,15 @@
-// Training throughput of a whole GPT-2 on a kernel backend (default "cpu"), against PyTorch
-// on the same model, batch and thread count in the same run (torch_train_bench.py), and
+// Training throughput of a whole GPT-2 or Llama on a kernel backend (default "cpu"), against
+// PyTorch on the same model, batch and thread count in the same run (torch_train_bench.py), and
 // model FLOP utilisation against the OpenBLAS sgemm peak measured in this run.
 //
 // Model FLOPs per token: 6 * (parameters - wpe) for the matmuls forward and backward (the
 // tied wte counts once, as the head matmul) plus 12 * L * T * C for attention scores and
-// values (forward 4 L T C, backward twice that; causal masking not discounted).
+// values (forward 4 L T C, backward twice that; causal masking not discounted). A llama has
+// no wpe and its attention is NH * HD wide: 6 * (parameters - wte when the head is untied,
+// as the embedding is then a lookup) + 12 * L * T * NH * HD.
 //
 //   bazel run //tools/bench:train_bench -- --layers 6 --channels 384 --batch 4
+//   bazel run //tools/bench:train_bench -- --family llama   # 6 x 512, 8 heads, 2 kv heads
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -28,14 +31,19 @@
 #include "tools/bench/op_profiler.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace longhaul;  // NOLINT(google-build-using-namespace)
 
+// Restores OpenBLAS's thread count after: the "cpu" backend runs single-threaded sgemm tiles on
+// its own pool (kernels/cpu/cpu_matmul.cc), and a 2-thread OpenBLAS inside each of its tasks
+// oversubscribes the cores (rounds after the first ran 2-4x slower before this).
 double SgemmPeak(int threads) {
   const int n = 1024;
+  const int before = openblas_get_num_threads();
   openblas_set_num_threads(threads);
   std::vector<float> a(size_t{1} * n * n, 0.5f), b(a), c(a.size());
   double best = 1e30;
@@ -45,11 +53,18 @@ double SgemmPeak(int threads) {
                 0.0f, c.data(), n);
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
+  openblas_set_num_threads(before);
   return 2.0 * n * n * n / best / 1e9;
 }
 
 struct Flags {
+  std::string family = "gpt2";
   int layers = 6, channels = 384, heads = 6, vocab = 50257, context = 256;
+  // Llama only (LlamaDefaults fills what is not given).
+  int kv_heads = 0, head_dim = 0, intermediate = 0;
+  double rope_theta = 10000.0;
+  float norm_eps = 1e-5f;
+  bool tied = false;
   int batch = 4, seq_len = 256, warmup = 2, steps = 5, threads = 2;
   std::string backend = "cpu";
   bool torch = true;
@@ -62,12 +77,47 @@ struct Flags {
   double peak_gflops = 0;            // 0: the OpenBLAS sgemm peak measured here (CPU backends)
 };
 
+// A small Llama shape (Llama 2's proportions at 6 x 512: SwiGLU width about 8/3 C rounded to a
+// multiple of 32, 4 query heads per kv head, its 32000-token vocabulary, untied head) for the
+// shape flags the command line did not give.
+void LlamaDefaults(const CLI::App& app, Flags* f) {
+  auto fill = [&app](const char* flag, int* value, int dflt) {
+    if (app.count(flag) == 0) *value = dflt;
+  };
+  fill("--layers", &f->layers, 6);
+  fill("--channels", &f->channels, 512);
+  fill("--heads", &f->heads, 8);
+  fill("--kv-heads", &f->kv_heads, 2);
+  fill("--intermediate", &f->intermediate, 1376);
+  fill("--vocab", &f->vocab, 32000);
+  fill("--context", &f->context, 256);
+  if (app.count("--head-dim") == 0 && f->heads > 0) f->head_dim = f->channels / f->heads;
+}
+
 int Run(const Flags& f) {
   // A GPU's peak is given (its datasheet's dense figure for the precision); a CPU's is measured.
   auto measure_peak = [&f] { return f.peak_gflops > 0 ? f.peak_gflops : SgemmPeak(f.threads); };
+  auto family = model::ParseFamily(f.family);
+  if (!family.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", std::string(family.status().message()).c_str());
+    return 1;
+  }
+  const bool llama = *family == model::Family::kLlama;
+  model::ModelConfig config = model::MakeConfig(f.layers, f.channels, f.heads, f.vocab, f.context);
+  if (llama) {
+    config.family = model::Family::kLlama;
+    config.num_kv_heads = f.kv_heads;
+    config.head_dim = f.head_dim;
+    config.intermediate_size = f.intermediate;
+    config.rope_theta = f.rope_theta;
+    config.norm_eps = f.norm_eps;
+    config.tied_embeddings = f.tied;
+  }
+  if (const Status valid = model::ValidateConfig(config); !valid.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", std::string(valid.message()).c_str());
+    return 1;
+  }
   const double peak = measure_peak();
-  const model::ModelConfig config =
-      model::MakeConfig(f.layers, f.channels, f.heads, f.vocab, f.context);
   auto ops = kernels::MakeOps(f.backend, f.threads);
   if (!ops.ok()) {
     std::fprintf(stderr, "train_bench: %s\n", std::string(ops.status().message()).c_str());
@@ -104,13 +154,24 @@ int Run(const Flags& f) {
   const int64_t params = model::NumParameters(config);
   const double tokens = double(f.batch) * f.seq_len;
   const double flops_per_token =
-      6.0 * double(params - int64_t(config.max_seq_len) * config.channels) +
-      12.0 * f.layers * double(f.seq_len) * f.channels;
-  std::printf(
-      "model L=%d C=%d NH=%d V=%d (Vp %d) T=%d: %.1fM parameters; batch %d x %d; "
-      "%d threads; %.2f GFLOP per step\n",
-      f.layers, f.channels, f.heads, f.vocab, config.padded_vocab_size, f.seq_len, params / 1e6,
-      f.batch, f.seq_len, f.threads, flops_per_token * tokens / 1e9);
+      llama ? 6.0 * double(params - (f.tied ? 0 : int64_t(config.padded_vocab_size) * f.channels)) +
+                  12.0 * f.layers * double(f.seq_len) * f.heads * f.head_dim
+            : 6.0 * double(params - int64_t(config.max_seq_len) * config.channels) +
+                  12.0 * f.layers * double(f.seq_len) * f.channels;
+  if (llama) {
+    std::printf(
+        "model llama L=%d C=%d NH=%d NKV=%d HD=%d I=%d V=%d (Vp %d) T=%d theta=%g %s: %.1fM "
+        "parameters; batch %d x %d; %d threads; %.2f GFLOP per step\n",
+        f.layers, f.channels, f.heads, f.kv_heads, f.head_dim, f.intermediate, f.vocab,
+        config.padded_vocab_size, f.seq_len, f.rope_theta, f.tied ? "tied" : "untied", params / 1e6,
+        f.batch, f.seq_len, f.threads, flops_per_token * tokens / 1e9);
+  } else {
+    std::printf(
+        "model L=%d C=%d NH=%d V=%d (Vp %d) T=%d: %.1fM parameters; batch %d x %d; "
+        "%d threads; %.2f GFLOP per step\n",
+        f.layers, f.channels, f.heads, f.vocab, config.padded_vocab_size, f.seq_len, params / 1e6,
+        f.batch, f.seq_len, f.threads, flops_per_token * tokens / 1e9);
+  }
   std::printf("memory: %s\n", (*chain)->memory().DebugString().c_str());
   std::printf("peak (%s): %.1f GFLOP/s; %s\n",
               f.peak_gflops > 0 ? "given" : "OpenBLAS sgemm 1024^3, measured", peak,
@@ -162,7 +223,11 @@ int Run(const Flags& f) {
         " ", " --layers ", f.layers, " --channels ", f.channels, " --heads ", f.heads, " --vocab ",
         f.vocab, " --context ", f.context, " --batch ", f.batch, " --seq-len ", f.seq_len,
         " --warmup ", f.warmup, " --steps ", f.steps, " --threads ", f.threads, " --peak-gflops ",
-        round_peak, " --flops-per-token ", flops_per_token, " --ours-tokens-per-s ", tps);
+        round_peak, " --flops-per-token ", flops_per_token, " --ours-tokens-per-s ", tps,
+        llama ? absl::StrCat(" --family llama --kv-heads ", f.kv_heads, " --head-dim ", f.head_dim,
+                             " --intermediate ", f.intermediate, " --rope-theta ", f.rope_theta,
+                             " --norm-eps ", f.norm_eps, " --tied ", f.tied ? 1 : 0)
+              : "");
     FILE* pipe = ::popen(cmd.c_str(), "r");
     if (pipe == nullptr) return 1;
     char line[512];
@@ -191,11 +256,15 @@ int Run(const Flags& f) {
     return v[v.size() / 2];
   };
   const double ours = median(ours_rounds);
+  const std::string shape =
+      llama ? absl::StrCat("family=llama NH=", f.heads, " NKV=", f.kv_heads, " HD=", f.head_dim,
+                           " I=", f.intermediate, " V=", f.vocab, f.tied ? " tied " : " untied ")
+            : "";
   std::printf(
-      "SUMMARY backend=%s L=%d C=%d B=%d T=%d threads=%d peak=%.1f longhaul_tokens_per_s=%.1f "
+      "SUMMARY %sbackend=%s L=%d C=%d B=%d T=%d threads=%d peak=%.1f longhaul_tokens_per_s=%.1f "
       "mfu=%.1f%%",
-      f.backend.c_str(), f.layers, f.channels, f.batch, f.seq_len, f.threads, best_peak, ours,
-      100.0 * flops_per_token * ours / 1e9 / best_peak);
+      shape.c_str(), f.backend.c_str(), f.layers, f.channels, f.batch, f.seq_len, f.threads,
+      best_peak, ours, 100.0 * flops_per_token * ours / 1e9 / best_peak);
   if (!torch_rounds.empty()) {
     std::vector<double> ratios;
     for (size_t i = 0; i < torch_rounds.size(); ++i) {
@@ -215,12 +284,24 @@ int Run(const Flags& f) {
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"GPT-2 training throughput: a longhaul kernel backend against PyTorch"};
-  app.add_option("--layers", f.layers)->capture_default_str();
-  app.add_option("--channels", f.channels)->capture_default_str();
-  app.add_option("--heads", f.heads)->capture_default_str();
-  app.add_option("--vocab", f.vocab)->capture_default_str();
+  CLI::App app{"GPT-2 or Llama training throughput: a longhaul kernel backend against PyTorch"};
+  app.add_option("--family", f.family,
+                 "gpt2, or llama (its shape defaults: 6 x 512, 8 heads, "
+                 "2 kv heads, intermediate 1376, vocab 32000, untied)")
+      ->check(CLI::IsMember({"gpt2", "llama"}))
+      ->capture_default_str();
+  app.add_option("--layers", f.layers, "gpt2 default; llama 6")->capture_default_str();
+  app.add_option("--channels", f.channels, "gpt2 default; llama 512")->capture_default_str();
+  app.add_option("--heads", f.heads, "gpt2 default; llama 8")->capture_default_str();
+  app.add_option("--vocab", f.vocab, "gpt2 default; llama 32000")->capture_default_str();
   app.add_option("--context", f.context)->capture_default_str();
+  app.add_option("--kv-heads", f.kv_heads, "llama: key/value heads (default 2)");
+  app.add_option("--head-dim", f.head_dim, "llama: width of a head (default channels / heads)");
+  app.add_option("--intermediate", f.intermediate, "llama: SwiGLU width (default 1376)");
+  app.add_option("--rope-theta", f.rope_theta, "llama")->capture_default_str();
+  app.add_option("--norm-eps", f.norm_eps, "llama: RMSNorm epsilon")->capture_default_str();
+  app.add_flag("--tied,!--untied", f.tied, "llama: head tied to the token embedding")
+      ->capture_default_str();
   app.add_option("--batch", f.batch, "Sequences per step")->capture_default_str();
   app.add_option("--seq-len", f.seq_len)->capture_default_str();
   app.add_option("--warmup", f.warmup, "Untimed steps first")->capture_default_str();
@@ -241,5 +322,16 @@ int main(int argc, char** argv) {
                  "Peak for MFU (a GPU's datasheet figure); 0 measures the OpenBLAS sgemm peak")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (f.family == "llama") {
+    LlamaDefaults(app, &f);
+  } else {
+    for (const char* flag :
+         {"--kv-heads", "--head-dim", "--intermediate", "--rope-theta", "--norm-eps", "--tied"}) {
+      if (app.count(flag) > 0) {
+        std::fprintf(stderr, "train_bench: %s is a llama flag (add --family llama)\n", flag);
+        return 1;
+      }
+    }
+  }
   return Run(f);
 }

@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "daemon/status_pages.h"
 #include "tools/cli/format.h"
@@ -241,47 +245,122 @@ int Cancel(const ClientOptions& options, const std::string& id) {
   return kExitOk;
 }
 
-int Export(ClientOptions options, const std::string& id, const std::string& out_path) {
+// A file name the daemon sent for a Hugging Face export: a plain name, nothing that could
+// leave the output directory.
+bool SafeExportName(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name[0] == '.') return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Writes the export stream: one file (`out_path`, format llmc) or the files of a Hugging
+// Face directory (`out_path` a directory, format hf). Each file goes to NAME.partial first
+// and is renamed once all its bytes arrived.
+int Export(ClientOptions options, const std::string& id, const std::string& out_path,
+           const std::string& format, const std::string& dtype) {
+  const bool hf = format == "hf";
+  if (!hf && format != "llmc") {
+    std::cerr << "longhaul: export: --format must be llmc or hf, not '" << format << "'\n";
+    return kExitUsage;
+  }
+  if (hf) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_path, ec);
+    if (ec) {
+      std::cerr << "longhaul: cannot create directory " << out_path << ": " << ec.message() << "\n";
+      return kExitError;
+    }
+  }
   options.timeout_seconds = std::max(options.timeout_seconds, 600.0);
   auto client = ControlClient::Connect(options);
   if (!client) return kExitUsage;
   v1::ExportJobRequest req;
   req.set_job_id(id);
+  req.set_format(format);
+  req.set_dtype(dtype);
   auto ctx = client->Context();
   auto reader = client->stub().ExportJob(ctx.get(), req);
-  const std::string tmp = out_path + ".partial";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    std::cerr << "longhaul: cannot write " << tmp << "\n";
-    return kExitError;
-  }
+  std::string name, path;  // the file being received
+  std::ofstream out;
+  uint64_t got = 0, total = 0, all = 0;
+  std::vector<std::string> written;
+  auto finish_file = [&]() -> bool {
+    if (path.empty()) return true;
+    out.close();
+    if (got != total || !out) {
+      std::cerr << "longhaul: export " << id << ": " << (name.empty() ? out_path : name)
+                << ": received " << got << " of " << total << " bytes\n";
+      std::remove((path + ".partial").c_str());
+      return false;
+    }
+    std::rename((path + ".partial").c_str(), path.c_str());
+    written.push_back(path);
+    all += got;
+    path.clear();
+    return true;
+  };
   v1::ExportChunk chunk;
-  uint64_t got = 0, total = 0;
-  while (reader->Read(&chunk)) {
+  bool ok = true;
+  while (ok && reader->Read(&chunk)) {
+    if (path.empty() || chunk.file() != name) {
+      ok = finish_file();
+      if (!ok) break;
+      name = chunk.file();
+      if (hf && !SafeExportName(name)) {
+        std::cerr << "longhaul: export " << id << ": the daemon sent a file named '" << name
+                  << "', which is not a plain file name; stopping\n";
+        ok = false;
+        break;
+      }
+      if (!hf && !name.empty()) {
+        std::cerr << "longhaul: export " << id << ": the daemon sent a directory export\n";
+        ok = false;
+        break;
+      }
+      path = hf ? out_path + "/" + name : out_path;
+      out.open(path + ".partial", std::ios::binary | std::ios::trunc);
+      if (!out) {
+        std::cerr << "longhaul: cannot write " << path << ".partial\n";
+        ok = false;
+        break;
+      }
+      got = 0;
+    }
     out.write(chunk.data().data(), chunk.data().size());
     got += chunk.data().size();
     total = chunk.total_bytes();
   }
+  if (!ok) ctx->TryCancel();
   grpc::Status s = reader->Finish();
-  out.close();
-  if (!s.ok()) {
-    std::remove(tmp.c_str());
-    return client->Fail(s, "export " + id);
+  if (ok && s.ok()) ok = finish_file();
+  if (!path.empty()) {
+    out.close();
+    std::remove((path + ".partial").c_str());
   }
-  if (got != total || !out) {
-    std::remove(tmp.c_str());
-    std::cerr << "longhaul: export " << id << ": received " << got << " of " << total << " bytes\n";
+  if (!s.ok() && ok) return client->Fail(s, "export " + id);
+  if (!ok) return kExitError;
+  if (written.empty()) {
+    std::cerr << "longhaul: export " << id << ": the daemon sent nothing\n";
     return kExitError;
   }
-  std::rename(tmp.c_str(), out_path.c_str());
-  std::cout << "wrote " << out_path << " (" << got << " bytes, llm.c GPT-2 checkpoint)\n";
+  if (hf) {
+    std::cout << "wrote " << out_path << " (" << all << " bytes, Hugging Face model directory:";
+    for (const std::string& p : written) std::cout << " " << p.substr(out_path.size() + 1);
+    std::cout << ")\n";
+  } else {
+    std::cout << "wrote " << out_path << " (" << all << " bytes, checkpoint)\n";
+  }
   return kExitOk;
 }
 
 }  // namespace
 
 void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
-  static std::string job_file, job_id, out_path;
+  static std::string job_file, job_id, out_path, format = "llmc", dtype;
   static bool follow = false;
   auto* submit = app.add_subcommand(
       "submit", "Submit a job (YAML) to the daemon, which becomes its coordinator");
@@ -302,11 +381,19 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   cancel->add_option("job", job_id, "Job id")->required();
   cancel->callback([&options, exit_code] { *exit_code = Cancel(options, job_id); });
 
-  auto* exp =
-      app.add_subcommand("export", "Gather a job's fragments into one llm.c-format checkpoint");
+  auto* exp = app.add_subcommand(
+      "export",
+      "Export a job's model at its last committed step: one checkpoint file (llm.c's GPT-2 "
+      "format, or our llama one), or with --format hf a Hugging Face directory that "
+      "transformers loads (config.json, safetensors shards, index)");
   exp->add_option("job", job_id, "Job id")->required();
-  exp->add_option("out", out_path, "Output file, e.g. model.bin")->required();
-  exp->callback([&options, exit_code] { *exit_code = Export(options, job_id, out_path); });
+  exp->add_option("out", out_path, "Output file (model.bin) or, with --format hf, a directory")
+      ->required();
+  exp->add_option("--format", format, "llmc (default) or hf")->check(CLI::IsMember({"llmc", "hf"}));
+  exp->add_option("--dtype", dtype, "hf: f32 (default) or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  exp->callback(
+      [&options, exit_code] { *exit_code = Export(options, job_id, out_path, format, dtype); });
 }
 
 }  // namespace longhaul::cli

@@ -1,18 +1,24 @@
-// Thin CLI wrappers over model/evaluate.h and model/trainer.h: parse flags, print results.
+// Thin CLI wrappers over model/evaluate.h, model/trainer.h and the checkpoint formats
+// (model/init_from.h, model/hf_checkpoint.h): parse flags, print results.
 // train-local prints one line per step; on a terminal it also keeps a progress bar with an
 // ETA on the last line.
 #include "tools/cli/model_commands.h"
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/checkpoint.h"
 #include "model/evaluate.h"
+#include "model/hf_checkpoint.h"
+#include "model/init_from.h"
 #include "model/job.h"
 #include "model/trainer.h"
 #include "tools/cli/client.h"
@@ -44,6 +50,27 @@ int Eval(EvalFlags flags) {
   return kExitOk;
 }
 
+// Converts `in` (a checkpoint file or a Hugging Face directory) to `out`: a Hugging Face
+// directory (format hf, dtype f32 or bf16) or a checkpoint file (format llmc).
+Status ConvertCheckpoint(const std::string& in, const std::string& out, const std::string& format,
+                         const std::string& dtype) {
+  ASSIGN_OR_RETURN(const model::ModelConfig config, model::ReadInitConfig(in));
+  const model::FragmentLayout whole(config, 0, config.num_layers);
+  std::vector<float> params(whole.total());
+  RETURN_IF_ERROR(model::ReadInitFragment(in, whole, params.data()));
+  if (format == "hf") {
+    model::HfWriteOptions o;
+    o.dtype = dtype == "bf16" ? model::StDtype::kBF16 : model::StDtype::kF32;
+    RETURN_IF_ERROR(model::WriteHfCheckpoint(out, config, params.data(), o));
+  } else {
+    RETURN_IF_ERROR(model::WriteCheckpoint(out, config, params.data()));
+  }
+  std::cout << "wrote " << out << " ("
+            << (format == "hf" ? "Hugging Face model directory" : "checkpoint") << ", "
+            << config.DebugString() << ")\n";
+  return absl::OkStatus();
+}
+
 std::string Count(double n) {
   if (n >= 1e9) return absl::StrFormat("%.2fG", n / 1e9);
   if (n >= 1e6) return absl::StrFormat("%.2fM", n / 1e6);
@@ -56,7 +83,13 @@ std::string Bar(int done, int total, int width) {
   return std::string(filled, '#') + std::string(width - filled, '.');
 }
 
-int TrainLocal(const std::string& job_path, const model::TrainerOptions& options) {
+struct ExportFlags {
+  std::string dir;  // train-local --export-hf
+  std::string dtype = "f32";
+};
+
+int TrainLocal(const std::string& job_path, const model::TrainerOptions& options,
+               const ExportFlags& export_flags) {
   auto job = model::LoadJob(job_path);
   if (!job.ok()) return Fail(job.status());
   auto trainer = model::Trainer::Create(*job, options);
@@ -105,6 +138,15 @@ int TrainLocal(const std::string& job_path, const model::TrainerOptions& options
     return Fail(status);
   }
   if (!last_checkpoint.empty()) std::cout << "final checkpoint " << last_checkpoint << "\n";
+  if (!export_flags.dir.empty()) {
+    if (last_checkpoint.empty()) {
+      std::cerr << "longhaul: --export-hf: no final checkpoint was written\n";
+      return kExitError;
+    }
+    const Status exported =
+        ConvertCheckpoint(last_checkpoint, export_flags.dir, "hf", export_flags.dtype);
+    if (!exported.ok()) return Fail(exported);
+  }
   return kExitOk;
 }
 
@@ -114,7 +156,10 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   auto eval_flags = std::make_shared<EvalFlags>();
   model::EvalOptions& eo = eval_flags->options;
   auto* eval = app.add_subcommand("eval", "Print the mean loss of a checkpoint on a data file");
-  eval->add_option("--checkpoint", eo.checkpoint, "llm.c GPT-2 checkpoint (model.bin)")->required();
+  eval->add_option("--checkpoint", eo.checkpoint,
+                   "Checkpoint file (model.bin: llm.c GPT-2 or our llama) or a Hugging Face model "
+                   "directory (config.json + safetensors)")
+      ->required();
   eval->add_option("--data", eo.data, "llm.c token file, or text read as bytes")->required();
   eval->add_option("--format", eval_flags->format, "Data format")
       ->check(CLI::IsMember({"auto", "llmc", "text"}))
@@ -144,7 +189,38 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
                     "Override the job's checkpoint directory");
   train->add_flag("--resume", options->resume,
                   "Continue from the latest checkpoint in the checkpoint directory");
-  train->callback([job_path, options, exit_code] { *exit_code = TrainLocal(*job_path, *options); });
+  auto export_flags = std::make_shared<ExportFlags>();
+  train->add_option("--export-hf", export_flags->dir,
+                    "After training, write the final model as a Hugging Face directory here");
+  train->add_option("--export-dtype", export_flags->dtype, "f32 or bf16 for --export-hf")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  train->callback([job_path, options, export_flags, exit_code] {
+    *exit_code = TrainLocal(*job_path, *options, *export_flags);
+  });
+
+  auto convert_args = std::make_shared<std::array<std::string, 4>>();
+  (*convert_args)[2] = "hf";
+  (*convert_args)[3] = "f32";
+  auto* convert = app.add_subcommand(
+      "convert",
+      "Convert a checkpoint: a checkpoint file (llm.c GPT-2, our llama) to a Hugging Face "
+      "directory that transformers loads, or a Hugging Face directory to a checkpoint file");
+  convert->add_option("in", (*convert_args)[0], "Checkpoint file or Hugging Face directory")
+      ->required();
+  convert->add_option("out", (*convert_args)[1], "Output directory (hf) or file (llmc)")
+      ->required();
+  convert->add_option("--format", (*convert_args)[2], "hf or llmc")
+      ->check(CLI::IsMember({"hf", "llmc"}))
+      ->capture_default_str();
+  convert->add_option("--dtype", (*convert_args)[3], "hf: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  convert->callback([convert_args, exit_code] {
+    const auto& a = *convert_args;
+    const Status s = ConvertCheckpoint(a[0], a[1], a[2], a[3]);
+    *exit_code = s.ok() ? kExitOk : Fail(s);
+  });
 }
 
 }  // namespace longhaul::cli

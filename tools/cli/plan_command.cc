@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/job/job_spec.h"
+#include "model/config.h"
 #include "scheduler/planner.h"
 #include "scheduler/profiles_yaml.h"
 #include "scheduler/replica_planner.h"
@@ -94,16 +95,16 @@ json EstimateJson(const StepEstimate& e) {
 }
 
 void PrintEstimate(const StepEstimate& e, std::ostream& out) {
-  Table stages({"stage", "site", "layers", "fwd+bwd/mb", "codec/mb", "compute/step", "idle/step",
-                "memory", "limit"});
+  Table stages({"stage", "site", "layers", "params", "fwd+bwd/mb", "codec/mb", "compute/step",
+                "idle/step", "memory", "limit"});
   for (size_t i = 0; i < e.stages.size(); ++i) {
     const auto& s = e.stages[i];
     stages.AddRow(
         {std::to_string(i), s.site,
          absl::StrCat(s.layer_begin, "..", s.layer_end - 1, " (", s.layer_end - s.layer_begin, ")"),
-         Secs(s.forward_seconds + s.backward_seconds), Secs(s.codec_seconds),
-         Secs(s.compute_seconds), Secs(s.idle_seconds), Bytes(s.memory_bytes),
-         s.memory_limit_bytes ? Bytes(s.memory_limit_bytes) : "-"});
+         Count(double(s.parameters)), Secs(s.forward_seconds + s.backward_seconds),
+         Secs(s.codec_seconds), Secs(s.compute_seconds), Secs(s.idle_seconds),
+         Bytes(s.memory_bytes), s.memory_limit_bytes ? Bytes(s.memory_limit_bytes) : "-"});
   }
   out << stages.str();
   if (!e.links.empty()) {
@@ -129,6 +130,30 @@ void PrintEstimate(const StepEstimate& e, std::ostream& out) {
     path.push_back(absl::StrCat(c.kind, " ", c.resource, " ", Secs(c.seconds)));
   }
   out << "critical path:  " << absl::StrJoin(path, "; ") << "\n";
+}
+
+// The model's family and shape. The layer's widths come from the family (model::Widths), so
+// both families print the same keys: a GPT-2's kv_heads are its heads, its head_dim C / NH and
+// its intermediate (MLP hidden) width 4C.
+json ModelJson(const model::ModelConfig& c) {
+  const model::LayerWidths w = model::Widths(c);
+  return {{"family", model::FamilyName(c.family)},
+          {"layers", c.num_layers},
+          {"channels", c.channels},
+          {"heads", c.num_heads},
+          {"kv_heads", w.kv_heads},
+          {"head_dim", w.head_dim},
+          {"intermediate", w.mlp_hidden},
+          {"vocab", c.vocab_size},
+          {"context", c.max_seq_len},
+          {"tied", model::TiedHead(c)},
+          {"parameters", model::NumParameters(c)}};
+}
+
+// "GPT-2 L=6 C=128 ..." or "llama L=4 C=64 NH=4 NKV=2 ...": the family, then its shape (a
+// llama's DebugString names its family, a GPT-2's, llm.c's shape, does not).
+std::string ModelLine(const model::ModelConfig& c) {
+  return c.family == model::Family::kGpt2 ? "GPT-2 " + c.DebugString() : c.DebugString();
 }
 
 std::string SyncEvery(const daemon::JobSpec& spec) {
@@ -276,11 +301,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     json j = EstimateJson(plan->estimate);
     if (fleet) j["replicas"] = FleetJson(*fleet, *spec, plan->estimate);
     j["job"] = spec->job.name;
-    j["model"] = {{"layers", request.model.num_layers},
-                  {"channels", request.model.channels},
-                  {"heads", request.model.num_heads},
-                  {"vocab", request.model.vocab_size},
-                  {"context", request.model.max_seq_len}};
+    j["model"] = ModelJson(request.model);
     j["candidates"] = request.sites;
     j["unused_sites"] = plan->unused_sites;
     j["method"] = plan->method;
@@ -291,9 +312,9 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     return 0;
   }
   const scheduler::PipelineWorkload& w = request.workload;
-  out << "job " << spec->job.name << ": GPT-2 " << request.model.DebugString() << ", "
-      << w.microbatches << " microbatches of " << w.microbatch_size << " x " << w.seq_len
-      << " tokens, compression " << w.compression << "\n"
+  out << "job " << spec->job.name << ": " << ModelLine(request.model) << ", " << w.microbatches
+      << " microbatches of " << w.microbatch_size << " x " << w.seq_len << " tokens, compression "
+      << w.compression << "\n"
       << "planned over " << request.sites.size() << " candidate sites (" << plan->method
       << " search, " << plan->plans_priced << " plans priced in "
       << absl::StrFormat("%.2f s", plan->planning_seconds) << ")\n\n";
