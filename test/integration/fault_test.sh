@@ -4,7 +4,8 @@
 # random step and restarted (first a non-coordinator, then the coordinator), and once more
 # while linkem, which carries the alpha -> beta link, drops its connections mid-transfer.
 # Each must complete with losses identical, bit for bit, to the uninterrupted run's; the
-# drops must cost no rollback (no microbatch lost or processed twice).
+# drops must cost no rollback (no microbatch lost or processed twice). Then a llama job
+# (grouped-query attention, rotary embeddings, untied head) the same way, a stage site killed.
 set -euo pipefail
 
 LONGHAULD=${LONGHAULD:-daemon/longhauld}
@@ -119,9 +120,7 @@ reference=$(cat "$work/losses")
 [ "$(echo "$reference" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 120 ] \
   || fail "reference run has the wrong number of losses"
 
-for victim in beta alpha linkem; do
-  at=$(( (RANDOM % 60) + 15 ))
-  run_job "$victim" "$at"
+compare_to_reference() {  # victim
   losses=$(cat "$work/losses")
   if [ "$losses" != "$reference" ]; then
     /usr/bin/python3 - "$reference" "$losses" <<'PY' >&2
@@ -132,8 +131,14 @@ for i, (x, y) in enumerate(zip(a, b)):
         print(f"first difference at step {i+1}: {x} vs {y}"); break
 print(len(a), len(b))
 PY
-    fail "losses after killing $victim differ from the uninterrupted run"
+    fail "losses after killing $1 differ from the uninterrupted run"
   fi
+}
+
+for victim in beta alpha linkem; do
+  at=$(( (RANDOM % 60) + 15 ))
+  run_job "$victim" "$at"
+  compare_to_reference "$victim"
   if [ "$victim" = linkem ]; then
     [ "$(cat "$work/attempt")" = 1 ] || fail "connection drops caused a rollback (attempt $(cat "$work/attempt"))"
     grep -q "dropped" "$work/linkem.log" || fail "linkem dropped nothing"
@@ -143,3 +148,16 @@ PY
     echo "PASS: killed $victim at step >= $at; losses identical to the uninterrupted run"
   fi
 done
+
+# A llama: its reference run, then beta (a middle stage) killed mid-job.
+sed -i 's|^model: .*|model: {family: llama, layers: 3, channels: 48, heads: 4, kv_heads: 2, intermediate: 64, vocab: 256, context: 32, rope_theta: 500000, tied: false}|' \
+  "$work/job.yaml"
+: >"$work/beta.log"
+run_job "" 0
+reference=$(cat "$work/losses")
+at=$(( (RANDOM % 60) + 15 ))
+run_job beta "$at"
+compare_to_reference beta
+# The kill landed mid-job: the job was retried (a second attempt), not finished first.
+[ "$(cat "$work/attempt")" -ge 2 ] || fail "the llama job was not retried (attempt $(cat "$work/attempt"))"
+echo "PASS: llama: killed beta at step >= $at; losses identical to the uninterrupted run"

@@ -275,6 +275,28 @@ TEST_CASE("replicas in local mode with q4: apart between syncs, the fleet's mode
   }
 }
 
+// A llama (grouped-query attention, rotary embeddings, SwiGLU; its empty bias and position
+// slots are slices of size 0) as two replicas of two stages: exact step-mode syncs and local
+// syncs with top-k and error feedback both end at the in-process fleet's model, bit for bit.
+TEST_CASE("llama replicas, 2 x 2: the fleet's model in step and local mode") {
+  const std::string sync = GENERATE(
+      as<std::string>{}, "sync: {mode: step, codec: exact}\n",
+      "sync: {mode: local, every: 2, codec: \"topk:0.1+q8\", outer: {lr: 0.7, momentum: 0.9}}\n");
+  INFO(sync);
+  std::string yaml = JobYaml(sync, 6);
+  const std::string gpt2 = "model: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}";
+  yaml.replace(yaml.find(gpt2), gpt2.size(),
+               "model: {family: llama, layers: 2, channels: 32, heads: 4, kv_heads: 2, "
+               "intermediate: 48, vocab: 256, context: 32, tied: true}");
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  REQUIRE(s.stages_size() == 4);
+  CheckAgainst(oracle, s, c.Export(id));
+  CHECK(oracle.losses.back() < oracle.losses.front());
+}
+
 TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit for bit") {
   // Four single-stage replicas (alpha, beta, gamma, delta): each slice's chunks go alpha ->
   // beta -> gamma -> delta -> alpha, partial sums re-encoded at every hop, then the owners'
