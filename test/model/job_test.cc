@@ -37,6 +37,43 @@ TEST_CASE("the example job parses", "[job]") {
   CHECK(job->backend == "cpu");
 }
 
+TEST_CASE("the llama example job parses, and llama keys are checked", "[job][llama]") {
+  auto job = LoadJob(testing::Runfile("configs/llama-job.example.yaml"));
+  INFO(job.status().ToString());
+  REQUIRE(job.ok());
+  const ModelConfig& c = job->model;
+  CHECK(c.family == Family::kLlama);
+  CHECK(c.num_kv_heads == 2);
+  CHECK(c.head_dim == 16);
+  CHECK(c.intermediate_size == 352);
+  CHECK(c.rope_theta == 500000.0);
+  CHECK(c.rope_scaling == RopeScaling{8.0, 1.0, 4.0, 64});
+  CHECK(!c.tied_embeddings);
+  const std::string head =
+      "name: t\nsteps: 1\nbatch_size: 1\nmodel: {layers: 2, channels: 32, "
+      "heads: 4, vocab: 256, context: 16, ";
+  CHECK(ParseJob(head + "family: llama, intermediate: 48}\n", "job.yaml", "/b")->model == [] {
+    ModelConfig want = MakeConfig(2, 32, 4, 256, 16);
+    want.family = Family::kLlama;
+    want.num_kv_heads = 4;  // HF's default: as many as the heads
+    want.head_dim = 8;
+    want.intermediate_size = 48;
+    return want;
+  }());
+  CHECK_THAT(ErrorOf(head + "family: llama}\n"), Contains("intermediate: missing required key"));
+  CHECK_THAT(ErrorOf(head + "family: llama, intermediate: 48, kv_heads: 3}\n"),
+             Contains("model.kv_heads: must divide heads (4)"));
+  CHECK_THAT(ErrorOf(head + "kv_heads: 2}\n"), Contains("is a llama key (set family: llama)"));
+  CHECK_THAT(ErrorOf(head + "family: falcon}\n"), Contains("unknown model family 'falcon'"));
+  CHECK_THAT(ErrorOf(head + "family: llama, intermediate: 48, tied: maybe}\n"),
+             Contains("must be true or false"));
+  CHECK_THAT(ErrorOf(head + "family: llama, intermediate: 48, head_dim: 7}\n"),
+             Contains("head_dim 7 must be even"));
+  CHECK_THAT(ErrorOf(head + "family: llama, intermediate: 48, rope_scaling: {factor: 8, "
+                            "low_freq_factor: 4, high_freq_factor: 1}}\n"),
+             Contains("rope_scaling (llama3)"));
+}
+
 TEST_CASE("defaults", "[job]") {
   auto job = ParseJob(kValid, "job.yaml", "/base");
   REQUIRE(job.ok());
