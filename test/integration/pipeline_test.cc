@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -376,6 +377,34 @@ TEST_CASE("bad jobs are refused with clear errors and the daemons keep serving")
   auto d = c.at(1).jobs().Deliver(frame, {}, "alpha");
   CHECK(d.code() == absl::StatusCode::kUnavailable);
   CHECK_THAT(std::string(d.message()), Catch::Contains("no job 'ghost-000000'"));
+
+  // A hostile Hugging Face checkpoint (init_from, relative: each site's data_dir): its
+  // config.json is valid, its safetensors header claims more bytes than the file holds. The
+  // stage sites refuse it at the first assignment, naming the file; the submit fails.
+  {
+    model::ModelConfig llama = model::MakeConfig(3, 32, 4, 256, 32);
+    llama.family = model::Family::kLlama;
+    llama.num_kv_heads = 2;
+    llama.head_dim = 8;
+    llama.intermediate_size = 48;
+    std::vector<float> params(model::NumParameters(llama), 0.01f);
+    for (int i = 0; i < 3; ++i) {
+      const std::string dir = c.at(i).config().data_dir + "/hostile-hf";
+      REQUIRE(model::WriteHfCheckpoint(dir, llama, params.data()).ok());
+      std::string bytes(8, '\0');
+      bytes[7] = 0x7f;  // a header length near 2^63
+      bytes += "{}";
+      std::ofstream(dir + "/model.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+    }
+    std::string yaml = JobYaml("compression: {mode: off}\n", 2);
+    yaml.replace(yaml.find("model: {"),
+                 yaml.find('\n', yaml.find("model: {")) - yaml.find("model: {"),
+                 "init_from: hostile-hf");
+    req.set_job_yaml(yaml);
+    r = c.at(0).jobs().Submit(req);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("model.safetensors"));
+  }
 
   // Still serving: a good job runs.
   req.set_job_yaml(JobYaml("compression: {mode: off}\n", 2));
