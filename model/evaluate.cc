@@ -8,8 +8,10 @@
 #include "kernels/ops.h"
 #include "model/chain.h"
 #include "model/checkpoint.h"
+#include "model/corpus.h"
 #include "model/data_loader.h"
 #include "model/init_from.h"
+#include "model/job.h"
 
 namespace longhaul::model {
 
@@ -32,7 +34,13 @@ StatusOr<EvalResult> EvaluateCheckpoint(const EvalOptions& options) {
                                                    " exceeds the checkpoint's context of ",
                                                    config.max_seq_len));
   }
-  ASSIGN_OR_RETURN(TokenData data, ReadTokenData(options.data, options.format));
+  // "builtin": the built-in corpus's validation text (what a job's `val: builtin` reads).
+  TokenData data;
+  if (options.data == kBuiltinData) {
+    data = TokensFromText(BuiltinCorpus(2, kBuiltinCorpusBytes / 8), kBuiltinData);
+  } else {
+    ASSIGN_OR_RETURN(data, ReadTokenData(options.data, options.format));
+  }
   RETURN_IF_ERROR(CheckTokensFit(data, config.vocab_size));
   result.data_tokens = int64_t(data.tokens.size());
   DataLoaderOptions lo;

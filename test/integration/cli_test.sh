@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The binaries as an operator uses them: longhauld from a YAML config, the CLI's commands,
-# output formats and exit codes (3 = daemon unreachable, 4 = token refused), --check on a
+# output formats and exit codes (2 = bad request, 3 = daemon unreachable, 4 = token refused,
+# 5 = not permitted, 6 = not found), --check on a
 # bad config, and a clean exit on SIGTERM.
 set -euo pipefail
 
@@ -83,6 +84,28 @@ $LONGHAUL --addr "127.0.0.1:$cp" --token-file "$work/wrong" links 2>"$work/err";
 set -e
 [ "$rc" -eq 4 ] || fail "a wrong token exited $rc, expected 4"
 grep -q "refused the token" "$work/err" || fail "wrong-token message: $(cat "$work/err")"
+
+# Each class of refusal has its own exit code and says its cause: a file outside data_roots
+# is not permitted (5, not a token problem), a bad job file is a bad request (2), an unknown
+# job is not found (6).
+printf 'name: outside\nmodel: {layers: 1, channels: 16, heads: 2, vocab: 256, context: 16}\ndata: {train: %s}\nsteps: 1\nbatch_size: 1\nsites: [alpha]\n' \
+  "$work/site.yaml" >"$work/outside.yaml"
+printf 'name: bad\nmodel: {layers: 1, channels: 16, heads: 2, vocab: 256, context: 16}\nsteps: 1\nbatch_size: 1\nsites: [alpha]\ncompression: {mode: fixed, codec: q3}\n' \
+  >"$work/badreq.yaml"
+expect_rc() {  # rc pattern command...
+  local want=$1 pattern=$2
+  shift 2
+  set +e
+  "$@" >/dev/null 2>"$work/err"
+  local rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$work/err")"
+  grep -q "$pattern" "$work/err" || fail "$*: no '$pattern' in: $(cat "$work/err")"
+  ! grep -q "refused the token" "$work/err" || [ "$want" -eq 4 ] || fail "$*: blamed the token"
+}
+expect_rc 5 "outside site 'alpha''s data_roots" $LONGHAUL --config "$work/site.yaml" submit "$work/outside.yaml"
+expect_rc 2 "compression.codec" $LONGHAUL --config "$work/site.yaml" submit "$work/badreq.yaml"
+expect_rc 6 "no-such-job" $LONGHAUL --config "$work/site.yaml" status no-such-job
 
 kill -TERM $pid
 wait $pid || fail "longhauld did not exit cleanly on SIGTERM"

@@ -2,7 +2,8 @@
 # A llama as a user drives it from the CLI: train-local a llama job file (model given inline,
 # family llama) and export the result as a Hugging Face directory; eval that directory and the
 # checkpoint it came from (the same loss); convert it back to a checkpoint file (the same loss
-# again); continue training from the directory (init_from); and a broken directory refused
+# again); continue training from the directory (init_from); a second fresh run over the
+# first's checkpoints refused; eval of the built-in corpus; and a broken directory refused
 # with the file and the key named, exit 2.
 set -euo pipefail
 
@@ -73,6 +74,16 @@ fresh=$(sed -n 's/^step *1\/8 .*loss \([0-9.]*\).*/\1/p' "$work/train.log" | hea
 [ -n "$first" ] && [ -n "$fresh" ] || fail "no step lines: $(head -3 "$work/cont.log")"
 /usr/bin/python3 -c "import sys; sys.exit(0 if float('$first') < float('$fresh') - 0.1 else 1)" \
   || fail "init_from the export started at loss $first, a fresh model at $fresh"
+
+# A second fresh run into the same checkpoint directory is refused (it would overwrite the
+# first run's checkpoints), naming --resume; eval reads the built-in corpus as `builtin`.
+set +e
+out=$($LONGHAUL train-local "$work/job.yaml" 2>&1); rc=$?
+set -e
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "already holds checkpoints (up to step 8): pass --resume" \
+  || fail "train-local over existing checkpoints exited $rc: $out"
+$LONGHAUL eval --checkpoint "$work/hf" --data builtin --batches 1 --batch-size 1 --seq-len 32 \
+  | grep -q "^mean loss" || fail "eval --data builtin"
 
 # A broken directory: the file and the key named, exit 2 (bad input).
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' "$work/hf/config.json" \

@@ -113,10 +113,20 @@ int ControlClient::Fail(const grpc::Status& status, const std::string& what) con
                 << "): " << status.error_message() << "\n";
       return kExitUnreachable;
     case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::PERMISSION_DENIED:
       std::cerr << "longhaul: " << what << ": daemon at " << addr_
                 << " refused the token: " << status.error_message() << "\n";
       return kExitRefused;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      std::cerr << "longhaul: " << what << ": not permitted by the daemon at " << addr_ << ": "
+                << status.error_message() << "\n";
+      return kExitNotPermitted;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      std::cerr << "longhaul: " << what
+                << ": the daemon refused the request: " << status.error_message() << "\n";
+      return kExitUsage;
+    case grpc::StatusCode::NOT_FOUND:
+      std::cerr << "longhaul: " << what << ": " << status.error_message() << "\n";
+      return kExitNotFound;
     default:
       std::cerr << "longhaul: " << what << ": " << status.error_message() << "\n";
       return kExitError;

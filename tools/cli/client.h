@@ -14,12 +14,18 @@
 
 namespace longhaul::cli {
 
+// One exit code per class of error: usage covers a bad request the daemon refused too
+// (INVALID_ARGUMENT: a bad job file, an unknown export format); refused is the token alone
+// (UNAUTHENTICATED); not permitted is what the token may not do (PERMISSION_DENIED: a file
+// outside the site's data_roots); not found is an unknown job (NOT_FOUND).
 enum ExitCode {
   kExitOk = 0,
   kExitError = 1,
   kExitUsage = 2,
   kExitUnreachable = 3,
   kExitRefused = 4,
+  kExitNotPermitted = 5,
+  kExitNotFound = 6,
 };
 
 struct ClientOptions {

@@ -20,6 +20,7 @@
 #include "model/hf_checkpoint.h"
 #include "model/init_from.h"
 #include "model/job.h"
+#include "model/train_state.h"
 #include "model/trainer.h"
 #include "tools/cli/client.h"
 #include "tools/cli/format.h"
@@ -92,6 +93,17 @@ int TrainLocal(const std::string& job_path, const model::TrainerOptions& options
                const ExportFlags& export_flags) {
   auto job = model::LoadJob(job_path);
   if (!job.ok()) return Fail(job.status());
+  // A fresh run into a directory that holds another run's checkpoints would overwrite them
+  // step by step: refuse unless resuming.
+  const std::string dir =
+      options.checkpoint_dir.empty() ? job->checkpoint.dir : options.checkpoint_dir;
+  if (const int step = model::LatestCheckpointStep(dir); step > 0 && !options.resume) {
+    std::cerr << "longhaul: checkpoint directory " << dir
+              << " already holds checkpoints (up to step " << step
+              << "): pass --resume to continue that run, or --checkpoint-dir DIR (or "
+              << "remove it) to start afresh\n";
+    return kExitUsage;
+  }
   auto trainer = model::Trainer::Create(*job, options);
   if (!trainer.ok()) return Fail(trainer.status());
   const model::Job& j = (*trainer)->job();
@@ -160,7 +172,10 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
                    "Checkpoint file (model.bin: llm.c GPT-2 or our llama) or a Hugging Face model "
                    "directory (config.json + safetensors)")
       ->required();
-  eval->add_option("--data", eo.data, "llm.c token file, or text read as bytes")->required();
+  eval->add_option("--data", eo.data,
+                   "llm.c token file (uint16 or uint32 ids), text read as bytes, or builtin "
+                   "(the built-in corpus's validation text)")
+      ->required();
   eval->add_option("--format", eval_flags->format, "Data format")
       ->check(CLI::IsMember({"auto", "llmc", "text"}))
       ->capture_default_str();
