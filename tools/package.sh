@@ -132,7 +132,7 @@ fi
 
 install -m 0644 packaging/site.yaml "$pkg/etc/longhaul/site.yaml"
 install -m 0644 README.md "$pkg/usr/share/doc/longhaul/README.md"
-install -m 0644 configs/site.example.yaml configs/job.example.yaml \
+install -m 0644 configs/site.example.yaml configs/job.example.yaml configs/llama-job.example.yaml \
   "$pkg/usr/share/doc/longhaul/examples/"
 for script in postinst prerm postrm; do
   install -m 0755 "packaging/debian/$script" "$pkg/DEBIAN/$script"
