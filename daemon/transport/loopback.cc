@@ -2,6 +2,7 @@
 #include "daemon/transport/loopback.h"
 
 #include <algorithm>
+#include <thread>
 #include <type_traits>
 
 namespace longhaul::daemon::transport {
@@ -57,9 +58,27 @@ void LoopbackNetwork::FailSends(const std::string& from, const std::string& to, 
 }
 
 void LoopbackNetwork::SetRate(const std::string& from, const std::string& to,
-                              double bytes_per_second) {
+                              double bytes_per_second, bool shape_sends) {
   std::lock_guard<std::mutex> lock(mu_);
-  pairs_[{from, to}].rate = bytes_per_second;
+  Pair& p = pairs_[{from, to}];
+  p.rate = bytes_per_second;
+  p.shaped = shape_sends;
+}
+
+void LoopbackNetwork::WaitForLink(const std::string& from, const std::string& to, uint64_t bytes) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point through;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pairs_.find({from, to});
+    if (it == pairs_.end() || !it->second.shaped || !(it->second.rate > 0)) return;
+    Pair& p = it->second;
+    p.link_free = std::max(p.link_free, Clock::now()) +
+                  std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double>(static_cast<double>(bytes) / p.rate));
+    through = p.link_free;
+  }
+  std::this_thread::sleep_until(through);
 }
 
 Status LoopbackNetwork::NextSendFailure(const std::string& from, const std::string& to) {
@@ -159,6 +178,8 @@ class LoopbackLink final : public Link {
     if (Status injected = net_->NextSendFailure(from_, to_); !injected.ok()) {
       return Annotate(injected, Who("SendFrames"));
     }
+    // A shaped pair (SetRate): the payload's time on the link first.
+    net_->WaitForLink(from_, to_, tensor.payload.size());
     // One whole tensor: the header as a single chunk would carry it.
     WireTensor whole{tensor.header, tensor.payload};
     whole.header.set_encoded_size(tensor.payload.size());

@@ -15,6 +15,12 @@
 namespace longhaul::fleet {
 namespace {
 
+// The larger of `worst` and `d`, NaN once either is: std::max(worst, NaN) is `worst`, and a
+// NaN must fail every comparison it reaches.
+double Worse(double worst, double d) {
+  return std::isnan(worst) || std::isnan(d) ? NAN : std::max(worst, d);
+}
+
 constexpr int kB = 2, kT = 16, kM = 2;
 
 model::ModelConfig Config() { return model::MakeConfig(2, 32, 4, 256, kT); }
@@ -137,13 +143,13 @@ TEST_CASE("N replicas in step mode train the union batch", "[fleet]") {
     INFO("step " << s << ": fleet " << a->loss << ", union " << b->loss);
     if (s == 0) CHECK(a->loss == Approx(b->loss).epsilon(1e-6));  // same parameters and data
     CHECK(c->loss == a->loss);  // a replica's fragments do not change a bit
-    worst = std::max(worst, std::fabs(double(a->loss) / b->loss - 1));
+    worst = Worse(worst, std::fabs(double(a->loss) / b->loss - 1));
     CHECK(f.fleet->MaxDivergence() == 0.0f);
   }
   CHECK(worst < 1e-4);
   const std::vector<float> fa = Params(f.fleet->replica(0)), pa = Params(*p.chain);
   double diff = 0;
-  for (size_t i = 0; i < fa.size(); ++i) diff = std::max(diff, double(std::fabs(fa[i] - pa[i])));
+  for (size_t i = 0; i < fa.size(); ++i) diff = Worse(diff, std::fabs(fa[i] - pa[i]));
   CHECK(diff < 1e-4);
   CHECK(diff > 0);  // the gradient sums are associated per replica: rounding, not bits
   // Every step, each replica's gradient went to the 2 others, exactly.
@@ -167,13 +173,13 @@ TEST_CASE("replicas training different microbatches in step mode: still the unio
     REQUIRE(b.ok());
     INFO("step " << s << ": fleet " << a->loss << ", union " << b->loss);
     if (s == 0) CHECK(a->loss == Approx(b->loss).epsilon(1e-6));
-    worst = std::max(worst, std::fabs(double(a->loss) / b->loss - 1));
+    worst = Worse(worst, std::fabs(double(a->loss) / b->loss - 1));
     CHECK(f.fleet->MaxDivergence() == 0.0f);
   }
   CHECK(worst < 1e-4);
   const std::vector<float> fa = Params(f.fleet->replica(0)), pa = Params(*p.chain);
   double diff = 0;
-  for (size_t i = 0; i < fa.size(); ++i) diff = std::max(diff, double(std::fabs(fa[i] - pa[i])));
+  for (size_t i = 0; i < fa.size(); ++i) diff = Worse(diff, std::fabs(fa[i] - pa[i]));
   CHECK(diff < 1e-4);
   CHECK(f.fleet->traffic().tokens == uint64_t(steps) * 6 * kB * kT);
   // A wrong count of counts, or a replica with none, is refused.
@@ -389,7 +395,7 @@ float PhaseDivergence(LocalFleet& f, int phase) {
     for (const SyncSlice& slice : SyncSlices(whole)) {
       if (SlicePhase(whole.model(), slice.index, 2) != phase) continue;
       for (int64_t i = slice.offset; i < slice.offset + slice.size; ++i) {
-        worst = std::max(worst, std::fabs(other[size_t(i)] - first[size_t(i)]));
+        worst = static_cast<float>(Worse(worst, std::fabs(other[size_t(i)] - first[size_t(i)])));
       }
     }
   }

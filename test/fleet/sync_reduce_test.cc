@@ -64,9 +64,11 @@ void Track(const std::string& codec, int steps, double* error, double* residual)
   }
   *error = 0;
   *residual = 0;
+  // NaN sticks (std::max(worst, NaN) would be worst): a NaN fails the callers' checks.
+  auto worse = [](double worst, double d) { return std::isnan(d) ? d : std::max(worst, d); };
   for (size_t i = 0; i < n; ++i) {
-    *error = std::max(*error, std::fabs(sent[i] - double(v[i]) * steps) / steps);
-    *residual = std::max(*residual, double(std::fabs((*e)->residual()[i])));
+    *error = worse(*error, std::fabs(sent[i] - double(v[i]) * steps) / steps);
+    *residual = worse(*residual, double(std::fabs((*e)->residual()[i])));
   }
 }
 

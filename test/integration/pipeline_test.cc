@@ -1,16 +1,20 @@
 // Real daemons in one process on loopback run a 3-site pipeline job end to end: with
 // compression off its losses equal train-local's bit for bit; the job exports an llm.c
-// checkpoint; bad jobs are refused with clear errors while the daemons keep serving.
+// checkpoint; with adaptive compression over shaped in-process links each link's codec is
+// the one its rate calls for, and moves when the rate falls; bad jobs are refused with clear
+// errors while the daemons keep serving.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
 
 #include "daemon/daemon.h"
+#include "daemon/transport/loopback.h"
 #include "model/checkpoint.h"
 #include "model/hf_checkpoint.h"
 #include "model/init_from.h"
@@ -275,7 +279,7 @@ TEST_CASE("a 3-site pipeline of a llama matches train-local bit for bit") {
   }
 }
 
-TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
+TEST_CASE("a 3-site pipeline with fixed q8 compression completes and learns") {
   Cluster c = StartCluster();
   const std::string yaml = JobYaml("compression: {mode: fixed, codec: q8}\n");
   const v1::JobStatus s = RunToCompletion(c.at(1), yaml);
@@ -315,6 +319,154 @@ TEST_CASE("a 3-site pipeline with adaptive compression completes and learns") {
   auto status = testing::HttpGet(c.at(1).status_port(), "/status");
   CHECK_THAT(status.body, Catch::Contains("\"compression_ratio\""));
   CHECK_THAT(status.body, Catch::Contains("\"state\": \"completed\""));
+}
+
+// Three sites over the in-process loopback transport, each directed pair's rate set before any
+// site starts (what its probes report, and with `shaped` what its sends take: loopback.h).
+struct LoopbackCluster {
+  std::unique_ptr<daemon::transport::LoopbackNetwork> net =
+      std::make_unique<daemon::transport::LoopbackNetwork>();
+  std::vector<std::unique_ptr<Daemon>> daemons;
+
+  explicit LoopbackCluster(const std::function<void(daemon::transport::LoopbackNetwork&)>& network,
+                           double probe_interval_seconds) {
+    network(*net);
+    const std::vector<std::string> names = {"alpha", "beta", "gamma"};
+    std::vector<int> ports;
+    for (size_t i = 0; i < names.size(); ++i) ports.push_back(testing::FreePort());
+    for (size_t i = 0; i < names.size(); ++i) {
+      testing::SiteSpec spec{names[i], ports[i], {}};
+      for (size_t j = 0; j < names.size(); ++j) {
+        if (j != i) spec.peers.push_back({names[j], ports[j]});
+      }
+      auto config = testing::MakeSiteConfig(spec);
+      config.links.probe_interval_seconds = probe_interval_seconds;
+      daemon::DaemonOptions options;
+      options.token = "token";
+      options.loopback = net.get();
+      auto d = Daemon::Start(config, options);
+      INFO(d.status().ToString());
+      REQUIRE(d.ok());
+      daemons.push_back(std::move(*d));
+    }
+  }
+  ~LoopbackCluster() {
+    for (auto& d : daemons) d.reset();  // before the network they are attached to
+  }
+  Daemon& at(size_t i) { return *daemons[i]; }
+};
+
+// The job's latest choice on each directed link (the status's link usage), by "from>to".
+std::map<std::string, v1::LinkUsage> LinkCodecs(const v1::JobStatus& s) {
+  std::map<std::string, v1::LinkUsage> out;
+  for (const auto& l : s.links()) out[l.from_site() + ">" + l.to_site()] = l;
+  return out;
+}
+
+bool Exact(const std::string& codec) { return codec == "fp32" || codec == "bf16"; }
+bool Quantized(const std::string& codec) { return codec == "q8" || codec == "q4"; }
+
+// Adaptive compression (the default mode), the controller deciding each link's codec from the
+// link monitor's estimate, on a pipeline alpha -> beta -> gamma whose link beta <-> gamma is
+// slow one way and fast the other.
+//
+// Why the expectations hold with a wide margin, whatever the machine's load: an activation or
+// its gradient is B x T x C = 2 x 32 x 32 floats, 8 KiB raw.
+// - Fast links (kFast = 1e11 B/s): bf16's 4 KiB take 41 ns on the wire, far below the codecs'
+//   own predicted time (ControllerOptions: 2 us to cast 8 KiB, 2.7 us to quantize them), so
+//   fp32 or bf16 is both the least lossy codec that fits any budget and the fastest one
+//   (chosen when nothing fits): never q8 or q4, whatever the budget.
+// - The slow link (kSlow = 10 kB/s, its sends shaped to it): bf16's 4 KiB take 0.41 s at that
+//   estimate (1/4 of it if the estimate read 4x high, as a probe counting the transfers in
+//   flight beside it may), so bf16 and fp32 never fit and the controller picks q8 or q4. Its
+//   budget is 50 ms before the stage has timed a backward, then 2 x a microbatch's backward,
+//   then the coordinator's: at most the step played with the link instant divided by the
+//   link's 4 transfers a step (they queue on it), a few ms here and tens of ms under a
+//   sanitizer on a loaded machine, not 100.
+// Then the rates swap: alpha -> beta falls to kSlow and its codec moves to q8 or q4 (a
+// downgrade is never delayed, controller.h), while beta -> gamma, now fast, keeps the link
+// off the budgets (an upgrade waits for a hysteresis window: not asserted). Its sends shaped,
+// the test takes a few seconds of slow transfers (q4 with its targets: ~0.15 s a microbatch).
+TEST_CASE("adaptive compression: each link's codec follows its rate, and a fall moves it") {
+  constexpr double kFast = 1e11, kSlow = 1e4;
+  const std::vector<std::string> names = {"alpha", "beta", "gamma"};
+  LoopbackCluster c(
+      [&](daemon::transport::LoopbackNetwork& net) {
+        for (const auto& a : names) {
+          for (const auto& b : names) {
+            if (a != b) net.SetRate(a, b, kFast, /*shape_sends=*/true);
+          }
+        }
+        net.SetRate("beta", "gamma", kSlow, /*shape_sends=*/true);
+      },
+      /*probe_interval_seconds=*/1);
+  // Every site has measured its links at the rates set (the first probe runs when a link
+  // comes up), so that no codec is chosen without an estimate.
+  auto measured = [&](const std::string& slow_from, const std::string& slow_to) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      const v1::ListLinksResponse links = c.at(i).Links();
+      for (const auto& l : links.links()) {
+        const double bw = l.outbound().bandwidth_bytes_per_second();
+        const bool slow = names[i] == slow_from && l.peer() == slow_to;
+        if (slow ? !(bw > 0 && bw < 10 * kSlow) : !(bw > kFast / 10)) return false;
+      }
+    }
+    return true;
+  };
+  REQUIRE(testing::WaitFor([&] { return measured("beta", "gamma"); }, 60s));
+
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(JobYaml("compression: {mode: adaptive}\n", /*steps=*/100000));
+  auto submitted = c.at(0).jobs().Submit(req);
+  INFO(submitted.status().ToString());
+  REQUIRE(submitted.ok());
+  const std::string id = submitted->job_id();
+  auto status = [&] {
+    auto s = c.at(0).jobs().GetJob(id, 1);
+    REQUIRE(s.ok());
+    return *s;
+  };
+  auto describe = [](const std::map<std::string, v1::LinkUsage>& links) {
+    std::string out;
+    for (const auto& [name, l] : links) {
+      out += name + ": " + l.codec() + " (" + l.reason() + ")\n";
+    }
+    return out;
+  };
+
+  // Settled: a few steps in, with the coordinator's budgets.
+  REQUIRE(testing::WaitFor([&] { return status().step() >= 3; }, 120s));
+  std::map<std::string, v1::LinkUsage> links = LinkCodecs(status());
+  INFO("the links a few steps in:\n" << describe(links));
+  for (const char* name : {"alpha>beta", "beta>alpha", "beta>gamma", "gamma>beta"}) {
+    INFO(name);
+    REQUIRE(links.count(name));
+    // The controller's choice, against the budget (not a fixed or exact codec).
+    CHECK_THAT(links[name].reason(), Catch::Contains("vs budget"));
+  }
+  CHECK(Exact(links["alpha>beta"].codec()));
+  CHECK(Exact(links["beta>alpha"].codec()));
+  CHECK(Exact(links["gamma>beta"].codec()));
+  CHECK(Quantized(links["beta>gamma"].codec()));
+
+  // alpha -> beta falls (and beta -> gamma recovers): its codec moves down the ladder.
+  c.net->SetRate("alpha", "beta", kSlow, /*shape_sends=*/true);
+  c.net->SetRate("beta", "gamma", kFast, /*shape_sends=*/true);
+  REQUIRE(testing::WaitFor(
+      [&] {
+        links = LinkCodecs(status());
+        return Quantized(links["alpha>beta"].codec());
+      },
+      120s));
+  INFO("after alpha -> beta fell:\n" << describe(links));
+  CHECK(Exact(links["beta>alpha"].codec()));
+  CHECK(Exact(links["gamma>beta"].codec()));
+  const v1::JobStatus running = status();
+  CHECK(running.state() == v1::JOB_STATE_RUNNING);
+  CHECK(std::isfinite(running.loss()));
+  auto cancelled = c.at(0).jobs().Cancel(id);
+  REQUIRE(cancelled.ok());
+  CHECK(cancelled->state() == v1::JOB_STATE_CANCELLED);
 }
 
 // A GPU stage decodes what it receives into its fragment's input buffer, and leaves each send

@@ -333,10 +333,13 @@ TEST_CASE("a tensor the neighbour refuses stops the sending stage, naming the ne
   CHECK_THAT(detail,
              Catch::Matches(".*step 0 microbatch [0-9]+ kind TENSOR_KIND_[A-Z]+ tensor 0.*"));
   // The refusals stop: the job recovers from its last checkpoint and ends as if nothing
-  // had happened.
+  // had happened. The first attempt was stopped (the refused tensor was its first step's), so
+  // the job completed only by rolling back: a later attempt, each one after the first begun by
+  // a rollback on the timeline (attempts start at 1).
   c.net->FailSends("alpha", "beta", absl::OkStatus(), 0);
   const v1::JobStatus s = c.WaitCompleted(id);
-  CHECK(s.attempt() >= 1);
+  CHECK(s.attempt() >= 2);
+  CHECK(CountEvents(s, "rollback") == static_cast<int>(s.attempt()) - 1);
   CHECK(Losses(s) == TrainLocal(yaml));
 }
 

@@ -131,10 +131,15 @@ Run TrainPlain(int steps) {
   return run;
 }
 
+// max |a - b|; NaN when either holds a NaN (std::max(m, NaN) would be m), so that a NaN fails
+// every tolerance.
 float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   float m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    m = std::isnan(d) ? d : std::max(m, d);  // once NaN, std::max(m, d) keeps it
+  }
   return m;
 }
 
