@@ -8,8 +8,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-check}
-mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' | grep -v '^third_party/')
-[ ${#files[@]} -gt 0 ] || exit 0
+listed=$(git ls-files '*.cc' '*.h' '*.cu') || {
+  echo "lint: git ls-files failed: not a git checkout? Nothing was checked." >&2
+  exit 1
+}
+mapfile -t files < <(grep -v '^third_party/' <<<"$listed")
+# No file to check is an error, not a pass: the check would have checked nothing.
+if [ ${#files[@]} -eq 0 ] || [ -z "${files[0]}" ]; then
+  echo "lint: found no C++ files to check (git ls-files listed none); nothing was checked" >&2
+  exit 1
+fi
+command -v clang-format >/dev/null || { echo "lint: clang-format not found" >&2; exit 1; }
 
 if [ "$mode" = "--fix" ]; then
   clang-format -i "${files[@]}"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs longhaul's whole test suite on this machine: installs missing Debian packages, builds
 # everything (the CUDA code too, when nvcc is present), runs every test target, and ends with
-# one line "N passed, N failed" (counting test targets). Exit status 0 only if all passed.
+# one line "N passed, N failed" (counting test targets and the checks below that ran). What was
+# skipped (the GPU tests without a GPU, CUDA without nvcc, cases a test skipped) is listed
+# before that line and counted in neither number. Exit status 0 only if all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -17,6 +19,20 @@ if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1  # the build itself failed before any test ran
   echo "test.sh: bazel test exited $status (build failure?)"
 fi
+skipped=()  # what did not run, one summary line each
+# The "SKIPPED: " lines of the test targets that passed in a `bazel test` whose output is in
+# $1 (cases a passing test did not run, and why), from their logs under bazel-testlogs.
+skip_lines() {
+  local target
+  grep -oE '^//[^ ]+ +(\(cached\) )?PASSED' "$1" | grep -oE '^//[^ ]+' | while read -r target; do
+    target=${target#//}
+    grep -h '^SKIPPED: ' "bazel-testlogs/${target/://}/test.log" 2>/dev/null
+  done
+}
+mapfile -t case_skips < <(skip_lines "$log")
+for line in "${case_skips[@]}"; do
+  [ -n "$line" ] && skipped+=("skipped inside a passing test: ${line#SKIPPED: }")
+done
 rm -f "$log"
 shot=bazel-testlogs/test/integration/status_page_test/test.outputs/status_page.png
 [ -f "$shot" ] && echo "test.sh: the status page as headless Chromium showed it: $shot"
@@ -41,15 +57,41 @@ extra_check() {
 }
 
 # CUDA is part of the suite where the toolkit is installed (nvcc, cuBLAS and NCCL under
-# /usr/local/cuda), so the GPU code never rots: ONE more check, a single Bazel call that builds
-# everything with --config=cuda (the CUDA backend, GPU codecs, NCCL wrapper and every binary
-# linking them) and runs the tests tagged `gpu`. On a machine without a GPU those run only their
-# no-GPU path (MakeOps("cuda") must fail with "no CUDA device: ...") and print why they skip
-# the rest; tools/gpu-check runs them for real on a GPU machine. Skipped without nvcc.
-if [ -x /usr/local/cuda/bin/nvcc ]; then
-  extra_check "--config=cuda build and gpu tests" \
-    bazel test --config=cuda --test_tag_filters=gpu --test_output=errors --noshow_progress //...
-  grep -h '^SKIPPED: ' bazel-testlogs/test/kernels/*/test.log 2>/dev/null
+# /usr/local/cuda), so the GPU code never rots. Two more checks: the --config=cuda build of
+# everything (the CUDA backend, GPU codecs, NCCL wrapper and every binary linking them), and the
+# tests tagged `gpu`. On a machine without a GPU those run only their no-GPU path (MakeOps("cuda")
+# must fail with "no CUDA device: ...") and print a "SKIPPED: <binary>: no GPU (N cases need
+# one)" line: the GPU tests then count as skipped, not passed (a failure still counts as one),
+# and tools/gpu-check runs them for real on a GPU machine. Without nvcc nothing CUDA is built,
+# and the summary says so.
+nvcc=${LONGHAUL_NVCC:-/usr/local/cuda/bin/nvcc}
+if [ ! -x "$nvcc" ]; then
+  skipped+=("skipped, not counted: CUDA not built (no nvcc at $nvcc): the CUDA backend, GPU codecs and GPU tests were neither compiled nor run")
+else
+  extra_check "the --config=cuda build" bazel build --config=cuda --noshow_progress //...
+  gpu_start=$(date +%s)
+  gpu_log=$(mktemp)
+  bazel test --config=cuda --test_tag_filters=gpu --test_output=errors --noshow_progress \
+    //... >"$gpu_log" 2>&1
+  gpu_status=$?
+  gpu_ran=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$gpu_log")
+  mapfile -t gpu_skips < <(skip_lines "$gpu_log")
+  gpu_seconds=$(($(date +%s) - gpu_start))
+  if [ "$gpu_status" -ne 0 ] || [ "$gpu_ran" -eq 0 ]; then
+    grep -vE 'linux-sandbox|Cannot export local symbol|^\s*$' "$gpu_log" | tail -80
+    echo "test.sh: the GPU tests FAILED ($gpu_ran passed; bazel exited $gpu_status; $gpu_seconds s)"
+    failed=$((failed + 1))
+    status=1
+  elif [ -n "${gpu_skips[*]}" ]; then
+    printf '%s\n' "${gpu_skips[@]}"
+    need=$(printf '%s\n' "${gpu_skips[@]}" | sed -n 's/.*(\([0-9]*\) cases need one).*/\1/p' \
+      | awk '{n += $1} END {print n + 0}')
+    skipped+=("skipped, not counted: GPU tests: skipped (no GPU): ${#gpu_skips[@]} of $gpu_ran gpu test binaries skipped their GPU cases; $need cases need a GPU (tools/gpu-check runs them); the [no-gpu] cases passed")
+  else
+    passed=$((passed + 1))
+    echo "test.sh: the GPU tests passed on a GPU ($gpu_ran binaries, $gpu_seconds s)"
+  fi
+  rm -f "$gpu_log"
 fi
 
 # The Debian package (tools/package.sh): built, installed on a clean Debian 12 root
@@ -74,5 +116,6 @@ extra_check "daemon and integration tests under TSan" \
 # Formatting is part of the suite: one more check.
 if tools/lint.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
 
+for line in "${skipped[@]}"; do echo "test.sh: $line"; done
 echo "$passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -29,7 +29,6 @@ using tcp = net::ip::tcp;
 constexpr int kThreads = 2;
 constexpr auto kRequestTimeout = std::chrono::seconds(10);  // to read one whole request
 constexpr auto kWriteTimeout = std::chrono::seconds(10);
-constexpr auto kStopGrace = std::chrono::seconds(2);
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
 constexpr std::uint32_t kHeaderLimit = 16 * 1024;
 constexpr std::uint64_t kBodyLimit = 64 * 1024;
@@ -43,7 +42,8 @@ struct Shared {
   std::map<std::string, HttpHandler> handlers;
   std::atomic<bool> stopping{false};
   std::mutex mu;
-  std::condition_variable sessions_done;                          // sessions became empty
+  std::condition_variable sessions_done;  // sessions became empty
+  bool draining = false;  // Stop() waits on sessions_done (guarded by mu; a test seam)
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // guarded by mu
 };
 
@@ -249,8 +249,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
 class StatusServer::Impl {
  public:
-  explicit Impl(std::map<std::string, HttpHandler> handlers)
-      : acceptor_(net::make_strand(ioc_)),
+  Impl(std::map<std::string, HttpHandler> handlers, std::chrono::milliseconds stop_grace)
+      : stop_grace_(stop_grace),
+        acceptor_(net::make_strand(ioc_)),
         retry_timer_(acceptor_.get_executor()),
         work_(ioc_.get_executor()),
         shared_(std::make_shared<Shared>()) {
@@ -297,6 +298,11 @@ class StatusServer::Impl {
 
   int port() const { return port_; }
 
+  bool StopIsDraining() const {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    return shared_->draining;
+  }
+
   void Stop() {
     std::lock_guard<std::mutex> stop_lock(stop_mu_);
     if (stopped_) return;
@@ -306,7 +312,7 @@ class StatusServer::Impl {
       acceptor_.close(ec);
       return;
     }
-    const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+    const auto deadline = std::chrono::steady_clock::now() + stop_grace_;
 
     // Stop accepting (on the acceptor's strand, where the accept loop runs).
     auto closed = std::make_shared<std::promise<void>>();
@@ -327,7 +333,9 @@ class StatusServer::Impl {
     for (auto& session : LiveSessions()) session->ServerStopping();
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
+      shared_->draining = true;  // seen by others only while the wait below has released mu
       shared_->sessions_done.wait_until(lock, deadline, [&] { return shared_->sessions.empty(); });
+      shared_->draining = false;
     }
     work_.reset();
     ioc_.stop();
@@ -377,6 +385,7 @@ class StatusServer::Impl {
     DoAccept();
   }
 
+  const std::chrono::milliseconds stop_grace_;
   net::io_context ioc_{kThreads};
   tcp::acceptor acceptor_;
   net::steady_timer retry_timer_;
@@ -389,7 +398,8 @@ class StatusServer::Impl {
 };
 
 StatusOr<std::unique_ptr<StatusServer>> StatusServer::Start(
-    const std::string& address, std::map<std::string, HttpHandler> handlers) {
+    const std::string& address, std::map<std::string, HttpHandler> handlers,
+    std::chrono::milliseconds stop_grace) {
   for (const auto& [path, handler] : handlers) {
     if (path.empty() || path[0] != '/' || !handler) {
       return absl::InvalidArgumentError(absl::StrCat("status server on ", address, ": path \"",
@@ -398,7 +408,7 @@ StatusOr<std::unique_ptr<StatusServer>> StatusServer::Start(
     }
   }
   ASSIGN_OR_RETURN(const tcp::endpoint endpoint, ParseAddress(address));
-  auto impl = std::make_unique<Impl>(std::move(handlers));
+  auto impl = std::make_unique<Impl>(std::move(handlers), stop_grace);
   RETURN_IF_ERROR(impl->Listen(endpoint, address));
   impl->Run();
   return std::unique_ptr<StatusServer>(new StatusServer(std::move(impl)));
@@ -411,5 +421,7 @@ StatusServer::~StatusServer() { Stop(); }
 int StatusServer::port() const { return impl_->port(); }
 
 void StatusServer::Stop() { impl_->Stop(); }
+
+bool StatusServer::StopIsDraining() const { return impl_->StopIsDraining(); }
 
 }  // namespace longhaul::http

@@ -4,6 +4,7 @@
 // client never holds up another one, and a handler that throws costs one 500, not the server.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,9 +36,11 @@ class StatusServer {
   // GET and HEAD for the exact paths in `handlers` (the query string is ignored): 404 for
   // other paths, 405 for other methods, 500 when a handler throws. Keep-alive is supported.
   // Runs on threads of its own until Stop(). Errors (bad address, port in use) name the
-  // address. REQUIRES: every path in `handlers` starts with '/' and has a handler.
-  static StatusOr<std::unique_ptr<StatusServer>> Start(const std::string& address,
-                                                       std::map<std::string, HttpHandler> handlers);
+  // address. `stop_grace` bounds how long Stop() waits for requests being answered.
+  // REQUIRES: every path in `handlers` starts with '/' and has a handler.
+  static StatusOr<std::unique_ptr<StatusServer>> Start(
+      const std::string& address, std::map<std::string, HttpHandler> handlers,
+      std::chrono::milliseconds stop_grace = std::chrono::seconds(2));
 
   ~StatusServer();  // Calls Stop().
   StatusServer(const StatusServer&) = delete;
@@ -47,10 +50,15 @@ class StatusServer {
   int port() const;
 
   // Stops accepting, closes idle connections, lets requests being answered finish (for at
-  // most ~2 s; a handler still running after that delays only the final thread join) and
-  // joins the server's threads. Idempotent and thread-safe, but must not be called from a
-  // handler (it joins the thread the handler runs on).
+  // most the stop grace, 2 s by default; a handler still running after that delays only the
+  // final thread join) and joins the server's threads. Idempotent and thread-safe, but must
+  // not be called from a handler (it joins the thread the handler runs on).
   void Stop();
+
+  // True while Stop() is blocked waiting for requests being answered to finish. A test seam:
+  // a test holds a handler until Stop() waits for it, so that the wake-up at the end of the
+  // request is a real one (a missing notify then keeps Stop() waiting for its whole grace).
+  bool StopIsDraining() const;
 
  private:
   class Impl;

@@ -59,9 +59,11 @@ Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
   }
   const size_t size = tensor.payload.size();
   // A tensor larger than the whole inbox is admitted alone rather than never.
+  ++waiters_;
   cv_.wait(lock, [&] {
     return closed_ || key.attempt < attempt_ || bytes_ == 0 || bytes_ + size <= capacity_;
   });
+  --waiters_;
   if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
   if (key.attempt < attempt_) {
     return absl::FailedPreconditionError("stale tensor (" + key.DebugString() +
@@ -81,8 +83,10 @@ StatusOr<ReceivedTensor> Inbox::Take(const TensorKey& key, double timeout_second
   std::unique_lock<std::mutex> lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
+  ++waiters_;
   const bool ready = cv_.wait_until(
       lock, deadline, [&] { return closed_ || key.attempt < attempt_ || tensors_.count(key) > 0; });
+  --waiters_;
   if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
   if (key.attempt < attempt_) return absl::AbortedError("attempt superseded");
   if (!ready) {
@@ -104,6 +108,7 @@ StatusOr<std::pair<TensorKey, ReceivedTensor>> Inbox::TakeAny(const std::vector<
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
   std::map<TensorKey, ReceivedTensor>::iterator found = tensors_.end();
+  ++waiters_;
   const bool ready = cv_.wait_until(lock, deadline, [&] {
     if (closed_ || keys[0].attempt < attempt_) return true;
     for (const TensorKey& k : keys) {
@@ -112,6 +117,7 @@ StatusOr<std::pair<TensorKey, ReceivedTensor>> Inbox::TakeAny(const std::vector<
     }
     return false;
   });
+  --waiters_;
   if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
   if (keys[0].attempt < attempt_) return absl::AbortedError("attempt superseded");
   if (!ready || found == tensors_.end()) {
@@ -178,6 +184,11 @@ size_t Inbox::bytes() const {
 uint64_t Inbox::duplicates() const {
   std::lock_guard<std::mutex> lock(mu_);
   return duplicates_;
+}
+
+int Inbox::waiters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_;
 }
 
 }  // namespace longhaul::daemon

@@ -80,6 +80,11 @@ class Inbox {
   size_t bytes() const;
   size_t capacity() const { return capacity_; }
   uint64_t duplicates() const;
+  // How many calls (Put, Take, TakeAny) are blocked waiting right now. A test seam: a test
+  // waits for its waiter to be blocked before it files, takes, supersedes or closes, so that
+  // the wake-up it checks is a real one (a missing notify then hangs the waiter instead of
+  // passing because the waiter came late).
+  int waiters() const;
 
  private:
   Status CheckKeyLocked(const TensorKey& key) const;
@@ -97,6 +102,7 @@ class Inbox {
   bool closed_ = false;
   std::string close_reason_;
   uint64_t duplicates_ = 0;
+  int waiters_ = 0;  // calls inside cv_.wait*, counted under mu_ (see waiters())
 };
 
 }  // namespace longhaul::daemon

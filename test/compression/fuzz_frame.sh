@@ -8,7 +8,8 @@
 # standalone from the repository root: test/compression/fuzz_frame.sh [runs]
 # Needs: clang++ with libFuzzer (Debian: clang, libclang-rt-14-dev), libzstd-dev,
 # libxxhash-dev, abseil (libabsl-dev). FUZZ_RUNS or $1 overrides the 1000000 iterations
-# (about 15 s here).
+# (about 15 s here); FUZZ_MAX_SECONDS (default 300) bounds the run, and the last line says
+# whether the iterations or that limit ended it.
 set -euo pipefail
 
 RUNS="${1:-${FUZZ_RUNS:-1000000}}"
@@ -47,9 +48,29 @@ printf '%s\n' "${SOURCES[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   || { echo "fuzz_frame: compilation failed" >&2; exit 1; }
 "$CXX" "${FLAGS[@]}" "$WORK"/obj/*.o -o "$WORK/fuzz_frame" "${LIBS[@]}"
 
-echo "fuzz_frame: running $RUNS iterations" >&2
+MAX_SECONDS="${FUZZ_MAX_SECONDS:-300}"
+echo "fuzz_frame: running $RUNS iterations (at most $MAX_SECONDS s)" >&2
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# libFuzzer exits 0 both when it has done -runs and when -max_total_time stops it first; its
+# final stats say which: how many inputs ran.
+LOG="$WORK/fuzz.log"
+rc=0
 LONGHAUL_FUZZ_SEED_DIR="$WORK/corpus" "$WORK/fuzz_frame" -runs="$RUNS" -seed=1 -max_len=4096 \
-  -rss_limit_mb=2048 -timeout=20 -max_total_time=300 -print_final_stats=1 "$WORK/corpus"
-echo "fuzz_frame: clean after $RUNS iterations" >&2
+  -rss_limit_mb=2048 -timeout=20 -max_total_time="$MAX_SECONDS" -print_final_stats=1 \
+  "$WORK/corpus" 2>&1 | tee "$LOG" >&2 || rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "fuzz_frame: FAILED: libFuzzer exited $rc (see above)" >&2
+  exit "$rc"
+fi
+executed=$(sed -n 's/^stat::number_of_executed_units: *\([0-9][0-9]*\).*/\1/p' "$LOG" | tail -1)
+if [ -z "$executed" ]; then
+  echo "fuzz_frame: FAILED: libFuzzer printed no final stats; cannot tell how many inputs ran" >&2
+  exit 1
+fi
+if [ "$executed" -lt "$RUNS" ]; then
+  echo "fuzz_frame: clean, but stopped by the $MAX_SECONDS s time limit after $executed of" \
+    "$RUNS iterations" >&2
+else
+  echo "fuzz_frame: clean after $executed iterations" >&2
+fi

@@ -5,6 +5,8 @@
 #include "daemon/job/inbox.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
 #include <thread>
 
 namespace longhaul::daemon {
@@ -98,42 +100,90 @@ TEST_CASE("inbox: a streaming sync's frames stay for the sync lag, nothing else 
   CHECK(inbox.duplicates() == 1);
 }
 
+// The wake-up checks below start a waiter, wait until the inbox counts it as blocked
+// (Inbox::waiters(), so the waiter is inside its wait, not about to start it), and only then
+// do what must wake it. A missing notify then leaves the waiter blocked, and the test fails at
+// kGuard instead of passing because the waiter came late. kGuard and kWaitSeconds are hang
+// guards on wake-ups that take microseconds, not timings: a wait bounded by them fails the
+// test rather than hanging it.
+constexpr auto kGuard = std::chrono::seconds(20);
+constexpr double kWaitSeconds = 40;  // the waiter's own timeout, past kGuard
+
+// Waits until `n` calls are blocked in `inbox`; false after kGuard.
+bool WaitForWaiters(const Inbox& inbox, int n) {
+  const auto deadline = std::chrono::steady_clock::now() + kGuard;
+  while (inbox.waiters() < n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// True once `waiter` has returned; false after kGuard, when it closes the inbox to end the
+// wait (so a failing test ends rather than hangs).
+template <typename T>
+bool WokenUp(std::future<T>& waiter, Inbox& inbox) {
+  if (waiter.wait_for(kGuard) == std::future_status::ready) return true;
+  inbox.Close("test: the waiter was not woken up");
+  return false;
+}
+
 TEST_CASE("inbox: a waiting Take ends with the tensor, a new attempt, or closing") {
   Inbox inbox(1 << 20);
   inbox.StartAttempt(1, 0);
-  std::thread put([&] { (void)inbox.Put(Key(1, 0), Tensor(8)); });
-  auto t = inbox.Take(Key(1, 0), 60);  // returns as soon as the tensor is filed
-  put.join();
-  REQUIRE(t.ok());
+  CHECK(inbox.waiters() == 0);
 
-  StatusOr<ReceivedTensor> superseded = absl::UnknownError("not run");
-  std::thread wait([&] { superseded = inbox.Take(Key(1, 1), 60); });
-  inbox.StartAttempt(2, 0);
-  wait.join();
-  CHECK(superseded.status().code() == absl::StatusCode::kAborted);
+  SECTION("the tensor is filed") {
+    auto take = std::async(std::launch::async, [&] { return inbox.Take(Key(1, 0), kWaitSeconds); });
+    REQUIRE(WaitForWaiters(inbox, 1));
+    REQUIRE(inbox.Put(Key(1, 0), Tensor(8)).ok());
+    INFO("a Take blocked on its key was not woken when the tensor was filed");
+    REQUIRE(WokenUp(take, inbox));
+    auto t = take.get();
+    REQUIRE(t.ok());
+    CHECK(t->payload.size() == 8);
+  }
 
-  StatusOr<ReceivedTensor> closed = absl::UnknownError("not run");
-  std::thread wait2([&] { closed = inbox.Take(Key(2, 0), 60); });
-  inbox.Close("daemon shutting down");
-  wait2.join();
-  CHECK(closed.status().code() == absl::StatusCode::kCancelled);
-  CHECK_THAT(std::string(closed.status().message()), Catch::Contains("daemon shutting down"));
-  CHECK(inbox.Put(Key(2, 0), Tensor(1)).code() == absl::StatusCode::kCancelled);
+  SECTION("a new attempt supersedes the key") {
+    auto take = std::async(std::launch::async, [&] { return inbox.Take(Key(1, 1), kWaitSeconds); });
+    REQUIRE(WaitForWaiters(inbox, 1));
+    inbox.StartAttempt(2, 0);
+    INFO("a Take blocked on a key of attempt 1 was not woken when attempt 2 started");
+    REQUIRE(WokenUp(take, inbox));
+    CHECK(take.get().status().code() == absl::StatusCode::kAborted);
+  }
+
+  SECTION("the inbox is closed") {
+    auto take = std::async(std::launch::async, [&] { return inbox.Take(Key(1, 0), kWaitSeconds); });
+    REQUIRE(WaitForWaiters(inbox, 1));
+    inbox.Close("daemon shutting down");
+    INFO("a Take blocked on its key was not woken when the inbox closed");
+    // Close() is what WokenUp would call: here the guard only bounds the wait.
+    REQUIRE(take.wait_for(kGuard) == std::future_status::ready);
+    auto closed = take.get();
+    CHECK(closed.status().code() == absl::StatusCode::kCancelled);
+    CHECK_THAT(std::string(closed.status().message()), Catch::Contains("daemon shutting down"));
+    CHECK(inbox.Put(Key(1, 0), Tensor(1)).code() == absl::StatusCode::kCancelled);
+  }
+  CHECK(inbox.waiters() == 0);
 }
 
 TEST_CASE("inbox: a full inbox holds a Put back until the stage takes something") {
   Inbox inbox(100);
   inbox.StartAttempt(1, 0);
   REQUIRE(inbox.Put(Key(1, 0, 0), Tensor(80)).ok());
-  Status second = absl::UnknownError("not run");
-  std::thread put([&] { second = inbox.Put(Key(1, 0, 1), Tensor(50)); });
+  auto put = std::async(std::launch::async, [&] { return inbox.Put(Key(1, 0, 1), Tensor(50)); });
+  REQUIRE(WaitForWaiters(inbox, 1));  // held back: 80 + 50 > 100
+  CHECK(inbox.bytes() == 80);
   REQUIRE(inbox.Take(Key(1, 0, 0), 0).ok());  // frees room: the Put goes through
-  put.join();
-  CHECK(second.ok());
+  INFO("a Put held back by a full inbox was not woken when a Take made room");
+  REQUIRE(WokenUp(put, inbox));
+  CHECK(put.get().ok());
   CHECK(inbox.bytes() == 50);
   // A tensor larger than the whole inbox is admitted once the inbox is empty.
   REQUIRE(inbox.Take(Key(1, 0, 1), 0).ok());
   CHECK(inbox.Put(Key(1, 0, 2), Tensor(500)).ok());
+  CHECK(inbox.waiters() == 0);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 //
 // Environment: LONGHAUL_FUZZ_RUNS (inputs to try; default 20000), LONGHAUL_FUZZ_SEED (default
 // 1). Arguments in the gcc mode: corpus directories (default: test/fuzz/corpus/<binary name>).
+// Every target has a committed corpus: a corpus directory that is missing or empty fails the
+// run rather than fuzzing from nothing.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -99,20 +101,38 @@ std::string Mutate(std::string s, const std::vector<std::string>& seeds, std::mt
 
 namespace {
 
+// The seeds: every file of each corpus directory, then the code's. A corpus directory that
+// is missing or holds no file is an error (exit 2), not an empty corpus: under Bazel it means
+// the target's `data` lost its corpus glob, or the corpus its path.
 std::vector<std::string> LoadSeeds(const std::vector<std::string>& dirs) {
   namespace fs = std::filesystem;
   std::vector<std::string> seeds;
   for (const auto& dir : dirs) {
     std::error_code ec;
+    size_t files = 0;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (!e.is_regular_file()) continue;
       std::ifstream in(e.path(), std::ios::binary);
       std::stringstream ss;
       ss << in.rdbuf();
+      if (!in) {
+        std::fprintf(stderr, "fuzz_main: cannot read corpus file %s\n", e.path().c_str());
+        std::exit(2);
+      }
       seeds.push_back(ss.str().substr(0, kMaxLen));
+      ++files;
+    }
+    if (ec) {
+      std::fprintf(stderr, "fuzz_main: cannot read corpus directory %s: %s\n", dir.c_str(),
+                   ec.message().c_str());
+      std::exit(2);
+    }
+    if (files == 0) {
+      std::fprintf(stderr, "fuzz_main: corpus directory %s holds no file\n", dir.c_str());
+      std::exit(2);
     }
   }
   if (LonghaulFuzzSeeds) LonghaulFuzzSeeds(&seeds);
-  if (seeds.empty()) seeds.push_back("");
   return seeds;
 }
 

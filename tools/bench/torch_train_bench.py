@@ -11,12 +11,19 @@ rotary embeddings in the rotate-half convention, grouped-query causal attention,
 biases, head tied or not), in the fastest form PyTorch 1.13's eager ops allow: q|k|v and
 gate|up as one matmul each (longhaul stacks them the same way), and each key/value head's
 group of query heads as one batched product, scaled and causally masked inside baddbmm (no
-copies of the key/value heads; 1.13 has no scaled_dot_product_attention). Llama runs set OMP_WAIT_POLICY=PASSIVE before torch starts
-(--omp-wait-policy): with spinning OpenMP threads a 2-thread torch slows several-fold when
-another process shares the cores."""
+copies of the key/value heads; 1.13 has no scaled_dot_product_attention).
+
+Two process settings make PyTorch faster on these machines; llama runs take both (gpt2 runs
+neither, as their figures in docs/BENCHMARKS.md were measured): OMP_WAIT_POLICY=PASSIVE before
+torch starts (--omp-wait-policy; with spinning OpenMP threads a 2-thread torch ran 1.8x slower
+when another process shared the cores), and glibc malloc kept from handing freed memory back
+to the kernel (--malloc keep: GLIBC_TUNABLES with mmap_max=0 and a large trim_threshold, set by
+starting the script again; otherwise each step's large tensors are fresh mmap pages whose page
+faults cost 10-20% of a step)."""
 import argparse
 import math
 import os
+import sys
 import time
 
 
@@ -42,16 +49,29 @@ def parse_args():
     ap.add_argument("--omp-wait-policy", default="auto", choices=["auto", "passive", "active"],
                     help="OMP_WAIT_POLICY for torch's threads; auto: PASSIVE for llama, libgomp's "
                          "default for gpt2 (unless the environment sets it)")
+    ap.add_argument("--malloc", default="auto", choices=["auto", "keep", "default"],
+                    help="keep: glibc malloc keeps freed memory (GLIBC_TUNABLES); auto: keep for "
+                         "llama, default for gpt2 (unless the environment sets GLIBC_TUNABLES)")
     return ap.parse_args()
 
 
+KEEP_MALLOC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+
 ARGS = parse_args() if __name__ == "__main__" else None
-if ARGS is not None and "OMP_WAIT_POLICY" not in os.environ:
-    policy = ARGS.omp_wait_policy
-    if policy == "auto":
-        policy = "passive" if ARGS.family == "llama" else None
-    if policy:
-        os.environ["OMP_WAIT_POLICY"] = policy.upper()  # read when libgomp loads, with torch
+if ARGS is not None:
+    llama = ARGS.family == "llama"
+    if "OMP_WAIT_POLICY" not in os.environ:
+        policy = ARGS.omp_wait_policy
+        if policy == "auto":
+            policy = "passive" if llama else None
+        if policy:
+            os.environ["OMP_WAIT_POLICY"] = policy.upper()  # read when libgomp loads, with torch
+    keep = ARGS.malloc == "keep" or (ARGS.malloc == "auto" and llama)
+    if keep and "GLIBC_TUNABLES" not in os.environ:
+        # glibc reads its tunables when a process starts: start again with them.
+        os.environ["GLIBC_TUNABLES"] = KEEP_MALLOC
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -201,6 +221,10 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": other, "weight_decay": 0.0}], lr=3e-4,
                             betas=(0.9, 0.95), eps=1e-8)
+    if a.family == "llama":
+        print(f"  pytorch settings: OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} "
+              f"GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '(unset)')} "
+              f"threads={torch.get_num_threads()}", flush=True)
     times = []
     for step in range(a.warmup + a.steps):
         data = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1)).to(dev)

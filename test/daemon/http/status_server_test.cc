@@ -5,6 +5,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -32,9 +33,9 @@ double SecondsSince(Clock::time_point start) {
 // (Beast's stream timeout), so a broken server fails the test instead of hanging it.
 class Client {
  public:
-  explicit Client(int port) {
+  explicit Client(int port, std::chrono::seconds timeout = kClientTimeout) : timeout_(timeout) {
     beast::error_code ec;
-    stream_.expires_after(kClientTimeout);
+    stream_.expires_after(timeout_);
     stream_.async_connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port),
                           [&](beast::error_code e) { ec = e; });
     RunIo();
@@ -48,7 +49,7 @@ class Client {
     request.set(bhttp::field::host, "127.0.0.1");
     request.keep_alive(keep_alive);
     beast::error_code ec;
-    stream_.expires_after(kClientTimeout);
+    stream_.expires_after(timeout_);
     bhttp::async_write(stream_, request, [&](beast::error_code e, std::size_t) { ec = e; });
     RunIo();
     INFO("write: " << ec.message());
@@ -62,7 +63,7 @@ class Client {
     bhttp::response_parser<bhttp::string_body> parser;
     parser.skip(head);
     beast::error_code ec;
-    stream_.expires_after(kClientTimeout);
+    stream_.expires_after(timeout_);
     bhttp::async_read(stream_, buffer_, parser, [&](beast::error_code e, std::size_t) { ec = e; });
     RunIo();
     INFO("read: " << ec.message());
@@ -72,7 +73,7 @@ class Client {
 
   void SendRaw(const std::string& bytes) {
     beast::error_code ec;
-    stream_.expires_after(kClientTimeout);
+    stream_.expires_after(timeout_);
     net::async_write(stream_, net::buffer(bytes),
                      [&](beast::error_code e, std::size_t) { ec = e; });
     RunIo();
@@ -83,7 +84,7 @@ class Client {
   bool ServerCloses() {
     char byte;
     beast::error_code ec;
-    stream_.expires_after(kClientTimeout);
+    stream_.expires_after(timeout_);
     stream_.async_read_some(net::buffer(&byte, 1),
                             [&](beast::error_code e, std::size_t) { ec = e; });
     RunIo();
@@ -96,6 +97,7 @@ class Client {
     ioc_.run();
   }
 
+  std::chrono::seconds timeout_;
   net::io_context ioc_;
   beast::tcp_stream stream_{ioc_};
   beast::flat_buffer buffer_;
@@ -114,8 +116,10 @@ std::map<std::string, HttpHandler> TestHandlers() {
   return handlers;
 }
 
-std::unique_ptr<StatusServer> StartTestServer(std::map<std::string, HttpHandler> handlers) {
-  auto server = StatusServer::Start("127.0.0.1:0", std::move(handlers));
+std::unique_ptr<StatusServer> StartTestServer(
+    std::map<std::string, HttpHandler> handlers,
+    std::chrono::milliseconds stop_grace = std::chrono::seconds(2)) {
+  auto server = StatusServer::Start("127.0.0.1:0", std::move(handlers), stop_grace);
   INFO(server.status().ToString());
   REQUIRE(server.ok());
   REQUIRE((*server)->port() > 0);
@@ -239,25 +243,61 @@ TEST_CASE("Stop returns promptly and closes idle connections", "[status_server]"
   CHECK(ec);
 }
 
+// Hang guards of the drain test: bounds on steps that take microseconds, not timings. Stop()
+// is given a grace longer than kGuard, so a Stop() that is not woken when the request ends
+// (it would return at the end of its grace) fails the test at kGuard.
+constexpr auto kGuard = std::chrono::seconds(15);
+constexpr auto kDrainGrace = std::chrono::seconds(30);
+
+// Polls `done` until it holds; false after kGuard.
+template <typename Pred>
+bool WaitUntil(Pred done) {
+  const auto deadline = Clock::now() + kGuard;
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 TEST_CASE("Stop lets a request being answered finish", "[status_server]") {
+  // The handler is held until Stop() is waiting for it (StopIsDraining), so the request is
+  // being answered when Stop() starts draining, and what ends Stop()'s wait is the request
+  // finishing, not the order in which the threads happened to run.
   std::atomic<bool> entered{false};
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
   auto handlers = TestHandlers();
-  handlers["/slow"] = [&entered] {
+  handlers["/slow"] = [&entered, released] {
     entered = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (released.wait_for(kDrainGrace) != std::future_status::ready) {
+      return HttpResponse{500, "text/plain", "the test never released the handler\n"};
+    }
     return HttpResponse{200, "text/plain", "done\n"};
   };
-  auto server = StartTestServer(std::move(handlers));
-  Client client(server->port());
-  std::string body;
-  std::thread request([&] { body = client.Get("/slow").body(); });
-  while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  const auto start = Clock::now();
-  server->Stop();
-  const double stop_seconds = SecondsSince(start);
-  request.join();
-  CHECK(body == "done\n");
-  CHECK(stop_seconds < 60);  // returns at all (a hang), not how fast: tests assert no timing
+  auto server = StartTestServer(std::move(handlers), kDrainGrace);
+  Client client(server->port(), kDrainGrace);
+  auto request = std::async(std::launch::async, [&] { return client.Get("/slow").body(); });
+  const bool in_handler = WaitUntil([&] { return entered.load(); });
+  std::future<void> stop;
+  bool draining = false;
+  if (in_handler) {
+    stop = std::async(std::launch::async, [&] { server->Stop(); });
+    draining = WaitUntil([&] { return server->StopIsDraining(); });
+  }
+  release.set_value();
+  REQUIRE(in_handler);
+  {
+    INFO("Stop() never waited for the request being answered");
+    REQUIRE(draining);
+  }
+  {
+    INFO("Stop() was not woken when the request it waited for finished");
+    REQUIRE(stop.wait_for(kGuard) == std::future_status::ready);
+  }
+  REQUIRE(request.wait_for(kGuard) == std::future_status::ready);
+  CHECK(request.get() == "done\n");
+  CHECK_FALSE(server->StopIsDraining());
 }
 
 TEST_CASE("binding a port in use fails and names the address", "[status_server]") {
