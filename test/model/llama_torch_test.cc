@@ -88,6 +88,43 @@ void CheckLosses(const std::vector<float>& ours, const std::vector<float>& ref, 
   }
 }
 
+// Our logits (B, T, V: the padding dropped) of `params` (the whole model's) on the reference
+// batch, on `backend`; the batch's mean loss in *loss when given.
+std::vector<float> OurLogits(const ModelConfig& config, const std::vector<float>& params,
+                             const std::string& dir, const std::string& backend = "cpu",
+                             float* loss = nullptr) {
+  auto ops = kernels::MakeOps(backend, 2);
+  REQUIRE(ops.ok());
+  ChainOptions co;
+  co.batch_size = kBatch;
+  co.seq_len = kSeqLen;
+  co.training = false;
+  auto chain = FragmentChain::Create(config, co, ops->get());
+  REQUIRE(chain.ok());
+  (*chain)->LoadFromModel(params.data());
+  auto data = ReadTokenData(dir + "/tokens.bin", DataFormat::kAuto);
+  REQUIRE(data.ok());
+  DataLoaderOptions lo;
+  lo.batch_size = kBatch;
+  lo.seq_len = kSeqLen;
+  lo.shuffle = false;
+  auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
+  REQUIRE(loader.ok());
+  std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
+  (*loader)->Next(inputs.data(), targets.data());
+  auto mean = (*chain)->ForwardLoss(inputs.data(), targets.data());
+  REQUIRE(mean.ok());
+  if (loss != nullptr) *loss = *mean;
+  const int Vp = config.padded_vocab_size;
+  std::vector<float> padded(size_t(kBatch) * kSeqLen * Vp), logits;
+  (*ops)->Download(padded.data(), (*chain)->fragment(0).logits(), padded.size());
+  for (int r = 0; r < kBatch * kSeqLen; ++r) {
+    logits.insert(logits.end(), padded.begin() + size_t(r) * Vp,
+                  padded.begin() + size_t(r) * Vp + kVocab);
+  }
+  return logits;
+}
+
 TEST_CASE("the Hugging Face config and eval's loss and logits match PyTorch", "[torch][llama]") {
   const std::string dir = ReferenceDir("untied");
   auto config = ReadHfConfig(dir);
@@ -115,38 +152,12 @@ TEST_CASE("the Hugging Face config and eval's loss and logits match PyTorch", "[
   // The logits of both backends, row by row over the V real entries.
   const std::string backend = GENERATE(as<std::string>{}, "cpu-ref", "cpu");
   INFO("backend " << backend);
-  auto ops = kernels::MakeOps(backend, 2);
-  REQUIRE(ops.ok());
-  ChainOptions co;
-  co.batch_size = kBatch;
-  co.seq_len = kSeqLen;
-  co.training = false;
-  auto chain = FragmentChain::Create(*config, co, ops->get());
-  REQUIRE(chain.ok());
-  Fragment& f = (*chain)->fragment(0);
-  std::vector<float> params(f.layout().total());
-  REQUIRE(ReadInitFragment(dir, f.layout(), params.data()).ok());
-  f.SetParameters(params.data());
-  auto data = ReadTokenData(dir + "/tokens.bin", DataFormat::kAuto);
-  REQUIRE(data.ok());
-  DataLoaderOptions lo;
-  lo.batch_size = kBatch;
-  lo.seq_len = kSeqLen;
-  lo.shuffle = false;
-  auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
-  REQUIRE(loader.ok());
-  std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
-  (*loader)->Next(inputs.data(), targets.data());
-  auto loss = (*chain)->ForwardLoss(inputs.data(), targets.data());
-  REQUIRE(loss.ok());
-  CHECK(std::fabs(*loss - ref_loss) <= 1e-5 * ref_loss);
-  const int Vp = config->padded_vocab_size;
-  std::vector<float> padded(size_t(kBatch) * kSeqLen * Vp), logits;
-  (*ops)->Download(padded.data(), f.logits(), padded.size());
-  for (int r = 0; r < kBatch * kSeqLen; ++r) {
-    logits.insert(logits.end(), padded.begin() + size_t(r) * Vp,
-                  padded.begin() + size_t(r) * Vp + kVocab);
-  }
+  const FragmentLayout whole(*config, 0, config->num_layers);
+  std::vector<float> params(whole.total());
+  REQUIRE(ReadInitFragment(dir, whole, params.data()).ok());
+  float loss = 0;
+  const std::vector<float> logits = OurLogits(*config, params, dir, backend, &loss);
+  CHECK(std::fabs(loss - ref_loss) <= 1e-5 * ref_loss);
   const std::vector<float> ref_logits = ReadFloats(dir + "/logits.f32");
   REQUIRE(ref_logits.size() == logits.size());
   CHECK(RelError(logits.data(), ref_logits.data(), logits.size()) < 1e-5);
@@ -173,39 +184,6 @@ TEST_CASE("a bf16 checkpoint loads to PyTorch's loss on the same weights", "[tor
   // The bf16 model is not the fp32 one: its loss differs from the fp32 file's at bf16's scale.
   const float f32_loss = ReadFloats(ReferenceDir("untied") + "/loss.f32").at(0);
   CHECK(std::fabs(ref[0] - f32_loss) < 1e-2 * f32_loss);
-}
-
-// Our logits (B, T, V: the padding dropped) of `params` on the reference batch.
-std::vector<float> OurLogits(const ModelConfig& config, const std::vector<float>& params,
-                             const std::string& dir) {
-  auto ops = kernels::MakeOps("cpu", 2);
-  REQUIRE(ops.ok());
-  ChainOptions co;
-  co.batch_size = kBatch;
-  co.seq_len = kSeqLen;
-  co.training = false;
-  auto chain = FragmentChain::Create(config, co, ops->get());
-  REQUIRE(chain.ok());
-  (*chain)->LoadFromModel(params.data());
-  auto data = ReadTokenData(dir + "/tokens.bin", DataFormat::kAuto);
-  REQUIRE(data.ok());
-  DataLoaderOptions lo;
-  lo.batch_size = kBatch;
-  lo.seq_len = kSeqLen;
-  lo.shuffle = false;
-  auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
-  REQUIRE(loader.ok());
-  std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
-  (*loader)->Next(inputs.data(), targets.data());
-  REQUIRE((*chain)->ForwardLoss(inputs.data(), targets.data()).ok());
-  const int Vp = config.padded_vocab_size;
-  std::vector<float> padded(size_t(kBatch) * kSeqLen * Vp), logits;
-  (*ops)->Download(padded.data(), (*chain)->fragment(0).logits(), padded.size());
-  for (int r = 0; r < kBatch * kSeqLen; ++r) {
-    logits.insert(logits.end(), padded.begin() + size_t(r) * Vp,
-                  padded.begin() + size_t(r) * Vp + kVocab);
-  }
-  return logits;
 }
 
 TEST_CASE("our Hugging Face export reads back in PyTorch to the same logits", "[torch][llama]") {

@@ -69,6 +69,20 @@ Run Train(int fragments, const ModelConfig& config, std::shared_ptr<const TokenD
   return run;
 }
 
+// Split 2 and 3 ways, `config` trains to `whole`'s losses, gradient norms and parameters, bit
+// for bit.
+void CheckSplitsMatch(const ModelConfig& config, std::shared_ptr<const TokenData> data,
+                      const Run& whole) {
+  for (int k : {2, 3}) {
+    INFO(k << " fragments");
+    const Run split = Train(k, config, data);
+    CHECK(split.losses == whole.losses);  // exact float equality, step by step
+    CHECK(split.norms == whole.norms);
+    CHECK(std::memcmp(split.params.data(), whole.params.data(),
+                      whole.params.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("1, 2 and 3 fragments train bit-identically", "[split]") {
   const ModelConfig config = MakeConfig(/*layers=*/3, /*channels=*/48, /*heads=*/4,
                                         /*vocab=*/256, /*context=*/32);
@@ -79,14 +93,7 @@ TEST_CASE("1, 2 and 3 fragments train bit-identically", "[split]") {
   for (float n : whole.norms) clipped += n > 0.5f;
   CHECK(clipped > 0);  // clipping is exercised
   CHECK(whole.losses.back() < whole.losses.front());
-  for (int k : {2, 3}) {
-    INFO(k << " fragments");
-    const Run split = Train(k, config, data);
-    CHECK(split.losses == whole.losses);  // exact float equality, step by step
-    CHECK(split.norms == whole.norms);
-    CHECK(std::memcmp(split.params.data(), whole.params.data(),
-                      whole.params.size() * sizeof(float)) == 0);
-  }
+  CheckSplitsMatch(config, data, whole);
 }
 
 // The subspace-cut variant (model/subspace.h): the cut carries K coordinates and every
@@ -103,14 +110,7 @@ TEST_CASE("the subspace-cut variant trains bit-identically split 1, 2 and 3 ways
       std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
   const Run whole = Train(1, config, data);
   CHECK(whole.losses.back() < whole.losses.front() - 0.5f);
-  for (int k : {2, 3}) {
-    INFO(k << " fragments");
-    const Run split = Train(k, config, data);
-    CHECK(split.losses == whole.losses);
-    CHECK(split.norms == whole.norms);
-    CHECK(std::memcmp(split.params.data(), whole.params.data(),
-                      whole.params.size() * sizeof(float)) == 0);
-  }
+  CheckSplitsMatch(config, data, whole);
 }
 
 // A llama (grouped-query attention, rotary embeddings with llama3 scaling, SwiGLU, RMSNorm),
@@ -132,14 +132,7 @@ TEST_CASE("a llama trains bit-identically split 1, 2 and 3 ways", "[split][llama
       std::make_shared<const TokenData>(TokensFromText(BuiltinCorpus(1, 64 << 10), "builtin"));
   const Run whole = Train(1, config, data);
   CHECK(whole.losses.back() < whole.losses.front() - 0.5f);
-  for (int k : {2, 3}) {
-    INFO(k << " fragments");
-    const Run split = Train(k, config, data);
-    CHECK(split.losses == whole.losses);
-    CHECK(split.norms == whole.norms);
-    CHECK(std::memcmp(split.params.data(), whole.params.data(),
-                      whole.params.size() * sizeof(float)) == 0);
-  }
+  CheckSplitsMatch(config, data, whole);
 }
 
 // A compressed tied-embedding exchange (model/tied_exchange.h): both copies of wte still take
