@@ -24,7 +24,8 @@ StatusOr<EvalResult> EvaluateCheckpoint(const EvalOptions& options) {
     return absl::InvalidArgumentError("batches and sequence length must not be negative");
   }
   // A checkpoint file or a Hugging Face model directory (model/init_from.h).
-  ASSIGN_OR_RETURN(const ModelConfig config, ReadInitConfig(options.checkpoint));
+  ASSIGN_OR_RETURN(const auto source, InitSource::Open(options.checkpoint));
+  const ModelConfig& config = source->config();
   EvalResult result;
   result.config = config;
   result.batch_size = options.batch_size;
@@ -63,12 +64,7 @@ StatusOr<EvalResult> EvaluateCheckpoint(const EvalOptions& options) {
   co.seq_len = result.seq_len;
   co.training = false;
   ASSIGN_OR_RETURN(auto chain, FragmentChain::Create(config, co, ops.get()));
-  for (int i = 0; i < chain->size(); ++i) {
-    Fragment& f = chain->fragment(i);
-    std::vector<float> params(f.layout().total());
-    RETURN_IF_ERROR(ReadInitFragment(options.checkpoint, f.layout(), params.data()));
-    f.SetParameters(params.data());
-  }
+  RETURN_IF_ERROR(source->LoadInto(*chain));
   ASSIGN_OR_RETURN(result.mean_loss, chain->MeanLoss(*loader, result.batches));
   return result;
 }

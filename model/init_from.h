@@ -5,19 +5,42 @@
 // directory; from a checkpoint file it reads the file and keeps its slice.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "model/chain.h"
 #include "model/config.h"
 #include "model/layout.h"
+#include "model/safetensors.h"
 
 namespace longhaul::model {
 
 // The model `path` holds (validated).
 StatusOr<ModelConfig> ReadInitConfig(const std::string& path);
 
-// Fills `params` (layout.total() floats, the fragment's flat layout) from `path`, after
-// checking that it holds the model `layout` is of.
+// `path` opened once for several fragments: the config read and checked once, a checkpoint
+// file read once (a Hugging Face directory's shards are opened as their tensors are asked
+// for).
+class InitSource {
+ public:
+  static StatusOr<std::unique_ptr<InitSource>> Open(const std::string& path);
+  const ModelConfig& config() const { return config_; }
+  // Fills `params` (layout.total() floats, the fragment's flat layout), after checking that
+  // the source holds the model `layout` is of.
+  Status ReadFragment(const FragmentLayout& layout, float* params) const;
+  // Every fragment of `chain`.
+  Status LoadInto(FragmentChain& chain) const;
+
+ private:
+  std::string path_;
+  ModelConfig config_;
+  std::unique_ptr<HfTensorSource> hf_;  // a Hugging Face directory
+  std::vector<float> whole_;            // a checkpoint file's parameters
+};
+
+// One fragment from `path` (InitSource::Open, then ReadFragment).
 Status ReadInitFragment(const std::string& path, const FragmentLayout& layout, float* params);
 
 }  // namespace longhaul::model

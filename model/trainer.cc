@@ -72,12 +72,8 @@ Status Trainer::Init() {
   if (job_.init_from.empty()) {
     chain_->InitParameters(job_.seed);
   } else {
-    for (int i = 0; i < chain_->size(); ++i) {
-      Fragment& f = chain_->fragment(i);
-      std::vector<float> params(f.layout().total());
-      RETURN_IF_ERROR(ReadInitFragment(job_.init_from, f.layout(), params.data()));
-      f.SetParameters(params.data());
-    }
+    ASSIGN_OR_RETURN(const auto source, InitSource::Open(job_.init_from));
+    RETURN_IF_ERROR(source->LoadInto(*chain_));
   }
   return absl::OkStatus();
 }

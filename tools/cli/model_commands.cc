@@ -55,10 +55,11 @@ int Eval(EvalFlags flags) {
 // directory (format hf, dtype f32 or bf16) or a checkpoint file (format llmc).
 Status ConvertCheckpoint(const std::string& in, const std::string& out, const std::string& format,
                          const std::string& dtype) {
-  ASSIGN_OR_RETURN(const model::ModelConfig config, model::ReadInitConfig(in));
+  ASSIGN_OR_RETURN(const auto source, model::InitSource::Open(in));
+  const model::ModelConfig& config = source->config();
   const model::FragmentLayout whole(config, 0, config.num_layers);
   std::vector<float> params(whole.total());
-  RETURN_IF_ERROR(model::ReadInitFragment(in, whole, params.data()));
+  RETURN_IF_ERROR(source->ReadFragment(whole, params.data()));
   if (format == "hf") {
     model::HfWriteOptions o;
     o.dtype = dtype == "bf16" ? model::StDtype::kBF16 : model::StDtype::kF32;
