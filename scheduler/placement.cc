@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/layer_range.h"
 
 namespace longhaul::scheduler {
 namespace {
@@ -54,7 +55,7 @@ Status ValidatePlan(const std::vector<StagePlan>& plan, int num_layers) {
   }
   if (next != num_layers) {
     return absl::InvalidArgumentError(
-        absl::StrCat("plan: stages cover layers [0, ", next, ") of ", num_layers));
+        absl::StrCat("plan: stages cover layers ", LayerRange(0, next), " of ", num_layers));
   }
   return absl::OkStatus();
 }
@@ -62,8 +63,7 @@ Status ValidatePlan(const std::vector<StagePlan>& plan, int num_layers) {
 std::string PlanDebugString(const std::vector<StagePlan>& plan) {
   std::string out;
   for (const StagePlan& s : plan) {
-    absl::StrAppend(&out, out.empty() ? "" : " ", s.site, "[", s.layer_begin, ",", s.layer_end,
-                    ")");
+    absl::StrAppend(&out, out.empty() ? "" : " ", s.site, LayerRange(s.layer_begin, s.layer_end));
   }
   return out;
 }

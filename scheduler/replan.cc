@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/layer_range.h"
 #include "model/layout.h"
 
 namespace longhaul::scheduler {
@@ -98,7 +99,7 @@ std::vector<LayerMove> LayerMoves(const CostModel& model, const std::vector<Stag
     while (end < L && Owner(current, end) == from && Owner(next, end) == to) ++end;
     if (from != to) {
       LayerMove m;
-      m.what = absl::StrCat("layers ", layer, "..", end - 1);
+      m.what = "layers " + LayerRange(layer, end);
       m.layer_begin = layer, m.layer_end = end;
       m.from_site = from, m.to_site = to;
       m.bytes = layer_params(layer, end) * state;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/layer_range.h"
 #include "daemon/job/replica_membership.h"
 #include "daemon/job/stage_grid.h"
 #include "daemon/job/sync_routes.h"
@@ -94,8 +95,8 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
     }
     if (grid.first(i)) next = 0;
     if (s.layer_begin() != next || s.layer_end() <= s.layer_begin() || s.layer_end() > layers) {
-      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " + Str(s.layer_begin()) +
-                                        ".." + Str(s.layer_end()) +
+      return absl::InvalidArgumentError(f + "[" + Str(i) + "]: layers " +
+                                        LayerRange(s.layer_begin(), s.layer_end()) +
                                         " do not continue the plan at layer " + Str(next) +
                                         " within the model's " + Str(layers) + " layers");
     }
@@ -115,8 +116,8 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
     next = s.layer_end();
     if (grid.last(i) && next != layers) {
       return absl::InvalidArgumentError(f + ": replica " + Str(grid.replica(i)) +
-                                        "'s stages cover layers 0.." + Str(next) +
-                                        " of the model's " + Str(layers));
+                                        "'s stages cover layers " + LayerRange(0, next) +
+                                        ", the model has " + LayerRange(0, layers));
     }
   }
   return absl::OkStatus();
@@ -243,8 +244,8 @@ Status CheckFragmentRequest(const v1::FetchFragmentRequest& r, int num_layers,
   if (!current &&
       (r.layer_begin() >= r.layer_end() || r.layer_end() > static_cast<uint32_t>(num_layers))) {
     return absl::InvalidArgumentError("job " + r.job_id() + ": fragment layers " +
-                                      Str(r.layer_begin()) + ".." + Str(r.layer_end()) +
-                                      " out of range 0.." + Str(num_layers));
+                                      LayerRange(r.layer_begin(), r.layer_end()) +
+                                      " out of the model's " + LayerRange(0, num_layers));
   }
   if (r.step() > total_steps) {
     return absl::InvalidArgumentError("job " + r.job_id() + ": fragment step " + Str(r.step()) +

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/layer_range.h"
 #include "model/file_io.h"
 
 namespace longhaul::daemon {
@@ -121,10 +122,9 @@ StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, in
     return absl::DataLossError(what + " '" + path + "': bad magic");
   }
   if (h.layer_begin != layer_begin || h.layer_end != layer_end) {
-    return absl::FailedPreconditionError(
-        what + " '" + path + "' holds layers " + std::to_string(h.layer_begin) + ".." +
-        std::to_string(h.layer_end) + ", this stage runs " + std::to_string(layer_begin) + ".." +
-        std::to_string(layer_end));
+    return absl::FailedPreconditionError(what + " '" + path + "' holds layers " +
+                                         LayerRange(h.layer_begin, h.layer_end) +
+                                         ", this stage runs " + LayerRange(layer_begin, layer_end));
   }
   if (h.n > (uint64_t(1) << 36) || h.loader_bytes > (1 << 20) ||
       static_cast<uint64_t>(size) != h.header_bytes + 3 * h.n * sizeof(float) + h.loader_bytes) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/layer_range.h"
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "daemon/job/fragment_slices.h"
@@ -110,7 +111,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   if (memory_limit_bytes > 0 && memory_bytes_ > memory_limit_bytes) {
     return absl::ResourceExhaustedError(
         "job too large for site '" + ctx_.site + "': stage " + std::to_string(stage_) +
-        " (layers " + std::to_string(fo.begin) + ".." + std::to_string(fo.end) + ") needs " +
+        " (layers " + LayerRange(fo.begin, fo.end) + ") needs " +
         std::to_string(memory_bytes_ >> 20) + " MiB, the site allows " +
         std::to_string(memory_limit_bytes >> 20) + " MiB");
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/layer_range.h"
 #include "daemon/job/fragment_slices.h"
 #include "daemon/job/stage_checkpoint.h"
 #include "daemon/job/stage_runner.h"
@@ -193,8 +194,8 @@ Status StageRunner::Rejoin(uint64_t step) {
   }
   if (sites.empty()) {
     return absl::InvalidArgumentError("job " + a.job_id() + ": replica " + std::to_string(source) +
-                                      " holds none of layers " + std::to_string(mine.begin()) +
-                                      ".." + std::to_string(mine.end()));
+                                      " holds none of layers " +
+                                      LayerRange(mine.begin(), mine.end()));
   }
   // Local mode: the live replicas' state at their last outer step, the anchor (their
   // parameters, at a sync step); the inner steps since then are theirs, not this replica's.

@@ -409,7 +409,7 @@ TEST_CASE("plans with replicas are checked", "[replicas]") {
              Catch::Contains("replica 0 after replica 1"));
   CHECK_THAT(error(Plan({{"a", 0, 4, 1}, {"b", 0, 4, 1}})), Catch::Contains("replica 1 after"));
   CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"c", 0, 1, 1}, {"d", 1, 3, 1}})),
-             Catch::Contains("cover layers 0..3"));
+             Catch::Contains("cover layers [0,3)"));
   CHECK_THAT(error(Plan({{"a", 0, 2, 0}, {"b", 2, 4, 0}, {"a", 0, 2, 1}, {"d", 2, 4, 1}})),
              Catch::Contains("runs another stage"));
 

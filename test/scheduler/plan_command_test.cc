@@ -48,6 +48,10 @@ TEST_CASE("the example plan as JSON matches the table's plan") {
     CHECK(s["layer_begin"] == next);
     next = s["layer_end"];
     CHECK(table.str().find(s["site"].get<std::string>()) != std::string::npos);
+    // The table writes the JSON's range in the one notation, half-open.
+    const std::string range = "[" + std::to_string(s["layer_begin"].get<int>()) + "," +
+                              std::to_string(s["layer_end"].get<int>()) + ")";
+    CHECK(table.str().find(range) != std::string::npos);
   }
   CHECK(next == 6);
   CHECK(j["step_seconds"].get<double>() > 0);

@@ -109,12 +109,12 @@ TEST_CASE("layer moves: contiguous runs, bytes of parameters and moments, embedd
   const auto moves = LayerMoves(*model, from, to);
   const int64_t C = 256, per_layer = (12 * C * C + 13 * C) * 12;
   REQUIRE(moves.size() == 3);
-  CHECK(moves[0].what == "layers 4..5");
+  CHECK(moves[0].what == "layers [4,6)");
   CHECK(moves[0].from_site == "s1");
   CHECK(moves[0].to_site == "s0");
   CHECK(moves[0].bytes == 2 * per_layer);
   CHECK(moves[0].seconds == Approx(2 * per_layer / 1e8 + 0.01));
-  CHECK(moves[1].what == "layers 8..11");
+  CHECK(moves[1].what == "layers [8,12)");
   CHECK(moves[1].from_site == "s2");
   CHECK(moves[1].to_site == "s1");
   CHECK(moves[2].what == "wte+lnf (last stage)");
@@ -139,11 +139,11 @@ TEST_CASE("layer moves of a llama: the family's parameters") {
     // parameters, m and v in fp32.
     const int64_t per_layer = (2 * 64 + 2 * 192 * 64 + 2 * 64 * 96) * 12, wte = 384 * 64 * 12;
     REQUIRE(moves.size() == 5);
-    CHECK(moves[0].what == "layers 0..3");
+    CHECK(moves[0].what == "layers [0,4)");
     CHECK(moves[0].bytes == 4 * per_layer);
-    CHECK(moves[1].what == "layers 6..7");
+    CHECK(moves[1].what == "layers [6,8)");
     CHECK(moves[1].bytes == 2 * per_layer);
-    CHECK(moves[2].what == "layers 8..11");
+    CHECK(moves[2].what == "layers [8,12)");
     CHECK(moves[3].what == "wte (first stage)");
     CHECK(moves[3].bytes == wte);
     CHECK(moves[4].what == (tied ? "wte+lnf (last stage)" : "head+lnf (last stage)"));

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/layer_range.h"
 #include "daemon/status_pages.h"
 #include "tools/cli/format.h"
 
@@ -88,10 +89,10 @@ void PrintDetails(const v1::JobStatus& j) {
     for (uint32_t r : j.dropped_replicas()) {
       if (r == s.replica()) label += " (dropped)";
     }
-    stages.AddRow(
-        {label, s.site(), std::to_string(s.layer_begin()) + ".." + std::to_string(s.layer_end()),
-         Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB", Fixed(s.compute_seconds(), 3) + " s",
-         Fixed(s.wait_seconds(), 3) + " s", s.devices().empty() ? "-" : s.devices()});
+    stages.AddRow({label, s.site(), LayerRange(s.layer_begin(), s.layer_end()),
+                   Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB",
+                   Fixed(s.compute_seconds(), 3) + " s", Fixed(s.wait_seconds(), 3) + " s",
+                   s.devices().empty() ? "-" : s.devices()});
   }
   std::cout << stages.str();
   if (j.links_size() > 0) {

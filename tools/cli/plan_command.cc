@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/layer_range.h"
 #include "daemon/job/job_spec.h"
 #include "model/config.h"
 #include "scheduler/planner.h"
@@ -99,12 +100,13 @@ void PrintEstimate(const StepEstimate& e, std::ostream& out) {
                 "idle/step", "memory", "limit"});
   for (size_t i = 0; i < e.stages.size(); ++i) {
     const auto& s = e.stages[i];
-    stages.AddRow(
-        {std::to_string(i), s.site,
-         absl::StrCat(s.layer_begin, "..", s.layer_end - 1, " (", s.layer_end - s.layer_begin, ")"),
-         Count(double(s.parameters)), Secs(s.forward_seconds + s.backward_seconds),
-         Secs(s.codec_seconds), Secs(s.compute_seconds), Secs(s.idle_seconds),
-         Bytes(s.memory_bytes), s.memory_limit_bytes ? Bytes(s.memory_limit_bytes) : "-"});
+    stages.AddRow({std::to_string(i), s.site,
+                   absl::StrCat(LayerRange(s.layer_begin, s.layer_end), " (",
+                                s.layer_end - s.layer_begin, ")"),
+                   Count(double(s.parameters)), Secs(s.forward_seconds + s.backward_seconds),
+                   Secs(s.codec_seconds), Secs(s.compute_seconds), Secs(s.idle_seconds),
+                   Bytes(s.memory_bytes),
+                   s.memory_limit_bytes ? Bytes(s.memory_limit_bytes) : "-"});
   }
   out << stages.str();
   if (!e.links.empty()) {

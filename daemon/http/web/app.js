@@ -158,7 +158,7 @@
       wait.style.width = (100 * (s.network_wait_seconds || 0) / longest).toFixed(1) + '%';
       bar.append(compute, wait);
       rows.push(h('tr', {'data-stage': s.stage},
-        h('td', {}, s.stage), h('td', {}, s.site), h('td', {}, `${s.layers[0]}..${s.layers[1]}`),
+        h('td', {}, s.stage), h('td', {}, s.site), h('td', {}, `[${s.layers[0]},${s.layers[1]})`),
         h('td', {}, num(s.compute_seconds, 3)), h('td', {}, num(s.network_wait_seconds, 3)),
         h('td', {}, num(s.step_seconds, 3)), h('td', {class: 'bar-cell'}, bar)));
     }
