@@ -170,8 +170,12 @@ StatusOr<Decision> Controller::Decide(const ControllerInput& in,
     next.upgrade_since_seconds = -1;
   }
   d.next = next;
+  // The round trip it priced, or none: a pipelined sender passes 0 (only serialisation counts),
+  // and "rtt 0.0 ms" beside a link measured at 20 ms read as a wrong measurement.
   d.explanation = Cat(d.codec, ": ", why, "; predicted ", Ms(t[choice]), " vs budget ", Ms(budget),
-                      " at ", MBps(in.bandwidth_bytes_per_second), ", rtt ", Ms(in.rtt_seconds),
+                      " at ", MBps(in.bandwidth_bytes_per_second),
+                      in.rtt_seconds > 0 ? Cat(" + rtt ", Ms(in.rtt_seconds))
+                                         : std::string(" (round trip not priced: pipelined)"),
                       ", floor ", names_[floor]);
   if (choice > 0 && in.bandwidth_bytes_per_second > 0) {
     d.explanation += Cat("; ", names_[choice - 1], " would take ", Ms(t[choice - 1]));

@@ -343,12 +343,18 @@ class Walker {
   Status ParseTls(const Entry& map, SiteConfig* config) const {
     ASSIGN_OR_RETURN(Fields fields, MapFields(map, "tls", kTlsKeys));
     TlsConfig tls;
-    std::pair<absl::string_view, std::string*> slots[] = {
-        {"ca", &tls.ca_file}, {"cert", &tls.cert_file}, {"key", &tls.key_file}};
-    for (auto& [key, out] : slots) {
-      ASSIGN_OR_RETURN(*out, RequiredPath(fields, map, "tls", key));
+    struct Slot {
+      absl::string_view key;
+      std::string* path;
+      std::string* as_written;
+    } slots[] = {{"ca", &tls.ca_file, &tls.ca_as_written},
+                 {"cert", &tls.cert_file, &tls.cert_as_written},
+                 {"key", &tls.key_file, &tls.key_as_written}};
+    for (auto& [key, out, as_written] : slots) {
+      ASSIGN_OR_RETURN(*as_written, RequiredString(fields, map, "tls", key));
+      *out = ResolvePath(base_dir_, *as_written);
     }
-    for (auto& [key, out] : slots) {
+    for (auto& [key, out, as_written] : slots) {
       RETURN_IF_ERROR(
           Check(CheckReadableFile(*out), fields.at(std::string(key)), Join("tls", key)));
     }

@@ -31,6 +31,11 @@ struct TlsConfig {
   // client certificate is asked for). Required for a control listener on a non-loopback
   // address, unless `insecure: true`.
   bool control = false;
+  // The three paths as written in the config, for messages ("tls.key 'certs/alpha.key' ...");
+  // empty for a config built in code, whose messages then show the paths above.
+  std::string ca_as_written;
+  std::string cert_as_written;
+  std::string key_as_written;
 };
 
 // Timing of the inter-site links. Ranges are enforced by the loader.

@@ -17,6 +17,7 @@
 #include "daemon/job/site_backend.h"
 #include "daemon/peer_security.h"
 #include "daemon/status_pages.h"
+#include "daemon/tls_checks.h"
 #include "daemon/transport/grpc_link.h"
 #include "kernels/cpu/blas_core.h"
 
@@ -34,6 +35,13 @@ double NowMono() {
 // Replaces the port of "host:port" with `port`.
 std::string WithPort(const std::string& address, int port) {
   return address.substr(0, address.rfind(':') + 1) + std::to_string(port);
+}
+
+// Why gRPC may have refused to listen. The TLS files passed CheckTlsMaterial, but gRPC reads
+// them again and may refuse what OpenSSL's checks accepted (it logs why just before).
+std::string ListenHint(bool tls) {
+  return tls ? " (address in use or not local? or gRPC refused the TLS files: see its log line)"
+             : " (address in use or not local?)";
 }
 
 }  // namespace
@@ -113,12 +121,17 @@ Status Daemon::StartPeerServer(const std::set<std::string>& peer_names) {
   peer_server_ = b.BuildAndStart();
   if (!peer_server_ || peer_port_ == 0) {
     return absl::UnavailableError("listen.peer: cannot listen on " + config_.peer_listen +
-                                  " (address in use or not local?)");
+                                  ListenHint(config_.tls.has_value()));
   }
   return absl::OkStatus();
 }
 
 Status Daemon::StartAll() {
+  // The TLS files before anything listens: gRPC would otherwise fail to listen with no
+  // reason given, or serve a certificate that peers refuse.
+  if (config_.tls && !options_.skip_tls_checks) {
+    RETURN_IF_ERROR(CheckTlsMaterial(*config_.tls, config_.site));
+  }
   RETURN_IF_ERROR(CheckSiteDevices(config_.devices));
   RETURN_IF_ERROR(LockDataDir());
   if (options_.token.empty()) {
@@ -186,7 +199,7 @@ Status Daemon::StartAll() {
     control_server_ = b.BuildAndStart();
     if (!control_server_ || control_port_ == 0) {
       return absl::UnavailableError("listen.control: cannot listen on " + config_.control_listen +
-                                    " (address in use or not local?)");
+                                    ListenHint(config_.tls && config_.tls->control));
     }
   }
 

@@ -38,6 +38,9 @@ struct DaemonOptions {
   // Test seam: reach peers through this in-process network instead of gRPC (no peer port is
   // served; peers must be daemons of the same network). Must outlive the daemon.
   transport::LoopbackNetwork* loopback = nullptr;
+  // Test seam: start even when the TLS material fails CheckTlsMaterial (tls_checks.h), so
+  // that a test can play a misconfigured or rogue peer and check what the others refuse.
+  bool skip_tls_checks = false;
 };
 
 class Daemon {

@@ -17,6 +17,7 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/tls_checks.h"
 
 namespace {
 
@@ -51,6 +52,15 @@ int main(int argc, char** argv) {
   }
   if (!log_level.empty()) config->log_level = log_level;
   if (check_only) {
+    // The same checks of the TLS files as Daemon::Start makes before it listens.
+    if (config->tls) {
+      const auto tls = longhaul::daemon::CheckTlsMaterial(*config->tls, config->site);
+      if (!tls.ok()) {
+        std::cerr << "longhauld: invalid config: " << config_path << ": site '" << config->site
+                  << "': " << tls.message() << "\n";
+        return 2;
+      }
+    }
     std::cout << "config " << config_path << " is valid (site '" << config->site << "', "
               << config->peers.size() << " peer(s))\n";
     return 0;

@@ -302,6 +302,23 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"links", job_links},
                          {"sync_groups", groups}});
   }
+  // The stages this site runs of jobs coordinated elsewhere: the page says which, and whose
+  // page has the job.
+  j["hosted_stages"] = nlohmann::json::array();
+  for (const auto& h : jobs.hosted_stages()) {
+    j["hosted_stages"].push_back({{"job", h.job_id()},
+                                  {"name", h.name()},
+                                  {"coordinator", h.coordinator()},
+                                  {"stage", h.stage()},
+                                  {"stages", h.stages()},
+                                  {"replica", h.replica()},
+                                  {"layers", {h.layer_begin(), h.layer_end()}},
+                                  {"state", h.state()},
+                                  {"error", h.error()},
+                                  {"step", h.step()},
+                                  {"steps", h.total_steps()},
+                                  {"attempt", h.attempt()}});
+  }
   return j.dump(2) + "\n";
 }
 

@@ -13,6 +13,8 @@ namespace longhaul::daemon {
 std::string RenderMetrics(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
                           const v1::ListJobsResponse& jobs, double start_time_unix);
 
+// `jobs`' hosted_stages become "hosted_stages": the stages this site runs of jobs other sites
+// coordinate, each with its coordinator's name.
 std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResponse& links,
                              const v1::ListJobsResponse& jobs);
 

@@ -112,9 +112,18 @@ class JobParser {
   }
 
  private:
-  std::string Resolve(const std::string& path) const {
+  // A path from the job file: relative ones are relative to the job file's folder. A job a
+  // daemon parses has no folder (base_dir_ empty): `longhaul submit` sends them absolute.
+  StatusOr<std::string> Resolve(const Entry& e, const std::string& path) const {
     std::filesystem::path p(path);
-    if (p.is_relative() && !base_dir_.empty()) p = std::filesystem::path(base_dir_) / p;
+    if (p.is_relative()) {
+      if (base_dir_.empty()) {
+        return w_.Error(e, "relative path '" + path +
+                               "': a submitted job names files by absolute path (longhaul "
+                               "submit resolves relative ones against the job file's folder)");
+      }
+      p = std::filesystem::path(base_dir_) / p;
+    }
     return p.lexically_normal().string();
   }
 
@@ -124,7 +133,7 @@ class JobParser {
     }
     if (init_from != nullptr) {
       ASSIGN_OR_RETURN(std::string path, w_.String(*init_from));
-      job->init_from = Resolve(path);
+      ASSIGN_OR_RETURN(job->init_from, Resolve(*init_from, path));
       auto config = ReadInitConfig(job->init_from);
       if (!config.ok()) return w_.Error(*init_from, config.status().message());
       if (config->vocab_size > kMaxFrameVocab) {
@@ -241,7 +250,7 @@ class JobParser {
   StatusOr<std::string> DataPath(const Entry& e) {
     ASSIGN_OR_RETURN(std::string path, w_.String(e));
     if (path == kBuiltinData) return path;
-    path = Resolve(path);
+    ASSIGN_OR_RETURN(path, Resolve(e, path));
     auto size = FileSize(path, "data file");
     if (!size.ok()) return w_.Error(e, size.status().message());
     return path;
@@ -322,7 +331,7 @@ class JobParser {
     }
     if (auto it = f.find("dir"); it != f.end()) {
       ASSIGN_OR_RETURN(std::string dir, w_.String(it->second));
-      c->dir = Resolve(dir);
+      ASSIGN_OR_RETURN(c->dir, Resolve(it->second, dir));
     }
     return absl::OkStatus();
   }

@@ -1,5 +1,8 @@
 // A training job file (YAML): the one schema for `longhaul train-local` and for distributed
-// jobs. Paths are relative to the job file's directory. Example (configs/job.example.yaml):
+// jobs. A relative path (init_from, data.train, data.val, checkpoint.dir) is relative to the
+// job file's folder, in train-local, plan and submit alike: submit sends it absolute
+// (job_file_paths.h) and each site reads that path, inside its data_roots; a daemon refuses
+// a relative path from any other client. Example (configs/job.example.yaml):
 //
 //   name: tiny                       # [A-Za-z0-9._-]+
 //   model: {layers: 2, channels: 64, heads: 4, vocab: 256, context: 64}

@@ -4,15 +4,60 @@
 # 25 Mbit/s, 10 ms one way) and mutual TLS. It submits a GPT-2 job split across the three
 # sites, follows it with a progress bar, and ends with a summary: steps, loss, tokens/s, and
 # per link the measured bandwidth, the codec the controller chose and the compression ratio.
-# Installs what is missing and builds first; then takes about three minutes on two cores.
+#
+#   tools/demo.sh [--no-build]
+#
+# The binaries: those in $LONGHAUL_BIN_DIR when it is set (longhauld, longhaul, linkem); in a
+# source checkout, built here when Bazel is at hand or nothing is built yet (installing what
+# is missing; a no-op once up to date), else (or with --no-build) the ones built before;
+# outside a checkout (the package's copy, /usr/share/longhaul/demo), the installed package's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== building longhaul (the first run installs Debian packages and takes several minutes)"
-tools/build.sh //tools/linkem:linkem
-LONGHAULD=bazel-bin/daemon/longhauld
-LONGHAUL=bazel-bin/tools/cli/longhaul
-LINKEM=bazel-bin/tools/linkem/linkem
+die() {
+  echo "demo: $*" >&2
+  exit 1
+}
+build=1
+case "${1:-}" in
+  --no-build) build=0 ;;
+  -h | --help)
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  "") ;;
+  *) die "unknown argument '$1' (tools/demo.sh --help)" ;;
+esac
+if [ -n "${LONGHAUL_BIN_DIR:-}" ]; then
+  LONGHAULD=$LONGHAUL_BIN_DIR/longhauld
+  LONGHAUL=$LONGHAUL_BIN_DIR/longhaul
+  LINKEM=$LONGHAUL_BIN_DIR/linkem
+elif [ -f WORKSPACE ]; then
+  LONGHAULD=bazel-bin/daemon/longhauld
+  LONGHAUL=bazel-bin/tools/cli/longhaul
+  LINKEM=bazel-bin/tools/linkem/linkem
+  built=1
+  for b in "$LONGHAULD" "$LONGHAUL" "$LINKEM"; do [ -x "$b" ] || built=0; done
+  if [ "$build" -eq 1 ] && { command -v bazel >/dev/null || [ "$built" -eq 0 ]; }; then
+    echo "== building longhaul (the first run installs Debian packages and takes several minutes)"
+    tools/build.sh //tools/linkem:linkem
+  elif [ "$built" -eq 1 ]; then
+    echo "== using the binaries built before (bazel-bin/)"
+  else
+    die "--no-build, but bazel-bin/ lacks longhauld, longhaul or linkem: run tools/build.sh //tools/linkem:linkem"
+  fi
+else
+  LONGHAULD=/usr/bin/longhauld
+  LONGHAUL=/usr/bin/longhaul
+  LINKEM=/usr/lib/longhaul/linkem
+fi
+for b in "$LONGHAULD" "$LONGHAUL" "$LINKEM"; do
+  [ -x "$b" ] || die "$b is missing (set LONGHAUL_BIN_DIR, or build in a checkout)"
+done
+for t in openssl /usr/bin/python3; do
+  command -v "$t" >/dev/null || die "$t is missing (apt-get install openssl python3)"
+done
+demo_start=$(date +%s)
 
 work=$(mktemp -d /tmp/longhaul-demo.XXXXXX)
 pids=()
@@ -65,4 +110,4 @@ echo
 echo "== stopping the daemons and links"
 cleanup
 pids=()
-echo "demo: done (logs and data in $work)"
+echo "demo: done in $(($(date +%s) - demo_start)) s after the build (logs and data in $work)"

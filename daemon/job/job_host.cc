@@ -122,7 +122,9 @@ void JobHost::StopRunner(Stage* stage) {
 }
 
 StatusOr<JobSpec> JobHost::ParseJob(const std::string& yaml, const std::string& source) {
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml, source, options_.data_dir));
+  // No base folder: a submitted job names its files by absolute path (the CLI makes the job
+  // file's relative paths absolute, model/job_file_paths.h); a relative one is refused.
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml, source, ""));
   std::vector<std::string> roots = options_.data_roots;
   if (roots.empty()) roots.push_back(options_.data_dir);
   RETURN_IF_ERROR(CheckJobPaths(spec, roots, options_.site));
@@ -243,24 +245,98 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
   return r;
 }
 
-StatusOr<v1::JobStatus> JobHost::GetJob(const std::string& job_id, uint32_t max_losses) {
-  RETURN_IF_ERROR(CheckJobId(job_id));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = coordinators_.find(job_id);
-  if (it == coordinators_.end()) {
-    if (auto b = unrestorable_.find(job_id); b != unrestorable_.end()) return b->second;
+Status JobHost::NotCoordinatedHere(const std::string& job_id) {
+  const std::string coordinator = KnownCoordinator(job_id);
+  if (coordinator.empty() || coordinator == options_.site) {
     return absl::NotFoundError("no job '" + job_id + "' is coordinated by site '" + options_.site +
                                "' (longhaul jobs lists them)");
   }
-  return it->second->GetStatus(max_losses);
+  std::string stage;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = stages_.find(job_id); it != stages_.end()) {
+      stage = ", which runs its stage " + std::to_string(it->second->assignment.stage());
+    }
+  }
+  return absl::NotFoundError("job " + job_id + " is coordinated by site '" + coordinator +
+                             "', not by site '" + options_.site + "'" + stage + "; ask its daemon");
+}
+
+StatusOr<v1::JobStatus> JobHost::GetJob(const std::string& job_id, uint32_t max_losses) {
+  RETURN_IF_ERROR(CheckJobId(job_id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = coordinators_.find(job_id); it != coordinators_.end()) {
+      return it->second->GetStatus(max_losses);
+    }
+    if (auto b = unrestorable_.find(job_id); b != unrestorable_.end()) return b->second;
+  }
+  return NotCoordinatedHere(job_id);
 }
 
 v1::ListJobsResponse JobHost::ListJobs(uint32_t max_losses) {
-  std::lock_guard<std::mutex> lock(mu_);
   v1::ListJobsResponse r;
-  for (const auto& [id, c] : coordinators_) *r.add_jobs() = c->GetStatus(max_losses);
-  for (const auto& [id, broken] : unrestorable_) *r.add_jobs() = broken;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, c] : coordinators_) *r.add_jobs() = c->GetStatus(max_losses);
+    for (const auto& [id, broken] : unrestorable_) *r.add_jobs() = broken;
+  }
+  for (auto& s : HostedStages()) *r.add_hosted_stages() = std::move(s);
   return r;
+}
+
+std::vector<v1::HostedStage> JobHost::HostedStages() {
+  struct Held {
+    v1::StageAssignment assignment;
+    std::string name;
+    std::shared_ptr<StageRunner> runner;
+    bool cancelled;
+    int64_t steps;
+  };
+  std::vector<std::pair<std::string, Held>> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, st] : stages_) {
+      if (st->assignment.coordinator() == options_.site || st->assignment.job_id().empty()) {
+        continue;  // coordinated here: ListJobs has the job
+      }
+      held.push_back({id, {st->assignment, st->name, st->runner, st->cancelled, st->steps}});
+    }
+  }
+  std::vector<v1::HostedStage> out;
+  for (const auto& [id, h] : held) {
+    const v1::StageAssignment& a = h.assignment;
+    v1::HostedStage s;
+    s.set_job_id(id);
+    s.set_name(h.name);
+    s.set_coordinator(a.coordinator());
+    s.set_stage(a.stage());
+    s.set_stages(static_cast<uint32_t>(a.stages_size()));
+    if (static_cast<int>(a.stage()) < a.stages_size()) {
+      const v1::StageInfo& info = a.stages(static_cast<int>(a.stage()));
+      s.set_layer_begin(info.layer_begin());
+      s.set_layer_end(info.layer_end());
+      s.set_replica(info.replica());
+    }
+    s.set_attempt(a.attempt());
+    s.set_total_steps(static_cast<uint64_t>(std::max<int64_t>(0, h.steps)));
+    s.set_step(a.resume_step());
+    if (h.cancelled) {
+      s.set_state("cancelled");
+    } else if (!h.runner) {
+      s.set_state("stopped");
+    }
+    if (h.runner) {
+      const StageRunnerStatus st = h.runner->status();
+      s.set_step(st.step);
+      s.set_error(st.error);
+      if (!h.cancelled) {
+        s.set_state(st.finished ? "finished" : !st.error.empty() ? "failed" : "running");
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
@@ -269,9 +345,9 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = coordinators_.find(job_id);
-    if (it == coordinators_.end()) return absl::NotFoundError("no job '" + job_id + "' here");
-    c = it->second.get();
+    c = it == coordinators_.end() ? nullptr : it->second.get();
   }
+  if (c == nullptr) return NotCoordinatedHere(job_id);
   ASSIGN_OR_RETURN(v1::JobState state, c->Cancel());
   v1::CancelJobResponse r;
   r.set_state(state);
@@ -285,9 +361,9 @@ Status JobHost::Export(const std::string& job_id, const std::string& format,
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = coordinators_.find(job_id);
-    if (it == coordinators_.end()) return absl::NotFoundError("no job '" + job_id + "' here");
-    c = it->second.get();
+    c = it == coordinators_.end() ? nullptr : it->second.get();
   }
+  if (c == nullptr) return NotCoordinatedHere(job_id);
   return c->Export(format, dtype, sink);
 }
 

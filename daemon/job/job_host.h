@@ -60,8 +60,12 @@ class JobHost {
   // ---- Control API ----
   StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request);
   StatusOr<v1::JobStatus> GetJob(const std::string& job_id, uint32_t max_losses);
-  // Every job coordinated here; each with the newest `max_losses` losses and step times.
+  // Every job coordinated here; each with the newest `max_losses` losses and step times. Its
+  // hosted_stages are HostedStages().
   v1::ListJobsResponse ListJobs(uint32_t max_losses = 1);
+  // The stages this site runs (or ran) of jobs other sites coordinate, each naming its
+  // coordinator: what the status page and `longhaul jobs` show on a stage site.
+  std::vector<v1::HostedStage> HostedStages();
   StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id);
   Status Export(const std::string& job_id, const std::string& format, const std::string& dtype,
                 const Coordinator::ExportSink& sink);
@@ -110,6 +114,7 @@ class JobHost {
  private:
   struct Stage {
     v1::StageAssignment assignment;  // guarded by mu_
+    std::string name;                // the job's name; guarded by mu_
     std::unique_ptr<Inbox> inbox;
     std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
     bool cancelled = false;               // guarded by mu_
@@ -126,6 +131,9 @@ class JobHost {
   std::shared_ptr<Stage> FindStage(const std::string& job_id);
   // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none.
   std::string KnownCoordinator(const std::string& job_id);
+  // NotFound for a control call on a job not coordinated here: naming its coordinator where
+  // this site knows it (it runs, or ran, a stage of the job), so the operator asks that site.
+  Status NotCoordinatedHere(const std::string& job_id);
   // Parses a job from a peer or client and confines its files to the data roots.
   StatusOr<JobSpec> ParseJob(const std::string& yaml, const std::string& source);
   // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <new>
 
+#include "common/layer_range.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_host.h"
 #include "daemon/job/replica_membership.h"
@@ -116,6 +117,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
             a.dropped_replicas())[static_cast<size_t>(grid.replica(static_cast<int>(a.stage())))] +
         ValBatches(spec.job);
     stage->steps = spec.job.steps;
+    stage->name = spec.job.name;
     stage->replicas = grid.replicas;
     stage->routes.clear();
     if (grid.replicas > 1) {
@@ -207,8 +209,11 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     std::lock_guard<std::mutex> lock(mu_);
     stage->runner = started;
   }
-  log_->info("job {}: running stage {} (layers {}..{}), attempt {}, from step {}", id, i,
-             a.stages(i).layer_begin(), a.stages(i).layer_end(), a.attempt(), a.resume_step());
+  log_->info(
+      "job {}: running stage {} (layers {}, coordinated by site '{}'), attempt {}, from "
+      "step {}",
+      id, i, LayerRange(a.stages(i).layer_begin(), a.stages(i).layer_end()), a.coordinator(),
+      a.attempt(), a.resume_step());
   return r;
 }
 

@@ -127,8 +127,8 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
   if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
   if (ctx_.log) {
-    ctx_.log->info("job {}: stage {} runs layers {}..{} on {}", ctx_.assignment.job_id(), stage_,
-                   fo.begin, fo.end, devices_);
+    ctx_.log->info("job {}: stage {} runs layers {} on {}", ctx_.assignment.job_id(), stage_,
+                   LayerRange(fo.begin, fo.end), devices_);
   }
   tokens_.resize(static_cast<size_t>(B_) * T_);
   targets_.resize(tokens_.size());

@@ -98,8 +98,8 @@ Status StageRunner::Migrate(const google::protobuf::RepeatedPtrField<v1::StageIn
     ASSIGN_OR_RETURN(auto ls, model::DataLoaderState::Parse(loader_state));
     RETURN_IF_ERROR(loader_->Restore(ls));
   }
-  ctx_.log->info("job {}: stage {} took over layers {}..{} at step {}", ctx_.assignment.job_id(),
-                 stage_, mine.begin(), mine.end(), step);
+  ctx_.log->info("job {}: stage {} took over layers {} at step {}", ctx_.assignment.job_id(),
+                 stage_, LayerRange(mine.begin(), mine.end()), step);
   // Checkpoint here at once: a rollback to this step must find the state on this site.
   return Checkpoint(step);
 }

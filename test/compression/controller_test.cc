@@ -197,6 +197,19 @@ TEST_CASE("the quality floor is never crossed, even when nothing fits") {
   CHECK(d2->explanation.find("quality floor moved") != std::string::npos);
 }
 
+TEST_CASE("the reason names the round trip it priced, or says it priced none") {
+  Controller c = Make();
+  ControllerInput priced{5e7, 0.02, kActivationBytes, kBudget, 3, 0};
+  auto d = c.Decide(priced, {});
+  REQUIRE(d.ok());
+  CHECK(d->explanation.find("rtt 20.0 ms") != std::string::npos);
+  ControllerInput pipelined{5e7, 0, kActivationBytes, kBudget, 3, 0};
+  auto p = c.Decide(pipelined, {});
+  REQUIRE(p.ok());
+  CHECK(p->explanation.find("rtt") == std::string::npos);
+  CHECK(p->explanation.find("round trip not priced") != std::string::npos);
+}
+
 TEST_CASE("no bandwidth estimate: the floor first, then keep the current codec") {
   Controller c = Make();
   ControllerInput in{0, 0, kActivationBytes, kBudget, 3, 0};

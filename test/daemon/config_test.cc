@@ -228,6 +228,10 @@ links:
   CHECK(config->tls->ca_file == (fs::path(SiteDir()) / "certs/ca.pem").string());
   CHECK(config->tls->cert_file == (fs::path(SiteDir()) / "certs/alpha.pem").string());
   CHECK(config->tls->key_file == (fs::path(SiteDir()) / "certs/alpha.key").string());
+  // As written, for messages about the files (daemon/tls_checks.h).
+  CHECK(config->tls->ca_as_written == "certs/ca.pem");
+  CHECK(config->tls->cert_as_written == "certs/alpha.pem");
+  CHECK(config->tls->key_as_written == "certs/alpha.key");
   CHECK(config->log_level == "debug");
   CHECK(config->links.heartbeat_interval_seconds == 0.5);
   CHECK(config->links.probe_interval_seconds == 30.0);

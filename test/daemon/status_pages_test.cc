@@ -1,6 +1,7 @@
 // The status page's JSON (daemon/status_pages.h, /status/jobs): a job's history as the page
 // plots it, thinned to at most kMaxHistoryPoints evenly spaced steps with the newest kept,
-// step times beside their losses, validation losses and the timeline's events as they are.
+// step times beside their losses, validation losses and the timeline's events as they are;
+// and /status on a stage site: the stages it runs of other sites' jobs, naming the coordinator.
 #include "daemon/status_pages.h"
 
 #include <catch2/catch.hpp>
@@ -62,6 +63,41 @@ TEST_CASE("/status/jobs: a long history thinned evenly, the newest step kept") {
     const int index = steps[i].get<int>() - 1;
     CHECK(j["losses"][i] == 10.0 - index * 1e-4);  // each loss is its own step's
   }
+}
+
+TEST_CASE("/status on a stage site: the stages it runs, each naming the job's coordinator") {
+  v1::NodeStatus node;
+  node.set_site("beta");
+  v1::ListJobsResponse jobs;  // beta coordinates nothing
+  v1::HostedStage* h = jobs.add_hosted_stages();
+  h->set_job_id("tiny-0a1b2c");
+  h->set_name("tiny");
+  h->set_coordinator("alpha");
+  h->set_stage(1);
+  h->set_stages(3);
+  h->set_layer_begin(2);
+  h->set_layer_end(4);
+  h->set_state("running");
+  h->set_step(17);
+  h->set_total_steps(100);
+  h->set_attempt(2);
+  const auto j = nlohmann::json::parse(RenderStatusJson(node, {}, jobs));
+  CHECK(j["site"] == "beta");
+  CHECK(j["jobs"].empty());
+  REQUIRE(j["hosted_stages"].size() == 1);
+  const auto& s = j["hosted_stages"][0];
+  CHECK(s["job"] == "tiny-0a1b2c");
+  CHECK(s["name"] == "tiny");
+  CHECK(s["coordinator"] == "alpha");
+  CHECK(s["stage"] == 1);
+  CHECK(s["stages"] == 3);
+  CHECK(s["layers"] == nlohmann::json::array({2, 4}));  // [2,4): half-open, as in "jobs"
+  CHECK(s["state"] == "running");
+  CHECK(s["step"] == 17);
+  CHECK(s["steps"] == 100);
+  CHECK(s["attempt"] == 2);
+  // A site that runs no stage lists none.
+  CHECK(nlohmann::json::parse(RenderStatusJson(node, {}, {}))["hosted_stages"].empty());
 }
 
 }  // namespace

@@ -30,8 +30,12 @@ daemon::TlsConfig Tls(const std::string& ca_dir, const std::string& cert_dir,
           cert_dir + "/" + cert_name + ".key"};
 }
 
-std::unique_ptr<Daemon> StartOrDie(daemon::SiteConfig c) {
-  auto d = Daemon::Start(c, {0, "token"});
+// `skip_tls_checks`: a site that plays a misconfigured or rogue peer starts anyway.
+std::unique_ptr<Daemon> StartOrDie(daemon::SiteConfig c, bool skip_tls_checks = false) {
+  daemon::DaemonOptions options;
+  options.token = "token";
+  options.skip_tls_checks = skip_tls_checks;
+  auto d = Daemon::Start(c, options);
   INFO(d.status().ToString());
   REQUIRE(d.ok());
   return std::move(*d);
@@ -73,7 +77,7 @@ TEST_CASE("a peer whose certificate comes from another CA never gets a link") {
   p.alpha.tls = Tls(certs, certs, "alpha");
   p.beta.tls = Tls(certs, rogue, "beta");  // trusts the right CA, presents a rogue cert
   auto a = StartOrDie(p.alpha);
-  auto b = StartOrDie(p.beta);
+  auto b = StartOrDie(p.beta, /*skip_tls_checks=*/true);
   REQUIRE(testing::WaitFor([&] { return LinkOf(*a, "beta").state == v1::LINK_STATE_DOWN; }, 10s));
   REQUIRE(testing::WaitFor(
       [&] {
@@ -92,7 +96,7 @@ TEST_CASE("a peer whose certificate names another site is refused") {
   p.alpha.tls = Tls(certs, certs, "alpha");
   p.beta.tls = Tls(certs, certs, "gamma");  // right CA, wrong name
   auto a = StartOrDie(p.alpha);
-  auto b = StartOrDie(p.beta);
+  auto b = StartOrDie(p.beta, /*skip_tls_checks=*/true);
   // beta's calls claim "beta" but its certificate says "gamma": alpha refuses them.
   REQUIRE(
       testing::WaitFor([&] { return LinkOf(*b, "alpha").state == v1::LINK_STATE_REJECTED; }, 10s));
@@ -101,6 +105,27 @@ TEST_CASE("a peer whose certificate names another site is refused") {
   REQUIRE(testing::WaitFor([&] { return LinkOf(*a, "beta").state == v1::LINK_STATE_DOWN; }, 10s));
   std::this_thread::sleep_for(500ms);
   CHECK(LinkOf(*a, "beta").state != v1::LINK_STATE_UP);
+}
+
+TEST_CASE("a site whose TLS files are wrong does not start, and says why") {
+  const std::string certs = MakeCerts("certs-start", "alpha beta");
+  Pair p = MakePair();
+  // The key of another certificate: gRPC would only fail to listen ("address in use?").
+  p.alpha.tls = Tls(certs, certs, "alpha");
+  p.alpha.tls->key_file = certs + "/beta.key";
+  auto mismatched = Daemon::Start(p.alpha, {0, "token"});
+  REQUIRE_FALSE(mismatched.ok());
+  const std::string message(mismatched.status().message());
+  const std::string expected = "site 'alpha': tls.key '" + certs + "/beta.key' does not match " +
+                               "tls.cert '" + certs + "/alpha.pem'";
+  CHECK_THAT(message, Catch::StartsWith(expected));
+  CHECK_THAT(message, !Catch::Contains("listen"));
+  // Another site's certificate and key: gRPC would serve it, and peers would refuse it.
+  p.alpha.tls = Tls(certs, certs, "beta");
+  auto other = Daemon::Start(p.alpha, {0, "token"});
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(std::string(other.status().message()),
+             Catch::Contains("names 'beta' (CN/SAN), this site is 'alpha'"));
 }
 
 std::string ReadFile(const std::string& path) {

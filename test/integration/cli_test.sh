@@ -2,7 +2,7 @@
 # The binaries as an operator uses them: longhauld from a YAML config, the CLI's commands,
 # output formats and exit codes (2 = bad request, 3 = daemon unreachable, 4 = token refused,
 # 5 = not permitted, 6 = not found), --check on a
-# bad config, and a clean exit on SIGTERM.
+# bad config and on TLS files that do not fit together, and a clean exit on SIGTERM.
 set -euo pipefail
 
 LONGHAULD=daemon/longhauld
@@ -107,6 +107,19 @@ expect_rc 5 "outside site 'alpha''s data_roots" $LONGHAUL --config "$work/site.y
 expect_rc 2 "compression.codec" $LONGHAUL --config "$work/site.yaml" submit "$work/badreq.yaml"
 expect_rc 6 "no-such-job" $LONGHAUL --config "$work/site.yaml" status no-such-job
 
+# One rule for relative paths: relative to the job file's folder, in submit as in train-local,
+# whatever the working directory (the daemon's data_dir has no text.txt; the job folder has).
+mkdir -p "$work/data/jobs"
+head -c 4096 /dev/urandom | base64 >"$work/data/jobs/text.txt"
+printf 'name: rel\nmodel: {layers: 1, channels: 16, heads: 2, vocab: 256, context: 16}\ndata: {train: text.txt, format: text}\nsteps: 1\nbatch_size: 1\nsites: [alpha]\ncheckpoint: {dir: ck}\n' \
+  >"$work/data/jobs/rel.yaml"
+out=$(cd / && "$OLDPWD/$LONGHAUL" --config "$work/site.yaml" submit "$work/data/jobs/rel.yaml" 2>&1) \
+  || fail "submit of a job with a relative data path: $out"
+echo "$out" | grep -q "submitted job" || fail "submit with a relative path: $out"
+(cd / && "$OLDPWD/$LONGHAUL" train-local "$work/data/jobs/rel.yaml" >"$work/rel.log" 2>&1) \
+  || fail "train-local of the same file: $(tail -3 "$work/rel.log")"
+[ -d "$work/data/jobs/ck" ] || fail "train-local's relative checkpoint.dir is not under the job's folder"
+
 kill -TERM $pid
 wait $pid || fail "longhauld did not exit cleanly on SIGTERM"
 grep -q "finishing in-flight" "$work/daemon.log" || fail "no shutdown line after SIGTERM"
@@ -137,6 +150,20 @@ tls:
   key: certs/alpha.key
   control: true
 YAML
+# --check reads the TLS files, not just finds them: the key of another certificate (the rogue
+# alpha's) is refused naming both files, and a start says the same, not "cannot listen".
+$LONGHAULD --config "$work/tls.yaml" --check | grep -q valid || fail "--check on a TLS config"
+sed 's|key: certs/alpha.key|key: rogue/alpha.key|' "$work/tls.yaml" >"$work/badkey.yaml"
+key_error="site 'alpha': tls.key 'rogue/alpha.key' does not match tls.cert 'certs/alpha.pem'"
+set +e
+out=$($LONGHAULD --config "$work/badkey.yaml" --check 2>&1); rc=$?
+start=$(timeout 20 $LONGHAULD --config "$work/badkey.yaml" 2>&1); start_rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "--check with a mismatched key exited $rc, expected 2: $out"
+echo "$out" | grep -qF "$key_error" || fail "--check with a mismatched key: $out"
+[ "$start_rc" -eq 1 ] || fail "a start with a mismatched key exited $start_rc, expected 1"
+echo "$start" | grep -qF "$key_error" || fail "a start with a mismatched key: $start"
+! echo "$start" | grep -q "cannot listen" || fail "a mismatched key blamed on the address: $start"
 $LONGHAULD --config "$work/tls.yaml" --log-level info 2>"$work/daemon.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
@@ -172,4 +199,67 @@ set -e
 grep -q "control 127.0.0.1:$cp (tls on)" "$work/daemon.log" || fail "no 'tls on' for control"
 kill -TERM $pid
 wait $pid || fail "longhauld (TLS control) did not exit cleanly on SIGTERM"
+
+# A stage site points to its job's coordinator: alpha coordinates a job whose stage 1 runs on
+# beta. On beta, `status JOB` is not found (6) and names alpha, `jobs` and /status list the
+# stage with its coordinator, and `node status` gives the page's URL, the JSON's second.
+declare -A two
+read -r two[alpha.peer] two[alpha.control] two[alpha.status] two[beta.peer] two[beta.control] \
+  two[beta.status] <<<"$(/usr/bin/python3 tools/free_ports.py 6)"
+for s in alpha beta; do
+  o=$([ $s = alpha ] && echo beta || echo alpha)
+  cat >"$work/two-$s.yaml" <<YAML
+site: $s
+listen:
+  peer: 127.0.0.1:${two[$s.peer]}
+  control: 127.0.0.1:${two[$s.control]}
+  status: 127.0.0.1:${two[$s.status]}
+peers:
+  - name: $o
+    address: 127.0.0.1:${two[$o.peer]}
+data_dir: $work/two-data-$s
+auth:
+  token_file: token
+YAML
+done
+$LONGHAULD --config "$work/two-alpha.yaml" --log-level warn 2>"$work/two-alpha.log" &
+apid=$!
+$LONGHAULD --config "$work/two-beta.yaml" --log-level warn 2>"$work/two-beta.log" &
+bpid=$!
+trap 'kill $apid $bpid 2>/dev/null || true' EXIT
+for _ in $(seq 1 200); do
+  up=$($LONGHAUL --config "$work/two-alpha.yaml" links -o json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+print(all(l["state"] == "LINK_STATE_UP" for l in json.load(sys.stdin)["links"]))' 2>/dev/null || true)
+  [ "$up" = True ] && break
+  sleep 0.1
+done
+[ "$up" = True ] || fail "the link alpha -> beta did not come up"
+printf 'name: staged\nmodel: {layers: 2, channels: 16, heads: 2, vocab: 256, context: 16}\ndata: {train: builtin}\nsteps: 1000000\nbatch_size: 2\nmicrobatch_size: 1\nseq_len: 16\nbackend: cpu\nthreads: 1\nsites: [alpha, beta]\nplacement: even\nreplan: off\n' \
+  >"$work/staged.yaml"
+job=$($LONGHAUL --config "$work/two-alpha.yaml" submit "$work/staged.yaml" | awk '/^submitted job/ {print $3}')
+[ -n "$job" ] || fail "submit of a two-site job"
+beta_cli=($LONGHAUL --config "$work/two-beta.yaml")
+expect_rc 6 "job $job is coordinated by site 'alpha', not by site 'beta', which runs its stage 1; ask its daemon" \
+  "${beta_cli[@]}" status "$job"
+"${beta_cli[@]}" jobs >"$work/beta-jobs.txt" || fail "jobs on beta"
+grep -q "no jobs coordinated here" "$work/beta-jobs.txt" || fail "beta's jobs: $(cat "$work/beta-jobs.txt")"
+grep -E -q "^$job +staged +1 +\[1,2\) +(running|finished) +[0-9]+/1000000 +alpha *$" "$work/beta-jobs.txt" \
+  || fail "beta's jobs lack the stage it runs: $(cat "$work/beta-jobs.txt")"
+curl -sf "http://127.0.0.1:${two[beta.status]}/status" | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["site"] == "beta" and d["jobs"] == [], d
+h = d["hosted_stages"]
+assert len(h) == 1 and h[0]["job"] == sys.argv[1] and h[0]["coordinator"] == "alpha", h
+assert h[0]["stage"] == 1 and h[0]["layers"] == [1, 2] and h[0]["name"] == "staged", h' "$job" \
+  || fail "beta's /status does not name the stage and its coordinator"
+"${beta_cli[@]}" node status | grep -qF "http://127.0.0.1:${two[beta.status]}/ (JSON: http://127.0.0.1:${two[beta.status]}/status)" \
+  || fail "node status does not give the page's URL: $("${beta_cli[@]}" node status)"
+$LONGHAUL --config "$work/two-alpha.yaml" status "$job" | grep -q "coordinator alpha" \
+  || fail "status on the coordinator"
+$LONGHAUL --config "$work/two-alpha.yaml" cancel "$job" >/dev/null || fail "cancel on alpha"
+kill -TERM $apid $bpid
+wait $apid || fail "alpha (two sites) did not exit cleanly on SIGTERM"
+wait $bpid || fail "beta (two sites) did not exit cleanly on SIGTERM"
 echo "PASS"

@@ -302,12 +302,22 @@ TEST_CASE("a job naming files outside the data roots is refused at submit") {
   std::filesystem::create_directories(config.data_dir);
   std::filesystem::create_symlink("/etc/passwd", config.data_dir + "/innocent.txt");
   std::string y = yaml;
-  y.replace(y.find("data: {train: builtin}"), 22, "data: {train: innocent.txt, format: text}");
+  y.replace(y.find("data: {train: builtin}"), 22,
+            "data: {train: " + config.data_dir + "/innocent.txt, format: text}");
   v1::SubmitJobRequest req;
   req.set_job_yaml(y);
   auto r = (*a)->jobs().Submit(req);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == absl::StatusCode::kPermissionDenied);
+  // A relative path reaches a daemon only from a client other than the CLI (which makes them
+  // absolute against the job file's folder): refused as a bad request, saying the rule.
+  y = yaml;
+  y.replace(y.find("data: {train: builtin}"), 22, "data: {train: innocent.txt, format: text}");
+  req.set_job_yaml(y);
+  r = (*a)->jobs().Submit(req);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("job file's folder"));
 }
 
 }  // namespace

@@ -135,6 +135,47 @@ TEST_CASE("a 3-site pipeline with compression off matches train-local bit for bi
   auto ckpt = testing::ExportedCheckpoint(c.at(0), submitted->job_id(), "export");
   REQUIRE(ckpt.ok());
   CHECK(ckpt->config.num_layers == 3);
+
+  // beta ran stage 1 of the job, coordinated by alpha: it lists the stage naming alpha (its
+  // jobs, its /status), and a status or cancel there names alpha rather than saying no such
+  // job. alpha lists the job itself, no hosted stage.
+  const std::string id = submitted->job_id();
+  CHECK(c.at(0).jobs().ListJobs().hosted_stages().empty());
+  const v1::ListJobsResponse beta = c.at(1).jobs().ListJobs();
+  CHECK(beta.jobs().empty());
+  REQUIRE(beta.hosted_stages_size() == 1);
+  const v1::HostedStage& h = beta.hosted_stages(0);
+  CHECK(h.job_id() == id);
+  CHECK(h.name() == "tiny");
+  CHECK(h.coordinator() == "alpha");
+  CHECK(h.stage() == 1);
+  CHECK(h.stages() == 3);
+  CHECK(h.layer_begin() == 1);
+  CHECK(h.layer_end() == 2);
+  CHECK(h.state() == "finished");
+  CHECK(h.step() == 6);
+  CHECK(h.total_steps() == 6);
+  auto page = testing::HttpGet(c.at(1).status_port(), "/status");
+  REQUIRE(page.status == 200);
+  CHECK_THAT(page.body, Catch::Contains("\"hosted_stages\": [\n    {"));
+  CHECK_THAT(page.body, Catch::Contains("\"coordinator\": \"alpha\""));
+  CHECK_THAT(page.body, Catch::Contains("\"job\": \"" + id + "\""));
+  const std::string named = "job " + id + " is coordinated by site 'alpha', not by site 'beta'";
+  auto elsewhere = c.at(1).jobs().GetJob(id, 1);
+  REQUIRE_FALSE(elsewhere.ok());
+  CHECK(elsewhere.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(elsewhere.status().message()), Catch::Contains(named));
+  CHECK_THAT(std::string(elsewhere.status().message()), Catch::Contains("its stage 1"));
+  CHECK_THAT(std::string(elsewhere.status().message()), Catch::Contains("ask its daemon"));
+  auto cancel = c.at(2).jobs().Cancel(id);
+  CHECK(cancel.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(cancel.status().message()),
+             Catch::Contains("is coordinated by site 'alpha', not by site 'gamma'"));
+  // A job no site here knows: the plain answer.
+  auto unknown = c.at(1).jobs().GetJob("ghost-000000", 1);
+  CHECK(unknown.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(unknown.status().message()),
+             Catch::Contains("no job 'ghost-000000' is coordinated by site 'beta'"));
 }
 
 // More microbatches in flight than plain 1F1B (extra_in_flight, scheduler/in_flight.h): the
@@ -551,7 +592,10 @@ TEST_CASE("bad jobs are refused with clear errors and the daemons keep serving")
     std::string yaml = JobYaml("compression: {mode: off}\n", 2);
     yaml.replace(yaml.find("model: {"),
                  yaml.find('\n', yaml.find("model: {")) - yaml.find("model: {"),
-                 "init_from: hostile-hf");
+                 "init_from: " + c.at(0).config().data_dir + "/hostile-hf");
+    // One absolute path for every site (the rule for submitted jobs), in alpha's data_roots:
+    // a one-stage job on alpha, which reads the file at its first assignment.
+    yaml.replace(yaml.find("sites: [alpha, beta, gamma]"), 27, "sites: [alpha]");
     req.set_job_yaml(yaml);
     r = c.at(0).jobs().Submit(req);
     REQUIRE_FALSE(r.ok());

@@ -9,7 +9,10 @@ standard library is enough), and checks the page against the daemon's own JSON:
      plots every step's training loss and every validation loss of /status/jobs;
   3. a job still running: the page follows it live (its loss curve grows, each plotted loss is
      the one /status/jobs has for that step), the graph shows its six links with codecs and
-     ratios, and a screenshot is saved; then the job is cancelled and the page shows it.
+     ratios, and a screenshot is saved; the page of a site that runs one of its stages (beta)
+     names the stage, its layers and the coordinator; then the job is cancelled and the page
+     shows it.
+The loss charts plot on a logarithmic axis with labelled ticks inside the data's range.
 Every wait is bounded; a failure says what the page showed and what the JSON had.
 """
 import argparse
@@ -230,6 +233,7 @@ def check_completed(args, driver, job_id):
     want_val = [val.get(s) for s in steps]
     if plotted[2] != want_val:
         fail("the loss chart plots validation %s; /status/jobs has %s" % (plotted[2], want_val))
+    check_log_axis(driver, job_id, losses)
     if card["canvases"] < 2 or card["stages"] != 3:
         fail("completed job card has %d chart canvases and %d stage rows"
              % (card["canvases"], card["stages"]))
@@ -240,6 +244,57 @@ def check_completed(args, driver, job_id):
           "%d losses plotted, the last %.4f" % (job_id, ", ".join(
               "%s>%s %s %.2fx" % (f, t, c, r) for (f, t), (c, r) in sorted(want.items())),
               len(losses), losses[-1]))
+
+
+def check_log_axis(driver, job_id, losses):
+    """The loss chart's y axis is logarithmic, its ticks round numbers in the scale's range
+    (increasing, at least two) each with a label, and the scale holds every plotted loss."""
+    axis = driver.run("const u = window.longhaulCharts.get(%s).loss; return {distr: "
+                      "u.scales.y.distr, min: u.scales.y.min, max: u.scales.y.max, "
+                      "splits: u.axes[1]._splits, values: u.axes[1]._values};" % json.dumps(job_id))
+    if axis["distr"] != 3:
+        fail("the loss chart's axis has distribution %r, want 3 (logarithmic)" % axis["distr"])
+    splits, values = axis["splits"] or [], axis["values"] or []
+    if len(splits) < 2 or splits != sorted(splits) or len(values) != len(splits):
+        fail("the loss axis has ticks %s labelled %s" % (splits, values))
+    if any(not v for v in values) or any(float(v) != s for v, s in zip(values, splits)):
+        fail("the loss axis labels %s do not read as its ticks %s" % (values, splits))
+    if not (axis["min"] <= splits[0] and splits[-1] <= axis["max"]):
+        fail("the loss axis ticks %s leave its range [%s, %s]" % (splits, axis["min"], axis["max"]))
+    if not (axis["min"] <= min(losses) and max(losses) <= axis["max"]):
+        fail("the loss axis [%s, %s] does not hold the losses [%s, %s]"
+             % (axis["min"], axis["max"], min(losses), max(losses)))
+    print("loss axis: logarithmic over [%.3f, %.3f], ticks %s"
+          % (axis["min"], axis["max"], ", ".join(values)))
+
+
+def check_stage_site(args, driver, job_id):
+    """beta runs stage 1 of the job alpha coordinates: its /status lists that stage with its
+    coordinator, and its page says so instead of "no job"."""
+    hosted = [h for h in get_json(args.stage_status + "/status")["hosted_stages"]
+              if h["job"] == job_id]
+    if len(hosted) != 1 or hosted[0]["coordinator"] != "alpha":
+        fail("beta's /status lists %s for job %s, want its stage coordinated by alpha"
+             % (hosted, job_id))
+    h = hosted[0]
+    want = "stage %d of job %s, layers [%d,%d), coordinated by site 'alpha'" % (
+        h["stage"], job_id, h["layers"][0], h["layers"][1])
+    driver.open(args.stage_status + "/")
+
+    def shows_stage():
+        p = driver.run("return {noJobs: document.getElementById('no-jobs').hidden, cards: "
+                       "[...document.querySelectorAll('.hosted-stage')].map((c) => ({job: "
+                       "c.dataset.job, coordinator: c.dataset.coordinator, line: "
+                       "c.querySelector('.hosted-line').textContent}))};")
+        cards = [c for c in p["cards"] if c["job"] == job_id]
+        return (p["noJobs"] and cards and cards[0]["line"] == want and
+                cards[0]["coordinator"] == "alpha", p)
+    wait_for("beta's page to show its stage of %s" % job_id, shows_stage, 30)
+    if h["stage"] != 1 or h["layers"] != [1, 2]:
+        fail("beta runs stage %d, layers %s of the even 3-site job, want 1, [1, 2]"
+             % (h["stage"], h["layers"]))
+    print("stage site: beta's page says \"%s\"" % want)
+    driver.open(args.status + "/")
 
 
 def check_running(args, driver, job_id):
@@ -285,6 +340,8 @@ def check_running(args, driver, job_id):
           % (job_id, card["lastStep"], card["lastLoss"],
              sorted({e["codec"] for e in page["edges"]}), args.screenshot, size))
 
+    check_stage_site(args, driver, job_id)
+
     r = subprocess.run([args.cli, "--config", args.config, "cancel", job_id],
                        capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
@@ -299,6 +356,8 @@ def main():
     ap.add_argument("--cli", required=True)
     ap.add_argument("--config", required=True, help="the coordinating site's config")
     ap.add_argument("--status", required=True, help="its status listener, http://HOST:PORT")
+    ap.add_argument("--stage-status", required=True,
+                    help="the status listener of beta, which runs stage 1 of the jobs")
     ap.add_argument("--done-job", required=True)
     ap.add_argument("--running-job", required=True)
     ap.add_argument("--driver-port", type=int, required=True)

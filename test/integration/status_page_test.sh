@@ -4,7 +4,8 @@
 # a job that completes and one that is running, and alpha's page at / opened in headless
 # Chromium through chromedriver (status_page_check.py). The page must show the numbers the
 # daemon's JSON has: three sites, six links with their codecs and ratios, each job's loss
-# curve. Saves a screenshot of the page with the running job as a test artifact
+# curve on a logarithmic axis; beta's page must name the stage it runs and its coordinator.
+# Saves a screenshot of the page with the running job as a test artifact
 # (status_page.png among the test's undeclared outputs).
 set -euo pipefail
 
@@ -75,7 +76,8 @@ job page-done 30 >"$work/done.yaml"
 job page-running 100000 >"$work/running.yaml"
 
 /usr/bin/python3 "$CHECK" --cli "$LONGHAUL" --config "$work/alpha.yaml" \
-  --status "http://127.0.0.1:${P[alpha.status]}" --done-job "$work/done.yaml" \
+  --status "http://127.0.0.1:${P[alpha.status]}" \
+  --stage-status "http://127.0.0.1:${P[beta.status]}" --done-job "$work/done.yaml" \
   --running-job "$work/running.yaml" --driver-port "$driver_port" --work "$work" \
   --screenshot "$out/status_page.png" || fail "the status page check failed"
 echo "PASS: screenshot in $out/status_page.png"

@@ -1,6 +1,8 @@
 // `longhaul plan` on the shipped example job and profiles: a readable table with the stages,
 // links, predicted step and bottleneck; JSON with the same plan; a job with replicas (a count
-// or auto) gets the replicated plan too; errors for bad input.
+// or auto) gets the replicated plan too; a placement: even job's plan is the even split it
+// runs, the planner's choice second; --sites gives a job without `sites:` its sites; errors
+// for bad input.
 #include "tools/cli/plan_command.h"
 
 #include <catch2/catch.hpp>
@@ -10,6 +12,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace longhaul::cli {
 namespace {
@@ -26,9 +30,10 @@ TEST_CASE("the example plan as a table") {
   REQUIRE(RunPlan(Example(), out, err) == 0);
   const std::string text = out.str();
   INFO(text << err.str());
-  for (const char* expected : {"job demo:", "stage", "alpha", "fwd+bwd/mb", "activations",
-                               "gradients", "tied-embedding", "predicted step:", "tokens/s",
-                               "steady state:", "bottleneck:", "critical path:", "even split:"}) {
+  for (const char* expected :
+       {"job demo:", "stage", "alpha", "fwd+bwd/mb", "activations", "gradients", "tied-embedding",
+        "predicted step:", "tokens/s", "steady state:", "bottleneck:", "critical path:",
+        "placement:      even", "the planner would choose"}) {
     CHECK(text.find(expected) != std::string::npos);
   }
 }
@@ -41,7 +46,9 @@ TEST_CASE("the example plan as JSON matches the table's plan") {
   REQUIRE(RunPlan(f, out, err) == 0);
   const auto j = nlohmann::json::parse(out.str());
   CHECK(j["job"] == "demo");
-  CHECK(j["method"] == "exact");
+  CHECK(j["placement"] == "even");  // the demo job runs its sites as listed
+  CHECK(j["method"] == "even");
+  CHECK(j["planner"]["method"] == "exact");
   REQUIRE(j["stages"].size() >= 1);
   int next = 0;
   for (const auto& s : j["stages"]) {
@@ -69,6 +76,169 @@ TEST_CASE("every profiled site as a candidate") {
   std::ostringstream out, err;
   REQUIRE(RunPlan(f, out, err) == 0);
   CHECK(nlohmann::json::parse(out.str())["candidates"].size() == 4);
+}
+
+// A copy of configs/demo-job.yaml (in the test's temporary directory, as `name`) with each
+// `from` replaced by its `to`.
+std::string DemoJobWith(const std::string& name,
+                        const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::ifstream in("configs/demo-job.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), {});
+  for (const auto& [from, to] : edits) {
+    REQUIRE(yaml.find(from) != std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), to);
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+std::vector<std::string> StageList(const nlohmann::json& estimate) {
+  std::vector<std::string> out;
+  for (const auto& s : estimate["stages"]) {
+    out.push_back(s["site"].get<std::string>() + "[" + std::to_string(s["layer_begin"].get<int>()) +
+                  "," + std::to_string(s["layer_end"].get<int>()) + ")");
+  }
+  return out;
+}
+
+// The demo job says placement: even: it runs alpha, beta, gamma with two layers each, whatever
+// the planner prefers (it would leave gamma out). That is the plan, printed first; the
+// planner's choice follows, labelled. With placement: planned the planner's plan is the plan.
+TEST_CASE("placement: even: the plan is the even split the job runs, the planner's second") {
+  PlanFlags f = Example();
+  f.output = "json";
+  std::ostringstream table, out, err;
+  REQUIRE(RunPlan(f, out, err) == 0);
+  const auto j = nlohmann::json::parse(out.str());
+  const std::vector<std::string> even = {"alpha[0,2)", "beta[2,4)", "gamma[4,6)"};
+  CHECK(StageList(j) == even);
+  CHECK(StageList(j["even_split"]) == even);
+  CHECK(j["step_seconds"] == j["even_split"]["step_seconds"]);
+  CHECK(j["unused_sites"].empty());
+  const auto& planner = j["planner"];
+  CHECK(StageList(planner) != even);
+  CHECK(planner["step_seconds"].get<double>() < j["step_seconds"].get<double>());
+  CHECK(planner["unused_sites"] == nlohmann::json::array({"gamma"}));
+
+  f.output = "table";
+  REQUIRE(RunPlan(f, table, err) == 0);
+  const std::string text = table.str();
+  INFO(text);
+  const size_t planner_line = text.find("the planner would choose (placement: planned): ");
+  REQUIRE(planner_line != std::string::npos);
+  // The even split's stages and prediction come before the planner's choice.
+  CHECK(text.find("0      alpha  [0,2)") < planner_line);
+  CHECK(text.find("2      gamma  [4,6)") < planner_line);
+  CHECK(text.find("predicted step:") < planner_line);
+  std::string planned = planner["stages"][0]["site"].get<std::string>() + "[0,";
+  CHECK(text.find(planned, planner_line) != std::string::npos);
+  CHECK(text.find("leaving out gamma", planner_line) != std::string::npos);
+  CHECK(text.find("even split:") == std::string::npos);
+
+  // The same job with placement: planned: the planner's plan, the even split for comparison.
+  f.job = DemoJobWith("planned-demo.yaml", {{"placement: even", "placement: planned"}});
+  std::ostringstream planned_table, planned_json;
+  REQUIRE(RunPlan(f, planned_table, err) == 0);
+  CHECK(planned_table.str().find("the planner would choose") == std::string::npos);
+  CHECK(planned_table.str().find("even split:     alpha[0,2) beta[2,4) gamma[4,6)") !=
+        std::string::npos);
+  f.output = "json";
+  REQUIRE(RunPlan(f, planned_json, err) == 0);
+  const auto p = nlohmann::json::parse(planned_json.str());
+  CHECK(p["placement"] == "planned");
+  CHECK(p["method"] == "exact");
+  CHECK(StageList(p) == StageList(planner));
+  CHECK(StageList(p["even_split"]) == even);
+  CHECK(!p.contains("planner"));
+}
+
+// The replicas job of configs/ (placement: even, replicas: 2 over alpha, beta, gamma, delta):
+// two replicas of two stages, as the coordinator places them, not one pipeline of four.
+TEST_CASE("placement: even with replicas: each replica's even split, the planner's second") {
+  PlanFlags f = Example();
+  f.job = "configs/replicas-job.yaml";
+  f.output = "json";
+  std::ostringstream table, out, err;
+  REQUIRE(RunPlan(f, out, err) == 0);
+  const auto j = nlohmann::json::parse(out.str());
+  CHECK(j["placement"] == "even");
+  CHECK(StageList(j) == std::vector<std::string>{"alpha[0,2)", "beta[2,4)"});
+  const auto& r = j["replicas"];
+  REQUIRE(r["count"] == 2);
+  CHECK(StageList(r["pipelines"][0]) == std::vector<std::string>{"alpha[0,2)", "beta[2,4)"});
+  CHECK(StageList(r["pipelines"][1]) == std::vector<std::string>{"gamma[0,2)", "delta[2,4)"});
+  CHECK(r["sync"]["codec"] == "q4");
+  CHECK(r["tokens_per_second"].get<double>() > 0);
+  CHECK(j["planner"]["replicas"]["count"] == 2);
+  f.output = "table";
+  REQUIRE(RunPlan(f, table, err) == 0);
+  INFO(table.str());
+  CHECK(table.str().find("replica 0 of 2:") != std::string::npos);
+  CHECK(table.str().find("gamma[0,2) delta[2,4)") != std::string::npos);
+  CHECK(table.str().find("the planner would choose (placement: planned): 2 replica(s): ") !=
+        std::string::npos);
+}
+
+// --sites replaces the job's sites: a job file without `sites:` plans over them (all: every
+// profiled site, in the profiles' order), and a job's own list, over several lines, is
+// replaced with the file's other lines where they were (an error still names its line).
+TEST_CASE("--sites on a job file without sites, and in place of the job's") {
+  PlanFlags f = Example();
+  f.job = DemoJobWith("no-sites.yaml", {{"sites: [alpha, beta, gamma]\n", ""}});
+  std::ostringstream out, err;
+  CHECK(RunPlan(f, out, err) == 2);
+  CHECK(err.str().find("sites: missing required key (or give the sites with --sites)") !=
+        std::string::npos);
+  f.sites = {"all"};
+  f.output = "json";
+  err.str("");
+  REQUIRE(RunPlan(f, out, err) == 0);
+  INFO(err.str());
+  auto j = nlohmann::json::parse(out.str());
+  CHECK(j["candidates"] == nlohmann::json::array({"alpha", "beta", "gamma", "delta"}));
+  CHECK(StageList(j) ==
+        std::vector<std::string>{"alpha[0,2)", "beta[2,4)", "gamma[4,5)", "delta[5,6)"});
+
+  f.job = DemoJobWith("multi-line-sites.yaml",
+                      {{"sites: [alpha, beta, gamma]", "sites:\n  - gamma  # first\n  - alpha"}});
+  f.sites = {"delta", "beta"};
+  std::ostringstream replaced;
+  REQUIRE(RunPlan(f, replaced, err) == 0);
+  j = nlohmann::json::parse(replaced.str());
+  CHECK(j["candidates"] == nlohmann::json::array({"delta", "beta"}));
+  CHECK(StageList(j) == std::vector<std::string>{"delta[0,3)", "beta[3,6)"});
+  // A flow-style job file: re-emitted with the sites.
+  {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    const std::string path = std::string(tmp ? tmp : "/tmp") + "/flow-job.yaml";
+    std::ofstream(path) << "{name: flow, model: {layers: 2, channels: 32, heads: 2, vocab: 256, "
+                           "context: 32}, data: {train: builtin}, steps: 1, batch_size: 4, "
+                           "placement: even}\n";
+    f.job = path;
+    f.sites = {"beta", "alpha"};
+    std::ostringstream flow;
+    REQUIRE(RunPlan(f, flow, err) == 0);
+    CHECK(StageList(nlohmann::json::parse(flow.str())) ==
+          std::vector<std::string>{"beta[0,1)", "alpha[1,2)"});
+  }
+  // An error after the replaced sites still names the file's own line.
+  f.job = DemoJobWith("multi-line-sites-bad.yaml",
+                      {{"sites: [alpha, beta, gamma]", "sites:\n  - gamma  # first\n  - alpha"},
+                       {"placement: even", "placement: evn"}});
+  std::ifstream in(f.job);
+  std::string line;
+  int number = 0, want = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.rfind("placement: evn", 0) == 0) want = number;
+  }
+  REQUIRE(want > 0);
+  err.str("");
+  CHECK(RunPlan(f, out, err) == 2);
+  CHECK(err.str().find("multi-line-sites-bad.yaml:" + std::to_string(want) + ":12: placement") !=
+        std::string::npos);
 }
 
 // The replicas job of configs/ with the planner placing the replicas among the four

@@ -15,6 +15,7 @@
 
 #include "common/layer_range.h"
 #include "daemon/status_pages.h"
+#include "model/job_file_paths.h"
 #include "tools/cli/format.h"
 
 namespace longhaul::cli {
@@ -178,10 +179,18 @@ int Submit(const ClientOptions& options, const std::string& path, bool follow) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
+  // Relative paths are relative to the job file's folder, as in train-local and plan; the
+  // daemon gets them absolute (model/job_file_paths.h).
+  const std::string base = std::filesystem::absolute(path).parent_path().string();
+  auto yaml = model::AbsoluteJobPaths(ss.str(), path, base);
+  if (!yaml.ok()) {
+    std::cerr << "longhaul: " << yaml.status().message() << "\n";
+    return kExitUsage;
+  }
   auto client = ControlClient::Connect(options);
   if (!client) return kExitUsage;
   v1::SubmitJobRequest req;
-  req.set_job_yaml(ss.str());
+  req.set_job_yaml(*yaml);
   req.set_source(path);
   v1::SubmitJobResponse resp;
   grpc::Status s = client->stub().SubmitJob(client->Context().get(), req, &resp);
@@ -202,18 +211,31 @@ int Jobs(const ClientOptions& options) {
     return kExitOk;
   }
   if (r.jobs().empty()) {
-    std::cout << "no jobs\n";
-    return kExitOk;
+    std::cout << "no jobs coordinated here\n";
+  } else {
+    Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "SITES"});
+    for (const auto& j : r.jobs()) {
+      std::string sites;
+      for (const auto& s : j.stages()) sites += (sites.empty() ? "" : ",") + s.site();
+      t.AddRow({j.job_id(), j.name(), StateName(j.state()),
+                std::to_string(j.step()) + "/" + std::to_string(j.total_steps()),
+                j.step() ? Fixed(j.loss(), 4) : "-", Fixed(j.tokens_per_second(), 0), sites});
+    }
+    std::cout << t.str();
   }
-  Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "TOK/S", "SITES"});
-  for (const auto& j : r.jobs()) {
-    std::string sites;
-    for (const auto& s : j.stages()) sites += (sites.empty() ? "" : ",") + s.site();
-    t.AddRow({j.job_id(), j.name(), StateName(j.state()),
-              std::to_string(j.step()) + "/" + std::to_string(j.total_steps()),
-              j.step() ? Fixed(j.loss(), 4) : "-", Fixed(j.tokens_per_second(), 0), sites});
+  // Stages of jobs other sites coordinate: `status JOB` is for their coordinators.
+  if (r.hosted_stages_size() > 0) {
+    Table t({"JOB", "NAME", "STAGE", "LAYERS", "STATE", "STEP", "COORDINATOR"});
+    for (const auto& h : r.hosted_stages()) {
+      t.AddRow({h.job_id(), h.name(), std::to_string(h.stage()),
+                LayerRange(h.layer_begin(), h.layer_end()),
+                h.state() + (h.error().empty() ? "" : ": " + h.error()),
+                std::to_string(h.step()) + "/" + std::to_string(h.total_steps()), h.coordinator()});
+    }
+    std::cout << "\nstages this site runs of jobs coordinated elsewhere (longhaul status JOB on "
+                 "the coordinator):\n"
+              << t.str();
   }
-  std::cout << t.str();
   return kExitOk;
 }
 

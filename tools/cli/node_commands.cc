@@ -26,7 +26,9 @@ int NodeStatus(const ClientOptions& options) {
   t.AddRow({"uptime", FormatDuration(s.uptime_seconds())});
   t.AddRow({"peer listen", s.peer_listen() + (s.tls() ? " (mutual TLS)" : " (plaintext)")});
   t.AddRow({"control listen", s.control_listen() + (s.control_tls() ? " (TLS)" : " (plaintext)")});
-  t.AddRow({"status", "http://" + s.status_listen() + "/status"});
+  // The page first (what a person opens), the JSON behind it second.
+  t.AddRow({"status page",
+            "http://" + s.status_listen() + "/ (JSON: http://" + s.status_listen() + "/status)"});
   t.AddRow({"devices", devices});
   t.AddRow({"peers up", std::to_string(s.peers_up()) + " of " + std::to_string(s.peers_total())});
   std::cout << t.str();

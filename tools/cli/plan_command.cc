@@ -2,18 +2,23 @@
 // JSON (see plan_command.h).
 #include "tools/cli/plan_command.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/layer_range.h"
 #include "daemon/job/job_spec.h"
 #include "model/config.h"
+#include "model/yaml_walker.h"
 #include "scheduler/planner.h"
 #include "scheduler/profiles_yaml.h"
 #include "scheduler/replica_planner.h"
@@ -255,24 +260,226 @@ int Fail(const Status& s, std::ostream& err) {
   return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? 2 : 1;
 }
 
+// The job file's text with `sites` as its sites (--sites replaces the job's, and gives a job
+// file without them its sites): in a block-style file the `sites:` entry is replaced in place,
+// its line count kept, or appended, so that errors still name the file's own lines; otherwise
+// (a flow-style file, or one the edit does not parse back) the file re-emitted with them. A
+// text that is no YAML map comes back as it is, for ParseJobSpec to say what is wrong.
+std::string WithSites(const std::string& text, const std::string& source,
+                      const std::vector<std::string>& sites) {
+  const model::YamlWalker walker(source);
+  auto root = walker.Root(text);
+  if (!root.ok() || !root->value.IsMap()) return text;
+  const YAML::Node& map = root->value;
+  YAML::Emitter list;
+  list << YAML::Flow << sites;
+  const std::string entry = absl::StrCat("sites: ", list.c_str());
+  auto has_sites = [&](const std::string& candidate) {
+    auto r = walker.Root(candidate);
+    if (!r.ok() || !r->value.IsMap() || !r->value["sites"].IsSequence()) return false;
+    return r->value["sites"].as<std::vector<std::string>>() == sites;
+  };
+  if (map.Style() != YAML::EmitterStyle::Flow) {
+    std::optional<size_t> begin;
+    size_t end = text.size();
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (it->first.IsScalar() && it->first.Scalar() == "sites") begin = it->first.Mark().pos;
+    }
+    for (auto it = map.begin(); begin && it != map.end(); ++it) {
+      const size_t pos = static_cast<size_t>(it->first.Mark().pos);
+      if (pos > *begin && pos < end) end = pos;
+    }
+    std::string candidate;
+    if (!begin) {
+      candidate = text;
+      if (!candidate.empty() && candidate.back() != '\n') candidate += '\n';
+      candidate += entry + "\n";
+    } else {
+      // The entry's lines become one line and as many empty ones; the next key keeps its
+      // indentation (what follows the region's last newline).
+      const std::string region = text.substr(*begin, end - *begin);
+      const size_t newlines = static_cast<size_t>(std::count(region.begin(), region.end(), '\n'));
+      const size_t last = region.rfind('\n');
+      candidate = text.substr(0, *begin) + entry + std::string(newlines, '\n') +
+                  (last == std::string::npos ? "" : region.substr(last + 1)) + text.substr(end);
+    }
+    if (has_sites(candidate)) return candidate;
+  }
+  YAML::Node copy = YAML::Clone(map);
+  copy["sites"] = sites;
+  YAML::Emitter out;
+  out << copy;
+  return out.c_str();
+}
+
+// What a placement: even job runs (Coordinator::Submit): replica r on its stage count of the
+// listed sites, after the replicas before it, its layers split evenly over them in the listed
+// order; each priced by the cost model as the planner prices its plans.
+StatusOr<std::vector<scheduler::PlanResult>> EvenReplicas(const daemon::JobSpec& spec,
+                                                          const scheduler::Planner& planner,
+                                                          const std::string& coordinator) {
+  std::vector<scheduler::PlanResult> out;
+  for (int r = 0; r < std::max(spec.replicas, 1); ++r) {
+    const auto first = spec.sites.begin() + spec.first_site(r);
+    const std::vector<std::string> sites(first, first + spec.stages(r));
+    scheduler::PlacementRequest request = daemon::PlacementRequestFor(spec, sites);
+    request.workload.microbatches = spec.microbatches(r);
+    request.workload.coordinator = coordinator;
+    scheduler::PlanResult p;
+    p.method = "even";
+    ASSIGN_OR_RETURN(p.stages, scheduler::MakeEvenSplitPlacer()->Place(request));
+    ASSIGN_OR_RETURN(auto model, planner.Model(request));
+    ASSIGN_OR_RETURN(p.estimate, model.Estimate(p.stages));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string Replicas(const scheduler::ReplicaPlan& f) {
+  std::vector<std::string> parts;
+  for (const auto& r : f.replicas) parts.push_back(scheduler::PlanDebugString(r.stages));
+  return absl::StrCat(f.replicas.size(), " replica(s): ", absl::StrJoin(parts, " | "));
+}
+
+json PlannerJson(const scheduler::PlanResult& plan) {
+  json j = EstimateJson(plan.estimate);
+  j["method"] = plan.method;
+  j["unused_sites"] = plan.unused_sites;
+  j["plans_priced"] = plan.plans_priced;
+  j["planning_seconds"] = plan.planning_seconds;
+  return j;
+}
+
+// "job demo: GPT-2 L=6 ..., 4 microbatches of 4 x 64 tokens, compression adaptive".
+void PrintJobLine(const daemon::JobSpec& spec, const scheduler::PlacementRequest& request,
+                  std::ostream& out) {
+  const scheduler::PipelineWorkload& w = request.workload;
+  out << "job " << spec.job.name << ": " << ModelLine(request.model) << ", " << w.microbatches
+      << " microbatches of " << w.microbatch_size << " x " << w.seq_len << " tokens, compression "
+      << w.compression << "\n";
+}
+
+// A placement: even job: the plan is what it runs (EvenReplicas), and the planner's choice
+// (`best`: over the same candidates; with replicas, PlanJobReplicas) comes second, labelled as
+// what placement: planned would run instead.
+int PrintEvenPlan(const PlanFlags& flags, const daemon::JobSpec& spec,
+                  const scheduler::Planner& planner, const scheduler::PlacementRequest& request,
+                  const StatusOr<scheduler::PlanResult>& best, std::ostream& out,
+                  std::ostream& err) {
+  auto even = EvenReplicas(spec, planner, flags.coordinator);
+  if (!even.ok()) return Fail(Annotate(even.status(), "the even split"), err);
+  const StepEstimate& first = (*even)[0].estimate;
+  bool fits = true;
+  for (const auto& r : *even) fits = fits && r.estimate.fits_memory;
+  // With replicas: the even replicas priced with their syncs, and the planner's replicas.
+  std::optional<scheduler::ReplicaPlan> fleet, best_fleet;
+  Status best_fleet_status;
+  if (even->size() > 1) {
+    auto r = daemon::ReplicaPlanRequestFor(spec, request);
+    if (!r.ok()) return Fail(r.status(), err);
+    fleet = scheduler::PriceReplicas(planner.profiles(), request.model, request.workload, *even,
+                                     r->sync, spec.replica_microbatches);
+    auto f = daemon::PlanJobReplicas(spec, planner, request);
+    if (f.ok()) {
+      best_fleet = *std::move(f);
+    } else {
+      best_fleet_status = f.status();
+    }
+  }
+
+  if (flags.output == "json") {
+    json j = EstimateJson(first);
+    if (fleet) j["replicas"] = FleetJson(*fleet, spec, first);
+    j["job"] = spec.job.name;
+    j["placement"] = "even";
+    j["model"] = ModelJson(request.model);
+    j["candidates"] = request.sites;
+    j["unused_sites"] = json::array();
+    j["method"] = "even";
+    j["even_split"] = EstimateJson(first);
+    json planner_json;
+    if (best.ok()) {
+      planner_json = PlannerJson(*best);
+      if (best_fleet) planner_json["replicas"] = FleetJson(*best_fleet, spec, best->estimate);
+      if (!best_fleet_status.ok()) {
+        planner_json["replicas_error"] = std::string(best_fleet_status.message());
+      }
+    } else {
+      planner_json = {{"error", std::string(best.status().message())}};
+    }
+    j["planner"] = planner_json;
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  PrintJobLine(spec, request, out);
+  out << "placement:      even: the listed sites in order, the layers split evenly (what the job "
+         "runs)\n\n";
+  if (fleet) out << "replica 0 of " << even->size() << ":\n";
+  PrintEstimate(first, out);
+  if (!fits) out << "memory:         the even split does not fit the sites' memory\n";
+  if (fleet) PrintFleet(*fleet, spec, first, request.sites.size(), out);
+  out << "\n";
+  if (!best.ok()) {
+    out << "the planner would choose no placement: " << best.status().message() << "\n";
+    return 0;
+  }
+  if (best_fleet) {
+    out << "the planner would choose (placement: planned): " << Replicas(*best_fleet) << ", "
+        << Secs(best_fleet->step_seconds) << " per step, " << Count(best_fleet->tokens_per_second)
+        << " tokens/s";
+    if (fleet && fleet->tokens_per_second > 0) {
+      out << " ("
+          << absl::StrFormat("%.2fx", best_fleet->tokens_per_second / fleet->tokens_per_second)
+          << " the even replicas' tokens/s)";
+    }
+    out << "\n";
+    return 0;
+  }
+  out << "the planner would choose (placement: planned): "
+      << scheduler::PlanDebugString(best->stages) << ", " << Secs(best->estimate.step_seconds)
+      << " per step";
+  if (first.step_seconds > 0) {
+    out << " (" << absl::StrFormat("%.2fx", best->estimate.step_seconds / first.step_seconds)
+        << " the even split's step)";
+  }
+  if (!best->unused_sites.empty()) {
+    out << ", leaving out " << absl::StrJoin(best->unused_sites, ", ");
+  }
+  out << "; " << best->method << " search over " << request.sites.size() << " candidate sites, "
+      << best->plans_priced << " plans priced\n";
+  if (!best_fleet_status.ok()) {
+    out << "                (no replicated plan: " << best_fleet_status.message() << ")\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   auto text = ReadFile(flags.job);
   if (!text.ok()) return Fail(text.status(), err);
-  const std::string base = std::filesystem::absolute(flags.job).parent_path().string();
-  auto spec = daemon::ParseJobSpec(*text, flags.job, base);
-  if (!spec.ok()) return Fail(spec.status(), err);
   auto profiles = scheduler::LoadProfiles(flags.profiles);
   if (!profiles.ok()) return Fail(profiles.status(), err);
+  // --sites replaces the job's sites (and gives a job file without any its sites): the job
+  // is read as if it listed them, so its checks and its even split see them.
+  std::vector<std::string> sites = flags.sites;
+  if (sites == std::vector<std::string>{"all"}) {
+    sites.clear();
+    for (const auto& s : profiles->sites) sites.push_back(s.name);
+  }
+  const std::string yaml = sites.empty() ? *text : WithSites(*text, flags.job, sites);
+  const std::string base = std::filesystem::absolute(flags.job).parent_path().string();
+  auto spec = daemon::ParseJobSpec(yaml, flags.job, base);
+  if (!spec.ok()) {
+    if (sites.empty() && absl::StrContains(spec.status().message(), "sites: missing")) {
+      return Fail(Status(spec.status().code(), absl::StrCat(spec.status().message(),
+                                                            " (or give the sites with --sites)")),
+                  err);
+    }
+    return Fail(spec.status(), err);
+  }
 
   scheduler::PlacementRequest request = daemon::PlacementRequestFor(*spec, spec->sites);
-  if (flags.sites == std::vector<std::string>{"all"}) {
-    request.sites.clear();
-    for (const auto& s : profiles->sites) request.sites.push_back(s.name);
-  } else if (!flags.sites.empty()) {
-    request.sites = flags.sites;
-  }
   request.workload.coordinator = flags.coordinator;
   scheduler::PlannerOptions options;
   options.time_budget_seconds = flags.time_budget_seconds;
@@ -280,12 +487,13 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   if (Status s = scheduler::CheckCoverage(*profiles, request.sites); !s.ok()) return Fail(s, err);
   const scheduler::Planner planner(*profiles, options);
   auto plan = planner.Plan(request);
+  // placement: even: the job runs its listed sites in order, the layers split evenly; that is
+  // the plan, and the planner's choice only what placement: planned would run instead.
+  if (!spec->planned) return PrintEvenPlan(flags, *spec, planner, request, plan, out, err);
   if (!plan.ok()) return Fail(plan.status(), err);
-  // The even split of the job's own sites in the job's order, for comparison.
+  // The even split of the job's sites in the listed order, for comparison.
   std::optional<StepEstimate> even;
-  scheduler::PlacementRequest job_order = request;
-  job_order.sites = spec->sites;
-  auto even_stages = scheduler::MakeEvenSplitPlacer()->Place(job_order);
+  auto even_stages = scheduler::MakeEvenSplitPlacer()->Place(request);
   auto model = planner.Model(request);
   if (even_stages.ok() && model.ok()) {
     if (auto e = model->Estimate(*even_stages); e.ok()) even = *e;
@@ -293,7 +501,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
 
   // A job with replicas (a count or auto): the replicated plan beside the single pipeline's.
   std::optional<scheduler::ReplicaPlan> fleet;
-  if (spec->replicas != 1 && spec->planned) {  // even placement runs the listed replicas
+  if (spec->replicas != 1) {
     auto f = daemon::PlanJobReplicas(*spec, planner, request);
     if (!f.ok()) return Fail(Annotate(f.status(), "placing the replicas"), err);
     fleet = *std::move(f);
@@ -303,6 +511,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     json j = EstimateJson(plan->estimate);
     if (fleet) j["replicas"] = FleetJson(*fleet, *spec, plan->estimate);
     j["job"] = spec->job.name;
+    j["placement"] = "planned";
     j["model"] = ModelJson(request.model);
     j["candidates"] = request.sites;
     j["unused_sites"] = plan->unused_sites;
@@ -313,11 +522,8 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     out << j.dump(2) << "\n";
     return 0;
   }
-  const scheduler::PipelineWorkload& w = request.workload;
-  out << "job " << spec->job.name << ": " << ModelLine(request.model) << ", " << w.microbatches
-      << " microbatches of " << w.microbatch_size << " x " << w.seq_len << " tokens, compression "
-      << w.compression << "\n"
-      << "planned over " << request.sites.size() << " candidate sites (" << plan->method
+  PrintJobLine(*spec, request, out);
+  out << "planned over " << request.sites.size() << " candidate sites (" << plan->method
       << " search, " << plan->plans_priced << " plans priced in "
       << absl::StrFormat("%.2f s", plan->planning_seconds) << ")\n\n";
   PrintEstimate(plan->estimate, out);
@@ -327,7 +533,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   }
   if (fleet) PrintFleet(*fleet, *spec, plan->estimate, request.sites.size(), out);
   if (even) {
-    out << "even split:     " << scheduler::PlanDebugString(*even_stages) << " (the job's order) ";
+    out << "even split:     " << scheduler::PlanDebugString(*even_stages) << " (the listed order) ";
     if (!even->fits_memory) {
       out << "does not fit the sites' memory\n";
     } else {

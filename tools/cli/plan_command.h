@@ -1,8 +1,12 @@
-// `longhaul plan JOB.yaml --profiles FILE`: the planner's placement of a job without running
-// it -- stages, layers, predicted compute and transfer times, bottleneck, predicted tokens/s,
-// next to an even split of the job's sites in the job's order. `-o json` prints the same plan
-// for scripts. The CLI does not reach the daemons for profiles: they come from a file
-// (format: scheduler/profiles_yaml.h; example: configs/profiles.example.yaml).
+// `longhaul plan JOB.yaml --profiles FILE`: the placement a job will run, without running it
+// -- stages, layers, predicted compute and transfer times, bottleneck, predicted tokens/s.
+// For placement: planned (the default) that is the planner's, shown next to an even split of
+// the sites in the listed order; for placement: even it is the even split of the listed sites
+// (each replica's, with replicas), and the planner's choice follows, labelled "the planner
+// would choose" (JSON: "planner"). --sites replaces the job's sites, or gives a job file
+// without `sites:` its sites. `-o json` prints the same plan for scripts. The CLI does not
+// reach the daemons for profiles: they come from a file (format: scheduler/profiles_yaml.h;
+// example: configs/profiles.example.yaml).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,7 +1,9 @@
 // The status page's logic: polls /status and /status/jobs every two seconds and renders the
 // node, its peers, the graph of links (graph.js) and each job coordinated here: progress,
-// the loss curve, step time against the planner's prediction, compute and wait per stage,
-// sync groups, and the re-plans, rollbacks and replica changes as marks on the curves.
+// the loss curve (on a log axis), step time against the planner's prediction, compute and
+// wait per stage, sync groups, and the re-plans, rollbacks and replica changes as marks on the
+// curves; and the stages this site runs of jobs other sites coordinate, naming the
+// coordinator.
 // Everything a daemon or peer reports is set as text (textContent), never as markup.
 'use strict';
 
@@ -106,14 +108,25 @@
     const state = {events: []};
     const lossEl = card.querySelector('.chart-loss'), timeEl = card.querySelector('.chart-time');
     const axes = (label) => [{label: 'step'}, {label, size: 60}];
+    // The loss on a logarithmic axis: the first steps' fall does not flatten the rest. Round
+    // ticks spread in log space (graph.js), every one labelled (uPlot's own log filter would
+    // keep only some).
+    const G = LonghaulGraph;
+    const lossAxes = [{label: 'step'}, {
+      label: 'loss (log scale)', size: 60,
+      splits: (u, i, min, max) => G.logTicks(min, max, u.bbox.height / devicePixelRatio, 24),
+      filter: (u, splits) => splits,
+      values: (u, splits) => splits.map((v) => (v === null ? '' : G.fmtTick(v))),
+    }];
     const loss = new uPlot({
       width: chartWidth(lossEl), height: 220, title: 'loss',
-      scales: {x: {time: false}},
+      scales: {x: {time: false},
+               y: {distr: 3, log: 10, range: (u, min, max) => G.logRange(min, max)}},
       series: [{label: 'step'},
                {label: 'train', stroke: '#2563eb', width: 1.5},
                {label: 'validation', stroke: '#ea580c', width: 2, spanGaps: true,
                 points: {show: true, size: 6}}],
-      axes: axes('loss'), plugins: [eventMarks(() => state.events)],
+      axes: lossAxes, plugins: [eventMarks(() => state.events)],
     }, [[], [], []], lossEl);
     const time = new uPlot({
       width: chartWidth(timeEl), height: 220, title: 'step time (s)',
@@ -131,12 +144,14 @@
   function historyData(hist) {
     const steps = [], train = [], val = [], times = [], predicted = [];
     const valBy = new Map((hist.val_losses || []).map((v) => [v.step, v.loss]));
+    // A log axis has no place for a loss that is not positive: left out (a gap).
+    const positive = (v) => (typeof v === 'number' && v > 0 && isFinite(v) ? v : null);
     const n = (hist.losses || []).length;
     for (let i = 0; i < n; i++) {
       const step = hist.steps[i];
       steps.push(step);
-      train.push(hist.losses[i]);
-      val.push(valBy.has(step) ? valBy.get(step) : null);
+      train.push(positive(hist.losses[i]));
+      val.push(valBy.has(step) ? positive(valBy.get(step)) : null);
       const t = (hist.step_times || [])[i];
       times.push(typeof t === 'number' ? t : null);
       predicted.push(hist.predicted_step_seconds > 0 ? hist.predicted_step_seconds : null);
@@ -225,11 +240,32 @@
     return card;
   }
 
+  // A stage this site runs of a job another site coordinates: which stage and layers, how it
+  // is doing, and the coordinator whose page shows the job.
+  function hostedStageCard(s) {
+    const card = h('section', {class: 'card hosted-stage', 'data-job': s.job,
+                               'data-coordinator': s.coordinator, 'data-state': s.state});
+    const layers = `[${s.layers[0]},${s.layers[1]})`;
+    card.append(
+      h('h2', {class: 'job-title'}, h('span', {}, s.name || s.job), ' ',
+        h('span', {class: 'muted'}, s.job), ' ', h('span', {class: 'badge ' + s.state}, s.state)),
+      h('p', {class: 'hosted-line'},
+        `stage ${s.stage} of job ${s.job}, layers ${layers}, coordinated by site '${s.coordinator}'`),
+      h('div', {class: 'facts'}, fact('step', `${s.step} / ${s.steps}`),
+        fact('attempt', s.attempt)),
+      h('p', {class: 'muted'}, 'The job\'s progress and curves are on the page of its ' +
+        `coordinator, site '${s.coordinator}'; longhaul status ${s.job} asks that site's daemon.`));
+    if (s.error) card.append(h('div', {class: 'detail'}, s.error));
+    return card;
+  }
+
   function renderJobs(status, history) {
     const jobs = (status.jobs || []).slice().sort(jobOrder).slice(0, MAX_JOB_CARDS);
+    const hosted = (status.hosted_stages || []).slice(0, MAX_JOB_CARDS);
     const byId = new Map((history.jobs || []).map((j) => [j.job, j]));
     const container = $('jobs');
-    $('no-jobs').hidden = jobs.length > 0;
+    $('no-jobs').hidden = jobs.length > 0 || hosted.length > 0;
+    for (const card of [...container.querySelectorAll('.hosted-stage')]) card.remove();
     const keep = new Set(jobs.map((j) => j.job));
     for (const card of [...container.querySelectorAll('.job')]) {
       if (!keep.has(card.dataset.job)) {
@@ -247,7 +283,20 @@
       container.append(card);  // keeps the cards in order
       renderJob(card, job, byId.get(job.job));
     }
+    for (const s of hosted) container.append(hostedStageCard(s));
     return jobs[0] || null;
+  }
+
+  // With no job coordinated here, the graph shows the first hosted stage's job as this site
+  // sees it: what its stage sends on each outbound link (/status links[].jobs).
+  function hostedGraphJob(status) {
+    const s = (status.hosted_stages || [])[0];
+    if (!s) return null;
+    const links = [];
+    for (const l of status.links || []) {
+      for (const u of l.jobs || []) if (u.job === s.job) links.push(u);
+    }
+    return {job: s.job, stages: [], links};
   }
 
   async function getJson(path) {
@@ -261,7 +310,7 @@
       const [status, history] = await Promise.all([getJson('/status'), getJson('/status/jobs')]);
       renderNode(status);
       renderPeers(status);
-      const shown = renderJobs(status, history);
+      const shown = renderJobs(status, history) || hostedGraphJob(status);
       const graph = LonghaulGraph.collect(status, shown);
       LonghaulGraph.draw($('graph'), graph);
       $('graph-card').dataset.job = shown ? shown.job : '';

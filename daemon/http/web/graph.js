@@ -1,6 +1,7 @@
 // The status page's graph of sites and links: which directed links exist and what each one
-// carries (collect), drawn as sites on a circle with one arrow per direction (draw). Every
-// string comes from a daemon or a peer, so it is set as text, never parsed as markup.
+// carries (collect), drawn as sites on a circle with one arrow per direction (draw); and the
+// loss chart's logarithmic axis (logRange, logTicks, fmtTick). Every string comes from a
+// daemon or a peer, so it is set as text, never parsed as markup.
 'use strict';
 
 window.LonghaulGraph = (function () {
@@ -157,5 +158,90 @@ window.LonghaulGraph = (function () {
     svg.appendChild(labelLayer);
   }
 
-  return {collect, draw, fmtMbps, fmtRatio};
+  // ---- The loss chart's logarithmic axis ----------------------------------------------
+  // A loss falls fast in the first steps and slowly after; on a log axis the slow part keeps
+  // its shape. The axis spans the data with a little room (logRange), its ticks are round
+  // numbers spread evenly in log space (logTicks) and labelled plainly (fmtTick).
+
+  // Mantissas of the ticks in each decade, sparsest first.
+  const MANTISSAS = [[1], [1, 3], [1, 2, 5], [1, 2, 3, 5, 7], [1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9],
+                     [1, 1.2, 1.4, 1.6, 1.8, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6, 7, 8, 9]];
+
+  const round = (v) => +v.toPrecision(12);
+
+  // [lo, hi] around the positive data [min, max], 6% of its span in log space on each side
+  // (a flat curve gets a band of 2.3% around it); [1, 10] without data.
+  function logRange(min, max) {
+    if (!(min > 0) || !(max > 0) || !isFinite(min) || !isFinite(max)) return [1, 10];
+    let lo = Math.log10(Math.min(min, max)), hi = Math.log10(Math.max(min, max));
+    if (hi - lo < 0.01) {
+      const mid = (lo + hi) / 2;
+      lo = mid - 0.005;
+      hi = mid + 0.005;
+    }
+    const pad = (hi - lo) * 0.06;
+    return [Math.pow(10, lo - pad), Math.pow(10, hi + pad)];
+  }
+
+  // Ticks for a log axis over [min, max] that is `height` pixels tall: the most round numbers
+  // that stay `minGap` pixels apart, of two kinds: a mantissa set in every decade (2, 3, 5, 7,
+  // 10, ...), or the multiples of a step of 1, 2 or 5 x 10^k (what a range within a decade or
+  // a few percent needs: there a log axis is nearly linear). A mantissa set wins a tie.
+  function logTicks(min, max, height, minGap) {
+    if (!(min > 0) || !(max > min) || !(height > 0) || !isFinite(max)) return [];
+    minGap = minGap || 24;
+    const lo = Math.log10(min), hi = Math.log10(max);
+    const px = (v) => (Math.log10(v) - lo) / (hi - lo) * height;
+    const inside = (v) => v >= min * (1 - 1e-12) && v <= max * (1 + 1e-12);
+    const candidates = [];
+    for (const set of MANTISSAS) {
+      const ticks = [];
+      for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+        for (const m of set) {
+          const v = round(m * Math.pow(10, e));
+          if (inside(v)) ticks.push(v);
+        }
+      }
+      candidates.push(ticks);
+    }
+    const mag = Math.pow(10, Math.floor(Math.log10(max - min)));
+    for (const k of [1, 0, -1, -2]) {
+      for (const m of [5, 2, 1]) {
+        const step = m * mag * Math.pow(10, k);
+        const ticks = [];
+        for (let i = Math.ceil(min / step - 1e-9); i * step <= max * (1 + 1e-12); i++) {
+          const v = round(i * step);
+          if (v > 0 && inside(v)) ticks.push(v);
+        }
+        candidates.push(ticks);
+      }
+    }
+    const gapOf = (ticks) => {
+      let gap = Infinity;
+      for (let i = 1; i < ticks.length; i++) gap = Math.min(gap, px(ticks[i]) - px(ticks[i - 1]));
+      return gap;
+    };
+    let best = [], bestGap = -1;
+    for (const ticks of candidates) {
+      if (gapOf(ticks) >= minGap && ticks.length > best.length) best = ticks;
+    }
+    if (best.length >= 2) return best;
+    // Nothing fits two ticks `minGap` apart: the two (or more) furthest apart if they are half
+    // that apart, else the one.
+    for (const ticks of candidates) {
+      const gap = gapOf(ticks);
+      if (ticks.length >= 2 && gap >= minGap / 2 && gap > bestGap) {
+        best = ticks;
+        bestGap = gap;
+      }
+    }
+    return best;
+  }
+
+  // A tick's label: the number as short as it reads (2, 0.5, 2.35, 1e-7).
+  function fmtTick(v) {
+    return String(+(+v).toPrecision(6));
+  }
+
+  return {collect, draw, fmtMbps, fmtRatio, logRange, logTicks, fmtTick};
 })();
