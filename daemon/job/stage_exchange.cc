@@ -30,7 +30,9 @@ StageExchange::StageExchange(StageExchangeOptions options) : o_(std::move(option
   tied_usage_.to_site = o_.tied_site;
   if (o_.tied_codec.empty() || o_.tied_codec == "exact") {
     tied_usage_.codec = "fp32";
-    tied_usage_.reason = "exact: both copies of the tied embedding must take identical steps";
+    tied_usage_.reason =
+        "exact: the tied embedding's exchange (compression.tied: exact), so that both copies "
+        "take identical steps";
   } else {
     tied_usage_.codec = o_.tied_codec;
     tied_usage_.reason =

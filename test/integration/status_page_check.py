@@ -141,11 +141,11 @@ def job_of(status, job_id):
 
 
 def links_of(job):
-    """(from, to) -> (codec, ratio) from a /status job; the last usage of a pair wins, as on
-    the page."""
+    """(from, to) -> (codec, ratio, reason) from a /status job; the last usage of a pair wins,
+    as on the page."""
     out = {}
     for u in job["links"]:
-        out[(u["from"], u["to"])] = (u["codec"], u["compression_ratio"])
+        out[(u["from"], u["to"])] = (u["codec"], u["compression_ratio"], u.get("reason", ""))
     return out
 
 
@@ -204,7 +204,7 @@ def check_completed(args, driver, job_id):
         key = (e["from"], e["to"])
         if key not in want:
             fail("the page shows a link %s -> %s the job did not use" % key)
-        codec, ratio = want[key]
+        codec, ratio, reason = want[key]
         if e["codec"] != codec or not math.isclose(e["ratio"], ratio, rel_tol=1e-9):
             fail("link %s -> %s: page shows %s %.6f, /status has %s %.6f"
                  % (key + (e["codec"], e["ratio"], codec, ratio)))
@@ -216,6 +216,12 @@ def check_completed(args, driver, job_id):
                  % (key + (text, codec, ratio)))
         if not e["mbps"] or float(e["mbps"]) <= 0:
             fail("link %s -> %s shows no measured bandwidth" % key)
+        # A link exact by rule (the tied embedding's exchange) says so, not just "fp32".
+        if reason.startswith("exact:") and "tied embedding" not in text:
+            fail("link %s -> %s is exact by rule (%r) but its label %r does not say why"
+                 % (key + (reason, text)))
+    if not any(w[2].startswith("exact:") for w in want.values()):
+        fail("no link of the 3-stage job carries the tied embedding's exact exchange: %r" % want)
     card = [c for c in page["jobs"] if c["job"] == job_id][0]
     if card["state"] != "completed" or not math.isclose(card["lastLoss"], losses[-1], rel_tol=1e-12):
         fail("completed job card: state %s, last loss %r; /status/jobs: %r"
@@ -242,7 +248,7 @@ def check_completed(args, driver, job_id):
         fail("peers table: %s, want beta and gamma up" % page["peers"])
     print("completed job %s: 3 sites, 6 links with the codecs and ratios of /status (%s), "
           "%d losses plotted, the last %.4f" % (job_id, ", ".join(
-              "%s>%s %s %.2fx" % (f, t, c, r) for (f, t), (c, r) in sorted(want.items())),
+              "%s>%s %s %.2fx" % (f, t, c, r) for (f, t), (c, r, _) in sorted(want.items())),
               len(losses), losses[-1]))
 
 

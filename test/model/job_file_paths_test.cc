@@ -4,8 +4,8 @@
 #include "model/job_file_paths.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <string>
 

@@ -32,7 +32,7 @@ window.LonghaulGraph = (function () {
     const edge = (from, to) => {
       const key = from + '\u2192' + to;
       if (!edges.has(key)) {
-        edges.set(key, {from, to, mbps: null, rttMs: null, codec: null, ratio: null, up: true});
+        edges.set(key, {from, to, mbps: null, rttMs: null, codec: null, ratio: null, reason: '', up: true});
       }
       return edges.get(key);
     };
@@ -57,6 +57,7 @@ window.LonghaulGraph = (function () {
         const e = edge(u.from, u.to);
         e.codec = u.codec;
         e.ratio = u.compression_ratio;
+        e.reason = u.reason || '';
         if (e.mbps === null && u.bandwidth_bytes_per_second > 0) {
           e.mbps = u.bandwidth_bytes_per_second * 8 / 1e6;
         }
@@ -144,6 +145,13 @@ window.LonghaulGraph = (function () {
                            e.codec ? e.codec + ' \u00b7 ' + fmtRatio(e.ratio) : 'no job traffic'));
       const rtt = e.rttMs === null ? '' : ' \u00b7 ' + e.rttMs.toFixed(1) + ' ms';
       label.appendChild(el('tspan', {x: bx, dy: 14, class: 'bw'}, fmtMbps(e.mbps) + rtt));
+      // Why a link is exact when the rule, not its bandwidth, decides (the tied embedding's
+      // exchange): a slow link left at fp32 otherwise reads as the controller's mistake. The
+      // full reason is the label's tooltip.
+      if (e.reason.startsWith('exact:')) {
+        label.appendChild(el('tspan', {x: bx, dy: 14, class: 'why'}, e.reason.split(' (')[0]));
+      }
+      if (e.reason) label.appendChild(el('title', {}, e.reason));
       labelLayer.appendChild(label);
     }
     svg.appendChild(edgeLayer);
