@@ -249,11 +249,12 @@ Status Daemon::StartAll() {
     links_.push_back(std::make_unique<PeerLink>(o, monitor_.get(), log_));
     links_.back()->Start();
   }
-  log_->info("serving: peer {} (tls {}), control {} (tls {}), status http://{}/status; {} peer(s)",
-             PeerListen(), config_.tls ? "on" : "off",
-             WithPort(config_.control_listen, control_port_),
-             config_.tls && config_.tls->control ? "on" : "off",
-             WithPort(config_.status_listen, status_port_), config_.peers.size());
+  log_->info(
+      "serving: peer {} (tls {}), control {} (tls {}), status page http://{}/ (JSON at /status); "
+      "{} peer(s)",
+      PeerListen(), config_.tls ? "on" : "off", WithPort(config_.control_listen, control_port_),
+      config_.tls && config_.tls->control ? "on" : "off",
+      WithPort(config_.status_listen, status_port_), config_.peers.size());
   log_->info("cpu backend: {}", kernels::BlasCoreReport());
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "fleet/sync_ring.h"
@@ -262,7 +263,13 @@ float LocalFleet::MaxDivergence() const {
   float worst = 0;
   for (size_t r = 1; r < replicas_.size(); ++r) {
     replicas_[r].chain->StoreIntoModel(other.data());
-    for (size_t i = 0; i < P; ++i) worst = std::max(worst, std::fabs(other[i] - first[i]));
+    for (size_t i = 0; i < P; ++i) {
+      const float d = std::fabs(other[i] - first[i]);
+      // A NaN (in either replica) is divergence, not agreement: std::max would drop it and a
+      // fleet whose replicas all went NaN read as in sync.
+      if (std::isnan(d)) return std::numeric_limits<float>::quiet_NaN();
+      worst = std::max(worst, d);
+    }
   }
   return worst;
 }

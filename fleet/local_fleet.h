@@ -96,7 +96,7 @@ class LocalFleet {
   model::FragmentChain& replica(int r) { return *replicas_[r].chain; }
   const FleetTraffic& traffic() const { return traffic_; }
   // The largest |difference| between any replica's parameters and replica 0's (0 after a
-  // sync, and always in step mode).
+  // sync, and always in step mode); NaN when any difference is NaN.
   float MaxDivergence() const;
 
  private:
