@@ -48,6 +48,11 @@ class OpProfiler : public kernels::Ops {
   void Zero(float* p, size_t n) override {
     Time("Zero", [&] { inner_->Zero(p, n); });
   }
+  // Forwarded like the rest (Ops' default is a no-op, which would skip a CUDA backend's wait);
+  // on such a backend its time is the queued kernels' that the ops above only launched.
+  void Synchronize() override {
+    Time("Synchronize", [&] { inner_->Synchronize(); });
+  }
   void EmbeddingForward(float* o, const int32_t* t, const float* wte, const float* wpe, int B,
                         int T, int C) override {
     Time("EmbeddingForward", [&] { inner_->EmbeddingForward(o, t, wte, wpe, B, T, C); });

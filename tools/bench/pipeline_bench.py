@@ -19,6 +19,12 @@
       job's own placement (the even split in the job's order, as submitted), and a Markdown
       table of the measured steady step time (steps from 30% of the run to its end) against
       the predicted one, with the error and the predicted bottleneck.
+  pipeline_bench.py estimates RUN.json... [--from 5] [--after 1,2,3,4,5,8,11]
+      The link monitors' bandwidth estimates as the runs polled them (`longhaul status`, every
+      --poll seconds of `follow`): per run and directed link, the median [min-max] from
+      --from seconds after submission to the end (split at scheduled rate changes), and for
+      each scheduled change the estimate of both directions of that link at the first poll
+      at or after each of --after seconds past it.
   pipeline_bench.py ports N
       Prints N distinct free TCP ports below the ephemeral range.
 
@@ -341,6 +347,68 @@ def report(a):
         json.dump(res, open(a.json, "w"), indent=1)
 
 
+def mbit(v):
+    return float(v or 0) * 8 / 1e6
+
+
+def estimate_series(samples):
+    """{directed link: [(t, Mbit/s)]}: every poll's estimate of every link that has one."""
+    out = {}
+    for x in samples:
+        for l in x["links"]:
+            if l.get("bandwidth_bytes_per_second"):
+                out.setdefault(f"{l['from_site']}-{l['to_site']}", []).append(
+                    (x["t"], mbit(l["bandwidth_bytes_per_second"])))
+    return out
+
+
+def estimates(a):
+    after = [float(x) for x in a.after.split(",") if x]
+    rows, falls = [], []
+    for path in a.runs:
+        run = json.load(open(path))
+        if not isinstance(run, dict) or "samples" not in run:
+            continue  # report.json
+        name = f"{run['scenario']} / {run['label']}"
+        series = estimate_series(run["samples"])
+        end = max((x["t"] for x in run["samples"]), default=0.0)
+        cuts = [a.from_s] + sorted(c[0] for c in run.get("changes", []) if c[0] > a.from_s)
+        cuts.append(max(end, cuts[-1]) + 1)
+        for pair, ts in series.items():
+            for lo, hi in zip(cuts, cuts[1:]):
+                v = [e for t, e in ts if lo <= t < hi]
+                if not v:
+                    continue
+                rate = rates_at(run, lo).get(pair)
+                rows.append((name, pair, f"{8 * rate / 1e6:.0f}" if rate else "?",
+                             f"{lo:.1f}-{min(hi, end):.1f} s", len(v), statistics.median(v),
+                             min(v), max(v)))
+        for at, pair, rate in run.get("changes", []):
+            x, y = pair.split("-")
+            for d in (f"{x}-{y}", f"{y}-{x}"):
+                ts = series.get(d)
+                if not ts:
+                    continue
+                vals = []
+                for k in after:
+                    e = next((e for t, e in ts if t >= at + k), None)
+                    vals.append("-" if e is None else f"{e:.0f}")
+                falls.append((name, d, f"{pair} to {rate} at {at:.1f} s", vals))
+    print(f"Link estimates (Mbit/s) polled from {a.from_s:g} s after submission: "
+          "median [min-max].\n")
+    print("| run | link | nominal Mbit/s | polls from | polls | median [min-max] |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} [{r[6]:.0f}-{r[7]:.0f}] |")
+    if falls:
+        print("\nEstimates (Mbit/s) of a changed link at the first poll at or after each time "
+              "past its scheduled change:\n")
+        print("| run | direction | change | " + " | ".join(f"{k:g} s" for k in after) + " |")
+        print("|---|---|---|" + "---|" * len(after))
+        for name, d, change, vals in falls:
+            print(f"| {name} | {d} | {change} | " + " | ".join(vals) + " |")
+
+
 def ports(a):
     """Prints N distinct ports that are free now, below the ephemeral range."""
     lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
@@ -496,10 +564,17 @@ def main():
     c.add_argument("--from-fraction", type=float, default=0.3)
     c.add_argument("--rtt", choices=["measured", "nominal"], default="measured",
                    help="RTT: the link monitors' estimates from the run, or 2 x --delay")
+    e = sub.add_parser("estimates")
+    e.add_argument("runs", nargs="+")
+    e.add_argument("--from", dest="from_s", type=float, default=5.0,
+                   help="seconds after submission from which polls count")
+    e.add_argument("--after", default="1,2,3,4,5,8,11",
+                   help="seconds past each scheduled rate change to show")
     q = sub.add_parser("ports")
     q.add_argument("n", type=int)
     a = p.parse_args()
-    {"follow": follow, "report": report, "predict": predict, "ports": ports}[a.cmd](a)
+    {"follow": follow, "report": report, "predict": predict, "estimates": estimates,
+     "ports": ports}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 # proxies (the approach of tools/demo.sh), plus a run in which one pipeline link falls from
 # 200 to 20 Mbit/s part-way. Every run gets a fresh set of daemons and links. Figures and
 # discussion: docs/BENCHMARKS.md, "Pipeline over emulated WAN links". The report (Markdown,
-# from tools/bench/pipeline_bench.py) ends the output and is kept in $OUT/report.md.
+# from tools/bench/pipeline_bench.py) ends the output and is kept in $OUT/report.md; then the
+# link monitors' estimates as polled (medians from 5 s after submission, and each second
+# after a scheduled fall: pipeline_bench.py estimates), kept in $OUT/estimates.md.
 #
 #   tools/bench/pipeline_bench.sh                 # every run (about 13 minutes on 2 cores)
 #   RUNS="static:off static:adaptive" tools/bench/pipeline_bench.sh
@@ -225,3 +227,5 @@ echo
 echo "== results (runs and logs in $OUT)"
 $PY "$HELPER" report "${results[@]}" --window "$WINDOW" --target-fraction "$TARGET_FRACTION" \
   ${TARGET:+--target "$TARGET"} --json "$OUT/report.json" | tee "$OUT/report.md"
+echo
+$PY "$HELPER" estimates "${results[@]}" | tee "$OUT/estimates.md"

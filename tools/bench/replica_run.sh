@@ -11,7 +11,8 @@
 #   step      the replicas in sync mode step with the exact codec: the union batch, the loss
 #             reference of the replica study (RUNS="single replicas kill step" adds it)
 # The report (tools/bench/replica_run.py) gives tokens/s against the single pipeline, the
-# losses at equal tokens, and what the kill cost.
+# losses at equal tokens, and what the kill cost; a replica dropped part-way (the kill run,
+# sync.on_site_loss: drop) counts no tokens for the steps it sat out.
 #
 #   tools/bench/replica_run.sh                    # all three runs (about 6 minutes)
 #   RUNS="single replicas" STEPS=20 tools/bench/replica_run.sh
@@ -195,4 +196,6 @@ for r in "${RUNS[@]}"; do run_one "$r"; done
 
 echo
 echo "== results (runs and logs in $OUT)"
-$PY "$REPORT" --out "$OUT" --batch "$BATCH" --seq "$SEQ" --union "$UNION" --runs "${RUNS[@]}" | tee "$OUT/report.md"
+# Tokens count, step by step, only the replicas live at that step (the report says which).
+$PY "$REPORT" --out "$OUT" --batch "$BATCH" --microbatch "$MICROBATCH" --seq "$SEQ" \
+  --union "$UNION" --runs "${RUNS[@]}" | tee "$OUT/report.md"

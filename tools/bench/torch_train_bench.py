@@ -5,6 +5,11 @@ with AdamW and grad-norm clipping; prints the median step time and tokens/s. Run
 --dtype bf16` (autocast to bf16 with fp32 master weights, as longhaul's cuda-bf16 backend) gives
 the GPU baseline.
 
+Each step is timed from a device synchronisation to the next (torch.cuda.synchronize on a GPU),
+with the same work inside as train_bench's timer on longhaul's side: the batch is drawn before
+the clock starts; its copy to the device, forward, the loss read back to the host (as longhaul
+reads it), backward, clipping and AdamW are inside.
+
 --family gpt2 (default): llm.c's GPT-2 (padded vocabulary, tied head).
 --family llama: Hugging Face's LlamaForCausalLM, written here from its equations (RMSNorm,
 rotary embeddings in the rotate-half convention, grouped-query causal attention, SwiGLU, no
@@ -227,20 +232,26 @@ def main():
               f"threads={torch.get_num_threads()}", flush=True)
     times = []
     for step in range(a.warmup + a.steps):
-        data = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1)).to(dev)
+        # What train_bench times on longhaul's side too (its header): the batch is drawn
+        # before the clock starts (longhaul's DataLoader::Next likewise); its copy to the
+        # device, the loss read back to the host and the whole step (AdamW included, waited
+        # for by the synchronisation before the clock is read) are inside.
+        batch = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1))
         sync()
         t0 = time.perf_counter()
+        data = batch.to(dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
             loss = model(data[:, :-1], data[:, 1:], a.vocab)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        loss_value = loss.item()  # read each step, as longhaul's step does
         sync()
         s = time.perf_counter() - t0
         if step >= a.warmup:
             times.append(s)
-        print(f"  pytorch {torch.__version__} {a.device} {a.dtype} step {step}: {s:.3f} s  loss {loss.item():.4f}"
+        print(f"  pytorch {torch.__version__} {a.device} {a.dtype} step {step}: {s:.3f} s  loss {loss_value:.4f}"
               f"{' (warmup)' if step < a.warmup else ''}", flush=True)
     times.sort()
     median = times[len(times) // 2]

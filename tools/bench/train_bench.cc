@@ -8,6 +8,13 @@
 // no wpe and its attention is NH * HD wide: 6 * (parameters - wte when the head is untied,
 // as the embedding is then a lookup) + 12 * L * T * NH * HD.
 //
+// What each side times (the same work on both): one optimizer step on a batch already in host
+// memory, from a device synchronisation to the next: the batch's copy to the device, forward,
+// loss (read back to the host), backward, grad-norm clipping and AdamW. Producing the batch
+// (longhaul's DataLoader::Next, PyTorch's torch.randint) is outside both timers; each step's
+// time includes its own AdamW and not the previous step's (a CUDA backend queues work that
+// only the final synchronisation waits for).
+//
 //   bazel run //tools/bench:train_bench -- --layers 6 --channels 384 --batch 4
 //   bazel run //tools/bench:train_bench -- --family llama   # 6 x 512, 8 heads, 2 kv heads
 #include <cblas.h>
@@ -28,6 +35,7 @@
 #include "kernels/ops.h"
 #include "model/chain.h"
 #include "model/data_loader.h"
+#include "model/optimizer.h"
 #include "tools/bench/op_profiler.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -55,6 +63,25 @@ double SgemmPeak(int threads) {
   }
   openblas_set_num_threads(before);
   return 2.0 * n * n * n / best / 1e9;
+}
+
+// One optimizer step of `chain` on the batch in `inputs` and `targets` (B*T tokens each),
+// exactly what FragmentChain::TrainStep does with one microbatch but with the batch fetched
+// by the caller (model/chain.h: TrainStep is AccumulateGradients, ReduceGradients, then
+// ApplyStep with LearningRate and ClipScale, bit for bit; AccumulateGradients is ZeroGrads,
+// then DataLoader::Next, ForwardLoss and Backward per microbatch).
+StatusOr<model::StepResult> TimedStep(model::FragmentChain& chain, const int32_t* inputs,
+                                      const int32_t* targets, float dloss,
+                                      const model::OptimizerOptions& opt, int step,
+                                      int total_steps) {
+  for (int i = 0; i < chain.size(); ++i) chain.fragment(i).ZeroGrads();
+  model::StepResult result;
+  ASSIGN_OR_RETURN(result.loss, chain.ForwardLoss(inputs, targets));
+  RETURN_IF_ERROR(chain.Backward(dloss));
+  result.grad_norm = chain.ReduceGradients();
+  result.lr = model::LearningRate(opt, step, total_steps);
+  chain.ApplyStep(opt, result.lr, model::ClipScale(result.grad_norm, opt.grad_clip), step + 1);
+  return result;
 }
 
 struct Flags {
@@ -148,8 +175,14 @@ int Run(const Flags& f) {
   lo.batch_size = f.batch;
   lo.seq_len = f.seq_len;
   auto loader = model::DataLoader::Create(data, lo);
+  if (!loader.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", std::string(loader.status().message()).c_str());
+    return 1;
+  }
   model::OptimizerOptions opt;
   opt.weight_decay = 0.1f;
+  std::vector<int32_t> inputs(size_t(f.batch) * f.seq_len), targets(inputs.size());
+  const float dloss = 1.0f / (float(f.batch) * f.seq_len);  // TrainStep's, one microbatch
 
   const int64_t params = model::NumParameters(config);
   const double tokens = double(f.batch) * f.seq_len;
@@ -173,6 +206,10 @@ int Run(const Flags& f) {
         f.batch, f.seq_len, f.threads, flops_per_token * tokens / 1e9);
   }
   std::printf("memory: %s\n", (*chain)->memory().DebugString().c_str());
+  std::printf(
+      "timing (both sides): a step is the batch's copy to the device, forward, loss to the host, "
+      "backward, clipping and AdamW, between two device synchronisations; fetching the batch "
+      "(longhaul's DataLoader, PyTorch's torch.randint) is outside the timer\n");
   std::printf("peak (%s): %.1f GFLOP/s; %s\n",
               f.peak_gflops > 0 ? "given" : "OpenBLAS sgemm 1024^3, measured", peak,
               kernels::BlasCoreReport().c_str());
@@ -188,8 +225,14 @@ int Run(const Flags& f) {
     best_peak = std::max(best_peak, round_peak);
     std::vector<double> times;
     for (int i = 0; i < f.warmup + f.steps; ++i, ++step) {
+      // The batch first, outside the timer (as PyTorch's side draws its batch before its
+      // clock starts), then an idle device (ops, not the profiler: this wait is no step's).
+      (*loader)->Next(inputs.data(), targets.data());
+      (*ops)->Synchronize();
       const auto t0 = Clock::now();
-      auto r = (*chain)->TrainStep(**loader, 1, opt, step, 1 << 30);
+      auto r = TimedStep(**chain, inputs.data(), targets.data(), dloss, opt, step, 1 << 30);
+      // The step's queued work (its AdamW on a CUDA backend) is the step's, not the next one's.
+      backend->Synchronize();
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       if (!r.ok()) {
         std::fprintf(stderr, "train_bench: %s\n", std::string(r.status().message()).c_str());
