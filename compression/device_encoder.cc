@@ -1,37 +1,26 @@
 // MakeDeviceEncoder and MakeDeviceDecoder, and their host stand-ins; see device_encoder.h. The GPU
 // implementation lives in the CUDA backend's shared library
-// (compression/cuda/device_encoder_cuda.cc), reached through one declared function, as MakeOps
-// reaches the backend (kernels/BUILD).
+// (compression/cuda/device_encoder_cuda.cc), reached through the backend's entry table, as
+// MakeOps reaches the backend (kernels/cuda_backend.h).
 #include "compression/device_encoder.h"
 
 #include "compression/dense_codec.h"
+#include "kernels/cuda_backend.h"
 
 namespace longhaul::compression {
 
-#ifdef LONGHAUL_WITH_CUDA
-namespace cuda {
-// nullptr when `ops` is not a CUDA backend.
-StatusOr<std::unique_ptr<DeviceEncoder>> NewDeviceEncoderForMake(::longhaul::kernels::Ops* ops);
-StatusOr<std::unique_ptr<DeviceDecoder>> NewDeviceDecoderForMake(::longhaul::kernels::Ops* ops);
-}  // namespace cuda
-#endif
-
+// Only a loaded backend can have made a CUDA `ops`: without one, no device codec (nullptr), and
+// nothing is loaded for a CPU backend's sake.
 StatusOr<std::unique_ptr<DeviceEncoder>> MakeDeviceEncoder(::longhaul::kernels::Ops* ops) {
-#ifdef LONGHAUL_WITH_CUDA
-  return cuda::NewDeviceEncoderForMake(ops);
-#else
-  (void)ops;
-  return std::unique_ptr<DeviceEncoder>();
-#endif
+  const auto* cuda = ::longhaul::kernels::CudaBackendIfLoaded();
+  if (cuda == nullptr) return std::unique_ptr<DeviceEncoder>();
+  return cuda->new_device_encoder(ops);
 }
 
 StatusOr<std::unique_ptr<DeviceDecoder>> MakeDeviceDecoder(::longhaul::kernels::Ops* ops) {
-#ifdef LONGHAUL_WITH_CUDA
-  return cuda::NewDeviceDecoderForMake(ops);
-#else
-  (void)ops;
-  return std::unique_ptr<DeviceDecoder>();
-#endif
+  const auto* cuda = ::longhaul::kernels::CudaBackendIfLoaded();
+  if (cuda == nullptr) return std::unique_ptr<DeviceDecoder>();
+  return cuda->new_device_decoder(ops);
 }
 
 namespace {

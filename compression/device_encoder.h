@@ -46,8 +46,8 @@ class DeviceEncoder {
   }
 };
 
-// A GPU encoder for `ops` when it is a CUDA backend of a --config=cuda build; nullptr
-// otherwise (the CPU backends' tensors are already on the host). `ops` must outlive it.
+// A GPU encoder for `ops` when it is a CUDA backend (linked, or loaded: kernels/cuda_backend.h);
+// nullptr otherwise (the CPU backends' tensors are already on the host). `ops` must outlive it.
 StatusOr<std::unique_ptr<DeviceEncoder>> MakeDeviceEncoder(::longhaul::kernels::Ops* ops);
 
 class DeviceDecoder {

@@ -17,6 +17,7 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/job/site_backend.h"
 #include "daemon/tls_checks.h"
 
 namespace {
@@ -60,6 +61,12 @@ int main(int argc, char** argv) {
                   << "': " << tls.message() << "\n";
         return 2;
       }
+    }
+    // The same check of the devices as the start makes (the CUDA backend, driver, GPU N).
+    if (const auto devices = longhaul::CheckSiteDevices(config->devices); !devices.ok()) {
+      std::cerr << "longhauld: invalid config: " << config_path << ": site '" << config->site
+                << "': " << devices.message() << "\n";
+      return 2;
     }
     std::cout << "config " << config_path << " is valid (site '" << config->site << "', "
               << config->peers.size() << " peer(s))\n";

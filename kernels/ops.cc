@@ -5,16 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/reference_ops.h"
+#include "kernels/cuda_backend.h"
 namespace longhaul::kernels {
-
-#ifdef LONGHAUL_WITH_CUDA
-namespace cuda {
-// kernels/cuda/cuda_ops.h. Declared here rather than included: this target links the CUDA
-// backend as a shared library without its headers (see kernels/BUILD); a mismatch fails to link.
-StatusOr<std::unique_ptr<Ops>> NewCudaOpsForMakeOps(const std::string& name, int device,
-                                                    bool bf16_compute);
-}  // namespace cuda
-#endif
 
 namespace {
 
@@ -44,15 +36,14 @@ StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& name, int threads) {
       return absl::InvalidArgumentError(absl::StrCat(
           "kernel backend \"", name, "\": expected cuda or cuda-bf16, optionally :N (device N)"));
     }
-#ifdef LONGHAUL_WITH_CUDA
-    auto ops = cuda::NewCudaOpsForMakeOps(name, device, bf16);
+    // The backend linked (--config=cuda) or loaded from its library (kernels/cuda_backend.h).
+    auto backend = CudaBackend();
+    if (!backend.ok()) {
+      return Annotate(backend.status(), absl::StrCat("kernel backend \"", name, "\""));
+    }
+    auto ops = (*backend)->new_ops(name, device, bf16);
     if (!ops.ok()) return Annotate(ops.status(), absl::StrCat("kernel backend \"", name, "\""));
     return ops;
-#else
-    return absl::FailedPreconditionError(
-        absl::StrCat("kernel backend \"", name,
-                     "\": this build has no CUDA backend; rebuild with --config=cuda"));
-#endif
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown kernel backend \"", name,
                                                  "\" (expected cpu, cpu-ref, cuda or cuda-bf16)"));

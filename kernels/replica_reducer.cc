@@ -1,19 +1,13 @@
 // The host reducer and MakeReplicaReducer; see replica_reducer.h. The NCCL reducer lives in
-// the CUDA backend's shared library (kernels/cuda/nccl_reducer.cc), reached through one
-// declared function, as MakeOps reaches the backend (kernels/BUILD).
+// the CUDA backend's shared library (kernels/cuda/nccl_reducer.cc), reached through the
+// backend's entry table, as MakeOps reaches the backend (kernels/cuda_backend.h).
 #include "kernels/replica_reducer.h"
 
 #include <set>
 
-namespace longhaul::kernels {
+#include "kernels/cuda_backend.h"
 
-#ifdef LONGHAUL_WITH_CUDA
-namespace cuda {
-// kernels/cuda/nccl_reducer.cc: nullptr when the replicas are not distinct CUDA devices.
-StatusOr<std::unique_ptr<ReplicaReducer>> NewNcclReducerForMakeReducer(
-    const std::vector<Ops*>& replicas);
-}  // namespace cuda
-#endif
+namespace longhaul::kernels {
 
 namespace {
 
@@ -57,10 +51,11 @@ std::unique_ptr<ReplicaReducer> NewHostReducer(std::vector<Ops*> replicas) {
 
 StatusOr<std::unique_ptr<ReplicaReducer>> MakeReplicaReducer(std::vector<Ops*> replicas) {
   if (replicas.size() <= 1) return std::unique_ptr<ReplicaReducer>(new NoReducer());
-#ifdef LONGHAUL_WITH_CUDA
-  ASSIGN_OR_RETURN(auto nccl, cuda::NewNcclReducerForMakeReducer(replicas));
-  if (nccl) return nccl;
-#endif
+  // Only a loaded backend can have made CUDA replicas; without one, the host reducer.
+  if (const CudaBackendEntry* cuda = CudaBackendIfLoaded(); cuda != nullptr) {
+    ASSIGN_OR_RETURN(auto nccl, cuda->new_nccl_reducer(replicas));
+    if (nccl) return nccl;
+  }
   return NewHostReducer(std::move(replicas));
 }
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs, upgrades, removes and purges the longhaul Debian package on a clean Debian 12 root
-# (a debootstrap chroot), as an operator would, and checks each step.
+# (a debootstrap chroot), as an operator would, and checks each step: a CPU site that serves,
+# and a GPU site (devices: [cuda:0]) that --check and the start both refuse, naming what this
+# machine lacks (the package's CUDA backend, or the NVIDIA libraries it needs, or with this
+# machine's CUDA libraries mounted in, a driver and a GPU).
 #
 #   tools/package_test.sh [--deb FILE] [-- BAZEL_ARGS...]     (as root)
 #
@@ -38,7 +41,7 @@ package_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h | --help)
-      sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     --deb)
@@ -70,7 +73,7 @@ mkdir -p "$root" "$logs" "$cache/archives"
 # (so that a stuck bind mount never lets rm reach the cache).
 cleanup() {
   local m
-  for m in var/cache/apt/archives dev/pts proc; do
+  for m in usr/local/cuda/lib64 var/cache/apt/archives dev/pts proc; do
     if mountpoint -q "$root/$m" 2>/dev/null; then
       umount "$root/$m" 2>/dev/null || umount -l "$root/$m" || true
     fi
@@ -275,6 +278,74 @@ SERVE
 check "longhauld serves as user longhaul; longhaul node status reaches it; SIGTERM exits 0" \
   timeout 60 unshare --net bash "$work/serve.sh" "$root"
 
+# --- A GPU site --------------------------------------------------------------------------
+# The same site with devices: [cuda:0]. This machine has no GPU, and the clean root has none of
+# NVIDIA's libraries: --check must fail (exit 2) and the start (exit 1), both naming the same
+# cause: no CUDA backend in a package built without it; else the backend's missing libraries.
+# Then, with this machine's CUDA libraries mounted where the backend's RUNPATH points
+# (/usr/local/cuda/lib64), the backend loads and the cause is the missing driver/GPU.
+gpu_conf=/etc/longhaul/gpu.yaml
+sed 's/^devices: \[cpu\]/devices: [cuda:0]/' "$root$conf" >"$root$gpu_conf"
+backend=/usr/lib/longhaul/libcuda_backend.so
+if grep -q " \.$backend\$" <<<"$(dpkg-deb -c "$deb")"; then has_backend=1; else has_backend=0; fi
+# gpu_site NAME PATTERN: --check and a start of the GPU site both fail, with the same cause,
+# which matches PATTERN (grep -E).
+gpu_site() {
+  local name=$1 pattern=$2 check_rc=0 start_rc=0 cause
+  chroot "$root" setpriv --reuid=longhaul --regid=longhaul --init-groups \
+    longhauld --config "$gpu_conf" --check >"$logs/gpu-check.log" 2>&1 || check_rc=$?
+  timeout 20 unshare --net chroot "$root" setpriv --reuid=longhaul --regid=longhaul \
+    --init-groups longhauld --config "$gpu_conf" >"$logs/gpu-start.log" 2>&1 || start_rc=$?
+  sed 's/^/     | /' "$logs/gpu-check.log" "$logs/gpu-start.log"
+  cause=$(sed -n "s/^longhauld: invalid config: .*: site 'alpha': \(devices: .*\)/\1/p" \
+    "$logs/gpu-check.log")
+  check "$name: --check exits 2 naming the cause" \
+    bash -c "[ $check_rc = 2 ] && grep -qE \"\$1\" <<<\"\$2\"" _ "$pattern" "$cause"
+  check "$name: the start exits 1 with the same cause" bash -c "[ $start_rc = 1 ] &&
+    grep -qxF \"longhauld: cannot start: site 'alpha': \$1\" '$logs/gpu-start.log'" _ "$cause"
+}
+if [ "$has_backend" = 1 ]; then
+  check "$backend 644 root" has 644 root root "$backend"
+  check "$backend: stripped, RUNPATH /usr/local/cuda/lib64" bash -c "
+    ! readelf -S '$root$backend' | grep -q '\.symtab' &&
+    readelf -d '$root$backend' | grep -q 'RUNPATH.*\[/usr/local/cuda/lib64\]\$'"
+  gpu_site "GPU site, no NVIDIA libraries" \
+    "^devices: cuda:0 is not usable here: the CUDA backend $backend does not load: lib(cudart|cublas|cublasLt|nccl)\.so\.[0-9]+: cannot open shared object file: No such file or directory \(it needs libcudart\.so\.13, .*libnccl\.so\.2"
+  cuda_libs=$(readlink -f /usr/local/cuda/lib64 2>/dev/null || true)
+  if [ -n "$cuda_libs" ] && [ -e "$cuda_libs/libcudart.so.13" ]; then
+    mkdir -p "$root/usr/local/cuda/lib64"
+    mount --bind -o ro "$cuda_libs" "$root/usr/local/cuda/lib64"
+    check "with this machine's CUDA libraries: every library of $backend resolves" \
+      bash -c "out=\$(chroot '$root' ldd $backend) && ! grep 'not found' <<<\"\$out\""
+    gpu_site "GPU site, NVIDIA libraries but no driver" \
+      "^devices: cuda:0 is not usable here: no GPU: the CUDA backend $backend loaded but cudaGetDeviceCount says: .*(no NVIDIA driver: libcuda\.so\.1: cannot open shared object file|no CUDA-capable device)"
+    umount "$root/usr/local/cuda/lib64"
+  else
+    echo "package test: no CUDA libraries at /usr/local/cuda/lib64 here: the GPU site with" \
+      "NVIDIA libraries is not checked"
+  fi
+else
+  gpu_site "GPU site, package without the CUDA backend" \
+    "^devices: cuda:0 is not usable here: this longhauld has no CUDA backend: looked for $backend; a CPU-only build or package"
+fi
+rm -f "$root$gpu_conf"
+
+# --- The demo from the package ----------------------------------------------------------
+# Three daemons over linkem's emulated links, from /usr/share/longhaul/demo with the installed
+# binaries: no Bazel, no checkout. It needs python3 and openssl, which a site may not have.
+check "the demo's files are installed" test -x "$root/usr/share/longhaul/demo/tools/demo.sh" \
+  -a -x "$root/usr/lib/longhaul/linkem" -a -f "$root/usr/share/longhaul/demo/configs/demo-job.yaml"
+if in_root apt-get install -y -q -o Dpkg::Use-Pty=0 python3 openssl >"$logs/demo-deps.log" 2>&1; then
+  check "the demo runs from the installed package (no Bazel)" bash -c "
+    out=\$(timeout 300 chroot '$root' /usr/share/longhaul/demo/tools/demo.sh 2>&1); rc=\$?
+    echo \"\$out\" | tail -n 30
+    [ \$rc -eq 0 ] && grep -q '(completed)' <<<\"\$out\" && grep -q '^demo: done' <<<\"\$out\" &&
+      ! grep -q 'building longhaul' <<<\"\$out\""
+else
+  fail "apt-get install python3 openssl in the root (for the demo)"
+  tail -n 20 "$logs/demo-deps.log" | sed 's/^/     | /'
+fi
+
 # --- Upgrade -----------------------------------------------------------------------------
 # The same package with a higher version, as the next release would be.
 new_version="$version+upgradetest1"
@@ -296,9 +367,9 @@ check "longhauld --check still passes" in_root longhauld --config "$conf" --chec
 
 # --- Remove, then purge ------------------------------------------------------------------
 must "remove: dpkg --remove longhaul" in_root dpkg --remove longhaul
-check "remove deletes the binaries and the unit" bash -c "
+check "remove deletes the binaries, the CUDA backend and the unit" bash -c "
   [ ! -e '$root/usr/bin/longhauld' ] && [ ! -e '$root/usr/bin/longhaul' ] &&
-  [ ! -e '$root/lib/systemd/system/longhauld.service' ]"
+  [ ! -e '$root/usr/lib/longhaul' ] && [ ! -e '$root/lib/systemd/system/longhauld.service' ]"
 check "remove keeps the config and the state" \
   test -f "$root$conf" -a -f "$root/var/lib/longhaul/state-marker"
 must "purge: dpkg --purge longhaul" in_root dpkg --purge longhaul

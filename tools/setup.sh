@@ -7,6 +7,8 @@ PACKAGES=(
   # build
   bazel-bootstrap bazel-rules-java default-jdk-headless g++ clang libclang-rt-14-dev
   clang-format clang-tidy pkg-config
+  # tools/package.sh: the CUDA backend's RUNPATH
+  patchelf
   # libraries
   protobuf-compiler protobuf-compiler-grpc libgrpc++-dev libprotobuf-dev
   libboost-dev libzstd-dev libyaml-cpp-dev catch2 libopenblas-dev libcli11-dev

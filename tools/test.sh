@@ -94,9 +94,11 @@ else
   rm -f "$gpu_log"
 fi
 
-# The Debian package (tools/package.sh): built, installed on a clean Debian 12 root
-# (debootstrap from the Debian mirror, cached), its unit verified, its config template
-# checked by longhauld --check once filled, upgraded and purged (tools/package_test.sh).
+# The Debian package (tools/package.sh; with the CUDA backend where nvcc is, built -c opt
+# --config=cuda: about a minute more on two cores when cold, a few seconds when warm): built,
+# installed on a clean Debian 12 root (debootstrap from the Debian mirror, cached), its unit
+# verified, its config template checked by longhauld --check once filled, a GPU site refused
+# by --check and at start with the same cause, upgraded and purged (tools/package_test.sh).
 extra_check "the Debian package installs, upgrades and purges on a clean Debian 12 root" \
   tools/package_test.sh
 

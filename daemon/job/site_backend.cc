@@ -2,7 +2,9 @@
 #include "daemon/job/site_backend.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/ops.h"
 
 namespace longhaul {
@@ -31,14 +33,45 @@ std::vector<std::string> SiteBackends(const std::vector<std::string>& devices,
   return backends;
 }
 
+namespace {
+
+// Why GPU `device` ("cuda:N") is not usable here, each step's own message; OK when it is.
+Status CheckGpu(const std::string& device) {
+  int index = -1;
+  if (!absl::SimpleAtoi(device.substr(5), &index) || index < 0) {
+    return absl::InvalidArgumentError("expected cuda:N, N a device number");
+  }
+  // The backend: linked, or its library found and loaded with the NVIDIA libraries it needs.
+  ASSIGN_OR_RETURN(const kernels::CudaBackendEntry* backend, kernels::CudaBackend());
+  // A driver and GPUs.
+  auto count = backend->device_count();
+  if (!count.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no GPU: the CUDA backend ", kernels::CudaBackendSource(),
+                     " loaded but cudaGetDeviceCount says: ", count.status().message()));
+  }
+  if (*count <= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no GPU: the CUDA backend ", kernels::CudaBackendSource(),
+                     " loaded but cudaGetDeviceCount finds no device"));
+  }
+  if (index >= *count) {
+    return absl::FailedPreconditionError(absl::StrCat("this machine has ", *count, " GPU",
+                                                      *count == 1 ? "" : "s",
+                                                      " (cuda:0 .. cuda:", *count - 1, ")"));
+  }
+  // The backend on it: the device made current and cuBLAS started, as a stage will.
+  return kernels::MakeOps(device, 1).status();
+}
+
+}  // namespace
+
 Status CheckSiteDevices(const std::vector<std::string>& devices) {
   for (const auto& d : devices) {
     if (!absl::StartsWith(d, "cuda:")) continue;
-    // Creating the backend is the check: it finds the device and starts cuBLAS on it.
-    auto ops = kernels::MakeOps(d, 1);
-    if (!ops.ok()) {
+    if (Status s = CheckGpu(d); !s.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("devices: ", d, " is not usable here: ", ops.status().message()));
+          absl::StrCat("devices: ", d, " is not usable here: ", s.message()));
     }
   }
   return absl::OkStatus();

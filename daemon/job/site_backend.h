@@ -30,8 +30,13 @@ inline int ReplicaThreads(int job_threads, int replicas) {
 // device and memory; CPU replicas take turns on one machine's cores and memory.
 inline bool OnGpu(const std::string& backend) { return backend.rfind("cuda", 0) == 0; }
 
-// Checks at daemon start that every device in `devices` exists on this machine, in this
-// build: "cuda:N" needs a CUDA build (--config=cuda) and a GPU N. The error names the device.
+// Checks that every device in `devices` is usable on this machine, with this build: for each
+// "cuda:N", that the CUDA backend is there and loads (kernels/cuda_backend.h: linked, or the
+// package's /usr/lib/longhaul/libcuda_backend.so with the NVIDIA libraries it needs), that
+// cudaGetDeviceCount finds GPUs (a driver and a device), that N is one of them, and that the
+// backend starts on it (MakeOps: the device and cuBLAS). `longhauld --check` and the daemon's
+// start both call it, so that a config --check passes does not fail to start for its devices.
+// The error names the device and what is missing: "devices: cuda:0 is not usable here: ...".
 Status CheckSiteDevices(const std::vector<std::string>& devices);
 
 }  // namespace longhaul

@@ -34,7 +34,7 @@ struct CudaOpsOptions {
 
 // Fails with FailedPrecondition "no CUDA device: ..." when the device is not there.
 StatusOr<std::unique_ptr<Ops>> NewCudaOps(const CudaOpsOptions& options);
-// The same, for MakeOps (kernels/ops.cc declares it itself; see kernels/BUILD).
+// The same, for MakeOps, through the backend's entry table (kernels/cuda/backend_entry.cc).
 StatusOr<std::unique_ptr<Ops>> NewCudaOpsForMakeOps(const std::string& name, int device,
                                                     bool bf16_compute);
 

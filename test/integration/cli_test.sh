@@ -50,15 +50,20 @@ set -e
 echo "$out" | grep -q "bad.yaml:1:7: site" || fail "bad config error lacks file:line:col: $out"
 
 # A site asking for a GPU on a machine without one (or a build without CUDA) does not start,
-# and says which device and why.
+# and says which device and why; --check says the same (daemon/job/site_backend.h).
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   sed 's|^data_dir: .*|data_dir: '"$work"'/gpu-data\ndevices: [cuda:0]|' "$work/site.yaml" \
     >"$work/gpu.yaml"
   set +e
   out=$(timeout 20 $LONGHAULD --config "$work/gpu.yaml" 2>&1); rc=$?
+  check_out=$($LONGHAULD --config "$work/gpu.yaml" --check 2>&1); check_rc=$?
   set -e
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "longhauld with devices [cuda:0] exited $rc"
   echo "$out" | grep -q "cuda:0 is not usable here" || fail "no clear GPU error: $out"
+  [ "$check_rc" -eq 2 ] || fail "--check with devices [cuda:0] exited $check_rc: $check_out"
+  cause=${out#*devices: cuda:0 is not usable here: }
+  [ -n "$cause" ] && [ "${check_out#*devices: cuda:0 is not usable here: }" = "$cause" ] ||
+    fail "--check and the start name different causes: '$check_out' / '$out'"
 fi
 
 $LONGHAULD --config "$work/site.yaml" --log-level warn 2>"$work/daemon.log" &
