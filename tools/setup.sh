@@ -13,6 +13,7 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libgrpc++-dev libprotobuf-dev
   libboost-dev libzstd-dev libyaml-cpp-dev catch2 libopenblas-dev libcli11-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libsystemd-dev libxxhash-dev libssl-dev
+  libpcre2-dev
   # tools the daemon, tests and demo use
   openssl curl iproute2 systemd prometheus python3 python3-torch procps
   # the status page's browser test: headless Chromium driven through chromedriver
@@ -31,12 +32,13 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-# The status page's JavaScript libraries, pinned by version and integrity hash in
-# third_party/npm/package-lock.json and bundled into longhauld at build time: installed with
-# `npm ci` when node_modules is missing or holds another version than the lock file names.
-npm_deps() {
-  local dir npm_log
-  dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/npm"
+# JavaScript packages from npm, each folder pinned by version and integrity hash in its
+# package-lock.json, installed with `npm ci` when node_modules is missing or holds another
+# version than the lock file names:
+#   third_party/npm  the status page's libraries, bundled into longhauld at build time;
+#   test/data/npm    test-only references (js-tiktoken for the tokenizer), never shipped.
+npm_install() {
+  local dir="$1" what="$2" npm_log
   if /usr/bin/python3 - "$dir" <<'PY'
 import json, os, sys
 d = sys.argv[1]
@@ -54,15 +56,21 @@ PY
   then
     return 0
   fi
-  echo "setup: installing the status page's JavaScript libraries (npm ci in third_party/npm)" >&2
+  echo "setup: installing $what (npm ci in ${dir#"$root"/})" >&2
   npm_log=$(mktemp)
   if ! (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts >"$npm_log" 2>&1); then
     cat "$npm_log" >&2
     rm -f "$npm_log"
-    echo "setup: npm ci failed in third_party/npm (is the npm registry reachable?)" >&2
+    echo "setup: npm ci failed in ${dir#"$root"/} (is the npm registry reachable?)" >&2
     return 1
   fi
   rm -f "$npm_log"
+}
+
+npm_deps() {
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  npm_install "$root/third_party/npm" "the status page's JavaScript libraries" &&
+    npm_install "$root/test/data/npm" "the tokenizer tests' reference (js-tiktoken)"
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
