@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -216,7 +217,13 @@ Status CheckReadableFile(const std::string& path) {
 }
 
 StatusOr<std::string> ReadFileToString(const std::string& path, absl::string_view what) {
-  std::string context = absl::StrCat("cannot read ", what, " '", path, "'");
+  return ReadFileBounded(path, absl::StrCat(what, " '", path, "'"),
+                         std::numeric_limits<size_t>::max());
+}
+
+StatusOr<std::string> ReadFileBounded(const std::string& path, const std::string& name,
+                                      size_t max_bytes) {
+  const std::string context = absl::StrCat("cannot read ", name);
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, context);
   std::string contents;
@@ -230,6 +237,11 @@ StatusOr<std::string> ReadFileToString(const std::string& path, absl::string_vie
       return absl::ErrnoToStatus(error, context);
     }
     if (n == 0) break;
+    if (static_cast<size_t>(n) > max_bytes - contents.size()) {
+      close(fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is larger than ", max_bytes, " bytes"));
+    }
     contents.append(buf, static_cast<size_t>(n));
   }
   close(fd);

@@ -52,4 +52,9 @@ Status CheckReadableFile(const std::string& path);
 // missing file) and read "cannot read WHAT 'PATH': reason".
 StatusOr<std::string> ReadFileToString(const std::string& path, absl::string_view what);
 
+// The same, at most `max_bytes` (InvalidArgument "NAME is larger than ..." beyond); `name`
+// stands for the file in messages ("cannot read NAME: reason"), e.g. "tls.ca 'certs/ca.pem'".
+StatusOr<std::string> ReadFileBounded(const std::string& path, const std::string& name,
+                                      size_t max_bytes);
+
 }  // namespace longhaul::daemon::config_internal

@@ -1,7 +1,6 @@
 // The site's TLS material checked with OpenSSL before anything listens (tls_checks.h).
 #include "daemon/tls_checks.h"
 
-#include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -9,7 +8,6 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/config_checks.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -50,29 +49,13 @@ File MakeFile(absl::string_view key, const std::string& as_written, const std::s
 int NoPassphrase(char*, int, int, void*) { return -1; }
 
 StatusOr<std::string> ReadAll(const File& f) {
-  const std::string context = absl::StrCat("cannot read ", f.Name());
-  int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, context);
-  std::string contents;
-  char buf[16384];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int error = errno;
-      close(fd);
-      return absl::ErrnoToStatus(error, context);
-    }
-    if (n == 0) break;
-    if (contents.size() > (1u << 20)) {
-      close(fd);
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.Name(), " is larger than 1 MiB; expected PEM text"));
-    }
-    contents.append(buf, static_cast<size_t>(n));
+  auto contents = config_internal::ReadFileBounded(f.path, f.Name(), 1u << 20);
+  if (!contents.ok() && absl::IsInvalidArgument(contents.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.Name(), " is larger than 1 MiB; expected PEM text"));
   }
-  close(fd);
-  if (contents.find_first_not_of(" \t\r\n") == std::string::npos) {
+  if (!contents.ok()) return contents.status();
+  if (contents->find_first_not_of(" \t\r\n") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(f.Name(), " is empty"));
   }
   return contents;

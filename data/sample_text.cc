@@ -5,20 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/splitmix64.h"
 
 namespace longhaul::data {
 namespace {
 
-class Rng {
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t Below(size_t n) { return size_t(Next() % n); }
+  explicit Rng(uint64_t seed) : SplitMix64(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
   bool Chance(int per_mille) { return Below(1000) < size_t(per_mille); }
   // Skewed towards the front of the list (a rough Zipf law): common words come first.
   template <typename T>
@@ -26,13 +20,6 @@ class Rng {
     const size_t a = Below(v.size()), b = Below(v.size());
     return v[Chance(700) ? std::min(a, b) : a];
   }
-  template <typename T>
-  const T& Pick(const std::vector<T>& v) {
-    return v[Below(v.size())];
-  }
-
- private:
-  uint64_t state_;
 };
 
 const std::vector<std::string> kFunctionWords = {

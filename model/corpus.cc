@@ -4,27 +4,15 @@
 #include <cctype>
 #include <vector>
 
+#include "common/splitmix64.h"
+
 namespace longhaul::model {
 namespace {
 
-class Rng {
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t Below(size_t n) { return size_t(Next() % n); }
+  explicit Rng(uint64_t seed) : SplitMix64(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
   bool Chance(int percent) { return Below(100) < size_t(percent); }
-  template <typename T>
-  const T& Pick(const std::vector<T>& v) {
-    return v[Below(v.size())];
-  }
-
- private:
-  uint64_t state_;
 };
 
 const std::vector<std::string> kDeterminers = {"the", "a", "my", "our", "that", "every"};
