@@ -188,6 +188,17 @@ def check_completed(args, driver, job_id):
     want = links_of(job)
     if len(want) != 6:
         fail("the completed job used %d directed links, want 6: %s" % (len(want), want))
+    # The codecs the links' rates call for, not any codec: beta <-> gamma (5 Mbit/s) carry
+    # activations and gradients of 4 x 32 x 64 floats (32 KiB: about 52 ms in fp32 and 26 ms
+    # in bf16 at that rate, against a microbatch's compute of a few ms), so the controller must
+    # have left fp32 and bf16 for q8 or q4 (a controller stuck at fp32 fails here); alpha <->
+    # gamma carry only the tied embedding's exchange, exact by the job's compression.tied.
+    for key in (("beta", "gamma"), ("gamma", "beta")):
+        if want.get(key, ("",))[0] not in ("q8", "q4"):
+            fail("the 5 Mbit/s link %s -> %s carried %r, want q8 or q4" % (key + (want.get(key),)))
+    for key in (("alpha", "gamma"), ("gamma", "alpha")):
+        if want.get(key, ("",))[0] != "fp32":
+            fail("the tied-embedding link %s -> %s carried %r, want fp32" % (key + (want.get(key),)))
     losses = hist["losses"]
 
     def page_ready():
