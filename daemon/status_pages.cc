@@ -287,6 +287,15 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
            {"exposed_seconds", g.exposed_seconds()},
            {"hidden_seconds", g.hidden_seconds()}});
     }
+    nlohmann::json sources = nlohmann::json::array();
+    uint64_t source_tokens = 0;
+    for (const auto& d : job.data_sources()) source_tokens += d.tokens();
+    for (const auto& d : job.data_sources()) {
+      sources.push_back({{"name", d.name()},
+                         {"weight", d.weight()},
+                         {"tokens", d.tokens()},
+                         {"share", source_tokens ? double(d.tokens()) / source_tokens : 0.0}});
+    }
     j["jobs"].push_back({{"job", job.job_id()},
                          {"name", job.name()},
                          {"state", JobStateName(job.state())},
@@ -300,7 +309,8 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"attempt", job.attempt()},
                          {"stages", stages},
                          {"links", job_links},
-                         {"sync_groups", groups}});
+                         {"sync_groups", groups},
+                         {"data_sources", sources}});
   }
   // The stages this site runs of jobs coordinated elsewhere: the page says which, and whose
   // page has the job.

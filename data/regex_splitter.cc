@@ -52,8 +52,10 @@ StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(const std::string
 
 RegexSplitter::~RegexSplitter() { pcre2_code_free(code_); }
 
-Status RegexSplitter::Split(std::string_view text,
-                            absl::FunctionRef<void(std::string_view)> piece) const {
+Status RegexSplitter::Split(std::string_view text, absl::FunctionRef<void(std::string_view)> piece,
+                            Unmatched unmatched) const {
+  const bool keep = unmatched == Unmatched::kKeep;
+  size_t covered = 0;  // the end of the last piece handed out
   MatchState state;
   state.data = pcre2_match_data_create(1, nullptr);
   if (state.data == nullptr) return absl::ResourceExhaustedError("pcre2_match_data_create failed");
@@ -82,14 +84,21 @@ Status RegexSplitter::Split(std::string_view text,
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
+      if (keep && begin > covered) piece(text.substr(covered, begin - covered));
       piece(text.substr(begin, end - begin));
-      offset = end;
+      offset = covered = end;
     } else {
-      // An empty match: step over one character (UTF-8: skip continuation bytes).
+      // An empty match ends the unmatched stretch before it (as in Hugging Face's Split), and
+      // is stepped over by one character (UTF-8: skip continuation bytes).
+      if (keep && begin > covered) {
+        piece(text.substr(covered, begin - covered));
+        covered = begin;
+      }
       offset = begin + 1;
       while (offset < n && (static_cast<unsigned char>(text[offset]) & 0xC0) == 0x80) ++offset;
     }
   }
+  if (keep && covered < n) piece(text.substr(covered));
   return absl::OkStatus();
 }
 

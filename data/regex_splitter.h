@@ -2,8 +2,10 @@
 // encoding's regular expression (tiktoken's patterns use \p{L}, \p{N}, \s and a lookahead),
 // compiled by PCRE2 in UTF-8 mode with Unicode properties (UCP) and JIT-compiled where PCRE2
 // supports it. Pieces are the successive non-overlapping matches, left to right, as in
-// tiktoken and JavaScript's matchAll; text no match covers is skipped and an empty match
-// yields nothing (the patterns used here cover every character and never match empty).
+// tiktoken and JavaScript's matchAll; an empty match yields nothing. Text that no match covers
+// is skipped (tiktoken's findall; its patterns cover every character) or, with
+// Unmatched::kKeep, is a piece of its own (Hugging Face's Split pre-tokenizer with behavior
+// Isolated).
 //
 // Known differences from other engines, all in rare characters: PCRE2 10.42 knows Unicode
 // 14 (letters and digits added since are neither \p{L} nor \p{N} here), and its \s in UCP
@@ -25,17 +27,21 @@ namespace longhaul::data {
 
 class RegexSplitter {
  public:
+  enum class Unmatched { kSkip, kKeep };
+
   // Compiles `pattern`; an invalid one is InvalidArgument quoting PCRE2's message and offset.
   static StatusOr<std::unique_ptr<RegexSplitter>> Create(const std::string& pattern);
   ~RegexSplitter();
   RegexSplitter(const RegexSplitter&) = delete;
   RegexSplitter& operator=(const RegexSplitter&) = delete;
 
-  // Calls `piece` with each match in `text`, in order. Safe from several threads at once.
-  // Fails only when PCRE2 gives up (resource limits on pathological input), naming the byte
-  // offset.
+  // Calls `piece` with each match in `text`, in order, and with kKeep also with each
+  // non-empty stretch between matches (and before the first and after the last; an empty
+  // match ends a stretch too). Safe from several threads at once. Fails only when PCRE2 gives
+  // up (resource limits on pathological input), naming the byte offset.
   // REQUIRES: `text` is valid UTF-8 (it is not checked again).
-  Status Split(std::string_view text, absl::FunctionRef<void(std::string_view)> piece) const;
+  Status Split(std::string_view text, absl::FunctionRef<void(std::string_view)> piece,
+               Unmatched unmatched = Unmatched::kSkip) const;
 
   const std::string& pattern() const { return pattern_; }
   bool jit() const { return jit_; }

@@ -1,10 +1,12 @@
 // Byte-level BPE over a tiktoken rank file, id-for-id what OpenAI's tiktoken produces
 // (checked against js-tiktoken by test/data/tiktoken_js_agreement_test). Encoding a text:
 //   1. invalid UTF-8 is replaced by U+FFFD or refused (EncodeOptions::invalid_utf8);
-//   2. allowed special tokens cut the text into segments and become their own ids;
+//   2. allowed special tokens cut the text into segments and become their own ids
+//      (steps 1 and 2: encode_input.h);
 //   3. each segment is split into pieces by the encoding's regex (RegexSplitter, PCRE2);
 //   4. a piece that is itself a token is that token; any other is byte-pair merged
-//      (byte_pair_merge.h), and its ids are kept in a per-thread cache of recent pieces.
+//      (byte_pair_merge.h), and its ids are kept in a per-thread cache of recent pieces
+//      (piece_cache.h).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/status.h"
 #include "data/byte_pair_merge.h"
+#include "data/encode_input.h"
 #include "data/regex_splitter.h"
 #include "data/tiktoken_encodings.h"
 #include "data/tiktoken_ranks.h"
@@ -31,10 +34,6 @@ struct TiktokenOptions {
   // cache is emptied when it reaches this size). 0 turns the cache off.
   size_t piece_cache_entries = size_t{1} << 16;
 };
-
-// The largest text one Encode call takes (piece offsets are 32-bit); longer text must be
-// encoded in parts (at document boundaries, so that no piece is cut).
-inline constexpr size_t kMaxEncodeBytes = (size_t{1} << 32) - 1;
 
 class TiktokenTokenizer : public Tokenizer {
  public:
@@ -74,6 +73,7 @@ class TiktokenTokenizer : public Tokenizer {
   TiktokenRanks ranks_;
   TiktokenOptions options_;
   std::unique_ptr<RegexSplitter> splitter_;
+  std::unique_ptr<SpecialTokenSplitter> specials_;
   absl::flat_hash_map<TokenId, size_t> special_by_id_;  // id -> index in special_tokens
   uint32_t vocab_size_ = 0;
   std::optional<TokenId> eot_id_;

@@ -14,6 +14,18 @@ namespace longhaul::fleet {
 StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
     const model::ModelConfig& config, std::shared_ptr<const model::TokenData> train,
     const LocalFleetOptions& options, const std::vector<kernels::Ops*>& ops) {
+  return Create(
+      config,
+      [&]() {
+        return model::MemoryWindows(train, options.seq_len, /*shuffle=*/true, options.seed);
+      },
+      options, ops);
+}
+
+StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(const model::ModelConfig& config,
+                                                         const WindowFactory& windows,
+                                                         const LocalFleetOptions& options,
+                                                         const std::vector<kernels::Ops*>& ops) {
   if (options.replicas < 1 || static_cast<int>(ops.size()) != options.replicas) {
     return absl::InvalidArgumentError(
         absl::StrCat("fleet: ", options.replicas, " replicas on ", ops.size(), " backends"));
@@ -59,7 +71,8 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
       blocks.push_back(static_cast<int64_t>(options.batch_size) * options.microbatches_of(q));
     }
     model::SetShard(blocks, r, &lo);
-    ASSIGN_OR_RETURN(rep.loader, model::DataLoader::Create(train, lo));
+    ASSIGN_OR_RETURN(auto source, windows());
+    ASSIGN_OR_RETURN(rep.loader, model::DataLoader::Create(std::move(source), lo));
     for (size_t k = 0; k < fleet->slices_.size(); ++k) {
       ASSIGN_OR_RETURN(auto encoder, ContributionEncoder::Create(options.sync.codec));
       rep.encoders.push_back(std::move(encoder));

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -83,6 +84,13 @@ class LocalFleet {
   // `ops`: one backend per replica (N), outliving the fleet.
   static StatusOr<std::unique_ptr<LocalFleet>> Create(const model::ModelConfig& config,
                                                       std::shared_ptr<const model::TokenData> train,
+                                                      const LocalFleetOptions& options,
+                                                      const std::vector<kernels::Ops*>& ops);
+  // The same with each replica's windows from `windows` (called once per replica: a job's
+  // data.train through model/job_windows.h, say).
+  using WindowFactory = std::function<StatusOr<std::unique_ptr<model::WindowSource>>()>;
+  static StatusOr<std::unique_ptr<LocalFleet>> Create(const model::ModelConfig& config,
+                                                      const WindowFactory& windows,
                                                       const LocalFleetOptions& options,
                                                       const std::vector<kernels::Ops*>& ops);
 

@@ -160,7 +160,7 @@ StatusOr<double> FragmentChain::AccumulateGradients(DataLoader& loader, int micr
   for (auto& f : fragments_) f->ZeroGrads();
   double loss_sum = 0.0;
   for (int m = 0; m < microbatches; ++m) {
-    loader.Next(inputs_.data(), targets_.data());
+    RETURN_IF_ERROR(loader.Next(inputs_.data(), targets_.data()));
     ASSIGN_OR_RETURN(const float loss, ForwardLoss(inputs_.data(), targets_.data()));
     loss_sum += loss;
     RETURN_IF_ERROR(Backward(dloss));
@@ -213,7 +213,7 @@ void FragmentChain::SetGradients(const float* model_grads) {
 StatusOr<float> FragmentChain::MeanLoss(DataLoader& loader, int batches) {
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
-    loader.Next(inputs_.data(), targets_.data());
+    RETURN_IF_ERROR(loader.Next(inputs_.data(), targets_.data()));
     ASSIGN_OR_RETURN(const float loss, ForwardLoss(inputs_.data(), targets_.data()));
     sum += loss;
   }

@@ -9,6 +9,7 @@
 #include "model/file_io.h"
 #include "model/init_from.h"
 #include "model/targets_frame.h"
+#include "model/token_manifest.h"
 #include "model/yaml_walker.h"
 
 namespace longhaul::model {
@@ -247,19 +248,47 @@ class JobParser {
     return absl::OkStatus();
   }
 
-  StatusOr<std::string> DataPath(const Entry& e) {
+  StatusOr<std::string> DataPath(const Entry& e, bool manifest_only = false) {
     ASSIGN_OR_RETURN(std::string path, w_.String(e));
-    if (path == kBuiltinData) return path;
+    if (path == kBuiltinData && !manifest_only) return path;
     ASSIGN_OR_RETURN(path, Resolve(e, path));
-    auto size = FileSize(path, "data file");
+    const bool manifest = IsManifestPath(path);
+    if (manifest_only && !manifest) {
+      return w_.Error(e, absl::StrCat("'", path, "' is not a token manifest (a ", kManifestFileName,
+                                      " or the folder holding one)"));
+    }
+    auto size =
+        FileSize(manifest ? ManifestFile(path) : path, manifest ? "token manifest" : "data file");
     if (!size.ok()) return w_.Error(e, size.status().message());
     return path;
+  }
+
+  Status ParseMixture(const Entry& e, JobData* data) {
+    if (e.value.size() == 0) return w_.Error(e, "an empty list: name one manifest or more");
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      const Entry item{e.key, e.value[i], absl::StrCat(e.path, "[", i, "]")};
+      ASSIGN_OR_RETURN(const Fields f, w_.Map(item, {"manifest", "weight"}));
+      DataSource source;
+      auto m = f.find("manifest");
+      if (m == f.end()) return w_.Missing(item, "manifest");
+      ASSIGN_OR_RETURN(source.manifest, DataPath(m->second, /*manifest_only=*/true));
+      if (auto w = f.find("weight"); w != f.end()) {
+        ASSIGN_OR_RETURN(source.weight, w_.Double(w->second, 1e-9, 1e9));
+      }
+      data->mixture.push_back(std::move(source));
+    }
+    data->train.clear();
+    return absl::OkStatus();
   }
 
   Status ParseData(const Entry& e, JobData* data) {
     ASSIGN_OR_RETURN(const Fields f, w_.Map(e, kDataKeys));
     if (auto it = f.find("train"); it != f.end()) {
-      ASSIGN_OR_RETURN(data->train, DataPath(it->second));
+      if (it->second.value.IsSequence()) {
+        RETURN_IF_ERROR(ParseMixture(it->second, data));
+      } else {
+        ASSIGN_OR_RETURN(data->train, DataPath(it->second));
+      }
     }
     if (auto it = f.find("format"); it != f.end()) {
       ASSIGN_OR_RETURN(std::string name, w_.String(it->second));

@@ -23,9 +23,13 @@
 //   #   tied: false                  # [tie_word_embeddings] default true
 //   # init_from: gpt2_124M.bin       # instead of (or checked against) model
 //   data:
-//     train: builtin                 # or a path: llm.c token file or text (bytes)
-//     format: auto                   # auto | llmc (uint16 or uint32 ids) | text
+//     train: builtin                 # or a path: llm.c token file, text (bytes), or a token
+//                                    # manifest (`longhaul data prepare`'s manifest.json or
+//                                    # its folder), or a mixture of manifests:
+//                                    #   [{manifest: a/, weight: 0.7}, {manifest: b/, weight: 0.3}]
+//     format: auto                   # auto | llmc (uint16 or uint32 ids) | text (not manifests)
 //     val: builtin                   # optional; evaluated every val_every steps and at the end
+//                                    # (a manifest: its val split)
 //     val_every: 50                  # optional, 0 = only at the end
 //     val_batches: 8                 # optional
 //   steps: 200
@@ -46,6 +50,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "model/config.h"
@@ -57,8 +62,15 @@ namespace longhaul::model {
 // The data source keyword for the built-in corpus.
 inline constexpr char kBuiltinData[] = "builtin";
 
+// One source of a data mixture: a token manifest and its share of the windows.
+struct DataSource {
+  std::string manifest;  // absolute path (manifest.json or its folder)
+  double weight = 1;
+};
+
 struct JobData {
-  std::string train = kBuiltinData;  // "builtin" or an absolute path
+  std::string train = kBuiltinData;  // "builtin" or an absolute path; "" for a mixture
+  std::vector<DataSource> mixture;   // data.train as a list of manifests
   DataFormat format = DataFormat::kAuto;
   std::string val;  // "" (none), "builtin" or an absolute path
   int val_every = 0;

@@ -95,6 +95,12 @@ StatusOr<std::string> AbsoluteJobPaths(const std::string& text, const std::strin
     add("init_from", root["init_from"]);
     if (const YAML::Node data = root["data"]; data && data.IsMap()) {
       add("data.train", data["train"]);
+      if (const YAML::Node train = data["train"]; train && train.IsSequence()) {
+        for (size_t i = 0; i < train.size(); ++i) {
+          if (train[i].IsMap())
+            add(absl::StrCat("data.train[", i, "].manifest"), train[i]["manifest"]);
+        }
+      }
       add("data.val", data["val"]);
     }
     if (const YAML::Node c = root["checkpoint"]; c && c.IsMap()) add("checkpoint.dir", c["dir"]);

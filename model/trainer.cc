@@ -12,22 +12,6 @@
 
 namespace longhaul::model {
 
-StatusOr<std::shared_ptr<const TokenData>> LoadData(const std::string& spec, DataFormat format,
-                                                    uint64_t builtin_seed, int vocab,
-                                                    const std::string& context) {
-  TokenData data;
-  if (spec == kBuiltinData) {
-    const size_t bytes = builtin_seed == 1 ? kBuiltinCorpusBytes : kBuiltinCorpusBytes / 8;
-    data = TokensFromText(BuiltinCorpus(builtin_seed, bytes), kBuiltinData);
-  } else {
-    auto read = ReadTokenData(spec, format);
-    if (!read.ok()) return Annotate(read.status(), context);
-    data = std::move(*read);
-  }
-  RETURN_IF_ERROR(Annotate(CheckTokensFit(data, vocab), context));
-  return std::make_shared<const TokenData>(std::move(data));
-}
-
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Job& job, const TrainerOptions& options) {
   std::unique_ptr<Trainer> t(new Trainer(job, options));
   RETURN_IF_ERROR(t->Init());
@@ -45,18 +29,16 @@ Status Trainer::Init() {
   if (options_.threads >= 0) job_.threads = options_.threads;
   checkpoint_dir_ = options_.checkpoint_dir.empty() ? job_.checkpoint.dir : options_.checkpoint_dir;
   const ModelConfig& c = job_.model;
-  ASSIGN_OR_RETURN(auto train, LoadData(job_.data.train, job_.data.format, 1, c.vocab_size,
-                                        absl::StrCat(job_.source, ": data.train")));
+  ASSIGN_OR_RETURN(auto train, JobTrainWindows(job_, job_.seq_len));
   DataLoaderOptions lo;
   lo.batch_size = job_.microbatch_size;
   lo.seq_len = job_.seq_len;
   lo.seed = job_.seed;
-  ASSIGN_OR_RETURN(train_, DataLoader::Create(train, lo));
+  ASSIGN_OR_RETURN(train_, DataLoader::Create(std::move(train), lo));
   if (!job_.data.val.empty()) {
-    ASSIGN_OR_RETURN(auto val, LoadData(job_.data.val, job_.data.format, 2, c.vocab_size,
-                                        absl::StrCat(job_.source, ": data.val")));
+    ASSIGN_OR_RETURN(auto val, JobValWindows(job_, job_.seq_len));
     lo.shuffle = false;
-    ASSIGN_OR_RETURN(val_, DataLoader::Create(val, lo));
+    ASSIGN_OR_RETURN(val_, DataLoader::Create(std::move(val), lo));
   }
   ASSIGN_OR_RETURN(ops_, kernels::MakeOps(job_.backend, job_.threads));
   ChainOptions co;

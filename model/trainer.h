@@ -16,15 +16,9 @@
 #include "model/chain.h"
 #include "model/data_loader.h"
 #include "model/job.h"
+#include "model/job_windows.h"
 
 namespace longhaul::model {
-
-// The token stream a job's data key names: "builtin" (the built-in corpus; `builtin_seed` 1
-// for training, 2 for validation) or a file path. Checks every token is below `vocab`;
-// errors start with `context`.
-StatusOr<std::shared_ptr<const TokenData>> LoadData(const std::string& spec, DataFormat format,
-                                                    uint64_t builtin_seed, int vocab,
-                                                    const std::string& context);
 
 struct TrainerOptions {
   int fragments = 1;  // chain the model as this many fragments
@@ -57,7 +51,8 @@ class Trainer {
   std::string backend() const { return ops_->name(); }
   const std::string& checkpoint_dir() const { return checkpoint_dir_; }
   int start_step() const { return start_step_; }  // > 0 when resumed
-  int64_t train_tokens() const { return int64_t(train_->data().tokens.size()); }
+  // Tokens in one epoch of training windows.
+  int64_t train_tokens() const { return train_->num_windows() * job_.seq_len; }
 
   // Runs the remaining steps, calling `on_step` after each.
   Status Run(const std::function<void(const StepReport&)>& on_step);

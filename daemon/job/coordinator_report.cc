@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "daemon/job/coordinator.h"
+#include "daemon/job/data_sources.h"
 #include "daemon/job/job_checks.h"
 #include "daemon/job/job_record.h"
 #include "daemon/job/step_schedule.h"
@@ -107,6 +108,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
     SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model), &record_);
+    SetDataSources(*reports, grid, spec_.job, &record_);
     // The next step's schedule from this step's measurements (step_schedule.h): the
     // WAN-aware warm-ups, and the adaptive controllers' budgets priced on that schedule.
     if (v1::StepDecision* d = barrier_.MutableDecision(rep.attempt(), rep.step())) {

@@ -3,7 +3,9 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "model/job.h"
+#include "model/job_windows.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -30,20 +32,42 @@ bool Under(const fs::path& path, const fs::path& root) {
 
 Status CheckJobPaths(const JobSpec& spec, const std::vector<std::string>& roots,
                      const std::string& site) {
-  const std::pair<const char*, const std::string*> files[] = {{"data.train", &spec.job.data.train},
-                                                              {"data.val", &spec.job.data.val},
-                                                              {"init_from", &spec.job.init_from}};
-  for (const auto& [key, path] : files) {
-    if (path->empty() || *path == model::kBuiltinData) continue;
-    const fs::path resolved = Resolved(*path);
-    bool inside = false;
-    for (const auto& root : roots) inside = inside || Under(resolved, Resolved(root));
-    if (inside) continue;
+  std::vector<std::pair<std::string, std::string>> files = {{"data.train", spec.job.data.train},
+                                                            {"data.val", spec.job.data.val},
+                                                            {"init_from", spec.job.init_from}};
+  for (size_t i = 0; i < spec.job.data.mixture.size(); ++i) {
+    files.push_back(
+        {absl::StrCat("data.train[", i, "].manifest"), spec.job.data.mixture[i].manifest});
+  }
+  auto inside = [&](const std::string& key, const std::string& path) -> Status {
+    const fs::path resolved = Resolved(path);
+    bool in = false;
+    for (const auto& root : roots) in = in || Under(resolved, Resolved(root));
+    if (in) return absl::OkStatus();
     std::string list;
     for (const auto& root : roots) list += (list.empty() ? "" : ", ") + root;
-    return absl::PermissionDeniedError(spec.job.source + ": " + key + ": '" + *path +
+    return absl::PermissionDeniedError(spec.job.source + ": " + key + ": '" + path +
                                        "' is outside site '" + site + "''s data_roots [" + list +
                                        "] (add its directory to data_roots in the site config)");
+  };
+  for (const auto& [key, path] : files) {
+    if (path.empty() || path == model::kBuiltinData) continue;
+    RETURN_IF_ERROR(inside(key, path));
+  }
+  // A manifest inside the roots may still name shards that are links out of them; and one
+  // made with another vocabulary than the model's is refused here, before the job starts.
+  for (const auto& [key, path] : files) {
+    if (key == "init_from" || path.empty() || path == model::kBuiltinData ||
+        !model::IsManifestPath(path)) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(model::TokenManifest m,
+                     model::LoadJobManifest(path, spec.job.model, spec.job.source + ": " + key));
+    for (bool val : {false, true}) {
+      for (const model::ManifestShard& shard : m.split(val)) {
+        RETURN_IF_ERROR(inside(absl::StrCat(key, " shard ", shard.file), m.ShardPath(shard)));
+      }
+    }
   }
   return absl::OkStatus();
 }

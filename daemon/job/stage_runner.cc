@@ -19,6 +19,7 @@
 #include "daemon/job/stage_checkpoint.h"
 #include "model/checkpoint.h"
 #include "model/init_from.h"
+#include "model/job_windows.h"
 #include "model/layout.h"
 #include "model/optimizer.h"
 #include "model/targets_frame.h"
@@ -138,15 +139,14 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   RETURN_IF_ERROR(InitExchange(replicas[0]));
 
   if (fragment_->is_first()) {
-    ASSIGN_OR_RETURN(auto data, model::LoadData(job.data.train, job.data.format, 1,
-                                                job.model.vocab_size, job.source + ": data.train"));
+    ASSIGN_OR_RETURN(auto data, model::JobTrainWindows(job, T_));
     model::DataLoaderOptions lo;
     lo.batch_size = B_;
     lo.seq_len = T_;
     lo.seed = job.seed;
     // Replica r reads shard r: blocks of one step's windows (data_loader.h).
     SetReplicaShard(ctx_.spec, microbatches_, grid_.replica(stage_), &lo);
-    ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(data, lo));
+    ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(std::move(data), lo));
   }
 
   RETURN_IF_ERROR(InitValidation());
@@ -339,6 +339,9 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_step_seconds(Now() - start);
   report.set_checkpoint_step(status_.checkpoint_step);
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
+  if (loader_) {
+    for (int64_t w : loader_->part_windows()) report.add_source_windows(static_cast<uint64_t>(w));
+  }
   report.set_max_warmup(static_cast<uint32_t>(max_warmup_));
   // Activations the stage before may send ahead: a quarter of the inbox's budget, which the
   // gradients coming back and other tensors share.
@@ -432,7 +435,7 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const size_t frame_floats = static_cast<size_t>(B_) * per_row;
   const float* input = nullptr;
   if (fragment_->is_first()) {
-    (mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data());
+    RETURN_IF_ERROR((mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data()));
     slot_targets_[slot] = targets_;
     if (window_) slot_tokens_[slot] = tokens_;
   } else {

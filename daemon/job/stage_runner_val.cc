@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "daemon/job/stage_runner.h"
+#include "model/job_windows.h"
 #include "model/trainer.h"
 
 namespace longhaul::daemon {
@@ -15,14 +16,13 @@ Status StageRunner::InitValidation() {
   const model::Job& job = ctx_.spec.job;
   val_batches_ = ValBatches(job);
   if (val_batches_ == 0 || !fragment_->is_first()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto data, model::LoadData(job.data.val, job.data.format, 2,
-                                              job.model.vocab_size, job.source + ": data.val"));
+  ASSIGN_OR_RETURN(auto data, model::JobValWindows(job, T_));
   model::DataLoaderOptions lo;
   lo.batch_size = B_;
   lo.seq_len = T_;
   lo.seed = job.seed;
   lo.shuffle = false;
-  ASSIGN_OR_RETURN(val_loader_, model::DataLoader::Create(data, lo));
+  ASSIGN_OR_RETURN(val_loader_, model::DataLoader::Create(std::move(data), lo));
   // Every stage runs val_batches microbatches per pass; the data must hold that many distinct
   // ones (one process would evaluate fewer; a pipeline's stages do not see the data).
   if (val_loader_->batches_per_epoch() < val_batches_) {

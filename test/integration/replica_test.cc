@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <set>
@@ -21,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/sha256.h"
 #include "daemon/daemon.h"
 #include "daemon/job/job_spec.h"
 #include "daemon/job/stage_checkpoint.h"
@@ -28,7 +30,11 @@
 #include "fleet/local_fleet.h"
 #include "kernels/ops.h"
 #include "model/checkpoint.h"
+#include "model/corpus.h"
+#include "model/file_io.h"
 #include "model/layout.h"
+#include "model/token_data.h"
+#include "model/token_manifest.h"
 #include "model/trainer.h"
 #include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
@@ -59,8 +65,10 @@ struct Cluster {
   std::vector<daemon::SiteConfig> configs;
   std::vector<std::unique_ptr<Daemon>> daemons;
 
-  // `network` sets up the loopback (the rates its probes report, say) before any site starts.
-  explicit Cluster(const std::function<void(daemon::transport::LoopbackNetwork&)>& network = {}) {
+  // `network` sets up the loopback (the rates its probes report, say) before any site starts;
+  // `configure` changes each site's config (its data_roots, say).
+  explicit Cluster(const std::function<void(daemon::transport::LoopbackNetwork&)>& network = {},
+                   const std::function<void(daemon::SiteConfig&)>& configure = {}) {
     if (network) network(*net);
     std::vector<int> ports;
     for (size_t i = 0; i < kSites.size(); ++i) ports.push_back(testing::FreePort());
@@ -71,6 +79,7 @@ struct Cluster {
       }
       configs.push_back(testing::MakeSiteConfig(spec));
       configs.back().links.probe_interval_seconds = 5;
+      if (configure) configure(configs.back());
       daemons.emplace_back();
       Start(i);
     }
@@ -134,8 +143,6 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
   }
   if (!microbatches.empty()) spec->replica_microbatches = microbatches;
   const model::Job& job = spec->job;
-  auto data = model::LoadData(job.data.train, job.data.format, 1, job.model.vocab_size, "train");
-  REQUIRE(data.ok());
   std::vector<std::unique_ptr<kernels::Ops>> owned;
   std::vector<kernels::Ops*> ops;
   for (int r = 0; r < spec->replicas; ++r) {
@@ -151,7 +158,8 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
   o.replica_microbatches = spec->replica_microbatches;
   o.seed = job.seed;
   o.sync = spec->sync;
-  auto fl = fleet::LocalFleet::Create(job.model, *data, o, ops);
+  auto fl = fleet::LocalFleet::Create(
+      job.model, [&job] { return model::JobTrainWindows(job, job.seq_len); }, o, ops);
   INFO(fl.status().ToString());
   REQUIRE(fl.ok());
   (*fl)->InitParameters(job.seed);
@@ -944,6 +952,91 @@ TEST_CASE("the planner places replicas: a given count, and auto") {
   }
   CHECK(*std::max_element(counts.begin(), counts.end()) == 2);
   CheckAgainst(TrainFleet(yaml, replicas, stages, counts), s, c.Export(id));
+}
+
+// A manifest of byte tokens (vocabulary 256) in `dir`: `shards` shards of the built-in
+// corpus drawn with `seed`.
+void WriteByteManifest(const std::string& dir, uint64_t seed, int shards) {
+  model::TokenManifest m;
+  m.dir = dir;
+  m.tokenizer = {"bytes", "tiktoken", std::string(64, 'c'), 256, std::nullopt, std::nullopt};
+  for (int i = 0; i < shards; ++i) {
+    const model::TokenData data =
+        model::TokensFromText(model::BuiltinCorpus(seed * 100 + uint64_t(i), 20000), "corpus");
+    const std::string file = "train-00000" + std::to_string(i) + ".bin";
+    REQUIRE(model::WriteTokenFile(dir + "/" + file, data.tokens, model::TokenWidth::kU16).ok());
+    m.train.push_back(
+        {file, int64_t(data.tokens.size()), 1, Sha256OfFile(dir + "/" + file, "shard").value()});
+  }
+  REQUIRE(model::WriteFileAtomically(dir + "/manifest.json", model::TokenManifestToJson(m)).ok());
+}
+
+TEST_CASE("a 2 x 2 job on a two-manifest mixture: the weights asked, bit for bit after a restart") {
+  const std::string data = testing::TempDir("mixture-data");
+  WriteByteManifest(data + "/prose", 1, 3);
+  WriteByteManifest(data + "/other", 2, 2);
+  std::string yaml = JobYaml("sync: {mode: local, every: 2, codec: q8, on_site_loss: wait}\n", 10);
+  const std::string builtin = "data: {train: builtin}";
+  yaml.replace(yaml.find(builtin), builtin.size(),
+               "data: {train: [{manifest: \"" + data + "/prose\", weight: 0.7}, {manifest: \"" +
+                   data + "/other/manifest.json\", weight: 0.3}]}");
+  // The in-process fleet reads the same mixture: each replica its share, as the sites do.
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c({}, [&data](daemon::SiteConfig& config) { config.data_roots.push_back(data); });
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.05);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  c.daemons[0].reset();  // alpha: the coordinator and replica 0's first stage (its data reader)
+  c.Start(0);
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(s.attempt() >= 2);
+  CheckAgainst(oracle, s, c.Export(id));
+  // 10 steps of 2 replicas x 2 microbatches x 2 sequences: 80 windows, 56 and 24 of them.
+  REQUIRE(s.data_sources_size() == 2);
+  CHECK(s.data_sources(0).name() == data + "/prose");
+  CHECK(s.data_sources(0).weight() == 0.7);
+  CHECK(s.data_sources(0).tokens() == 56 * 32);
+  CHECK(s.data_sources(1).tokens() == 24 * 32);
+}
+
+TEST_CASE(
+    "a job naming a manifest it may not read, or of another vocabulary, is refused at submit") {
+  const std::string data = testing::TempDir("manifest-refusals");
+  WriteByteManifest(data + "/ok", 1, 1);
+  Cluster c({}, [&data](daemon::SiteConfig& config) { config.data_roots.push_back(data + "/ok"); });
+  auto submit = [&](const std::string& train) {
+    std::string yaml = JobYaml("sync: {mode: step, codec: exact}\n", 2);
+    const std::string builtin = "data: {train: builtin}";
+    yaml.replace(yaml.find(builtin), builtin.size(), "data: {train: " + train + "}");
+    v1::SubmitJobRequest req;
+    req.set_job_yaml(yaml);
+    return c.at(0).jobs().Submit(req).status();
+  };
+  // A manifest inside the roots whose shard is a link out of them.
+  WriteByteManifest(data + "/ok/linked", 3, 1);
+  WriteByteManifest(data + "/outside", 4, 1);
+  std::filesystem::remove(data + "/ok/linked/train-000000.bin");
+  std::filesystem::create_symlink(data + "/outside/train-000000.bin",
+                                  data + "/ok/linked/train-000000.bin");
+  Status s = submit("\"" + data + "/ok/linked\"");
+  CHECK(s.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(s.message()),
+             Catch::Matchers::Contains("data.train shard train-000000.bin"));
+  s = submit("[{manifest: \"" + data + "/outside\"}]");
+  CHECK(s.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(s.message()), Catch::Matchers::Contains("data.train[0].manifest"));
+  // A vocabulary of 256 bytes against a model of 512.
+  std::string yaml = JobYaml("sync: {mode: step, codec: exact}\n", 2);
+  yaml.replace(yaml.find("vocab: 256"), 10, "vocab: 512");
+  yaml.replace(yaml.find("data: {train: builtin}"), 22, "data: {train: \"" + data + "/ok\"}");
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(yaml);
+  s = c.at(0).jobs().Submit(req).status();
+  CHECK_THAT(std::string(s.message()),
+             Catch::Matchers::Contains("(vocabulary 256), but the model's vocabulary is 512"));
+  CHECK(c.Status(c.Submit(JobYaml("sync: {mode: step, codec: exact}\n", 1))).job_id() !=
+        "");  // daemon up
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ std::shared_ptr<const TokenData> Counting(int n) {
 std::vector<int32_t> Batches(DataLoader& loader, int batches, int bt) {
   std::vector<int32_t> all, in(bt), tg(bt);
   for (int i = 0; i < batches; ++i) {
-    loader.Next(in.data(), tg.data());
+    REQUIRE(loader.Next(in.data(), tg.data()).ok());
     for (int j = 0; j < bt; ++j) {
       REQUIRE(tg[j] == in[j] + 1);  // targets are inputs shifted by one
     }

@@ -87,5 +87,30 @@ TEST_CASE("a daemon refuses a relative path, saying the rule", "[job][paths]") {
   }
 }
 
+TEST_CASE("submit's rewrite names a mixture's manifests as train-local reads them",
+          "[job][paths]") {
+  const std::string dir = testing::TempDir("job_file_paths_mixture");
+  for (const char* m : {"a", "b"}) {
+    std::filesystem::create_directories(dir + "/data/" + m);
+    Write(dir + "/data/" + m + "/manifest.json", "{}");
+  }
+  const std::string text = std::string(kHead) +
+                           "data:\n  train:\n    - {manifest: data/a, weight: 2}\n"
+                           "    - manifest: ./data/b/manifest.json\n";
+  Write(dir + "/job.yaml", text);
+  auto local = LoadJob(dir + "/job.yaml");
+  REQUIRE(local.ok());
+  auto sent = AbsoluteJobPaths(text, "job.yaml", dir);
+  REQUIRE(sent.ok());
+  auto daemon = ParseJob(*sent, "job.yaml", "");
+  INFO(*sent);
+  REQUIRE(daemon.ok());
+  REQUIRE(daemon->data.mixture.size() == 2);
+  CHECK(daemon->data.mixture[0].manifest == dir + "/data/a");
+  CHECK(daemon->data.mixture[1].manifest == dir + "/data/b/manifest.json");
+  CHECK(daemon->data.mixture[1].manifest == local->data.mixture[1].manifest);
+  CHECK(daemon->data.mixture[0].weight == 2);
+}
+
 }  // namespace
 }  // namespace longhaul::model

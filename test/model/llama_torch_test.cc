@@ -111,7 +111,7 @@ std::vector<float> OurLogits(const ModelConfig& config, const std::vector<float>
   auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
   REQUIRE(loader.ok());
   std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
-  (*loader)->Next(inputs.data(), targets.data());
+  REQUIRE((*loader)->Next(inputs.data(), targets.data()).ok());
   auto mean = (*chain)->ForwardLoss(inputs.data(), targets.data());
   REQUIRE(mean.ok());
   if (loss != nullptr) *loss = *mean;

@@ -89,7 +89,7 @@ TEST_CASE("forward, backward and AdamW match PyTorch", "[torch]") {
   auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
   REQUIRE(loader.ok());
   std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
-  (*loader)->Next(inputs.data(), targets.data());
+  REQUIRE((*loader)->Next(inputs.data(), targets.data()).ok());
 
   model.ZeroGrads();
   auto loss = (*chain)->ForwardLoss(inputs.data(), targets.data());

@@ -139,7 +139,7 @@ StatusOr<float> CutRun::TrainStep(int step, int total_steps) {
   const float dloss = 1.0f / (float(B) * T * M);
   double loss_sum = 0.0;
   for (int mb = 0; mb < M; ++mb) {
-    train_loader_->Next(tokens_.data(), targets_.data());
+    RETURN_IF_ERROR(train_loader_->Next(tokens_.data(), targets_.data()));
     // Stage 0 forward; activations and targets cross the cut.
     RETURN_IF_ERROR(first_->Forward(0, tokens_.data(), nullptr));
     RETURN_IF_ERROR(Annotate(Transfer(*forward_, first_->Output(0), received_, act, {B, T, R},
@@ -209,7 +209,7 @@ StatusOr<float> CutRun::Validate(bool through_codec) {
   const size_t act = size_t(B) * T * R;
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
-    val_loader_->Next(tokens_.data(), targets_.data());
+    RETURN_IF_ERROR(val_loader_->Next(tokens_.data(), targets_.data()));
     RETURN_IF_ERROR(first_->Forward(0, tokens_.data(), nullptr));
     if (through_codec) {
       // Evaluation traffic is not training traffic: keep the counters as they were.

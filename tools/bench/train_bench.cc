@@ -227,7 +227,10 @@ int Run(const Flags& f) {
     for (int i = 0; i < f.warmup + f.steps; ++i, ++step) {
       // The batch first, outside the timer (as PyTorch's side draws its batch before its
       // clock starts), then an idle device (ops, not the profiler: this wait is no step's).
-      (*loader)->Next(inputs.data(), targets.data());
+      if (Status s = (*loader)->Next(inputs.data(), targets.data()); !s.ok()) {
+        std::fprintf(stderr, "train_bench: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
       (*ops)->Synchronize();
       const auto t0 = Clock::now();
       auto r = TimedStep(**chain, inputs.data(), targets.data(), dloss, opt, step, 1 << 30);

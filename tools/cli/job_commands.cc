@@ -64,6 +64,21 @@ void PrintDetails(const v1::JobStatus& j) {
     std::cout << " (the planner predicted " << Fixed(j.predicted_step_seconds(), 3) << ")";
   }
   std::cout << ", coordinator " << j.coordinator() << "\n";
+  if (j.data_sources_size() > 1) {
+    uint64_t total = 0;
+    double weights = 0;
+    for (const auto& d : j.data_sources()) {
+      total += d.tokens();
+      weights += d.weight();
+    }
+    std::cout << "  data";
+    for (const auto& d : j.data_sources()) {
+      std::cout << "  " << d.name() << ": " << d.tokens() << " tokens, "
+                << Fixed(total ? 100.0 * double(d.tokens()) / double(total) : 0, 1) << "% (asked "
+                << Fixed(weights > 0 ? 100.0 * d.weight() / weights : 0, 1) << "%)";
+    }
+    std::cout << "\n";
+  }
   if (j.val_losses_size() > 0) {
     const v1::ValLoss& v = *j.val_losses().rbegin();
     std::cout << "  validation loss " << Fixed(v.loss(), 4) << " after step " << v.step() << " ("

@@ -5,6 +5,7 @@
 
 #include "common/version.h"
 #include "tools/cli/client.h"
+#include "tools/cli/data_commands.h"
 #include "tools/cli/job_commands.h"
 #include "tools/cli/model_commands.h"
 #include "tools/cli/node_commands.h"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   AddModelCommands(app, &exit_code);
   AddJobCommands(app, options, &exit_code);
   AddPlanCommand(app, &exit_code);
+  AddDataCommands(app, options, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
