@@ -134,7 +134,16 @@ int Main(int argc, char** argv) {
   app.add_flag("--hf,!--no-hf", f.run_hf,
                "Also time the tokenizer.json tokenizer on a file converted from the ranks");
   app.add_option("--workdir", f.workdir, "Where rank files and the text go (default: a temp dir)");
+  std::string write_text;
+  app.add_option("--write-text", write_text,
+                 "Only write the generated text (--bytes, --mixed) to this file, for other "
+                 "benchmarks (tools/bench/prepare_bench.sh)");
   CLI11_PARSE(app, argc, argv);
+  if (!write_text.empty()) {
+    std::ofstream out(write_text, std::ios::binary);
+    out << (f.mixed ? MixedSampleText(1, f.bytes) : EnglishSampleText(1, f.bytes));
+    return out.good() ? 0 : 1;
+  }
 
   if (f.workdir.empty()) {
     char dir[] = "/tmp/tokenizer_bench.XXXXXX";
