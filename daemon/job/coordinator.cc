@@ -205,7 +205,9 @@ void Coordinator::StopAttempt() {
   }
 }
 
-std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string>* lost) {
+std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string>* lost,
+                                     bool* permanent) {
+  *permanent = false;
   v1::JobCommand ping;
   uint32_t attempt;
   {
@@ -231,6 +233,12 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
     } else if (!r->error().empty()) {
       problem = "site '" + site + "' failed: " + r->error();
       is_gone = false;
+      if (r->permanent()) {
+        // Nothing else matters: every attempt would fail the same way.
+        *permanent = true;
+        *lost = {site};
+        return problem;
+      }
     } else if (r->attempt() != attempt || (!r->running() && !r->finished())) {
       problem = "site '" + site + "' lost its stage (restarted?)";
     } else {
@@ -262,7 +270,19 @@ void Coordinator::Run() {
     bool all_finished = false;
     if (!need_assign) {
       std::vector<std::string> lost;
-      const std::string problem = CheckStages(&all_finished, &lost);
+      bool permanent = false;
+      const std::string problem = CheckStages(&all_finished, &lost, &permanent);
+      if (permanent) {
+        env_.log->error("job {}: {}; failing the job (a retry would read the same data)",
+                        record_.job_id(), problem);
+        StopAttempt();
+        std::lock_guard<std::mutex> lock(mu_);
+        record_.set_state(v1::JOB_STATE_FAILED);
+        record_.set_detail(problem);
+        PersistLocked();
+        cv_.notify_all();
+        return;
+      }
       if (problem.empty()) {
         MaybeRejoin();
         bool replan = false;

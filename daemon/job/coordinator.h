@@ -81,7 +81,8 @@ class Coordinator {
   // Pings every live stage; returns "" when all run the current attempt, else what is wrong
   // (the first problem), with every site that has one in *lost: those unreachable or without
   // their stage, or failing if none is.
-  std::string CheckStages(bool* all_finished, std::vector<std::string>* lost);
+  // `*permanent`: a stage failed on the job's input data, which no retry can fix.
+  std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent);
   void StopAttempt();
   void SetState(v1::JobState state, const std::string& detail);
   std::vector<std::string> StageSites();  // the sites of the live replicas' stages

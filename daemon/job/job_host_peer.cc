@@ -255,6 +255,7 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
         r.set_running(s.running);
         r.set_finished(s.finished);
         r.set_error(s.error);
+        r.set_permanent(s.permanent);
         r.set_step(s.step);
         r.set_checkpoint_step(s.checkpoint_step);
         r.set_attempt(runner->attempt());

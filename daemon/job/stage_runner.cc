@@ -14,6 +14,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "daemon/job/fragment_slices.h"
+#include "daemon/job/input_errors.h"
 #include "daemon/job/replica_membership.h"
 #include "daemon/job/site_backend.h"
 #include "daemon/job/stage_checkpoint.h"
@@ -139,14 +140,15 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   RETURN_IF_ERROR(InitExchange(replicas[0]));
 
   if (fragment_->is_first()) {
-    ASSIGN_OR_RETURN(auto data, model::JobTrainWindows(job, T_));
+    auto data = model::JobTrainWindows(job, T_);
+    if (!data.ok()) return InputDataError(data.status());
     model::DataLoaderOptions lo;
     lo.batch_size = B_;
     lo.seq_len = T_;
     lo.seed = job.seed;
     // Replica r reads shard r: blocks of one step's windows (data_loader.h).
     SetReplicaShard(ctx_.spec, microbatches_, grid_.replica(stage_), &lo);
-    ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(std::move(data), lo));
+    ASSIGN_OR_RETURN(loader_, model::DataLoader::Create(std::move(data).value(), lo));
   }
 
   RETURN_IF_ERROR(InitValidation());
@@ -260,6 +262,7 @@ void StageRunner::Run() {
   status_.running = false;
   if (!s.ok() && !stop_) {
     status_.error = std::string(s.message());
+    status_.permanent = IsInputDataError(s);
     ctx_.log->error("job {} stage {}: {}", ctx_.assignment.job_id(), stage_,
                     std::string(s.message()));
   } else if (!stop_) {
@@ -435,7 +438,8 @@ Status StageRunner::Forward(uint64_t step, int mb, double* loss_sum) {
   const size_t frame_floats = static_cast<size_t>(B_) * per_row;
   const float* input = nullptr;
   if (fragment_->is_first()) {
-    RETURN_IF_ERROR((mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data()));
+    RETURN_IF_ERROR(
+        InputDataError((mb < M_ ? loader_ : val_loader_)->Next(tokens_.data(), targets_.data())));
     slot_targets_[slot] = targets_;
     if (window_) slot_tokens_[slot] = tokens_;
   } else {

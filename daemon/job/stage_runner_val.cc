@@ -6,6 +6,7 @@
 // validation losses are those of training in one process, bit for bit.
 #include <algorithm>
 
+#include "daemon/job/input_errors.h"
 #include "daemon/job/stage_runner.h"
 #include "model/job_windows.h"
 #include "model/trainer.h"
@@ -16,13 +17,14 @@ Status StageRunner::InitValidation() {
   const model::Job& job = ctx_.spec.job;
   val_batches_ = ValBatches(job);
   if (val_batches_ == 0 || !fragment_->is_first()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto data, model::JobValWindows(job, T_));
+  auto data = model::JobValWindows(job, T_);
+  if (!data.ok()) return InputDataError(data.status());
   model::DataLoaderOptions lo;
   lo.batch_size = B_;
   lo.seq_len = T_;
   lo.seed = job.seed;
   lo.shuffle = false;
-  ASSIGN_OR_RETURN(val_loader_, model::DataLoader::Create(std::move(data), lo));
+  ASSIGN_OR_RETURN(val_loader_, model::DataLoader::Create(std::move(data).value(), lo));
   // Every stage runs val_batches microbatches per pass; the data must hold that many distinct
   // ones (one process would evaluate fewer; a pipeline's stages do not see the data).
   if (val_loader_->batches_per_epoch() < val_batches_) {

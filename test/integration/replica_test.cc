@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <set>
@@ -1037,6 +1038,28 @@ TEST_CASE(
              Catch::Matchers::Contains("(vocabulary 256), but the model's vocabulary is 512"));
   CHECK(c.Status(c.Submit(JobYaml("sync: {mode: step, codec: exact}\n", 1))).job_id() !=
         "");  // daemon up
+}
+
+TEST_CASE("a corrupt shard fails the job at once, naming the file; the daemons stay up") {
+  const std::string data = testing::TempDir("corrupt-shard");
+  WriteByteManifest(data + "/prose", 1, 2);
+  {  // one flipped byte: the size is right, so only the shard's SHA-256 can tell
+    std::fstream f(data + "/prose/train-000001.bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4000);
+    f.put('#');
+  }
+  std::string yaml = JobYaml("sync: {mode: step, codec: exact}\n", 40);
+  const std::string builtin = "data: {train: builtin}";
+  yaml.replace(yaml.find(builtin), builtin.size(), "data: {train: \"" + data + "/prose\"}");
+  Cluster c({}, [&data](daemon::SiteConfig& config) { config.data_roots.push_back(data); });
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = testing::WaitJobEnd(c.at(0), id, 300s);
+  INFO(s.detail());
+  CHECK(s.state() == v1::JOB_STATE_FAILED);
+  CHECK_THAT(s.detail(), Catch::Matchers::Contains("train-000001.bin' is corrupt: its SHA-256"));
+  CHECK(s.attempt() == 1);  // not retried: a rollback would read the same bytes
+  CHECK(c.at(0).jobs().ListJobs().jobs_size() == 1);  // the daemon answers
 }
 
 }  // namespace
