@@ -201,6 +201,21 @@ check "every shared library resolves in the root (Depends complete)" \
   done"
 check "longhauld --version" bash -c "chroot '$root' longhauld --version | grep -qx 'longhauld .*'"
 check "longhaul --help" in_root longhaul --help
+# Real data from the package: GPT-2's rank file (written here by the test-only js-tiktoken,
+# tools/setup.sh installs it), text and JSON lines tokenized in the root, the shards verified.
+if [ -d test/data/npm/node_modules/js-tiktoken ]; then
+  check "longhaul data prepare and inspect --verify" bash -c "
+    mkdir -p '$root/tmp/data-in' &&
+    node test/data/npm/js_tiktoken.mjs ranks '$root/tmp/tok' >/dev/null &&
+    printf 'A first document about ships.\\nIt has two lines.\\n' >'$root/tmp/data-in/a.txt' &&
+    printf '{\"text\": \"a JSON line\"}\\n{\"text\": broken\\n' >'$root/tmp/data-in/b.jsonl' &&
+    chroot '$root' longhaul data prepare /tmp/data-in --tokenizer /tmp/tok/gpt2.tiktoken \
+      --out /tmp/data-out --val-fraction 0 -q | grep -q '1 bad documents skipped' &&
+    chroot '$root' longhaul data inspect /tmp/data-out --tokenizer /tmp/tok/gpt2.tiktoken --verify |
+      grep -q 'sample .*A first document about ships'"
+else
+  fail "longhaul data prepare and inspect --verify" "js-tiktoken is not installed (tools/setup.sh)"
+fi
 check "unit /lib/systemd/system/longhauld.service 644 root" \
   has 644 root root /lib/systemd/system/longhauld.service
 check "unit runs /usr/bin/longhauld as user longhaul" bash -c "
