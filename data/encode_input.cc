@@ -135,4 +135,24 @@ Status SpecialTokenSplitter::Split(std::string_view text, const EncodeOptions& o
   return absl::OkStatus();
 }
 
+Status EncodeWithSpecialTokens(std::string_view text, const EncodeOptions& options,
+                               const SpecialTokenSplitter& splitter, std::optional<TokenId> first,
+                               const std::string& name,
+                               absl::FunctionRef<Status(std::string_view)> ordinary,
+                               std::vector<TokenId>* ids) {
+  std::string storage;
+  const size_t size_before = ids->size();
+  StatusOr<std::string_view> checked = PrepareEncodeText(text, options.invalid_utf8, &storage);
+  Status status = checked.status();
+  if (status.ok()) {
+    if (first.has_value()) ids->push_back(*first);
+    status = splitter.Split(*checked, options, ordinary, [&](TokenId id) { ids->push_back(id); });
+  }
+  if (!status.ok()) {
+    ids->resize(size_before);
+    return Annotate(status, name);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace longhaul::data

@@ -5,6 +5,7 @@
 //   2. SpecialTokenSplitter: the text is cut at the special tokens that EncodeOptions allows
 //      (and at tokens recognised in any text: Hugging Face's non-special added tokens), which
 //      become their own ids; the stretches between them are ordinary text.
+// EncodeWithSpecialTokens puts the two together into the whole of an EncodeTo.
 #pragma once
 
 #include <cstddef>
@@ -75,5 +76,16 @@ class SpecialTokenSplitter {
   bool starts_[256] = {};  // which bytes begin some token
   int only_start_ = -1;    // the one byte that begins every token (-1: none, or several)
 };
+
+// The whole of a byte-level BPE tokenizer's EncodeTo, as tokenizer.h specifies it: `text`
+// through PrepareEncodeText, then `first` when it has a value (a BOS), then the ids of the
+// text as `splitter` cuts it, with `ordinary` appending the ids of each stretch between
+// tokens to `*ids`. On error `*ids` is left as it was and the message is prefixed with `name`
+// (the tokenizer's name()).
+Status EncodeWithSpecialTokens(std::string_view text, const EncodeOptions& options,
+                               const SpecialTokenSplitter& splitter, std::optional<TokenId> first,
+                               const std::string& name,
+                               absl::FunctionRef<Status(std::string_view)> ordinary,
+                               std::vector<TokenId>* ids);
 
 }  // namespace longhaul::data

@@ -155,21 +155,9 @@ Status HfTokenizer::EncodeOrdinary(std::string_view text, std::vector<TokenId>* 
 
 Status HfTokenizer::EncodeTo(std::string_view text, const EncodeOptions& options,
                              std::vector<TokenId>* ids) const {
-  std::string storage;
-  const size_t size_before = ids->size();
-  StatusOr<std::string_view> checked = PrepareEncodeText(text, options.invalid_utf8, &storage);
-  Status status = checked.status();
-  if (status.ok()) {
-    if (options_.add_bos) ids->push_back(*spec_.bos);
-    status = added_->Split(
-        *checked, options, [&](std::string_view segment) { return EncodeOrdinary(segment, ids); },
-        [&](TokenId id) { ids->push_back(id); });
-  }
-  if (!status.ok()) {
-    ids->resize(size_before);
-    return Annotate(status, name());
-  }
-  return absl::OkStatus();
+  return EncodeWithSpecialTokens(
+      text, options, *added_, options_.add_bos ? spec_.bos : std::nullopt, name(),
+      [&](std::string_view segment) { return EncodeOrdinary(segment, ids); }, ids);
 }
 
 StatusOr<std::string> HfTokenizer::Decode(std::span<const TokenId> ids) const {

@@ -1,6 +1,6 @@
-// Tokenizer: the one seam between text and token ids. Byte-level BPE over tiktoken rank files
-// (tiktoken_tokenizer.h: GPT-2 / r50k_base, cl100k_base) is the first implementation; a
-// Hugging Face tokenizer.json one comes next behind the same interface, so that data
+// Tokenizer: the one seam between text and token ids. Two implementations: byte-level BPE
+// over tiktoken rank files (tiktoken_tokenizer.h: GPT-2 / r50k_base, cl100k_base) and over
+// Hugging Face tokenizer.json files (hf_tokenizer.h: the GPT-2 and Llama 3 forms); data
 // preparation and evaluation never know which kind of vocabulary they hold.
 //
 // Contract shared by every implementation:

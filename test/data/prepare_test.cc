@@ -4,7 +4,6 @@
 #include "data/prepare.h"
 
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -19,12 +18,14 @@
 #include "model/token_data.h"
 #include "model/token_manifest.h"
 #include "test/data/toy_ranks.h"
+#include "test/model/test_util.h"
 
 namespace longhaul::data {
 namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using model::testing::TempDir;  // a fresh, empty directory
 
 const std::vector<std::string> kMerged = {"he",   "ll",     "llo", "hello", " w",  "or",
                                           "orld", " world", "th",  " th",   "the", " the",
@@ -37,14 +38,6 @@ std::unique_ptr<TiktokenTokenizer> Toy(TiktokenEncoding e) {
   auto t = TiktokenTokenizer::Create(std::move(e), testing::ToyRanks(kMerged));
   REQUIRE(t.ok());
   return std::move(t).value();
-}
-
-std::string TempDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp == nullptr ? "/tmp" : tmp, "/", name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {

@@ -14,93 +14,30 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "data/sample_text.h"
 #include "data/tiktoken_tokenizer.h"
 #include "data/utf8.h"
+#include "test/data/js_reference.h"
 
 namespace longhaul::data {
 namespace {
 
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  return srcdir == nullptr ? path : absl::StrCat(srcdir, "/longhaul/", path);
-}
+using testing::RankTokenizer;
 
-std::string TempDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp == nullptr ? "/tmp" : tmp;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void Run(const std::string& cmd) {
-  if (std::system(cmd.c_str()) != 0) FAIL("command failed: " << cmd);
-}
-
-std::string Node(const std::string& args) {
-  return absl::StrCat("node ", Runfile("test/data/npm/js_tiktoken.mjs"), " ", args);
-}
-
-// The rank files and their metadata, written once per test binary by js-tiktoken.
-const std::string& RankDir() {
-  static const std::string dir = [] {
-    if (std::system("command -v node >/dev/null 2>&1") != 0) {
-      FAIL("node is not installed: run tools/setup.sh (as root) to install Debian's nodejs");
-    }
-    if (!std::ifstream(Runfile("test/data/npm/node_modules/js-tiktoken/package.json"))) {
-      FAIL(
-          "js-tiktoken is not installed in test/data/npm/node_modules: run tools/setup.sh, "
-          "which runs npm ci there");
-    }
-    const std::string out = TempDir() + "/ranks";
-    Run(Node("ranks " + out));
-    return out;
-  }();
-  return dir;
-}
-
+// The metadata js-tiktoken writes beside a rank file.
 nlohmann::json Meta(const std::string& encoding) {
-  return nlohmann::json::parse(ReadFile(RankDir() + "/" + encoding + ".json"));
+  std::ifstream in(testing::RankDir() + "/" + encoding + ".json");
+  return nlohmann::json::parse(in);
 }
-
-const TiktokenTokenizer& Tokenizer(const std::string& encoding) {
-  static std::map<std::string, std::unique_ptr<TiktokenTokenizer>> loaded;
-  auto& t = loaded[encoding];
-  if (t == nullptr) {
-    auto made = TiktokenTokenizer::Load(RankDir() + "/" + encoding + ".tiktoken",
-                                        TiktokenEncodingByName(encoding).value());
-    INFO(made.status());
-    REQUIRE(made.ok());
-    t = std::move(made).value();
-  }
-  return *t;
-}
-
-// The records both implementations encode: each line of the mixed sample text, then the
-// whole text, then lines with invalid UTF-8.
-struct Records {
-  std::vector<std::string> records;
-  size_t first_invalid = 0;  // records from here on hold invalid UTF-8
-};
 
 // Random concatenations of valid text and broken UTF-8 (lone continuation bytes, truncated
 // and overlong sequences, surrogates, bytes that never occur): none can form one of the
@@ -127,94 +64,36 @@ std::vector<std::string> InvalidUtf8Lines() {
   return lines;
 }
 
-const Records& TheRecords() {
-  static const Records r = [] {
-    Records r;
-    const std::string text = MixedSampleText(37, size_t{1} << 20);
-    for (absl::string_view line : absl::StrSplit(text, '\n')) {
-      r.records.emplace_back(line.data(), line.size());
-    }
-    r.records.push_back(text);
-    r.first_invalid = r.records.size();
-    for (std::string& line : InvalidUtf8Lines()) r.records.push_back(std::move(line));
-    return r;
-  }();
+// The records both implementations encode: each line of the mixed sample text, then the
+// whole text, then lines with invalid UTF-8.
+const testing::Records& TheRecords() {
+  static const testing::Records r =
+      testing::MakeRecords(MixedSampleText(37, size_t{1} << 20), InvalidUtf8Lines());
   return r;
 }
 
-// js-tiktoken's ids for every record.
-std::vector<std::vector<TokenId>> JsIds(const std::string& encoding, const std::string& special) {
-  const std::string in = TempDir() + "/records.b64";
-  if (!std::ifstream(in)) {
-    std::ofstream out(in, std::ios::binary);
-    for (const std::string& record : TheRecords().records)
-      out << absl::Base64Escape(record) << "\n";
-  }
-  const std::string out = absl::StrCat(TempDir(), "/ids.", encoding, ".", special);
-  Run(Node(absl::StrCat("encode ", encoding, " ", special, " ", in, " ", out)));
-  std::vector<std::vector<TokenId>> ids;
-  std::ifstream lines(out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::vector<TokenId> row;
-    for (absl::string_view id : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
-      row.push_back(TokenId(std::stoul(std::string(id.data(), id.size()))));
-    }
-    ids.push_back(std::move(row));
-  }
-  return ids;
-}
-
-std::string Show(const std::vector<TokenId>& ids, size_t around) {
-  std::string s;
-  const size_t from = around > 8 ? around - 8 : 0;
-  for (size_t i = from; i < ids.size() && i < around + 8; ++i) absl::StrAppend(&s, ids[i], " ");
-  return s;
-}
-
 void CheckAgreement(const std::string& encoding, const std::string& special) {
-  const TiktokenTokenizer& t = Tokenizer(encoding);
-  const Records& r = TheRecords();
-  const std::vector<std::vector<TokenId>> js = JsIds(encoding, special);
+  const TiktokenTokenizer& t = RankTokenizer(encoding);
+  const testing::Records& r = TheRecords();
+  const std::vector<std::vector<TokenId>> js =
+      testing::NodeIds("js_tiktoken.mjs", encoding, special, r);
   REQUIRE(js.size() == r.records.size());
   EncodeOptions options;
   options.allow_all_special = special == "all";
-  std::set<TokenId> special_ids;
-  for (const SpecialToken& s : t.special_tokens()) special_ids.insert(s.id);
-  size_t mismatches = 0, tokens = 0, specials_seen = 0;
-  for (size_t i = 0; i < r.records.size(); ++i) {
-    const std::string& record = r.records[i];
-    auto ids = t.Encode(record, options);
-    REQUIRE(ids.ok());
-    tokens += ids->size();
-    for (TokenId id : *ids) specials_seen += special_ids.count(id);
-    if (*ids != js[i]) {
-      ++mismatches;
-      if (mismatches <= 5) {
-        size_t at = 0;
-        while (at < ids->size() && at < js[i].size() && (*ids)[at] == js[i][at]) ++at;
-        UNSCOPED_INFO(encoding << "/" << special << " record " << i << " '"
-                               << absl::CHexEscape(record.substr(0, 200))
-                               << "': first difference at id " << at << "\n  ours: "
-                               << Show(*ids, at) << "\n  js:   " << Show(js[i], at));
-      }
-    }
-    // Decode(Encode(x)) == x; for invalid UTF-8, x with U+FFFD in place.
-    auto back = t.Decode(*ids);
-    REQUIRE(back.ok());
-    if (i < r.first_invalid) {
-      REQUIRE(*back == record);
-    } else {
-      REQUIRE(*back == ReplaceInvalidUtf8(record));
-    }
-  }
+  size_t mismatches = 0;
+  const testing::EncodeCounts counts =
+      testing::EncodeRecords(t, r, options, [&](size_t i, const std::vector<TokenId>& ids) {
+        testing::CountDifference(
+            absl::StrCat("js-tiktoken, ", encoding, ", special tokens ", special), i, r.records[i],
+            ids, js[i], &mismatches);
+      });
   std::printf(
       "%s, special tokens %s: %zu records (%zu with invalid UTF-8), %zu ids, %zu of them "
       "special; %zu records differ from js-tiktoken\n",
       encoding.c_str(), special.c_str(), r.records.size(), r.records.size() - r.first_invalid,
-      tokens, specials_seen, mismatches);
+      counts.ids, counts.special, mismatches);
   CHECK(mismatches == 0);
-  if (special == "all") CHECK(specials_seen > 0);
+  if (special == "all") CHECK(counts.special > 0);
 }
 
 TEST_CASE("the rank files are tiktoken's, and the encodings match js-tiktoken's definitions") {
@@ -226,7 +105,7 @@ TEST_CASE("the rank files are tiktoken's, and the encodings match js-tiktoken's 
         "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7");
   for (const std::string encoding : {"gpt2", "cl100k_base"}) {
     const nlohmann::json meta = Meta(encoding);
-    const TiktokenTokenizer& t = Tokenizer(encoding);
+    const TiktokenTokenizer& t = RankTokenizer(encoding);
     // JSON objects come back in key order; compare as maps.
     std::map<std::string, TokenId> js_specials, ours;
     for (const auto& [text, id] : meta["special_tokens"].items()) js_specials[text] = id;
@@ -237,9 +116,9 @@ TEST_CASE("the rank files are tiktoken's, and the encodings match js-tiktoken's 
     }
   }
   CHECK(Meta("gpt2")["pat_str"] == Gpt2Encoding().pattern);
-  CHECK(Tokenizer("gpt2").eot_id() == 50256u);
-  CHECK(Tokenizer("cl100k_base").eot_id() == 100257u);
-  CHECK(Tokenizer("cl100k_base").vocab_size() == 100277u);
+  CHECK(RankTokenizer("gpt2").eot_id() == 50256u);
+  CHECK(RankTokenizer("cl100k_base").eot_id() == 100257u);
+  CHECK(RankTokenizer("cl100k_base").vocab_size() == 100277u);
 }
 
 TEST_CASE("gpt2: identical ids to js-tiktoken, special tokens as text") {
@@ -264,7 +143,7 @@ TEST_CASE("megabyte runs on the real vocabularies") {
   std::string spaces_lines;
   while (spaces_lines.size() < n) spaces_lines += "   \n  \r\n\t ";
   for (const std::string encoding : {"gpt2", "cl100k_base"}) {
-    const TiktokenTokenizer& t = Tokenizer(encoding);
+    const TiktokenTokenizer& t = RankTokenizer(encoding);
     for (const std::string& text : {std::string(n, 'a'), words, std::string(n, ' ') + "x",
                                     spaces_lines, std::string(n, '9'), std::string(n, '.')}) {
       const auto start = std::chrono::steady_clock::now();

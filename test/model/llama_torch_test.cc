@@ -17,11 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/ops.h"
 #include "model/chain.h"
-#include "model/data_loader.h"
 #include "model/evaluate.h"
 #include "model/hf_checkpoint.h"
 #include "model/init_from.h"
 #include "model/job.h"
+#include "model/token_data.h"
 #include "model/trainer.h"
 #include "test/model/test_util.h"
 
@@ -102,17 +102,10 @@ std::vector<float> OurLogits(const ModelConfig& config, const std::vector<float>
   auto chain = FragmentChain::Create(config, co, ops->get());
   REQUIRE(chain.ok());
   (*chain)->LoadFromModel(params.data());
-  auto data = ReadTokenData(dir + "/tokens.bin", DataFormat::kAuto);
-  REQUIRE(data.ok());
-  DataLoaderOptions lo;
-  lo.batch_size = kBatch;
-  lo.seq_len = kSeqLen;
-  lo.shuffle = false;
-  auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
-  REQUIRE(loader.ok());
-  std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
-  REQUIRE((*loader)->Next(inputs.data(), targets.data()).ok());
-  auto mean = (*chain)->ForwardLoss(inputs.data(), targets.data());
+  auto batch = testing::FirstBatch(dir + "/tokens.bin", DataFormat::kAuto, kBatch, kSeqLen);
+  INFO(batch.status());
+  REQUIRE(batch.ok());
+  auto mean = (*chain)->ForwardLoss(batch->inputs.data(), batch->targets.data());
   REQUIRE(mean.ok());
   if (loss != nullptr) *loss = *mean;
   const int Vp = config.padded_vocab_size;

@@ -21,26 +21,17 @@
 #include "model/job_windows.h"
 #include "model/token_data.h"
 #include "model/token_manifest.h"
+#include "test/model/test_util.h"
 
 namespace longhaul::model {
 namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using testing::TempDir;  // a fresh, empty directory
+using testing::WriteBytes;
 
 constexpr int kT = 8;
-
-std::string TempDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp == nullptr ? "/tmp" : tmp, "/", name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 // A manifest in `dir` (written there) whose train shards hold `sizes` tokens; the split's
 // tokens count up from `base` (so a window is known by its first token); one val shard.
@@ -61,7 +52,7 @@ TokenManifest MakeManifest(const std::string& dir, const std::vector<int>& sizes
     m.train.push_back(shard(absl::StrFormat("train-%06d.bin", i), sizes[i]));
   }
   m.val.push_back(shard("val-000000.bin", 300));
-  WriteText(dir + "/manifest.json", TokenManifestToJson(m));
+  WriteBytes(dir + "/manifest.json", TokenManifestToJson(m));
   return m;
 }
 

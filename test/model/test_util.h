@@ -1,12 +1,21 @@
-// Helpers shared by the model tests: runfile paths, scratch directories, float file I/O and
-// tensor comparison with an error relative to the reference tensor's scale.
+// Helpers shared by the model tests (and by data tests: js_reference, prepare_test): runfile
+// paths, scratch directories, float file I/O, the first batch of a token file, and tensor
+// comparison with an error relative to the reference tensor's scale.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "common/status.h"
+#include "model/data_loader.h"
+#include "model/token_data.h"
 
 namespace longhaul::model::testing {
 
@@ -16,12 +25,13 @@ inline std::string Runfile(const std::string& path) {
   return srcdir == nullptr ? path : std::string(srcdir) + "/longhaul/" + path;
 }
 
-// A fresh directory under the test's temporary directory.
+// A fresh (empty) directory `name` under the test's temporary directory: whatever an earlier
+// call left there is removed. Throws std::filesystem::filesystem_error when it cannot.
 inline std::string TempDir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp == nullptr ? "/tmp" : tmp) + "/" + name;
-  std::string cmd = "rm -rf '" + dir + "' && mkdir -p '" + dir + "'";
-  if (std::system(cmd.c_str()) != 0) return "/tmp";
+  const std::string dir = std::string(tmp == nullptr ? "/tmp" : tmp) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   return dir;
 }
 
@@ -31,6 +41,28 @@ inline std::vector<float> ReadFloats(const std::string& path) {
   in.seekg(0);
   in.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
   return v;
+}
+
+// The inputs and targets of one batch (batch_size x seq_len ids each).
+struct Batch {
+  std::vector<int32_t> inputs, targets;
+};
+
+// The first batch a DataLoader gives from the token file at `path` (read as `format`), in
+// file order (no shuffling): what a reference script that reads the file from its start sees.
+inline StatusOr<Batch> FirstBatch(const std::string& path, DataFormat format, int batch_size,
+                                  int seq_len) {
+  ASSIGN_OR_RETURN(TokenData data, ReadTokenData(path, format));
+  DataLoaderOptions options;
+  options.batch_size = batch_size;
+  options.seq_len = seq_len;
+  options.shuffle = false;
+  ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> loader,
+                   DataLoader::Create(std::make_shared<const TokenData>(std::move(data)), options));
+  Batch batch{std::vector<int32_t>(size_t(batch_size) * seq_len),
+              std::vector<int32_t>(size_t(batch_size) * seq_len)};
+  RETURN_IF_ERROR(loader->Next(batch.inputs.data(), batch.targets.data()));
+  return batch;
 }
 
 inline void WriteBytes(const std::string& path, const std::string& bytes) {

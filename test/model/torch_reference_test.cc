@@ -11,10 +11,10 @@
 #include "kernels/ops.h"
 #include "model/chain.h"
 #include "model/checkpoint.h"
-#include "model/data_loader.h"
 #include "model/evaluate.h"
 #include "model/hf_checkpoint.h"
 #include "model/layout.h"
+#include "model/token_data.h"
 #include "test/model/test_util.h"
 
 namespace longhaul::model {
@@ -79,20 +79,13 @@ TEST_CASE("forward, backward and AdamW match PyTorch", "[torch]") {
   Fragment& model = (*chain)->fragment(0);
   (*chain)->LoadFromModel(ckpt->params.data());
 
-  auto data = ReadTokenData(dir + "/tokens.bin", DataFormat::kAuto);
-  REQUIRE(data.ok());
-  REQUIRE(data->format == DataFormat::kLlmc);
-  DataLoaderOptions lo;
-  lo.batch_size = kBatch;
-  lo.seq_len = kSeqLen;
-  lo.shuffle = false;
-  auto loader = DataLoader::Create(std::make_shared<const TokenData>(*data), lo);
-  REQUIRE(loader.ok());
-  std::vector<int32_t> inputs(kBatch * kSeqLen), targets(kBatch * kSeqLen);
-  REQUIRE((*loader)->Next(inputs.data(), targets.data()).ok());
+  // kLlmc: the file must be an llm.c token file, as torch_reference.py wrote it.
+  auto batch = testing::FirstBatch(dir + "/tokens.bin", DataFormat::kLlmc, kBatch, kSeqLen);
+  INFO(batch.status());
+  REQUIRE(batch.ok());
 
   model.ZeroGrads();
-  auto loss = (*chain)->ForwardLoss(inputs.data(), targets.data());
+  auto loss = (*chain)->ForwardLoss(batch->inputs.data(), batch->targets.data());
   REQUIRE(loss.ok());
   const float ref_loss = ReadFloats(dir + "/loss.f32").at(0);
   CHECK(std::fabs(*loss - ref_loss) / ref_loss < kTol);
