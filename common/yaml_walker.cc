@@ -1,5 +1,5 @@
 // YAML walking with located errors (see yaml_walker.h).
-#include "model/yaml_walker.h"
+#include "common/yaml_walker.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace longhaul::model {
+namespace longhaul {
 namespace {
 
 std::string Kind(const YAML::Node& node) {
@@ -43,7 +43,9 @@ std::string ClosestKey(absl::string_view key, const std::vector<absl::string_vie
   std::string best;
   size_t best_distance = std::max<size_t>(2, key.size() / 3) + 1;
   for (absl::string_view k : known) {
-    const size_t d = EditDistance(key, k);
+    size_t d = EditDistance(key, k);
+    // A key cut short ("heartbeat" for "heartbeat_interval_seconds") is close too.
+    if (key.size() >= 4 && k.substr(0, key.size()) == key) d = 1;
     if (d < best_distance) {
       best_distance = d;
       best = std::string(k);
@@ -54,15 +56,15 @@ std::string ClosestKey(absl::string_view key, const std::vector<absl::string_vie
 
 StatusOr<YamlWalker::Entry> YamlWalker::Root(const std::string& text) const {
   if (text.size() > kMaxYamlBytes) {
-    return Error(YAML::Mark::null_mark(), "",
-                 absl::StrCat("the file is ", text.size(), " bytes, more than the limit of ",
-                              kMaxYamlBytes));
+    return Error(
+        YAML::Mark::null_mark(), "",
+        absl::StrCat(what_, " is ", text.size(), " bytes, more than the limit of ", kMaxYamlBytes));
   }
   try {
     const YamlDocuments docs = LoadYamlDocuments(text);
     if (docs.count > 1) return Error(docs.second_start, "", TooManyDocuments(docs));
     if (docs.count == 0 || docs.first.IsNull()) {
-      return Error(YAML::Mark::null_mark(), "", "the file is empty");
+      return Error(YAML::Mark::null_mark(), "", absl::StrCat(what_, " is empty"));
     }
     return Entry{docs.first, docs.first, ""};
   } catch (const YAML::Exception& e) {
@@ -114,6 +116,27 @@ StatusOr<std::string> YamlWalker::Scalar(const Entry& e, absl::string_view what)
   return e.value.Scalar();
 }
 
+StatusOr<bool> YamlWalker::Bool(const Entry& e) const {
+  ASSIGN_OR_RETURN(std::string text, Scalar(e, "true or false"));
+  if (text != "true" && text != "false") {
+    return Error(e, absl::StrCat("expected true or false, got '", text, "'"));
+  }
+  return text == "true";
+}
+
+StatusOr<std::vector<YamlWalker::Entry>> YamlWalker::List(const Entry& e) const {
+  if (!e.value.IsSequence()) return Error(e, absl::StrCat("expected a list, got ", Kind(e.value)));
+  std::vector<Entry> items;
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    items.push_back(Entry{e.value[i], e.value[i], absl::StrCat(e.path, "[", i, "]")});
+  }
+  return items;
+}
+
+Status YamlWalker::Locate(const Status& status, const Entry& at) const {
+  return status.ok() ? status : Error(at, status.message());
+}
+
 StatusOr<std::string> YamlWalker::String(const Entry& e) const {
   ASSIGN_OR_RETURN(std::string text, Scalar(e, "a string"));
   if (text.empty()) return Error(e, "must not be empty");
@@ -153,4 +176,4 @@ StatusOr<double> YamlWalker::Double(const Entry& e, double min, double max) cons
   return v;
 }
 
-}  // namespace longhaul::model
+}  // namespace longhaul

@@ -1,6 +1,8 @@
-// A YAML tree walker whose every error names file:line:column and the key path, in the
-// style of the site config (daemon/config.cc): unknown keys (with a "did you mean"),
-// duplicate keys, wrong kinds, numbers out of range. Used by the job file parser.
+// A YAML tree walker whose every error names file:line:column and the key path ("FILE:3:7:
+// peers[1].address: problem"): unknown keys (with a "did you mean"), duplicate keys, wrong
+// kinds, numbers out of range. The one walker of every YAML file longhaul reads: the site
+// config (daemon/config.cc), job files (model/job.cc, daemon/job/job_spec.cc) and profiles
+// (scheduler/profiles_yaml.cc).
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -14,7 +16,7 @@
 #include "common/status.h"
 #include "common/yaml_load.h"
 
-namespace longhaul::model {
+namespace longhaul {
 
 class YamlWalker {
  public:
@@ -26,7 +28,9 @@ class YamlWalker {
   };
   using Fields = std::map<std::string, Entry, std::less<>>;
 
-  explicit YamlWalker(std::string source) : source_(std::move(source)) {}
+  // `source` names the file in messages; `what` says what it is ("the file", "the config").
+  explicit YamlWalker(std::string source, std::string what = "the file")
+      : source_(std::move(source)), what_(std::move(what)) {}
 
   // The single document of `text` as the root entry; InvalidArgument for a text over
   // kMaxYamlBytes (common/yaml_load.h), invalid YAML or more than one document.
@@ -41,6 +45,14 @@ class YamlWalker {
   StatusOr<Fields> Map(const Entry& e, const std::vector<absl::string_view>& known) const;
   // Scalars of each kind; `what` in messages. Numbers reject inf and nan.
   StatusOr<std::string> String(const Entry& e) const;
+  // The text of scalar `e`, which may be empty; `what` names the expected value ("a number").
+  StatusOr<std::string> Scalar(const Entry& e, absl::string_view what) const;
+  // true or false.
+  StatusOr<bool> Bool(const Entry& e) const;
+  // The items of list `e`, each with its path ("peers[2]").
+  StatusOr<std::vector<Entry>> List(const Entry& e) const;
+  // A problem a check reported about `at` (OK stays OK), located there.
+  Status Locate(const Status& status, const Entry& at) const;
   StatusOr<int64_t> Int(const Entry& e, int64_t min, int64_t max) const;
   StatusOr<uint64_t> Uint64(const Entry& e) const;
   StatusOr<double> Double(const Entry& e, double min, double max) const;
@@ -48,11 +60,11 @@ class YamlWalker {
   const std::string& source() const { return source_; }
 
  private:
-  StatusOr<std::string> Scalar(const Entry& e, absl::string_view what) const;
   std::string source_;
+  std::string what_;
 };
 
 // The entry of `known` closest to a misspelled `key`, or "" when none is close.
 std::string ClosestKey(absl::string_view key, const std::vector<absl::string_view>& known);
 
-}  // namespace longhaul::model
+}  // namespace longhaul

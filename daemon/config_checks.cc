@@ -56,21 +56,6 @@ std::string CanonicalIp(int af, const std::string& text, bool* wildcard) {
   return out;
 }
 
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 Status CheckSiteName(absl::string_view name) {
@@ -175,20 +160,6 @@ StatusOr<uint64_t> ParseWholeNumber(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat("expected a whole number, got '", text, "'"));
   }
   return value;
-}
-
-std::string ClosestKey(absl::string_view key, const std::vector<absl::string_view>& known) {
-  std::string best;
-  size_t best_distance = std::max<size_t>(2, key.size() / 3) + 1;
-  for (absl::string_view candidate : known) {
-    size_t distance = EditDistance(key, candidate);
-    if (key.size() >= 4 && candidate.substr(0, key.size()) == key) distance = 1;
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = std::string(candidate);
-    }
-  }
-  return best;
 }
 
 std::string ResolvePath(const std::string& base_dir, const std::string& path) {

@@ -38,9 +38,6 @@ Status CheckLogLevel(absl::string_view level);
 StatusOr<double> ParseNumber(absl::string_view text);
 StatusOr<uint64_t> ParseWholeNumber(absl::string_view text);
 
-// The entry of `known` closest to a misspelled `key`, or "" when none is close.
-std::string ClosestKey(absl::string_view key, const std::vector<absl::string_view>& known);
-
 // `path` made absolute: relative paths are taken from `base_dir` (itself taken from the
 // current directory when relative or empty). Lexically normalized; no symlinks resolved.
 std::string ResolvePath(const std::string& base_dir, const std::string& path);

@@ -5,12 +5,12 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/yaml_walker.h"
 #include "model/checkpoint.h"
 #include "model/file_io.h"
 #include "model/init_from.h"
 #include "model/targets_frame.h"
 #include "model/token_manifest.h"
-#include "model/yaml_walker.h"
 
 namespace longhaul::model {
 namespace {

@@ -10,12 +10,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "model/yaml_walker.h"
+#include "common/yaml_walker.h"
 
 namespace longhaul::scheduler {
 namespace {
-
-using model::YamlWalker;
 
 const std::map<std::string, std::map<std::string, double>>& Units() {
   static const auto* units = new std::map<std::string, std::map<std::string, double>>{

@@ -6,18 +6,18 @@
 #include <set>
 
 #include "absl/strings/numbers.h"
+#include "common/yaml_walker.h"
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
 #include "compression/controller.h"
 #include "model/tied_exchange.h"
-#include "model/yaml_walker.h"
 
 namespace longhaul::daemon {
 
 namespace {
 
 // The `sync:` block (or its defaults when absent: `entry` null).
-Status ParseSync(const model::YamlWalker& w, const model::YamlWalker::Entry* entry, JobSpec* spec) {
+Status ParseSync(const YamlWalker& w, const YamlWalker::Entry* entry, JobSpec* spec) {
   fleet::SyncOptions& sync = spec->sync;
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
@@ -164,11 +164,11 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   JobSpec spec;
   spec.yaml = yaml;
   ASSIGN_OR_RETURN(spec.job, model::ParseJob(yaml, source, base_dir));
-  model::YamlWalker w(source);
+  YamlWalker w(source);
   ASSIGN_OR_RETURN(auto root, w.Root(yaml));
   const auto& node = root.value;
   // model::ParseJob has checked the top level; read the pipeline keys.
-  model::YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{},
+  YamlWalker::Entry sites_entry{}, comp_entry{}, replan_entry{}, placement_entry{},
       replicas_entry{}, sync_entry{}, mb_entry{}, rs_entry{}, flight_entry{};
   bool have_sites = false, have_comp = false, have_replan = false, have_placement = false,
        have_replicas = false, have_sync = false, have_mb = false, have_rs = false,
@@ -210,8 +210,7 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
   }
   std::set<std::string> seen;
   for (size_t i = 0; i < sites_entry.value.size(); ++i) {
-    model::YamlWalker::Entry e{sites_entry.key, sites_entry.value[i],
-                               "sites[" + std::to_string(i) + "]"};
+    YamlWalker::Entry e{sites_entry.key, sites_entry.value[i], "sites[" + std::to_string(i) + "]"};
     ASSIGN_OR_RETURN(std::string site, w.String(e));
     if (!seen.insert(site).second) return w.Error(e, "site '" + site + "' is listed twice");
     spec.sites.push_back(site);
@@ -248,8 +247,8 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
                                    " microbatch counts, one per replica, or paced");
     }
     for (size_t i = 0; i < mb_entry.value.size(); ++i) {
-      model::YamlWalker::Entry e{mb_entry.key, mb_entry.value[i],
-                                 "replica_microbatches[" + std::to_string(i) + "]"};
+      YamlWalker::Entry e{mb_entry.key, mb_entry.value[i],
+                          "replica_microbatches[" + std::to_string(i) + "]"};
       ASSIGN_OR_RETURN(const int64_t m, w.Int(e, 1, kMaxReplicaMicrobatches));
       spec.replica_microbatches.push_back(static_cast<int>(m));
     }
@@ -265,8 +264,8 @@ StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& sourc
     }
     int64_t total = 0;
     for (size_t i = 0; i < rs_entry.value.size(); ++i) {
-      model::YamlWalker::Entry e{rs_entry.key, rs_entry.value[i],
-                                 "replica_stages[" + std::to_string(i) + "]"};
+      YamlWalker::Entry e{rs_entry.key, rs_entry.value[i],
+                          "replica_stages[" + std::to_string(i) + "]"};
       ASSIGN_OR_RETURN(const int64_t n, w.Int(e, 1, spec.job.model.num_layers));
       spec.replica_stages.push_back(static_cast<int>(n));
       total += n;

@@ -74,10 +74,10 @@ struct StageRunnerContext {
 
 struct StageRunnerStatus {
   bool running = false;
-  bool finished = false;  // ran its last step
-  std::string error;      // why it stopped, if it failed
+  bool finished = false;   // ran its last step
+  std::string error;       // why it stopped, if it failed
   bool permanent = false;  // ...on the job's input data (InputDataError): no retry can help
-  uint64_t step = 0;      // steps completed
+  uint64_t step = 0;       // steps completed
   uint64_t checkpoint_step = 0;
   double compute_seconds = 0, wait_seconds = 0, step_seconds = 0;  // last step
   std::vector<OutboundUsage> outbound;

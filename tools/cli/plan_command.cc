@@ -16,9 +16,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/layer_range.h"
+#include "common/yaml_walker.h"
 #include "daemon/job/job_spec.h"
 #include "model/config.h"
-#include "model/yaml_walker.h"
 #include "scheduler/planner.h"
 #include "scheduler/profiles_yaml.h"
 #include "scheduler/replica_planner.h"
@@ -267,7 +267,7 @@ int Fail(const Status& s, std::ostream& err) {
 // text that is no YAML map comes back as it is, for ParseJobSpec to say what is wrong.
 std::string WithSites(const std::string& text, const std::string& source,
                       const std::vector<std::string>& sites) {
-  const model::YamlWalker walker(source);
+  const YamlWalker walker(source);
   auto root = walker.Root(text);
   if (!root.ok() || !root->value.IsMap()) return text;
   const YAML::Node& map = root->value;
