@@ -7,11 +7,13 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "data/sample_text.h"
 #include "data/utf8.h"
 #include "test/model/test_util.h"
 
@@ -78,6 +80,21 @@ const TiktokenTokenizer& RankTokenizer(const std::string& encoding) {
 
 std::string Records::Decoded(size_t i) const {
   return i < first_invalid ? records[i] : ReplaceInvalidUtf8(records[i]);
+}
+
+std::string AgreementText(uint64_t seed) {
+  std::string text = MixedSampleText(seed, size_t{1} << 20);
+  for (const char* name :
+       {"Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.2", "GFDL-1.3", "GPL-1", "GPL-2",
+        "GPL-3", "LGPL-2", "LGPL-2.1", "LGPL-3", "MPL-1.1", "MPL-2.0"}) {
+    std::ifstream in(absl::StrCat("/usr/share/common-licenses/", name), std::ios::binary);
+    if (!in) continue;
+    std::stringstream s;
+    s << in.rdbuf();
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += s.str();
+  }
+  return text;
 }
 
 Records MakeRecords(std::string_view text, std::vector<std::string> invalid) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,11 @@ struct Records {
 
 // Each line of `text`, then the whole text, then `invalid` (lines holding invalid UTF-8).
 Records MakeRecords(std::string_view text, std::vector<std::string> invalid);
+
+// The text the agreement tests encode: about 1 MiB of generated English prose with the
+// multilingual and emoji lines mixed in (data/sample_text.h, from `seed`), then real English:
+// the license texts Debian ships in /usr/share/common-licenses (about 237 kB), where present.
+std::string AgreementText(uint64_t seed);
 
 // The ids test/data/npm/`script` gives for every record: node runs
 // `script encode TOKENIZER none|all RECORDS OUT` with `tokenizer` and `special` ("none" or

@@ -5,7 +5,8 @@
 // records and every id must agree:
 //   - every line of about 1 MiB of generated English prose with multilingual, emoji,
 //     whitespace, digit, contraction and special-token lines mixed in (data/sample_text.h),
-//     and the whole text as one record;
+//     then the real English of Debian's license texts (testing::AgreementText), and the
+//     whole text as one record;
 //   - lines with invalid UTF-8, which Node decodes with U+FFFD replacement before
 //     js-tiktoken sees them (our InvalidUtf8::kReplace);
 // for both encodings, with special tokens as ordinary text and with all of them allowed.
@@ -68,7 +69,7 @@ std::vector<std::string> InvalidUtf8Lines() {
 // whole text, then lines with invalid UTF-8.
 const testing::Records& TheRecords() {
   static const testing::Records r =
-      testing::MakeRecords(MixedSampleText(37, size_t{1} << 20), InvalidUtf8Lines());
+      testing::MakeRecords(testing::AgreementText(37), InvalidUtf8Lines());
   return r;
 }
 
