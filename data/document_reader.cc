@@ -106,10 +106,12 @@ size_t FindTextCut(std::string_view text, size_t from) {
   return std::string_view::npos;
 }
 
-PieceReader::PieceReader(std::vector<InputFile> inputs, ReadPosition start, size_t text_piece_bytes)
+PieceReader::PieceReader(std::vector<InputFile> inputs, ReadPosition start, size_t text_piece_bytes,
+                         size_t text_scan_bytes)
     : inputs_(std::move(inputs)),
       sha256_(inputs_.size()),
       piece_bytes_(std::max<size_t>(text_piece_bytes, 1)),
+      scan_bytes_(std::max<size_t>(text_scan_bytes, 1)),
       pos_(start) {
   for (int i = 0; i < pos_.file && i < static_cast<int>(inputs_.size()); ++i) {
     bytes_read_ += inputs_[static_cast<size_t>(i)].bytes;
@@ -202,6 +204,7 @@ StatusOr<bool> PieceReader::Next(Piece* piece) {
     piece->line = pos_.line;
     piece->ordinal = pos_.ordinal;
     piece->too_long = false;
+    piece->forced_cut = false;
     size_t take = 0;     // bytes of the buffer this piece consumes
     size_t content = 0;  // of which belong to the piece's text
     if (in.kind == InputKind::kJsonLines) {
@@ -246,10 +249,21 @@ StatusOr<bool> PieceReader::Next(Piece* piece) {
         (void)more;
       }
       size_t cut = FindTextCut(available(), piece_bytes_);
-      while (cut == std::string_view::npos && !eof_) {
+      while (cut == std::string_view::npos && !eof_ &&
+             available().size() <= piece_bytes_ + scan_bytes_) {
         ASSIGN_OR_RETURN(bool more, Fill());
         (void)more;
         cut = FindTextCut(available(), piece_bytes_);
+      }
+      if (cut == std::string_view::npos && available().size() > piece_bytes_ + scan_bytes_) {
+        // No line break to cut at (binary data, one giant line): cut anyway, at a character
+        // boundary, so that memory stays bounded.
+        cut = piece_bytes_ + scan_bytes_;
+        while (cut > piece_bytes_ &&
+               (static_cast<unsigned char>(available()[cut]) & 0xC0) == 0x80) {
+          --cut;
+        }
+        piece->forced_cut = true;
       }
       take = content = cut == std::string_view::npos ? available().size() : cut;
       std::string_view text = available().substr(0, take);

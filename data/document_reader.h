@@ -49,6 +49,9 @@ struct ReadPosition {
 
 // A longer JSON line is bad input (counted, not read into memory).
 inline constexpr size_t kMaxJsonLineBytes = size_t{64} << 20;
+// How far past a text piece's size the reader looks for a place to cut it (document above)
+// before it cuts at a character boundary anyway.
+inline constexpr size_t kMaxTextScanBytes = size_t{64} << 20;
 
 struct Piece {
   int file = 0;
@@ -58,6 +61,9 @@ struct Piece {
   bool json = false;    // a JSON line (the document is one of its fields)
   bool doc_start = true, doc_end = true;
   bool too_long = false;  // a JSON line longer than kMaxJsonLineBytes (bytes left empty)
+  // A text piece cut where no line break was found within kMaxTextScanBytes: the ids at the
+  // cut may differ from encoding the text whole (counted in the manifest's bad input).
+  bool forced_cut = false;
   std::string bytes;
 };
 
@@ -69,7 +75,8 @@ class PieceReader {
  public:
   // Reads `inputs` from `start`. The SHA-256 of each file is computed as it is read (for a
   // start inside a file, its first `start.offset` bytes are read again for that).
-  PieceReader(std::vector<InputFile> inputs, ReadPosition start, size_t text_piece_bytes);
+  PieceReader(std::vector<InputFile> inputs, ReadPosition start, size_t text_piece_bytes,
+              size_t text_scan_bytes = kMaxTextScanBytes);
   ~PieceReader();
   PieceReader(const PieceReader&) = delete;
   PieceReader& operator=(const PieceReader&) = delete;
@@ -92,6 +99,7 @@ class PieceReader {
   std::vector<InputFile> inputs_;
   std::vector<std::string> sha256_;
   size_t piece_bytes_;
+  size_t scan_bytes_;
   ReadPosition pos_;
   std::FILE* f_ = nullptr;
   std::unique_ptr<Sha256> hash_;

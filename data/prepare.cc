@@ -1,9 +1,13 @@
 // Text and JSON lines to token shards and a manifest (see prepare.h).
 #include "data/prepare.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_env.h"
 #include "common/json_load.h"
 #include "common/sha256.h"
 #include "common/splitmix64.h"
@@ -162,6 +167,7 @@ std::string Fingerprint(const PrepareOptions& o, const std::vector<InputFile>& i
   j["seed"] = o.seed;
   j["shard_tokens"] = o.shard_tokens;
   j["piece_bytes"] = o.text_piece_bytes;
+  j["scan_bytes"] = o.text_scan_bytes;
   j["bits"] = bits;
   return Sha256Hex(j.dump());
 }
@@ -177,6 +183,9 @@ class Preparer {
     manifest_.tokenizer.bos_id = tok.bos_id;
   }
 
+  ~Preparer() {
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  }
   StatusOr<PrepareResult> Run();
 
  private:
@@ -200,6 +209,7 @@ class Preparer {
   ReadPosition start_;
   PrepareResult result_;
   int64_t tokens_ = 0, documents_ = 0;
+  int lock_fd_ = -1;
 };
 
 Status Preparer::Setup() {
@@ -241,6 +251,14 @@ Status Preparer::Setup() {
   fs::create_directories(o_.out_dir, ec);
   if (ec)
     return absl::InternalError(absl::StrCat("cannot create '", o_.out_dir, "': ", ec.message()));
+  // One run at a time per directory (a second would interleave shards and state).
+  const std::string lock_path = absl::StrCat(o_.out_dir, "/.prepare.lock");
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("cannot create '", lock_path, "'"));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another `longhaul data prepare` is writing '", o_.out_dir, "'"));
+  }
   const std::string manifest_path = absl::StrCat(o_.out_dir, "/", model::kManifestFileName);
   if (o_.force) {
     for (const auto& entry : fs::directory_iterator(o_.out_dir, ec)) {
@@ -362,6 +380,17 @@ Status Preparer::SaveState(const ReadPosition& pos) {
 Status Preparer::Write(const Piece& piece, Encoded& e) {
   model::ManifestSource& source = manifest_.sources[static_cast<size_t>(piece.file)];
   if (e.replaced_utf8) source.replaced_utf8 += 1;
+  if (piece.forced_cut) {
+    // Kept, but said: the ids at the cut may differ from encoding the text whole.
+    const std::string reason = "text cut without a line break (kept)";
+    manifest_.bad_by_reason[reason] += 1;
+    if (manifest_.bad_examples.size() < o_.max_examples) {
+      manifest_.bad_examples.push_back(
+          {source.path, piece.end.line,
+           absl::StrCat(reason, ": no line break for ", o_.text_scan_bytes,
+                        " bytes; cut at a character boundary")});
+    }
+  }
   if (!e.bad_reason.empty()) {
     source.bad_documents += 1;
     manifest_.bad_documents += 1;
@@ -400,7 +429,7 @@ Status Preparer::Write(const Piece& piece, Encoded& e) {
 StatusOr<PrepareResult> Preparer::Run() {
   RETURN_IF_ERROR(Setup());
   const double t0 = Now();
-  PieceReader reader(inputs_, start_, o_.text_piece_bytes);
+  PieceReader reader(inputs_, start_, o_.text_piece_bytes, o_.text_scan_bytes);
   const int64_t start_bytes = reader.bytes_read();
   int64_t total_bytes = 0;
   for (const InputFile& f : inputs_) total_bytes += f.bytes;

@@ -39,6 +39,8 @@ struct PrepareOptions {
   uint64_t seed = 0;
   int64_t shard_tokens = 100'000'000;
   size_t text_piece_bytes = size_t{1} << 20;
+  // How far past a piece's size to look for a line break before cutting anyway (tests).
+  size_t text_scan_bytes = size_t{64} << 20;
   int threads = 1;
   int token_bits = 0;  // 16, 32, or 0: 16 where the vocabulary fits
   // Fail (after the run) when more documents than this were bad; -1: never.

@@ -3,6 +3,10 @@
 // and line, and the refusals.
 #include "data/prepare.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -254,6 +258,42 @@ TEST_CASE("prepare: what it refuses") {
   o.inputs = {dir + "/allbad"};
   CHECK_THAT(std::string(PrepareData(o, Info(*tok), {}).status().message()),
              Contains("no training tokens (2 bad documents"));
+}
+
+TEST_CASE("prepare: a line-less text is cut anyway, and said; one run per directory") {
+  const std::string dir = model::testing::TempDir("prepare-lineless");
+  std::string blob;
+  for (int i = 0; i < 3000; ++i) absl::StrAppend(&blob, "word", i % 7, "\xc3\xa9 ");  // no '\n'
+  WriteFile(dir + "/in/blob.txt", blob);
+  auto tok = Toy(Gpt2Encoding());
+  PrepareOptions o;
+  o.inputs = {dir + "/in"};
+  o.out_dir = dir + "/out";
+  o.text_piece_bytes = 1000;
+  o.text_scan_bytes = 4000;
+  o.val_fraction = 0;
+  auto r = PrepareData(o, Info(*tok), {});
+  REQUIRE(r.ok());
+  const auto& m = r->manifest;
+  CHECK(m.bad_documents == 0);
+  REQUIRE(m.bad_by_reason.count("text cut without a line break (kept)") == 1);
+  CHECK(m.bad_by_reason.at("text cut without a line break (kept)") >= 3);
+  CHECK_THAT(m.bad_examples[0].reason, Contains("cut at a character boundary"));
+  // Every cut fell between characters: the whole decodes back to the text.
+  std::vector<uint32_t> ids = Concat(m, false);
+  ids.pop_back();  // the end-of-text
+  auto text = tok->Decode(std::vector<TokenId>(ids.begin(), ids.end()));
+  REQUIRE(text.ok());
+  CHECK(*text == blob);
+  // A second run on the same directory while one holds it is refused.
+  const int fd = ::open((dir + "/out/.prepare.lock").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  o.force = true;
+  CHECK_THAT(std::string(PrepareData(o, Info(*tok), {}).status().message()),
+             Contains("another `longhaul data prepare` is writing"));
+  ::close(fd);
+  CHECK(PrepareData(o, Info(*tok), {}).ok());
 }
 
 }  // namespace
