@@ -108,7 +108,19 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
   return ckpt;
 }
 
+int64_t CheckpointBytes(const ModelConfig& config) {
+  return int64_t{kHeaderInts} * int64_t(sizeof(int32_t)) +
+         NumParameters(config) * int64_t(sizeof(float));
+}
+
 Status WriteCheckpoint(const std::string& path, const ModelConfig& config, const float* params) {
+  AtomicFileWriter writer;
+  RETURN_IF_ERROR(writer.Open(path));
+  RETURN_IF_ERROR(WriteCheckpointTo(writer, config, params));
+  return writer.Commit();
+}
+
+Status WriteCheckpointTo(ByteSink& sink, const ModelConfig& config, const float* params) {
   RETURN_IF_ERROR(ValidateConfig(config));
   int32_t header[kHeaderInts] = {};
   const bool llama = config.family == Family::kLlama;
@@ -135,11 +147,8 @@ Status WriteCheckpoint(const std::string& path, const ModelConfig& config, const
     header[8] = config.residual_subspace;
     header[9] = config.unconstrained_layers;
   }
-  AtomicFileWriter writer;
-  RETURN_IF_ERROR(writer.Open(path));
-  RETURN_IF_ERROR(writer.Write(header, sizeof(header)));
-  RETURN_IF_ERROR(writer.Write(params, NumParameters(config) * sizeof(float)));
-  return writer.Commit();
+  RETURN_IF_ERROR(sink.Write(header, sizeof(header)));
+  return sink.Write(params, NumParameters(config) * sizeof(float));
 }
 
 Status CheckConfigMatches(const ModelConfig& expected, const ModelConfig& actual,

@@ -14,6 +14,7 @@
 
 #include "common/status.h"
 #include "model/config.h"
+#include "model/file_io.h"
 
 namespace longhaul::model {
 
@@ -37,6 +38,9 @@ StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
 
 // Writes `params` (NumParameters(config) floats) atomically to `path`.
 Status WriteCheckpoint(const std::string& path, const ModelConfig& config, const float* params);
+// The same bytes to `sink` (an export streamed with no file in between), and their count.
+Status WriteCheckpointTo(ByteSink& sink, const ModelConfig& config, const float* params);
+int64_t CheckpointBytes(const ModelConfig& config);
 
 // OK when `expected` (from a job) and `actual` (from a checkpoint) describe the same model;
 // otherwise an error listing every field that differs.

@@ -19,9 +19,17 @@ StatusOr<int64_t> FileSize(const std::string& path, const std::string& what);
 Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
                      size_t n);
 
+// Where a format writer's bytes go: a file written atomically (AtomicFileWriter), or a caller's
+// stream (an export sent over RPC as it is produced, with no file in between).
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual Status Write(const void* data, size_t n) = 0;
+};
+
 // Writes a file atomically: Open, Write any number of times, Commit. Destroying an
 // uncommitted writer removes the temporary file.
-class AtomicFileWriter {
+class AtomicFileWriter : public ByteSink {
  public:
   AtomicFileWriter() = default;
   ~AtomicFileWriter();
@@ -30,7 +38,7 @@ class AtomicFileWriter {
 
   // Creates the parent directory if needed and a temporary file next to `path`.
   Status Open(const std::string& path);
-  Status Write(const void* data, size_t n);
+  Status Write(const void* data, size_t n) override;
   // fsync, close, rename over `path`, fsync the directory.
   Status Commit();
 

@@ -347,11 +347,12 @@ Status SafetensorsFile::ReadFloats(const std::string& name, float* out, size_t c
   return absl::OkStatus();
 }
 
-Status WriteSafetensors(const std::string& path, const std::vector<StTensor>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
-  const auto bad = [&path](const std::string& what) {
+StatusOr<std::string> SafetensorsHeader(const std::vector<StTensor>& tensors,
+                                        const std::map<std::string, std::string>& metadata,
+                                        const std::string& what) {
+  const auto bad = [&what](const std::string& problem) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot write safetensors '", path, "': ", what));
+        absl::StrCat("cannot write safetensors '", what, "': ", problem));
   };
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
@@ -382,15 +383,25 @@ Status WriteSafetensors(const std::string& path, const std::vector<StTensor>& te
   }
   json.append((8 - json.size() % 8) % 8, ' ');
   const uint64_t header_len = json.size();
-  AtomicFileWriter writer;
-  RETURN_IF_ERROR(writer.Open(path));
-  RETURN_IF_ERROR(writer.Write(&header_len, sizeof(header_len)));
-  RETURN_IF_ERROR(writer.Write(json.data(), json.size()));
+  std::string out(sizeof(header_len), '\0');
+  std::memcpy(out.data(), &header_len, sizeof(header_len));
+  return out + json;
+}
+
+int64_t SafetensorsDataBytes(const std::vector<StTensor>& tensors) {
+  int64_t total = 0;
+  for (const StTensor& t : tensors) total += *CheckedElements(t.shape) * DtypeBytes(t.dtype);
+  return total;
+}
+
+Status WriteSafetensorsTo(ByteSink& sink, const std::string& header,
+                          const std::vector<StTensor>& tensors) {
+  RETURN_IF_ERROR(sink.Write(header.data(), header.size()));
   std::vector<uint16_t> buf;
   for (const StTensor& t : tensors) {
     const size_t n = size_t(*CheckedElements(t.shape));
     if (t.dtype == StDtype::kF32) {
-      RETURN_IF_ERROR(writer.Write(t.data, n * sizeof(float)));
+      RETURN_IF_ERROR(sink.Write(t.data, n * sizeof(float)));
       continue;
     }
     uint16_t (*convert)(float) = t.dtype == StDtype::kBF16 ? FloatToBf16 : FloatToFp16;
@@ -399,9 +410,18 @@ Status WriteSafetensors(const std::string& path, const std::vector<StTensor>& te
       const size_t m = std::min(kChunk, n - i);
       buf.resize(m);
       for (size_t j = 0; j < m; ++j) buf[j] = convert(t.data[i + j]);
-      RETURN_IF_ERROR(writer.Write(buf.data(), m * sizeof(uint16_t)));
+      RETURN_IF_ERROR(sink.Write(buf.data(), m * sizeof(uint16_t)));
     }
   }
+  return absl::OkStatus();
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  ASSIGN_OR_RETURN(const std::string header, SafetensorsHeader(tensors, metadata, path));
+  AtomicFileWriter writer;
+  RETURN_IF_ERROR(writer.Open(path));
+  RETURN_IF_ERROR(WriteSafetensorsTo(writer, header, tensors));
   return writer.Commit();
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/file_io.h"
 
 namespace longhaul::model {
 
@@ -90,6 +91,15 @@ struct StTensor {
 // atomically. Conversions round to nearest even; NaN stays NaN, overflow becomes inf. Names
 // must be unique, non-empty, valid UTF-8 and not "__metadata__"; the header is padded with
 // spaces to a multiple of 8 bytes.
+// The file's header (the 8-byte length and the padded JSON); `what` names the file in
+// errors. The whole file is the header, then the tensors' bytes (SafetensorsDataBytes).
+StatusOr<std::string> SafetensorsHeader(const std::vector<StTensor>& tensors,
+                                        const std::map<std::string, std::string>& metadata,
+                                        const std::string& what);
+int64_t SafetensorsDataBytes(const std::vector<StTensor>& tensors);
+// Header, then the tensors converted to their dtypes, to `sink` (no file: an export).
+Status WriteSafetensorsTo(ByteSink& sink, const std::string& header,
+                          const std::vector<StTensor>& tensors);
 Status WriteSafetensors(const std::string& path, const std::vector<StTensor>& tensors,
                         const std::map<std::string, std::string>& metadata);
 
@@ -105,6 +115,11 @@ uint16_t FloatToFp16(float value);
 StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::string& index_path);
 
 // Writes an index as transformers does (sorted keys, 2-space indent), atomically.
+// The index's JSON (`path` names it in errors), for a caller that sends it rather than
+// writing it.
+StatusOr<std::string> SafetensorsIndexJson(int64_t total_size,
+                                           const std::map<std::string, std::string>& weight_map,
+                                           const std::string& path);
 Status WriteSafetensorsIndex(const std::string& path, int64_t total_size,
                              const std::map<std::string, std::string>& weight_map);
 

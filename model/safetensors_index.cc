@@ -72,6 +72,13 @@ StatusOr<std::map<std::string, std::string>> ReadSafetensorsIndex(const std::str
 
 Status WriteSafetensorsIndex(const std::string& path, int64_t total_size,
                              const std::map<std::string, std::string>& weight_map) {
+  ASSIGN_OR_RETURN(const std::string text, SafetensorsIndexJson(total_size, weight_map, path));
+  return WriteFileAtomically(path, text);
+}
+
+StatusOr<std::string> SafetensorsIndexJson(int64_t total_size,
+                                           const std::map<std::string, std::string>& weight_map,
+                                           const std::string& path) {
   for (const auto& [tensor, file] : weight_map) {
     RETURN_IF_ERROR(CheckShardName(file, tensor, path));
   }
@@ -84,7 +91,7 @@ Status WriteSafetensorsIndex(const std::string& path, int64_t total_size,
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write safetensors index '", path, "': ", e.what()));
   }
-  return WriteFileAtomically(path, text);
+  return text;
 }
 
 StatusOr<std::unique_ptr<HfTensorSource>> HfTensorSource::Open(const std::string& dir) {

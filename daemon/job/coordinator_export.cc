@@ -1,11 +1,10 @@
 // Coordinator::Export: the model at the job's last committed step, fetched stage by stage
 // from every stage site (checked chunk by chunk), as one checkpoint file (llm.c's GPT-2
-// format, or our llama one) or as a Hugging Face directory. The Hugging Face export holds one
-// stage's fragment at a time: each becomes one safetensors shard, streamed and deleted before
-// the next stage is fetched; the index and config.json come last.
+// format, or our llama one) or as a Hugging Face directory, streamed to the caller as the
+// writers produce it (no file on the coordinator's disk). The Hugging Face export holds one
+// stage's fragment at a time: each becomes one safetensors shard, sent before the next stage
+// is fetched; the index and config.json come last.
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/job/coordinator.h"
@@ -19,28 +18,55 @@ namespace {
 
 constexpr size_t kChunk = 1 << 20;
 
-// Streams file `path` to `sink` as `name`, in chunks, then deletes it.
-Status StreamFile(const std::string& path, const std::string& name,
-                  const Coordinator::ExportSink& sink) {
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat("export: cannot read ", path, ": ", ec.message()));
-  std::ifstream in(path, std::ios::binary);
-  std::string buf(kChunk, '\0');
-  uint64_t sent = 0;
-  do {
-    in.read(buf.data(), std::streamsize(std::min<uintmax_t>(kChunk, size - sent)));
-    const size_t got = size_t(in.gcount());
-    if (got == 0 && sent < size) {
-      return absl::InternalError(
-          absl::StrCat("export: ", path, " ended at ", sent, " of ", size, " bytes"));
+// One exported file, sent to the sink in chunks of kChunk as its writer produces it: no copy
+// of the model on the coordinator's disk.
+class ChunkSink : public model::ByteSink {
+ public:
+  ChunkSink(std::string name, uint64_t total, const Coordinator::ExportSink& sink)
+      : name_(std::move(name)), total_(total), sink_(sink) {}
+
+  Status Write(const void* data, size_t n) override {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const size_t take = std::min(n, kChunk - buffer_.size());
+      buffer_.append(p, take);
+      p += take;
+      n -= take;
+      if (buffer_.size() == kChunk) RETURN_IF_ERROR(Flush());
     }
-    RETURN_IF_ERROR(sink(name, buf.substr(0, got), size));
-    sent += got;
-  } while (sent < size);
-  std::filesystem::remove(path, ec);
-  return absl::OkStatus();
+    return absl::OkStatus();
+  }
+  // Sends what is left; the file must be exactly `total` bytes.
+  Status Finish() {
+    if (!buffer_.empty()) RETURN_IF_ERROR(Flush());
+    if (sent_ != total_) {
+      return absl::InternalError(absl::StrCat("export: ", name_.empty() ? "the checkpoint" : name_,
+                                              " came to ", sent_, " bytes, not ", total_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Status Flush() {
+    sent_ += buffer_.size();
+    RETURN_IF_ERROR(sink_(name_, buffer_, total_));
+    buffer_.clear();
+    return absl::OkStatus();
+  }
+
+  std::string name_;
+  uint64_t total_;
+  const Coordinator::ExportSink& sink_;
+  std::string buffer_;
+  uint64_t sent_ = 0;
+};
+
+// A small file (index, config) sent whole.
+Status SendWhole(const std::string& name, const std::string& bytes,
+                 const Coordinator::ExportSink& sink) {
+  ChunkSink out(name, bytes.size(), sink);
+  RETURN_IF_ERROR(out.Write(bytes.data(), bytes.size()));
+  return out.Finish();
 }
 
 }  // namespace
@@ -100,16 +126,13 @@ Status Coordinator::Export(const std::string& format, const std::string& dtype,
       RETURN_IF_ERROR(fetch(*st, &flat));
       layout.InsertIntoModel(flat.values.data(), params.data());
     }
-    const std::string path = env_.job_dir + "/export.bin";
-    RETURN_IF_ERROR(model::WriteCheckpoint(path, config, params.data()));
-    return StreamFile(path, "", sink);
+    ChunkSink out("", uint64_t(model::CheckpointBytes(config)), sink);
+    RETURN_IF_ERROR(model::WriteCheckpointTo(out, config, params.data()));
+    return out.Finish();
   }
 
-  const std::string dir = env_.job_dir + "/export_hf";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  std::vector<std::pair<std::string, std::vector<std::string>>> shards;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard
   int64_t total_bytes = 0;
   for (size_t k = 0; k < stages.size(); ++k) {
     const v1::StageInfo& st = *stages[k];
@@ -120,18 +143,22 @@ Status Coordinator::Export(const std::string& format, const std::string& dtype,
     ASSIGN_OR_RETURN(auto tensors,
                      model::HfFragmentTensors::Of(layout, flat.values.data(), st_dtype));
     const std::string name = model::HfShardName(int(k) + 1, int(stages.size()));
-    RETURN_IF_ERROR(model::WriteSafetensors(dir + "/" + name, tensors->tensors(), metadata));
-    auto& [file, names] = shards.emplace_back(name, std::vector<std::string>{});
-    for (const model::StTensor& t : tensors->tensors()) names.push_back(t.name);
+    ASSIGN_OR_RETURN(const std::string header,
+                     model::SafetensorsHeader(tensors->tensors(), metadata, name));
+    ChunkSink out(name, header.size() + uint64_t(model::SafetensorsDataBytes(tensors->tensors())),
+                  sink);
+    RETURN_IF_ERROR(model::WriteSafetensorsTo(out, header, tensors->tensors()));
+    RETURN_IF_ERROR(out.Finish());
+    for (const model::StTensor& t : tensors->tensors()) weight_map[t.name] = name;
     total_bytes += tensors->bytes();
-    RETURN_IF_ERROR(StreamFile(dir + "/" + name, name, sink));
   }
-  RETURN_IF_ERROR(model::WriteHfIndexAndConfig(dir, config, st_dtype, shards, total_bytes));
-  if (shards.size() > 1) {
-    RETURN_IF_ERROR(
-        StreamFile(dir + "/model.safetensors.index.json", "model.safetensors.index.json", sink));
+  if (stages.size() > 1) {
+    const std::string index_name = "model.safetensors.index.json";
+    ASSIGN_OR_RETURN(const std::string index,
+                     model::SafetensorsIndexJson(total_bytes, weight_map, index_name));
+    RETURN_IF_ERROR(SendWhole(index_name, index, sink));
   }
-  return StreamFile(dir + "/config.json", "config.json", sink);
+  return SendWhole("config.json", model::HfConfigJson(config, st_dtype), sink);
 }
 
 }  // namespace longhaul::daemon
