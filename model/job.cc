@@ -18,12 +18,14 @@ namespace {
 using Entry = YamlWalker::Entry;
 using Fields = YamlWalker::Fields;
 
-const std::vector<absl::string_view> kTopKeys = {
-    "name", "model", "init_from", "data", "steps", "batch_size", "microbatch_size", "seq_len",
-    "optimizer", "seed", "checkpoint", "backend", "threads",
-    // Read by distributed jobs (daemon/job/job_spec.h); train-local ignores them.
-    "sites", "compression", "replan", "placement", "replicas", "replica_microbatches",
-    "replica_stages", "sync", "extra_in_flight"};
+// train-local's keys, then the pipeline keys distributed jobs read (kPipelineJobKeys).
+const std::vector<absl::string_view> kTopKeys = [] {
+  std::vector<absl::string_view> keys = {
+      "name",    "model",     "init_from", "data",       "steps",   "batch_size", "microbatch_size",
+      "seq_len", "optimizer", "seed",      "checkpoint", "backend", "threads"};
+  keys.insert(keys.end(), kPipelineJobKeys.begin(), kPipelineJobKeys.end());
+  return keys;
+}();
 // The first five are required; then the subspace-cut variant's (gpt2), then llama's.
 const std::vector<absl::string_view> kModelKeys = {"layers",
                                                    "channels",

@@ -48,16 +48,24 @@
 // Errors read "FILE:LINE:COLUMN: key.path: problem".
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/status.h"
 #include "model/config.h"
 #include "model/optimizer.h"
 #include "model/token_data.h"
 
 namespace longhaul::model {
+
+// The top-level keys of a job file that distributed jobs read (daemon/job/job_spec.h) and
+// train-local accepts and ignores: the one list of them.
+inline constexpr std::array<absl::string_view, 9> kPipelineJobKeys = {
+    "sites", "compression",          "replan",         "placement",      "replicas",
+    "sync",  "replica_microbatches", "replica_stages", "extra_in_flight"};
 
 // The data source keyword for the built-in corpus.
 inline constexpr char kBuiltinData[] = "builtin";
