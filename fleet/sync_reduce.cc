@@ -36,6 +36,10 @@ std::vector<float> TokenWeights(const std::vector<int>& microbatches,
   return weights;
 }
 
+void AddWeighted(float weight, std::span<const float> values, std::span<float> out) {
+  for (size_t j = 0; j < out.size(); ++j) out[j] += weight * values[j];
+}
+
 Status SumContributions(const std::vector<std::span<const uint8_t>>& frames,
                         std::span<const float> weights, std::span<float> out) {
   if (frames.size() != weights.size()) {
@@ -58,8 +62,7 @@ Status SumContributions(const std::vector<std::span<const uint8_t>>& frames,
     }
     RETURN_IF_ERROR(Annotate(compression::DecodeFrameValues(*header, frames[i], decoded),
                              absl::StrCat("sync contribution of member ", i)));
-    const float w = weights[i];
-    for (size_t j = 0; j < out.size(); ++j) out[j] += w * decoded[j];
+    AddWeighted(weights[i], decoded, out);
   }
   return absl::OkStatus();
 }

@@ -42,6 +42,11 @@ class ContributionEncoder : public compression::FeedbackEncoder {
 std::vector<float> TokenWeights(const std::vector<int>& microbatches,
                                 const std::vector<bool>& live = {});
 
+// out += weight x values, element by element: the one step of every replica-ordered sum
+// (SumContributions here, a daemon's gathered sync in daemon/job/sync_exchange.cc), so that
+// both add the same floats in the same order and agree bit for bit.
+void AddWeighted(float weight, std::span<const float> values, std::span<float> out);
+
 // out = sum over i of weights[i] * decode(frames[i]), the terms added in index (member) order
 // starting from zero. Every frame must decode (checksum, header, codec) to exactly out.size()
 // values; errors name the member and the sizes. REQUIRES: frames.size() == weights.size().

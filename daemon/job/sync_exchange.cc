@@ -392,9 +392,7 @@ Status SyncExchange::Finish(std::span<float> out) {
     std::fill(out.begin(), out.end(), 0.0f);
     for (int r = 0; r < replicas; ++r) {
       if (!o_.live[r]) continue;
-      const std::vector<float>& d = decoded_[static_cast<size_t>(r)];
-      const float weight = weights_[static_cast<size_t>(r)];
-      for (size_t j = 0; j < n; ++j) out[j] += weight * d[j];
+      fleet::AddWeighted(weights_[static_cast<size_t>(r)], decoded_[static_cast<size_t>(r)], out);
     }
     decoded_.clear();
   }
