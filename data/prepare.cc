@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -129,6 +132,50 @@ struct SplitWriter {
     pending_documents = 0;
     return absl::OkStatus();
   }
+};
+
+// A round of pieces on its way through read, encode and write.
+struct Round {
+  std::vector<Piece> pieces;
+  std::vector<Encoded> encoded;
+  std::vector<std::pair<size_t, std::string>> hashes;  // inputs read to their end: SHA-256
+  int64_t bytes_read = 0;                              // input bytes read by then
+};
+
+// A bounded queue of rounds between two of the stages. Close() ends it: Push then fails, and
+// Pop returns what is queued, then null.
+class RoundQueue {
+ public:
+  explicit RoundQueue(size_t capacity) : capacity_(capacity) {}
+  bool Push(std::unique_ptr<Round> round) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return closed_ || queue_.size() < capacity_; });
+    if (closed_) return false;
+    queue_.push_back(std::move(round));
+    cv_.notify_all();
+    return true;
+  }
+  std::unique_ptr<Round> Pop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+    if (queue_.empty()) return nullptr;
+    std::unique_ptr<Round> round = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return round;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  size_t capacity_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Round>> queue_;
+  bool closed_ = false;
 };
 
 json ShardsJson(const std::vector<model::ManifestShard>& shards) {
@@ -434,41 +481,80 @@ StatusOr<PrepareResult> Preparer::Run() {
   int64_t total_bytes = 0;
   for (const InputFile& f : inputs_) total_bytes += f.bytes;
   const size_t threads = static_cast<size_t>(o_.threads);
-  std::vector<Piece> pieces;
-  std::vector<Encoded> encoded;
-  bool more = true;
-  while (more) {
-    // A round: read, encode in parallel, write in order.
-    pieces.clear();
-    size_t bytes = 0;
-    while (bytes < threads * kRoundBytesPerThread &&
-           pieces.size() < threads * kRoundPiecesPerThread) {
-      Piece p;
-      ASSIGN_OR_RETURN(more, reader.Next(&p));
-      if (!more) break;
-      bytes += p.bytes.size() + 1;
-      pieces.push_back(std::move(p));
-      // Hashes of files read to their end.
-      const size_t done = static_cast<size_t>(pieces.back().end.file);
-      for (size_t f = 0; f < done && f < inputs_.size(); ++f) {
-        if (manifest_.sources[f].sha256.empty() && !reader.sha256(static_cast<int>(f)).empty()) {
-          manifest_.sources[f].sha256 = reader.sha256(static_cast<int>(f));
+
+  // Three stages run at once, two rounds apart at most: a reader thread cuts rounds of pieces,
+  // this thread encodes each round on `threads` workers, a writer thread writes rounds in order
+  // (shards, state, progress). Everything the manifest holds changes on the writer only.
+  RoundQueue to_encode(2), to_write(2);
+  std::mutex error_mu;
+  Status first_error;
+  auto fail = [&](Status s) {
+    {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (first_error.ok()) first_error = std::move(s);
+    }
+    to_encode.Close();
+    to_write.Close();
+  };
+  std::thread read_thread([&] {
+    bool more = true;
+    std::vector<bool> hashed(inputs_.size(), false);
+    while (more) {
+      auto round = std::make_unique<Round>();
+      size_t bytes = 0;
+      while (bytes < threads * kRoundBytesPerThread &&
+             round->pieces.size() < threads * kRoundPiecesPerThread) {
+        Piece p;
+        auto next = reader.Next(&p);
+        if (!next.ok()) return fail(next.status());
+        more = *next;
+        if (!more) break;
+        bytes += p.bytes.size() + 1;
+        round->pieces.push_back(std::move(p));
+      }
+      // Hashes of the files read to their end by now.
+      for (size_t f = 0; f < inputs_.size(); ++f) {
+        if (!hashed[f] && !reader.sha256(static_cast<int>(f)).empty()) {
+          round->hashes.emplace_back(f, reader.sha256(static_cast<int>(f)));
+          hashed[f] = true;
         }
       }
+      round->bytes_read = reader.bytes_read();
+      if (!to_encode.Push(std::move(round))) return;  // stopped
     }
-    encoded.assign(pieces.size(), Encoded{});
+    to_encode.Close();
+  });
+  std::thread write_thread([&] {
+    while (std::unique_ptr<Round> round = to_write.Pop()) {
+      for (const auto& [f, sha] : round->hashes) manifest_.sources[f].sha256 = sha;
+      for (size_t i = 0; i < round->pieces.size(); ++i) {
+        Status s = Write(round->pieces[i], round->encoded[i]);
+        if (!s.ok()) return fail(std::move(s));
+      }
+      if (progress_) {
+        PrepareProgress pr;
+        pr.bytes_done = round->bytes_read;
+        pr.bytes_total = total_bytes;
+        pr.tokens = tokens_;
+        pr.documents = documents_;
+        pr.seconds = Now() - t0;
+        progress_(pr);
+      }
+    }
+  });
+  while (std::unique_ptr<Round> round = to_encode.Pop()) {
+    const std::vector<Piece>& pieces = round->pieces;
+    round->encoded.assign(pieces.size(), Encoded{});
     std::vector<double> busy(threads, 0);
     auto work = [&](size_t t) {
       const double s = Now();
-      for (size_t i = t; i < pieces.size(); i += threads)
-        EncodePiece(pieces[i], o_, tok_, bos_, &encoded[i]);
+      for (size_t i = t; i < pieces.size(); i += threads) {
+        EncodePiece(pieces[i], o_, tok_, bos_, &round->encoded[i]);
+      }
       busy[t] = Now() - s;
     };
     if (threads == 1 || pieces.size() < 2) {
       work(0);
-      if (threads > 1) {
-        for (size_t t = 1; t < threads; ++t) busy[t] = 0;
-      }
     } else {
       std::vector<std::thread> pool;
       for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
@@ -476,20 +562,16 @@ StatusOr<PrepareResult> Preparer::Run() {
       for (std::thread& th : pool) th.join();
     }
     for (double b : busy) result_.encode_cpu_seconds += b;
-    for (size_t i = 0; i < pieces.size(); ++i) RETURN_IF_ERROR(Write(pieces[i], encoded[i]));
-    if (progress_) {
-      PrepareProgress pr;
-      pr.bytes_done = reader.bytes_read();
-      pr.bytes_total = total_bytes;
-      pr.tokens = tokens_;
-      pr.documents = documents_;
-      pr.seconds = Now() - t0;
-      progress_(pr);
-    }
+    if (!to_write.Push(std::move(round))) break;  // stopped
   }
+  to_write.Close();
+  read_thread.join();
+  write_thread.join();
+  RETURN_IF_ERROR(first_error);
   for (size_t f = 0; f < inputs_.size(); ++f) {
-    if (manifest_.sources[f].sha256.empty())
+    if (manifest_.sources[f].sha256.empty()) {
       manifest_.sources[f].sha256 = reader.sha256(static_cast<int>(f));
+    }
   }
   RETURN_IF_ERROR(train_.Flush(o_.out_dir, width_));
   RETURN_IF_ERROR(val_.Flush(o_.out_dir, width_));
