@@ -197,6 +197,16 @@
     const val = hist && hist.val_losses && hist.val_losses.length ?
         hist.val_losses[hist.val_losses.length - 1] : null;
     if (val) facts.append(fact('validation', `${num(val.loss, 4)} (step ${val.step})`));
+    // A mixture's sources: the share of tokens each has given so far against its weight.
+    const sources = job.data_sources || [];
+    if (sources.length > 1) {
+      const weights = sources.reduce((a, d) => a + (d.weight || 0), 0);
+      for (const d of sources) {
+        const name = String(d.name || '').replace(/\/(manifest\.json)?$/, '').split('/').pop();
+        facts.append(fact('data ' + name,
+            `${num(100 * (d.share || 0), 1)}% (asked ${num(weights ? 100 * d.weight / weights : 0, 1)}%)`));
+      }
+    }
     card.querySelector('.detail').textContent = job.detail || '';
 
     const c = charts.get(job.job) || makeCharts(card, job.job);
