@@ -32,6 +32,7 @@
 // in more parts has no merge (it is reached only as a whole piece, with ignore_merges).
 import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import { Tokenizer } from "@huggingface/tokenizers";
+import { benchEncode, timed } from "./bench_timing.mjs";
 
 // Llama 3's (and tiktoken's) spelling of cl100k_base's pattern, in the Oniguruma syntax that
 // tokenizer.json files use.
@@ -192,41 +193,11 @@ function commandEncode(path, special, recordsPath, outPath) {
 }
 
 function commandBench(path, textPath, minSecondsText) {
-  const minSeconds = Number(minSecondsText);
-  if (!(minSeconds > 0)) fail(`MIN_SECONDS must be a positive number, not ${minSecondsText}`);
-  const loadStart = process.hrtime.bigint();
-  const tokenizer = load(path, "none");
-  const loadSeconds = Number(process.hrtime.bigint() - loadStart) / 1e9;
+  const { value: tokenizer, seconds: loadSeconds } = timed(() => load(path, "none"));
   const text = readFileSync(textPath, "utf8");
-  const encode = () => tokenizer.encode(text, { add_special_tokens: false }).ids.length;
-  const tokens = encode();  // warm-up
-  const times = [];
-  let total = 0;
-  while (total < minSeconds || times.length < 3) {
-    const start = process.hrtime.bigint();
-    const n = encode();
-    const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-    if (n !== tokens) fail("token count changed between runs");
-    times.push(seconds);
-    total += seconds;
-  }
-  times.sort((a, b) => a - b);
-  const best = times[0];
-  const median = times[Math.floor(times.length / 2)];
-  console.log(JSON.stringify({
-    implementation: "@huggingface/tokenizers",
-    node: process.version,
-    tokenizer: path,
-    bytes: Buffer.byteLength(text, "utf8"),
-    tokens,
-    runs: times.length,
-    load_seconds: loadSeconds,
-    best_seconds: best,
-    median_seconds: median,
-    tokens_per_second_best: tokens / best,
-    tokens_per_second_median: tokens / median,
-    seconds: times,
-  }));
+  benchEncode({ implementation: "@huggingface/tokenizers", tokenizer: path,
+                load_seconds: loadSeconds }, text, Number(minSecondsText),
+              () => tokenizer.encode(text, { add_special_tokens: false }).ids.length, fail);
 }
 
 const [command, ...args] = process.argv.slice(2);

@@ -19,6 +19,7 @@ import { readFileSync, writeFileSync, mkdirSync } from "node:fs";
 import { Tiktoken } from "js-tiktoken/lite";
 import gpt2 from "js-tiktoken/ranks/gpt2";
 import cl100k_base from "js-tiktoken/ranks/cl100k_base";
+import { benchEncode, timed } from "./bench_timing.mjs";
 
 const RANKS = { gpt2, cl100k_base };
 
@@ -80,40 +81,10 @@ function commandEncode(name, special, recordsPath, outPath) {
 }
 
 function commandBench(name, textPath, minSecondsText) {
-  const minSeconds = Number(minSecondsText);
-  if (!(minSeconds > 0)) fail(`MIN_SECONDS must be a positive number, not ${minSecondsText}`);
-  const loadStart = process.hrtime.bigint();
-  const enc = new Tiktoken(ranksOf(name));
-  const loadSeconds = Number(process.hrtime.bigint() - loadStart) / 1e9;
+  const { value: enc, seconds: loadSeconds } = timed(() => new Tiktoken(ranksOf(name)));
   const text = readFileSync(textPath, "utf8");
-  const tokens = enc.encode(text, [], []).length;  // warm-up
-  const times = [];
-  let total = 0;
-  while (total < minSeconds || times.length < 3) {
-    const start = process.hrtime.bigint();
-    const n = enc.encode(text, [], []).length;
-    const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-    if (n !== tokens) fail("token count changed between runs");
-    times.push(seconds);
-    total += seconds;
-  }
-  times.sort((a, b) => a - b);
-  const best = times[0];
-  const median = times[Math.floor(times.length / 2)];
-  console.log(JSON.stringify({
-    implementation: "js-tiktoken",
-    node: process.version,
-    encoding: name,
-    bytes: Buffer.byteLength(text, "utf8"),
-    tokens,
-    runs: times.length,
-    load_seconds: loadSeconds,
-    best_seconds: best,
-    median_seconds: median,
-    tokens_per_second_best: tokens / best,
-    tokens_per_second_median: tokens / median,
-    seconds: times,
-  }));
+  benchEncode({ implementation: "js-tiktoken", encoding: name, load_seconds: loadSeconds }, text,
+              Number(minSecondsText), () => enc.encode(text, [], []).length, fail);
 }
 
 const [command, ...args] = process.argv.slice(2);

@@ -10,6 +10,7 @@
 //       seconds (the same fields as js_tiktoken.mjs bench).
 import { readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { benchEncode, timed } from "./bench_timing.mjs";
 
 const require = createRequire(import.meta.url);
 
@@ -40,35 +41,9 @@ function commandIds(name, textFile, out) {
 function commandBench(name, textFile, minSeconds) {
   const { enc, loadSeconds } = load(name);
   const text = readFileSync(textFile, "utf8");
-  const tokens = enc.encode_ordinary(text).length;  // warm-up
-  const times = [];
-  let total = 0;
-  while (total < Number(minSeconds) || times.length < 3) {
-    const start = process.hrtime.bigint();
-    const n = enc.encode_ordinary(text).length;
-    const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-    if (n !== tokens) fail("token count changed between runs");
-    times.push(seconds);
-    total += seconds;
-  }
+  benchEncode({ implementation: "tiktoken (WASM)", encoding: name, load_seconds: loadSeconds },
+              text, Number(minSeconds), () => enc.encode_ordinary(text).length, fail);
   enc.free();
-  times.sort((a, b) => a - b);
-  const best = times[0];
-  const median = times[Math.floor(times.length / 2)];
-  console.log(JSON.stringify({
-    implementation: "tiktoken (WASM)",
-    node: process.version,
-    encoding: name,
-    bytes: Buffer.byteLength(text, "utf8"),
-    tokens,
-    runs: times.length,
-    load_seconds: loadSeconds,
-    best_seconds: best,
-    median_seconds: median,
-    tokens_per_second_best: tokens / best,
-    tokens_per_second_median: tokens / median,
-    seconds: times,
-  }));
 }
 
 const [command, ...args] = process.argv.slice(2);
