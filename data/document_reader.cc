@@ -74,16 +74,26 @@ StatusOr<std::vector<InputFile>> ListInputs(const std::vector<std::string>& path
     std::vector<std::string> found;
     fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
     if (ec) return absl::NotFoundError(absl::StrCat("input '", path, "': ", ec.message()));
-    for (; it != end; it.increment(ec)) {
-      if (ec) return absl::InternalError(absl::StrCat("walking '", path, "': ", ec.message()));
+    // increment() turns the iterator into `end` on an error, so the error is checked after
+    // every step, before the loop test (an unreadable folder must not end the walk quietly).
+    while (it != end) {
       const std::string name = it->path().filename().string();
-      if (!name.empty() && name[0] == '.') {
-        if (it->is_directory(ec)) it.disable_recursion_pending();
-        continue;
+      const bool hidden = !name.empty() && name[0] == '.';
+      const bool is_dir = it->is_directory(ec);
+      if (!ec && hidden && is_dir) it.disable_recursion_pending();
+      const bool regular = !ec && it->is_regular_file(ec);
+      if (ec) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("input '", it->path().string(), "': ", ec.message()));
       }
-      if (!it->is_regular_file(ec)) continue;
-      if (EndsWithAny(name, {".txt", ".text", ".md", ".jsonl", ".ndjson"})) {
+      if (!hidden && regular && EndsWithAny(name, {".txt", ".text", ".md", ".jsonl", ".ndjson"})) {
         found.push_back(it->path().string());
+      }
+      const std::string at = it->path().string();
+      it.increment(ec);
+      if (ec) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("walking '", path, "' after '", at, "': ", ec.message()));
       }
     }
     if (found.empty()) {
@@ -101,7 +111,10 @@ StatusOr<std::vector<InputFile>> ListInputs(const std::vector<std::string>& path
 
 size_t FindTextCut(std::string_view text, size_t from) {
   for (size_t i = std::max<size_t>(from, 2); i < text.size(); ++i) {
-    if (text[i - 1] == '\n' && !IsSpace(text[i - 2]) && IsAsciiLetter(text[i])) return i;
+    // Before the newline a printable ASCII character that is no space (every Unicode space
+    // counts as \s to the patterns, so a non-ASCII byte there could be one).
+    const unsigned char before = static_cast<unsigned char>(text[i - 2]);
+    if (text[i - 1] == '\n' && before >= 0x21 && before <= 0x7E && IsAsciiLetter(text[i])) return i;
   }
   return std::string_view::npos;
 }
@@ -216,9 +229,12 @@ StatusOr<bool> PieceReader::Next(Piece* piece) {
         (void)more;
         nl = available().find('\n');
       }
+      // Too long whatever the buffer happened to hold: a line of more than kMaxJsonLineBytes.
+      if (nl != std::string_view::npos && nl > kMaxJsonLineBytes) nl = std::string_view::npos;
       if (nl == std::string_view::npos && available().size() > kMaxJsonLineBytes) {
         // Skip the rest of the line without keeping it.
         piece->too_long = true;
+        nl = available().find('\n');
         while (nl == std::string_view::npos && !eof_) {
           const size_t skipped = available().size();
           buf_pos_ += skipped;
@@ -248,12 +264,17 @@ StatusOr<bool> PieceReader::Next(Piece* piece) {
         ASSIGN_OR_RETURN(bool more, Fill());
         (void)more;
       }
-      size_t cut = FindTextCut(available(), piece_bytes_);
+      // Cuts are looked for only up to piece + scan bytes, whatever the buffer holds beyond,
+      // so a resumed run (which starts with an empty buffer) cuts where a whole run does.
+      auto find_cut = [this, &available] {
+        return FindTextCut(available().substr(0, piece_bytes_ + scan_bytes_ + 1), piece_bytes_);
+      };
+      size_t cut = find_cut();
       while (cut == std::string_view::npos && !eof_ &&
              available().size() <= piece_bytes_ + scan_bytes_) {
         ASSIGN_OR_RETURN(bool more, Fill());
         (void)more;
-        cut = FindTextCut(available(), piece_bytes_);
+        cut = find_cut();
       }
       if (cut == std::string_view::npos && available().size() > piece_bytes_ + scan_bytes_) {
         // No line break to cut at (binary data, one giant line): cut anyway, at a character

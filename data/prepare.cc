@@ -37,7 +37,9 @@ using nlohmann::json;
 
 constexpr const char* kStateDir = ".prepare";
 constexpr const char* kStateFile = "state.json";
-constexpr const char* kValPendingFile = "val-pending.bin";
+// The validation tokens not yet in a shard, one file per saved state ("val-pending-N.bin",
+// N the train shards then), named by state.json: the two are committed by state.json's rename.
+constexpr const char* kValPendingPrefix = "val-pending-";
 constexpr int kStateVersion = 1;
 // Work handed to each thread per round.
 constexpr size_t kRoundBytesPerThread = size_t{4} << 20;
@@ -208,7 +210,8 @@ std::string Fingerprint(const PrepareOptions& o, const std::vector<InputFile>& i
   json in = json::array();
   for (const InputFile& f : inputs) in.push_back({f.path, f.bytes, f.mtime_ns, int(f.kind)});
   j["inputs"] = in;
-  j["tokenizer"] = tok.sha256;
+  j["tokenizer"] = {tok.sha256, tok.name, tok.kind, tok.eot_id ? int64_t(*tok.eot_id) : -1,
+                    tok.bos_id ? int64_t(*tok.bos_id) : -1};
   j["field"] = o.json_field;
   j["val_fraction"] = o.val_fraction;
   j["seed"] = o.seed;
@@ -216,7 +219,8 @@ std::string Fingerprint(const PrepareOptions& o, const std::vector<InputFile>& i
   j["piece_bytes"] = o.text_piece_bytes;
   j["scan_bytes"] = o.text_scan_bytes;
   j["bits"] = bits;
-  return Sha256Hex(j.dump());
+  // Paths need not be UTF-8: their bytes replaced for the hash rather than thrown on.
+  return Sha256Hex(j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 class Preparer {
@@ -326,6 +330,8 @@ Status Preparer::Setup() {
 }
 
 Status Preparer::LoadState() {
+  std::string pending_file;
+  int64_t pending_tokens = 0;
   std::error_code ec;
   if (!fs::exists(StatePath(kStateFile), ec)) return absl::OkStatus();
   ASSIGN_OR_RETURN(int64_t size, model::FileSize(StatePath(kStateFile), "interrupted run's state"));
@@ -373,14 +379,26 @@ Status Preparer::LoadState() {
     tokens_ = st.at("tokens").get<int64_t>();
     documents_ = st.at("documents").get<int64_t>();
     val_.pending_documents = st.at("val_pending_documents").get<int64_t>();
+    pending_file = st.at("val_pending_file").get<std::string>();
+    pending_tokens = st.at("val_pending_tokens").get<int64_t>();
   } catch (const json::exception& e) {
     return absl::DataLossError(absl::StrCat(StatePath(kStateFile), " is damaged (", e.what(),
                                             "); pass --force to start over"));
   }
-  if (fs::exists(StatePath(kValPendingFile), ec)) {
-    ASSIGN_OR_RETURN(model::TokenData pending,
-                     model::ReadTokenData(StatePath(kValPendingFile), model::DataFormat::kLlmc));
+  if (!pending_file.empty()) {
+    if (pending_file.find('/') != std::string::npos) {
+      return absl::DataLossError(absl::StrCat(StatePath(kStateFile),
+                                              " is damaged (val_pending_file '", pending_file,
+                                              "'); pass --force to start over"));
+    }
+    ASSIGN_OR_RETURN(model::TokenData pending, model::ReadTokenData(StatePath(pending_file.c_str()),
+                                                                    model::DataFormat::kLlmc));
     val_.pending = std::move(pending.tokens);
+  }
+  if (static_cast<int64_t>(val_.pending.size()) != pending_tokens) {
+    return absl::DataLossError(absl::StrCat(StatePath(kStateFile), " says ", pending_tokens,
+                                            " validation tokens are pending, its file holds ",
+                                            val_.pending.size(), "; pass --force to start over"));
   }
   result_.resumed = true;
   return absl::OkStatus();
@@ -389,11 +407,11 @@ Status Preparer::LoadState() {
 Status Preparer::SaveState(const ReadPosition& pos) {
   std::error_code ec;
   fs::create_directories(absl::StrCat(o_.out_dir, "/", kStateDir), ec);
-  if (val_.pending.empty()) {
-    fs::remove(StatePath(kValPendingFile), ec);
-  } else {
-    RETURN_IF_ERROR(
-        model::WriteTokenFile(StatePath(kValPendingFile), val_.pending, model::TokenWidth::kU32));
+  const std::string pending_file =
+      val_.pending.empty() ? "" : absl::StrCat(kValPendingPrefix, train_.shards.size(), ".bin");
+  if (!pending_file.empty()) {
+    RETURN_IF_ERROR(model::WriteTokenFile(StatePath(pending_file.c_str()), val_.pending,
+                                          model::TokenWidth::kU32));
   }
   json st;
   st["version"] = kStateVersion;
@@ -404,6 +422,7 @@ Status Preparer::SaveState(const ReadPosition& pos) {
   st["val"] = ShardsJson(val_.shards);
   st["val_pending_documents"] = val_.pending_documents;
   st["val_pending_tokens"] = val_.pending.size();
+  st["val_pending_file"] = pending_file;
   json sources = json::array();
   for (const model::ManifestSource& s : manifest_.sources) {
     sources.push_back({{"sha256", s.sha256},
@@ -420,8 +439,14 @@ Status Preparer::SaveState(const ReadPosition& pos) {
                {"examples", examples}};
   st["tokens"] = tokens_;
   st["documents"] = documents_;
-  return model::WriteFileAtomically(StatePath(kStateFile),
-                                    st.dump(-1, ' ', false, json::error_handler_t::replace));
+  RETURN_IF_ERROR(model::WriteFileAtomically(
+      StatePath(kStateFile), st.dump(-1, ' ', false, json::error_handler_t::replace)));
+  // Committed: older pending files are no state's any more.
+  for (const auto& entry : fs::directory_iterator(absl::StrCat(o_.out_dir, "/", kStateDir), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kValPendingPrefix, 0) == 0 && name != pending_file) fs::remove(entry.path(), ec);
+  }
+  return absl::OkStatus();
 }
 
 Status Preparer::Write(const Piece& piece, Encoded& e) {
@@ -583,6 +608,17 @@ StatusOr<PrepareResult> Preparer::Run() {
         "the input gave no training tokens (", manifest_.bad_documents, " bad documents, ",
         documents_, " good ones", documents_ > 0 ? ", all in the validation split" : "", ")"));
   }
+  if (o_.max_bad_documents >= 0 && manifest_.bad_documents > o_.max_bad_documents) {
+    // Over the limit: no manifest, so no job takes the data (--force starts over).
+    return absl::InvalidArgumentError(absl::StrCat(
+        manifest_.bad_documents, " bad documents, more than the ", o_.max_bad_documents,
+        " allowed; no manifest written (first: ",
+        manifest_.bad_examples.empty()
+            ? ""
+            : absl::StrCat(manifest_.bad_examples[0].file, ":", manifest_.bad_examples[0].line,
+                           ": ", manifest_.bad_examples[0].reason),
+        ")"));
+  }
   RETURN_IF_ERROR(
       model::WriteFileAtomically(absl::StrCat(o_.out_dir, "/", model::kManifestFileName),
                                  model::TokenManifestToJson(manifest_)));
@@ -591,16 +627,6 @@ StatusOr<PrepareResult> Preparer::Run() {
   result_.manifest = manifest_;
   result_.bytes = reader.bytes_read() - start_bytes;
   result_.seconds = Now() - t0;
-  if (o_.max_bad_documents >= 0 && manifest_.bad_documents > o_.max_bad_documents) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        manifest_.bad_documents, " bad documents, more than the ", o_.max_bad_documents,
-        " allowed (the manifest lists them; first: ",
-        manifest_.bad_examples.empty()
-            ? ""
-            : absl::StrCat(manifest_.bad_examples[0].file, ":", manifest_.bad_examples[0].line,
-                           ": ", manifest_.bad_examples[0].reason),
-        ")"));
-  }
   return result_;
 }
 

@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "common/json_load.h"
@@ -23,7 +24,7 @@ constexpr int64_t kMaxManifestBytes = int64_t{128} << 20;
 constexpr size_t kMaxExamples = 1000;
 
 std::string Quote(const json& v) {
-  std::string s = v.dump();
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
@@ -99,7 +100,7 @@ bool PlainFileName(const std::string& name) {
 }
 
 Status ParseShards(const json& root, const std::string& what, const std::string& key,
-                   std::vector<ManifestShard>* shards) {
+                   std::unordered_set<std::string>* names, std::vector<ManifestShard>* shards) {
   auto it = root.find(key);
   if (it == root.end() || it->is_null()) return absl::OkStatus();  // no such split
   if (!it->is_array()) {
@@ -118,9 +119,8 @@ Status ParseShards(const json& root, const std::string& what, const std::string&
     ASSIGN_OR_RETURN(s.tokens, f.Count("tokens", std::numeric_limits<int32_t>::max()));
     ASSIGN_OR_RETURN(s.documents, f.Count("documents", std::numeric_limits<int32_t>::max()));
     ASSIGN_OR_RETURN(s.sha256, f.Sha256("sha256"));
-    for (const ManifestShard& other : *shards) {
-      if (other.file == s.file)
-        return f.Error("file", absl::StrCat("'", s.file, "' is listed twice"));
+    if (!names->insert(s.file).second) {
+      return f.Error("file", absl::StrCat("'", s.file, "' is listed twice (in train or val)"));
     }
     shards->push_back(std::move(s));
   }
@@ -162,7 +162,7 @@ std::string TokenManifestToJson(const TokenManifest& m) {
   if (m.tokenizer.bos_id) tok["bos_id"] = *m.tokenizer.bos_id;
   head["tokenizer"] = tok;
   head["token_bits"] = m.token_bits;
-  std::string out = head.dump(2);
+  std::string out = head.dump(2, ' ', false, json::error_handler_t::replace);
   out.pop_back();  // the closing brace: splits, sources and bad input follow
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   auto add_list = [&out](const std::string& key, const std::vector<std::string>& items) {
@@ -174,7 +174,8 @@ std::string TokenManifestToJson(const TokenManifest& m) {
   };
   for (bool val : {false, true}) {
     std::vector<std::string> items;
-    for (const ManifestShard& s : m.split(val)) items.push_back(ShardJson(s).dump());
+    for (const ManifestShard& s : m.split(val))
+      items.push_back(ShardJson(s).dump(-1, ' ', false, json::error_handler_t::replace));
     add_list(val ? "val" : "train", items);
   }
   std::vector<std::string> sources;
@@ -244,15 +245,9 @@ StatusOr<TokenManifest> ParseTokenManifest(const std::string& text, const std::s
     return top.Error("token_bits", absl::StrCat("16 cannot hold the vocabulary's ", vocab, " ids"));
   }
   m.token_bits = static_cast<int>(bits);
-  RETURN_IF_ERROR(ParseShards(root, what, "train", &m.train));
-  RETURN_IF_ERROR(ParseShards(root, what, "val", &m.val));
-  for (const ManifestShard& v : m.val) {
-    for (const ManifestShard& t : m.train) {
-      if (v.file == t.file) {
-        return top.Error("val", absl::StrCat("'", v.file, "' is also a train shard"));
-      }
-    }
-  }
+  std::unordered_set<std::string> names;  // every shard's file, once across both splits
+  RETURN_IF_ERROR(ParseShards(root, what, "train", &names, &m.train));
+  RETURN_IF_ERROR(ParseShards(root, what, "val", &names, &m.val));
   if (auto it = root.find("sources"); it != root.end() && it->is_array()) {
     for (size_t i = 0; i < it->size(); ++i) {
       Fields f((*it)[i], absl::StrCat(what, ": sources[", i, "]"));

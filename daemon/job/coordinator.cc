@@ -277,9 +277,11 @@ void Coordinator::Run() {
                         record_.job_id(), problem);
         StopAttempt();
         std::lock_guard<std::mutex> lock(mu_);
-        record_.set_state(v1::JOB_STATE_FAILED);
-        record_.set_detail(problem);
-        PersistLocked();
+        if (!TerminalState(record_.state())) {  // a cancel that came first stands
+          record_.set_state(v1::JOB_STATE_FAILED);
+          record_.set_detail(problem);
+          PersistLocked();
+        }
         cv_.notify_all();
         return;
       }

@@ -11,9 +11,22 @@ namespace longhaul::daemon {
 
 inline constexpr char kInputDataErrorPayload[] = "type.longhaul/input-data-error";
 
-// `s` marked as an input-data error (OK stays OK).
+// `s` marked as an input-data error when it says the data itself is wrong or missing
+// (DataLoss, InvalidArgument, NotFound, OutOfRange, PermissionDenied); other errors (an I/O
+// error on a network filesystem, say) may pass, and stay errors a rollback retries. OK stays
+// OK.
 inline Status InputDataError(Status s) {
-  if (!s.ok()) s.SetPayload(kInputDataErrorPayload, absl::Cord("1"));
+  switch (s.code()) {
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kPermissionDenied:
+      s.SetPayload(kInputDataErrorPayload, absl::Cord("1"));
+      break;
+    default:
+      break;
+  }
   return s;
 }
 

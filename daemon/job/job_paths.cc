@@ -56,13 +56,25 @@ Status CheckJobPaths(const JobSpec& spec, const std::vector<std::string>& roots,
   }
   // A manifest inside the roots may still name shards that are links out of them; and one
   // made with another vocabulary than the model's is refused here, before the job starts.
+  std::string tokenizer, first_key;
   for (const auto& [key, path] : files) {
     if (key == "init_from" || path.empty() || path == model::kBuiltinData ||
         !model::IsManifestPath(path)) {
       continue;
     }
+    // The manifest file itself too: a folder inside the roots may hold a link out of them.
+    RETURN_IF_ERROR(inside(key, model::ManifestFile(path)));
     ASSIGN_OR_RETURN(model::TokenManifest m,
                      model::LoadJobManifest(path, spec.job.model, spec.job.source + ": " + key));
+    // A mixture's sources and the validation data share the training data's tokenizer.
+    if (tokenizer.empty()) tokenizer = m.tokenizer.sha256;
+    if (m.tokenizer.sha256 != tokenizer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.job.source, ": ", key, ": token manifest '", path, "' was made with tokenizer '",
+          m.tokenizer.name, "' (sha256 ", m.tokenizer.sha256.substr(0, 16), "...), not the one ",
+          first_key, " was made with: a job's manifests must share one tokenizer"));
+    }
+    if (first_key.empty()) first_key = key;
     for (bool val : {false, true}) {
       for (const model::ManifestShard& shard : m.split(val)) {
         RETURN_IF_ERROR(inside(absl::StrCat(key, " shard ", shard.file), m.ShardPath(shard)));

@@ -244,7 +244,8 @@ TEST_CASE("prepare: what it refuses") {
   o.val_fraction = 0;
   o.max_bad_documents = 3;
   CHECK_THAT(std::string(PrepareData(o, Info(*tok), {}).status().message()),
-             Contains("4 bad documents, more than the 3 allowed"));
+             Contains("4 bad documents, more than the 3 allowed; no manifest written"));
+  CHECK(!fs::exists(dir + "/out/manifest.json"));
   o.force = true;
   o.max_bad_documents = -1;
   o.token_bits = 8;
@@ -294,6 +295,22 @@ TEST_CASE("prepare: a line-less text is cut anyway, and said; one run per direct
              Contains("another `longhaul data prepare` is writing"));
   ::close(fd);
   CHECK(PrepareData(o, Info(*tok), {}).ok());
+}
+
+TEST_CASE("prepare: a file name that is not UTF-8 is an input like any other") {
+  const std::string dir = TempDir("prepare-latin1");
+  WriteFile(dir + "/in/caf\xe9.txt", "Caf\xe9 au lait, then the ships left.\nAnother line.\n");
+  auto tok = Toy(Gpt2Encoding());
+  PrepareOptions o;
+  o.inputs = {dir + "/in"};
+  o.out_dir = dir + "/out";
+  o.val_fraction = 0;
+  auto r = PrepareData(o, Info(*tok), {});
+  INFO(r.status());
+  REQUIRE(r.ok());
+  CHECK(r->manifest.sources.size() == 1);
+  CHECK(r->manifest.sources[0].replaced_utf8 == 1);  // the file's own Latin-1 byte
+  CHECK(model::LoadTokenManifest(dir + "/out").ok());
 }
 
 }  // namespace
