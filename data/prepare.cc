@@ -40,7 +40,7 @@ constexpr const char* kStateFile = "state.json";
 // The validation tokens not yet in a shard, one file per saved state ("val-pending-N.bin",
 // N the train shards then), named by state.json: the two are committed by state.json's rename.
 constexpr const char* kValPendingPrefix = "val-pending-";
-constexpr int kStateVersion = 1;
+constexpr int kStateVersion = 2;
 // Work handed to each thread per round.
 constexpr size_t kRoundBytesPerThread = size_t{4} << 20;
 constexpr size_t kRoundPiecesPerThread = 8192;
@@ -179,29 +179,6 @@ class RoundQueue {
   std::deque<std::unique_ptr<Round>> queue_;
   bool closed_ = false;
 };
-
-json ShardsJson(const std::vector<model::ManifestShard>& shards) {
-  json a = json::array();
-  for (const auto& s : shards) {
-    a.push_back(
-        {{"file", s.file}, {"tokens", s.tokens}, {"documents", s.documents}, {"sha256", s.sha256}});
-  }
-  return a;
-}
-
-StatusOr<std::vector<model::ManifestShard>> ShardsFromJson(const json& a) {
-  std::vector<model::ManifestShard> out;
-  if (!a.is_array()) return absl::DataLossError("shards are not a list");
-  for (const json& j : a) {
-    model::ManifestShard s;
-    s.file = j.at("file").get<std::string>();
-    s.tokens = j.at("tokens").get<int64_t>();
-    s.documents = j.at("documents").get<int64_t>();
-    s.sha256 = j.at("sha256").get<std::string>();
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 // Everything about the run that decides its output: a resumed run must match it.
 std::string Fingerprint(const PrepareOptions& o, const std::vector<InputFile>& inputs,
@@ -355,27 +332,19 @@ Status Preparer::LoadState() {
     if (start_.file < 0 || start_.file > static_cast<int>(inputs_.size()) || start_.offset < 0) {
       return absl::DataLossError(absl::StrCat(StatePath(kStateFile), ": position out of range"));
     }
-    ASSIGN_OR_RETURN(train_.shards, ShardsFromJson(st.at("train")));
-    ASSIGN_OR_RETURN(val_.shards, ShardsFromJson(st.at("val")));
-    const json& sources = st.at("sources");
-    if (!sources.is_array() || sources.size() != manifest_.sources.size()) {
+    // Shards, sources and bad input so far: a manifest of the run up to the saved position.
+    const std::string partial = st.at("manifest").get<std::string>();
+    ASSIGN_OR_RETURN(model::TokenManifest m,
+                     model::ParseTokenManifest(partial, StatePath(kStateFile), o_.out_dir));
+    if (m.sources.size() != manifest_.sources.size()) {
       return absl::DataLossError(absl::StrCat(StatePath(kStateFile), ": sources do not match"));
     }
-    for (size_t i = 0; i < sources.size(); ++i) {
-      model::ManifestSource& s = manifest_.sources[i];
-      s.sha256 = sources[i].at("sha256").get<std::string>();
-      s.documents = sources[i].at("documents").get<int64_t>();
-      s.bad_documents = sources[i].at("bad_documents").get<int64_t>();
-      s.replaced_utf8 = sources[i].at("replaced_utf8").get<int64_t>();
-    }
-    const json& bad = st.at("bad");
-    manifest_.bad_documents = bad.at("documents").get<int64_t>();
-    manifest_.bad_by_reason = bad.at("by_reason").get<std::map<std::string, int64_t>>();
-    for (const json& e : bad.at("examples")) {
-      manifest_.bad_examples.push_back({e.at("file").get<std::string>(),
-                                        e.at("line").get<int64_t>(),
-                                        e.at("reason").get<std::string>()});
-    }
+    train_.shards = std::move(m.train);
+    val_.shards = std::move(m.val);
+    manifest_.sources = std::move(m.sources);
+    manifest_.bad_documents = m.bad_documents;
+    manifest_.bad_by_reason = std::move(m.bad_by_reason);
+    manifest_.bad_examples = std::move(m.bad_examples);
     tokens_ = st.at("tokens").get<int64_t>();
     documents_ = st.at("documents").get<int64_t>();
     val_.pending_documents = st.at("val_pending_documents").get<int64_t>();
@@ -418,25 +387,14 @@ Status Preparer::SaveState(const ReadPosition& pos) {
   st["fingerprint"] = fingerprint_;
   st["position"] = {
       {"file", pos.file}, {"offset", pos.offset}, {"line", pos.line}, {"ordinal", pos.ordinal}};
-  st["train"] = ShardsJson(train_.shards);
-  st["val"] = ShardsJson(val_.shards);
   st["val_pending_documents"] = val_.pending_documents;
   st["val_pending_tokens"] = val_.pending.size();
   st["val_pending_file"] = pending_file;
-  json sources = json::array();
-  for (const model::ManifestSource& s : manifest_.sources) {
-    sources.push_back({{"sha256", s.sha256},
-                       {"documents", s.documents},
-                       {"bad_documents", s.bad_documents},
-                       {"replaced_utf8", s.replaced_utf8}});
-  }
-  st["sources"] = sources;
-  json examples = json::array();
-  for (const auto& e : manifest_.bad_examples)
-    examples.push_back({{"file", e.file}, {"line", e.line}, {"reason", e.reason}});
-  st["bad"] = {{"documents", manifest_.bad_documents},
-               {"by_reason", manifest_.bad_by_reason},
-               {"examples", examples}};
+  // Shards, sources and bad input so far, in the manifest's own format.
+  model::TokenManifest partial = manifest_;
+  partial.train = train_.shards;
+  partial.val = val_.shards;
+  st["manifest"] = model::TokenManifestToJson(partial);
   st["tokens"] = tokens_;
   st["documents"] = documents_;
   RETURN_IF_ERROR(model::WriteFileAtomically(
