@@ -388,12 +388,6 @@ StatusOr<std::string> SafetensorsHeader(const std::vector<StTensor>& tensors,
   return out + json;
 }
 
-int64_t SafetensorsDataBytes(const std::vector<StTensor>& tensors) {
-  int64_t total = 0;
-  for (const StTensor& t : tensors) total += *CheckedElements(t.shape) * DtypeBytes(t.dtype);
-  return total;
-}
-
 Status WriteSafetensorsTo(ByteSink& sink, const std::string& header,
                           const std::vector<StTensor>& tensors) {
   RETURN_IF_ERROR(sink.Write(header.data(), header.size()));

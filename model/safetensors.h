@@ -92,11 +92,10 @@ struct StTensor {
 // must be unique, non-empty, valid UTF-8 and not "__metadata__"; the header is padded with
 // spaces to a multiple of 8 bytes.
 // The file's header (the 8-byte length and the padded JSON); `what` names the file in
-// errors. The whole file is the header, then the tensors' bytes (SafetensorsDataBytes).
+// errors. The whole file is the header, then the tensors' bytes in their dtypes.
 StatusOr<std::string> SafetensorsHeader(const std::vector<StTensor>& tensors,
                                         const std::map<std::string, std::string>& metadata,
                                         const std::string& what);
-int64_t SafetensorsDataBytes(const std::vector<StTensor>& tensors);
 // Header, then the tensors converted to their dtypes, to `sink` (no file: an export).
 Status WriteSafetensorsTo(ByteSink& sink, const std::string& header,
                           const std::vector<StTensor>& tensors);

@@ -145,8 +145,7 @@ Status Coordinator::Export(const std::string& format, const std::string& dtype,
     const std::string name = model::HfShardName(int(k) + 1, int(stages.size()));
     ASSIGN_OR_RETURN(const std::string header,
                      model::SafetensorsHeader(tensors->tensors(), metadata, name));
-    ChunkSink out(name, header.size() + uint64_t(model::SafetensorsDataBytes(tensors->tensors())),
-                  sink);
+    ChunkSink out(name, header.size() + uint64_t(tensors->bytes()), sink);
     RETURN_IF_ERROR(model::WriteSafetensorsTo(out, header, tensors->tensors()));
     RETURN_IF_ERROR(out.Finish());
     for (const model::StTensor& t : tensors->tensors()) weight_map[t.name] = name;
