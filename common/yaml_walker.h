@@ -1,7 +1,7 @@
 // A YAML tree walker whose every error names file:line:column and the key path ("FILE:3:7:
 // peers[1].address: problem"): unknown keys (with a "did you mean"), duplicate keys, wrong
 // kinds, numbers out of range. The one walker of every YAML file longhaul reads: the site
-// config (daemon/config.cc), job files (model/job.cc, daemon/job/job_spec.cc) and profiles
+// config (daemon/config.cc), job files (model/job.cc, daemon/job/spec/job_spec.cc) and profiles
 // (scheduler/profiles_yaml.cc).
 #pragma once
 

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "daemon/job/job_host.h"
+#include "daemon/job/host/job_host.h"
 #include "proto/longhaul.grpc.pb.h"
 
 namespace longhaul::daemon {

@@ -14,7 +14,7 @@
 #include "common/version.h"
 #include "daemon/http/prometheus.h"
 #include "daemon/http/web_assets.h"
-#include "daemon/job/site_backend.h"
+#include "daemon/job/site/site_backend.h"
 #include "daemon/peer_security.h"
 #include "daemon/status_pages.h"
 #include "daemon/tls_checks.h"

@@ -18,7 +18,7 @@
 #include "daemon/config.h"
 #include "daemon/control_service.h"
 #include "daemon/http/status_server.h"
-#include "daemon/job/job_host.h"
+#include "daemon/job/host/job_host.h"
 #include "daemon/link_monitor.h"
 #include "daemon/peer_link.h"
 #include "daemon/site_peer_handler.h"

@@ -17,7 +17,7 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
-#include "daemon/job/site_backend.h"
+#include "daemon/job/site/site_backend.h"
 #include "daemon/tls_checks.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "daemon/job/job_host.h"
+#include "daemon/job/host/job_host.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/peer_handler.h"
 

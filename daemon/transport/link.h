@@ -24,7 +24,7 @@ namespace longhaul::daemon::transport {
 // One whole tensor as it crosses a link: what it is and where it goes (a TensorFrame without
 // the chunking fields and payload), and its bytes: a compression frame, which names its
 // shape, codec and sizes and carries its checksum, or for a loader state its text and the
-// text's checksum (daemon/job/fragment_slices.h).
+// text's checksum (daemon/job/state/fragment_slices.h).
 struct WireTensor {
   v1::TensorFrame header;
   std::vector<uint8_t> payload;

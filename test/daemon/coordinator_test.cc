@@ -1,9 +1,9 @@
-// The Coordinator (daemon/job/coordinator.h) against fake sites: it assigns every stage of
-// the plan (last stage first), runs the step barrier (one decision for all stages, only from
-// the site that runs each stage), supervises the attempt (pings; a stage that failed makes it
-// stop the attempt and reassign every stage under the next attempt from the committed step),
-// and finishes the job when every stage ran its last step.
-#include "daemon/job/coordinator.h"
+// The Coordinator (daemon/job/coordinator/coordinator.h) against fake sites: it assigns every stage
+// of the plan (last stage first), runs the step barrier (one decision for all stages, only from the
+// site that runs each stage), supervises the attempt (pings; a stage that failed makes it stop the
+// attempt and reassign every stage under the next attempt from the committed step), and finishes
+// the job when every stage ran its last step.
+#include "daemon/job/coordinator/coordinator.h"
 
 #include <spdlog/spdlog.h>
 
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/job/job_spec.h"
+#include "daemon/job/spec/job_spec.h"
 #include "test/daemon/fake_link.h"
 #include "test/daemon/test_util.h"
 

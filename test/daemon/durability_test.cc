@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "daemon/daemon.h"
-#include "daemon/job/job_record.h"
-#include "daemon/job/stage_checkpoint.h"
+#include "daemon/job/coordinator/job_record.h"
+#include "daemon/job/state/stage_checkpoint.h"
 #include "test/daemon/fault_env.h"
 #include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"

@@ -1,8 +1,8 @@
-// Inbox (daemon/job/inbox.h) on its own: tensors filed and taken by key, byte accounting,
+// Inbox (daemon/job/exchange/inbox.h) on its own: tensors filed and taken by key, byte accounting,
 // duplicates dropped, the window of attempts and steps it accepts, what AdvanceTo and
 // StartAttempt drop, and every way a wait ends (the tensor, a timeout, a superseded attempt,
 // closing) -- the checks the stage and the transport rely on.
-#include "daemon/job/inbox.h"
+#include "daemon/job/exchange/inbox.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>

@@ -2,16 +2,16 @@
 // drops (never the last), when a dropped replica may rejoin, which replica it copies; the job
 // file's sync.on_site_loss; the checks a site makes of an assignment's dropped and rejoining
 // replicas (hostile coordinators included); and the barrier over the live replicas only.
-#include "daemon/job/replica_membership.h"
+#include "daemon/job/sync/replica_membership.h"
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "daemon/job/job_checks.h"
-#include "daemon/job/job_spec.h"
-#include "daemon/job/step_barrier.h"
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/coordinator/step_barrier.h"
+#include "daemon/job/spec/job_spec.h"
 
 namespace longhaul::daemon {
 namespace {

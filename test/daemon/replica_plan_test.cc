@@ -14,13 +14,13 @@
 #include <tuple>
 #include <vector>
 
-#include "daemon/job/job_checks.h"
-#include "daemon/job/job_spec.h"
-#include "daemon/job/stage_grid.h"
-#include "daemon/job/step_barrier.h"
-#include "daemon/job/sync_checkpoint.h"
-#include "daemon/job/sync_codec.h"
-#include "daemon/job/sync_routes.h"
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/coordinator/step_barrier.h"
+#include "daemon/job/spec/job_spec.h"
+#include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/state/sync_checkpoint.h"
+#include "daemon/job/sync/sync_codec.h"
+#include "daemon/job/sync/sync_routes.h"
 #include "model/layout.h"
 #include "test/daemon/test_util.h"
 

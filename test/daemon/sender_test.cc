@@ -1,9 +1,9 @@
-// LinkSender (daemon/job/sender.h) against a fake link: TryEnqueue queues a tensor only when
-// that needs no wait (an empty queue takes anything; otherwise what fits in the capacity,
+// LinkSender (daemon/job/exchange/sender.h) against a fake link: TryEnqueue queues a tensor only
+// when that needs no wait (an empty queue takes anything; otherwise what fits in the capacity,
 // counting tensors still in flight); tensors leave in queue order; a send that may heal is
 // retried until it is delivered, once; a refusal that will not heal fails the sender, naming
 // the tensor and the peer, and every later call returns that error.
-#include "daemon/job/sender.h"
+#include "daemon/job/exchange/sender.h"
 
 #include <spdlog/spdlog.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/job/inbox.h"
+#include "daemon/job/exchange/inbox.h"
 #include "test/daemon/fake_link.h"
 #include "test/daemon/test_util.h"
 

@@ -1,6 +1,6 @@
 // SiteBackends: the site's devices pick CPU or GPU and the replicas, the job's backend picks
 // the variant.
-#include "daemon/job/site_backend.h"
+#include "daemon/job/site/site_backend.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,9 +1,9 @@
-// StageExchange (daemon/job/stage_exchange.h) between two stages wired by fake links: what
+// StageExchange (daemon/job/exchange/stage_exchange.h) between two stages wired by fake links: what
 // stage 0 sends arrives in stage 1's inbox and decodes to the values sent (exactly with
 // compression off, within q8's bound with a fixed q8), the usage of each link counts what
 // crossed, and a tensor the neighbour refuses ends the sending stage's next wait with the
 // refusal, naming the tensor and the peer, instead of a wait without end.
-#include "daemon/job/stage_exchange.h"
+#include "daemon/job/exchange/stage_exchange.h"
 
 #include <spdlog/spdlog.h>
 

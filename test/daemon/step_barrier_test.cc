@@ -1,7 +1,7 @@
 // StepBarrier: the committed step, the finish, one decision per (attempt, step) from all
 // stages' gradient sums, and pruning; StepWarmups, the WAN-aware warm-ups the coordinator adds
 // to the decision.
-#include "daemon/job/step_barrier.h"
+#include "daemon/job/coordinator/step_barrier.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/job/step_schedule.h"
+#include "daemon/job/coordinator/step_schedule.h"
 #include "model/optimizer.h"
 
 namespace longhaul::daemon {

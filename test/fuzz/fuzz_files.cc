@@ -1,5 +1,5 @@
 // Fuzz target: the readers of files a daemon loads: stage checkpoints
-// (daemon/job/stage_checkpoint.h), llm.c model checkpoints (model/checkpoint.h) and llm.c
+// (daemon/job/state/stage_checkpoint.h), llm.c model checkpoints (model/checkpoint.h) and llm.c
 // token files (model/token_data.h). The first byte picks the reader; the rest is the file.
 // Invariants: no crash, no allocation the file's own size does not justify (ASan's
 // allocator limit catches one), and what loads is self-consistent.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/job/stage_checkpoint.h"
+#include "daemon/job/state/stage_checkpoint.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/token_data.h"

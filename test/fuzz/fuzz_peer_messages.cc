@@ -1,8 +1,8 @@
-// Fuzz target: the Peer API's edge checks on what a peer sends (daemon/job/job_checks.h,
-// daemon/job/fragment_slices.h, daemon/job/inbox.h). The first byte picks the message: a
-// stage assignment, a step report, a fragment request (protobuf bytes, as they arrive), a
-// run of fragment slices (fp32 frames) into a receiver's array, a sequence of inbox operations, or
-// a SendFrames stream of tensor chunks into the frame assembler
+// Fuzz target: the Peer API's edge checks on what a peer sends (daemon/job/checks/job_checks.h,
+// daemon/job/state/fragment_slices.h, daemon/job/exchange/inbox.h). The first byte picks the
+// message: a stage assignment, a step report, a fragment request (protobuf bytes, as they arrive),
+// a run of fragment slices (fp32 frames) into a receiver's array, a sequence of inbox operations,
+// or a SendFrames stream of tensor chunks into the frame assembler
 // (daemon/transport/frame_assembler.h), or a sealed loader state. Invariants: no crash; nothing
 // accepted that the checks promise to refuse; the inbox never holds a key outside its window
 // and its byte count matches what it holds; the assembler buffers nothing it did not admit and
@@ -17,10 +17,10 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
-#include "daemon/job/fragment_slices.h"
-#include "daemon/job/inbox.h"
-#include "daemon/job/job_checks.h"
-#include "daemon/job/job_spec.h"
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/exchange/inbox.h"
+#include "daemon/job/spec/job_spec.h"
+#include "daemon/job/state/fragment_slices.h"
 #include "daemon/transport/frame_assembler.h"
 #include "google/protobuf/stubs/logging.h"
 

@@ -1,4 +1,4 @@
-// Fuzz target: the site config and job YAML parsers (daemon/config.h, daemon/job/job_spec.h).
+// Fuzz target: the site config and job YAML parsers (daemon/config.h, daemon/job/spec/job_spec.h).
 // The first byte picks the parser. Invariants: no crash, no exception escapes, and every
 // refusal names the source ("fuzz.yaml:...").
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "daemon/config.h"
-#include "daemon/job/job_spec.h"
+#include "daemon/job/spec/job_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

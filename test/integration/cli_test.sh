@@ -50,7 +50,7 @@ set -e
 echo "$out" | grep -q "bad.yaml:1:7: site" || fail "bad config error lacks file:line:col: $out"
 
 # A site asking for a GPU on a machine without one (or a build without CUDA) does not start,
-# and says which device and why; --check says the same (daemon/job/site_backend.h).
+# and says which device and why; --check says the same (daemon/job/site/site_backend.h).
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   sed 's|^data_dir: .*|data_dir: '"$work"'/gpu-data\ndevices: [cuda:0]|' "$work/site.yaml" \
     >"$work/gpu.yaml"

@@ -25,8 +25,8 @@
 
 #include "common/sha256.h"
 #include "daemon/daemon.h"
-#include "daemon/job/job_spec.h"
-#include "daemon/job/stage_checkpoint.h"
+#include "daemon/job/spec/job_spec.h"
+#include "daemon/job/state/stage_checkpoint.h"
 #include "daemon/transport/loopback.h"
 #include "fleet/local_fleet.h"
 #include "kernels/ops.h"

@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "common/layer_range.h"
 #include "common/yaml_walker.h"
-#include "daemon/job/job_spec.h"
+#include "daemon/job/spec/job_spec.h"
 #include "model/config.h"
 #include "scheduler/planner.h"
 #include "scheduler/profiles_yaml.h"

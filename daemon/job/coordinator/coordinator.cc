@@ -1,0 +1,445 @@
+// Coordinator: the attempt supervisor (Run: watch the stages, roll back, resume), status and
+// cancel. Setup and restore are in coordinator_setup.cc, the step barrier's waiting side in
+// coordinator_report.cc, export in coordinator_export.cc, re-planning in
+// coordinator_replan.cc, replica drops and rejoins in coordinator_replicas.cc.
+#include "daemon/job/coordinator/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/coordinator/job_record.h"
+
+namespace longhaul::daemon {
+namespace {
+
+// Errors that retrying will not fix.
+bool Permanent(const Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument ||
+         s.code() == absl::StatusCode::kResourceExhausted ||
+         s.code() == absl::StatusCode::kFailedPrecondition ||
+         s.code() == absl::StatusCode::kNotFound || s.code() == absl::StatusCode::kUnimplemented;
+}
+
+// How many rollbacks a job may take before it is declared failed.
+constexpr uint32_t kMaxAttempts = 50;
+
+}  // namespace
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+bool Coordinator::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TerminalState(record_.state());
+}
+
+void Coordinator::RequestShutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+}
+
+void Coordinator::Shutdown() {
+  RequestShutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Coordinator::PersistLocked() {
+  const Status s = WriteJobRecord(env_.job_dir + "/job.pb", record_);
+  if (!s.ok())
+    env_.log->error("job {}: cannot persist: {}", record_.job_id(), std::string(s.message()));
+}
+
+void Coordinator::SetState(v1::JobState state, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (TerminalState(record_.state())) return;
+  if (record_.state() != state || record_.detail() != detail) {
+    env_.log->info("job {}: {}{}{}", record_.job_id(), v1::JobState_Name(state),
+                   detail.empty() ? "" : ": ", detail);
+  }
+  record_.set_state(state);
+  record_.set_detail(detail);
+  PersistLocked();
+  cv_.notify_all();
+}
+
+bool Coordinator::AssignAll() {
+  v1::StageAssignment a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    a.set_job_id(record_.job_id());
+    a.set_job_yaml(spec_.yaml);
+    a.set_coordinator(env_.site);
+    a.set_attempt(record_.attempt());
+    *a.mutable_stages() = record_.stages();
+    a.set_resume_step(record_.committed_step());
+    // Until a checkpoint under the new plan is committed, every (re)start moves the layers
+    // from the stages of the old plan.
+    if (!migrate_from_.empty() && record_.committed_step() == migrate_step_) {
+      *a.mutable_migrate_from() = migrate_from_;
+    }
+    // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica.
+    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()),
+                                    DroppedLocked(), RejoiningLocked());
+    *a.mutable_dropped_replicas() = record_.dropped_replicas();
+    *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
+    a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
+    a.set_sync_ring(record_.sync_ring());
+    attempt_start_ = record_.committed_step();
+    barrier_.NewAssignment();
+  }
+  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, a.stages());
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  // Last stage first: every receiver exists before its sender starts.
+  for (int i = a.stages_size() - 1; i >= 0; --i) {
+    if (Contains(dropped, grid.replica(i))) continue;
+    a.set_stage(i);
+    transport::Link* ch = env_.channel(a.stages(i).site());
+    Status s = ch ? Status() : absl::NotFoundError("unknown site " + a.stages(i).site());
+    if (s.ok()) {
+      auto r = ch->AssignStage(a, 120);
+      if (r.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        record_.mutable_stages(i)->set_memory_bytes(r->memory_bytes());
+        record_.mutable_stages(i)->set_devices(r->devices());
+        continue;
+      }
+      s = r.status();
+    }
+    StopAttempt();
+    if (Contains({a.rejoining_replicas().begin(), a.rejoining_replicas().end()}, grid.replica(i))) {
+      // A rejoining replica that cannot take its stage sits out again; the others go on.
+      std::lock_guard<std::mutex> lock(mu_);
+      const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
+      for (uint32_t r : rejoining) ++rejoin_failures_[r];
+      record_.clear_rejoining_replicas();
+      *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+      record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(rejoining.size()));
+      membership_note_ = "replica " + std::to_string(grid.replica(i)) +
+                         " could not rejoin (stage " + std::to_string(i) + ": " +
+                         std::string(s.message()) + "); the others go on";
+      need_assign_ = true;
+      record_.set_state(v1::JOB_STATE_RECOVERING);
+      record_.set_detail(membership_note_);
+      PersistLocked();
+      cv_.notify_all();
+      return false;
+    }
+    if (s.code() == absl::StatusCode::kDataLoss) {
+      // A stage's checkpoint at the committed step is corrupt: fall back once to the step
+      // committed before it (every stage keeps both), else fail at once naming the file.
+      std::lock_guard<std::mutex> lock(mu_);
+      const uint64_t from = record_.committed_step(), to = record_.previous_committed_step();
+      // Replicas rejoining here have no checkpoint before it: they sit out again.
+      if (to < from && !record_.rejoining_replicas().empty()) {
+        const ReplicaList dropped = Union(DroppedLocked(), RejoiningLocked());
+        *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+        record_.clear_rejoining_replicas();
+      }
+      // (Not across a layer move: the step before it was checkpointed under the old plan.)
+      if (to < from && migrate_from_.empty()) {
+        record_.set_committed_step(to);
+        record_.set_previous_committed_step(to);
+        need_assign_ = true;
+        record_.set_state(v1::JOB_STATE_RECOVERING);
+        record_.set_detail("stage " + std::to_string(i) + ": " + std::string(s.message()) +
+                           "; falling back to the checkpoint of step " + std::to_string(to));
+        env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
+        PersistLocked();
+        cv_.notify_all();
+        return false;
+      }
+    }
+    if (Permanent(s) || s.code() == absl::StatusCode::kDataLoss) {
+      SetState(v1::JOB_STATE_FAILED, std::string(s.message()));
+      for (const auto& st : a.stages()) {
+        if (transport::Link* c = env_.channel(st.site())) {
+          v1::JobCommand cancel;
+          cancel.set_job_id(a.job_id());
+          cancel.set_kind(v1::JobCommand::KIND_CANCEL);
+          (void)c->ControlJob(cancel, 5);
+        }
+      }
+    } else {
+      SetState(v1::JOB_STATE_RECOVERING,
+               "cannot assign stage " + std::to_string(i) + ": " + std::string(s.message()));
+    }
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  need_assign_ = false;
+  failed_checks_ = 0;
+  record_.set_state(v1::JOB_STATE_RUNNING);
+  // How the job was placed (empty for an even placement), or the last replica drop or rejoin.
+  record_.set_detail(membership_note_.empty() ? placement_ : membership_note_);
+  PersistLocked();
+  return true;
+}
+
+std::vector<std::string> Coordinator::StageSites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(),
+                   DroppedLocked());
+}
+
+std::vector<std::string> Coordinator::AllSites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(), {});
+}
+
+void Coordinator::StopAttempt() {
+  v1::JobCommand stop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop.set_job_id(record_.job_id());
+    stop.set_attempt(record_.attempt());
+    // Stages of this attempt waiting at the barrier are told to stop now: a stage is stopped
+    // by joining its thread, and a thread waiting here for a stage that is gone (another
+    // replica's, say) would otherwise never return.
+    stopped_attempt_ = record_.attempt();
+    cv_.notify_all();
+  }
+  stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
+  for (const auto& st : AllSites()) {
+    if (transport::Link* c = env_.channel(st)) (void)c->ControlJob(stop, 3);
+  }
+}
+
+std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string>* lost,
+                                     bool* permanent) {
+  *permanent = false;
+  v1::JobCommand ping;
+  uint32_t attempt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ping.set_job_id(record_.job_id());
+    attempt = record_.attempt();
+  }
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  ping.set_attempt(attempt);
+  *all_finished = true;
+  // A site gone (or restarted) is the one to blame; the stages that fail because they lost
+  // their peer only if none is.
+  std::string first_gone, first_failed;
+  std::vector<std::string> gone, failed;
+  for (const auto& site : StageSites()) {
+    transport::Link* c = env_.channel(site);
+    std::string problem;
+    bool is_gone = true;
+    if (!c) {
+      problem = "site '" + site + "' is unknown";
+    } else if (auto r = c->ControlJob(ping, 3); !r.ok()) {
+      problem = "site '" + site + "' is unreachable: " + std::string(r.status().message());
+    } else if (!r->error().empty()) {
+      problem = "site '" + site + "' failed: " + r->error();
+      is_gone = false;
+      if (r->permanent()) {
+        // Nothing else matters: every attempt would fail the same way.
+        *permanent = true;
+        *lost = {site};
+        return problem;
+      }
+    } else if (r->attempt() != attempt || (!r->running() && !r->finished())) {
+      problem = "site '" + site + "' lost its stage (restarted?)";
+    } else {
+      *all_finished = *all_finished && r->finished();
+      continue;
+    }
+    *all_finished = false;
+    (is_gone ? gone : failed).push_back(site);
+    std::string& first = is_gone ? first_gone : first_failed;
+    if (first.empty()) first = problem;
+  }
+  *lost = gone.empty() ? failed : gone;
+  return first_gone.empty() ? first_failed : first_gone;
+}
+
+void Coordinator::Run() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return shutdown_; });
+      if (shutdown_) return;
+      if (TerminalState(record_.state())) return;
+    }
+    bool need_assign;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      need_assign = need_assign_;
+    }
+    bool all_finished = false;
+    if (!need_assign) {
+      std::vector<std::string> lost;
+      bool permanent = false;
+      const std::string problem = CheckStages(&all_finished, &lost, &permanent);
+      if (permanent) {
+        env_.log->error("job {}: {}; failing the job (a retry would read the same data)",
+                        record_.job_id(), problem);
+        StopAttempt();
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!TerminalState(record_.state())) {  // a cancel that came first stands
+          record_.set_state(v1::JOB_STATE_FAILED);
+          record_.set_detail(problem);
+          PersistLocked();
+        }
+        cv_.notify_all();
+        return;
+      }
+      if (problem.empty()) {
+        MaybeRejoin();
+        bool replan = false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          failed_checks_ = 0;
+          // Re-plan at a checkpoint taken after the slowdown was seen.
+          replan = replanner_.Due(record_.committed_step(), record_.total_steps());
+        }
+        if (replan) Replan();
+        continue;
+      }
+      int failures;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        failures = ++failed_checks_;
+      }
+      if (failures < 2) continue;  // one missed ping is not yet a failure
+      if (DropReplicas(lost, problem)) continue;
+      env_.log->warn("job {}: {}; rolling back", record_.job_id(), problem);
+      StopAttempt();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        need_assign_ = true;
+      }
+      SetState(v1::JOB_STATE_RECOVERING, problem);
+      continue;
+    }
+    // Recovering: every site must answer before the job restarts from the committed step.
+    bool reachable = true;
+    std::string waiting;
+    for (const auto& site : StageSites()) {
+      transport::Link* c = env_.channel(site);
+      v1::JobCommand ping;
+      ping.set_job_id(record_.job_id());
+      ping.set_kind(v1::JobCommand::KIND_PING);
+      if (!c || !c->ControlJob(ping, 3).ok()) {
+        reachable = false;
+        waiting = site;
+        break;
+      }
+    }
+    // With on_site_loss: drop a replica whose site does not answer is dropped here too (a
+    // site lost while recovering, or while the coordinator itself was down).
+    if (!reachable && DropReplicas({waiting}, "site '" + waiting + "' does not answer")) continue;
+    if (!reachable) {
+      std::lock_guard<std::mutex> lock(mu_);
+      record_.set_detail("waiting for site '" + waiting + "' to come back; will resume from step " +
+                         std::to_string(record_.committed_step()));
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (record_.attempt() >= kMaxAttempts) {
+        record_.set_state(v1::JOB_STATE_FAILED);
+        record_.set_detail("gave up after " + std::to_string(kMaxAttempts) + " attempts");
+        PersistLocked();
+        cv_.notify_all();
+        return;
+      }
+      RestartFromCommittedLocked("rollback", "attempt " + std::to_string(record_.attempt() + 1) +
+                                                 " resumes from step " +
+                                                 std::to_string(record_.committed_step()));
+      PersistLocked();
+      cv_.notify_all();  // releases barrier waiters of the old attempt
+      env_.log->info("job {}: attempt {} resumes from step {}", record_.job_id(), record_.attempt(),
+                     record_.committed_step());
+    }
+    AssignAll();
+  }
+}
+
+void Coordinator::RestartFromCommittedLocked(const std::string& kind, const std::string& detail) {
+  record_.set_attempt(record_.attempt() + 1);
+  // Steps after the committed one are redone; forget their losses and times.
+  const uint64_t keep = record_.committed_step() - record_.losses_offset();
+  while (static_cast<uint64_t>(record_.losses_size()) > keep)
+    record_.mutable_losses()->RemoveLast();
+  while (static_cast<uint64_t>(record_.step_times_size()) > keep) {
+    record_.mutable_step_times()->RemoveLast();
+  }
+  record_.set_step(record_.committed_step());
+  auto* val = record_.mutable_val_losses();
+  while (!val->empty() && val->rbegin()->step() > record_.committed_step()) val->RemoveLast();
+  val_pending_.clear();
+  AddEventLocked(kind, detail);
+}
+
+void Coordinator::NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid,
+                                    uint32_t live) {
+  if (rep.val_step() == 0 || !grid.last(static_cast<int>(rep.stage()))) return;
+  for (const auto& v : record_.val_losses()) {
+    if (v.step() == rep.val_step()) return;  // measured again after a restart: the first stays
+  }
+  auto& losses = val_pending_[rep.val_step()];
+  losses[rep.stage()] = rep.val_loss();
+  if (losses.size() < live) return;
+  double sum = 0;
+  for (const auto& [stage, loss] : losses) sum += loss;
+  v1::ValLoss* v = record_.add_val_losses();
+  v->set_step(rep.val_step());
+  v->set_loss(sum / static_cast<double>(losses.size()));
+  val_pending_.erase(val_pending_.begin(), val_pending_.upper_bound(rep.val_step()));
+}
+
+void Coordinator::AddEventLocked(const std::string& kind, const std::string& detail) {
+  v1::JobEvent* e = record_.add_events();
+  e->set_step(record_.committed_step());
+  e->set_unix_seconds(NowUnix());
+  e->set_kind(kind);
+  e->set_detail(detail);
+  if (record_.events_size() > kMaxJobEvents) {
+    record_.mutable_events()->erase(
+        record_.mutable_events()->begin(),
+        record_.mutable_events()->begin() + (record_.events_size() - kMaxJobEvents));
+  }
+}
+
+v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::JobStatus s = record_;
+  if (max_losses > 0 && static_cast<uint32_t>(s.losses_size()) > max_losses) {
+    const int drop = s.losses_size() - static_cast<int>(max_losses);
+    s.mutable_losses()->erase(s.mutable_losses()->begin(), s.mutable_losses()->begin() + drop);
+    s.set_losses_offset(s.losses_offset() + drop);
+    // Step times run beside the losses (older records may have fewer).
+    const int times_drop = std::min(drop, s.step_times_size());
+    s.mutable_step_times()->erase(s.mutable_step_times()->begin(),
+                                  s.mutable_step_times()->begin() + times_drop);
+    // Validation losses of the steps kept, and the newest one always.
+    auto* val = s.mutable_val_losses();
+    int first = 0;
+    while (first + 1 < val->size() && val->Get(first).step() <= s.losses_offset()) ++first;
+    val->erase(val->begin(), val->begin() + first);
+  }
+  return s;
+}
+
+StatusOr<v1::JobState> Coordinator::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (TerminalState(record_.state())) return record_.state();
+    record_.set_state(v1::JOB_STATE_CANCELLED);
+    record_.set_detail("cancelled by the user at step " + std::to_string(record_.step()));
+    PersistLocked();
+    cv_.notify_all();
+  }
+  v1::JobCommand cancel;
+  cancel.set_job_id(record_.job_id());
+  cancel.set_kind(v1::JobCommand::KIND_CANCEL);
+  for (const auto& site : AllSites()) {
+    if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
+  }
+  env_.log->info("job {}: cancelled", record_.job_id());
+  return v1::JOB_STATE_CANCELLED;
+}
+
+}  // namespace longhaul::daemon

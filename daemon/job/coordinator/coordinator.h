@@ -1,0 +1,139 @@
+// Coordinator: the daemon a job was submitted to drives it. It places the job's layers on
+// its sites (through the Placer seam; an even split for now), assigns every site its stage,
+// runs the per-step barrier (global gradient-norm clipping, loss, committed checkpoints),
+// watches the stages, and recovers: when a site or link fails it stops the attempt, waits
+// until every site answers again, and restarts all stages from the last committed step
+// under a new attempt number (frames of older attempts are dropped); with pipeline replicas
+// and sync.on_site_loss: drop it drops the replicas of a lost site instead and lets the others
+// go on (in sync mode step training the dropped ones' microbatches too), until the site
+// answers and they rejoin. Its record is persisted
+// in the data directory, so a restarted coordinator picks its jobs up where they stood.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/coordinator/replanner.h"
+#include "daemon/job/coordinator/step_barrier.h"
+#include "daemon/job/spec/job_spec.h"
+#include "daemon/job/sync/replica_membership.h"
+#include "daemon/transport/link.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+struct CoordinatorEnv {
+  std::string site;                                             // this daemon
+  std::function<transport::Link*(const std::string&)> channel;  // null for an unknown site
+  std::string job_dir;                                          // this job's directory here
+  std::shared_ptr<spdlog::logger> log;
+};
+
+// The job timeline keeps this many events (the newest).
+inline constexpr int kMaxJobEvents = 200;
+
+class Coordinator {
+ public:
+  // A new job: validates it against the sites, places it, persists it, starts driving it.
+  static StatusOr<std::unique_ptr<Coordinator>> Submit(CoordinatorEnv env, JobSpec spec,
+                                                       const std::string& job_id);
+  // A job found in the data directory after a restart.
+  static StatusOr<std::unique_ptr<Coordinator>> Restore(CoordinatorEnv env);
+  ~Coordinator();
+
+  // The barrier: blocks until every stage reported this step (or the attempt ends).
+  // `caller` must be the site that runs report.stage (PermissionDenied otherwise).
+  StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report, const std::string& caller);
+  v1::JobStatus GetStatus(uint32_t max_losses) const;
+  // Completed, failed or cancelled.
+  bool finished() const;
+  StatusOr<v1::JobState> Cancel();
+  // Streams the model at the last committed step: one checkpoint file (format "llmc", file
+  // "") or a Hugging Face directory (format "hf", dtype "f32" or "bf16"), file by file.
+  using ExportSink =
+      std::function<Status(const std::string& file, const std::string& bytes, uint64_t total)>;
+  Status Export(const std::string& format, const std::string& dtype, const ExportSink& sink);
+  // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
+  void Shutdown();
+  // Releases every caller waiting at the step barrier (they are told to stop) and tells the
+  // monitor thread to end, without waiting for it: the first half of Shutdown, so that local
+  // stages blocked at the barrier can be stopped before the coordinator is joined.
+  void RequestShutdown();
+
+ private:
+  Coordinator(CoordinatorEnv env, JobSpec spec)
+      : env_(std::move(env)),
+        spec_(std::move(spec)),
+        replanner_(spec_.replan, env_.log),
+        barrier_(spec_.job.optimizer.grad_clip) {}
+  void Run();
+  // Assigns every stage for the current attempt; false on failure (state updated).
+  bool AssignAll();
+  // Pings every live stage; returns "" when all run the current attempt, else what is wrong
+  // (the first problem), with every site that has one in *lost: those unreachable or without
+  // their stage, or failing if none is.
+  // `*permanent`: a stage failed on the job's input data, which no retry can fix.
+  std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent);
+  void StopAttempt();
+  void SetState(v1::JobState state, const std::string& detail);
+  std::vector<std::string> StageSites();  // the sites of the live replicas' stages
+  std::vector<std::string> AllSites();    // every stage's, dropped replicas' too
+  // Replica membership (coordinator_replicas.cc, replica_membership.h): drops the replicas
+  // with a stage on a lost site and restarts the others from the committed step (true), when
+  // the job's on_site_loss is drop and some replica is left; rejoins the dropped ones at a
+  // later committed step once all their sites answer.
+  bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem);
+  void MaybeRejoin();
+  ReplicaList DroppedLocked() const {
+    return {record_.dropped_replicas().begin(), record_.dropped_replicas().end()};
+  }
+  ReplicaList RejoiningLocked() const {
+    return {record_.rejoining_replicas().begin(), record_.rejoining_replicas().end()};
+  }
+  // Moves layers away from a straggler at the committed step, if that helps.
+  void Replan();
+  void PersistLocked();
+  void NotifyAll();
+  // A new attempt from the committed step: bumps the attempt, forgets the losses and step
+  // times of the steps to be redone and notes the event (kind, detail) on the job's timeline.
+  void RestartFromCommittedLocked(const std::string& kind, const std::string& detail);
+  // Files a last stage's validation loss; once every live replica's is in, their mean.
+  void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live);
+  // Notes an event at the committed step, keeping the newest kMaxJobEvents.
+  void AddEventLocked(const std::string& kind, const std::string& detail);
+
+  CoordinatorEnv env_;
+  JobSpec spec_;
+  Replanner replanner_;  // straggler detection and re-planning, under mu_ (but Plan)
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  v1::JobStatus record_;
+  bool need_assign_ = true;
+  bool shutdown_ = false;
+  int failed_checks_ = 0;
+  uint32_t stopped_attempt_ = 0;  // StopAttempt was called for this attempt (under mu_)
+  StepBarrier barrier_;           // under mu_
+  double last_step_time_ = 0;
+  std::string placement_;  // the planner's summary, kept in the detail
+  google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move
+  uint64_t migrate_step_ = 0;
+  uint64_t attempt_start_ = 0;  // the committed step the current attempt started from
+  uint64_t last_rejoin_try_ = 0;
+  std::map<uint32_t, int> rejoin_failures_;  // by replica: dropped again while rejoining
+  std::string membership_note_;              // the last drop or rejoin, kept in the detail
+  // Validation losses reported by the live replicas' last stages, by step and stage, until
+  // every live replica's is in (under mu_).
+  std::map<uint64_t, std::map<uint32_t, double>> val_pending_;
+  std::thread thread_;
+};
+
+}  // namespace longhaul::daemon

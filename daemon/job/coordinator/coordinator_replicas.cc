@@ -1,0 +1,142 @@
+// Coordinator: pipeline replicas dropped when one of their sites is lost, and their rejoin
+// (sync.on_site_loss: drop, replica_membership.h). A drop stops the attempt and restarts the
+// live replicas from the committed step without waiting for the site; a rejoin waits until a
+// dropped replica's sites all answer and a later step is committed, stops the attempt there
+// and assigns every stage again, the rejoining replicas' stages fetching the state of the
+// same stage of a live replica. A replica that fails to rejoin kMaxRejoinFailures times stays
+// out for the rest of the job.
+#include <algorithm>
+
+#include "daemon/job/coordinator/coordinator.h"
+#include "daemon/job/coordinator/job_record.h"
+
+namespace longhaul::daemon {
+namespace {
+
+constexpr int kMaxRejoinFailures = 3;
+
+std::string ReplicaNames(const ReplicaList& replicas) {
+  std::string s = replicas.size() == 1 ? "replica " : "replicas ";
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(replicas[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
+bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::string& problem) {
+  ReplicaList drop;
+  std::string job_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_id = record_.job_id();
+    if (spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) return false;
+    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    if (grid.replicas < 2) return false;
+    drop = ReplicasToDrop(grid, record_.stages(), DroppedLocked(), RejoiningLocked(), lost);
+    if (drop.empty()) return false;
+  }
+  env_.log->warn("job {}: {}; dropping {}", job_id, problem, ReplicaNames(drop));
+  StopAttempt();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (TerminalState(record_.state())) return true;
+  const ReplicaList dropped = Union(DroppedLocked(), drop);
+  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+  // A replica still rejoining keeps fetching its state at the committed step (a live one is
+  // left: ReplicasToDrop); one dropped while rejoining failed its rejoin.
+  ReplicaList rejoining, live;
+  for (uint32_t r : record_.rejoining_replicas()) {
+    if (Contains(dropped, static_cast<int>(r))) {
+      ++rejoin_failures_[r];
+    } else {
+      rejoining.push_back(r);
+    }
+  }
+  for (int r = 0; r < grid.replicas; ++r) {
+    if (!Contains(dropped, r)) live.push_back(static_cast<uint32_t>(r));
+  }
+  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+  *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(drop.size()));
+  membership_note_ = ReplicaNames(drop) + " dropped at step " +
+                     std::to_string(record_.committed_step()) + " (" + problem + "); " +
+                     ReplicaNames(live) + " go on; " + ReplicaNames(dropped) +
+                     " rejoin at a later committed step once their sites answer";
+  need_assign_ = true;
+  AddEventLocked("replica_drop", membership_note_);
+  record_.set_state(v1::JOB_STATE_RECOVERING);
+  record_.set_detail(membership_note_);
+  PersistLocked();
+  cv_.notify_all();
+  return true;
+}
+
+void Coordinator::MaybeRejoin() {
+  std::vector<std::pair<uint32_t, std::vector<std::string>>> candidates;  // replica, its sites
+  v1::JobCommand ping;
+  uint64_t at = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    at = record_.committed_step();
+    if (record_.dropped_replicas().empty() || TerminalState(record_.state()) ||
+        at == last_rejoin_try_ || !RejoinDue(at, attempt_start_, record_.total_steps())) {
+      return;
+    }
+    last_rejoin_try_ = at;  // one try per committed step
+    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    for (uint32_t r : record_.dropped_replicas()) {
+      if (rejoin_failures_[r] >= kMaxRejoinFailures) continue;  // out for good
+      std::vector<std::string> sites;
+      for (int p = 0; p < grid.stages(static_cast<int>(r)); ++p) {
+        sites.push_back(record_.stages(grid.flat(static_cast<int>(r), p)).site());
+      }
+      candidates.emplace_back(r, std::move(sites));
+    }
+    ping.set_job_id(record_.job_id());
+  }
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  ReplicaList back;  // the dropped replicas whose sites all answer
+  for (const auto& [replica, sites] : candidates) {
+    bool all = true;
+    for (const auto& site : sites) {
+      transport::Link* c = env_.channel(site);
+      all = all && c != nullptr && c->ControlJob(ping, 2).ok();
+      if (!all) break;
+    }
+    if (all) back.push_back(replica);
+  }
+  if (back.empty()) return;
+  StopAttempt();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (TerminalState(record_.state())) return;
+    // The stages are stopped: the committed step no longer moves. The attempt restarts from
+    // it either way, with the replicas that came back rejoining.
+    ReplicaList dropped;
+    for (uint32_t r : record_.dropped_replicas()) {
+      if (!Contains(back, static_cast<int>(r))) dropped.push_back(r);
+    }
+    if (!RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps())) {
+      need_assign_ = true;  // the job reached its end meanwhile: no rejoin, just resume
+      return;
+    }
+    *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+    const ReplicaList rejoining = Union(RejoiningLocked(), back);
+    *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+    record_.set_replica_rejoins(record_.replica_rejoins() + static_cast<uint32_t>(back.size()));
+    const int source =
+        RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()), dropped, rejoining);
+    membership_note_ = ReplicaNames(back) + " rejoined at step " +
+                       std::to_string(record_.committed_step()) + " from replica " +
+                       std::to_string(source) + "'s state";
+    RestartFromCommittedLocked("replica_rejoin", membership_note_);
+    record_.set_detail(membership_note_);
+    PersistLocked();
+    cv_.notify_all();
+    env_.log->warn("job {}: {}", record_.job_id(), membership_note_);
+  }
+  AssignAll();
+}
+
+}  // namespace longhaul::daemon

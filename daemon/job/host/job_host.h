@@ -1,0 +1,168 @@
+// JobHost: a daemon's job side. It keeps the jobs this daemon coordinates (Coordinator) and
+// the stage this site runs for each job (StageRunner with its Inbox and senders), answers
+// the job calls of the Control and Peer APIs, and, after a restart, picks up the jobs it
+// coordinated from the data directory. Stages are never restarted on their own: after a
+// restart a site waits for its coordinator to roll the job back and assign it again.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "daemon/config.h"
+#include "daemon/job/coordinator/coordinator.h"
+#include "daemon/job/exchange/inbox.h"
+#include "daemon/job/site/site_profile.h"
+#include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/stage/stage_runner.h"
+#include "daemon/job/sync/sync_routes.h"
+#include "daemon/link_monitor.h"
+#include "daemon/transport/link.h"
+#include "fleet/sync_options.h"
+#include "fleet/sync_slices.h"
+
+namespace longhaul::daemon {
+
+struct JobHostOptions {
+  std::string site;
+  std::string data_dir;
+  std::vector<std::string> data_roots;       // job files must lie under these (job_paths.h)
+  std::map<std::string, std::string> peers;  // name -> peer address
+  // Opens the link to a configured peer (gRPC or loopback: daemon.cc); null or a null
+  // result: the peer cannot be reached.
+  std::function<std::unique_ptr<transport::Link>(const std::string& peer)> dial;
+  // How often a stage waiting for a tensor checks its own sends for failures.
+  double heartbeat_seconds = 1.0;
+  int64_t memory_limit_bytes = 0;              // 0 = no limit
+  std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
+  size_t inbox_capacity_bytes = 256 << 20;
+  size_t max_jobs = 64;             // stages and coordinated jobs held at once, each
+  double throttle_seconds = 0;      // debug knob: slow this site's compute
+  bool host_device_codecs = false;  // test seam: see DaemonOptions
+};
+
+class JobHost {
+ public:
+  JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<spdlog::logger> log);
+  ~JobHost();
+
+  // Resumes the jobs this daemon coordinated before a restart.
+  void RestoreJobs();
+  void Shutdown();
+
+  // ---- Control API ----
+  StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request);
+  StatusOr<v1::JobStatus> GetJob(const std::string& job_id, uint32_t max_losses);
+  // Every job coordinated here; each with the newest `max_losses` losses and step times. Its
+  // hosted_stages are HostedStages().
+  v1::ListJobsResponse ListJobs(uint32_t max_losses = 1);
+  // The stages this site runs (or ran) of jobs other sites coordinate, each naming its
+  // coordinator: what the status page and `longhaul jobs` show on a stage site.
+  std::vector<v1::HostedStage> HostedStages();
+  StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id);
+  Status Export(const std::string& job_id, const std::string& format, const std::string& dtype,
+                const Coordinator::ExportSink& sink);
+
+  // ---- Peer API (job_host_peer.cc) ----
+  // `caller` is the site that made the call, as the Peer service established it (with TLS:
+  // its certificate's name; this site's own name for local calls). Each call is authorized
+  // for the job it names (docs/SECURITY.md): only the job's coordinator assigns, stops,
+  // cancels and pings its stages; only the job's stage sites (and its coordinator, for
+  // export) fetch its fragments and report steps; tensors come only from a neighbouring
+  // stage's site. Refusals are PERMISSION_DENIED naming the caller, the job and the role.
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, const std::string& caller);
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, const std::string& caller);
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, const std::string& caller);
+  // The tensors of a stage checkpoint: the parameters and (with include_state) the AdamW
+  // moments as fp32 compression frames of at most kFragmentSliceFloats values each, in order
+  // (element_offset says where each starts in its array), then the data loader's position.
+  Status FetchFragment(const v1::FetchFragmentRequest& req, const std::string& caller,
+                       const transport::TensorSink& sink);
+  static constexpr uint64_t kFragmentSliceFloats = uint64_t{16} << 20;
+  // This site's compute, memory and outbound links for a job's shapes (site_profile.h).
+  StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
+                                             const std::string& caller);
+  // Checks a tensor about to arrive from `caller`: the job runs a stage here, the sender is a
+  // neighbouring stage's site, the attempt and step are current, and the compression frame's
+  // header at the start of `head` (chunk 0's payload) names the shape and raw size the stage
+  // expects, with an encoded size that fits. Called before the rest of the payload is
+  // buffered, so a wrong peer cannot make this site allocate.
+  Status CheckIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                       const std::string& caller);
+  // A whole tensor received on SendFrames (`first` carries its metadata): checked again as a
+  // whole, its frame's checksum included, and filed in the stage's inbox.
+  Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
+                 const std::string& caller);
+
+  // What this site's running stages send over each outbound link (one entry per job and
+  // link), for the status pages and `longhaul links`.
+  std::vector<v1::LinkUsage> LocalLinkUsage();
+
+  // The link to `site` (this daemon or a configured peer); null when unknown.
+  transport::Link* Channel(const std::string& site);
+  // Fault injection: extra compute seconds per layer and microbatch of this site's stages,
+  // from the next microbatch on (a slower device). Returns the previous setting.
+  double set_throttle(double seconds);
+
+ private:
+  struct Stage {
+    v1::StageAssignment assignment;  // guarded by mu_
+    std::string name;                // the job's name; guarded by mu_
+    std::unique_ptr<Inbox> inbox;
+    std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
+    bool cancelled = false;               // guarded by mu_
+    // M: microbatch ids per step, the validation pass's included (job_spec.h ValBatches).
+    int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
+    model::ModelConfig model;  // the job's: cut widths and what the targets frame holds
+    int replicas = 1;
+    std::vector<SyncRoute> routes;  // the fragment's sync slices, for checking sync tensors
+    bool ring = false;              // its syncs go around rings (sync.reduce: ring)
+    fleet::SyncOptions sync;        // the job's: when each slice syncs
+  };
+  std::string JobDir(const std::string& job_id) const;
+  // The stage of `job_id` here, or null.
+  std::shared_ptr<Stage> FindStage(const std::string& job_id);
+  // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none.
+  std::string KnownCoordinator(const std::string& job_id);
+  // NotFound for a control call on a job not coordinated here: naming its coordinator where
+  // this site knows it (it runs, or ran, a stage of the job), so the operator asks that site.
+  Status NotCoordinatedHere(const std::string& job_id);
+  // Parses a job from a peer or client and confines its files to the data roots.
+  StatusOr<JobSpec> ParseJob(const std::string& yaml, const std::string& source);
+  // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).
+  void StopRunner(Stage* stage);
+  std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
+  // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the stage of another
+  // replica that this stage's route names for the slice (sync_routes.h), a slice of this
+  // stage's fragment with its exact size; with `ring`, from the slice's ring predecessor
+  // among the live replicas, a hop of the ring (the frame's microbatch) and that hop's chunk;
+  // in sync mode local, at a step after which the slice syncs (fleet::LocalSyncAt, its phase).
+  static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                                  const std::string& caller, const StageGrid& grid, int self,
+                                  int64_t steps, const std::string& from_site,
+                                  const std::vector<SyncRoute>& routes, bool ring,
+                                  const fleet::SyncOptions& sync, const std::vector<bool>& live,
+                                  Inbox* inbox);
+
+  const JobHostOptions options_;
+  LinkMonitor* const monitor_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::mutex mu_;  // guards the maps; never held across a call to another site
+  std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;
+  std::map<std::string, std::shared_ptr<Stage>> stages_;
+  std::map<std::string, v1::JobStatus> unrestorable_;  // records that failed to load
+  std::map<std::string, std::unique_ptr<transport::Link>> channels_;
+  std::mutex assign_mu_;  // one assignment at a time
+  std::shared_ptr<std::atomic<double>> throttle_ = std::make_shared<std::atomic<double>>(0);
+  std::unique_ptr<SiteProfiler> profiler_;  // calibrations, cached by job shape
+  bool shut_down_ = false;
+};
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,336 @@
+// JobHost's Peer API, its control calls: what other daemons ask of a job, each authorized for
+// the job it names and checked at the edge (job_checks.h) before anything is allocated,
+// written or started. The roles (docs/SECURITY.md): a job's coordinator assigns, stops,
+// cancels and pings its stages; its stage sites report steps (to the coordinator). The data
+// calls (tensors in, fragments out) are in job_host_data.cc.
+#include <sys/sysinfo.h>
+
+#include <filesystem>
+#include <new>
+
+#include "common/layer_range.h"
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/host/job_host.h"
+#include "daemon/job/site/site_backend.h"
+#include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/state/stage_checkpoint.h"
+#include "daemon/job/sync/replica_membership.h"
+#include "daemon/job/sync/sync_routes.h"
+#include "fleet/sync_slices.h"
+#include "model/file_io.h"
+#include "model/fragment.h"
+#include "model/layout.h"
+
+namespace longhaul::daemon {
+namespace {
+
+// Physical memory, the bound on a calibration when the site sets no memory limit.
+int64_t PhysicalMemory() {
+  struct sysinfo si {};
+  if (sysinfo(&si) != 0) return int64_t{1} << 34;
+  return static_cast<int64_t>(si.totalram) * si.mem_unit;
+}
+
+}  // namespace
+
+std::string JobHost::KnownCoordinator(const std::string& job_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (coordinators_.count(job_id)) return options_.site;
+    auto it = stages_.find(job_id);
+    if (it != stages_.end()) return it->second->assignment.coordinator();
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(JobDir(job_id) + "/job.pb", ec)) return options_.site;
+  auto a = ReadStageAssignment(JobDir(job_id) + "/stage.pb");
+  return a.ok() ? a->coordinator() : "";
+}
+
+StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
+                                                  const std::string& caller) {
+  RETURN_IF_ERROR(CheckJobId(a.job_id()));
+  const std::string& id = a.job_id();
+  if (caller != a.coordinator()) {
+    return RoleDenied(caller, id,
+                      "assign stages on behalf of coordinator '" + a.coordinator() + "'");
+  }
+  const std::string known = KnownCoordinator(id);
+  if (!known.empty() && known != caller) {
+    return RoleDenied(caller, id, "assign stages (its coordinator is '" + known + "')");
+  }
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJob(a.job_yaml(), "job " + id));
+  RETURN_IF_ERROR(CheckAssignment(a, spec, options_.site));
+
+  std::lock_guard<std::mutex> assign_lock(assign_mu_);  // one assignment at a time
+  std::shared_ptr<Stage> stage;
+  std::shared_ptr<StageRunner> previous;
+  int64_t others_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return absl::UnavailableError("site is shutting down");
+    size_t live = 0;
+    for (const auto& [other_id, st] : stages_) {
+      if (other_id == id || !st->runner) continue;
+      const StageRunnerStatus s = st->runner->status();
+      if (s.finished || !s.error.empty()) continue;
+      ++live;
+      others_bytes += st->runner->memory_bytes();
+    }
+    if (live >= options_.max_jobs) {
+      return absl::ResourceExhaustedError("site '" + options_.site + "' runs " +
+                                          std::to_string(live) + " stages, its limit");
+    }
+    auto& slot = stages_[id];
+    if (!slot) {
+      slot = std::make_shared<Stage>();
+      slot->inbox = std::make_unique<Inbox>(options_.inbox_capacity_bytes);
+    } else if (slot->runner && slot->runner->attempt() > a.attempt()) {
+      return absl::FailedPreconditionError(
+          "job " + id + ": assignment for attempt " + std::to_string(a.attempt()) +
+          ", the stage runs attempt " + std::to_string(slot->runner->attempt()));
+    }
+    stage = slot;
+    previous.swap(stage->runner);  // a previous attempt: stopped below, outside mu_
+  }
+  if (previous) previous->Stop();
+  previous.reset();
+  // Streaming syncs: the frames of the sync a resumed stage starts again may come from another
+  // replica before this stage's runner exists; the inbox keeps them from the start.
+  stage->inbox->SetSyncLag(spec.sync.mode == fleet::SyncMode::kLocal
+                               ? static_cast<uint64_t>(std::max(0, spec.sync.overlap))
+                               : 0);
+  stage->inbox->StartAttempt(a.attempt(), a.resume_step());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stage->cancelled = false;
+    stage->assignment = a;
+    stage->B = spec.job.microbatch_size;
+    stage->T = spec.job.seq_len;
+    stage->C = spec.job.model.channels;
+    stage->model = spec.job.model;
+    stage->Vp = spec.job.model.padded_vocab_size;
+    const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
+    // Its replica's microbatches, training and validation.
+    stage->M =
+        AttemptMicrobatches(
+            spec, grid.replicas, a.stages(),
+            a.dropped_replicas())[static_cast<size_t>(grid.replica(static_cast<int>(a.stage())))] +
+        ValBatches(spec.job);
+    stage->steps = spec.job.steps;
+    stage->name = spec.job.name;
+    stage->replicas = grid.replicas;
+    stage->routes.clear();
+    if (grid.replicas > 1) {
+      stage->routes =
+          SyncRoutes(grid, spec.job.model, static_cast<int>(a.stage()), spec.sync.stagger);
+    }
+    stage->ring = a.sync_ring();
+    stage->sync = spec.sync;
+  }
+
+  StageRunnerContext ctx;
+  ctx.site = options_.site;
+  ctx.assignment = a;
+  ctx.spec = std::move(spec);
+  ctx.job_dir = JobDir(id);
+  ctx.inbox = stage->inbox.get();
+  ctx.coordinator = Channel(a.coordinator());
+  if (!ctx.coordinator) {
+    return absl::NotFoundError("job " + id + ": coordinator '" + a.coordinator() +
+                               "' is not a peer of site '" + options_.site + "'");
+  }
+  const int i = static_cast<int>(a.stage());
+  StageGrid grid = StageGrid::OfPlan(ctx.spec.replicas, a.stages());
+  grid.tied_head = model::TiedHead(ctx.spec.job.model);
+  bool all_peers = true;
+  auto sender_to = [&](int stage_index) -> std::unique_ptr<LinkSender> {
+    if (stage_index < 0) return nullptr;
+    auto sender = MakeSender(a.stages(stage_index).site());
+    all_peers = all_peers && sender != nullptr;
+    return sender;
+  };
+  ctx.to_prev = sender_to(grid.prev(i));
+  ctx.to_next = sender_to(grid.next(i));
+  ctx.to_tied = sender_to(grid.tied(i));
+  // No sender to a dropped replica's stage (replica_membership.h): it is not in the group.
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  if (grid.replicas > 1) {
+    for (const SyncRoute& route : SyncRoutes(grid, ctx.spec.job.model, i)) {
+      for (int peer : route.to) {
+        if (!Contains(dropped, grid.replica(peer)) && ctx.to_sync.count(peer) == 0) {
+          ctx.to_sync[peer] = sender_to(peer);
+        }
+      }
+    }
+  }
+  if (!all_peers) {
+    return absl::FailedPreconditionError(
+        "job " + id + ": site '" + options_.site +
+        "' must have every neighbouring stage's site (on the first and last stage, each other; "
+        "with replicas, the stages of the other replicas holding the same layers) among its peers");
+  }
+  ctx.backends = SiteBackends(options_.devices, ctx.spec.job.backend);
+  ctx.monitor = monitor_;
+  ctx.log = log_;
+  ctx.throttle = throttle_;
+  ctx.host_device_codecs = options_.host_device_codecs;
+  ctx.channel = [this](const std::string& site) { return Channel(site); };
+  ctx.heartbeat_seconds = options_.heartbeat_seconds;
+  std::error_code ec;
+  std::filesystem::create_directories(ctx.job_dir, ec);
+  if (ec)
+    return absl::InternalError("job " + id + ": cannot create " + ctx.job_dir + ": " +
+                               ec.message());
+  // The site's memory limit covers every stage it runs, not each one alone.
+  int64_t limit = options_.memory_limit_bytes;
+  if (limit > 0) {
+    limit -= others_bytes;
+    if (limit <= 0) {
+      return absl::ResourceExhaustedError("site '" + options_.site + "': its other stages use " +
+                                          std::to_string(others_bytes >> 20) +
+                                          " MiB, all its memory limit allows");
+    }
+  }
+  // What extra activation slots may grow a stage to (extra_in_flight auto): within the site's
+  // limit; without one, half the machine's memory on the CPU, and none on GPUs (the site does
+  // not know their memory: setting memory_limit_mb lets them use it).
+  const bool on_gpu = OnGpu(ctx.backends.empty() ? ctx.spec.job.backend : ctx.backends[0]);
+  ctx.in_flight_memory_bytes = limit > 0 ? limit
+                               : on_gpu  ? 0
+                                        : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
+  ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), limit));
+  RETURN_IF_ERROR(model::WriteFileAtomically(JobDir(id) + "/stage.pb", a.SerializeAsString()));
+  v1::AssignResponse r;
+  r.set_memory_bytes(runner->memory_bytes());
+  r.set_devices(runner->devices());
+  std::shared_ptr<StageRunner> started(std::move(runner));
+  started->Start();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stage->runner = started;
+  }
+  log_->info(
+      "job {}: running stage {} (layers {}, coordinated by site '{}'), attempt {}, from "
+      "step {}",
+      id, i, LayerRange(a.stages(i).layer_begin(), a.stages(i).layer_end()), a.coordinator(),
+      a.attempt(), a.resume_step());
+  return r;
+}
+
+StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const std::string& caller) {
+  RETURN_IF_ERROR(CheckJobId(r.job_id()));
+  Coordinator* c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = coordinators_.find(r.job_id());
+    if (it == coordinators_.end()) {
+      return absl::NotFoundError("site '" + options_.site + "' does not coordinate job " +
+                                 r.job_id());
+    }
+    c = it->second.get();
+  }
+  return c->OnReport(r, caller);
+}
+
+StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
+                                                     const std::string& caller) {
+  RETURN_IF_ERROR(CheckJobId(c.job_id()));
+  std::shared_ptr<Stage> stage = FindStage(c.job_id());
+  v1::JobCommandResponse r;
+  if (!stage) return r;  // nothing here (for a ping: not running)
+  std::shared_ptr<StageRunner> runner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stage->assignment.coordinator() != caller) {
+      return RoleDenied(
+          caller, c.job_id(),
+          "control the stages (its coordinator is '" + stage->assignment.coordinator() + "')");
+    }
+    runner = stage->runner;
+  }
+  switch (c.kind()) {
+    case v1::JobCommand::KIND_PING: {
+      if (runner) {
+        const StageRunnerStatus s = runner->status();
+        r.set_running(s.running);
+        r.set_finished(s.finished);
+        r.set_error(s.error);
+        r.set_permanent(s.permanent);
+        r.set_step(s.step);
+        r.set_checkpoint_step(s.checkpoint_step);
+        r.set_attempt(runner->attempt());
+      }
+      return r;
+    }
+    case v1::JobCommand::KIND_STOP_ATTEMPT:
+    case v1::JobCommand::KIND_CANCEL: {
+      std::lock_guard<std::mutex> assign_lock(assign_mu_);
+      std::shared_ptr<StageRunner> stopping;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stage->runner &&
+            (c.kind() == v1::JobCommand::KIND_CANCEL || stage->runner->attempt() <= c.attempt())) {
+          stopping.swap(stage->runner);
+        }
+        if (c.kind() == v1::JobCommand::KIND_CANCEL) stage->cancelled = true;
+      }
+      if (stopping) stopping->Stop();
+      if (c.kind() == v1::JobCommand::KIND_CANCEL) {
+        stage->inbox->Close("job " + c.job_id() + " was cancelled");
+        log_->info("job {}: cancelled; stage stopped", c.job_id());
+      }
+      return r;
+    }
+    default:
+      return absl::InvalidArgumentError("job " + c.job_id() + ": unknown job command " +
+                                        std::to_string(c.kind()));
+  }
+}
+
+StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest& req,
+                                                    const std::string& caller) {
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJob(req.job_yaml(), "job from site '" + caller + "'"));
+  // A calibration runs one layer on this site's devices: refuse shapes whose layer does not
+  // fit the site's memory limit (or, without one, half its memory) before allocating.
+  const model::Job& job = spec.job;
+  model::FragmentOptions fo;
+  fo.begin = job.model.num_layers >= 3 ? 1 : 0;
+  fo.end = fo.begin + 1;
+  fo.batch_size = job.microbatch_size;
+  fo.seq_len = job.seq_len;
+  fo.slots = 1;
+  const int64_t need = model::Fragment::EstimateMemory(job.model, fo).total();
+  const int64_t limit =
+      options_.memory_limit_bytes > 0 ? options_.memory_limit_bytes : PhysicalMemory() / 2;
+  if (need > limit) {
+    return absl::ResourceExhaustedError(
+        "site '" + options_.site + "': one layer of this job needs " + std::to_string(need >> 20) +
+        " MiB to calibrate, the site allows " + std::to_string(limit >> 20) + " MiB");
+  }
+  std::vector<std::string> peers;
+  for (const auto& [name, address] : options_.peers) peers.push_back(name);
+  bool busy = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, stage] : stages_) {
+      if (stage->runner && stage->runner->status().running) busy = true;
+    }
+  }
+  StatusOr<v1::SiteProfileReply> r = absl::InternalError("not profiled");
+  try {
+    r = profiler_->Profile(spec, throttle_->load(), *monitor_, peers, busy);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("site '" + options_.site +
+                                        "': out of memory calibrating this job's layer");
+  }
+  if (r.ok() && r->calibration_seconds() > 0 && log_) {
+    log_->info(
+        "calibrated {} for {}x{} tokens per microbatch at C={}: {:.2f} ms per layer "
+        "(forward + backward), {:.1f} GFLOP/s",
+        r->backend(), spec.job.microbatch_size, spec.job.seq_len, spec.job.model.channels,
+        1e3 * r->seconds_per_layer(), r->flops() / 1e9);
+  }
+  return r;
+}
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,46 @@
+// Which pipeline replicas of a job train in an attempt (sync.on_site_loss: drop, fleet/
+// sync_options.h): the coordinator drops every replica with a stage on a lost site and lets
+// the others go on; a dropped replica rejoins at a later committed step once its sites answer,
+// its stages taking a live replica's state. Pure decisions over the plan (stage_grid.h), so
+// they are tested without daemons.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/job/spec/stage_grid.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+using ReplicaList = std::vector<uint32_t>;  // replica indices, ascending
+
+bool Contains(const ReplicaList& replicas, int replica);
+// The flat indices of the stages of replicas not in `dropped`, in order.
+std::vector<int> LiveStages(const StageGrid& grid, const ReplicaList& dropped);
+// The sites of those stages, in stage order, each once.
+std::vector<std::string> LiveSites(const StageGrid& grid,
+                                   const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+                                   const ReplicaList& dropped);
+// The live replicas with a stage on one of `lost_sites`, ascending; empty when dropping them
+// would leave no replica that is neither dropped nor rejoining (one that has not taken its
+// state yet cannot go on alone: the job then waits for the sites, as a single pipeline does).
+ReplicaList ReplicasToDrop(const StageGrid& grid,
+                           const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+                           const ReplicaList& dropped, const ReplicaList& rejoining,
+                           const std::vector<std::string>& lost_sites);
+// Whether dropped replicas may rejoin at committed step `committed`: later than the step the
+// current attempt started from (the live replicas made progress) and before the job's last.
+// A rejoining stage starts from the live replicas' state: in local mode at their last outer
+// step (the anchor), so any committed step will do; in step mode their parameters, the same
+// on every replica.
+bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps);
+// The replica rejoining stages copy (and export reads): the first one neither dropped nor
+// rejoining; -1 if none. A rejoining stage takes its layers from the source's stages that
+// hold them, however the source is split.
+int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const ReplicaList& rejoining);
+// The sorted union of two replica lists.
+ReplicaList Union(const ReplicaList& a, const ReplicaList& b);
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,483 @@
+// One stage's side of the syncs between replicas: contributions out along the routes, frames
+// in as they come, the sum in replica order (see sync_exchange.h).
+#include "daemon/job/sync/sync_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "compression/frame.h"
+#include "fleet/sync_options.h"
+
+namespace longhaul::daemon {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions options) {
+  const int replicas = options.grid.replicas;
+  if (options.inbox == nullptr) return absl::InvalidArgumentError("sync exchange: no inbox");
+  if (options.live.empty()) options.live.assign(static_cast<size_t>(replicas), true);
+  if (static_cast<int>(options.live.size()) != replicas) {
+    return absl::InvalidArgumentError("sync exchange: " + std::to_string(replicas) +
+                                      " replicas, liveness of " +
+                                      std::to_string(options.live.size()));
+  }
+  for (const SyncRoute& route : options.routes) {
+    if (static_cast<int>(route.source.size()) != replicas) {
+      return absl::InvalidArgumentError(
+          "sync exchange: slice " + std::to_string(route.slice.index) + " has sources for " +
+          std::to_string(route.source.size()) + " of " + std::to_string(replicas) + " replicas");
+    }
+    for (int d : route.to) {
+      if (options.live[options.grid.replica(d)] && options.to_stage.count(d) == 0) {
+        return absl::FailedPreconditionError("sync exchange: no sender to stage " +
+                                             std::to_string(d) + " (slice " +
+                                             std::to_string(route.slice.index) + ")");
+      }
+    }
+  }
+  std::unique_ptr<SyncExchange> x(new SyncExchange(std::move(options)));
+  if (x->o_.ring) {
+    for (const SyncRoute& route : x->o_.routes) {
+      RingPlace place = RingOf(route, x->o_.live, x->o_.stage);
+      if (place.position < 0) {
+        return absl::FailedPreconditionError("sync exchange: stage " + std::to_string(x->o_.stage) +
+                                             " is not on the ring of slice " +
+                                             std::to_string(route.slice.index));
+      }
+      if (place.size() > 1 && x->o_.to_stage.count(place.next()) == 0) {
+        return absl::FailedPreconditionError(
+            "sync exchange: no sender to stage " + std::to_string(place.next()) +
+            ", next on the ring of slice " + std::to_string(route.slice.index));
+      }
+      x->places_.push_back(std::move(place));
+    }
+  }
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(x->o_.codec));
+  for (size_t k = 0; k < x->o_.routes.size(); ++k) {
+    ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(x->o_.codec));
+    x->encoders_.push_back(std::move(encoder));
+  }
+  const std::vector<int> sends_to = x->SendsTo();
+  for (const auto& [stage, sender] : x->o_.to_stage) {
+    if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
+    OutboundUsage& u = x->usage_[stage];
+    const auto site = x->o_.stage_sites.find(stage);
+    u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
+    u.codec = spec.ToString();
+    u.reason = std::string(x->o_.ring ? "sync around a ring" : "sync") + " (replica " +
+               std::to_string(x->o_.grid.replica(stage)) + "'s stage " + std::to_string(stage) +
+               ")";
+  }
+  return x;
+}
+
+Status SyncExchange::SendError() const {
+  for (const auto& [stage, sender] : o_.to_stage) {
+    if (sender != nullptr) RETURN_IF_ERROR(sender->error());
+  }
+  return absl::OkStatus();
+}
+
+Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
+                               std::span<const float> weights, std::span<float> out, int phase) {
+  RETURN_IF_ERROR(Start(step, values, weights, phase));
+  blocking_ = true;  // all of it exposed
+  return Finish(out);
+}
+
+std::vector<int> SyncExchange::SendsTo() const {
+  std::vector<int> to;
+  if (o_.ring) {
+    for (const RingPlace& place : places_) {
+      if (place.size() > 1) to.push_back(place.next());
+    }
+  } else {
+    for (const SyncRoute& route : o_.routes) {
+      for (int d : route.to) {
+        if (o_.live[o_.grid.replica(d)]) to.push_back(d);
+      }
+    }
+  }
+  std::sort(to.begin(), to.end());
+  to.erase(std::unique(to.begin(), to.end()), to.end());
+  return to;
+}
+
+int64_t SyncExchange::PhaseValues(int phase) const {
+  int64_t values = 0;
+  for (const SyncRoute& route : o_.routes) {
+    if (fleet::InPhase(route.phase, phase)) values += route.slice.size;
+  }
+  return values;
+}
+
+double SyncExchange::SentShare() const {
+  if (!o_.ring || places_.empty()) return 1.0;
+  const double L = places_[0].size();
+  return L > 1 ? 2.0 * (L - 1) / L : 0.0;
+}
+
+Status SyncExchange::DrainBacklog() {
+  while (!backlog_.empty()) {
+    auto& [to, tensor] = backlog_.front();
+    ASSIGN_OR_RETURN(const bool queued, o_.to_stage.at(to)->TryEnqueue(&tensor));
+    if (!queued) return absl::OkStatus();  // the link is full: later
+    backlog_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
+                          std::vector<uint8_t> frame, bool backlog) {
+  // The values it carries: the slice (gather) or the hop's chunk of it (ring).
+  const fleet::SyncSlice& slice = o_.routes[k].slice;
+  const uint64_t values =
+      o_.ring ? static_cast<uint64_t>(
+                    fleet::RingChunkOf(slice.size, places_[k].size(),
+                                       fleet::RingSendChunk(places_[k].size(), places_[k].position,
+                                                            static_cast<int>(microbatch)))
+                        .size())
+              : static_cast<uint64_t>(slice.size);
+  OutgoingTensor t;
+  v1::TensorFrame& h = t.header;
+  h.set_job_id(o_.job_id);
+  h.set_attempt(o_.attempt);
+  h.set_step(step);
+  h.set_microbatch(microbatch);
+  h.set_kind(v1::TENSOR_KIND_SYNC);
+  h.set_tensor_id(static_cast<uint32_t>(slice.index));
+  h.set_from_stage(static_cast<uint32_t>(o_.stage));
+  h.set_to_stage(static_cast<uint32_t>(to));
+  h.set_from_site(o_.site);
+  const uint64_t wire = frame.size();
+  t.payload = std::move(frame);
+  if (backlog) {
+    backlog_.emplace_back(to, std::move(t));
+    RETURN_IF_ERROR(DrainBacklog());
+  } else {
+    RETURN_IF_ERROR(o_.to_stage.at(to)->Enqueue(std::move(t)));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  OutboundUsage& u = usage_[to];
+  ++u.tensors;
+  u.raw_bytes += values * sizeof(float);
+  u.wire_bytes += wire;
+  return absl::OkStatus();
+}
+
+Status SyncExchange::Start(uint64_t step, std::span<const float> values,
+                           std::span<const float> weights, int phase) {
+  if (in_flight()) {
+    return absl::FailedPreconditionError("sync of step " + std::to_string(step) +
+                                         ": the previous sync has not finished");
+  }
+  const int replicas = o_.grid.replicas;
+  if (weights.size() != static_cast<size_t>(replicas)) {
+    return absl::InvalidArgumentError("sync: " + std::to_string(weights.size()) + " weights for " +
+                                      std::to_string(replicas) + " replicas");
+  }
+  begin_ = Now();
+  blocking_ = false;
+  weights_.assign(weights.begin(), weights.end());
+  const int me = o_.grid.replica(o_.stage);
+  const size_t n = values.size();
+  for (const SyncRoute& route : o_.routes) {
+    const fleet::SyncSlice& slice = route.slice;
+    if (slice.offset < 0 || slice.offset + slice.size > static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError("sync: slice " + std::to_string(slice.index) +
+                                        " outside the fragment's " + std::to_string(n) + " values");
+    }
+  }
+  std::vector<TensorKey> wanted;
+  if (o_.ring) {
+    RETURN_IF_ERROR(StartRing(step, values, weights_[static_cast<size_t>(me)], phase, &wanted));
+  } else {
+    decoded_.assign(static_cast<size_t>(replicas), std::vector<float>(n));
+    for (size_t k = 0; k < o_.routes.size(); ++k) {
+      if (!fleet::InPhase(o_.routes[k].phase, phase)) continue;
+      const fleet::SyncSlice& slice = o_.routes[k].slice;
+      const std::span<const float> part = values.subspan(slice.offset, slice.size);
+      std::vector<uint8_t> frame;
+      RETURN_IF_ERROR(encoders_[k]->Encode(
+          part, fleet::SyncSeed(step, slice.index, o_.model_slices, me, replicas), &frame));
+      ASSIGN_OR_RETURN(const compression::FrameHeader own, compression::ParseFrameHeader(frame));
+      RETURN_IF_ERROR(compression::DecodeFrameValues(
+          own, frame, std::span<float>(decoded_[me].data() + slice.offset, slice.size)));
+      for (int r = 0; r < replicas; ++r) {
+        if (r == me || !o_.live[r]) continue;
+        wanted.push_back({o_.attempt, step, static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
+                          static_cast<uint32_t>(slice.index)});
+      }
+      for (int d : o_.routes[k].to) {
+        if (!o_.live[o_.grid.replica(d)]) continue;
+        RETURN_IF_ERROR(Send(step, k, static_cast<uint32_t>(me), d, frame));
+      }
+    }
+  }
+  // The others' frames, as they come, on a thread of its own.
+  started_at_ = Now();
+  cancel_ = false;
+  receive_status_ = absl::OkStatus();
+  receiver_ =
+      std::thread([this, wanted = std::move(wanted)]() mutable { Receive(std::move(wanted)); });
+  return absl::OkStatus();
+}
+
+Status SyncExchange::StartRing(uint64_t step, std::span<const float> values, float weight,
+                               int phase, std::vector<TensorKey>* wanted) {
+  const int me = o_.grid.replica(o_.stage);
+  ring_values_.assign(values.begin(), values.end());
+  ring_out_.assign(values.size(), 0.0f);
+  ring_.clear();
+  ring_.resize(o_.routes.size());
+  early_.assign(o_.routes.size(), {});
+  backlog_.clear();
+  for (size_t k = 0; k < o_.routes.size(); ++k) {
+    if (!fleet::InPhase(o_.routes[k].phase, phase)) continue;
+    const fleet::SyncSlice& slice = o_.routes[k].slice;
+    const RingPlace& place = places_[k];
+    const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
+    ring_[k].emplace(place.size(), place.position,
+                     std::span<const float>(ring_values_).subspan(at, size), weight,
+                     encoders_[k].get(),
+                     fleet::SyncSeed(step, slice.index, o_.model_slices, me, o_.grid.replicas),
+                     std::span<float>(ring_out_).subspan(at, size));
+    std::vector<uint8_t> frame;
+    RETURN_IF_ERROR(ring_[k]->Begin(&frame));
+    if (ring_[k]->done()) continue;  // a ring of one
+    RETURN_IF_ERROR(Send(step, k, 0, place.next(), std::move(frame)));
+    // Every hop's frame, taken as it comes (one may overtake another on a link).
+    for (int hop = 0; hop < fleet::RingHops(place.size()); ++hop) {
+      wanted->push_back({o_.attempt, step, static_cast<uint32_t>(hop), v1::TENSOR_KIND_SYNC,
+                         static_cast<uint32_t>(slice.index)});
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status SyncExchange::TakeGathered(const TensorKey& key, const ReceivedTensor& t) {
+  const fleet::SyncSlice* slice = nullptr;
+  for (const auto& route : o_.routes) {
+    if (static_cast<uint32_t>(route.slice.index) == key.tensor_id) slice = &route.slice;
+  }
+  if (slice == nullptr || key.microbatch >= static_cast<uint32_t>(o_.grid.replicas)) {
+    return absl::InternalError("sync: unexpected tensor " + key.DebugString());
+  }
+  compression::FrameLimits limits;
+  limits.max_elements = static_cast<uint64_t>(slice->size);
+  auto header = compression::ParseFrameHeader(t.payload, limits);
+  if (!header.ok() || header->element_count != static_cast<uint64_t>(slice->size)) {
+    return absl::InvalidArgumentError(
+        "sync tensor " + key.DebugString() + " from " + t.from_site + ": " +
+        (header.ok() ? std::to_string(header->element_count) + " values, the slice has " +
+                           std::to_string(slice->size)
+                     : std::string(header.status().message())));
+  }
+  return Annotate(
+      compression::DecodeFrameValues(
+          *header, t.payload,
+          std::span<float>(decoded_[key.microbatch].data() + slice->offset, slice->size)),
+      "sync tensor " + key.DebugString() + " from " + t.from_site);
+}
+
+Status SyncExchange::TakeRing(const TensorKey& key, ReceivedTensor t) {
+  size_t k = 0;
+  while (k < o_.routes.size() && static_cast<uint32_t>(o_.routes[k].slice.index) != key.tensor_id) {
+    ++k;
+  }
+  if (k == o_.routes.size() || !ring_[k] ||
+      key.microbatch >= static_cast<uint32_t>(ring_[k]->RingHopCount())) {
+    return absl::InternalError("sync: unexpected tensor " + key.DebugString());
+  }
+  std::map<int, ReceivedTensor>& early = early_[k];
+  early[static_cast<int>(key.microbatch)] = std::move(t);
+  // The hops in order, as far as they are in.
+  for (auto it = early.find(ring_[k]->next_hop()); it != early.end();
+       it = early.find(ring_[k]->next_hop())) {
+    const int hop = it->first;
+    const ReceivedTensor frame = std::move(it->second);
+    early.erase(it);
+    TensorKey at = key;
+    at.microbatch = static_cast<uint32_t>(hop);
+    std::vector<uint8_t> next;
+    RETURN_IF_ERROR(Annotate(ring_[k]->Take(hop, frame.payload, &next),
+                             "sync tensor " + at.DebugString() + " from " + frame.from_site));
+    if (!next.empty()) {
+      RETURN_IF_ERROR(Send(key.step, k, static_cast<uint32_t>(hop + 1), places_[k].next(),
+                           std::move(next), /*backlog=*/true));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SyncExchange::Receive(std::vector<TensorKey> wanted) {
+  auto stopped = [this] { return cancel_.load() || (o_.stop != nullptr && o_.stop->load()); };
+  auto run = [&]() -> Status {
+    while (!wanted.empty() || !backlog_.empty()) {
+      if (stopped()) return absl::AbortedError("stopped");
+      RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
+      RETURN_IF_ERROR(DrainBacklog());
+      // With frames still to queue, look back at the links often.
+      const double wait =
+          backlog_.empty() ? o_.heartbeat_seconds : std::min(o_.heartbeat_seconds, 0.01);
+      if (wanted.empty()) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+        continue;
+      }
+      auto got = o_.inbox->TakeAny(wanted, wait);
+      if (!got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
+      if (!got.ok()) return got.status();
+      const TensorKey key = got->first;
+      wanted.erase(std::find(wanted.begin(), wanted.end(), key));
+      RETURN_IF_ERROR(o_.ring ? TakeRing(key, std::move(got->second))
+                              : TakeGathered(key, got->second));
+    }
+    return absl::OkStatus();
+  };
+  receive_status_ = run();
+  received_at_ = Now();
+}
+
+void SyncExchange::Join() {
+  if (receiver_.joinable()) receiver_.join();
+}
+
+void SyncExchange::Cancel() {
+  cancel_ = true;
+  Join();
+  decoded_.clear();
+  ring_.clear();
+  early_.clear();
+  backlog_.clear();
+  ring_values_ = {};
+  ring_out_ = {};
+}
+
+SyncExchange::~SyncExchange() { Cancel(); }
+
+Status SyncExchange::Finish(std::span<float> out) {
+  if (!in_flight()) return absl::FailedPreconditionError("sync: no sync in flight to finish");
+  const double wait_start = Now();
+  Join();  // the receiver ends when every frame is in, on a stop, or on an error
+  const double wait_end = Now();
+  wait_seconds_ += wait_end - wait_start;
+  RETURN_IF_ERROR(receive_status_);
+  const int replicas = o_.grid.replicas;
+  if (o_.ring) {
+    if (out.size() != ring_out_.size()) {
+      return absl::InvalidArgumentError("sync: " + std::to_string(ring_out_.size()) +
+                                        " values into " + std::to_string(out.size()));
+    }
+    for (const std::optional<fleet::RingMember>& m : ring_) {
+      if (m && !m->done()) return absl::InternalError("sync: a ring ended before its last hop");
+    }
+    std::copy(ring_out_.begin(), ring_out_.end(), out.begin());
+    ring_.clear();
+    early_.clear();
+    ring_values_ = {};  // two fragments' worth, until the next sync
+    ring_out_ = {};
+  } else {
+    const size_t n = decoded_.empty() ? 0 : decoded_[0].size();
+    if (out.size() != n) {
+      return absl::InvalidArgumentError("sync: " + std::to_string(n) + " values into " +
+                                        std::to_string(out.size()));
+    }
+    // The sum in replica order, as fleet::SumContributions adds: from zero, weight x value.
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (int r = 0; r < replicas; ++r) {
+      if (!o_.live[r]) continue;
+      fleet::AddWeighted(weights_[static_cast<size_t>(r)], decoded_[static_cast<size_t>(r)], out);
+    }
+    decoded_.clear();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++syncs_;
+  // Exposed: from Start to the return when it blocks (AllGather), else Start's encoding and
+  // queueing and the wait here; the receiver's time before Finish was called ran behind the
+  // steps.
+  sync_seconds_ += blocking_ ? Now() - begin_ : (started_at_ - begin_) + (Now() - wait_start);
+  if (!blocking_) {
+    hidden_seconds_ += std::max(0.0, std::min(received_at_, wait_start) - started_at_);
+  }
+  return absl::OkStatus();
+}
+
+v1::SyncReport SyncExchange::Report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  v1::SyncReport r;
+  r.set_syncs(syncs_);
+  r.set_seconds(sync_seconds_);
+  r.set_hidden_seconds(hidden_seconds_);
+  for (const auto& [stage, u] : usage_) {
+    if (r.codec().empty()) r.set_codec(u.codec);
+    r.set_raw_bytes(r.raw_bytes() + u.raw_bytes);
+    r.set_wire_bytes(r.wire_bytes() + u.wire_bytes);
+  }
+  return r;
+}
+
+Status SyncExchange::SetCodec(const std::string& codec, const std::string& reason) {
+  if (in_flight()) {
+    return absl::FailedPreconditionError("sync codec " + codec +
+                                         ": a sync is in flight (set it between syncs)");
+  }
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(codec));
+  if (codec != o_.codec) {
+    std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders;
+    for (size_t k = 0; k < encoders_.size(); ++k) {
+      if (o_.routes[k].slice.index == o_.pinned_slice) {
+        encoders.push_back(std::move(encoders_[k]));
+        continue;
+      }
+      ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(codec));
+      RETURN_IF_ERROR(encoder->RestoreResidual(encoders_[k]->residual(),
+                                               static_cast<size_t>(o_.routes[k].slice.size)));
+      encoders.push_back(std::move(encoder));
+    }
+    encoders_ = std::move(encoders);
+    o_.codec = codec;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [stage, u] : usage_) {
+    u.codec = spec.ToString();
+    if (!reason.empty()) u.reason = reason;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::vector<float>> SyncExchange::residuals() const {
+  std::vector<std::vector<float>> r;
+  for (const auto& e : encoders_) r.push_back(e->residual());
+  return r;
+}
+
+Status SyncExchange::RestoreResiduals(std::vector<std::vector<float>> residuals) {
+  if (residuals.empty()) return absl::OkStatus();  // none carried
+  if (residuals.size() != encoders_.size()) {
+    return absl::DataLossError("sync residuals for " + std::to_string(residuals.size()) +
+                               " slices, the fragment has " + std::to_string(encoders_.size()));
+  }
+  for (size_t k = 0; k < residuals.size(); ++k) {
+    RETURN_IF_ERROR(encoders_[k]->RestoreResidual(std::move(residuals[k]),
+                                                  static_cast<size_t>(o_.routes[k].slice.size)));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<OutboundUsage> SyncExchange::Usage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OutboundUsage> out;
+  for (const auto& [stage, u] : usage_) {
+    out.push_back(u);
+    out.back().send_seconds = o_.to_stage.at(stage)->stats().send_seconds;
+  }
+  return out;
+}
+
+}  // namespace longhaul::daemon

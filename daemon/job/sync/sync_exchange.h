@@ -1,0 +1,162 @@
+// SyncExchange: one stage's side of the syncs between pipeline replicas (stage_grid.h).
+// AllGather sends this stage's contribution (its gradient in sync mode step, its
+// pseudo-gradient in local mode) as one frame per parameter slice (fleet/sync_slices.h),
+// encoded with the job's sync codec and error feedback per slice (fleet/sync_reduce.h), to
+// the stages of the other replicas that hold the slice (sync_routes.h), takes one frame per
+// slice from every other live replica as they arrive, and sums every replica's decoded
+// contribution, its own included, in replica order: every holder of a slice computes the same
+// bits, so replicas that start identical stay identical, however each is split. A refused send
+// (naming the peer) or a stop ends the wait within one heartbeat.
+//
+// With `ring` (sync.reduce: ring, sync_routes.h RingsAgree) each slice goes around the
+// ring of its live holders instead (fleet/sync_ring.h): Start sends the first hop's chunk to
+// the ring's next stage, the receiver thread takes each hop's frame from the previous one,
+// adds this stage's part, and sends the next hop on; every holder ends with the same bits.
+// The receiver takes every hop's frame as it comes (a hop that overtook the one before waits
+// in the exchange, not in the bounded inbox) and queues what it sends without blocking (a
+// backlog it drains between frames), so a full link can neither stall the ring nor a stop.
+//
+// A streaming sync (sync.overlap) is AllGather in two halves: Start sends and takes the
+// others' frames on a thread of its own while the stage trains on; Finish waits for what has
+// not come yet and sums. The wait in Finish is the sync's exposed time; the rest of its time
+// on the links ran behind the steps (hidden). A staggered sync (sync.stagger) covers one
+// phase's slices (SyncRoute::phase): only those are sent, taken and summed.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/exchange/inbox.h"
+#include "daemon/job/exchange/sender.h"
+#include "daemon/job/exchange/stage_exchange.h"
+#include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/sync/sync_routes.h"
+#include "fleet/sync_options.h"
+#include "fleet/sync_reduce.h"
+#include "fleet/sync_ring.h"
+#include "fleet/sync_slices.h"
+
+namespace longhaul::daemon {
+
+struct SyncExchangeOptions {
+  std::string site, job_id;
+  uint32_t attempt = 0;
+  int stage = 0;  // this stage's flat index
+  StageGrid grid;
+  std::vector<SyncRoute> routes;           // the fragment's slices (SyncRoutes)
+  std::map<int, LinkSender*> to_stage;     // by flat stage: the live stages routes send to
+  std::map<int, std::string> stage_sites;  // by flat stage: the sites of those stages
+  std::vector<bool> live;                  // by replica; false: dropped (empty: all live)
+  bool ring = false;                       // reduce around rings (else gather)
+  std::string codec;                       // a fixed sync codec (fleet/sync_options.h)
+  // A slice SetCodec leaves at `codec`, the one it started with (-1: none): the tied
+  // embedding under the adaptive sync codec, whose copies on a replica's first and last
+  // stage must take the same steps while each stage chooses from its own links.
+  int pinned_slice = -1;
+  int model_slices = 0;  // ParameterLayout::num_slices (for the seeds)
+  Inbox* inbox = nullptr;
+  double heartbeat_seconds = 1.0;
+  const std::atomic<bool>* stop = nullptr;
+};
+
+class SyncExchange {
+ public:
+  static StatusOr<std::unique_ptr<SyncExchange>> Create(SyncExchangeOptions options);
+
+  // out = sum over the live members r, in replica order, of weights[r] x decode(the member's
+  // frames of `values`), on the slices of `phase` (fleet::kEveryPhase: all; out is 0 on the
+  // others); values and out are the fragment's flat arrays. REQUIRES: same sizes, covering
+  // every slice; a weight per replica.
+  Status AllGather(uint64_t step, std::span<const float> values, std::span<const float> weights,
+                   std::span<float> out, int phase = fleet::kEveryPhase);
+  // AllGather's halves: Start encodes and sends `values` (the sync of `step`, weighed by
+  // `weights`) and takes the others' frames in the background; Finish waits for them and
+  // writes the sum. One sync in flight at a time (FailedPrecondition otherwise).
+  Status Start(uint64_t step, std::span<const float> values, std::span<const float> weights,
+               int phase = fleet::kEveryPhase);
+  Status Finish(std::span<float> out);
+  bool in_flight() const { return receiver_.joinable(); }
+  // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
+  void Cancel();
+  ~SyncExchange();
+
+  // Encodes the next syncs with `codec` (a fixed sync codec), each slice's residual carried
+  // over, the pinned slice excepted; `reason` is the usage's explanation (the adaptive
+  // choice's). FailedPrecondition while a sync is in flight (its receiver encodes, on a ring).
+  Status SetCodec(const std::string& codec, const std::string& reason);
+  const std::string& codec() const { return o_.codec; }
+
+  // The error-feedback residuals, by slice (for the stage checkpoint), and their restore.
+  // REQUIRES: no sync in flight (a ring's receiver encodes).
+  std::vector<std::vector<float>> residuals() const;
+  Status RestoreResiduals(std::vector<std::vector<float>> residuals);
+
+  // What this stage sent to each stage it sends to (their sites, by stage).
+  std::vector<OutboundUsage> Usage() const;
+  // The stages a sync sends to (every other live holder when gathering, the next one around
+  // each ring) and the share of the fragment's encoded bytes each gets: 1, or 2 (L - 1) / L
+  // on a ring of L (what the adaptive sync codec prices).
+  std::vector<int> SendsTo() const;
+  double SentShare() const;
+  // The values of the fragment's slices that a sync of `phase` carries.
+  int64_t PhaseValues(int phase) const;
+  double wait_seconds() const { return wait_seconds_; }
+  // The syncs so far: how many, their time (encode, send, wait, decode, sum), the bytes sent.
+  v1::SyncReport Report() const;
+
+ private:
+  explicit SyncExchange(SyncExchangeOptions options) : o_(std::move(options)) {}
+  Status SendError() const;
+  // Queues `frame` of route k's slice for stage `to`: microbatch is the sender's replica
+  // (gather) or the ring hop.
+  // From the receiver thread (`backlog`): onto backlog_ and as much of it as fits queued.
+  Status Send(uint64_t step, size_t k, uint32_t microbatch, int to, std::vector<uint8_t> frame,
+              bool backlog = false);
+  Status DrainBacklog();
+  Status StartRing(uint64_t step, std::span<const float> values, float weight, int phase,
+                   std::vector<TensorKey>* wanted);
+  // One frame taken by the receiver: decoded into decoded_ (gather), or kept until the ring's
+  // hops before it are in, then each hop taken in order and the next one sent (ring).
+  Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
+  Status TakeRing(const TensorKey& key, ReceivedTensor t);
+  void Receive(std::vector<TensorKey> wanted);  // the receiver thread
+  void Join();
+
+  SyncExchangeOptions o_;
+  std::vector<std::unique_ptr<fleet::ContributionEncoder>> encoders_;  // by slice
+  // The sync in flight: every member's decoded contribution by replica (this stage's from its
+  // own frames), filled by the receiver thread until it ends with receive_status_.
+  std::vector<std::vector<float>> decoded_;
+  std::vector<float> weights_;  // the sync in flight's, by replica
+  // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
+  // rings (from Create).
+  std::vector<float> ring_values_, ring_out_;
+  std::vector<std::optional<fleet::RingMember>> ring_;  // by route; none: not in the phase
+  std::vector<RingPlace> places_;
+  std::vector<std::map<int, ReceivedTensor>> early_;    // by route: hops ahead of the next
+  std::deque<std::pair<int, OutgoingTensor>> backlog_;  // (to stage, tensor), receiver only
+  std::thread receiver_;
+  std::atomic<bool> cancel_{false};
+  Status receive_status_;
+  // begin_: Start called; started_at_: its frames queued (encoding and queueing are exposed);
+  // received_at_: the receiver's end.
+  double begin_ = 0, started_at_ = 0, received_at_ = 0;
+  bool blocking_ = false;  // AllGather: Start and Finish at once
+  mutable std::mutex mu_;
+  std::map<int, OutboundUsage> usage_;  // by flat stage sent to
+  double wait_seconds_ = 0;
+  uint64_t syncs_ = 0;
+  double sync_seconds_ = 0;    // exposed: the stage waiting in syncs
+  double hidden_seconds_ = 0;  // a streaming sync's time on the links behind the steps
+};
+
+}  // namespace longhaul::daemon
