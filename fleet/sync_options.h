@@ -59,7 +59,7 @@ struct SyncOptions {
   int overlap = 0;  // local: inner steps a sync runs behind (0: it blocks); < every
   OuterOptions outer;
   std::string codec = "adaptive";
-  // The job spec's default is drop in local mode (daemon/job/job_spec.h), wait in step mode.
+  // The job spec's default is drop in local mode (daemon/job/spec/job_spec.h), wait in step mode.
   SiteLoss on_site_loss = SiteLoss::kWait;
   SyncReduce reduce = SyncReduce::kGather;
   int stagger = 1;  // local: phases of a sync round (1: everything at once); <= every

@@ -43,7 +43,7 @@ std::vector<float> TokenWeights(const std::vector<int>& microbatches,
                                 const std::vector<bool>& live = {});
 
 // out += weight x values, element by element: the one step of every replica-ordered sum
-// (SumContributions here, a daemon's gathered sync in daemon/job/sync_exchange.cc), so that
+// (SumContributions here, a daemon's gathered sync in daemon/job/sync/sync_exchange.cc), so that
 // both add the same floats in the same order and agree bit for bit.
 void AddWeighted(float weight, std::span<const float> values, std::span<float> out);
 
