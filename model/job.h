@@ -61,7 +61,7 @@
 
 namespace longhaul::model {
 
-// The top-level keys of a job file that distributed jobs read (daemon/job/job_spec.h) and
+// The top-level keys of a job file that distributed jobs read (daemon/job/spec/job_spec.h) and
 // train-local accepts and ignores: the one list of them.
 inline constexpr std::array<absl::string_view, 9> kPipelineJobKeys = {
     "sites", "compression",          "replan",         "placement",      "replicas",

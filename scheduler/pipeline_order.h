@@ -1,5 +1,5 @@
 // The 1F1B order of one pipeline stage: the one schedule that the stage runner follows
-// (daemon/job/stage_runner.cc), the cost model plays (schedule.cc) and the simulator replays
+// (daemon/job/stage/stage_runner.cc), the cost model plays (schedule.cc) and the simulator replays
 // (simulator.cc). Stage i of S, over M microbatches, runs w warm-up forwards, then alternates
 // one forward and one backward, then drains the backwards; at most w + 1 microbatches are in
 // flight on it, and the last stage never waits between its forward and backward of a

@@ -23,7 +23,7 @@ struct StagePlan {
 };
 
 // What one training step asks of the pipeline, for planners that model the step. The even
-// split ignores it. Mirrors the job file (daemon/job/job_spec.h) without depending on it.
+// split ignores it. Mirrors the job file (daemon/job/spec/job_spec.h) without depending on it.
 struct PipelineWorkload {
   int microbatch_size = 0;  // B: sequences per microbatch; REQUIRES: > 0 for the planner
   int seq_len = 0;          // T; REQUIRES: 0 < T <= model.max_seq_len for the planner
@@ -35,7 +35,7 @@ struct PipelineWorkload {
   std::string codec = "q8";
   std::string floor = "q4";
   // adaptive: the floor of a cut that carries the subspace-cut variant's coordinates ("": the
-  // same as `floor`; the daemon's default is q8 there, daemon/job/job_spec.h).
+  // same as `floor`; the daemon's default is q8 there, daemon/job/spec/job_spec.h).
   std::string coordinate_floor;
   // The site whose daemon coordinates the job (the per-step barrier); "" = the first stage's.
   std::string coordinator;

@@ -195,7 +195,7 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::ModelConfig& mo
     p.replica_step_seconds = std::max(p.replica_step_seconds, r.estimate.step_seconds);
   }
   // Rings only where every replica holds the tied embedding as the others do (one stage each,
-  // or two or more each: daemon/job/sync_routes.h RingsAgree); else the job gathers.
+  // or two or more each: daemon/job/sync/sync_routes.h RingsAgree); else the job gathers.
   bool single = false, multi = false;
   for (const PlanResult& r : p.replicas) (r.stages.size() == 1 ? single : multi) = true;
   const bool rings = !(single && multi);

@@ -57,7 +57,7 @@ struct ReplicaPlanRequest {
   // group the same position in every replica.
   bool aligned = false;
   // Unaligned replicas (each its own split: the runtime syncs each slice with its holders,
-  // daemon/job/sync_routes.h) paced by microbatches (PaceReplicas) in lockstep, the count
+  // daemon/job/sync/sync_routes.h) paced by microbatches (PaceReplicas) in lockstep, the count
   // chosen for those tokens/s: what `replica_microbatches: paced` runs.
   bool microbatch_paced = false;
 };
@@ -87,7 +87,7 @@ struct ReplicaPlan {
 StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequest& request);
 
 // The replicas made alike: one stage count S and one split for all (the runtime also runs
-// replicas split differently; PlanJobReplicas in daemon/job/job_spec.h prices both). The
+// replicas split differently; PlanJobReplicas in daemon/job/spec/job_spec.h prices both). The
 // splits tried are each replica's own and the even split of each replica's stage count; under
 // a split a replica keeps its S sites of most FLOP/s, in its planned order or matched by FLOP/s
 // to the stages by layer count, whichever the cost model prices faster, and a replica with

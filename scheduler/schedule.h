@@ -1,5 +1,5 @@
 // One training step of a pipeline played exactly, on steady links: the schedule the stage
-// runner follows (daemon/job/stage_runner.cc) reduced to times. Stage i runs its warm-up
+// runner follows (daemon/job/stage/stage_runner.cc) reduced to times. Stage i runs its warm-up
 // forwards (plain 1F1B's min(M, S - i - 1), or the WAN-aware schedule's, in_flight.h), then
 // alternates one forward and one backward, then drains; an op starts when its stage is free and its
 // input has arrived. Each directed link between neighbours has one FIFO sender: a tensor leaves
