@@ -154,7 +154,6 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   RETURN_IF_ERROR(InitValidation());
   start_step_ = a.resume_step();
   const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
-  InitReplicaWeights();
   if (start_step_ > 0 &&
       (a.migrate_from_size() > 0 || Contains(rejoining, grid_.replica(stage_)))) {
     // The layers come from other sites: fetched on the stage's thread (Run), so no lock of
@@ -204,7 +203,7 @@ void StageRunner::Stop() {
     if (sender) sender->Close();
   }
   if (thread_.joinable()) thread_.join();
-  if (sync_) sync_->Cancel();  // a streaming sync's receiver, too
+  if (replicas_) replicas_->Cancel();  // a streaming sync's receiver, too
 }
 
 StageRunnerStatus StageRunner::status() const {
@@ -228,7 +227,9 @@ void StageRunner::Run() {
     s = Validate(start_step_, start_step_);
   }
   // A streaming sync starts after its step's checkpoint: from that checkpoint, again.
-  if (s.ok() && start_step_ > 0) s = StartSync(start_step_ - 1);
+  if (s.ok() && start_step_ > 0 && replicas_) {
+    s = replicas_->StartSync(start_step_ - 1, compute_acc_, /*resumed=*/true);
+  }
   for (uint64_t step = start_step_; s.ok() && step < steps && !stop_; ++step) {
     s = RunStep(step);
     if (!s.ok()) break;
@@ -254,7 +255,7 @@ void StageRunner::Run() {
   // The stage is done with its fragment: a finished or failed job holds no model memory
   // while its record stays for status, export (from the checkpoints) and pings.
   exchange_->ReleaseDevice();
-  if (sync_) sync_->Cancel();  // a streaming sync left in flight by an error
+  if (replicas_) replicas_->Cancel();  // a streaming sync left in flight by an error
   fragment_.reset();
   ops_.clear();
   loader_.reset();
@@ -325,8 +326,10 @@ Status StageRunner::RunStep(uint64_t step) {
   }
   RETURN_IF_ERROR(ExchangeTiedGrads(step));
   RETURN_IF_ERROR(exchange_->FinishPendingSend());
-  const double sync_waited = sync_ ? sync_->wait_seconds() : 0;
-  RETURN_IF_ERROR(SyncGradients(step));  // sync mode step: the replicas' gradients summed
+  const double sync_waited = replicas_ ? replicas_->wait_seconds() : 0;
+  if (replicas_) {  // sync mode step: the replicas' gradients summed
+    RETURN_IF_ERROR(replicas_->SyncGradients(step, compute_acc_));
+  }
   wait_acc_ = exchange_->wait_seconds() - waited;
 
   // The barrier: every stage's gradient sums in, the global clipping scale out.
@@ -358,9 +361,9 @@ Status StageRunner::RunStep(uint64_t step) {
   // The stage's outbound links, and the tied-embedding link between the first and the last
   // stage when they are not neighbours (the re-plan prices it from this estimate).
   std::vector<OutboundUsage> usage = exchange_->Usage(/*tied=*/num_stages_ > 2);
-  if (sync_) {
-    for (const OutboundUsage& o : sync_->Usage()) usage.push_back(o);
-    *report.mutable_sync() = sync_->Report();
+  if (replicas_) {
+    for (const OutboundUsage& o : replicas_->Usage()) usage.push_back(o);
+    *report.mutable_sync() = replicas_->Report();
   }
   for (const OutboundUsage& o : usage) {
     v1::LinkUsage* l = report.add_links();
@@ -405,8 +408,10 @@ Status StageRunner::RunStep(uint64_t step) {
   fragment_->Step(opt, lr, static_cast<float>(scale), static_cast<int>(step) + 1);
   fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
-  RETURN_IF_ERROR(OuterStep(step));  // local mode, at a sync step
-  if (sync_) wait_acc_ += sync_->wait_seconds() - sync_waited;
+  if (replicas_) {  // local mode, at a sync step
+    RETURN_IF_ERROR(replicas_->OuterStep(step, compute_acc_));
+    wait_acc_ += replicas_->wait_seconds() - sync_waited;
+  }
   // Two committed checkpoints stay: if the newest turns out corrupt, the job falls back to
   // the one before.
   if (decision->committed_step() > last_committed_) {
@@ -421,7 +426,9 @@ Status StageRunner::RunStep(uint64_t step) {
   if ((every > 0 && done % every == 0) || done == static_cast<uint64_t>(ctx_.spec.job.steps)) {
     RETURN_IF_ERROR(Checkpoint(done));
   }
-  RETURN_IF_ERROR(StartSync(step));  // local mode with sync.overlap, at a sync step
+  if (replicas_) {  // local mode with sync.overlap, at a sync step
+    RETURN_IF_ERROR(replicas_->StartSync(step, compute_acc_, /*resumed=*/false));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   status_.step = done;
   status_.compute_seconds = compute_acc_;
@@ -486,7 +493,9 @@ Status StageRunner::Backward(uint64_t step, int mb) {
   const size_t act = static_cast<size_t>(B_) * T_ * in_width_;
   // Sync mode step: each replica's share of the union batch's mean, its microbatches of all
   // replicas' (fleet/local_fleet.h); local mode: the mean over its own.
-  const int microbatches = ctx_.spec.sync.mode == fleet::SyncMode::kStep ? union_microbatches_ : M_;
+  const int microbatches = ctx_.spec.sync.mode == fleet::SyncMode::kStep && replicas_
+                               ? replicas_->union_microbatches()
+                               : M_;
   const float dloss = 1.0f / (float(B_) * T_ * float(microbatches));
   const float* output_grad = nullptr;
   if (!fragment_->is_last()) {

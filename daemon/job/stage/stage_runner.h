@@ -27,11 +27,9 @@
 #include "daemon/job/exchange/stage_exchange.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/spec/stage_grid.h"
-#include "daemon/job/sync/sync_codec.h"
-#include "daemon/job/sync/sync_exchange.h"
+#include "daemon/job/sync/replica_sync.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
-#include "fleet/outer_optimizer.h"
 #include "kernels/ops.h"
 #include "model/data_loader.h"
 #include "model/fragment.h"
@@ -129,30 +127,12 @@ class StageRunner {
   Status InitValidation();
   Status Validate(uint64_t step, uint64_t done);
   Status Checkpoint(uint64_t step);
-  // Pipeline replicas (stage_runner_sync.cc): the sync group's exchange and state, restored
-  // from the checkpoint at `resume_step` (0: from scratch); sync mode step's gradient sum
-  // before the step report; local mode's outer step after the optimizer step of `step`, when
-  // it is a sync step; the sync state beside a stage checkpoint.
+  // Pipeline replicas and the tied codec (stage_runner_sync.cc): the ReplicaSync and the
+  // tied residual, restored from the sync state of the checkpoint at `resume_step` (0: from
+  // scratch); CheckpointSync writes that state beside a stage checkpoint.
   Status InitSync(uint64_t resume_step);
   // stage_runner_links.cc: the StageExchange with the pipeline neighbours and tied partner.
   Status InitExchange(kernels::Ops* ops);
-  // stage_runner_sync.cc: union_microbatches_ and token_weights_ from microbatches_ and the
-  // assignment's dropped replicas.
-  void InitReplicaWeights();
-  Status InitSyncExchange();  // the replicas' part of InitSync
-  Status SyncGradients(uint64_t step);
-  // Local mode after the optimizer step of `step`: a streaming sync due to finish, then a
-  // blocking sync (fleet::LocalSyncAt). StartSync, after the step's checkpoint, starts a
-  // streaming one (sync.overlap); a stage resuming from that checkpoint starts it again.
-  Status OuterStep(uint64_t step);
-  Status StartSync(uint64_t step);
-  // sync: {codec: adaptive}: the codec of the next sync (of `phase`: its bytes), for
-  // `compute_seconds` of compute until the next one (sync_codec.h); SyncComputeSeconds in
-  // local mode.
-  Status ChooseSyncCodec(double compute_seconds, int phase);
-  double SyncComputeSeconds() const;
-  // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
-  std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
   Status CheckpointSync(uint64_t step);
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
@@ -181,14 +161,9 @@ class StageRunner {
   std::vector<std::unique_ptr<kernels::Ops>> ops_;  // one per replica
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<StageExchange> exchange_;
-  std::unique_ptr<SyncExchange> sync_;          // with replicas
-  std::optional<SyncCodecChooser> sync_codec_;  // sync: {codec: adaptive}
+  std::unique_ptr<ReplicaSync> replicas_;  // with pipeline replicas
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
-  fleet::OuterOptimizer outer_;  // local mode
-  // A streaming sync in flight: the parameters at its start (its weights went with it to
-  // SyncExchange::Start).
-  std::vector<float> sync_started_;
   std::unique_ptr<model::DataLoader> loader_;
   std::unique_ptr<model::DataLoader> val_loader_;  // first stage, with data.val
   int val_batches_ = 0;                            // per pass (0: no validation)
@@ -201,8 +176,6 @@ class StageRunner {
   bool migrate_ = false;           // Run fetches the stage's layers from the old plan's sites first
   bool rejoin_ = false;            // Run fetches the stage's state from a live replica first
   std::vector<int> microbatches_;  // each replica's per step (AttemptMicrobatches)
-  int union_microbatches_ = 1;     // every replica's microbatches per step, summed
-  std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   uint64_t last_committed_ = 0, previous_committed_ = 0;  // the two checkpoints kept
 
   std::atomic<bool> stop_{false};

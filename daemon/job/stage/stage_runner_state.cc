@@ -138,7 +138,7 @@ Status StageRunner::Rejoin(uint64_t step) {
                                       std::to_string(source) + " to rejoin from");
   }
   const model::ModelConfig& config = ctx_.spec.job.model;
-  const bool local = sync_ != nullptr && ctx_.spec.sync.mode == fleet::SyncMode::kLocal;
+  const bool local = replicas_ != nullptr && replicas_->local();
   const model::FragmentLayout& mine = fragment_->layout();
   // Parameters, m, v, and (local mode) the outer step's anchor and momentum. The source
   // replica may be split differently: this stage's layers come from each of its stages that
@@ -212,7 +212,7 @@ Status StageRunner::Rejoin(uint64_t step) {
     // The live replica's position in its shard is this replica's in its own: the same steps.
     RETURN_IF_ERROR(RestoreLoaderAt(step, loader_state, "rejoin from " + sites));
   }
-  if (local) RETURN_IF_ERROR(outer_.Restore(std::move(part[3]), std::move(part[4])));
+  if (local) RETURN_IF_ERROR(replicas_->RestoreOuter(std::move(part[3]), std::move(part[4])));
   ctx_.log->info("job {}: stage {} (replica {}) rejoined at step {} from replica {} ({})",
                  a.job_id(), stage_, grid_.replica(stage_), step, source, sites);
   // Checkpoint here at once: a rollback to this step must find the state on this site.

@@ -1,0 +1,260 @@
+// ReplicaSync (replica_sync.h): the sync group's exchange and weights set up from the
+// attempt's assignment, the three calls of a step (sync mode's gradient sum, local mode's
+// outer step and streaming start) and the durable part of its state.
+#include "daemon/job/sync/replica_sync.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "daemon/job/sync/replica_membership.h"
+#include "daemon/job/sync/sync_routes.h"
+#include "fleet/sync_reduce.h"
+#include "model/layout.h"
+
+namespace longhaul::daemon {
+
+StatusOr<std::unique_ptr<ReplicaSync>> ReplicaSync::Create(ReplicaSyncOptions options) {
+  if (options.grid.replicas < 2 || !options.fragment || !options.inbox || !options.monitor ||
+      options.microbatches.size() != static_cast<size_t>(options.grid.replicas)) {
+    return absl::InvalidArgumentError(
+        "replica sync of job " + options.assignment.job_id() + ": needs 2 or more replicas (" +
+        std::to_string(options.grid.replicas) + "), the stage's fragment, inbox and link " +
+        "monitor, and each replica's microbatches (" + std::to_string(options.microbatches.size()) +
+        ")");
+  }
+  std::unique_ptr<ReplicaSync> r(new ReplicaSync(std::move(options)));
+  RETURN_IF_ERROR(r->Init());
+  return r;
+}
+
+ReplicaSync::~ReplicaSync() { Cancel(); }
+
+std::string ReplicaSync::Where() const {
+  return "job " + o_.assignment.job_id() + " stage " + std::to_string(stage_);
+}
+
+double ReplicaSync::Now() const {
+  if (o_.clock) return o_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Status ReplicaSync::Init() {
+  const v1::StageAssignment& a = o_.assignment;
+  stage_ = static_cast<int>(a.stage());
+  if (stage_ < 0 || stage_ >= o_.grid.size()) {
+    return absl::InvalidArgumentError(Where() + ": not a stage of the plan's " +
+                                      std::to_string(o_.grid.size()));
+  }
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  std::vector<bool> live;
+  union_microbatches_ = 0;
+  for (int r = 0; r < o_.grid.replicas; ++r) {
+    live.push_back(!Contains(dropped, r));
+    union_microbatches_ += o_.microbatches[static_cast<size_t>(r)];
+  }
+  token_weights_ = fleet::TokenWeights(o_.microbatches, live);
+
+  SyncExchangeOptions so;
+  so.site = o_.site;
+  so.job_id = a.job_id();
+  so.attempt = a.attempt();
+  so.stage = stage_;
+  so.grid = o_.grid;
+  so.live = live;
+  so.routes = SyncRoutes(o_.grid, o_.model, stage_, o_.sync.stagger);
+  so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
+  // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
+  for (const auto& [peer, sender] : o_.to_stage) {
+    if (peer < 0 || peer >= a.stages_size()) {
+      return absl::InvalidArgumentError(Where() + ": a sync sender to stage " +
+                                        std::to_string(peer) + " outside the plan");
+    }
+    if (sender) so.to_stage[peer] = sender;
+    so.stage_sites[peer] = a.stages(peer).site();
+  }
+  const bool adaptive = o_.sync.codec == "adaptive";
+  so.codec = adaptive ? kAdaptiveSyncStart : o_.sync.codec;
+  const model::FragmentLayout& layout = o_.fragment->layout();
+  // The tied embedding's copies (first and last stage) choose from different links: that
+  // slice stays at the start codec, the same on both.
+  if (adaptive) {
+    so.pinned_slice = layout.model().SliceIndex(model::Tensor::kWte, 0);
+    ASSIGN_OR_RETURN(SyncCodecChooser chooser, SyncCodecChooser::Create());
+    codec_.emplace(std::move(chooser));
+  }
+  so.model_slices = layout.model().num_slices();
+  so.inbox = o_.inbox;
+  so.heartbeat_seconds = o_.heartbeat_seconds;
+  so.stop = o_.stop;
+  ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> ReplicaSync::ResidualSizes() const {
+  std::vector<int64_t> sizes;
+  for (const auto& s : fleet::SyncSlices(o_.fragment->layout())) sizes.push_back(s.size);
+  return sizes;
+}
+
+void ReplicaSync::Fresh() {
+  if (!local()) return;
+  std::vector<float> params(static_cast<size_t>(o_.fragment->layout().total()));
+  o_.fragment->GetParameters(params.data());
+  outer_.Reset(params);  // the first anchor: the initial parameters
+}
+
+Status ReplicaSync::Restore(SyncState state, uint64_t step) {
+  if (local()) {
+    if (state.anchor.empty()) {
+      return absl::DataLossError("job " + o_.assignment.job_id() + ": the sync state of step " +
+                                 std::to_string(step) + " has no outer-step anchor");
+    }
+    RETURN_IF_ERROR(outer_.Restore(std::move(state.anchor), std::move(state.momentum)));
+  }
+  return exchange_->RestoreResiduals(std::move(state.residuals));
+}
+
+Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> momentum) {
+  if (!local()) return absl::OkStatus();
+  return outer_.Restore(std::move(anchor), std::move(momentum));
+}
+
+void ReplicaSync::Save(SyncState* state) const {
+  if (local()) {
+    state->anchor = outer_.anchor();
+    state->momentum = outer_.momentum();
+  }
+  state->residuals = exchange_->residuals();
+  bool any = false;
+  for (const auto& r : state->residuals) any = any || !r.empty();
+  if (!any) state->residuals.clear();
+}
+
+Status ReplicaSync::SyncGradients(uint64_t step, double compute_seconds) {
+  if (o_.sync.mode != fleet::SyncMode::kStep) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(o_.fragment->layout().total());
+  std::vector<float> grads(n), sum(n);
+  o_.fragment->GetGradients(grads.data());
+  RETURN_IF_ERROR(ChooseCodec(compute_seconds, fleet::kEveryPhase));
+  const std::vector<float> ones(static_cast<size_t>(o_.grid.replicas), 1.0f);
+  RETURN_IF_ERROR(exchange_->AllGather(step, grads, ones, sum));
+  o_.fragment->SetGradients(sum.data());
+  return absl::OkStatus();
+}
+
+Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
+  if (!local()) return absl::OkStatus();
+  const fleet::LocalSyncAction action = fleet::LocalSyncAt(o_.sync, step + 1, o_.steps);
+  const size_t n = static_cast<size_t>(o_.fragment->layout().total());
+  std::vector<float> params(n);
+  if (action.finish) {
+    // The streaming sync started `overlap` steps ago: the outer step, and what the inner
+    // steps since then moved kept on top of the new anchor (fleet::OuterOptimizer::Rebase),
+    // on the slices of its phase.
+    if (started_.size() != n) {
+      return absl::InternalError(Where() + ": the sync started after step " +
+                                 std::to_string(action.started) + " has no start state");
+    }
+    std::vector<float> mean(n);
+    RETURN_IF_ERROR(exchange_->Finish(mean));
+    o_.fragment->GetParameters(params.data());
+    for (const fleet::SyncSlice& slice : PhaseSlices(action.finish_phase)) {
+      const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
+      outer_.StepPart(o_.sync.outer, at, std::span<const float>(mean).subspan(at, size));
+      outer_.RebasePart(at, std::span<const float>(started_).subspan(at, size),
+                        std::span<float>(params).subspan(at, size));
+    }
+    o_.fragment->SetParameters(params.data());
+    started_ = {};
+  }
+  if (!action.blocking) return absl::OkStatus();
+  std::vector<float> delta(n), mean(n);
+  o_.fragment->GetParameters(params.data());
+  outer_.PseudoGradient(params, delta);
+  RETURN_IF_ERROR(ChooseCodec(ComputeUntilNextSync(compute_seconds), action.phase));
+  // Each live replica's pseudo-gradient weighs by the tokens it trained since the last sync:
+  // its microbatches of theirs (fleet::TokenWeights; equal when every replica trains as many).
+  RETURN_IF_ERROR(exchange_->AllGather(step, delta, token_weights_, mean, action.phase));
+  // The phase's slices take the outer step and continue from the new anchor.
+  for (const fleet::SyncSlice& slice : PhaseSlices(action.phase)) {
+    const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
+    outer_.StepPart(o_.sync.outer, at, std::span<const float>(mean).subspan(at, size));
+    std::copy_n(outer_.anchor().begin() + slice.offset, size, params.begin() + slice.offset);
+  }
+  o_.fragment->SetParameters(params.data());
+  return absl::OkStatus();
+}
+
+Status ReplicaSync::StartSync(uint64_t step, double compute_seconds, bool resumed) {
+  if (!local()) return absl::OkStatus();
+  const fleet::LocalSyncAction action = fleet::LocalSyncAt(o_.sync, step + 1, o_.steps);
+  if (!action.start) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(o_.fragment->layout().total());
+  std::vector<float> params(n), delta(n);
+  o_.fragment->GetParameters(params.data());
+  outer_.PseudoGradient(params, delta);
+  RETURN_IF_ERROR(ChooseCodec(ComputeUntilNextSync(compute_seconds), action.phase));
+  std::vector<float> weights = token_weights_;
+  const v1::StageAssignment& a = o_.assignment;
+  if (resumed && a.rejoining_replicas_size() > 0) {
+    // Started again at a rejoin: a rejoining replica starts from the anchor (Rejoin) and has
+    // trained nothing since, so its zero pseudo-gradient does not count in this sync
+    // (staggered, it starts from a live replica's parameters: a copy, not counted twice).
+    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+    const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
+    std::vector<bool> counted;
+    for (int r = 0; r < o_.grid.replicas; ++r) {
+      counted.push_back(!Contains(dropped, r) && !Contains(rejoining, r));
+    }
+    weights = fleet::TokenWeights(o_.microbatches, counted);
+  }
+  RETURN_IF_ERROR(exchange_->Start(step, delta, weights, action.phase));
+  started_ = std::move(params);
+  return absl::OkStatus();
+}
+
+void ReplicaSync::Cancel() {
+  if (exchange_) exchange_->Cancel();
+}
+
+double ReplicaSync::wait_seconds() const { return exchange_->wait_seconds(); }
+std::vector<OutboundUsage> ReplicaSync::Usage() const { return exchange_->Usage(); }
+v1::SyncReport ReplicaSync::Report() const { return exchange_->Report(); }
+
+double ReplicaSync::ComputeUntilNextSync(double step_compute_seconds) const {
+  // `every` steps of this step's compute, shared by the phases of a staggered round.
+  return static_cast<double>(o_.sync.every) / std::max(1, o_.sync.stagger) * step_compute_seconds;
+}
+
+std::vector<fleet::SyncSlice> ReplicaSync::PhaseSlices(int phase) const {
+  const model::FragmentLayout& layout = o_.fragment->layout();
+  std::vector<fleet::SyncSlice> slices;
+  for (const fleet::SyncSlice& slice : fleet::SyncSlices(layout)) {
+    if (fleet::InPhase(fleet::SlicePhase(layout.model(), slice.index, o_.sync.stagger), phase)) {
+      slices.push_back(slice);
+    }
+  }
+  return slices;
+}
+
+Status ReplicaSync::ChooseCodec(double compute_seconds, int phase) {
+  // A phase this stage holds nothing of sends nothing: no choice to make.
+  if (!codec_ || exchange_->PhaseValues(phase) == 0) return absl::OkStatus();
+  std::vector<v1::LinkEstimate> links;
+  // The links this stage's frames take (every other live holder's, or the next live one
+  // around each ring) and the fragment's share each carries.
+  for (int peer : exchange_->SendsTo()) {
+    links.push_back(o_.monitor->Outbound(o_.assignment.stages(peer).site()));
+  }
+  const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(exchange_->PhaseValues(phase)) *
+                                               sizeof(float) * exchange_->SentShare());
+  ASSIGN_OR_RETURN(const compression::Decision d,
+                   codec_->Choose(links, bytes, compute_seconds, Now()));
+  if (d.changed && o_.log) {
+    o_.log->info("job {} stage {}: sync codec {}: {}", o_.assignment.job_id(), stage_, d.codec,
+                 d.explanation);
+  }
+  return exchange_->SetCodec(d.codec, "sync group, adaptive: " + d.explanation);
+}
+
+}  // namespace longhaul::daemon

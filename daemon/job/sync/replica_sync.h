@@ -1,0 +1,129 @@
+// ReplicaSync: one stage's part in keeping a job's pipeline replicas in sync (`replicas: N`,
+// fleet/sync_options.h). It owns what that takes from step to step: the sync group's exchange
+// (SyncExchange, with the sync codec's error-feedback residuals), the adaptive sync codec's
+// choice, local mode's outer step (fleet::OuterOptimizer: anchor and momentum) with a
+// streaming sync's start state, and the token weights of each replica's pseudo-gradient. The
+// stage runner calls it at three points of a step and hands it the stage's fragment, whose
+// parameters and gradients it reads and writes; nothing else keeps a copy of its state.
+//
+//   sync mode step:  SyncGradients after the backward pass (the replicas' gradients summed).
+//   local mode:      OuterStep after the optimizer step (a streaming sync due to finish, then
+//                    a blocking sync at a sync step); StartSync after the step's checkpoint
+//                    (a streaming sync, sync.overlap).
+//
+// Its durable part goes into the sync state beside each stage checkpoint (Save; Restore, or
+// Fresh when nothing is carried: a first step, a layer move, a rejoin).
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/exchange/inbox.h"
+#include "daemon/job/exchange/sender.h"
+#include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/state/sync_checkpoint.h"
+#include "daemon/job/sync/sync_codec.h"
+#include "daemon/job/sync/sync_exchange.h"
+#include "daemon/link_monitor.h"
+#include "fleet/outer_optimizer.h"
+#include "fleet/sync_options.h"
+#include "model/config.h"
+#include "model/replicated_fragment.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+struct ReplicaSyncOptions {
+  std::string site;
+  // This attempt's: the stage, the plan, the dropped and rejoining replicas, the ring.
+  v1::StageAssignment assignment;
+  StageGrid grid;
+  fleet::SyncOptions sync;  // the job's sync block
+  model::ModelConfig model;
+  uint64_t steps = 0;                             // the job's
+  std::vector<int> microbatches;                  // each replica's per step (AttemptMicrobatches)
+  model::ReplicatedFragment* fragment = nullptr;  // the stage's; outlives this object
+  // By flat stage: the senders to the other replicas' stages this stage's routes send to
+  // (null: a dropped replica's, which sits out the attempt).
+  std::map<int, LinkSender*> to_stage;
+  Inbox* inbox = nullptr;          // the job's; keeps a streaming sync's frames
+  LinkMonitor* monitor = nullptr;  // outbound link estimates, for the adaptive codec
+  std::shared_ptr<spdlog::logger> log;
+  double heartbeat_seconds = 1.0;
+  const std::atomic<bool>* stop = nullptr;
+  std::function<double()> clock;  // monotonic seconds (a fake in tests); empty: steady clock
+};
+
+class ReplicaSync {
+ public:
+  // REQUIRES: grid.replicas >= 2, a fragment, an inbox and a monitor.
+  static StatusOr<std::unique_ptr<ReplicaSync>> Create(ReplicaSyncOptions options);
+  ~ReplicaSync();
+
+  bool local() const { return o_.sync.mode == fleet::SyncMode::kLocal; }
+  // Every replica's microbatches per step, summed (sync mode step divides the loss by it).
+  int union_microbatches() const { return union_microbatches_; }
+  const std::vector<float>& token_weights() const { return token_weights_; }
+  // The floats of each slice's error-feedback residual, as the sync state stores them.
+  std::vector<int64_t> ResidualSizes() const;
+
+  // Nothing carried: local mode's first anchor is the fragment's parameters now.
+  void Fresh();
+  // From the sync state of a stage checkpoint at `step`.
+  Status Restore(SyncState state, uint64_t step);
+  // A rejoining replica's outer state, taken from a live replica (its anchor and momentum).
+  Status RestoreOuter(std::vector<float> anchor, std::vector<float> momentum);
+  // Into the sync state beside a stage checkpoint: anchor and momentum (local mode) and the
+  // residuals (none when every one is empty).
+  void Save(SyncState* state) const;
+
+  // Sync mode step: the fragment's gradients become the live replicas' sum.
+  // `compute_seconds`: this step's compute (the adaptive codec's budget).
+  Status SyncGradients(uint64_t step, double compute_seconds);
+  // Local mode, after the optimizer step of `step` that took `compute_seconds` of compute.
+  Status OuterStep(uint64_t step, double compute_seconds);
+  // Local mode with sync.overlap, after the checkpoint of `step`. `resumed`: started again by
+  // an attempt resuming from that checkpoint (a rejoining replica's zero pseudo-gradient
+  // then does not count).
+  Status StartSync(uint64_t step, double compute_seconds, bool resumed);
+  // Ends a streaming sync in flight (its receiver too).
+  void Cancel();
+
+  double wait_seconds() const;
+  std::vector<OutboundUsage> Usage() const;
+  v1::SyncReport Report() const;
+
+ private:
+  explicit ReplicaSync(ReplicaSyncOptions options) : o_(std::move(options)) {}
+  Status Init();
+  double Now() const;
+  // sync: {codec: adaptive}: the codec of the next sync of `phase` for `compute_seconds` of
+  // compute until the one after (sync_codec.h).
+  Status ChooseCodec(double compute_seconds, int phase);
+  // The inner steps' compute until the next sync, from one step's.
+  double ComputeUntilNextSync(double step_compute_seconds) const;
+  // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
+  std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
+  std::string Where() const;
+
+  ReplicaSyncOptions o_;
+  int stage_ = 0;
+  int union_microbatches_ = 1;
+  std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
+  std::unique_ptr<SyncExchange> exchange_;
+  std::optional<SyncCodecChooser> codec_;  // sync: {codec: adaptive}
+  fleet::OuterOptimizer outer_;            // local mode
+  // A streaming sync in flight: the parameters at its start (its weights went with it to
+  // SyncExchange::Start).
+  std::vector<float> started_;
+};
+
+}  // namespace longhaul::daemon
