@@ -17,6 +17,7 @@
 #include <string>
 
 #include "daemon/config.h"
+#include "daemon/job/checks/stage_admission.h"
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/site/site_profile.h"
@@ -118,13 +119,9 @@ class JobHost {
     std::unique_ptr<Inbox> inbox;
     std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
     bool cancelled = false;               // guarded by mu_
-    // M: microbatch ids per step, the validation pass's included (job_spec.h ValBatches).
-    int64_t B = 0, T = 0, C = 0, Vp = 0, M = 0, steps = 0;
-    model::ModelConfig model;  // the job's: cut widths and what the targets frame holds
-    int replicas = 1;
-    std::vector<SyncRoute> routes;  // the fragment's sync slices, for checking sync tensors
-    bool ring = false;              // its syncs go around rings (sync.reduce: ring)
-    fleet::SyncOptions sync;        // the job's: when each slice syncs
+    // What the stage of the current attempt accepts from its peers; null until assigned.
+    std::shared_ptr<const StageAdmission> admission;  // guarded by mu_ (copy it out)
+    int64_t steps = 0;                                // the job's; guarded by mu_
   };
   std::string JobDir(const std::string& job_id) const;
   // The stage of `job_id` here, or null.
@@ -139,17 +136,6 @@ class JobHost {
   // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).
   void StopRunner(Stage* stage);
   std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
-  // CheckIncoming for a sync contribution (TENSOR_KIND_SYNC): from the stage of another
-  // replica that this stage's route names for the slice (sync_routes.h), a slice of this
-  // stage's fragment with its exact size; with `ring`, from the slice's ring predecessor
-  // among the live replicas, a hop of the ring (the frame's microbatch) and that hop's chunk;
-  // in sync mode local, at a step after which the slice syncs (fleet::LocalSyncAt, its phase).
-  static Status CheckSyncIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
-                                  const std::string& caller, const StageGrid& grid, int self,
-                                  int64_t steps, const std::string& from_site,
-                                  const std::vector<SyncRoute>& routes, bool ring,
-                                  const fleet::SyncOptions& sync, const std::vector<bool>& live,
-                                  Inbox* inbox);
 
   const JobHostOptions options_;
   LinkMonitor* const monitor_;

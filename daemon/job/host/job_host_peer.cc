@@ -104,28 +104,9 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     std::lock_guard<std::mutex> lock(mu_);
     stage->cancelled = false;
     stage->assignment = a;
-    stage->B = spec.job.microbatch_size;
-    stage->T = spec.job.seq_len;
-    stage->C = spec.job.model.channels;
-    stage->model = spec.job.model;
-    stage->Vp = spec.job.model.padded_vocab_size;
-    const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
-    // Its replica's microbatches, training and validation.
-    stage->M =
-        AttemptMicrobatches(
-            spec, grid.replicas, a.stages(),
-            a.dropped_replicas())[static_cast<size_t>(grid.replica(static_cast<int>(a.stage())))] +
-        ValBatches(spec.job);
+    stage->admission = std::make_shared<const StageAdmission>(options_.site, a, spec);
     stage->steps = spec.job.steps;
     stage->name = spec.job.name;
-    stage->replicas = grid.replicas;
-    stage->routes.clear();
-    if (grid.replicas > 1) {
-      stage->routes =
-          SyncRoutes(grid, spec.job.model, static_cast<int>(a.stage()), spec.sync.stagger);
-    }
-    stage->ring = a.sync_ring();
-    stage->sync = spec.sync;
   }
 
   StageRunnerContext ctx;

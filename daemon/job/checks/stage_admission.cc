@@ -1,0 +1,221 @@
+// StageAdmission (stage_admission.h): the stage's expectations taken from its assignment and
+// job spec once, and the checks of a tensor's first chunk against them.
+#include "daemon/job/checks/stage_admission.h"
+
+#include <algorithm>
+
+#include "compression/frame.h"
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/exchange/inbox.h"
+#include "daemon/job/sync/replica_membership.h"
+#include "fleet/sync_ring.h"
+#include "fleet/sync_slices.h"
+#include "model/layout.h"
+
+namespace longhaul::daemon {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// The compression frame header at the start of `head` (a tensor's first chunk) against
+// what the receiving stage expects: its fields valid, the shape `expected`, and the encoded
+// size the transport announced exactly the frame's, within what that shape can take.
+// DataLoss naming `what` for a header that does not parse, InvalidArgument for one that names
+// another shape or size.
+Status CheckFrameHead(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                      const std::vector<int64_t>& expected, const std::string& what) {
+  uint64_t count = 1;
+  for (int64_t d : expected) count *= static_cast<uint64_t>(d);
+  // A header that does not parse is data loss (corrupted in transit: the sender may retry, as
+  // for a checksum that fails once the tensor is whole); one that parses but names another
+  // shape or size is the sender's error. Nothing is allocated here, so the default limits.
+  StatusOr<compression::FrameHeader> h = compression::ParseFrameHeaderPrefix(head);
+  if (!h.ok()) return absl::DataLossError(what + ": " + std::string(h.status().message()));
+  if (h->shape != expected) {
+    return absl::InvalidArgumentError(what + " has shape " + ShapeString(h->shape) +
+                                      ", this stage expects " + ShapeString(expected));
+  }
+  // An encoding may exceed the raw size by its headers and incompressible zstd blocks.
+  const uint64_t raw = count * sizeof(float), max_encoded = raw + raw / 64 + (64 << 10);
+  const uint64_t framed = h->header_size + h->payload_size;
+  if (h->payload_size > max_encoded || first.encoded_size() != framed) {
+    return absl::InvalidArgumentError(
+        what + ": frame of " + std::to_string(h->header_size) + " + " +
+        std::to_string(h->payload_size) + " bytes for " + std::to_string(raw) + " raw (at most " +
+        std::to_string(max_encoded) + "), announced as " + std::to_string(first.encoded_size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignment& assignment,
+                               const JobSpec& spec)
+    : site_(site),
+      job_id_(assignment.job_id()),
+      attempt_(assignment.attempt()),
+      assignment_(assignment),
+      self_(static_cast<int>(assignment.stage())),
+      B_(spec.job.microbatch_size),
+      T_(spec.job.seq_len),
+      C_(spec.job.model.channels),
+      Vp_(spec.job.model.padded_vocab_size),
+      steps_(spec.job.steps),
+      model_(spec.job.model),
+      ring_(assignment.sync_ring()),
+      sync_(spec.sync) {
+  grid_ = StageGrid::OfPlan(spec.replicas, assignment.stages());
+  grid_.tied_head = model::TiedHead(model_);
+  if (self_ >= 0 && self_ < assignment.stages_size()) {
+    layer_begin_ = static_cast<int>(assignment.stages(self_).layer_begin());
+    layer_end_ = static_cast<int>(assignment.stages(self_).layer_end());
+  }
+  const ReplicaList dropped(assignment.dropped_replicas().begin(),
+                            assignment.dropped_replicas().end());
+  for (int r = 0; r < grid_.replicas; ++r) live_.push_back(!Contains(dropped, r));
+  // Its replica's microbatches, training and validation.
+  M_ = AttemptMicrobatches(
+           spec, grid_.replicas, assignment.stages(),
+           assignment.dropped_replicas())[static_cast<size_t>(grid_.replica(self_))] +
+       ValBatches(spec.job);
+  if (grid_.replicas > 1) routes_ = SyncRoutes(grid_, model_, self_, spec.sync.stagger);
+}
+
+Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                             const std::string& caller) const {
+  const std::string& id = job_id_;
+  const uint32_t me = static_cast<uint32_t>(self_);
+  const uint32_t n = static_cast<uint32_t>(assignment_.stages_size());
+  const uint32_t from = first.from_stage();
+  const int self = self_, sender = static_cast<int>(from);
+  const std::string from_site = from < n ? assignment_.stages(static_cast<int>(from)).site() : "";
+  if (first.kind() == v1::TENSOR_KIND_SYNC) {
+    // A sync frame of the next attempt is checked against that attempt's plan and members
+    // (a ring changes with them): Unavailable until this site has it, and the sender retries.
+    if (first.attempt() > attempt_) {
+      return absl::UnavailableError("job '" + id + "': sync frame of attempt " +
+                                    std::to_string(first.attempt()) + ", site '" + site_ +
+                                    "' runs attempt " + std::to_string(attempt_) +
+                                    " (not assigned yet)");
+    }
+    if (first.attempt() < attempt_) {
+      return absl::FailedPreconditionError(
+          "job '" + id + "': stale sync frame of attempt " + std::to_string(first.attempt()) +
+          " (site '" + site_ + "' runs attempt " + std::to_string(attempt_) + "); dropped");
+    }
+    if (from < n && !live_[static_cast<size_t>(grid_.replica(sender))]) {
+      return RoleDenied(caller, id,
+                        "send sync contributions for replica " +
+                            std::to_string(grid_.replica(sender)) + " (dropped in this attempt)");
+    }
+    return CheckSync(first, head, caller, from_site);
+  }
+  const bool tied =
+      first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && from < n && grid_.tied(self) == sender;
+  const bool neighbour =
+      from < n &&
+      ((first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && grid_.next(self) == sender) ||
+       ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS) &&
+        grid_.prev(self) == sender));
+  if (first.to_stage() != me || from >= n || from_site != caller || !(tied || neighbour)) {
+    return RoleDenied(caller, id,
+                      "send " + v1::TensorKind_Name(first.kind()) + " from stage " +
+                          std::to_string(from) + " to stage " + std::to_string(first.to_stage()) +
+                          " (this site runs stage " + std::to_string(me) + " of " +
+                          std::to_string(n) + ")");
+  }
+  std::vector<int64_t> expected;
+  switch (first.kind()) {
+    // The stream's width where it enters and leaves this stage: K coordinates across the
+    // subspace-cut variant's constrained cuts, C elsewhere.
+    case v1::TENSOR_KIND_ACTIVATION:
+      expected = {B_, T_, model::StreamWidth(model_, layer_begin_)};
+      break;
+    case v1::TENSOR_KIND_ACTIVATION_GRAD:
+      expected = {B_, T_, model::StreamWidth(model_, layer_end_)};
+      break;
+    case v1::TENSOR_KIND_TARGETS:  // the subspace-cut variant's: each sequence's T + 1 tokens
+      expected = {B_, model::Subspace(model_) ? T_ + 1 : T_};
+      break;
+    default:
+      expected = {Vp_, C_};
+  }
+  RETURN_IF_ERROR(
+      CheckFrameHead(first, head, expected,
+                     "job " + id + ": " + v1::TensorKind_Name(first.kind()) + " from " + caller));
+  if (first.microbatch() >= static_cast<uint64_t>(std::max<int64_t>(1, M_)) ||
+      first.tensor_id() != 0 || first.step() >= static_cast<uint64_t>(steps_)) {
+    return absl::InvalidArgumentError("job " + id + ": tensor " + KeyOf(first).DebugString() +
+                                      " from " + caller + " is outside the job (" +
+                                      std::to_string(M_) + " microbatches, " +
+                                      std::to_string(steps_) + " steps)");
+  }
+  return absl::OkStatus();
+}
+
+Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                                 const std::string& caller, const std::string& from_site) const {
+  const std::string& id = job_id_;
+  const int self = self_;
+  const int me = static_cast<int>(first.to_stage()), from = static_cast<int>(first.from_stage());
+  // Only a stage of another replica that this stage takes the slice from (sync_routes.h); on a
+  // ring, only the slice's predecessor.
+  const SyncRoute* route = nullptr;
+  for (const auto& r : routes_) {
+    if (static_cast<uint32_t>(r.slice.index) == first.tensor_id()) route = &r;
+  }
+  const bool known = first.from_stage() < static_cast<uint32_t>(grid_.size());
+  const int from_replica = known ? grid_.replica(from) : -1;
+  RingPlace place;
+  if (ring_ && route != nullptr) place = RingOf(*route, live_, self);
+  const bool member =
+      grid_.replicas > 1 && known && from != self && from_replica != grid_.replica(self) &&
+      (route == nullptr || route->source[static_cast<size_t>(from_replica)] == from) &&
+      (!ring_ || route == nullptr || (place.position >= 0 && place.prev() == from));
+  if (me != self || !member || from_site != caller) {
+    return RoleDenied(caller, id,
+                      "send sync contributions from stage " + std::to_string(first.from_stage()) +
+                          " to stage " + std::to_string(first.to_stage()) +
+                          " (this site runs stage " + std::to_string(self) + " of " +
+                          std::to_string(grid_.size()) + ", " + std::to_string(grid_.replicas) +
+                          (ring_ ? " replicas, syncs around rings)" : " replicas)"));
+  }
+  const fleet::SyncSlice* slice = route == nullptr ? nullptr : &route->slice;
+  // Gather: one frame of the whole slice per replica (the microbatch names it); ring: one per
+  // hop (the microbatch), each a chunk of the slice.
+  int64_t values = slice == nullptr ? 0 : slice->size;
+  bool valid = slice != nullptr && first.step() < static_cast<uint64_t>(steps_);
+  if (valid && sync_.mode == fleet::SyncMode::kLocal) {
+    // Local mode syncs after a phase's sync steps and the last: the slice's, none between.
+    const fleet::LocalSyncAction due =
+        fleet::LocalSyncAt(sync_, first.step() + 1, static_cast<uint64_t>(steps_));
+    valid = (due.start || due.blocking) && fleet::InPhase(route->phase, due.phase);
+  }
+  if (valid && ring_) {
+    const int hop = static_cast<int>(std::min<uint64_t>(first.microbatch(), 1u << 30));
+    valid = hop < fleet::RingHops(place.size());
+    if (valid) {
+      values = fleet::RingChunkOf(slice->size, place.size(),
+                                  fleet::RingReceiveChunk(place.size(), place.position, hop))
+                   .size();
+    }
+  } else if (valid) {
+    valid = first.microbatch() == static_cast<uint32_t>(from_replica);
+  }
+  if (!valid) {
+    return absl::InvalidArgumentError(
+        "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
+        (ring_ ? " names a hop outside its ring" : " names another replica") +
+        ", a slice this stage does not hold or a step at which that slice does not sync");
+  }
+  RETURN_IF_ERROR(CheckFrameHead(
+      first, head, {values},
+      "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller));
+  return absl::OkStatus();
+}
+
+}  // namespace longhaul::daemon

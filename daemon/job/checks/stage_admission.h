@@ -1,0 +1,64 @@
+// StageAdmission: what one stage of one job attempt accepts from its peers, decided once from
+// its assignment and job spec: who may send it which tensor (its pipeline neighbours'
+// activations, targets and gradients, the tied partner's embedding gradient, the sync frames
+// of the other replicas its routes name, or its ring predecessor's hops), the shape each must
+// have, and the steps and microbatches inside the attempt. The job host asks it about every
+// tensor on its first chunk, before the rest of the payload is buffered, so a wrong peer
+// cannot make the site allocate; nothing else keeps a copy of these shapes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "daemon/job/spec/job_spec.h"
+#include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/sync/sync_routes.h"
+#include "fleet/sync_options.h"
+#include "model/config.h"
+#include "proto/longhaul.pb.h"
+
+namespace longhaul::daemon {
+
+class StageAdmission {
+ public:
+  // REQUIRES: `assignment` passed CheckAssignment against `spec` (job_checks.h).
+  // `site`: this site, as errors name it.
+  StageAdmission(const std::string& site, const v1::StageAssignment& assignment,
+                 const JobSpec& spec);
+
+  uint32_t attempt() const { return attempt_; }
+  int64_t steps() const { return steps_; }
+
+  // The tensor whose first chunk `head` (the start of its payload: the compression frame's
+  // header) and metadata `first` came from `caller`, the site the transport established.
+  // PERMISSION_DENIED naming the caller and the role for a sender that may not send it;
+  // UNAVAILABLE for a sync frame of a later attempt (the sender retries once this site has
+  // it); FAILED_PRECONDITION for one of an earlier attempt; INVALID_ARGUMENT for a shape, size,
+  // step, microbatch, slice or hop outside the stage; DATA_LOSS for a header that does not
+  // parse. Whether the inbox still takes the key is the inbox's to say (Inbox::CheckKey).
+  Status Check(const v1::TensorFrame& first, std::span<const uint8_t> head,
+               const std::string& caller) const;
+
+ private:
+  Status CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                   const std::string& caller, const std::string& from_site) const;
+
+  std::string site_, job_id_;
+  uint32_t attempt_ = 0;
+  v1::StageAssignment assignment_;  // the plan: each stage's site and layers
+  StageGrid grid_;
+  int self_ = 0;  // this stage's flat index
+  int layer_begin_ = 0, layer_end_ = 0;
+  // M: this replica's microbatch ids per step, the validation pass's included.
+  int64_t B_ = 0, T_ = 0, C_ = 0, Vp_ = 0, M_ = 0, steps_ = 0;
+  model::ModelConfig model_;       // cut widths and what the targets frame holds
+  std::vector<SyncRoute> routes_;  // the fragment's sync slices (with replicas)
+  std::vector<bool> live_;         // by replica: not dropped in this attempt
+  bool ring_ = false;              // syncs go around rings (sync.reduce: ring)
+  fleet::SyncOptions sync_;        // when each slice syncs
+};
+
+}  // namespace longhaul::daemon

@@ -1,0 +1,194 @@
+// StageAdmission (daemon/job/checks/stage_admission.h) on its own, with no daemon: a job of 2
+// pipeline replicas x 2 stages on sites a, b (replica 0) and c, d (replica 1). Stage 1 (site b)
+// takes its neighbour's activations and targets and its tied partner's embedding gradient in
+// the shapes its layers need, and replica 1's stage 3 sync frames for the slices they share, at
+// the steps those slices sync; every other sender, shape, step, microbatch, attempt, slice or
+// a header that does not parse is refused with the status and the names the header promises.
+#include "daemon/job/checks/stage_admission.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "daemon/job/spec/job_spec.h"
+#include "daemon/job/sync/sync_routes.h"
+
+namespace longhaul::daemon {
+namespace {
+
+constexpr int kSteps = 10, kEvery = 5;
+
+JobSpec Spec() {
+  auto spec = ParseJobSpec(
+      "name: r\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+      "data: {train: builtin}\nsteps: 10\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
+      "sites: [a, b, c, d]\nplacement: even\nreplicas: 2\n"
+      "sync: {mode: local, every: 5, codec: exact}\n",
+      "job.yaml", ".");
+  REQUIRE(spec.ok());
+  return *spec;
+}
+
+v1::StageAssignment Assignment(int self, std::vector<uint32_t> dropped = {}) {
+  v1::StageAssignment a;
+  a.set_job_id("j-000001");
+  a.set_attempt(3);
+  a.set_stage(static_cast<uint32_t>(self));
+  const char* sites[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; ++i) {
+    v1::StageInfo* s = a.add_stages();
+    s->set_index(static_cast<uint32_t>(i));
+    s->set_site(sites[i]);
+    s->set_layer_begin(i % 2 == 0 ? 0 : 2);
+    s->set_layer_end(i % 2 == 0 ? 2 : 4);
+    s->set_replica(static_cast<uint32_t>(i / 2));
+  }
+  for (uint32_t r : dropped) a.add_dropped_replicas(r);
+  return a;
+}
+
+// A tensor's metadata and its whole fp32 frame of `shape`.
+struct Tensor {
+  v1::TensorFrame first;
+  std::vector<uint8_t> frame;
+};
+
+Tensor Make(v1::TensorKind kind, int from, int to, std::vector<int64_t> shape, uint64_t step = 0,
+            uint32_t microbatch = 0, uint32_t tensor_id = 0, uint32_t attempt = 3) {
+  Tensor t;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const std::vector<float> values(static_cast<size_t>(n), 0.5f);
+  auto codec = compression::MakeCodec("fp32");
+  REQUIRE(codec.ok());
+  REQUIRE(compression::EncodeFrame(**codec, values, shape, {}, &t.frame).ok());
+  t.first.set_job_id("j-000001");
+  t.first.set_attempt(attempt);
+  t.first.set_step(step);
+  t.first.set_microbatch(microbatch);
+  t.first.set_kind(kind);
+  t.first.set_tensor_id(tensor_id);
+  t.first.set_from_stage(static_cast<uint32_t>(from));
+  t.first.set_to_stage(static_cast<uint32_t>(to));
+  t.first.set_encoded_size(t.frame.size());
+  return t;
+}
+
+Status Check(const StageAdmission& admission, const Tensor& t, const std::string& caller) {
+  return admission.Check(t.first, t.frame, caller);
+}
+
+bool Names(const Status& s, const std::string& what) {
+  return std::string(s.message()).find(what) != std::string::npos;
+}
+
+TEST_CASE("a stage admits its neighbours' tensors in the shapes its layers need", "[admission]") {
+  const JobSpec spec = Spec();
+  const StageAdmission admission("b", Assignment(1), spec);
+  CHECK(admission.attempt() == 3);
+  CHECK(admission.steps() == kSteps);
+  const int64_t B = 2, T = 32, C = 32, Vp = spec.job.model.padded_vocab_size;
+
+  CHECK(Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C}), "a").ok());
+  CHECK(Check(admission, Make(v1::TENSOR_KIND_TARGETS, 0, 1, {B, T}, 9, 1), "a").ok());
+  // First and last stage of a 2-stage replica: the tied partner is the neighbour.
+  CHECK(Check(admission, Make(v1::TENSOR_KIND_WEIGHT_GRAD, 0, 1, {Vp, C}), "a").ok());
+
+  SECTION("a sender that is not the stage it claims, or not a neighbour") {
+    Status s = Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C}), "c");
+    CHECK(absl::IsPermissionDenied(s));
+    CHECK(Names(s, "'c'"));
+    s = Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 2, 1, {B, T, C}), "c");  // other replica
+    CHECK(absl::IsPermissionDenied(s));
+    // Gradients come from the next stage, which stage 1 (last of its replica) has none of.
+    CHECK(absl::IsPermissionDenied(
+        Check(admission, Make(v1::TENSOR_KIND_ACTIVATION_GRAD, 0, 1, {B, T, C}), "a")));
+    // Addressed to another stage, or from a stage outside the plan.
+    CHECK(absl::IsPermissionDenied(
+        Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 3, {B, T, C}), "a")));
+    CHECK(absl::IsPermissionDenied(
+        Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 9, 1, {B, T, C}), "a")));
+  }
+  SECTION("a shape, size, step or microbatch outside the stage") {
+    Status s = Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C / 2}), "a");
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(Names(s, "[2,32,32]"));
+    Tensor t = Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C});
+    t.first.set_encoded_size(t.frame.size() + 1);  // announced size is not the frame's
+    CHECK(absl::IsInvalidArgument(Check(admission, t, "a")));
+    s = Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C}, kSteps), "a");
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(Names(s, "outside the job"));
+    // 2 microbatches per step for each replica (batch 4 of 2), ids 0 and 1.
+    CHECK(absl::IsInvalidArgument(
+        Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C}, 0, 2), "a")));
+    CHECK(absl::IsInvalidArgument(
+        Check(admission, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C}, 0, 0, 1), "a")));
+  }
+  SECTION("a header that does not parse is data loss") {
+    Tensor t = Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {B, T, C});
+    for (size_t i = 0; i < 8 && i < t.frame.size(); ++i) t.frame[i] ^= 0xff;
+    CHECK(absl::IsDataLoss(Check(admission, t, "a")));
+    CHECK(absl::IsDataLoss(admission.Check(t.first, {}, "a")));
+  }
+}
+
+TEST_CASE("a stage admits sync frames only from the replica stages its routes name",
+          "[admission]") {
+  const JobSpec spec = Spec();
+  const v1::StageAssignment a = Assignment(1);
+  const StageAdmission admission("b", a, spec);
+  StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
+  const std::vector<SyncRoute> routes = SyncRoutes(grid, spec.job.model, 1, spec.sync.stagger);
+  REQUIRE_FALSE(routes.empty());
+  const fleet::SyncSlice slice = routes.front().slice;
+  const uint64_t sync_step = kEvery - 1;  // local mode syncs after every 5th step
+  auto sync = [&](int from, uint64_t step, uint32_t microbatch, int64_t size, uint32_t attempt = 3,
+                  uint32_t id = 0xffffffff) {
+    return Make(v1::TENSOR_KIND_SYNC, from, 1, {size}, step, microbatch,
+                id == 0xffffffff ? static_cast<uint32_t>(slice.index) : id, attempt);
+  };
+
+  CHECK(Check(admission, sync(3, sync_step, 1, slice.size), "d").ok());
+  // Every slice the stage holds, in its exact size.
+  for (const SyncRoute& r : routes) {
+    CHECK(Check(admission,
+                sync(3, sync_step, 1, r.slice.size, 3, static_cast<uint32_t>(r.slice.index)), "d")
+              .ok());
+  }
+
+  SECTION("not a stage of another replica holding the slice") {
+    // Stage 2 is replica 1's too, but holds layers 0-2.
+    CHECK(absl::IsPermissionDenied(Check(admission, sync(2, sync_step, 1, slice.size), "c")));
+    // Its own replica's stage.
+    CHECK(absl::IsPermissionDenied(Check(admission, sync(0, sync_step, 0, slice.size), "a")));
+    // The right stage claimed by another site.
+    CHECK(absl::IsPermissionDenied(Check(admission, sync(3, sync_step, 1, slice.size), "c")));
+  }
+  SECTION("a step at which the slice does not sync, another replica's frame, a wrong size") {
+    Status s = Check(admission, sync(3, 0, 1, slice.size), "d");
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(Names(s, "does not sync"));
+    CHECK(absl::IsInvalidArgument(Check(admission, sync(3, sync_step, 0, slice.size), "d")));
+    CHECK(absl::IsInvalidArgument(Check(admission, sync(3, sync_step, 1, slice.size + 1), "d")));
+    // A slice index this stage does not hold.
+    CHECK(absl::IsInvalidArgument(
+        Check(admission, sync(3, sync_step, 1, slice.size, 3, 100000), "d")));
+  }
+  SECTION("another attempt's frame") {
+    // A later attempt: not assigned here yet, the sender retries.
+    CHECK(absl::IsUnavailable(Check(admission, sync(3, sync_step, 1, slice.size, 4), "d")));
+    CHECK(absl::IsFailedPrecondition(Check(admission, sync(3, sync_step, 1, slice.size, 2), "d")));
+  }
+  SECTION("a dropped replica's stage sits the attempt out") {
+    const StageAdmission without("b", Assignment(1, {1}), spec);
+    Status s = Check(without, sync(3, sync_step, 1, slice.size), "d");
+    CHECK(absl::IsPermissionDenied(s));
+    CHECK(Names(s, "dropped"));
+  }
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
