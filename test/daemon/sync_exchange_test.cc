@@ -1,0 +1,472 @@
+// SyncExchange (daemon/job/sync/sync_exchange.h) between pipeline replicas in one process
+// (sync_group.h): 2 and 3 replicas of one stage and 2 replicas of two, each stage with its own
+// inbox and a LinkSender to every stage of the other replicas over a fake link that files what
+// it carries in that stage's inbox. Gathered with the exact codec every member gets the
+// weighted sum in replica order, bit for bit as the test adds it; around a ring the sum in
+// each chunk's ring order; a lossy codec's sum is that of the frames that crossed, and its
+// residuals what they dropped; a streaming sync gives AllGather's bits; a dropped replica is
+// neither sent to nor waited for. Faults: a send that may heal is retried (the sync
+// completes, or waits until stopped while the link stays down), a refused frame ends the wait
+// with the refusal naming the peer's site, a stop ends it, and a frame that is not its
+// slice's is refused.
+#include "daemon/job/sync/sync_exchange.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compression/codec.h"
+#include "compression/frame.h"
+#include "daemon/job/sync/sync_routes.h"
+#include "fleet/sync_reduce.h"
+#include "fleet/sync_ring.h"
+#include "test/daemon/sync_group.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul::daemon {
+namespace {
+
+using testing::AllGatherAll;
+using testing::Gathered;
+using testing::GatherSum;
+using testing::RingSum;
+using testing::SameBits;
+using testing::SyncConfig;
+using testing::SyncGroup;
+using testing::SyncSite;
+
+constexpr uint32_t kAttempt = testing::kSyncAttempt;
+
+std::vector<float> Weights(int replicas) {
+  if (replicas == 2) return {0.25f, 0.75f};
+  return {0.2f, 0.3f, 0.5f};
+}
+
+struct Shape {
+  int replicas, stages;
+};
+
+// A frame of `values` with `shape`, as a peer would send it.
+std::vector<uint8_t> Fp32Frame(const std::vector<float>& values, std::vector<int64_t> shape) {
+  auto fp32 = compression::MakeCodec("fp32");
+  REQUIRE(fp32.ok());
+  std::vector<uint8_t> frame;
+  REQUIRE(compression::EncodeFrame(**fp32, values, shape, {}, &frame).ok());
+  return frame;
+}
+
+void Inject(Inbox& inbox, uint64_t step, uint32_t microbatch, int slice, const std::string& from,
+            std::vector<uint8_t> frame) {
+  ReceivedTensor t;
+  t.from_site = from;
+  t.payload = std::move(frame);
+  const TensorKey key{kAttempt, step, microbatch, v1::TENSOR_KIND_SYNC,
+                      static_cast<uint32_t>(slice)};
+  REQUIRE(inbox.Put(key, std::move(t)).ok());
+}
+
+TEST_CASE("sync exchange: gathered exactly, every member gets the weighted sum, bit for bit") {
+  const Shape shape = GENERATE(Shape{2, 1}, Shape{3, 1}, Shape{2, 2});
+  INFO(shape.replicas << " replicas of " << shape.stages << " stages");
+  SyncGroup g({.replicas = shape.replicas, .stages = shape.stages});
+  const std::vector<float> weights = Weights(shape.replicas);
+  const Gathered r = AllGatherAll(g, 0, weights);
+  for (int i = 0; i < g.size(); ++i) {
+    INFO("stage " << i);
+    REQUIRE(r.status[i].ok());
+    CHECK(SameBits(r.out[i], GatherSum(g, i, weights)));
+    // The same position of every replica holds the same bits.
+    const int first = g.grid.flat(0, g.grid.position(i));
+    CHECK(SameBits(r.out[i], r.out[first]));
+    // Each slice went once to each other replica's stage at the same position, exactly.
+    const std::vector<OutboundUsage> usage = g.x[i]->Usage();
+    REQUIRE(static_cast<int>(usage.size()) == shape.replicas - 1);
+    for (const OutboundUsage& u : usage) {
+      CHECK(u.codec == "fp32");
+      CHECK(u.tensors == g.routes[i].size());
+      CHECK(u.raw_bytes == g.values[i].size() * sizeof(float));
+      CHECK(u.wire_bytes > u.raw_bytes);  // the frames' headers on top
+    }
+    for (int d : g.x[i]->SendsTo()) {
+      CHECK(g.grid.position(d) == g.grid.position(i));
+      CHECK(g.grid.replica(d) != g.grid.replica(i));
+      CHECK(g.link(i, d).delivered().size() == g.routes[i].size());
+    }
+    CHECK(g.x[i]->SentShare() == 1.0);
+    CHECK(g.x[i]->Report().syncs() == 1);
+    // The exact codec drops nothing.
+    for (const std::vector<float>& residual : g.x[i]->residuals()) {
+      for (float e : residual) REQUIRE(e == 0.0f);
+    }
+  }
+}
+
+TEST_CASE("sync exchange: around a ring, every member gets the same sum, as each chunk adds") {
+  const Shape shape = GENERATE(Shape{2, 1}, Shape{3, 1}, Shape{2, 2});
+  INFO(shape.replicas << " replicas of " << shape.stages << " stages");
+  SyncGroup g({.replicas = shape.replicas, .stages = shape.stages, .ring = true});
+  REQUIRE(RingsAgree(g.grid, SyncConfig()));
+  const std::vector<float> weights = Weights(shape.replicas);
+  const Gathered r = AllGatherAll(g, 0, weights);
+  const double share = 2.0 * (shape.replicas - 1) / shape.replicas;
+  for (int i = 0; i < g.size(); ++i) {
+    INFO("stage " << i);
+    REQUIRE(r.status[i].ok());
+    const std::vector<float> ring = RingSum(g, i, weights);
+    CHECK(SameBits(r.out[i], ring));
+    CHECK(SameBits(r.out[i], r.out[g.grid.flat(0, g.grid.position(i))]));
+    // The gathered sum, but for the order each chunk was added in.
+    const std::vector<float> gathered = GatherSum(g, i, weights);
+    for (size_t j = 0; j < gathered.size(); ++j) {
+      REQUIRE(std::fabs(r.out[i][j] - gathered[j]) <= 1e-6f * (1.0f + std::fabs(gathered[j])));
+    }
+    // Only to the next member of the ring, 2 (L - 1) / L of the fragment.
+    const int next = g.grid.flat((g.grid.replica(i) + 1) % shape.replicas, g.grid.position(i));
+    CHECK(g.x[i]->SendsTo() == std::vector<int>{next});
+    CHECK(g.x[i]->SentShare() == Approx(share));
+    const std::vector<OutboundUsage> usage = g.x[i]->Usage();
+    REQUIRE(usage.size() == 1);
+    CHECK(usage[0].to_site == SyncSite(next));
+    CHECK(usage[0].tensors == g.routes[i].size() * 2 * (shape.replicas - 1));
+  }
+}
+
+TEST_CASE("sync exchange: a lossy codec sums the frames that crossed and keeps what they dropped") {
+  const std::string codec = GENERATE(std::string("q8"), std::string("topk:0.1+q8"));
+  const bool ring = GENERATE(false, true);
+  INFO(codec << (ring ? " around a ring" : " gathered"));
+  SyncGroup g({.replicas = 3, .ring = ring, .codec = codec});
+  const std::vector<float> weights = Weights(3);
+  const Gathered r = AllGatherAll(g, 0, weights);
+  std::vector<std::vector<std::vector<float>>> saved;  // by stage, slice
+  for (int i = 0; i < g.size(); ++i) {
+    INFO("stage " << i);
+    REQUIRE(r.status[i].ok());
+    CHECK(SameBits(r.out[i], r.out[0]));  // every member the same bits
+    CHECK(g.x[i]->Usage()[0].wire_bytes < g.x[i]->Usage()[0].raw_bytes);
+    const std::vector<std::vector<float>> residuals = g.x[i]->residuals();
+    REQUIRE(residuals.size() == g.routes[i].size());
+    size_t nonzero = 0;
+    for (size_t k = 0; k < residuals.size(); ++k) {
+      REQUIRE(static_cast<int64_t>(residuals[k].size()) == g.routes[i][k].slice.size);
+      for (float e : residuals[k]) nonzero += e != 0.0f;
+    }
+    CHECK(nonzero > 0);
+    saved.push_back(residuals);
+  }
+  if (!ring) {
+    // Each slice's sum is fleet::SumContributions of the members' frames as they crossed, and
+    // each member's residual what its frame dropped of its contribution.
+    for (size_t k = 0; k < g.routes[0].size(); ++k) {
+      const fleet::SyncSlice& slice = g.routes[0][k].slice;
+      INFO("slice " << slice.index);
+      std::vector<std::vector<uint8_t>> frames;
+      for (int m = 0; m < 3; ++m) {
+        const int to = (m + 1) % 3;
+        for (const transport::WireTensor& t : g.link(m, to).delivered()) {
+          if (t.header.tensor_id() == static_cast<uint32_t>(slice.index))
+            frames.push_back(t.payload);
+        }
+        REQUIRE(static_cast<int>(frames.size()) == m + 1);
+        auto decoded = compression::DecodeFrame(frames.back());
+        REQUIRE(decoded.ok());
+        for (int64_t j = 0; j < slice.size; ++j) {
+          const float v = g.values[m][static_cast<size_t>(slice.offset + j)];
+          REQUIRE(saved[m][k][j] == v - decoded->values[j]);
+        }
+      }
+      std::vector<float> sum(static_cast<size_t>(slice.size));
+      REQUIRE(fleet::SumContributions({frames[0], frames[1], frames[2]}, weights, sum).ok());
+      CHECK(SameBits(sum, std::span<const float>(r.out[0]).subspan(slice.offset, slice.size)));
+    }
+  }
+  // The residuals go into a checkpoint and come back: a group restored from them syncs the
+  // next step to the same bits as the group that kept them.
+  SyncGroup restored({.replicas = 3, .ring = ring, .codec = codec});
+  for (int i = 0; i < g.size(); ++i) {
+    REQUIRE(restored.x[i]->RestoreResiduals(saved[i]).ok());
+    CHECK(restored.x[i]->residuals() == saved[i]);
+  }
+  const Gathered kept = AllGatherAll(g, 1, weights);
+  const Gathered again = AllGatherAll(restored, 1, weights);
+  for (int i = 0; i < g.size(); ++i) {
+    REQUIRE(kept.status[i].ok());
+    REQUIRE(again.status[i].ok());
+    CHECK(SameBits(kept.out[i], again.out[i]));
+  }
+  // Residuals of another fragment are refused; none at all is a fresh start.
+  auto fewer = saved[0];
+  fewer.pop_back();
+  CHECK(restored.x[0]->RestoreResiduals(fewer).code() == absl::StatusCode::kDataLoss);
+  auto shorter = saved[0];
+  shorter[0].pop_back();
+  CHECK(restored.x[0]->RestoreResiduals(shorter).code() == absl::StatusCode::kDataLoss);
+  CHECK(restored.x[0]->RestoreResiduals({}).ok());
+}
+
+TEST_CASE("sync exchange: a codec swapped between syncs carries the residuals into the next") {
+  SyncGroup g({.replicas = 2, .codec = "q8"});
+  const std::vector<float> weights = Weights(2);
+  for (const Status& s : AllGatherAll(g, 0, weights).status) REQUIRE(s.ok());
+  std::vector<std::vector<std::vector<float>>> residuals;
+  for (int i = 0; i < 2; ++i) {
+    residuals.push_back(g.x[i]->residuals());
+    REQUIRE(g.x[i]->SetCodec("exact", "a faster link").ok());
+    CHECK(g.x[i]->codec() == "exact");
+    CHECK(g.x[i]->residuals() == residuals[i]);
+    CHECK(g.x[i]->Usage()[0].reason == "a faster link");
+  }
+  // Exact now: each member sends its contribution plus what q8 dropped, and drops nothing.
+  const Gathered r = AllGatherAll(g, 1, weights);
+  std::vector<float> expected(g.values[0].size(), 0.0f);
+  for (int m = 0; m < 2; ++m) {
+    REQUIRE(r.status[m].ok());
+    for (size_t k = 0; k < g.routes[m].size(); ++k) {
+      const fleet::SyncSlice& slice = g.routes[m][k].slice;
+      for (int64_t j = 0; j < slice.size; ++j) {
+        const size_t at = static_cast<size_t>(slice.offset + j);
+        expected[at] += weights[m] * (g.values[m][at] + residuals[m][k][j]);
+      }
+    }
+  }
+  CHECK(SameBits(r.out[0], expected));
+  CHECK(SameBits(r.out[1], expected));
+  CHECK(g.x[0]->SetCodec("adaptive", "").code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("sync exchange: a streaming sync gives AllGather's bits") {
+  const bool ring = GENERATE(false, true);
+  INFO((ring ? "ring" : "gather"));
+  SyncGroup g({.replicas = 3, .ring = ring});
+  const std::vector<float> weights = Weights(3);
+  const Gathered blocking = AllGatherAll(g, 0, weights);
+  std::vector<std::vector<float>> out(3);
+  CHECK(g.x[0]->Finish(out[0]).code() == absl::StatusCode::kFailedPrecondition);  // none yet
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(blocking.status[i].ok());
+    REQUIRE(g.x[i]->Start(1, g.values[i], weights).ok());
+    CHECK(g.x[i]->in_flight());
+  }
+  // One sync at a time; the codec stays while one is in flight.
+  CHECK(g.x[0]->Start(2, g.values[0], weights).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(g.x[0]->SetCodec("q8", "").code() == absl::StatusCode::kFailedPrecondition);
+  for (int i = 2; i >= 0; --i) {  // in any order: each took the others' frames meanwhile
+    out[i].assign(g.values[i].size(), -1.0f);
+    REQUIRE(g.x[i]->Finish(out[i]).ok());
+    CHECK_FALSE(g.x[i]->in_flight());
+    CHECK(SameBits(out[i], blocking.out[i]));
+    CHECK(g.x[i]->Report().syncs() == 2);
+  }
+}
+
+TEST_CASE("sync exchange: a staggered sync carries only its phase's slices") {
+  const bool ring = GENERATE(false, true);
+  INFO((ring ? "ring" : "gather"));
+  SyncGroup g({.replicas = 2, .ring = ring, .stagger = 2});
+  const std::vector<float> weights = Weights(2);
+  const Gathered r = AllGatherAll(g, 0, weights, /*phase=*/1);
+  const std::vector<float> all = ring ? RingSum(g, 0, weights) : GatherSum(g, 0, weights);
+  size_t in_phase = 0;
+  int64_t phase_values = 0;
+  for (const SyncRoute& route : g.routes[0]) {
+    if (route.phase != 1) continue;
+    ++in_phase;
+    phase_values += route.slice.size;
+  }
+  REQUIRE(in_phase > 0);
+  REQUIRE(in_phase < g.routes[0].size());
+  CHECK(g.x[0]->PhaseValues(1) == phase_values);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(r.status[i].ok());
+    for (const SyncRoute& route : g.routes[i]) {
+      const auto got =
+          std::span<const float>(r.out[i]).subspan(route.slice.offset, route.slice.size);
+      if (route.phase == 1) {
+        CHECK(SameBits(got,
+                       std::span<const float>(all).subspan(route.slice.offset, route.slice.size)));
+      } else {
+        for (float v : got) REQUIRE(v == 0.0f);
+      }
+    }
+    const size_t frames = ring ? in_phase * 2 : in_phase;  // a ring of 2: two hops
+    CHECK(g.link(i, 1 - i).delivered().size() == frames);
+  }
+}
+
+TEST_CASE("sync exchange: a dropped replica is neither sent to nor waited for") {
+  const bool ring = GENERATE(false, true);
+  INFO((ring ? "ring" : "gather"));
+  SyncGroup g({.replicas = 3, .ring = ring, .live = {true, false, true}});
+  // Its weight is ignored; a frame of it waiting in an inbox is not taken.
+  const std::vector<float> weights = {0.25f, 9.0f, 0.75f};
+  if (!ring) {
+    Inject(g.inbox(0), 0, 1, g.routes[0][0].slice.index, "beta",
+           Fp32Frame(std::vector<float>(static_cast<size_t>(g.routes[0][0].slice.size), 1e6f),
+                     {g.routes[0][0].slice.size}));
+  }
+  const size_t waiting = g.inbox(0).bytes();
+  const Gathered r = AllGatherAll(g, 0, weights);
+  for (int i : {0, 2}) {
+    INFO("stage " << i);
+    REQUIRE(r.status[i].ok());
+    CHECK(SameBits(r.out[i], ring ? RingSum(g, i, weights) : GatherSum(g, i, weights)));
+    CHECK(g.x[i]->SendsTo() == std::vector<int>{2 - i});
+    CHECK(g.link(i, 1).attempts() == 0);
+  }
+  CHECK(SameBits(r.out[0], r.out[2]));
+  CHECK(g.inbox(0).bytes() == waiting);         // the dropped replica's frame still there
+  if (ring) CHECK(g.x[0]->SentShare() == 1.0);  // a ring of two
+}
+
+TEST_CASE("sync exchange: a send that may heal is retried and the sync completes") {
+  SyncGroup g({.replicas = 2});
+  g.link(0, 1).Script(
+      {absl::UnavailableError("connection reset"), absl::UnavailableError("connection reset")});
+  const std::vector<float> weights = Weights(2);
+  const Gathered r = AllGatherAll(g, 0, weights);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(r.status[i].ok());
+    CHECK(SameBits(r.out[i], GatherSum(g, i, weights)));
+  }
+  CHECK(g.senders.at({0, 1})->stats().retries == 2);
+  CHECK(g.senders.at({0, 1})->error().ok());
+}
+
+// A link that stays down is not a refusal: its sender retries until closed, and the member
+// waiting for its frames waits until the stage is stopped (the coordinator's call), not
+// with an error of its own.
+TEST_CASE("sync exchange: frames over a link that stays down are waited for until a stop") {
+  SyncGroup g({.replicas = 2});
+  g.link(0, 1).Script(std::vector<Status>(1000, absl::UnavailableError("no route to beta")));
+  const std::vector<float> weights = Weights(2);
+  for (int i = 0; i < 2; ++i) REQUIRE(g.x[i]->Start(0, g.values[i], weights).ok());
+  std::vector<float> out0(g.values[0].size()), out1(g.values[1].size());
+  REQUIRE(g.x[0]->Finish(out0).ok());  // alpha has beta's frames
+  CHECK(SameBits(out0, GatherSum(g, 0, weights)));
+  testing::WaitFor([&] { return g.link(0, 1).attempts() >= 2; }, std::chrono::seconds(10));
+  CHECK(g.senders.at({0, 1})->error().ok());
+  g.stop = true;
+  const Status s = g.x[1]->Finish(out1);
+  CHECK(s.code() == absl::StatusCode::kAborted);
+}
+
+TEST_CASE("sync exchange: a refused frame ends the wait with the refusal, naming the peer") {
+  const bool ring = GENERATE(false, true);
+  const bool at_delivery = GENERATE(false, true);
+  INFO((ring ? "ring" : "gather") << (at_delivery ? ", refused by beta's inbox" : ""));
+  SyncGroup g({.replicas = 2, .ring = ring});
+  if (at_delivery) {
+    g.inbox(1).StartAttempt(kAttempt + 1, 0);  // beta moved on: it refuses attempt 1's frames
+  } else {
+    g.link(0, 1).Script({absl::InvalidArgumentError("beta does not take slice frames")});
+  }
+  // Only alpha syncs: beta never sends, so alpha's wait can end only with the refusal. Its
+  // frames are all queued before the link passes them on: the refusal comes while it waits.
+  g.link(0, 1).Hold();
+  REQUIRE(g.x[0]->Start(0, g.values[0], Weights(2)).ok());
+  g.link(0, 1).Release();
+  std::vector<float> out(g.values[0].size());
+  const Status s = g.x[0]->Finish(out);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() ==
+        (at_delivery ? absl::StatusCode::kFailedPrecondition : absl::StatusCode::kInvalidArgument));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("to site 'beta' failed"));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("TENSOR_KIND_SYNC"));
+  if (!at_delivery) {
+    CHECK_THAT(std::string(s.message()), Catch::Contains("beta does not take slice frames"));
+  }
+  CHECK_FALSE(g.x[0]->in_flight());
+}
+
+TEST_CASE("sync exchange: a stop ends a wait") {
+  const bool ring = GENERATE(false, true);
+  INFO((ring ? "ring" : "gather"));
+  SyncGroup g({.replicas = 2, .ring = ring});
+  std::vector<float> out(g.values[0].size());
+  Status s;
+  std::thread syncing([&] { s = g.x[0]->AllGather(0, g.values[0], Weights(2), out); });
+  // Stop once alpha waits on its inbox (the outcome is the same if it comes earlier).
+  testing::WaitFor([&] { return g.inbox(0).waiters() > 0; }, std::chrono::seconds(10));
+  g.stop = true;
+  syncing.join();
+  CHECK(s.code() == absl::StatusCode::kAborted);
+}
+
+TEST_CASE("sync exchange: a cancelled sync leaves the exchange ready for the next") {
+  SyncGroup g({.replicas = 2});
+  const std::vector<float> weights = Weights(2);
+  REQUIRE(g.x[0]->Start(0, g.values[0], weights).ok());
+  g.x[0]->Cancel();
+  CHECK_FALSE(g.x[0]->in_flight());
+  std::vector<float> out(g.values[0].size());
+  CHECK(g.x[0]->Finish(out).code() == absl::StatusCode::kFailedPrecondition);
+  const Gathered r = AllGatherAll(g, 1, weights);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(r.status[i].ok());
+    CHECK(SameBits(r.out[i], GatherSum(g, i, weights)));
+  }
+}
+
+TEST_CASE("sync exchange: a frame that is not its slice's is refused, naming it and its site") {
+  enum Bad { kShort, kLong, kCorrupt };
+  const Bad bad = GENERATE(kShort, kLong, kCorrupt);
+  const bool ring = GENERATE(false, true);
+  INFO("bad " << bad << (ring ? ", ring" : ", gather"));
+  SyncGroup g({.replicas = 2, .ring = ring});
+  const fleet::SyncSlice& slice = g.routes[0][0].slice;
+  // Gathered: beta's whole slice; around a ring of two: hop 0 brings chunk 1, half of it.
+  const int64_t n = ring ? fleet::RingChunkOf(slice.size, 2, 1).size() : slice.size;
+  std::vector<uint8_t> frame;
+  if (bad == kShort) frame = testing::ZeroFrame({n - 1});
+  if (bad == kLong) frame = testing::ZeroFrame({n + 1});
+  if (bad == kCorrupt) {
+    frame = Fp32Frame(std::vector<float>(static_cast<size_t>(n), 0.5f), {n});
+    frame.back() ^= 0x5a;  // the checksum no longer holds
+  }
+  Inject(g.inbox(0), 0, /*microbatch: beta's replica, or hop 0=*/ring ? 0 : 1, slice.index, "beta",
+         frame);
+  std::vector<float> out(g.values[0].size());
+  const Status s = g.x[0]->AllGather(0, g.values[0], Weights(2), out);
+  INFO(s.ToString());
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("from beta"));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("TENSOR_KIND_SYNC"));
+  if (bad == kShort) {
+    CHECK_THAT(std::string(s.message()),
+               Catch::Contains(std::to_string(n - 1) + " values, the " +
+                               (ring ? "chunk" : "slice") + " has " + std::to_string(n)));
+  }
+}
+
+TEST_CASE("sync exchange: what is not a sync of its fragment is refused before anything is sent") {
+  SyncGroup g({.replicas = 2});
+  std::vector<float> out(g.values[0].size());
+  CHECK(g.x[0]->AllGather(0, g.values[0], std::vector<float>{1.0f}, out).code() ==
+        absl::StatusCode::kInvalidArgument);  // a weight per replica
+  const std::vector<float> shorter(g.values[0].begin(), g.values[0].end() - 1);
+  CHECK(g.x[0]->AllGather(0, shorter, Weights(2), out).code() ==
+        absl::StatusCode::kInvalidArgument);  // the last slice outside it
+  CHECK(g.link(0, 1).attempts() == 0);
+  CHECK_FALSE(g.x[0]->in_flight());
+
+  SyncExchangeOptions no_inbox = g.Options(0);
+  no_inbox.inbox = nullptr;
+  CHECK(SyncExchange::Create(no_inbox).status().code() == absl::StatusCode::kInvalidArgument);
+  SyncExchangeOptions liveness = g.Options(0);
+  liveness.live = {true, true, true};
+  CHECK(SyncExchange::Create(liveness).status().code() == absl::StatusCode::kInvalidArgument);
+  SyncExchangeOptions no_sender = g.Options(0);
+  no_sender.to_stage.clear();
+  CHECK(SyncExchange::Create(no_sender).status().code() == absl::StatusCode::kFailedPrecondition);
+  SyncExchangeOptions adaptive = g.Options(0);
+  adaptive.codec = "adaptive";
+  CHECK_FALSE(SyncExchange::Create(adaptive).ok());
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
