@@ -1,0 +1,248 @@
+// StageRunner (daemon/job/stage/stage_runner.h) against fakes of its neighbours, no daemon:
+// the two stages of a two-stage job, each with its inbox, wired by fake links that file what
+// one sends in the other's inbox, and a fake coordinator that keeps the step barrier with the
+// coordinator's own bookkeeping (StepBarrier). The stages' losses are train-local's bit for bit;
+// a run resumed from the stages' checkpoints continues with the same losses; a torn stage
+// checkpoint is refused at set-up, naming the file; and a link that refuses the stage's
+// activations stops it with an error naming the peer and the tensor.
+#include "daemon/job/stage/stage_runner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/job/coordinator/step_barrier.h"
+#include "daemon/job/state/stage_checkpoint.h"
+#include "test/daemon/fake_link.h"
+#include "test/daemon/job_test_util.h"
+#include "test/daemon/test_util.h"
+
+namespace longhaul::daemon {
+namespace {
+
+constexpr int kSteps = 6;
+
+const std::string kJob =
+    "name: t\nmodel: {layers: 2, channels: 32, heads: 2, vocab: 256, context: 32}\n"
+    "data: {train: builtin}\nsteps: 6\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 16\n"
+    "checkpoint: {every: 2}\nsites: [a, b]\nplacement: even\ncompression: {mode: off}\n";
+
+// The coordinator, as far as a stage sees it: ReportStep waits until both stages reported
+// the step, then answers the barrier's decision (clipping scale, committed step).
+class FakeCoordinator : public testing::FakeLink {
+ public:
+  explicit FakeCoordinator(float grad_clip) : FakeLink("co"), barrier_(grad_clip) {}
+
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, double) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (r.step() >= kSteps) return v1::StepDecision();  // the final report
+    if (r.stage() == 1) losses_[r.step()] = r.loss();
+    committed_ = barrier_.NoteCheckpoint(r.stage(), r.checkpoint_step(), 2);
+    barrier_.Add(r, 2, committed_);
+    v1::StepDecision d;
+    cv_.notify_all();
+    cv_.wait(lock, [&] {
+      return stop_ || barrier_.Lookup(r.attempt(), r.step(), &d) == StepBarrier::State::kDecided;
+    });
+    if (stop_) return absl::UnavailableError("fake coordinator stopped");
+    return d;
+  }
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  std::map<uint64_t, float> losses() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return losses_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  StepBarrier barrier_;
+  uint64_t committed_ = 0;
+  bool stop_ = false;
+  std::map<uint64_t, float> losses_;
+};
+
+v1::StageAssignment Assignment(int stage, uint64_t resume_step) {
+  v1::StageAssignment a;
+  a.set_job_id("j-000001");
+  a.set_attempt(resume_step > 0 ? 2 : 1);
+  a.set_coordinator("co");
+  a.set_stage(static_cast<uint32_t>(stage));
+  a.set_resume_step(resume_step);
+  for (int i = 0; i < 2; ++i) {
+    v1::StageInfo* s = a.add_stages();
+    s->set_index(static_cast<uint32_t>(i));
+    s->set_site(i == 0 ? "a" : "b");
+    s->set_layer_begin(static_cast<uint32_t>(i));
+    s->set_layer_end(static_cast<uint32_t>(i + 1));
+  }
+  return a;
+}
+
+// The job's two stages on sites a and b, in directories under `dir`.
+struct Pipeline {
+  JobSpec spec;
+  FakeCoordinator coordinator;
+  LinkMonitor monitor_a{"a"}, monitor_b{"b"};
+  Inbox inbox_a{64 << 20}, inbox_b{64 << 20};
+  // a -> b (activations, targets, tied gradient) and b -> a (gradients, tied gradient).
+  testing::FakeLink a_to_b{"b"}, a_to_b_tied{"b"}, b_to_a{"a"}, b_to_a_tied{"a"};
+  std::unique_ptr<StageRunner> stage_a, stage_b;
+  Status created_a, created_b;
+
+  Pipeline(const std::string& dir, uint64_t resume_step)
+      : spec(Parse()), coordinator(spec.job.optimizer.grad_clip) {
+    auto wire = [](Inbox* inbox) {
+      return [inbox](const transport::WireTensor& t) {
+        ReceivedTensor r;
+        r.from_site = t.header.from_site();
+        r.payload = t.payload;
+        return inbox->Put(KeyOf(t.header), std::move(r));
+      };
+    };
+    a_to_b.OnDeliver(wire(&inbox_b));
+    a_to_b_tied.OnDeliver(wire(&inbox_b));
+    b_to_a.OnDeliver(wire(&inbox_a));
+    b_to_a_tied.OnDeliver(wire(&inbox_a));
+    for (Inbox* inbox : {&inbox_a, &inbox_b})
+      inbox->StartAttempt(resume_step > 0 ? 2 : 1, resume_step);
+    created_a = Make(0, dir + "/a", resume_step, &stage_a);
+    created_b = Make(1, dir + "/b", resume_step, &stage_b);
+  }
+  ~Pipeline() {
+    coordinator.Stop();
+    if (stage_a) stage_a->Stop();
+    if (stage_b) stage_b->Stop();
+  }
+  static JobSpec Parse() {
+    auto spec = ParseJobSpec(kJob, "job.yaml", ".");
+    REQUIRE(spec.ok());
+    return *spec;
+  }
+  std::unique_ptr<LinkSender> Sender(const std::string& site, const std::string& peer,
+                                     transport::Link* link, LinkMonitor* monitor) {
+    LinkSenderOptions o;
+    o.site = site;
+    o.peer = peer;
+    return std::make_unique<LinkSender>(o, link, monitor, spdlog::default_logger());
+  }
+  Status Make(int stage, const std::string& dir, uint64_t resume_step,
+              std::unique_ptr<StageRunner>* out) {
+    std::filesystem::create_directories(dir);
+    StageRunnerContext ctx;
+    ctx.site = stage == 0 ? "a" : "b";
+    ctx.assignment = Assignment(stage, resume_step);
+    ctx.spec = spec;
+    ctx.job_dir = dir;
+    ctx.inbox = stage == 0 ? &inbox_a : &inbox_b;
+    ctx.coordinator = &coordinator;
+    LinkMonitor* monitor = stage == 0 ? &monitor_a : &monitor_b;
+    if (stage == 0) {
+      ctx.to_next = Sender("a", "b", &a_to_b, monitor);
+      ctx.to_tied = Sender("a", "b", &a_to_b_tied, monitor);
+    } else {
+      ctx.to_prev = Sender("b", "a", &b_to_a, monitor);
+      ctx.to_tied = Sender("b", "a", &b_to_a_tied, monitor);
+    }
+    ctx.monitor = monitor;
+    ctx.log = spdlog::default_logger();
+    ctx.heartbeat_seconds = 0.05;
+    auto runner = StageRunner::Create(std::move(ctx), 0);
+    if (!runner.ok()) return runner.status();
+    *out = std::move(*runner);
+    return absl::OkStatus();
+  }
+  // Runs both stages until each finished or failed.
+  void Run() {
+    stage_a->Start();
+    stage_b->Start();
+    for (int i = 0; i < 60000; ++i) {
+      const StageRunnerStatus a = stage_a->status(), b = stage_b->status();
+      if ((a.finished || !a.error.empty()) && (b.finished || !b.error.empty())) return;
+      if (!a.error.empty() || !b.error.empty()) break;  // one failed: stop the other
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    coordinator.Stop();
+    stage_a->Stop();
+    stage_b->Stop();
+  }
+};
+
+TEST_CASE("two stage runners over fake links train train-local's losses bit for bit",
+          "[stage_runner]") {
+  auto local = testing::TrainLocalLosses(kJob);
+  REQUIRE(local.ok());
+  REQUIRE(local->size() == static_cast<size_t>(kSteps));
+  const std::string dir = testing::TempDir("stage_runner_losses");
+  {
+    Pipeline p(dir, 0);
+    REQUIRE(p.created_a.ok());
+    REQUIRE(p.created_b.ok());
+    p.Run();
+    CHECK(p.stage_a->status().error.empty());
+    CHECK(p.stage_b->status().error.empty());
+    CHECK(p.stage_a->status().finished);
+    CHECK(p.stage_b->status().finished);
+    const std::map<uint64_t, float> losses = p.coordinator.losses();
+    REQUIRE(losses.size() == static_cast<size_t>(kSteps));
+    for (const auto& [step, loss] : losses) {
+      INFO("step " << step);
+      CHECK(loss == (*local)[step]);
+    }
+    // Checkpoints every 2 steps, each stage in its own directory.
+    CHECK(std::filesystem::exists(StageCheckpointPath(dir + "/a", 4, 0, 1)));
+    CHECK(std::filesystem::exists(StageCheckpointPath(dir + "/b", 6, 1, 2)));
+  }
+
+  SECTION("resumed from the step-4 checkpoints: the same last losses") {
+    Pipeline p(dir, 4);
+    REQUIRE(p.created_a.ok());
+    REQUIRE(p.created_b.ok());
+    p.Run();
+    CHECK(p.stage_b->status().finished);
+    const std::map<uint64_t, float> losses = p.coordinator.losses();
+    REQUIRE(losses.size() == 2);
+    CHECK(losses.at(4) == (*local)[4]);
+    CHECK(losses.at(5) == (*local)[5]);
+  }
+  SECTION("a torn stage checkpoint is refused at set-up, naming the file") {
+    const std::string path = StageCheckpointPath(dir + "/b", 4, 1, 2);
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) - 7);
+    Pipeline p(dir, 4);
+    REQUIRE(p.created_a.ok());
+    REQUIRE_FALSE(p.created_b.ok());
+    CHECK(absl::IsDataLoss(p.created_b));
+    CHECK(std::string(p.created_b.message()).find(path) != std::string::npos);
+  }
+}
+
+TEST_CASE("a stage whose activations its neighbour refuses stops, naming the peer",
+          "[stage_runner]") {
+  Pipeline p(testing::TempDir("stage_runner_refused"), 0);
+  REQUIRE(p.created_a.ok());
+  REQUIRE(p.created_b.ok());
+  // The first send from a to b is refused for good (not retryable).
+  p.a_to_b.Script({absl::InvalidArgumentError("refused by the test")});
+  p.Run();
+  const StageRunnerStatus a = p.stage_a->status();
+  CHECK_FALSE(a.finished);
+  REQUIRE_FALSE(a.error.empty());
+  CHECK(a.error.find("'b'") != std::string::npos);
+  CHECK(a.error.find("refused by the test") != std::string::npos);
+  CHECK(p.coordinator.losses().empty());
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
