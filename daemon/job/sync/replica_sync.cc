@@ -109,13 +109,20 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
       return absl::DataLossError("job " + o_.assignment.job_id() + ": the sync state of step " +
                                  std::to_string(step) + " has no outer-step anchor");
     }
-    RETURN_IF_ERROR(outer_.Restore(std::move(state.anchor), std::move(state.momentum)));
+    RETURN_IF_ERROR(RestoreOuter(std::move(state.anchor), std::move(state.momentum)));
   }
   return exchange_->RestoreResiduals(std::move(state.residuals));
 }
 
 Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> momentum) {
   if (!local()) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(o_.fragment->layout().total());
+  if (anchor.size() != n || momentum.size() != n) {
+    return absl::DataLossError(Where() + ": an outer-step anchor of " +
+                               std::to_string(anchor.size()) + " and momentum of " +
+                               std::to_string(momentum.size()) + " floats for a fragment of " +
+                               std::to_string(n));
+  }
   return outer_.Restore(std::move(anchor), std::move(momentum));
 }
 
