@@ -29,12 +29,12 @@ constexpr uint32_t kMaxAttempts = 50;
 Coordinator::~Coordinator() { Shutdown(); }
 
 bool Coordinator::finished() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return TerminalState(record_.state());
 }
 
 void Coordinator::RequestShutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   shutdown_ = true;
   cv_.notify_all();
 }
@@ -51,7 +51,7 @@ void Coordinator::PersistLocked() {
 }
 
 void Coordinator::SetState(v1::JobState state, const std::string& detail) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (TerminalState(record_.state())) return;
   if (record_.state() != state || record_.detail() != detail) {
     env_.log->info("job {}: {}{}{}", record_.job_id(), v1::JobState_Name(state),
@@ -66,7 +66,7 @@ void Coordinator::SetState(v1::JobState state, const std::string& detail) {
 bool Coordinator::AssignAll() {
   v1::StageAssignment a;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     a.set_job_id(record_.job_id());
     a.set_job_yaml(spec_.yaml);
     a.set_coordinator(env_.site);
@@ -99,7 +99,7 @@ bool Coordinator::AssignAll() {
     if (s.ok()) {
       auto r = ch->AssignStage(a, 120);
       if (r.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         record_.mutable_stages(i)->set_memory_bytes(r->memory_bytes());
         record_.mutable_stages(i)->set_devices(r->devices());
         continue;
@@ -109,7 +109,7 @@ bool Coordinator::AssignAll() {
     StopAttempt();
     if (Contains({a.rejoining_replicas().begin(), a.rejoining_replicas().end()}, grid.replica(i))) {
       // A rejoining replica that cannot take its stage sits out again; the others go on.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
       for (uint32_t r : rejoining) ++rejoin_failures_[r];
       record_.clear_rejoining_replicas();
@@ -128,7 +128,7 @@ bool Coordinator::AssignAll() {
     if (s.code() == absl::StatusCode::kDataLoss) {
       // A stage's checkpoint at the committed step is corrupt: fall back once to the step
       // committed before it (every stage keeps both), else fail at once naming the file.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       const uint64_t from = record_.committed_step(), to = record_.previous_committed_step();
       // Replicas rejoining here have no checkpoint before it: they sit out again.
       if (to < from && !record_.rejoining_replicas().empty()) {
@@ -166,7 +166,7 @@ bool Coordinator::AssignAll() {
     }
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   need_assign_ = false;
   failed_checks_ = 0;
   record_.set_state(v1::JOB_STATE_RUNNING);
@@ -177,20 +177,20 @@ bool Coordinator::AssignAll() {
 }
 
 std::vector<std::string> Coordinator::StageSites() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(),
                    DroppedLocked());
 }
 
 std::vector<std::string> Coordinator::AllSites() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(), {});
 }
 
 void Coordinator::StopAttempt() {
   v1::JobCommand stop;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop.set_job_id(record_.job_id());
     stop.set_attempt(record_.attempt());
     // Stages of this attempt waiting at the barrier are told to stop now: a stage is stopped
@@ -211,7 +211,7 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
   v1::JobCommand ping;
   uint32_t attempt;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ping.set_job_id(record_.job_id());
     attempt = record_.attempt();
   }
@@ -257,14 +257,15 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
 void Coordinator::Run() {
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return shutdown_; });
+      MutexLock lock(mu_);
+      cv_.wait_for(mu_, std::chrono::milliseconds(500),
+                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_; });
       if (shutdown_) return;
       if (TerminalState(record_.state())) return;
     }
     bool need_assign;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       need_assign = need_assign_;
     }
     bool all_finished = false;
@@ -273,10 +274,10 @@ void Coordinator::Run() {
       bool permanent = false;
       const std::string problem = CheckStages(&all_finished, &lost, &permanent);
       if (permanent) {
-        env_.log->error("job {}: {}; failing the job (a retry would read the same data)",
-                        record_.job_id(), problem);
+        env_.log->error("job {}: {}; failing the job (a retry would read the same data)", job_id_,
+                        problem);
         StopAttempt();
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (!TerminalState(record_.state())) {  // a cancel that came first stands
           record_.set_state(v1::JOB_STATE_FAILED);
           record_.set_detail(problem);
@@ -289,7 +290,7 @@ void Coordinator::Run() {
         MaybeRejoin();
         bool replan = false;
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           failed_checks_ = 0;
           // Re-plan at a checkpoint taken after the slowdown was seen.
           replan = replanner_.Due(record_.committed_step(), record_.total_steps());
@@ -299,15 +300,15 @@ void Coordinator::Run() {
       }
       int failures;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         failures = ++failed_checks_;
       }
       if (failures < 2) continue;  // one missed ping is not yet a failure
       if (DropReplicas(lost, problem)) continue;
-      env_.log->warn("job {}: {}; rolling back", record_.job_id(), problem);
+      env_.log->warn("job {}: {}; rolling back", job_id_, problem);
       StopAttempt();
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         need_assign_ = true;
       }
       SetState(v1::JOB_STATE_RECOVERING, problem);
@@ -319,7 +320,7 @@ void Coordinator::Run() {
     for (const auto& site : StageSites()) {
       transport::Link* c = env_.channel(site);
       v1::JobCommand ping;
-      ping.set_job_id(record_.job_id());
+      ping.set_job_id(job_id_);
       ping.set_kind(v1::JobCommand::KIND_PING);
       if (!c || !c->ControlJob(ping, 3).ok()) {
         reachable = false;
@@ -331,13 +332,13 @@ void Coordinator::Run() {
     // site lost while recovering, or while the coordinator itself was down).
     if (!reachable && DropReplicas({waiting}, "site '" + waiting + "' does not answer")) continue;
     if (!reachable) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       record_.set_detail("waiting for site '" + waiting + "' to come back; will resume from step " +
                          std::to_string(record_.committed_step()));
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (record_.attempt() >= kMaxAttempts) {
         record_.set_state(v1::JOB_STATE_FAILED);
         record_.set_detail("gave up after " + std::to_string(kMaxAttempts) + " attempts");
@@ -404,7 +405,7 @@ void Coordinator::AddEventLocked(const std::string& kind, const std::string& det
 }
 
 v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   v1::JobStatus s = record_;
   if (max_losses > 0 && static_cast<uint32_t>(s.losses_size()) > max_losses) {
     const int drop = s.losses_size() - static_cast<int>(max_losses);
@@ -425,7 +426,7 @@ v1::JobStatus Coordinator::GetStatus(uint32_t max_losses) const {
 
 StatusOr<v1::JobState> Coordinator::Cancel() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (TerminalState(record_.state())) return record_.state();
     record_.set_state(v1::JOB_STATE_CANCELLED);
     record_.set_detail("cancelled by the user at step " + std::to_string(record_.step()));
@@ -433,12 +434,12 @@ StatusOr<v1::JobState> Coordinator::Cancel() {
     cv_.notify_all();
   }
   v1::JobCommand cancel;
-  cancel.set_job_id(record_.job_id());
+  cancel.set_job_id(job_id_);
   cancel.set_kind(v1::JobCommand::KIND_CANCEL);
   for (const auto& site : AllSites()) {
     if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(cancel, 5);
   }
-  env_.log->info("job {}: cancelled", record_.job_id());
+  env_.log->info("job {}: cancelled", job_id_);
   return v1::JOB_STATE_CANCELLED;
 }
 

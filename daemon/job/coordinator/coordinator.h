@@ -16,11 +16,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/job/coordinator/replanner.h"
 #include "daemon/job/coordinator/step_barrier.h"
@@ -52,87 +52,105 @@ class Coordinator {
 
   // The barrier: blocks until every stage reported this step (or the attempt ends).
   // `caller` must be the site that runs report.stage (PermissionDenied otherwise).
-  StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report, const std::string& caller);
-  v1::JobStatus GetStatus(uint32_t max_losses) const;
+  StatusOr<v1::StepDecision> OnReport(const v1::StepReport& report, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  v1::JobStatus GetStatus(uint32_t max_losses) const ABSL_LOCKS_EXCLUDED(mu_);
   // Completed, failed or cancelled.
-  bool finished() const;
-  StatusOr<v1::JobState> Cancel();
+  bool finished() const ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<v1::JobState> Cancel() ABSL_LOCKS_EXCLUDED(mu_);
   // Streams the model at the last committed step: one checkpoint file (format "llmc", file
   // "") or a Hugging Face directory (format "hf", dtype "f32" or "bf16"), file by file.
   using ExportSink =
       std::function<Status(const std::string& file, const std::string& bytes, uint64_t total)>;
-  Status Export(const std::string& format, const std::string& dtype, const ExportSink& sink);
+  Status Export(const std::string& format, const std::string& dtype, const ExportSink& sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // Releases every caller waiting at the step barrier (they are told to stop) and tells the
   // monitor thread to end, without waiting for it: the first half of Shutdown, so that local
   // stages blocked at the barrier can be stopped before the coordinator is joined.
-  void RequestShutdown();
+  void RequestShutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  Coordinator(CoordinatorEnv env, JobSpec spec)
+  Coordinator(CoordinatorEnv env, JobSpec spec, std::string job_id)
       : env_(std::move(env)),
         spec_(std::move(spec)),
+        job_id_(std::move(job_id)),
         replanner_(spec_.replan, env_.log),
         barrier_(spec_.job.optimizer.grad_clip) {}
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Assigns every stage for the current attempt; false on failure (state updated).
-  bool AssignAll();
+  bool AssignAll() ABSL_LOCKS_EXCLUDED(mu_);
   // Pings every live stage; returns "" when all run the current attempt, else what is wrong
   // (the first problem), with every site that has one in *lost: those unreachable or without
   // their stage, or failing if none is.
   // `*permanent`: a stage failed on the job's input data, which no retry can fix.
-  std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent);
-  void StopAttempt();
-  void SetState(v1::JobState state, const std::string& detail);
-  std::vector<std::string> StageSites();  // the sites of the live replicas' stages
-  std::vector<std::string> AllSites();    // every stage's, dropped replicas' too
+  std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void StopAttempt() ABSL_LOCKS_EXCLUDED(mu_);
+  void SetState(v1::JobState state, const std::string& detail) ABSL_LOCKS_EXCLUDED(mu_);
+  // The sites of the live replicas' stages.
+  std::vector<std::string> StageSites() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every stage's, dropped replicas' too.
+  std::vector<std::string> AllSites() ABSL_LOCKS_EXCLUDED(mu_);
   // Replica membership (coordinator_replicas.cc, replica_membership.h): drops the replicas
   // with a stage on a lost site and restarts the others from the committed step (true), when
   // the job's on_site_loss is drop and some replica is left; rejoins the dropped ones at a
   // later committed step once all their sites answer.
-  bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem);
-  void MaybeRejoin();
-  ReplicaList DroppedLocked() const {
+  bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
+  ReplicaList DroppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return {record_.dropped_replicas().begin(), record_.dropped_replicas().end()};
   }
-  ReplicaList RejoiningLocked() const {
+  ReplicaList RejoiningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return {record_.rejoining_replicas().begin(), record_.rejoining_replicas().end()};
   }
   // Moves layers away from a straggler at the committed step, if that helps.
-  void Replan();
-  void PersistLocked();
+  void Replan() ABSL_LOCKS_EXCLUDED(mu_);
+  void PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifyAll();
   // A new attempt from the committed step: bumps the attempt, forgets the losses and step
   // times of the steps to be redone and notes the event (kind, detail) on the job's timeline.
-  void RestartFromCommittedLocked(const std::string& kind, const std::string& detail);
+  void RestartFromCommittedLocked(const std::string& kind, const std::string& detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files a last stage's validation loss; once every live replica's is in, their mean.
-  void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live);
+  void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes an event at the committed step, keeping the newest kMaxJobEvents.
-  void AddEventLocked(const std::string& kind, const std::string& detail);
+  void AddEventLocked(const std::string& kind, const std::string& detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // env_, spec_ and job_id_ are set at construction and never change: read without mu_.
   CoordinatorEnv env_;
   JobSpec spec_;
-  Replanner replanner_;  // straggler detection and re-planning, under mu_ (but Plan)
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  v1::JobStatus record_;
-  bool need_assign_ = true;
-  bool shutdown_ = false;
-  int failed_checks_ = 0;
-  uint32_t stopped_attempt_ = 0;  // StopAttempt was called for this attempt (under mu_)
-  StepBarrier barrier_;           // under mu_
-  double last_step_time_ = 0;
-  std::string placement_;  // the planner's summary, kept in the detail
-  google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_;  // plan before the move
-  uint64_t migrate_step_ = 0;
-  uint64_t attempt_start_ = 0;  // the committed step the current attempt started from
-  uint64_t last_rejoin_try_ = 0;
-  std::map<uint32_t, int> rejoin_failures_;  // by replica: dropped again while rejoining
-  std::string membership_note_;              // the last drop or rejoin, kept in the detail
+  const std::string job_id_;  // record_.job_id()
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;  // waits on mu_
+  // Straggler detection and re-planning. Plan runs without mu_: it is const and reads only its
+  // snapshot and the planner's constant members (see Replan).
+  Replanner replanner_ ABSL_GUARDED_BY(mu_);
+  v1::JobStatus record_ ABSL_GUARDED_BY(mu_);
+  bool need_assign_ ABSL_GUARDED_BY(mu_) = true;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  int failed_checks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t stopped_attempt_ ABSL_GUARDED_BY(mu_) = 0;  // StopAttempt was called for this attempt
+  StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
+  double last_step_time_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string placement_ ABSL_GUARDED_BY(mu_);  // the planner's summary, kept in the detail
+  // The plan before the move.
+  google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_ ABSL_GUARDED_BY(mu_);
+  uint64_t migrate_step_ ABSL_GUARDED_BY(mu_) = 0;
+  // The committed step the current attempt started from.
+  uint64_t attempt_start_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_rejoin_try_ ABSL_GUARDED_BY(mu_) = 0;
+  // By replica: dropped again while rejoining.
+  std::map<uint32_t, int> rejoin_failures_ ABSL_GUARDED_BY(mu_);
+  std::string membership_note_ ABSL_GUARDED_BY(mu_);  // the last drop or rejoin, kept in the detail
   // Validation losses reported by the live replicas' last stages, by step and stage, until
-  // every live replica's is in (under mu_).
-  std::map<uint64_t, std::map<uint32_t, double>> val_pending_;
+  // every live replica's is in.
+  std::map<uint64_t, std::map<uint32_t, double>> val_pending_ ABSL_GUARDED_BY(mu_);
+  // Started by Submit or Restore, joined by Shutdown.
   std::thread thread_;
 };
 

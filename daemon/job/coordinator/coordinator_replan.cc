@@ -9,19 +9,21 @@ namespace longhaul::daemon {
 void Coordinator::Replan() {
   Replanner::Snapshot snapshot;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     snapshot = replanner_.Take(record_, spec_, env_.site);
   }
-  const std::optional<Replanner::Move> move = replanner_.Plan(snapshot);
+  // Planning takes a while, so it runs without mu_: Plan is const and reads only the snapshot
+  // and the Replanner's constant members (replanner.h).
+  const std::optional<Replanner::Move> move = ABSL_TS_UNCHECKED_READ(replanner_).Plan(snapshot);
   if (!move) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     replanner_.Declined();
     return;
   }
   const std::vector<scheduler::StagePlan>& next = move->next;
   StopAttempt();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     migrate_from_ = record_.stages();
     migrate_step_ = record_.committed_step();
     for (size_t k = 0; k < next.size(); ++k) {
@@ -41,7 +43,7 @@ void Coordinator::Replan() {
     env_.log->warn("job {}: {}", record_.job_id(), record_.detail());
   }
   AssignAll();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (record_.state() == v1::JOB_STATE_RUNNING) {
     record_.set_detail("re-planned at step " + std::to_string(migrate_step_) + ": " +
                        replanner_.reason() + move->moved);

@@ -29,7 +29,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   ReplicaList drop;
   std::string job_id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     job_id = record_.job_id();
     if (spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) return false;
     const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
@@ -39,7 +39,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   }
   env_.log->warn("job {}: {}; dropping {}", job_id, problem, ReplicaNames(drop));
   StopAttempt();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (TerminalState(record_.state())) return true;
   const ReplicaList dropped = Union(DroppedLocked(), drop);
   const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
@@ -77,7 +77,7 @@ void Coordinator::MaybeRejoin() {
   v1::JobCommand ping;
   uint64_t at = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     at = record_.committed_step();
     if (record_.dropped_replicas().empty() || TerminalState(record_.state()) ||
         at == last_rejoin_try_ || !RejoinDue(at, attempt_start_, record_.total_steps())) {
@@ -109,7 +109,7 @@ void Coordinator::MaybeRejoin() {
   if (back.empty()) return;
   StopAttempt();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (TerminalState(record_.state())) return;
     // The stages are stopped: the committed step no longer moves. The attempt restarts from
     // it either way, with the replicas that came back rejoining.

@@ -17,7 +17,7 @@ namespace longhaul::daemon {
 
 StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
                                                  const std::string& caller) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // Only the site that runs a stage reports for it, within the job's steps.
   RETURN_IF_ERROR(CheckStepReport(rep, record_.stages_size(), record_.total_steps()));
   if (record_.stages(rep.stage()).site() != caller) {
@@ -151,7 +151,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   v1::StepDecision decision;
   StepBarrier::State state;
-  cv_.wait(lock, [&] {
+  cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
     return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
            stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;

@@ -65,8 +65,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     }
   }
 
-  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
-  v1::JobStatus& r = c->record_;
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec), job_id));
+  v1::JobStatus r;  // the record, moved into c->record_ below
   r.set_job_id(job_id);
   r.set_name(c->spec_.job.name);
   r.set_state(v1::JOB_STATE_PENDING);
@@ -75,8 +75,6 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   r.set_submitted_unix(NowUnix());
   r.set_attempt(1);
   r.set_detail(placement);
-  c->placement_ = placement;
-  c->replanner_.set_site_memory(site_memory);
   r.set_predicted_step_seconds(predicted);
   for (size_t i = 0; i < plan.size(); ++i) {
     v1::StageInfo* s = r.add_stages();
@@ -108,13 +106,16 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   std::filesystem::create_directories(c->env_.job_dir, ec);
   RETURN_IF_ERROR(model::WriteFileAtomically(c->env_.job_dir + "/job.yaml", c->spec_.yaml));
   {
-    std::lock_guard<std::mutex> lock(c->mu_);
+    MutexLock lock(c->mu_);  // uncontended: no other thread knows c yet
+    c->record_ = std::move(r);
+    c->placement_ = placement;
+    c->replanner_.set_site_memory(site_memory);
     c->PersistLocked();
   }
   // The first assignment is synchronous, so that a job no site can run (too large for a
   // site's memory, a backend a site lacks) is refused to the submitter right away.
   if (!c->AssignAll()) {
-    std::lock_guard<std::mutex> lock(c->mu_);
+    MutexLock lock(c->mu_);
     if (c->record_.state() == v1::JOB_STATE_FAILED) {
       return absl::FailedPreconditionError(c->record_.detail());
     }
@@ -141,14 +142,17 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
   const std::string base = std::filesystem::path(env.job_dir).parent_path().parent_path();
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml.str(), env.job_dir + "/job.yaml", base));
   RETURN_IF_ERROR(CheckPlan(record.stages(), spec, env.job_dir + "/job.pb: stages"));
-  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec)));
-  c->record_ = record;
-  if (!TerminalState(record.state())) {
-    c->record_.set_state(v1::JOB_STATE_RECOVERING);
-    c->record_.set_detail("coordinator restarted; resuming from step " +
-                          std::to_string(record.committed_step()));
-    c->need_assign_ = true;
-    c->env_.log->info("job {}: {}", record.job_id(), c->record_.detail());
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec), record.job_id()));
+  {
+    MutexLock lock(c->mu_);  // uncontended: no other thread knows c yet
+    c->record_ = record;
+    if (!TerminalState(record.state())) {
+      c->record_.set_state(v1::JOB_STATE_RECOVERING);
+      c->record_.set_detail("coordinator restarted; resuming from step " +
+                            std::to_string(record.committed_step()));
+      c->need_assign_ = true;
+      c->env_.log->info("job {}: {}", record.job_id(), c->record_.detail());
+    }
   }
   c->thread_ = std::thread([raw = c.get()] { raw->Run(); });
   return c;

@@ -19,7 +19,7 @@ TensorKey KeyOf(const v1::TensorFrame& frame) {
 }
 
 Status Inbox::CheckKey(const TensorKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return CheckKeyLocked(key);
 }
 
@@ -46,12 +46,12 @@ bool Inbox::PassedLocked(const TensorKey& key) const {
 }
 
 void Inbox::SetSyncLag(uint64_t steps) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   sync_lag_ = steps;
 }
 
 Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RETURN_IF_ERROR(CheckKeyLocked(key));
   if (PassedLocked(key)) {  // a step the stage has passed: a resend
     ++duplicates_;
@@ -60,7 +60,7 @@ Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
   const size_t size = tensor.payload.size();
   // A tensor larger than the whole inbox is admitted alone rather than never.
   ++waiters_;
-  cv_.wait(lock, [&] {
+  cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return closed_ || key.attempt < attempt_ || bytes_ == 0 || bytes_ + size <= capacity_;
   });
   --waiters_;
@@ -80,12 +80,13 @@ Status Inbox::Put(const TensorKey& key, ReceivedTensor tensor) {
 }
 
 StatusOr<ReceivedTensor> Inbox::Take(const TensorKey& key, double timeout_seconds) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
   ++waiters_;
-  const bool ready = cv_.wait_until(
-      lock, deadline, [&] { return closed_ || key.attempt < attempt_ || tensors_.count(key) > 0; });
+  const bool ready = cv_.wait_until(mu_, deadline, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || key.attempt < attempt_ || tensors_.count(key) > 0;
+  });
   --waiters_;
   if (closed_) return absl::CancelledError("inbox closed: " + close_reason_);
   if (key.attempt < attempt_) return absl::AbortedError("attempt superseded");
@@ -104,12 +105,12 @@ StatusOr<ReceivedTensor> Inbox::Take(const TensorKey& key, double timeout_second
 StatusOr<std::pair<TensorKey, ReceivedTensor>> Inbox::TakeAny(const std::vector<TensorKey>& keys,
                                                               double timeout_seconds) {
   if (keys.empty()) return absl::InvalidArgumentError("inbox: no key to wait for");
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(timeout_seconds * 1e6));
   std::map<TensorKey, ReceivedTensor>::iterator found = tensors_.end();
   ++waiters_;
-  const bool ready = cv_.wait_until(lock, deadline, [&] {
+  const bool ready = cv_.wait_until(mu_, deadline, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (closed_ || keys[0].attempt < attempt_) return true;
     for (const TensorKey& k : keys) {
       found = tensors_.find(k);
@@ -133,7 +134,7 @@ StatusOr<std::pair<TensorKey, ReceivedTensor>> Inbox::TakeAny(const std::vector<
 }
 
 void Inbox::AdvanceTo(uint64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (step <= step_) return;
   step_ = step;
   for (auto it = tensors_.begin(); it != tensors_.end();) {
@@ -151,7 +152,7 @@ void Inbox::AdvanceTo(uint64_t step) {
 }
 
 void Inbox::StartAttempt(uint32_t attempt, uint64_t first_step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (attempt <= attempt_ && !(attempt == 0 && attempt_ == 0)) return;
   attempt_ = attempt;
   step_ = first_step;
@@ -170,24 +171,24 @@ void Inbox::StartAttempt(uint32_t attempt, uint64_t first_step) {
 }
 
 void Inbox::Close(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
   close_reason_ = reason;
   cv_.notify_all();
 }
 
 size_t Inbox::bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return bytes_;
 }
 
 uint64_t Inbox::duplicates() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return duplicates_;
 }
 
 int Inbox::waiters() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return waiters_;
 }
 

@@ -18,7 +18,7 @@ LinkSender::LinkSender(LinkSenderOptions options, transport::Link* link, LinkMon
     : options_(std::move(options)), link_(link), monitor_(monitor), log_(std::move(log)) {
   const int first = std::max(1, options_.workers);
   max_threads_ = static_cast<size_t>(std::max(first, options_.max_workers));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (int i = 0; i < first; ++i) threads_.emplace_back([this] { Run(); });
 }
 
@@ -40,20 +40,22 @@ Status LinkSender::RefusedLocked() const {
 }
 
 Status LinkSender::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return error_;
 }
 
 Status LinkSender::Enqueue(OutgoingTensor tensor) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !RefusedLocked().ok() || HasRoomLocked(tensor.payload.size()); });
+  MutexLock lock(mu_);
+  cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !RefusedLocked().ok() || HasRoomLocked(tensor.payload.size());
+  });
   RETURN_IF_ERROR(RefusedLocked());
   PushLocked(std::move(tensor));
   return absl::OkStatus();
 }
 
 StatusOr<bool> LinkSender::TryEnqueue(OutgoingTensor* tensor) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   RETURN_IF_ERROR(RefusedLocked());
   if (!HasRoomLocked(tensor->payload.size())) return false;
   PushLocked(std::move(*tensor));
@@ -68,8 +70,10 @@ void LinkSender::PushLocked(OutgoingTensor tensor) {
 }
 
 Status LinkSender::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return closed_ || !error_.ok() || (queue_.empty() && in_flight_ == 0); });
+  MutexLock lock(mu_);
+  cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !error_.ok() || (queue_.empty() && in_flight_ == 0);
+  });
   RETURN_IF_ERROR(error_);
   if (closed_ && (!queue_.empty() || in_flight_ > 0)) {
     return absl::CancelledError("sender to " + options_.peer + " closed with tensors queued");
@@ -78,7 +82,7 @@ Status LinkSender::Flush() {
 }
 
 void LinkSender::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
   queue_.clear();
   queued_bytes_ = 0;
@@ -86,7 +90,7 @@ void LinkSender::Close() {
 }
 
 LinkSenderStats LinkSender::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
@@ -133,8 +137,9 @@ void LinkSender::Run() {
   while (true) {
     std::shared_ptr<OutgoingTensor> t;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      cv_.wait(mu_,
+               [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !queue_.empty(); });
       if (closed_) return;
       t = queue_.front();
       queue_.pop_front();
@@ -144,7 +149,7 @@ void LinkSender::Run() {
     // Generous: a whole tensor at 1 Mbit/s plus a minute.
     const double started = NowSeconds();
     const Status s = link_->SendTensor(*t, 60.0 + t->payload.size() / (1e6 / 8));
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) {
       --in_flight_;
       cv_.notify_all();
@@ -167,7 +172,8 @@ void LinkSender::Run() {
         }
       } else {
         queue_.push_front(t);  // first in line again
-        cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return closed_; });
+        cv_.wait_for(mu_, std::chrono::duration<double>(backoff),
+                     [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_; });
         backoff = std::min(backoff * 2, 2.0);
       }
       cv_.notify_all();

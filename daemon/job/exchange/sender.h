@@ -17,11 +17,11 @@
 #include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
@@ -55,51 +55,54 @@ class LinkSender {
 
   // Queues a tensor; blocks while the queue holds more than its capacity. Fails once closed
   // or failed.
-  Status Enqueue(OutgoingTensor tensor);
+  Status Enqueue(OutgoingTensor tensor) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues *tensor (moving from it) if that needs no wait, and says whether it did.
-  StatusOr<bool> TryEnqueue(OutgoingTensor* tensor);
+  StatusOr<bool> TryEnqueue(OutgoingTensor* tensor) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until everything queued so far has been delivered (or the sender is closed or
   // failed).
-  Status Flush();
+  Status Flush() ABSL_LOCKS_EXCLUDED(mu_);
   // Drops queued tensors and stops retrying; Enqueue fails from now on.
-  void Close();
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
   // OK, or the refusal that failed the sender (naming the tensor and the peer).
-  Status error() const;
+  Status error() const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& peer() const { return options_.peer; }
-  LinkSenderStats stats() const;
+  LinkSenderStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Starts another worker when tensors wait with every worker busy (mu_ held): on queueing
   // (every worker may be in a call) and when a worker takes a tensor with more behind it.
-  void GrowLocked();
+  void GrowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why nothing can be queued: closed or failed; OK otherwise (mu_ held).
-  Status RefusedLocked() const;
-  bool HasRoomLocked(size_t bytes) const {
+  Status RefusedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasRoomLocked(size_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queued_bytes_ == 0 || queued_bytes_ + bytes <= options_.queue_capacity_bytes;
   }
-  void PushLocked(OutgoingTensor tensor);
+  void PushLocked(OutgoingTensor tensor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Busy-period accounting for passive bandwidth samples (mu_ held).
-  void StartTransferLocked();
-  void FinishTransferLocked(uint64_t bytes);
+  void StartTransferLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishTransferLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LinkSenderOptions options_;
   transport::Link* const link_;
   LinkMonitor* const monitor_;
   std::shared_ptr<spdlog::logger> log_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<OutgoingTensor>> queue_;  // not yet taken by a worker
-  size_t queued_bytes_ = 0;                            // queued or in flight
-  int in_flight_ = 0;
-  bool closed_ = false;
-  Status error_;  // set once, by the first refusal that will not heal
-  LinkSenderStats stats_;
-  double busy_start_ = 0;
-  uint64_t busy_bytes_ = 0;
-  bool busy_overlapped_ = false;      // more than one transfer in flight in this busy period
-  std::vector<std::thread> threads_;  // grows under mu_ until closed_, then joined
-  size_t max_threads_ = 1;
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;  // waits on mu_
+  // Not yet taken by a worker.
+  std::deque<std::shared_ptr<OutgoingTensor>> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // queued or in flight
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  Status error_ ABSL_GUARDED_BY(mu_);  // set once, by the first refusal that will not heal
+  LinkSenderStats stats_ ABSL_GUARDED_BY(mu_);
+  double busy_start_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t busy_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // More than one transfer in flight in this busy period.
+  bool busy_overlapped_ ABSL_GUARDED_BY(mu_) = false;
+  // Grows under mu_ until closed_, then joined (by the destructor, after Close).
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  size_t max_threads_ = 1;  // set by the constructor before the first worker starts
 };
 
 }  // namespace longhaul::daemon

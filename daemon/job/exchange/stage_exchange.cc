@@ -102,7 +102,7 @@ Status StageExchange::SendFrame(To to, v1::TensorKind kind, uint64_t step, int m
   t.payload = std::move(frame);
   const uint64_t wire = t.payload.size();
   RETURN_IF_ERROR(sender->Enqueue(std::move(t)));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   OutboundUsage* usage = UsageOf(to);
   ++usage->tensors;
   usage->raw_bytes += n * sizeof(float);
@@ -190,7 +190,7 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
   };
   auto count = [this, usage, n, adaptive, name = controller.name(rung), reason](uint64_t wire,
                                                                                 bool on_device) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (adaptive) {
       usage->codec = name;
       usage->reason = reason;
@@ -322,7 +322,7 @@ Status StageExchange::Receive(v1::TensorKind kind, uint64_t step, int mb, float*
 
 std::vector<OutboundUsage> StageExchange::Usage(bool tied) const {
   std::vector<OutboundUsage> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (o_.to_prev) {
     out.push_back(prev_usage_);
     out.back().send_seconds = o_.to_prev->stats().send_seconds;

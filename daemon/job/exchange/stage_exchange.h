@@ -14,11 +14,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "compression/controller.h"
 #include "compression/device_encoder.h"
@@ -124,7 +124,7 @@ class StageExchange {
 
   // Each outbound link's usage: the neighbours (previous first), then, with `tied`, the
   // tied-embedding link. Safe from any thread.
-  std::vector<OutboundUsage> Usage(bool tied) const;
+  std::vector<OutboundUsage> Usage(bool tied) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops a pending send and the device codecs (before the backend goes away); usage stays.
   void ReleaseDevice();
@@ -137,6 +137,8 @@ class StageExchange {
   StatusOr<LinkSender*> SenderFor(To to, v1::TensorKind kind) const;
   // The routing header of a tensor this stage sends.
   void Envelope(v1::TensorKind kind, uint64_t step, int mb, v1::TensorFrame* h) const;
+  // The usage of the link to `to`: only its address, taken without mu_; what it points to is
+  // guarded by mu_ (but to_site, set by the constructor).
   OutboundUsage* UsageOf(To to);
   int ToStage(v1::TensorKind kind) const;
 
@@ -166,8 +168,10 @@ class StageExchange {
   std::optional<PendingSend> pending_;
   double wait_seconds_ = 0, send_seconds_ = 0;  // the stage's thread only
 
-  mutable std::mutex mu_;  // guards the usage
-  OutboundUsage prev_usage_, next_usage_, tied_usage_;
+  mutable Mutex mu_;  // guards the usage
+  OutboundUsage prev_usage_ ABSL_GUARDED_BY(mu_);
+  OutboundUsage next_usage_ ABSL_GUARDED_BY(mu_);
+  OutboundUsage tied_usage_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace longhaul::daemon

@@ -39,7 +39,7 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
                                    rows, job.seq_len, job.threads);
   Measured m;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = cache_.find(key); it != cache_.end()) {
       m = it->second;
     } else if (busy) {

@@ -8,11 +8,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/link_monitor.h"
@@ -40,7 +40,8 @@ class SiteProfiler {
   // memory of the GPU the stage uses.
   StatusOr<v1::SiteProfileReply> Profile(const JobSpec& spec, double throttle_seconds,
                                          const LinkMonitor& monitor,
-                                         const std::vector<std::string>& peers, bool busy);
+                                         const std::vector<std::string>& peers, bool busy)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Measured {
@@ -49,10 +50,10 @@ class SiteProfiler {
   const std::string site_;
   const std::vector<std::string> devices_;
   const int64_t memory_limit_bytes_;
-  std::mutex mu_;  // one calibration at a time; guards the cache
+  Mutex mu_;  // one calibration at a time; guards the cache
   // Per (backend, the layer's shape: family, C, NH, NKV, HD, I, context; rows, T, threads).
   std::map<std::tuple<std::string, int, int, int, int, int, int, int, int, int, int>, Measured>
-      cache_;
+      cache_ ABSL_GUARDED_BY(mu_);
 };
 
 // The coordinator's side: profiles of the candidate sites. A link exists between two sites

@@ -28,7 +28,7 @@ double StageRunner::Now() {
 
 void StageRunner::Start() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     status_.running = true;
   }
   thread_ = std::thread([this] { Run(); });
@@ -49,7 +49,7 @@ void StageRunner::Stop() {
 StageRunnerStatus StageRunner::status() const {
   StageRunnerStatus s;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     s = status_;
   }
   s.outbound = exchange_->Usage(/*tied=*/false);
@@ -81,7 +81,10 @@ void StageRunner::Run() {
     final_report.set_attempt(attempt());
     final_report.set_step(steps);
     final_report.set_stage(stage_);
-    final_report.set_checkpoint_step(status_.checkpoint_step);
+    {
+      MutexLock lock(mu_);
+      final_report.set_checkpoint_step(status_.checkpoint_step);
+    }
     if (val_step_ > 0) {
       final_report.set_val_step(val_step_);
       final_report.set_val_loss(val_loss_);
@@ -99,7 +102,7 @@ void StageRunner::Run() {
   fragment_.reset();
   ops_.clear();
   loader_.reset();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   status_.running = false;
   if (!s.ok() && !stop_) {
     status_.error = std::string(s.message());
@@ -183,7 +186,10 @@ Status StageRunner::RunStep(uint64_t step) {
   report.set_compute_seconds(compute_acc_);
   report.set_wait_seconds(wait_acc_);
   report.set_step_seconds(Now() - start);
-  report.set_checkpoint_step(status_.checkpoint_step);
+  {
+    MutexLock lock(mu_);
+    report.set_checkpoint_step(status_.checkpoint_step);
+  }
   report.set_tokens(static_cast<uint64_t>(B_) * T_ * M_);
   if (loader_) {
     for (int64_t w : loader_->part_windows()) report.add_source_windows(static_cast<uint64_t>(w));
@@ -269,7 +275,7 @@ Status StageRunner::RunStep(uint64_t step) {
   if (replicas_) {  // local mode with sync.overlap, at a sync step
     RETURN_IF_ERROR(replicas_->StartSync(step, compute_acc_, /*resumed=*/false));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   status_.step = done;
   status_.compute_seconds = compute_acc_;
   status_.wait_seconds = wait_acc_;

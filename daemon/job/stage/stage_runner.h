@@ -16,12 +16,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/exchange/sender.h"
 #include "daemon/job/exchange/stage_exchange.h"
@@ -89,10 +89,10 @@ class StageRunner {
                                                        int64_t memory_limit_bytes);
   ~StageRunner();
 
-  void Start();
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the attempt (the thread notices at its next wait) and joins.
   void Stop();
-  StageRunnerStatus status() const;
+  StageRunnerStatus status() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t memory_bytes() const { return memory_bytes_; }
   // The kernel backends of the replicas, e.g. "cpu" or "cuda:0, cuda:1".
   const std::string& devices() const { return devices_; }
@@ -180,9 +180,9 @@ class StageRunner {
 
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  mutable std::mutex mu_;
-  StageRunnerStatus status_;
-  double compute_acc_ = 0, wait_acc_ = 0;
+  double compute_acc_ = 0, wait_acc_ = 0;  // the stage's thread only (copied into status_)
+  mutable Mutex mu_;
+  StageRunnerStatus status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace longhaul::daemon

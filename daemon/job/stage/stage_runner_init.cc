@@ -169,8 +169,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     fragment_->InitParameters(job.seed);
   }
   RETURN_IF_ERROR(InitSync(start_step_));
-  status_.step = start_step_;
-  status_.checkpoint_step = start_step_;
+  {
+    MutexLock lock(mu_);
+    status_.step = start_step_;
+    status_.checkpoint_step = start_step_;
+  }
   last_committed_ = start_step_;
   return absl::OkStatus();
 }

@@ -235,7 +235,7 @@ Status StageRunner::Checkpoint(uint64_t step) {
   if (loader_) s.loader_state = loader_->state().Serialize();
   RETURN_IF_ERROR(
       WriteStageState(StageCheckpointPath(ctx_.job_dir, step, s.layer_begin, s.layer_end), s));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   status_.checkpoint_step = step;
   return absl::OkStatus();
 }

@@ -66,15 +66,18 @@ StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions
     x->encoders_.push_back(std::move(encoder));
   }
   const std::vector<int> sends_to = x->SendsTo();
-  for (const auto& [stage, sender] : x->o_.to_stage) {
-    if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
-    OutboundUsage& u = x->usage_[stage];
-    const auto site = x->o_.stage_sites.find(stage);
-    u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
-    u.codec = spec.ToString();
-    u.reason = std::string(x->o_.ring ? "sync around a ring" : "sync") + " (replica " +
-               std::to_string(x->o_.grid.replica(stage)) + "'s stage " + std::to_string(stage) +
-               ")";
+  {
+    MutexLock lock(x->mu_);  // uncontended: no other thread knows x yet
+    for (const auto& [stage, sender] : x->o_.to_stage) {
+      if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
+      OutboundUsage& u = x->usage_[stage];
+      const auto site = x->o_.stage_sites.find(stage);
+      u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
+      u.codec = spec.ToString();
+      u.reason = std::string(x->o_.ring ? "sync around a ring" : "sync") + " (replica " +
+                 std::to_string(x->o_.grid.replica(stage)) + "'s stage " + std::to_string(stage) +
+                 ")";
+    }
   }
   return x;
 }
@@ -155,7 +158,7 @@ Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
   } else {
     RETURN_IF_ERROR(o_.to_stage.at(to)->Enqueue(std::move(t)));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   OutboundUsage& u = usage_[to];
   ++u.tensors;
   u.raw_bytes += values * sizeof(float);
@@ -326,7 +329,7 @@ Status SyncExchange::Finish(std::span<float> out) {
     }
     decoded_.clear();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++syncs_;
   // Exposed: from Start to the return when it blocks (AllGather), else Start's encoding and
   // queueing and the wait here; the receiver's time before Finish was called ran behind the
@@ -339,7 +342,7 @@ Status SyncExchange::Finish(std::span<float> out) {
 }
 
 v1::SyncReport SyncExchange::Report() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   v1::SyncReport r;
   r.set_syncs(syncs_);
   r.set_seconds(sync_seconds_);
@@ -373,7 +376,7 @@ Status SyncExchange::SetCodec(const std::string& codec, const std::string& reaso
     encoders_ = std::move(encoders);
     o_.codec = codec;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [stage, u] : usage_) {
     u.codec = spec.ToString();
     if (!reason.empty()) u.reason = reason;
@@ -401,7 +404,7 @@ Status SyncExchange::RestoreResiduals(std::vector<std::vector<float>> residuals)
 }
 
 std::vector<OutboundUsage> SyncExchange::Usage() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<OutboundUsage> out;
   for (const auto& [stage, u] : usage_) {
     out.push_back(u);

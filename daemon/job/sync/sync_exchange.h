@@ -27,13 +27,13 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/exchange/sender.h"
@@ -101,7 +101,7 @@ class SyncExchange {
   Status RestoreResiduals(std::vector<std::vector<float>> residuals);
 
   // What this stage sent to each stage it sends to (their sites, by stage).
-  std::vector<OutboundUsage> Usage() const;
+  std::vector<OutboundUsage> Usage() const ABSL_LOCKS_EXCLUDED(mu_);
   // The stages a sync sends to (every other live holder when gathering, the next one around
   // each ring) and the share of the fragment's encoded bytes each gets: 1, or 2 (L - 1) / L
   // on a ring of L (what the adaptive sync codec prices).
@@ -111,7 +111,7 @@ class SyncExchange {
   int64_t PhaseValues(int phase) const;
   double wait_seconds() const { return wait_seconds_; }
   // The syncs so far: how many, their time (encode, send, wait, decode, sum), the bytes sent.
-  v1::SyncReport Report() const;
+  v1::SyncReport Report() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit SyncExchange(SyncExchangeOptions options) : o_(std::move(options)) {}
@@ -150,13 +150,14 @@ class SyncExchange {
   // begin_: Start called; started_at_: its frames queued (encoding and queueing are exposed);
   // received_at_: the receiver's end.
   double begin_ = 0, started_at_ = 0, received_at_ = 0;
-  bool blocking_ = false;  // AllGather: Start and Finish at once
-  mutable std::mutex mu_;
-  std::map<int, OutboundUsage> usage_;  // by flat stage sent to
-  double wait_seconds_ = 0;
-  uint64_t syncs_ = 0;
-  double sync_seconds_ = 0;    // exposed: the stage waiting in syncs
-  double hidden_seconds_ = 0;  // a streaming sync's time on the links behind the steps
+  bool blocking_ = false;    // AllGather: Start and Finish at once
+  double wait_seconds_ = 0;  // the stage's thread only (Finish, wait_seconds())
+  mutable Mutex mu_;
+  std::map<int, OutboundUsage> usage_ ABSL_GUARDED_BY(mu_);  // by flat stage sent to
+  uint64_t syncs_ ABSL_GUARDED_BY(mu_) = 0;
+  double sync_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // exposed: the stage waiting in syncs
+  // A streaming sync's time on the links behind the steps.
+  double hidden_seconds_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace longhaul::daemon
