@@ -2,6 +2,7 @@
 #include "common/file_env.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -73,6 +74,15 @@ Status FileEnv::ReadRange(const std::string& path, int64_t offset, void* out, si
   }
   ::close(fd);
   return absl::OkStatus();
+}
+
+StatusOr<int64_t> FileEnv::FileSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot read '" + path + "'");
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError("cannot read '" + path + "': not a regular file");
+  }
+  return static_cast<int64_t>(st.st_size);
 }
 
 double FileEnv::NowSeconds() {

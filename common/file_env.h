@@ -24,6 +24,9 @@ class FileEnv {
   virtual Status Rename(const std::string& from, const std::string& to);
   // Reads `n` bytes at `offset` of `path`; a short file is DataLoss naming the sizes.
   virtual Status ReadRange(const std::string& path, int64_t offset, void* out, size_t n);
+  // Size of the regular file `path` (NotFound without one; InvalidArgument for a directory
+  // or device).
+  virtual StatusOr<int64_t> FileSize(const std::string& path);
   // Seconds on a monotonic clock.
   virtual double NowSeconds();
 

@@ -67,11 +67,11 @@ Status AtomicFileWriter::Open(const std::string& path) {
 }
 
 Status AtomicFileWriter::Write(const void* data, size_t n) {
-  return CurrentFileEnv()->Write(fd_, temp_path_, data, n);
+  return env_->Write(fd_, temp_path_, data, n);
 }
 
 Status AtomicFileWriter::Commit() {
-  FileEnv* env = CurrentFileEnv();
+  FileEnv* env = env_;
   if (::fchmod(fd_, 0644) != 0)
     return Errno(errno, absl::StrCat("cannot chmod '", temp_path_, "'"));
   RETURN_IF_ERROR(env->Sync(fd_, temp_path_));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/file_env.h"
 #include "common/status.h"
 
 namespace longhaul::model {
@@ -31,7 +32,8 @@ class ByteSink {
 // uncommitted writer removes the temporary file.
 class AtomicFileWriter : public ByteSink {
  public:
-  AtomicFileWriter() = default;
+  // Writes, syncs and renames through `env` (the process's current one when null).
+  explicit AtomicFileWriter(FileEnv* env = nullptr) : env_(env ? env : CurrentFileEnv()) {}
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -43,6 +45,7 @@ class AtomicFileWriter : public ByteSink {
   Status Commit();
 
  private:
+  FileEnv* env_;
   std::string path_, temp_path_;
   int fd_ = -1;
 };

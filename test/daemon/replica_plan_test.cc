@@ -508,6 +508,34 @@ TEST_CASE("sync state files of version 1 (no tied residual) still load", "[repli
   CHECK(back->tied_residual.empty());
 }
 
+TEST_CASE("sync state files of version 2 (before the durable-file shape) still load",
+          "[replicas]") {
+  const std::string dir = testing::TempDir("sync-state-v2");
+  const std::string path = SyncCheckpointPath(dir, 3, 0, 1);
+  // magic, step 3, anchor 2, momentum 2, one residual, tied 1, its size 1; floats; XXH64.
+  std::string v2 = "LHSYNC02";
+  for (uint64_t x :
+       {uint64_t{3}, uint64_t{2}, uint64_t{2}, uint64_t{1}, uint64_t{1}, uint64_t{1}}) {
+    v2.append(reinterpret_cast<const char*>(&x), 8);
+  }
+  for (float f : {1.0f, 2.0f, 0.5f, 0.25f, 9.0f, -3.0f}) {
+    v2.append(reinterpret_cast<const char*>(&f), 4);
+  }
+  const uint64_t sum = XXH64(v2.data(), v2.size(), 0);
+  v2.append(reinterpret_cast<const char*>(&sum), 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << v2;
+  auto back = ReadSyncState(path, 3, 2, {1}, 1);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(back->anchor == std::vector<float>{1, 2});
+  CHECK(back->residuals == std::vector<std::vector<float>>{{9}});
+  CHECK(back->tied_residual == std::vector<float>{-3});
+  // Its checksum still guards it.
+  v2[20] ^= 0x01;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << v2;
+  CHECK(ReadSyncState(path, 3, 2, {1}, 1).status().code() == absl::StatusCode::kDataLoss);
+}
+
 TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {
   const std::string dir = testing::TempDir("sync-state");
   const std::string path = SyncCheckpointPath(dir, 12, 0, 2);

@@ -85,7 +85,7 @@ void JobHost::Shutdown() {
   std::map<std::string, std::unique_ptr<Coordinator>> coordinators;
   std::map<std::string, std::shared_ptr<Stage>> stages;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
     coordinators.swap(coordinators_);
@@ -107,7 +107,7 @@ std::string JobHost::JobDir(const std::string& job_id) const {
 }
 
 std::shared_ptr<JobHost::Stage> JobHost::FindStage(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = stages_.find(job_id);
   return it == stages_.end() ? nullptr : it->second;
 }
@@ -115,7 +115,7 @@ std::shared_ptr<JobHost::Stage> JobHost::FindStage(const std::string& job_id) {
 void JobHost::StopRunner(Stage* stage) {
   std::shared_ptr<StageRunner> runner;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     runner.swap(stage->runner);
   }
   if (runner) runner->Stop();
@@ -132,7 +132,7 @@ StatusOr<JobSpec> JobHost::ParseJob(const std::string& yaml, const std::string& 
 }
 
 transport::Link* JobHost::Channel(const std::string& site) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = channels_.find(site);
   return it == channels_.end() ? nullptr : it->second.get();
 }
@@ -171,7 +171,7 @@ void JobHost::RestoreJobs() {
       broken.set_coordinator(options_.site);
       broken.set_detail("cannot restore the job after a restart: " +
                         std::string(c.status().message()));
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       unrestorable_[dir_id] = broken;
       continue;
     }
@@ -180,7 +180,7 @@ void JobHost::RestoreJobs() {
       log_->error("job record in {} names job '{}'; ignored", e.path().string(), id);
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     coordinators_[id] = std::move(*c);
   }
 }
@@ -188,14 +188,14 @@ void JobHost::RestoreJobs() {
 std::vector<v1::LinkUsage> JobHost::LocalLinkUsage() {
   std::vector<std::pair<std::string, std::shared_ptr<Stage>>> stages;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, st] : stages_) stages.emplace_back(id, st);
   }
   std::vector<v1::LinkUsage> out;
   for (const auto& [id, st] : stages) {
     std::shared_ptr<StageRunner> runner;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       runner = st->runner;
     }
     if (!runner) continue;
@@ -227,7 +227,7 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
   const std::string id = spec.job.name + "-" + suffix;
   RETURN_IF_ERROR(CheckJobId(id));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (coordinators_.size() >= options_.max_jobs) {
       return absl::ResourceExhaustedError("site '" + options_.site + "' already coordinates " +
                                           std::to_string(coordinators_.size()) +
@@ -237,7 +237,7 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
   CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, JobDir(id),
                      log_};
   ASSIGN_OR_RETURN(auto c, Coordinator::Submit(env, std::move(spec), id));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   coordinators_[id] = std::move(c);
   v1::SubmitJobResponse r;
   r.set_job_id(id);
@@ -253,7 +253,7 @@ Status JobHost::NotCoordinatedHere(const std::string& job_id) {
   }
   std::string stage;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = stages_.find(job_id); it != stages_.end()) {
       stage = ", which runs its stage " + std::to_string(it->second->assignment.stage());
     }
@@ -265,7 +265,7 @@ Status JobHost::NotCoordinatedHere(const std::string& job_id) {
 StatusOr<v1::JobStatus> JobHost::GetJob(const std::string& job_id, uint32_t max_losses) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = coordinators_.find(job_id); it != coordinators_.end()) {
       return it->second->GetStatus(max_losses);
     }
@@ -277,7 +277,7 @@ StatusOr<v1::JobStatus> JobHost::GetJob(const std::string& job_id, uint32_t max_
 v1::ListJobsResponse JobHost::ListJobs(uint32_t max_losses) {
   v1::ListJobsResponse r;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, c] : coordinators_) *r.add_jobs() = c->GetStatus(max_losses);
     for (const auto& [id, broken] : unrestorable_) *r.add_jobs() = broken;
   }
@@ -295,7 +295,7 @@ std::vector<v1::HostedStage> JobHost::HostedStages() {
   };
   std::vector<std::pair<std::string, Held>> held;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, st] : stages_) {
       if (st->assignment.coordinator() == options_.site || st->assignment.job_id().empty()) {
         continue;  // coordinated here: ListJobs has the job
@@ -343,7 +343,7 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
   RETURN_IF_ERROR(CheckJobId(job_id));
   Coordinator* c;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = coordinators_.find(job_id);
     c = it == coordinators_.end() ? nullptr : it->second.get();
   }
@@ -359,7 +359,7 @@ Status JobHost::Export(const std::string& job_id, const std::string& format,
   RETURN_IF_ERROR(CheckJobId(job_id));
   Coordinator* c;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = coordinators_.find(job_id);
     c = it == coordinators_.end() ? nullptr : it->second.get();
   }

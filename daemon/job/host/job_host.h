@@ -11,11 +11,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 
+#include "common/mutex.h"
 #include "daemon/config.h"
 #include "daemon/job/checks/stage_admission.h"
 #include "daemon/job/coordinator/coordinator.h"
@@ -55,21 +55,23 @@ class JobHost {
   ~JobHost();
 
   // Resumes the jobs this daemon coordinated before a restart.
-  void RestoreJobs();
-  void Shutdown();
+  void RestoreJobs() ABSL_LOCKS_EXCLUDED(mu_);
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- Control API ----
-  StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request);
-  StatusOr<v1::JobStatus> GetJob(const std::string& job_id, uint32_t max_losses);
+  StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<v1::JobStatus> GetJob(const std::string& job_id, uint32_t max_losses)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every job coordinated here; each with the newest `max_losses` losses and step times. Its
   // hosted_stages are HostedStages().
-  v1::ListJobsResponse ListJobs(uint32_t max_losses = 1);
+  v1::ListJobsResponse ListJobs(uint32_t max_losses = 1) ABSL_LOCKS_EXCLUDED(mu_);
   // The stages this site runs (or ran) of jobs other sites coordinate, each naming its
   // coordinator: what the status page and `longhaul jobs` show on a stage site.
-  std::vector<v1::HostedStage> HostedStages();
-  StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id);
+  std::vector<v1::HostedStage> HostedStages() ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   Status Export(const std::string& job_id, const std::string& format, const std::string& dtype,
-                const Coordinator::ExportSink& sink);
+                const Coordinator::ExportSink& sink) ABSL_LOCKS_EXCLUDED(mu_);
 
   // ---- Peer API (job_host_peer.cc) ----
   // `caller` is the site that made the call, as the Peer service established it (with TLS:
@@ -78,9 +80,12 @@ class JobHost {
   // cancels and pings its stages; only the job's stage sites (and its coordinator, for
   // export) fetch its fragments and report steps; tensors come only from a neighbouring
   // stage's site. Refusals are PERMISSION_DENIED naming the caller, the job and the role.
-  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, const std::string& caller);
-  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, const std::string& caller);
-  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, const std::string& caller);
+  StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_, assign_mu_);
+  StatusOr<v1::StepDecision> ReportStep(const v1::StepReport& r, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_, assign_mu_);
   // The tensors of a stage checkpoint: the parameters and (with include_state) the AdamW
   // moments as fp32 compression frames of at most kFragmentSliceFloats values each, in order
   // (element_offset says where each starts in its array), then the data loader's position.
@@ -89,66 +94,75 @@ class JobHost {
   static constexpr uint64_t kFragmentSliceFloats = uint64_t{16} << 20;
   // This site's compute, memory and outbound links for a job's shapes (site_profile.h).
   StatusOr<v1::SiteProfileReply> ProfileSite(const v1::ProfileSiteRequest& req,
-                                             const std::string& caller);
+                                             const std::string& caller) ABSL_LOCKS_EXCLUDED(mu_);
   // Checks a tensor about to arrive from `caller`: the job runs a stage here, the sender is a
   // neighbouring stage's site, the attempt and step are current, and the compression frame's
   // header at the start of `head` (chunk 0's payload) names the shape and raw size the stage
   // expects, with an encoded size that fits. Called before the rest of the payload is
   // buffered, so a wrong peer cannot make this site allocate.
   Status CheckIncoming(const v1::TensorFrame& first, std::span<const uint8_t> head,
-                       const std::string& caller);
+                       const std::string& caller) ABSL_LOCKS_EXCLUDED(mu_);
   // A whole tensor received on SendFrames (`first` carries its metadata): checked again as a
   // whole, its frame's checksum included, and filed in the stage's inbox.
   Status Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
-                 const std::string& caller);
+                 const std::string& caller) ABSL_LOCKS_EXCLUDED(mu_);
 
   // What this site's running stages send over each outbound link (one entry per job and
   // link), for the status pages and `longhaul links`.
-  std::vector<v1::LinkUsage> LocalLinkUsage();
+  std::vector<v1::LinkUsage> LocalLinkUsage() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The link to `site` (this daemon or a configured peer); null when unknown.
-  transport::Link* Channel(const std::string& site);
+  transport::Link* Channel(const std::string& site) ABSL_LOCKS_EXCLUDED(mu_);
   // Fault injection: extra compute seconds per layer and microbatch of this site's stages,
   // from the next microbatch on (a slower device). Returns the previous setting.
   double set_throttle(double seconds);
 
  private:
+  // Its members but inbox are guarded by its host's mu_ (&JobHost::mu_: the analysis cannot
+  // name the host from here, and takes any JobHost's mu_ for it).
   struct Stage {
-    v1::StageAssignment assignment;  // guarded by mu_
-    std::string name;                // the job's name; guarded by mu_
+    v1::StageAssignment assignment ABSL_GUARDED_BY(&JobHost::mu_);
+    std::string name ABSL_GUARDED_BY(&JobHost::mu_);  // the job's name
+    // Set when the stage is first assigned (under mu_) and never replaced: used without mu_.
     std::unique_ptr<Inbox> inbox;
-    std::shared_ptr<StageRunner> runner;  // guarded by mu_ (copy it out, then use it)
-    bool cancelled = false;               // guarded by mu_
-    // What the stage of the current attempt accepts from its peers; null until assigned.
-    std::shared_ptr<const StageAdmission> admission;  // guarded by mu_ (copy it out)
-    int64_t steps = 0;                                // the job's; guarded by mu_
+    // Copy it out, then use it.
+    std::shared_ptr<StageRunner> runner ABSL_GUARDED_BY(&JobHost::mu_);
+    bool cancelled ABSL_GUARDED_BY(&JobHost::mu_) = false;
+    // What the stage of the current attempt accepts from its peers; null until assigned. Copy
+    // it out.
+    std::shared_ptr<const StageAdmission> admission ABSL_GUARDED_BY(&JobHost::mu_);
+    int64_t steps ABSL_GUARDED_BY(&JobHost::mu_) = 0;  // the job's
   };
   std::string JobDir(const std::string& job_id) const;
   // The stage of `job_id` here, or null.
-  std::shared_ptr<Stage> FindStage(const std::string& job_id);
+  std::shared_ptr<Stage> FindStage(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none.
-  std::string KnownCoordinator(const std::string& job_id);
+  std::string KnownCoordinator(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound for a control call on a job not coordinated here: naming its coordinator where
   // this site knows it (it runs, or ran, a stage of the job), so the operator asks that site.
-  Status NotCoordinatedHere(const std::string& job_id);
+  Status NotCoordinatedHere(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Parses a job from a peer or client and confines its files to the data roots.
   StatusOr<JobSpec> ParseJob(const std::string& yaml, const std::string& source);
   // Stops and forgets the runner of `stage` (outside mu_; the runner's thread is joined).
-  void StopRunner(Stage* stage);
-  std::unique_ptr<LinkSender> MakeSender(const std::string& peer);
+  void StopRunner(Stage* stage) ABSL_LOCKS_EXCLUDED(mu_);
+  std::unique_ptr<LinkSender> MakeSender(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const JobHostOptions options_;
   LinkMonitor* const monitor_;
   std::shared_ptr<spdlog::logger> log_;
-  std::mutex mu_;  // guards the maps; never held across a call to another site
-  std::map<std::string, std::unique_ptr<Coordinator>> coordinators_;
-  std::map<std::string, std::shared_ptr<Stage>> stages_;
-  std::map<std::string, v1::JobStatus> unrestorable_;  // records that failed to load
-  std::map<std::string, std::unique_ptr<transport::Link>> channels_;
-  std::mutex assign_mu_;  // one assignment at a time
+  Mutex mu_;  // guards the maps; never held across a call to another site
+  std::map<std::string, std::unique_ptr<Coordinator>> coordinators_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Stage>> stages_ ABSL_GUARDED_BY(mu_);
+  // Records that failed to load.
+  std::map<std::string, v1::JobStatus> unrestorable_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<transport::Link>> channels_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // One assignment (or stop, or cancel) at a time; taken before mu_. Guards no member.
+  Mutex assign_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Set by the constructor, then used without mu_: the throttle is atomic, the profiler has
+  // its own lock.
   std::shared_ptr<std::atomic<double>> throttle_ = std::make_shared<std::atomic<double>>(0);
   std::unique_ptr<SiteProfiler> profiler_;  // calibrations, cached by job shape
-  bool shut_down_ = false;
 };
 
 }  // namespace longhaul::daemon

@@ -108,7 +108,7 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
   }
   std::shared_ptr<const StageAdmission> admission;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stage->cancelled) {
       return absl::FailedPreconditionError("job '" + id + "' was cancelled; late frame dropped");
     }

@@ -35,7 +35,7 @@ int64_t PhysicalMemory() {
 
 std::string JobHost::KnownCoordinator(const std::string& job_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (coordinators_.count(job_id)) return options_.site;
     auto it = stages_.find(job_id);
     if (it != stages_.end()) return it->second->assignment.coordinator();
@@ -61,12 +61,12 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ASSIGN_OR_RETURN(JobSpec spec, ParseJob(a.job_yaml(), "job " + id));
   RETURN_IF_ERROR(CheckAssignment(a, spec, options_.site));
 
-  std::lock_guard<std::mutex> assign_lock(assign_mu_);  // one assignment at a time
+  MutexLock assign_lock(assign_mu_);  // one assignment at a time
   std::shared_ptr<Stage> stage;
   std::shared_ptr<StageRunner> previous;
   int64_t others_bytes = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shut_down_) return absl::UnavailableError("site is shutting down");
     size_t live = 0;
     for (const auto& [other_id, st] : stages_) {
@@ -101,7 +101,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                : 0);
   stage->inbox->StartAttempt(a.attempt(), a.resume_step());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stage->cancelled = false;
     stage->assignment = a;
     stage->admission = std::make_shared<const StageAdmission>(options_.site, a, spec);
@@ -180,14 +180,14 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                : on_gpu  ? 0
                                         : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
   ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), limit));
-  RETURN_IF_ERROR(model::WriteFileAtomically(JobDir(id) + "/stage.pb", a.SerializeAsString()));
+  RETURN_IF_ERROR(WriteStageAssignment(JobDir(id) + "/stage.pb", a));
   v1::AssignResponse r;
   r.set_memory_bytes(runner->memory_bytes());
   r.set_devices(runner->devices());
   std::shared_ptr<StageRunner> started(std::move(runner));
   started->Start();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stage->runner = started;
   }
   log_->info(
@@ -202,7 +202,7 @@ StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const st
   RETURN_IF_ERROR(CheckJobId(r.job_id()));
   Coordinator* c;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = coordinators_.find(r.job_id());
     if (it == coordinators_.end()) {
       return absl::NotFoundError("site '" + options_.site + "' does not coordinate job " +
@@ -221,7 +221,7 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
   if (!stage) return r;  // nothing here (for a ping: not running)
   std::shared_ptr<StageRunner> runner;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stage->assignment.coordinator() != caller) {
       return RoleDenied(
           caller, c.job_id(),
@@ -245,10 +245,10 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
     }
     case v1::JobCommand::KIND_STOP_ATTEMPT:
     case v1::JobCommand::KIND_CANCEL: {
-      std::lock_guard<std::mutex> assign_lock(assign_mu_);
+      MutexLock assign_lock(assign_mu_);
       std::shared_ptr<StageRunner> stopping;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (stage->runner &&
             (c.kind() == v1::JobCommand::KIND_CANCEL || stage->runner->attempt() <= c.attempt())) {
           stopping.swap(stage->runner);
@@ -292,7 +292,7 @@ StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest
   for (const auto& [name, address] : options_.peers) peers.push_back(name);
   bool busy = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, stage] : stages_) {
       if (stage->runner && stage->runner->status().running) busy = true;
     }

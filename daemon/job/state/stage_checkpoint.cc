@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/file_env.h"
 #include "common/layer_range.h"
+#include "model/durable_file.h"
 #include "model/file_io.h"
 
 namespace longhaul::daemon {
@@ -173,13 +173,40 @@ void PruneStageStates(const std::string& dir, uint64_t keep_from) {
   }
 }
 
+namespace {
+
+// stage.pb in the durable-file shape (model/durable_file.h).
+constexpr model::DurableFormat kAssignmentFormat{
+    {'L', 'H', 'S', 'T', 'A', 'S', 'G', 'N'}, 1, uint64_t{64} << 20, "stage assignment"};
+
+}  // namespace
+
+Status WriteStageAssignment(const std::string& path, const v1::StageAssignment& a) {
+  const std::string bytes = a.SerializeAsString();
+  return model::WriteDurableFile(*CurrentFileEnv(), path, kAssignmentFormat, {bytes});
+}
+
 StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("no stage assignment at " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  FileEnv& env = *CurrentFileEnv();
+  std::string bytes;
+  StatusOr<bool> sealed = model::HasDurableMagic(env, path, kAssignmentFormat);
+  if (absl::IsNotFound(sealed.status())) {
+    return absl::NotFoundError("no stage assignment at " + path);
+  }
+  RETURN_IF_ERROR(sealed.status());
+  if (*sealed) {
+    ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableFile(env, path, kAssignmentFormat));
+    bytes = std::move(p.bytes);
+  } else {  // an earlier build's: the bare protobuf
+    ASSIGN_OR_RETURN(const int64_t size, env.FileSize(path));
+    if (static_cast<uint64_t>(size) > kAssignmentFormat.max_bytes) {
+      return absl::DataLossError(path + ": " + std::to_string(size) + " bytes");
+    }
+    bytes.resize(static_cast<size_t>(size));
+    if (size > 0) RETURN_IF_ERROR(env.ReadRange(path, 0, bytes.data(), bytes.size()));
+  }
   v1::StageAssignment a;
-  if (!a.ParseFromString(ss.str())) return absl::DataLossError(path + ": malformed");
+  if (!a.ParseFromString(bytes)) return absl::DataLossError(path + ": malformed");
   if (a.stage() >= static_cast<uint32_t>(a.stages_size())) {
     return absl::DataLossError(path + ": stage index out of its plan");
   }

@@ -38,8 +38,11 @@ StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, in
 // `keep_from` (the committed step before the newest: two committed checkpoints stay).
 void PruneStageStates(const std::string& dir, uint64_t keep_from);
 
-// A site's record of its stage of a job (stage.pb, the assignment it last took). NotFound
-// when there is none; DataLoss when it does not parse or names a stage outside its plan.
+// A site's record of its stage of a job (stage.pb, the assignment it last took), in the
+// durable-file shape (model/durable_file.h). Reading takes an earlier build's bare protobuf
+// too. NotFound when there is none; DataLoss when it is torn, corrupt, does not parse or names a
+// stage outside its plan.
+Status WriteStageAssignment(const std::string& path, const v1::StageAssignment& a);
 StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path);
 
 }  // namespace longhaul::daemon

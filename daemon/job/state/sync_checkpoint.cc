@@ -1,8 +1,9 @@
-// Stages' carried state files (see sync_checkpoint.h). Layout, little-endian:
-//   magic "LHSYNC02", u64 step, u64 anchor floats, u64 momentum floats, u64 residual count,
-//   u64 tied residual floats, u64 size of each residual, then the floats in that order (the
-//   tied residual last), then u64 XXH64 of all before it. Version 01 (read, not written) is
-//   the same without the tied residual's count and floats.
+// Stages' carried state files (see sync_checkpoint.h), in the durable-file shape
+// (model/durable_file.h, magic "LHSYNCST", version 1) whose payload is, little-endian: u64 step,
+// u64 anchor floats, u64 momentum floats, u64 residual count, u64 tied residual floats, u64 size
+// of each residual, then the floats in that order (the tied residual last). Files of earlier
+// builds are read too: magic "LHSYNC02", the same fields, then u64 XXH64 of all before it;
+// "LHSYNC01", the same without the tied residual's count and floats.
 #include "daemon/job/state/sync_checkpoint.h"
 
 #include <xxhash.h>
@@ -10,12 +11,16 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/file_env.h"
+#include "model/durable_file.h"
 #include "model/file_io.h"
 
 namespace longhaul::daemon {
 namespace {
 
-constexpr char kMagic[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '2'};
+constexpr model::DurableFormat kFormat{
+    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 1, 0, "sync state"};
+constexpr char kMagicV2[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '2'};
 constexpr char kMagicV1[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '1'};
 
 void Append(std::string* out, const void* data, size_t n) {
@@ -35,20 +40,22 @@ std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_
 }
 
 Status WriteSyncState(const std::string& path, const SyncState& s) {
-  std::string out;
-  Append(&out, kMagic, sizeof kMagic);
-  AppendU64(&out, s.step);
-  AppendU64(&out, s.anchor.size());
-  AppendU64(&out, s.momentum.size());
-  AppendU64(&out, s.residuals.size());
-  AppendU64(&out, s.tied_residual.size());
-  for (const auto& r : s.residuals) AppendU64(&out, r.size());
-  Append(&out, s.anchor.data(), s.anchor.size() * sizeof(float));
-  Append(&out, s.momentum.data(), s.momentum.size() * sizeof(float));
-  for (const auto& r : s.residuals) Append(&out, r.data(), r.size() * sizeof(float));
-  Append(&out, s.tied_residual.data(), s.tied_residual.size() * sizeof(float));
-  AppendU64(&out, XXH64(out.data(), out.size(), 0));
-  return model::WriteFileAtomically(path, out);
+  std::string head;
+  AppendU64(&head, s.step);
+  AppendU64(&head, s.anchor.size());
+  AppendU64(&head, s.momentum.size());
+  AppendU64(&head, s.residuals.size());
+  AppendU64(&head, s.tied_residual.size());
+  for (const auto& r : s.residuals) AppendU64(&head, r.size());
+  auto bytes = [](const std::vector<float>& v) {
+    return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  std::vector<std::string_view> parts = {head, bytes(s.anchor), bytes(s.momentum)};
+  for (const auto& r : s.residuals) parts.push_back(bytes(r));
+  parts.push_back(bytes(s.tied_residual));
+  model::DurableFormat format = kFormat;
+  format.max_bytes = UINT64_MAX;
+  return model::WriteDurableFile(*CurrentFileEnv(), path, format, parts);
 }
 
 StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_t fragment_floats,
@@ -57,23 +64,47 @@ StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(what + " '" + path + "': " + why);
   };
-  ASSIGN_OR_RETURN(const int64_t size, model::FileSize(path, what));
-  if (size < 8 + 4 * 8 + 8) return bad(std::to_string(size) + " bytes, shorter than its header");
-  char magic[8];
-  RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, magic, sizeof magic));
-  const bool v1 = std::memcmp(magic, kMagicV1, sizeof magic) == 0;
-  if (!v1 && std::memcmp(magic, kMagic, sizeof magic) != 0) return bad("bad magic");
-  const int fields = v1 ? 4 : 5;
-  const int64_t kFixed = 8 + fields * 8;
-  if (size < kFixed + 8) return bad(std::to_string(size) + " bytes, shorter than its header");
+  FileEnv& env = *CurrentFileEnv();
+  // The most a state of this fragment can hold; nothing larger is read.
+  const uint64_t n = static_cast<uint64_t>(fragment_floats);
+  uint64_t most_floats = 2 * n + static_cast<uint64_t>(tied_floats);
+  for (int64_t size : slice_sizes) most_floats += static_cast<uint64_t>(size);
+  const uint64_t most_bytes = 5 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float);
+  // The fields and floats, after the magic (and, in the durable shape, its checks).
+  std::string body;
+  int fields = 5;
+  ASSIGN_OR_RETURN(const bool durable, model::HasDurableMagic(env, path, kFormat));
+  if (durable) {
+    model::DurableFormat format = kFormat;
+    format.max_bytes = most_bytes;
+    ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableFile(env, path, format));
+    body = std::move(p.bytes);
+  } else {  // an earlier build's: magic, fields, floats, XXH64 of all before it
+    ASSIGN_OR_RETURN(const int64_t size, env.FileSize(path));
+    char magic[8] = {};
+    if (size >= 8) RETURN_IF_ERROR(env.ReadRange(path, 0, magic, sizeof magic));
+    const bool v1 = std::memcmp(magic, kMagicV1, sizeof magic) == 0;
+    if (!v1 && std::memcmp(magic, kMagicV2, sizeof magic) != 0) return bad("bad magic");
+    fields = v1 ? 4 : 5;
+    if (size < 8 + fields * 8 + 8 || static_cast<uint64_t>(size) > 16 + most_bytes) {
+      return bad(std::to_string(size) + " bytes, not a state of this fragment (truncated?)");
+    }
+    std::string all(static_cast<size_t>(size), '\0');
+    RETURN_IF_ERROR(env.ReadRange(path, 0, all.data(), all.size()));
+    uint64_t checksum = 0;
+    std::memcpy(&checksum, all.data() + all.size() - 8, 8);
+    if (checksum != XXH64(all.data(), all.size() - 8, 0)) return bad("checksum mismatch (corrupt)");
+    body = all.substr(8, all.size() - 16);
+  }
+  const size_t fixed = static_cast<size_t>(fields) * 8;
+  if (body.size() < fixed) return bad("shorter than its header");
   uint64_t head[5] = {0, 0, 0, 0, 0};
-  RETURN_IF_ERROR(model::ReadFileRange(path, what, 8, head, fields * 8));
+  std::memcpy(head, body.data(), fixed);
   const uint64_t file_step = head[0], anchor = head[1], momentum = head[2], count = head[3];
   const uint64_t tied = head[4];
   if (file_step != step) {
     return bad("holds step " + std::to_string(file_step) + ", not " + std::to_string(step));
   }
-  const uint64_t n = static_cast<uint64_t>(fragment_floats);
   if ((anchor != 0 && anchor != n) || momentum != anchor ||
       (count != 0 && count != slice_sizes.size())) {
     return bad("anchor of " + std::to_string(anchor) + ", momentum of " + std::to_string(momentum) +
@@ -84,10 +115,9 @@ StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_
     return bad("tied-embedding residual of " + std::to_string(tied) + " floats, the part has " +
                std::to_string(tied_floats));
   }
+  if (body.size() < fixed + count * 8) return bad("shorter than its residual sizes");
   std::vector<uint64_t> sizes(count);
-  if (count > 0) {
-    RETURN_IF_ERROR(model::ReadFileRange(path, what, kFixed, sizes.data(), count * 8));
-  }
+  if (count > 0) std::memcpy(sizes.data(), body.data() + fixed, count * 8);
   uint64_t floats = anchor + momentum + tied;
   for (uint64_t k = 0; k < count; ++k) {
     if (sizes[k] != 0 && sizes[k] != static_cast<uint64_t>(slice_sizes[k])) {
@@ -96,23 +126,18 @@ StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_
     }
     floats += sizes[k];
   }
-  const uint64_t expected = kFixed + count * 8 + floats * sizeof(float) + 8;
-  if (static_cast<uint64_t>(size) != expected) {
-    return bad(std::to_string(size) + " bytes, its header describes " + std::to_string(expected) +
-               " (truncated?)");
+  const uint64_t expected = fixed + count * 8 + floats * sizeof(float);
+  if (body.size() != expected) {
+    return bad(std::to_string(body.size()) + " bytes of fields and floats, its header describes " +
+               std::to_string(expected) + " (truncated?)");
   }
-  std::string all(static_cast<size_t>(size), '\0');
-  RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, all.data(), all.size()));
-  uint64_t checksum = 0;
-  std::memcpy(&checksum, all.data() + all.size() - 8, 8);
-  if (checksum != XXH64(all.data(), all.size() - 8, 0)) return bad("checksum mismatch (corrupt)");
   SyncState s;
   s.step = step;
-  size_t off = static_cast<size_t>(kFixed + count * 8);
+  size_t off = static_cast<size_t>(fixed + count * 8);
   auto take = [&](std::vector<float>* v, uint64_t count_floats) {
     v->resize(count_floats);
     if (count_floats == 0) return;  // an empty vector's data() may be null: no memcpy
-    std::memcpy(v->data(), all.data() + off, count_floats * sizeof(float));
+    std::memcpy(v->data(), body.data() + off, count_floats * sizeof(float));
     off += count_floats * sizeof(float);
   };
   take(&s.anchor, anchor);

@@ -2,11 +2,11 @@
 // with pipeline replicas, local mode's outer-step anchor and momentum and the sync codec's
 // error-feedback residual of every parameter slice (fleet/); with a lossy tied-embedding codec
 // (model/tied_exchange.h), the first or last stage's tied residual.
-// DIR/sync_STEP_BEGIN-END.bin, written atomically before the
-// stage checkpoint of the same step (so a stage checkpoint of a replicated job always has its
-// sync state), with its sizes and an XXH64 of everything verified on load: a flipped byte, a
-// truncation or sizes that do not fit the fragment are DataLoss naming the file, and nothing
-// is allocated before the sizes are checked.
+// DIR/sync_STEP_BEGIN-END.bin, in the durable-file shape (model/durable_file.h), written
+// atomically before the stage checkpoint of the same step (so a stage checkpoint of a
+// replicated job always has its sync state), with its sizes and an XXH64 of everything verified
+// on load: a flipped byte, a truncation or sizes that do not fit the fragment are DataLoss
+// naming the file, and nothing larger than this fragment's state can be is read.
 #pragma once
 
 #include <cstdint>
