@@ -82,7 +82,7 @@ JobHost::JobHost(JobHostOptions options, LinkMonitor* monitor, std::shared_ptr<s
 JobHost::~JobHost() { Shutdown(); }
 
 void JobHost::Shutdown() {
-  std::map<std::string, std::unique_ptr<Coordinator>> coordinators;
+  std::map<std::string, std::shared_ptr<Coordinator>> coordinators;
   std::map<std::string, std::shared_ptr<Stage>> stages;
   {
     MutexLock lock(mu_);
@@ -341,11 +341,11 @@ std::vector<v1::HostedStage> JobHost::HostedStages() {
 
 StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
   RETURN_IF_ERROR(CheckJobId(job_id));
-  Coordinator* c;
+  std::shared_ptr<Coordinator> c;  // kept alive through the call, Shutdown or not
   {
     MutexLock lock(mu_);
     auto it = coordinators_.find(job_id);
-    c = it == coordinators_.end() ? nullptr : it->second.get();
+    if (it != coordinators_.end()) c = it->second;
   }
   if (c == nullptr) return NotCoordinatedHere(job_id);
   ASSIGN_OR_RETURN(v1::JobState state, c->Cancel());
@@ -357,11 +357,11 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
 Status JobHost::Export(const std::string& job_id, const std::string& format,
                        const std::string& dtype, const Coordinator::ExportSink& sink) {
   RETURN_IF_ERROR(CheckJobId(job_id));
-  Coordinator* c;
+  std::shared_ptr<Coordinator> c;  // kept alive through the call, Shutdown or not
   {
     MutexLock lock(mu_);
     auto it = coordinators_.find(job_id);
-    c = it == coordinators_.end() ? nullptr : it->second.get();
+    if (it != coordinators_.end()) c = it->second;
   }
   if (c == nullptr) return NotCoordinatedHere(job_id);
   return c->Export(format, dtype, sink);

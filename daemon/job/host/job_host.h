@@ -151,7 +151,7 @@ class JobHost {
   LinkMonitor* const monitor_;
   std::shared_ptr<spdlog::logger> log_;
   Mutex mu_;  // guards the maps; never held across a call to another site
-  std::map<std::string, std::unique_ptr<Coordinator>> coordinators_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Coordinator>> coordinators_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Stage>> stages_ ABSL_GUARDED_BY(mu_);
   // Records that failed to load.
   std::map<std::string, v1::JobStatus> unrestorable_ ABSL_GUARDED_BY(mu_);

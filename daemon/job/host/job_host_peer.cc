@@ -200,7 +200,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
 
 StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const std::string& caller) {
   RETURN_IF_ERROR(CheckJobId(r.job_id()));
-  Coordinator* c;
+  std::shared_ptr<Coordinator> c;  // kept alive through the call, Shutdown or not
   {
     MutexLock lock(mu_);
     auto it = coordinators_.find(r.job_id());
@@ -208,7 +208,7 @@ StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const st
       return absl::NotFoundError("site '" + options_.site + "' does not coordinate job " +
                                  r.job_id());
     }
-    c = it->second.get();
+    c = it->second;
   }
   return c->OnReport(r, caller);
 }
