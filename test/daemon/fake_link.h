@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/job/exchange/inbox.h"
 #include "daemon/transport/link.h"
 
 namespace longhaul::testing {
@@ -104,5 +105,16 @@ class FakeLink : public daemon::transport::Link {
   int waiting_ = 0;
   std::vector<daemon::transport::WireTensor> delivered_;
 };
+
+// What FakeLink::OnDeliver takes to file every tensor sent in a receiving stage's inbox, as the
+// job host does with a tensor that arrived whole.
+inline std::function<Status(const daemon::transport::WireTensor&)> IntoInbox(daemon::Inbox* inbox) {
+  return [inbox](const daemon::transport::WireTensor& t) {
+    daemon::ReceivedTensor r;
+    r.from_site = t.header.from_site();
+    r.payload = t.payload;
+    return inbox->Put(daemon::KeyOf(t.header), std::move(r));
+  };
+}
 
 }  // namespace longhaul::testing

@@ -132,12 +132,7 @@ class Group {
         if (a == b) continue;
         auto link = std::make_unique<testing::FakeLink>(Site(b));
         Inbox* to = inboxes_[static_cast<size_t>(b)].get();
-        link->OnDeliver([to](const transport::WireTensor& t) {
-          ReceivedTensor r;
-          r.from_site = t.header.from_site();
-          r.payload = t.payload;
-          return to->Put(KeyOf(t.header), std::move(r));
-        });
+        link->OnDeliver(testing::IntoInbox(to));
         LinkSenderOptions so;
         so.site = Site(a);
         so.peer = Site(b);

@@ -39,16 +39,8 @@ struct Pair {
                 std::vector<std::string> activations_ladder = {})
       : gradients_codec(std::move(gradients_codec)),
         activations_ladder(std::move(activations_ladder)) {
-    auto wire = [](Inbox* inbox) {
-      return [inbox](const transport::WireTensor& t) {
-        ReceivedTensor r;
-        r.from_site = t.header.from_site();
-        r.payload = t.payload;
-        return inbox->Put(KeyOf(t.header), std::move(r));
-      };
-    };
-    link01.OnDeliver(wire(&inbox1));
-    link10.OnDeliver(wire(&inbox0));
+    link01.OnDeliver(testing::IntoInbox(&inbox1));
+    link10.OnDeliver(testing::IntoInbox(&inbox0));
     LinkSenderOptions so;
     so.site = "alpha";
     so.peer = "beta";

@@ -104,14 +104,7 @@ struct Pipeline {
 
   Pipeline(const std::string& dir, uint64_t resume_step)
       : spec(Parse()), coordinator(spec.job.optimizer.grad_clip) {
-    auto wire = [](Inbox* inbox) {
-      return [inbox](const transport::WireTensor& t) {
-        ReceivedTensor r;
-        r.from_site = t.header.from_site();
-        r.payload = t.payload;
-        return inbox->Put(KeyOf(t.header), std::move(r));
-      };
-    };
+    auto wire = [](Inbox* inbox) { return testing::IntoInbox(inbox); };
     a_to_b.OnDeliver(wire(&inbox_b));
     a_to_b_tied.OnDeliver(wire(&inbox_b));
     b_to_a.OnDeliver(wire(&inbox_a));

@@ -72,12 +72,7 @@ struct SyncGroup {
       for (int d = 0; d < n; ++d) {
         if (grid.replica(i) == grid.replica(d)) continue;
         auto link = std::make_unique<FakeLink>(SyncSite(d));
-        link->OnDeliver([inbox = inboxes[d].get()](const daemon::transport::WireTensor& t) {
-          daemon::ReceivedTensor r;
-          r.from_site = t.header.from_site();
-          r.payload = t.payload;
-          return inbox->Put(daemon::KeyOf(t.header), std::move(r));
-        });
+        link->OnDeliver(IntoInbox(inboxes[d].get()));
         daemon::LinkSenderOptions so;
         so.site = SyncSite(i);
         so.peer = SyncSite(d);

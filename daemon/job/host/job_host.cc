@@ -106,6 +106,12 @@ std::string JobHost::JobDir(const std::string& job_id) const {
   return options_.data_dir + "/jobs/" + job_id;
 }
 
+std::shared_ptr<Coordinator> JobHost::FindCoordinator(const std::string& job_id) {
+  MutexLock lock(mu_);
+  auto it = coordinators_.find(job_id);
+  return it == coordinators_.end() ? nullptr : it->second;
+}
+
 std::shared_ptr<JobHost::Stage> JobHost::FindStage(const std::string& job_id) {
   MutexLock lock(mu_);
   auto it = stages_.find(job_id);
@@ -341,12 +347,7 @@ std::vector<v1::HostedStage> JobHost::HostedStages() {
 
 StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
   RETURN_IF_ERROR(CheckJobId(job_id));
-  std::shared_ptr<Coordinator> c;  // kept alive through the call, Shutdown or not
-  {
-    MutexLock lock(mu_);
-    auto it = coordinators_.find(job_id);
-    if (it != coordinators_.end()) c = it->second;
-  }
+  std::shared_ptr<Coordinator> c = FindCoordinator(job_id);
   if (c == nullptr) return NotCoordinatedHere(job_id);
   ASSIGN_OR_RETURN(v1::JobState state, c->Cancel());
   v1::CancelJobResponse r;
@@ -357,12 +358,7 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
 Status JobHost::Export(const std::string& job_id, const std::string& format,
                        const std::string& dtype, const Coordinator::ExportSink& sink) {
   RETURN_IF_ERROR(CheckJobId(job_id));
-  std::shared_ptr<Coordinator> c;  // kept alive through the call, Shutdown or not
-  {
-    MutexLock lock(mu_);
-    auto it = coordinators_.find(job_id);
-    if (it != coordinators_.end()) c = it->second;
-  }
+  std::shared_ptr<Coordinator> c = FindCoordinator(job_id);
   if (c == nullptr) return NotCoordinatedHere(job_id);
   return c->Export(format, dtype, sink);
 }

@@ -134,6 +134,9 @@ class JobHost {
     int64_t steps ABSL_GUARDED_BY(&JobHost::mu_) = 0;  // the job's
   };
   std::string JobDir(const std::string& job_id) const;
+  // The coordinator of `job_id` here, or null; the caller's copy keeps it alive through a call
+  // whatever Shutdown does meanwhile.
+  std::shared_ptr<Coordinator> FindCoordinator(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The stage of `job_id` here, or null.
   std::shared_ptr<Stage> FindStage(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none.

@@ -200,15 +200,10 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
 
 StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const std::string& caller) {
   RETURN_IF_ERROR(CheckJobId(r.job_id()));
-  std::shared_ptr<Coordinator> c;  // kept alive through the call, Shutdown or not
-  {
-    MutexLock lock(mu_);
-    auto it = coordinators_.find(r.job_id());
-    if (it == coordinators_.end()) {
-      return absl::NotFoundError("site '" + options_.site + "' does not coordinate job " +
-                                 r.job_id());
-    }
-    c = it->second;
+  std::shared_ptr<Coordinator> c = FindCoordinator(r.job_id());
+  if (!c) {
+    return absl::NotFoundError("site '" + options_.site + "' does not coordinate job " +
+                               r.job_id());
   }
   return c->OnReport(r, caller);
 }
