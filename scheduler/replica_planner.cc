@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "fleet/gossip.h"
 #include "fleet/sync_slices.h"
 #include "model/layout.h"
 
@@ -63,14 +64,58 @@ std::map<std::string, double> Uplinks(const Profiles& profiles) {
   return uplink;
 }
 
-// One sync of `replicas` gathered or around the ring (replica order), as replica_planner.h
-// describes; `uplink`: Uplinks (empty: flows do not share them).
+enum class Reduce { kGather, kRing, kGossip };
+
+// The bandwidth from replica r's sites to replica q's: the slowest link between two of their
+// stages that share parameters (0 where one is missing).
+double ReplicaLink(const Profiles& profiles, const model::ModelConfig& model, const PlanResult& r,
+                   const PlanResult& q) {
+  double slowest = -1;
+  for (const StagePlan& s : r.stages) {
+    for (const StagePlan& d : q.stages) {
+      if (SharedParams(model, s, d) <= 0) continue;
+      const LinkProfile* link = profiles.Link(s.site, d.site);
+      const double b = link == nullptr ? 0.0 : link->bandwidth_bytes_per_second;
+      slowest = slowest < 0 ? b : std::min(slowest, b);
+    }
+  }
+  return std::max(0.0, slowest);
+}
+
+// For gossip: by replica, the `fanout` other replicas its fastest links reach.
+std::vector<std::vector<size_t>> GossipTargets(const Profiles& profiles,
+                                               const model::ModelConfig& model,
+                                               const std::vector<PlanResult>& replicas,
+                                               int fanout) {
+  const size_t n = replicas.size();
+  std::vector<std::vector<size_t>> targets(n);
+  for (size_t r = 0; r < n; ++r) {
+    std::vector<std::pair<double, size_t>> by_speed;
+    for (size_t q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const double b = ReplicaLink(profiles, model, replicas[r], replicas[q]);
+      if (b > 0) by_speed.push_back({-b, q});
+    }
+    std::sort(by_speed.begin(), by_speed.end());
+    for (size_t k = 0; k < by_speed.size() && k < static_cast<size_t>(std::max(1, fanout)); ++k) {
+      targets[r].push_back(by_speed[k].second);
+    }
+  }
+  return targets;
+}
+
+// One sync of `replicas` gathered, around the ring (replica order) or one gossip round, as
+// replica_planner.h describes; `uplink`: Uplinks (empty: flows do not share them).
 SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
                     const std::vector<PlanResult>& replicas, const SyncCostOptions& sync,
-                    const std::map<std::string, double>& uplink, bool ring) {
+                    const std::map<std::string, double>& uplink, Reduce reduce) {
   SyncPrice price;
   const size_t n = replicas.size();
   if (n < 2) return price;
+  const bool ring = reduce == Reduce::kRing;
+  const std::vector<std::vector<size_t>> gossip_to =
+      reduce == Reduce::kGossip ? GossipTargets(profiles, model, replicas, sync.fanout)
+                                : std::vector<std::vector<size_t>>{};
   // A ring member sends 2 (N - 1) / N of its contribution, in 2 (N - 1) hops.
   const double share = ring ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) : 1.0;
   const double hops = ring ? 2.0 * static_cast<double>(n - 1) : 1.0;
@@ -80,6 +125,10 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
       std::string to;
       for (size_t q = 0; q < n; ++q) {
         if (q == r || (ring && q != (r + 1) % n)) continue;
+        if (reduce == Reduce::kGossip &&
+            std::find(gossip_to[r].begin(), gossip_to[r].end(), q) == gossip_to[r].end()) {
+          continue;
+        }
         for (const StagePlan& d : replicas[q].stages) {
           const double bytes = SharedParams(model, s, d) * sync.bytes_per_value * share;
           if (bytes <= 0) continue;
@@ -202,14 +251,30 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::ModelConfig& mo
   const std::map<std::string, double> uplink = sync.shared_uplink && p.replicas.size() > 1
                                                    ? Uplinks(profiles)
                                                    : std::map<std::string, double>{};
-  const SyncPrice gather = PriceSync(profiles, model, p.replicas, sync, uplink, false);
+  const SyncPrice gather = PriceSync(profiles, model, p.replicas, sync, uplink, Reduce::kGather);
   const SyncPrice ring =
-      rings ? PriceSync(profiles, model, p.replicas, sync, uplink, true) : SyncPrice{};
+      rings ? PriceSync(profiles, model, p.replicas, sync, uplink, Reduce::kRing) : SyncPrice{};
   if (sync.reduce != SyncReduceCost::kRing || !rings) p.gather_seconds = gather.seconds;
-  if (sync.reduce != SyncReduceCost::kGather && rings) p.ring_seconds = ring.seconds;
+  if (sync.reduce != SyncReduceCost::kGather && sync.reduce != SyncReduceCost::kGossip && rings) {
+    p.ring_seconds = ring.seconds;
+  }
   p.ring = rings && (sync.reduce == SyncReduceCost::kRing ||
                      (sync.reduce == SyncReduceCost::kCheaper && ring.seconds < gather.seconds));
-  const SyncPrice& chosen = p.ring ? ring : gather;
+  SyncPrice gossip;
+  if (sync.reduce == SyncReduceCost::kGossip && p.replicas.size() > 1) {
+    p.gossip = true;
+    gossip = PriceSync(profiles, model, p.replicas, sync, uplink, Reduce::kGossip);
+    p.gossip_seconds = gossip.seconds;
+    const size_t n = p.replicas.size();
+    std::vector<std::vector<double>> links(n, std::vector<double>(n, 0.0));
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t q = 0; q < n; ++q) {
+        if (q != r) links[r][q] = ReplicaLink(profiles, model, p.replicas[r], p.replicas[q]);
+      }
+    }
+    p.gossip_rounds = fleet::RoundsToConsensus(links, std::max(1, sync.fanout), 0, 0.01, 1000);
+  }
+  const SyncPrice& chosen = p.gossip ? gossip : p.ring ? ring : gather;
   p.sync_seconds = chosen.seconds;
   p.sync_bytes = chosen.bytes;
   p.sync_bottleneck = chosen.bottleneck;
@@ -504,7 +569,8 @@ StatusOr<ReplicaPlan> PlanReplicas(const Planner& planner, const ReplicaPlanRequ
       ReplicaPlan p = PriceReplicas(planner.profiles(), r.request.model, r.request.workload,
                                     replicas, r.sync, microbatches);
       // Around a ring, the order whose slowest hop is fastest, where it prices faster.
-      if (r.sync.reduce != SyncReduceCost::kGather && replicas.size() >= 3) {
+      if ((r.sync.reduce == SyncReduceCost::kRing || r.sync.reduce == SyncReduceCost::kCheaper) &&
+          replicas.size() >= 3) {
         std::vector<int> counts = microbatches;
         std::vector<PlanResult> ordered =
             OrderForRing(planner.profiles(), r.request.model, replicas, &counts);

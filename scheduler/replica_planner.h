@@ -30,7 +30,13 @@
 
 namespace longhaul::scheduler {
 
-enum class SyncReduceCost { kGather, kRing, kCheaper };
+// kGossip (fleet/gossip.h): no collective; each stage sends its contribution to the holders
+// of its layers in `fanout` other replicas each round, the replicas its fastest links reach
+// (the round's draw favours them), in one hop. A round's time is the slowest site's sending of
+// those flows; the price also reports the rounds push-sum takes to bring the replicas within
+// 1% of their mean over the replica-level link matrix (what the convergence study weighs:
+// gossip trades rounds for bytes and waits, it is never chosen by `cheaper`).
+enum class SyncReduceCost { kGather, kRing, kCheaper, kGossip };
 
 struct SyncCostOptions {
   int every = 50;                   // inner steps per sync; 1: sync mode step
@@ -40,6 +46,7 @@ struct SyncCostOptions {
   // bytes every `every` steps and hides behind its own `overlap` steps.
   int stagger = 1;
   SyncReduceCost reduce = SyncReduceCost::kGather;
+  int fanout = 2;  // gossip: out-neighbours per round
   // A site's sync flows at once share its uplink (false: each flow has its link to itself).
   bool shared_uplink = true;
 };
@@ -69,7 +76,10 @@ struct ReplicaPlan {
   double sync_seconds = 0;          // one sync, the slowest site's sending
   double sync_bytes = 0;            // one sync, all sites together
   bool ring = false;                // the syncs priced (and chosen, reduce: cheaper) as rings
+  bool gossip = false;              // the syncs priced as gossip rounds (reduce: gossip)
   double gather_seconds = 0, ring_seconds = 0;  // one sync each way (the one not priced: 0)
+  double gossip_seconds = 0;                    // one gossip round (priced only for reduce: gossip)
+  int gossip_rounds = 0;  // rounds to bring the replicas within 1% of their mean
   double exposed_sync_per_step = 0;
   double step_seconds = 0;       // replica step + exposed sync per step
   double tokens_per_second = 0;  // in lockstep: every replica at the slowest one's pace

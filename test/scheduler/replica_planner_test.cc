@@ -168,6 +168,49 @@ TEST_CASE("the ring's order: the replicas ordered so that no hop takes a slow li
         Approx(1.5 * frame / 1e7 + 6 * 0.001));
 }
 
+TEST_CASE("gossip: a round is each site's fanout flows over its fastest links", "[replicas]") {
+  const auto config = SmallModel(4);
+  const PipelineWorkload w = Workload(4);
+  const int64_t tokens = int64_t{w.microbatch_size} * w.seq_len * w.microbatches;
+  Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e7, 0.001);  // 10 MB/s, 1 ms
+  // s0's links to s1 and s2 are slow: its gossip goes to s3.
+  for (LinkProfile& l : p.links) {
+    if (l.from == "s0" && (l.to == "s1" || l.to == "s2")) l.bandwidth_bytes_per_second = 1e5;
+  }
+  const double frame = static_cast<double>(model::NumParameters(config)) * 0.5;
+  std::vector<PlanResult> four;
+  for (int i = 0; i < 4; ++i) four.push_back(OneStage("s" + std::to_string(i), 4, 1.0, tokens));
+  SyncCostOptions sync;
+  sync.bytes_per_value = 0.5;
+  sync.reduce = SyncReduceCost::kGossip;
+  sync.fanout = 1;
+  const ReplicaPlan g1 = PriceReplicas(p, config, w, four, sync);
+  CHECK(g1.gossip);
+  CHECK_FALSE(g1.ring);
+  // One frame from each site to one other, over a fast link, one hop of latency.
+  CHECK(g1.sync_bytes == Approx(4 * frame));
+  CHECK(g1.sync_seconds == Approx(frame / 1e7 + 0.001));
+  CHECK(g1.gossip_seconds == g1.sync_seconds);
+  CHECK(g1.gossip_rounds > 1);
+  CHECK(g1.gossip_rounds < 1000);
+  // Fanout 2: s0 has only one fast link left, so its second flow is a slow one; twice the bytes.
+  sync.fanout = 2;
+  const ReplicaPlan g2 = PriceReplicas(p, config, w, four, sync);
+  CHECK(g2.sync_bytes == Approx(8 * frame));
+  CHECK(g2.sync_seconds == Approx(frame / 1e5 + 0.001));
+  CHECK(g2.sync_bottleneck == "s0 -> s1");
+  CHECK(g2.gossip_rounds <= g1.gossip_rounds);
+  // Fanout 3 is the gather's traffic; gather and ring are not priced for a gossip job.
+  sync.fanout = 3;
+  const ReplicaPlan g3 = PriceReplicas(p, config, w, four, sync);
+  sync.reduce = SyncReduceCost::kGather;
+  CHECK(g3.sync_bytes == Approx(PriceReplicas(p, config, w, four, sync).sync_bytes));
+  CHECK(g3.ring_seconds == 0);
+  // Never chosen by `cheaper`: it trades rounds for bytes, which the study weighs, not this.
+  sync.reduce = SyncReduceCost::kCheaper;
+  CHECK_FALSE(PriceReplicas(p, config, w, four, sync).gossip);
+}
+
 TEST_CASE("on a fast network the planner runs a replica on every site", "[replicas]") {
   const auto config = SmallModel(4);
   const Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e11, 0.001);

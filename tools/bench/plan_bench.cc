@@ -270,6 +270,7 @@ void AddWanderingTraces(const Profiles& profiles, const std::vector<PlanResult>&
 // `split_only`, only the plans split per replica (the runtime's best) against the single one.
 struct SyncPricing {
   SyncReduceCost reduce = SyncReduceCost::kCheaper;
+  int fanout = 2;  // gossip's out-neighbours per round
   bool shared_uplink = true;
   bool split_only = false;
 };
@@ -296,6 +297,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
       r.sync.overlap = every - 1;  // streamed: the most sync.overlap allows
       r.sync.bytes_per_value = bytes_per_value;
       r.sync.reduce = pricing.reduce;
+      r.sync.fanout = pricing.fanout;
       r.sync.shared_uplink = pricing.shared_uplink;
       PlannerOptions po;
       po.time_budget_seconds = budget;
@@ -374,6 +376,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
         }
       }
       const auto replay = [&](const ReplicaPlan& p, int overlap) {
+        if (p.gossip) return 0.0;  // the simulator replays gathers and rings only
         SyncCostOptions sc = r.sync;
         sc.overlap = overlap;
         sc.reduce = p.ring ? SyncReduceCost::kRing : SyncReduceCost::kGather;  // fixed at submit
@@ -391,10 +394,13 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
           single->estimate.step_seconds, single_tps);
       const auto row = [&](const std::string& plan, const std::string& replicas,
                            const ReplicaPlan& p, bool own_pace = false, double simulated = 0) {
-        PrintReplicaRow(
-            n, name,
-            plan + ", sync every " + std::to_string(every) + (p.ring ? ", ring" : ", gather"),
-            replicas, p, single_tps, own_pace, simulated);
+        PrintReplicaRow(n, name,
+                        plan + ", sync every " + std::to_string(every) +
+                            (p.gossip ? ", gossip to " + std::to_string(pricing.fanout) + " (" +
+                                            std::to_string(p.gossip_rounds) + " rounds to 1%)"
+                             : p.ring ? ", ring"
+                                      : ", gather"),
+                        replicas, p, single_tps, own_pace, simulated);
       };
       const auto alike = [](const ReplicaPlan& p) {
         return std::to_string(p.replicas.size()) + " x " +
@@ -504,9 +510,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--reduce", reduce,
                  "How syncs are priced: gather (every frame to every holder), ring (around the "
-                 "replicas), auto (the cheaper, as a job's sync.reduce: auto)")
+                 "replicas), auto (the cheaper, as a job's sync.reduce: auto), gossip (each "
+                 "site to --fanout others over its fastest links; the rounds push-sum takes to "
+                 "bring the replicas within 1% of their mean are in the plan column; no replay)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"gather", "ring", "auto"}));
+      ->check(CLI::IsMember({"gather", "ring", "auto", "gossip"}));
+  int fanout = 2;
+  app.add_option("--fanout", fanout, "With --reduce gossip: out-neighbours per round")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--uplink", uplink,
                  "shared: a site's sync flows at once share its uplink (its fastest link's "
                  "rate); own: each flow has its link to itself")
@@ -519,9 +531,11 @@ int main(int argc, char** argv) {
   if (!calibrate.empty()) return longhaul::scheduler::Calibrate(calibrate);
   if (replicas) {
     longhaul::scheduler::SyncPricing pricing;
-    pricing.reduce = reduce == "gather" ? longhaul::scheduler::SyncReduceCost::kGather
-                     : reduce == "ring" ? longhaul::scheduler::SyncReduceCost::kRing
-                                        : longhaul::scheduler::SyncReduceCost::kCheaper;
+    pricing.reduce = reduce == "gather"   ? longhaul::scheduler::SyncReduceCost::kGather
+                     : reduce == "ring"   ? longhaul::scheduler::SyncReduceCost::kRing
+                     : reduce == "gossip" ? longhaul::scheduler::SyncReduceCost::kGossip
+                                          : longhaul::scheduler::SyncReduceCost::kCheaper;
+    pricing.fanout = fanout;
     pricing.shared_uplink = uplink == "shared";
     pricing.split_only = split_only;
     return longhaul::scheduler::ReplicaStudy(sizes, models, seed, budget, every, bytes_per_value,
