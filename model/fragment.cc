@@ -63,7 +63,8 @@ MemoryReport Fragment::EstimateMemory(const ModelConfig& c, const FragmentOption
   r.parameters = layout.total() * f;
   if (o.training) {
     r.gradients = (layout.total() + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
-    r.optimizer = 2 * layout.total() * f;
+    const int64_t end = o.optimizer_end < 0 ? layout.total() : o.optimizer_end;
+    r.optimizer = 2 * std::max<int64_t>(0, end - o.optimizer_begin) * f;
   }
   r.activations_per_slot = SlotFloats(c, o) * f;
   r.slots = o.slots;
@@ -166,8 +167,12 @@ void Fragment::Allocate() {
   if (options_.training) {
     grads_ = ops_->Alloc(layout_.total());
     if (tied) tied_peer_ = ops_->Alloc(layout_.model().size(Tensor::kWte));
-    m_ = ops_->Alloc(layout_.total());
-    v_ = ops_->Alloc(layout_.total());
+    opt_begin_ = std::clamp<int64_t>(options_.optimizer_begin, 0, layout_.total());
+    opt_end_ = options_.optimizer_end < 0
+                   ? layout_.total()
+                   : std::clamp<int64_t>(options_.optimizer_end, opt_begin_, layout_.total());
+    m_ = ops_->Alloc(static_cast<size_t>(std::max<int64_t>(1, opt_end_ - opt_begin_)));
+    v_ = ops_->Alloc(static_cast<size_t>(std::max<int64_t>(1, opt_end_ - opt_begin_)));
   }
   slots_.resize(options_.slots);
   for (Slot& s : slots_) {

@@ -46,6 +46,14 @@ struct FragmentOptions {
   int seq_len = 1;       // T; REQUIRES: <= config.max_seq_len
   int slots = 1;         // microbatches in flight at once
   bool training = true;  // false: no gradients or optimizer state (evaluation only)
+  // The part of the flat layout whose AdamW moments this fragment keeps and steps:
+  // [optimizer_begin, optimizer_end), end -1 for all of it. A data-parallel replica given a
+  // part (ZeRO-1, replicated_fragment.h) steps only those parameters; the others come from
+  // the replicas that hold them.
+  int64_t optimizer_begin = 0, optimizer_end = -1;
+  // ReplicatedFragment only: shard the AdamW state over its replicas (each replica its part
+  // of the flat layout, the parameters all-gathered after each step).
+  bool shard_optimizer = false;
 };
 
 // Bytes the fragment allocates, by purpose.
@@ -139,7 +147,9 @@ class Fragment {
   void Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
 
   // Host copies of the gradient (flat layout; wte's is the combined one) and of the AdamW
-  // moments, for tests, data-parallel reductions and training-state checkpoints.
+  // moments, for tests, data-parallel reductions and training-state checkpoints. The moments'
+  // host arrays are the whole layout's; a fragment holding a part (optimizer_begin/end) reads
+  // and writes only that part of them.
   // SetGradients replaces the whole gradient (the tied peer part is zeroed).
   void GetGradients(float* host) const;
   void SetGradients(const float* host);
@@ -149,6 +159,11 @@ class Fragment {
   // The gradient in backend memory (layout().total() floats, flat layout), for all-reducing
   // it in place between data-parallel replicas (replicated_fragment.h).
   float* MutableGradients() { return grads_; }
+  // The parameters in backend memory, for gathering a sharded step's parts between replicas.
+  float* MutableParameters() { return params_; }
+  // The part of the flat layout whose AdamW state this fragment holds (all of it unsharded).
+  int64_t optimizer_begin() const { return opt_begin_; }
+  int64_t optimizer_end() const { return opt_end_; }
 
  private:
   // residual2 / residual3 are (B,T,R): the stream itself (R = C), or its K coordinates in a
@@ -232,8 +247,9 @@ class Fragment {
   float* zero_positions_ = nullptr;    // (T, C) zeros: E[token] has no position term (nor a llama)
   float* rope_cos_ = nullptr;          // llama: (T, HD/2) rotary tables (model/rope.h)
   float* rope_sin_ = nullptr;
-  float* m_ = nullptr;
+  float* m_ = nullptr;  // the AdamW moments of [opt_begin_, opt_end_) of the flat layout
   float* v_ = nullptr;
+  int64_t opt_begin_ = 0, opt_end_ = 0;
   std::vector<Slot> slots_;
   Head head_;
   Scratch scratch_;

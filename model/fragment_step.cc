@@ -1,6 +1,8 @@
 // Fragment gradient bookkeeping and the AdamW step. Every reduction and update runs per
 // slice (one layer of one tensor), so its shape, and therefore its bits, are the same
 // whatever the split of the model.
+#include <algorithm>
+
 #include "model/fragment.h"
 
 namespace longhaul::model {
@@ -62,7 +64,11 @@ void Fragment::Step(const OptimizerOptions& o, float lr, float grad_scale, int t
     const int last = IsPerLayer(tensor) ? layout_.end() : 1;
     for (int l = first; l < last; ++l) {
       const int64_t off = IsPerLayer(tensor) ? layout_.offset(tensor, l) : layout_.offset(tensor);
-      ops_->AdamW(params_ + off, grads_ + off, m_ + off, v_ + off, model.slice_size(tensor, l), lr,
+      // The part of the slice whose moments this fragment holds (all of it unsharded).
+      const int64_t b = std::max(off, opt_begin_);
+      const int64_t e = std::min(off + model.slice_size(tensor, l), opt_end_);
+      if (b >= e) continue;
+      ops_->AdamW(params_ + b, grads_ + b, m_ + (b - opt_begin_), v_ + (b - opt_begin_), e - b, lr,
                   o.beta1, o.beta2, o.eps, decay, grad_scale, t);
     }
   }
@@ -80,15 +86,15 @@ void Fragment::SetGradients(const float* host) {
 }
 
 void Fragment::GetOptimizerState(float* m_host, float* v_host) const {
-  if (!options_.training) return;
-  ops_->Download(m_host, m_, layout_.total());
-  ops_->Download(v_host, v_, layout_.total());
+  if (!options_.training || opt_end_ <= opt_begin_) return;
+  ops_->Download(m_host + opt_begin_, m_, opt_end_ - opt_begin_);
+  ops_->Download(v_host + opt_begin_, v_, opt_end_ - opt_begin_);
 }
 
 void Fragment::SetOptimizerState(const float* m_host, const float* v_host) {
-  if (!options_.training) return;
-  ops_->Upload(m_, m_host, layout_.total());
-  ops_->Upload(v_, v_host, layout_.total());
+  if (!options_.training || opt_end_ <= opt_begin_) return;
+  ops_->Upload(m_, m_host + opt_begin_, opt_end_ - opt_begin_);
+  ops_->Upload(v_, v_host + opt_begin_, opt_end_ - opt_begin_);
 }
 
 }  // namespace longhaul::model

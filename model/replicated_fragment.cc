@@ -30,6 +30,12 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     row += r.rows;
     FragmentOptions o = options;
     o.batch_size = r.rows;
+    if (options.shard_optimizer && R > 1) {
+      // ZeRO-1: replica i keeps and steps the AdamW state of part i of the flat layout.
+      const int64_t total = FragmentLayout(config, options.begin, options.end).total();
+      o.optimizer_begin = total * i / R;
+      o.optimizer_end = total * (i + 1) / R;
+    }
     ASSIGN_OR_RETURN(r.fragment, Fragment::Create(config, o, r.ops));
     // Holds the input activations, and later the output's gradient.
     r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len *
@@ -71,7 +77,11 @@ void ReplicatedFragment::SetOptimizerState(const float* m_host, const float* v_h
   for (auto& r : replicas_) r.fragment->SetOptimizerState(m_host, v_host);
 }
 void ReplicatedFragment::GetOptimizerState(float* m_host, float* v_host) const {
-  primary().GetOptimizerState(m_host, v_host);
+  if (!sharded()) {
+    primary().GetOptimizerState(m_host, v_host);
+    return;
+  }
+  for (const auto& r : replicas_) r.fragment->GetOptimizerState(m_host, v_host);  // each its part
 }
 
 Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float* activations) {
@@ -178,6 +188,23 @@ std::vector<double> ReplicatedFragment::GradSliceSums() const { return primary()
 
 void ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float grad_scale, int t) {
   for (auto& r : replicas_) r.fragment->Step(options, lr, grad_scale, t);
+  if (!sharded()) return;
+  // ZeRO-1: each replica stepped its part; every other replica takes that part's parameters.
+  // Elementwise AdamW on the same summed gradient: the same bits as every replica stepping
+  // everything.
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Fragment& from = *replicas_[i].fragment;
+    const int64_t b = from.optimizer_begin(), n = from.optimizer_end() - b;
+    if (n <= 0) continue;
+    gather_.resize(static_cast<size_t>(n));
+    replicas_[i].ops->Download(gather_.data(), from.MutableParameters() + b,
+                               static_cast<size_t>(n));
+    for (size_t j = 0; j < replicas_.size(); ++j) {
+      if (j == i) continue;
+      replicas_[j].ops->Upload(replicas_[j].fragment->MutableParameters() + b, gather_.data(),
+                               static_cast<size_t>(n));
+    }
+  }
 }
 
 }  // namespace longhaul::model

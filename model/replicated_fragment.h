@@ -8,6 +8,12 @@
 // The per-position loss weight (dloss) is the same for every row, so splitting rows changes
 // only the order of the gradient sums: with one replica this is the plain fragment, bit for
 // bit; with several, the losses match within float rounding.
+//
+// With options.shard_optimizer (ZeRO-1) each replica keeps the AdamW moments of one part of
+// the flat layout only (1/R of the optimizer memory each) and steps those parameters; the
+// parts are then gathered into every replica. AdamW is elementwise and every replica holds the
+// same summed gradient, so this is the replicated step bit for bit; checkpoints hold the whole
+// state as before (Get/SetOptimizerState gather and scatter the parts).
 #pragma once
 
 #include <memory>
@@ -43,6 +49,8 @@ class ReplicatedFragment {
   int output_width() const { return primary().output_width(); }
   const FragmentLayout& layout() const { return primary().layout(); }
   std::string reducer_name() const { return reducer_->name(); }
+  // ZeRO-1: the AdamW state is split over the replicas.
+  bool sharded() const { return options_.shard_optimizer && replicas_.size() > 1; }
 
   // ---- parameters and optimizer state (host, flat layout; every replica gets the same) ----
   void InitParameters(uint64_t seed);
@@ -116,6 +124,7 @@ class ReplicatedFragment {
   FragmentOptions options_;
   std::vector<Replica> replicas_;
   std::unique_ptr<kernels::ReplicaReducer> reducer_;
+  std::vector<float> gather_;  // host staging of a sharded step's parts
 };
 
 }  // namespace longhaul::model

@@ -686,12 +686,13 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
 }
 
 TEST_CASE("a site with two replicas trains its stage data parallel, to the same losses") {
-  // beta: two CPU replicas, each taking one of the microbatch's two sequences.
+  // beta: two CPU replicas, each taking one of the microbatch's two sequences and holding half
+  // of the stage's AdamW state (ZeRO-1).
   Cluster c = StartCluster(0, {"cpu:0", "cpu:1"});
   const std::string yaml = JobYaml("compression: {mode: off}\n");
   const v1::JobStatus s = RunToCompletion(c.at(0), yaml);
   CHECK(s.stages(0).devices() == "cpu");
-  CHECK(s.stages(1).devices() == "cpu, cpu (data parallel, host all-reduce)");
+  CHECK(s.stages(1).devices() == "cpu, cpu (data parallel, host all-reduce, AdamW state sharded)");
   const std::vector<float> local = TrainLocalLosses(yaml);
   REQUIRE(s.losses_size() == static_cast<int>(local.size()));
   for (size_t i = 0; i < local.size(); ++i) {

@@ -25,9 +25,11 @@ std::vector<int32_t> Tokens(int seed) {
 // `steps` steps of kM microbatches; returns the losses and both stages' final parameters.
 struct Run {
   std::vector<float> losses, first_params, last_params, first_output;
+  std::vector<float> first_m, first_v;  // the first stage's AdamW moments at the end
+  int64_t first_optimizer_bytes = 0;    // per replica, as Fragment::EstimateMemory gives it
 };
 
-Run Train(int replicas, int steps) {
+Run Train(int replicas, int steps, bool shard = false) {
   const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   std::vector<std::unique_ptr<kernels::Ops>> owned;
   std::vector<kernels::Ops*> a, b;
@@ -39,6 +41,7 @@ Run Train(int replicas, int steps) {
   }
   FragmentOptions fa{.begin = 0, .end = 1, .batch_size = kB, .seq_len = kT, .slots = 1};
   FragmentOptions fb{.begin = 1, .end = 2, .batch_size = kB, .seq_len = kT, .slots = 1};
+  fa.shard_optimizer = fb.shard_optimizer = shard;
   auto first = ReplicatedFragment::Create(c, fa, a);
   auto last = ReplicatedFragment::Create(c, fb, b);
   REQUIRE(first.ok());
@@ -84,6 +87,14 @@ Run Train(int replicas, int steps) {
   run.last_params.resize((*last)->layout().total());
   (*first)->GetParameters(run.first_params.data());
   (*last)->GetParameters(run.last_params.data());
+  run.first_m.resize(run.first_params.size());
+  run.first_v.resize(run.first_params.size());
+  (*first)->GetOptimizerState(run.first_m.data(), run.first_v.data());
+  FragmentOptions part = fa;
+  if (shard && replicas > 1) {  // replica 0's part, as Create gives it
+    part.optimizer_end = (*first)->layout().total() / replicas;
+  }
+  run.first_optimizer_bytes = Fragment::EstimateMemory(c, part).optimizer;
   return run;
 }
 
@@ -165,6 +176,26 @@ TEST_CASE("two and three replicas train to the same losses and parameters") {
     CHECK(MaxAbsDiff(many.first_params, one.first_params) < 2e-4f);
     CHECK(MaxAbsDiff(many.last_params, one.last_params) < 2e-4f);
   }
+}
+
+TEST_CASE("AdamW state sharded over the replicas (ZeRO-1) is the replicated step bit for bit") {
+  for (int replicas : {2, 3}) {
+    INFO(replicas << " replicas");
+    const Run replicated = Train(replicas, 5), sharded = Train(replicas, 5, /*shard=*/true);
+    CHECK(sharded.losses == replicated.losses);
+    CHECK(sharded.first_params == replicated.first_params);
+    CHECK(sharded.last_params == replicated.last_params);
+    // The moments gathered from the parts are the replicated ones (checkpoints unchanged).
+    CHECK(sharded.first_m == replicated.first_m);
+    CHECK(sharded.first_v == replicated.first_v);
+    CHECK(MaxAbsDiff(sharded.first_m, std::vector<float>(sharded.first_m.size(), 0.0f)) > 0);
+    // Each replica holds 1/R of the optimizer state.
+    CHECK(sharded.first_optimizer_bytes * replicas <= replicated.first_optimizer_bytes);
+    CHECK(sharded.first_optimizer_bytes * replicas >
+          replicated.first_optimizer_bytes - 8 * replicas);
+  }
+  // One replica: nothing to shard, the plain fragment.
+  CHECK(Train(1, 3, /*shard=*/true).losses == Train(1, 3).losses);
 }
 
 TEST_CASE("more replicas than sequences is refused, saying why") {

@@ -56,15 +56,26 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   fo.seq_len = T_;
   std::vector<std::string> backends = ctx_.backends;
   if (backends.empty()) backends = {job.backend};
+  // CPU replicas share the machine's memory: their AdamW state is split between them (ZeRO-1,
+  // model/replicated_fragment.h), the same steps bit for bit. GPU replicas keep it whole until
+  // the sharded path has run on GPUs.
+  fo.shard_optimizer = backends.size() > 1 && !OnGpu(backends[0]);
+  const int64_t fragment_floats = model::FragmentLayout(job.model, fo.begin, fo.end).total();
   // Every replica holds its own parameters, gradients, optimizer state and its rows'
   // activations: CPU replicas share the machine's memory, so theirs add up; each GPU replica
   // has a device of its own, so the largest one counts.
   auto memory_with = [&](int slots) {
     int64_t total = 0;
-    for (int rows : model::ReplicatedFragment::ReplicaRows(B_, static_cast<int>(backends.size()))) {
+    const int R = static_cast<int>(backends.size());
+    const std::vector<int> rows = model::ReplicatedFragment::ReplicaRows(B_, R);
+    for (int i = 0; i < R; ++i) {
       model::FragmentOptions ro = fo;
-      ro.batch_size = std::max(1, rows);
+      ro.batch_size = std::max(1, rows[static_cast<size_t>(i)]);
       ro.slots = slots;
+      if (fo.shard_optimizer) {  // replica i's part of the AdamW state, as Create gives it
+        ro.optimizer_begin = fragment_floats * i / R;
+        ro.optimizer_end = fragment_floats * (i + 1) / R;
+      }
       const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
       total = OnGpu(backends[0]) ? std::max(total, bytes) : total + bytes;
     }
@@ -116,7 +127,10 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   }
   ASSIGN_OR_RETURN(fragment_, model::ReplicatedFragment::Create(job.model, fo, replicas));
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
-  if (ops_.size() > 1) devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce)";
+  if (ops_.size() > 1) {
+    devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce" +
+                (fragment_->sharded() ? ", AdamW state sharded)" : ")");
+  }
   if (ctx_.log) {
     ctx_.log->info("job {}: stage {} runs layers {} on {}", ctx_.assignment.job_id(), stage_,
                    LayerRange(fo.begin, fo.end), devices_);
