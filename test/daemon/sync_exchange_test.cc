@@ -449,8 +449,12 @@ TEST_CASE("sync exchange: what is not a sync of its fragment is refused before a
   CHECK(g.x[0]->AllGather(0, g.values[0], std::vector<float>{1.0f}, out).code() ==
         absl::StatusCode::kInvalidArgument);  // a weight per replica
   const std::vector<float> shorter(g.values[0].begin(), g.values[0].end() - 1);
-  CHECK(g.x[0]->AllGather(0, shorter, Weights(2), out).code() ==
+  std::vector<float> shorter_out(shorter.size());
+  CHECK(g.x[0]->AllGather(0, shorter, Weights(2), shorter_out).code() ==
         absl::StatusCode::kInvalidArgument);  // the last slice outside it
+  std::vector<float> small(out.size() - 1);
+  CHECK(g.x[0]->AllGather(0, g.values[0], Weights(2), small).code() ==
+        absl::StatusCode::kInvalidArgument);  // a result of another size
   CHECK(g.link(0, 1).attempts() == 0);
   CHECK_FALSE(g.x[0]->in_flight());
 

@@ -91,6 +91,13 @@ Status SyncExchange::SendError() const {
 
 Status SyncExchange::AllGather(uint64_t step, std::span<const float> values,
                                std::span<const float> weights, std::span<float> out, int phase) {
+  // Refused before anything is sent: a member that failed only at the end would leave the
+  // others a sync it did not finish.
+  if (out.size() != values.size()) {
+    return absl::InvalidArgumentError("sync of step " + std::to_string(step) + ": " +
+                                      std::to_string(values.size()) + " values into " +
+                                      std::to_string(out.size()));
+  }
   RETURN_IF_ERROR(Start(step, values, weights, phase));
   blocking_ = true;  // all of it exposed
   return Finish(out);
