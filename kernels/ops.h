@@ -34,6 +34,10 @@ class Ops {
   // memory (the model sizes its buffers up front, so this only happens at start-up).
   virtual float* Alloc(size_t count) = 0;
   virtual void Free(float* p) = 0;
+  // Bytes this backend holds from Alloc now, and the most it held at once (the cost model's
+  // memory predictions are checked against these); -1 where a backend does not count.
+  virtual int64_t allocated_bytes() const { return -1; }
+  virtual int64_t peak_allocated_bytes() const { return -1; }
   virtual void Upload(float* dst, const float* host_src, size_t count) = 0;
   virtual void Download(float* host_dst, const float* src, size_t count) = 0;
   virtual void Copy(float* dst, const float* src, size_t count) = 0;

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,10 +30,36 @@ float* HostOps::Alloc(size_t count) {
     std::abort();
   }
   std::memset(p, 0, bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[static_cast<const float*>(p)] = bytes;
+    allocated_ += static_cast<int64_t>(bytes);
+    peak_ = std::max(peak_, allocated_);
+  }
   return static_cast<float*>(p);
 }
 
-void HostOps::Free(float* p) { std::free(p); }
+void HostOps::Free(float* p) {
+  if (p == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sizes_.find(p); it != sizes_.end()) {
+      allocated_ -= static_cast<int64_t>(it->second);
+      sizes_.erase(it);
+    }
+  }
+  std::free(p);
+}
+
+int64_t HostOps::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return allocated_;
+}
+
+int64_t HostOps::peak_allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
 
 void HostOps::Upload(float* dst, const float* host_src, size_t count) {
   if (count > 0) std::memcpy(dst, host_src, count * sizeof(float));

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 #include "kernels/ops.h"
 
@@ -18,6 +21,13 @@ class HostOps : public Ops {
   void Download(float* host_dst, const float* src, size_t count) override;
   void Copy(float* dst, const float* src, size_t count) override;
   void Zero(float* p, size_t count) override;
+  int64_t allocated_bytes() const override;
+  int64_t peak_allocated_bytes() const override;
+
+ private:
+  mutable std::mutex mu_;  // Alloc and Free may come from several threads (rare calls)
+  std::unordered_map<const float*, size_t> sizes_;
+  int64_t allocated_ = 0, peak_ = 0;
 };
 
 // The number of cores this process may run on (its CPU affinity), at least 1.

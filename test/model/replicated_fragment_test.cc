@@ -198,6 +198,41 @@ TEST_CASE("AdamW state sharded over the replicas (ZeRO-1) is the replicated step
   CHECK(Train(1, 3, /*shard=*/true).losses == Train(1, 3).losses);
 }
 
+TEST_CASE("each replica's memory, sharded or not, is the cost model's prediction within 10%") {
+  // A fragment whose AdamW state is most of it: a wide embedding, small activations.
+  const ModelConfig c = MakeConfig(2, 128, 4, 4000, 16);
+  for (int replicas : {1, 2, 4}) {
+    for (bool shard : {false, true}) {
+      INFO(replicas << " replicas, " << (shard ? "sharded" : "replicated"));
+      std::vector<std::unique_ptr<kernels::Ops>> owned;
+      std::vector<kernels::Ops*> ops;
+      for (int i = 0; i < replicas; ++i) {
+        owned.push_back(*kernels::MakeOps("cpu-ref", 1));
+        ops.push_back(owned.back().get());
+      }
+      FragmentOptions o{.begin = 0, .end = 2, .batch_size = 4, .seq_len = 16, .slots = 2};
+      o.shard_optimizer = shard;
+      auto f = ReplicatedFragment::Create(c, o, ops);
+      REQUIRE(f.ok());
+      const int64_t total = (*f)->layout().total();
+      const std::vector<int> rows = ReplicatedFragment::ReplicaRows(4, replicas);
+      for (int i = 0; i < replicas; ++i) {
+        FragmentOptions part = o;
+        part.batch_size = rows[static_cast<size_t>(i)];
+        if (shard && replicas > 1) {
+          part.optimizer_begin = total * i / replicas;
+          part.optimizer_end = total * (i + 1) / replicas;
+        }
+        const int64_t predicted = Fragment::EstimateMemory(c, part).total();
+        const int64_t measured = ops[static_cast<size_t>(i)]->peak_allocated_bytes();
+        INFO("replica " << i << ": measured " << measured << " bytes, predicted " << predicted);
+        CHECK(measured > 0);
+        CHECK(std::fabs(static_cast<double>(measured - predicted)) <= 0.10 * predicted);
+      }
+    }
+  }
+}
+
 TEST_CASE("more replicas than sequences is refused, saying why") {
   const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
   std::vector<std::unique_ptr<kernels::Ops>> owned;
