@@ -22,6 +22,8 @@
 
 #include "daemon/job/coordinator/step_barrier.h"
 #include "daemon/job/state/stage_checkpoint.h"
+#include "model/fragment.h"
+#include "model/layout.h"
 #include "test/daemon/fake_link.h"
 #include "test/daemon/job_test_util.h"
 #include "test/daemon/test_util.h"
@@ -106,10 +108,15 @@ struct Pipeline {
   // Site b's kernel backends, one per data-parallel replica (empty: the job's, one).
   std::vector<std::string> backends_b;
 
-  Pipeline(const std::string& dir, uint64_t resume_step, std::vector<std::string> b_backends = {})
+  // Site b's memory limit in bytes (0: none).
+  int64_t memory_limit_b = 0;
+
+  Pipeline(const std::string& dir, uint64_t resume_step, std::vector<std::string> b_backends = {},
+           int64_t b_memory_limit = 0)
       : spec(Parse()),
         coordinator(spec.job.optimizer.grad_clip),
-        backends_b(std::move(b_backends)) {
+        backends_b(std::move(b_backends)),
+        memory_limit_b(b_memory_limit) {
     auto wire = [](Inbox* inbox) { return testing::IntoInbox(inbox); };
     a_to_b.OnDeliver(wire(&inbox_b));
     a_to_b_tied.OnDeliver(wire(&inbox_b));
@@ -159,7 +166,7 @@ struct Pipeline {
     ctx.log = spdlog::default_logger();
     ctx.heartbeat_seconds = 0.05;
     if (stage == 1) ctx.backends = backends_b;
-    auto runner = StageRunner::Create(std::move(ctx), 0);
+    auto runner = StageRunner::Create(std::move(ctx), stage == 1 ? memory_limit_b : 0);
     if (!runner.ok()) return runner.status();
     *out = std::move(*runner);
     return absl::OkStatus();
@@ -258,6 +265,48 @@ TEST_CASE("a stage on two CPU devices (AdamW state sharded) resumes on one, and 
     REQUIRE(losses.size() == 2);
     for (const auto& [step, loss] : losses) close(step, loss);
   }
+}
+
+TEST_CASE("a stage that does not fit its site replicated on two CPU devices trains sharded",
+          "[stage_runner]") {
+  // What stage b (layer 1 of 2, both ends' tensors) takes on two CPU devices, each one of the
+  // two sequences of a microbatch, with the slots plain 1F1B gives the last stage (one).
+  const JobSpec spec = Pipeline::Parse();
+  model::FragmentOptions o;
+  o.begin = 1;
+  o.end = 2;
+  o.batch_size = 1;
+  o.seq_len = 16;
+  o.slots = 1;
+  const int64_t total = model::FragmentLayout(spec.job.model, 1, 2).total();
+  int64_t replicated = 0, sharded = 0;
+  for (int i = 0; i < 2; ++i) {
+    replicated += model::Fragment::EstimateMemory(spec.job.model, o).total();
+    model::FragmentOptions part = o;
+    part.optimizer_begin = total * i / 2;
+    part.optimizer_end = total * (i + 1) / 2;
+    sharded += model::Fragment::EstimateMemory(spec.job.model, part).total();
+  }
+  INFO("replicated " << replicated << " bytes, sharded " << sharded);
+  REQUIRE(sharded < replicated);
+  // A site limit the replicated stage exceeds and the sharded one meets: it trains.
+  const std::string dir = testing::TempDir("stage_runner_fits");
+  {
+    Pipeline p(dir, 0, {"cpu-ref", "cpu-ref"}, sharded);
+    INFO(p.created_b.ToString());
+    REQUIRE(p.created_b.ok());
+    CHECK(p.stage_b->memory_bytes() == sharded);
+    CHECK(p.stage_b->memory_bytes() < replicated);
+    p.Run();
+    CHECK(p.stage_b->status().finished);
+    CHECK(p.coordinator.losses().size() == static_cast<size_t>(kSteps));
+  }
+  // A byte less and it does not, saying how much it needs.
+  Pipeline tight(testing::TempDir("stage_runner_tight"), 0, {"cpu-ref", "cpu-ref"}, sharded - 1);
+  REQUIRE_FALSE(tight.created_b.ok());
+  CHECK(absl::IsResourceExhausted(tight.created_b));
+  CHECK(std::string(tight.created_b.message()).find("job too large for site 'b'") !=
+        std::string::npos);
 }
 
 TEST_CASE("a stage whose activations its neighbour refuses stops, naming the peer",
