@@ -76,6 +76,43 @@ Status FileEnv::ReadRange(const std::string& path, int64_t offset, void* out, si
   return absl::OkStatus();
 }
 
+StatusOr<std::string> FileEnv::ReadFile(const std::string& path, int64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot read '" + path + "'");
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "cannot read '" + path + "'");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError("cannot read '" + path + "': not a regular file");
+  }
+  if (st.st_size > max_bytes) {
+    ::close(fd);
+    return absl::ResourceExhaustedError("'" + path + "' holds " + std::to_string(st.st_size) +
+                                        " bytes, more than the " + std::to_string(max_bytes) +
+                                        " expected of it");
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t r = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(err, "cannot read '" + path + "'");
+    }
+    if (r == 0) break;  // shrank while read: what is there
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
 StatusOr<int64_t> FileEnv::FileSize(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot read '" + path + "'");

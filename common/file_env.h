@@ -24,6 +24,10 @@ class FileEnv {
   virtual Status Rename(const std::string& from, const std::string& to);
   // Reads `n` bytes at `offset` of `path`; a short file is DataLoss naming the sizes.
   virtual Status ReadRange(const std::string& path, int64_t offset, void* out, size_t n);
+  // The whole regular file `path`, read through one descriptor (so a rename over it between
+  // reads cannot mix two versions): ResourceExhausted naming the sizes when it holds more than
+  // `max_bytes`, nothing read.
+  virtual StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes);
   // Size of the regular file `path` (NotFound without one; InvalidArgument for a directory
   // or device).
   virtual StatusOr<int64_t> FileSize(const std::string& path);

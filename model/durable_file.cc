@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "model/file_io.h"
@@ -50,31 +51,47 @@ Status WriteDurableFile(FileEnv& env, const std::string& path, const DurableForm
   return w.Commit();
 }
 
-StatusOr<bool> HasDurableMagic(FileEnv& env, const std::string& path, const DurableFormat& format) {
-  ASSIGN_OR_RETURN(const int64_t size, env.FileSize(path));
-  if (size < static_cast<int64_t>(sizeof format.magic)) return false;
-  char magic[sizeof format.magic];
-  RETURN_IF_ERROR(env.ReadRange(path, 0, magic, sizeof magic));
-  return std::memcmp(magic, format.magic, sizeof magic) == 0;
+bool HasDurableMagic(std::string_view bytes, const DurableFormat& format) {
+  return bytes.size() >= sizeof format.magic &&
+         std::memcmp(bytes.data(), format.magic, sizeof format.magic) == 0;
+}
+
+StatusOr<std::string> ReadSmallFile(FileEnv& env, const std::string& path, uint64_t max_bytes,
+                                    const std::string& what) {
+  StatusOr<std::string> bytes =
+      env.ReadFile(path, static_cast<int64_t>(std::min<uint64_t>(max_bytes, INT64_MAX)));
+  if (absl::IsResourceExhausted(bytes.status())) {
+    return absl::DataLossError(what + ": " + std::string(bytes.status().message()));
+  }
+  if (!bytes.ok()) {
+    return Status(bytes.status().code(),
+                  "cannot read " + what + ": " + std::string(bytes.status().message()));
+  }
+  return bytes;
 }
 
 StatusOr<DurablePayload> ReadDurableFile(FileEnv& env, const std::string& path,
                                          const DurableFormat& format) {
+  const uint64_t most = format.max_bytes > UINT64_MAX - sizeof(Header)
+                            ? UINT64_MAX
+                            : format.max_bytes + sizeof(Header);
+  ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(env, path, most, format.what));
+  return ParseDurableFile(std::move(bytes), path, format);
+}
+
+StatusOr<DurablePayload> ParseDurableFile(std::string bytes, const std::string& path,
+                                          const DurableFormat& format) {
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(Named(format, path) + ": " + why);
   };
-  StatusOr<int64_t> size = env.FileSize(path);
-  if (!size.ok()) {
-    return Status(size.status().code(), "cannot read " + Named(format, path) + ": " +
-                                            std::string(size.status().message()));
-  }
-  if (*size < static_cast<int64_t>(sizeof(Header))) {
-    return bad(std::to_string(*size) + " bytes, shorter than its header (truncated?)");
+  if (bytes.size() < sizeof(Header)) {
+    return bad(std::to_string(bytes.size()) + " bytes, shorter than its header (truncated?)");
   }
   Header h{};
-  RETURN_IF_ERROR(env.ReadRange(path, 0, &h, sizeof h));
+  std::memcpy(&h, bytes.data(), sizeof h);
   if (std::memcmp(h.magic, format.magic, sizeof h.magic) != 0) return bad("bad magic");
-  if (h.version == 0 || h.version > format.version || h.reserved != 0) {
+  if (h.reserved != 0) return bad("a header field that must be 0 is " + std::to_string(h.reserved));
+  if (h.version == 0 || h.version > format.version) {
     return bad("format version " + std::to_string(h.version) + ", this build reads 1 to " +
                std::to_string(format.version));
   }
@@ -83,19 +100,17 @@ StatusOr<DurablePayload> ReadDurableFile(FileEnv& env, const std::string& path,
                std::to_string(format.max_bytes));
   }
   const uint64_t expected = sizeof h + h.length;
-  if (static_cast<uint64_t>(*size) != expected) {
-    return bad(std::to_string(*size) + " bytes, its header describes " + std::to_string(expected) +
-               " (truncated?)");
+  if (static_cast<uint64_t>(bytes.size()) != expected) {
+    return bad(std::to_string(bytes.size()) + " bytes, its header describes " +
+               std::to_string(expected) + " (truncated?)");
+  }
+  if (XXH64(bytes.data() + sizeof h, h.length, 0) != h.xxh64) {
+    return bad("checksum mismatch (corrupt)");
   }
   DurablePayload out;
   out.version = h.version;
-  out.bytes.resize(static_cast<size_t>(h.length));
-  if (h.length > 0) {
-    RETURN_IF_ERROR(env.ReadRange(path, sizeof h, out.bytes.data(), out.bytes.size()));
-  }
-  if (XXH64(out.bytes.data(), out.bytes.size(), 0) != h.xxh64) {
-    return bad("checksum mismatch (corrupt)");
-  }
+  bytes.erase(0, sizeof h);
+  out.bytes = std::move(bytes);
   return out;
 }
 

@@ -41,11 +41,18 @@ inline constexpr size_t kDurableHeaderBytes = 32;
 // Writes `payload` (the concatenation of `parts`) to `path` in `format`'s shape.
 Status WriteDurableFile(FileEnv& env, const std::string& path, const DurableFormat& format,
                         const std::vector<std::string_view>& parts);
-// NotFound when there is no file; DataLoss naming the file and what is wrong otherwise.
+// The file read once (FileEnv::ReadFile), then checked. NotFound when there is no file; DataLoss
+// naming the file and what is wrong otherwise.
 StatusOr<DurablePayload> ReadDurableFile(FileEnv& env, const std::string& path,
                                          const DurableFormat& format);
-// Whether the file at `path` starts with `format`'s magic (a reader that also takes an earlier
-// build's files, written before this shape, looks here first).
-StatusOr<bool> HasDurableMagic(FileEnv& env, const std::string& path, const DurableFormat& format);
+// The same checks of a file's bytes already read (`path` names it in errors). A reader that
+// also takes an earlier build's files reads the file once and looks at HasDurableMagic first.
+StatusOr<DurablePayload> ParseDurableFile(std::string bytes, const std::string& path,
+                                          const DurableFormat& format);
+bool HasDurableMagic(std::string_view bytes, const DurableFormat& format);
+// A whole small file read once through `env`: NotFound as the env says it; a file larger than
+// `max_bytes` is DataLoss naming `what`, the file and the sizes, nothing read.
+StatusOr<std::string> ReadSmallFile(FileEnv& env, const std::string& path, uint64_t max_bytes,
+                                    const std::string& what);
 
 }  // namespace longhaul::model

@@ -30,6 +30,8 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     row += r.rows;
     FragmentOptions o = options;
     o.batch_size = r.rows;
+    o.optimizer_begin = 0;  // the whole state unless sharded here
+    o.optimizer_end = -1;
     if (options.shard_optimizer && R > 1) {
       // ZeRO-1: replica i keeps and steps the AdamW state of part i of the flat layout.
       const int64_t total = FragmentLayout(config, options.begin, options.end).total();

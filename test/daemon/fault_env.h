@@ -1,6 +1,7 @@
 // FaultEnv: a FileEnv (common/file_env.h) for tests that fails the way disks do: fsync
 // returning EIO, a disk that fills up after some bytes (ENOSPC, the write torn there), and
-// a byte flipped on its way back from a read. Install it with ScopedFileEnv.
+// a byte flipped on its way back from a read (ReadRange or ReadFile). Install it with
+// ScopedFileEnv.
 #pragma once
 
 #include <atomic>
@@ -42,18 +43,30 @@ class FaultEnv : public FileEnv {
     return FileEnv::Sync(fd, path);
   }
 
+  StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes) override {
+    ASSIGN_OR_RETURN(std::string bytes, FileEnv::ReadFile(path, max_bytes));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Flips(path) && flip_offset_ >= 0 && flip_offset_ < static_cast<int64_t>(bytes.size())) {
+      bytes[static_cast<size_t>(flip_offset_)] ^= 0x40;
+    }
+    return bytes;
+  }
+
   Status ReadRange(const std::string& path, int64_t offset, void* out, size_t n) override {
     RETURN_IF_ERROR(FileEnv::ReadRange(path, offset, out, n));
     std::lock_guard<std::mutex> lock(mu_);
-    if (!flip_suffix_.empty() && path.size() >= flip_suffix_.size() &&
-        path.compare(path.size() - flip_suffix_.size(), flip_suffix_.size(), flip_suffix_) == 0 &&
-        flip_offset_ >= offset && flip_offset_ < offset + static_cast<int64_t>(n)) {
+    if (Flips(path) && flip_offset_ >= offset && flip_offset_ < offset + static_cast<int64_t>(n)) {
       static_cast<unsigned char*>(out)[flip_offset_ - offset] ^= 0x40;
     }
     return absl::OkStatus();
   }
 
  private:
+  // REQUIRES: mu_ held.
+  bool Flips(const std::string& path) const {
+    return !flip_suffix_.empty() && path.size() >= flip_suffix_.size() &&
+           path.compare(path.size() - flip_suffix_.size(), flip_suffix_.size(), flip_suffix_) == 0;
+  }
   std::mutex mu_;
   std::string flip_suffix_;
   int64_t flip_offset_ = -1;

@@ -23,6 +23,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "daemon/job/coordinator/job_record.h"
+#include "daemon/job/state/stage_checkpoint.h"
 #include "test/daemon/fake_link.h"
 #include "test/daemon/test_util.h"
 
@@ -204,6 +205,31 @@ TEST_CASE("a job host refuses a stage whose neighbours it cannot reach", "[job_h
   auto ping = h.host->ControlJob(Command(v1::JobCommand::KIND_PING), "b");
   REQUIRE(ping.ok());
   CHECK_FALSE(ping->running());
+}
+
+TEST_CASE("a stage record this site cannot read refuses every assignment of its job",
+          "[job_host]") {
+  // After a restart with a corrupt stage.pb, the site does not know the job's coordinator:
+  // no peer may claim the job (and its checkpoints here) by assigning it.
+  Host h("job_host_corrupt_record");
+  const std::string path = h.dir + "/jobs/j-000001/stage.pb";
+  std::filesystem::create_directories(h.dir + "/jobs/j-000001");
+  REQUIRE(WriteStageAssignment(path, Assignment()).ok());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x20;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  for (const std::string caller : {"b", "c"}) {
+    v1::StageAssignment a = Assignment();
+    a.set_coordinator(caller);
+    const Status s = h.host->AssignStage(a, caller).status();
+    INFO(caller << ": " << s.ToString());
+    CHECK(absl::IsFailedPrecondition(s));
+    CHECK(std::string(s.message()).find("cannot read its record") != std::string::npos);
+  }
 }
 
 TEST_CASE("a torn job record is listed as failed with its reason after a restart", "[job_host]") {

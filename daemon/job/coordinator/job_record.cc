@@ -24,25 +24,22 @@ Status WriteJobRecord(const std::string& path, const v1::JobStatus& record) {
 }
 
 StatusOr<v1::JobStatus> ReadJobRecord(const std::string& path) {
-  FileEnv& env = *CurrentFileEnv();
+  // Read once: a record renamed over this one meanwhile cannot mix into it.
+  ASSIGN_OR_RETURN(
+      std::string bytes,
+      model::ReadSmallFile(*CurrentFileEnv(), path, kFormat.max_bytes + model::kDurableHeaderBytes,
+                           std::string(kFormat.what) + " '" + path + "'"));
   v1::JobStatus record;
-  ASSIGN_OR_RETURN(const bool sealed, model::HasDurableMagic(env, path, kFormat));
-  if (sealed) {
-    ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableFile(env, path, kFormat));
+  if (model::HasDurableMagic(bytes, kFormat)) {
+    ASSIGN_OR_RETURN(model::DurablePayload p,
+                     model::ParseDurableFile(std::move(bytes), path, kFormat));
     if (!record.ParseFromString(p.bytes)) {
       return absl::DataLossError(std::string(kFormat.what) + " '" + path + "': not a job record");
     }
     return record;
   }
   // An earlier build's record: the bare protobuf.
-  ASSIGN_OR_RETURN(const int64_t size, model::FileSize(path, kFormat.what));
-  if (size < 0 || static_cast<uint64_t>(size) > kFormat.max_bytes) {
-    return absl::DataLossError(std::string(kFormat.what) + " '" + path +
-                               "': " + std::to_string(size) + " bytes");
-  }
-  std::string data(static_cast<size_t>(size), '\0');
-  RETURN_IF_ERROR(model::ReadFileRange(path, kFormat.what, 0, data.data(), data.size()));
-  if (data.compare(0, 5, "LHJOB") == 0 || !record.ParseFromString(data) ||
+  if (bytes.compare(0, 5, "LHJOB") == 0 || !record.ParseFromString(bytes) ||
       record.job_id().empty()) {
     return absl::DataLossError(std::string(kFormat.what) + " '" + path + "': not a job record");
   }

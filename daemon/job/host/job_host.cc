@@ -252,7 +252,7 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
 }
 
 Status JobHost::NotCoordinatedHere(const std::string& job_id) {
-  const std::string coordinator = KnownCoordinator(job_id);
+  const std::string coordinator = KnownCoordinator(job_id).value_or("");
   if (coordinator.empty() || coordinator == options_.site) {
     return absl::NotFoundError("no job '" + job_id + "' is coordinated by site '" + options_.site +
                                "' (longhaul jobs lists them)");

@@ -139,8 +139,9 @@ class JobHost {
   std::shared_ptr<Coordinator> FindCoordinator(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The stage of `job_id` here, or null.
   std::shared_ptr<Stage> FindStage(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none.
-  std::string KnownCoordinator(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator `job_id`'s stage here (or its stage record on disk) names, "" if none; the
+  // record's error when it cannot be read (torn or corrupt).
+  StatusOr<std::string> KnownCoordinator(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // NotFound for a control call on a job not coordinated here: naming its coordinator where
   // this site knows it (it runs, or ran, a stage of the job), so the operator asks that site.
   Status NotCoordinatedHere(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);

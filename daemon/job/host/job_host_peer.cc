@@ -33,7 +33,7 @@ int64_t PhysicalMemory() {
 
 }  // namespace
 
-std::string JobHost::KnownCoordinator(const std::string& job_id) {
+StatusOr<std::string> JobHost::KnownCoordinator(const std::string& job_id) {
   {
     MutexLock lock(mu_);
     if (coordinators_.count(job_id)) return options_.site;
@@ -42,8 +42,10 @@ std::string JobHost::KnownCoordinator(const std::string& job_id) {
   }
   std::error_code ec;
   if (std::filesystem::exists(JobDir(job_id) + "/job.pb", ec)) return options_.site;
-  auto a = ReadStageAssignment(JobDir(job_id) + "/stage.pb");
-  return a.ok() ? a->coordinator() : "";
+  StatusOr<v1::StageAssignment> a = ReadStageAssignment(JobDir(job_id) + "/stage.pb");
+  if (absl::IsNotFound(a.status())) return std::string();
+  RETURN_IF_ERROR(a.status());
+  return a->coordinator();
 }
 
 StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
@@ -54,7 +56,16 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     return RoleDenied(caller, id,
                       "assign stages on behalf of coordinator '" + a.coordinator() + "'");
   }
-  const std::string known = KnownCoordinator(id);
+  // A stage record this site cannot read names no coordinator: refused (fails closed), or any
+  // peer could claim the job's checkpoints here.
+  StatusOr<std::string> record = KnownCoordinator(id);
+  if (!record.ok()) {
+    return absl::FailedPreconditionError("job " + id + ": site '" + options_.site +
+                                         "' cannot read its record of the job, so it does not "
+                                         "know its coordinator (" +
+                                         std::string(record.status().message()) + ")");
+  }
+  const std::string known = *record;
   if (!known.empty() && known != caller) {
     return RoleDenied(caller, id, "assign stages (its coordinator is '" + known + "')");
   }

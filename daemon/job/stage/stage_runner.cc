@@ -99,6 +99,7 @@ void StageRunner::Run() {
   // while its record stays for status, export (from the checkpoints) and pings.
   exchange_->ReleaseDevice();
   if (replicas_) replicas_->Cancel();  // a streaming sync left in flight by an error
+  replicas_.reset();                   // it holds the fragment, which goes next
   fragment_.reset();
   ops_.clear();
   loader_.reset();

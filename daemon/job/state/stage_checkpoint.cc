@@ -187,24 +187,19 @@ Status WriteStageAssignment(const std::string& path, const v1::StageAssignment& 
 }
 
 StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path) {
-  FileEnv& env = *CurrentFileEnv();
-  std::string bytes;
-  StatusOr<bool> sealed = model::HasDurableMagic(env, path, kAssignmentFormat);
-  if (absl::IsNotFound(sealed.status())) {
-    return absl::NotFoundError("no stage assignment at " + path);
-  }
-  RETURN_IF_ERROR(sealed.status());
-  if (*sealed) {
-    ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableFile(env, path, kAssignmentFormat));
+  // Read once: an assignment renamed over this one meanwhile (the site taking its next
+  // attempt) cannot mix into it.
+  StatusOr<std::string> read = model::ReadSmallFile(
+      *CurrentFileEnv(), path, kAssignmentFormat.max_bytes + model::kDurableHeaderBytes,
+      "stage assignment '" + path + "'");
+  if (absl::IsNotFound(read.status())) return absl::NotFoundError("no stage assignment at " + path);
+  RETURN_IF_ERROR(read.status());
+  std::string bytes = std::move(*read);
+  if (model::HasDurableMagic(bytes, kAssignmentFormat)) {
+    ASSIGN_OR_RETURN(model::DurablePayload p,
+                     model::ParseDurableFile(std::move(bytes), path, kAssignmentFormat));
     bytes = std::move(p.bytes);
-  } else {  // an earlier build's: the bare protobuf
-    ASSIGN_OR_RETURN(const int64_t size, env.FileSize(path));
-    if (static_cast<uint64_t>(size) > kAssignmentFormat.max_bytes) {
-      return absl::DataLossError(path + ": " + std::to_string(size) + " bytes");
-    }
-    bytes.resize(static_cast<size_t>(size));
-    if (size > 0) RETURN_IF_ERROR(env.ReadRange(path, 0, bytes.data(), bytes.size()));
-  }
+  }  // else an earlier build's: the bare protobuf
   v1::StageAssignment a;
   if (!a.ParseFromString(bytes)) return absl::DataLossError(path + ": malformed");
   if (a.stage() >= static_cast<uint32_t>(a.stages_size())) {

@@ -73,24 +73,24 @@ StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_
   // The fields and floats, after the magic (and, in the durable shape, its checks).
   std::string body;
   int fields = 5;
-  ASSIGN_OR_RETURN(const bool durable, model::HasDurableMagic(env, path, kFormat));
-  if (durable) {
+  // Read once, nothing larger than a state of this fragment (either shape) can be.
+  ASSIGN_OR_RETURN(std::string all,
+                   model::ReadSmallFile(env, path, most_bytes + model::kDurableHeaderBytes,
+                                        what + " '" + path + "'"));
+  if (model::HasDurableMagic(all, kFormat)) {
     model::DurableFormat format = kFormat;
     format.max_bytes = most_bytes;
-    ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableFile(env, path, format));
+    ASSIGN_OR_RETURN(model::DurablePayload p,
+                     model::ParseDurableFile(std::move(all), path, format));
     body = std::move(p.bytes);
   } else {  // an earlier build's: magic, fields, floats, XXH64 of all before it
-    ASSIGN_OR_RETURN(const int64_t size, env.FileSize(path));
-    char magic[8] = {};
-    if (size >= 8) RETURN_IF_ERROR(env.ReadRange(path, 0, magic, sizeof magic));
-    const bool v1 = std::memcmp(magic, kMagicV1, sizeof magic) == 0;
-    if (!v1 && std::memcmp(magic, kMagicV2, sizeof magic) != 0) return bad("bad magic");
+    const size_t size = all.size();
+    const bool v1 = size >= 8 && std::memcmp(all.data(), kMagicV1, 8) == 0;
+    if (!v1 && (size < 8 || std::memcmp(all.data(), kMagicV2, 8) != 0)) return bad("bad magic");
     fields = v1 ? 4 : 5;
-    if (size < 8 + fields * 8 + 8 || static_cast<uint64_t>(size) > 16 + most_bytes) {
+    if (size < static_cast<size_t>(8 + fields * 8 + 8)) {
       return bad(std::to_string(size) + " bytes, not a state of this fragment (truncated?)");
     }
-    std::string all(static_cast<size_t>(size), '\0');
-    RETURN_IF_ERROR(env.ReadRange(path, 0, all.data(), all.size()));
     uint64_t checksum = 0;
     std::memcpy(&checksum, all.data() + all.size() - 8, 8);
     if (checksum != XXH64(all.data(), all.size() - 8, 0)) return bad("checksum mismatch (corrupt)");
