@@ -38,7 +38,8 @@ struct GossipGraph {
 
 // The graph of round `round`: for each node i, min(fanout, its up links) distinct nodes j != i
 // drawn without replacement with probability bandwidth[i][j] / (the sum over those left), from
-// `seed` and `round` alone. REQUIRES: a square matrix of non-negative values.
+// `seed` and `round` alone. A link whose bandwidth is not a positive finite number is down.
+// REQUIRES: a square matrix.
 GossipGraph ChooseGossipGraph(const std::vector<std::vector<double>>& bandwidth, int fanout,
                               uint64_t seed, uint64_t round);
 
@@ -58,8 +59,8 @@ double ConsensusDistance(const std::vector<std::vector<double>>& estimates);
 
 // The rounds push-sum takes over ChooseGossipGraph's graphs of `bandwidth` (fanout, seed) until
 // the consensus distance of N distinct starting values falls to `fraction` of where it started
-// (the cost model's rounds to consensus); `max_rounds` when it does not (a matrix whose up
-// links never connect the nodes).
+// (the cost model's rounds to consensus); `max_rounds` when it has not within them (a matrix
+// whose up links never connect the nodes never does).
 int RoundsToConsensus(const std::vector<std::vector<double>>& bandwidth, int fanout, uint64_t seed,
                       double fraction, int max_rounds);
 

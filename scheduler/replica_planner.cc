@@ -120,6 +120,12 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
   const double share = ring ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) : 1.0;
   const double hops = ring ? 2.0 * static_cast<double>(n - 1) : 1.0;
   for (size_t r = 0; r < n; ++r) {
+    if (reduce == Reduce::kGossip && gossip_to[r].empty()) {
+      // No link up to any other replica: its contribution never leaves; priced as no link.
+      price.seconds = std::max(price.seconds, 1e30);
+      price.bottleneck = replicas[r].stages.empty() ? "" : replicas[r].stages[0].site + " -> none";
+      continue;
+    }
     for (const StagePlan& s : replicas[r].stages) {
       double slowest_flow = 0, total_bytes = 0, latency = 0;
       std::string to;

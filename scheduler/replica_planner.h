@@ -77,7 +77,7 @@ struct ReplicaPlan {
   double sync_bytes = 0;            // one sync, all sites together
   bool ring = false;                // the syncs priced (and chosen, reduce: cheaper) as rings
   bool gossip = false;              // the syncs priced as gossip rounds (reduce: gossip)
-  double gather_seconds = 0, ring_seconds = 0;  // one sync each way (the one not priced: 0)
+  double gather_seconds = 0, ring_seconds = 0;  // one sync each way (one not priced: 0)
   double gossip_seconds = 0;                    // one gossip round (priced only for reduce: gossip)
   int gossip_rounds = 0;  // rounds to bring the replicas within 1% of their mean
   double exposed_sync_per_step = 0;

@@ -206,6 +206,16 @@ TEST_CASE("gossip: a round is each site's fanout flows over its fastest links", 
   sync.reduce = SyncReduceCost::kGather;
   CHECK(g3.sync_bytes == Approx(PriceReplicas(p, config, w, four, sync).sync_bytes));
   CHECK(g3.ring_seconds == 0);
+  // A replica whose links are all down is no cheap round: priced as no link, and named.
+  Profiles cut = p;
+  for (LinkProfile& l : cut.links) {
+    if (l.from == "s2") l.bandwidth_bytes_per_second = 0;
+  }
+  sync.reduce = SyncReduceCost::kGossip;
+  sync.fanout = 1;
+  const ReplicaPlan stranded = PriceReplicas(cut, config, w, four, sync);
+  CHECK(stranded.sync_seconds >= 1e30);
+  CHECK(stranded.sync_bottleneck == "s2 -> none");
   // Never chosen by `cheaper`: it trades rounds for bytes, which the study weighs, not this.
   sync.reduce = SyncReduceCost::kCheaper;
   CHECK_FALSE(PriceReplicas(p, config, w, four, sync).gossip);
