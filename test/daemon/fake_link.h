@@ -117,4 +117,23 @@ inline std::function<Status(const daemon::transport::WireTensor&)> IntoInbox(dae
   };
 }
 
+// Job j-000001's assignment of `stage` in a plan of one layer per stage on `sites` (stage i on
+// sites[i], layers [i, i + 1)), coordinated by `coordinator`, attempt `attempt`.
+inline v1::StageAssignment OneLayerStages(const std::vector<std::string>& sites, int stage,
+                                          const std::string& coordinator, uint32_t attempt) {
+  v1::StageAssignment a;
+  a.set_job_id("j-000001");
+  a.set_attempt(attempt);
+  a.set_coordinator(coordinator);
+  a.set_stage(static_cast<uint32_t>(stage));
+  for (size_t i = 0; i < sites.size(); ++i) {
+    v1::StageInfo* s = a.add_stages();
+    s->set_index(static_cast<uint32_t>(i));
+    s->set_site(sites[i]);
+    s->set_layer_begin(static_cast<uint32_t>(i));
+    s->set_layer_end(static_cast<uint32_t>(i + 1));
+  }
+  return a;
+}
+
 }  // namespace longhaul::testing

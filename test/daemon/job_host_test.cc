@@ -38,19 +38,8 @@ const char* kJob =
     "sites: [a, b]\nplacement: even\n";
 
 v1::StageAssignment Assignment(uint32_t attempt = 1) {
-  v1::StageAssignment a;
-  a.set_job_id("j-000001");
-  a.set_attempt(attempt);
-  a.set_coordinator("b");
+  v1::StageAssignment a = testing::OneLayerStages({"a", "b"}, 0, "b", attempt);
   a.set_job_yaml(kJob);
-  a.set_stage(0);
-  for (int i = 0; i < 2; ++i) {
-    v1::StageInfo* s = a.add_stages();
-    s->set_index(static_cast<uint32_t>(i));
-    s->set_site(i == 0 ? "a" : "b");
-    s->set_layer_begin(static_cast<uint32_t>(i));
-    s->set_layer_end(static_cast<uint32_t>(i + 1));
-  }
   return a;
 }
 

@@ -78,19 +78,8 @@ class FakeCoordinator : public testing::FakeLink {
 };
 
 v1::StageAssignment Assignment(int stage, uint64_t resume_step) {
-  v1::StageAssignment a;
-  a.set_job_id("j-000001");
-  a.set_attempt(resume_step > 0 ? 2 : 1);
-  a.set_coordinator("co");
-  a.set_stage(static_cast<uint32_t>(stage));
+  v1::StageAssignment a = testing::OneLayerStages({"a", "b"}, stage, "co", resume_step > 0 ? 2 : 1);
   a.set_resume_step(resume_step);
-  for (int i = 0; i < 2; ++i) {
-    v1::StageInfo* s = a.add_stages();
-    s->set_index(static_cast<uint32_t>(i));
-    s->set_site(i == 0 ? "a" : "b");
-    s->set_layer_begin(static_cast<uint32_t>(i));
-    s->set_layer_end(static_cast<uint32_t>(i + 1));
-  }
   return a;
 }
 
