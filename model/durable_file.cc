@@ -70,13 +70,32 @@ StatusOr<std::string> ReadSmallFile(FileEnv& env, const std::string& path, uint6
   return bytes;
 }
 
-StatusOr<DurablePayload> ReadDurableFile(FileEnv& env, const std::string& path,
-                                         const DurableFormat& format) {
+namespace {
+
+// The file read once: at most the format's payload and its header.
+StatusOr<std::string> ReadFormatFile(FileEnv& env, const std::string& path,
+                                     const DurableFormat& format) {
   const uint64_t most = format.max_bytes > UINT64_MAX - sizeof(Header)
                             ? UINT64_MAX
                             : format.max_bytes + sizeof(Header);
-  ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(env, path, most, format.what));
+  return ReadSmallFile(env, path, most, Named(format, path));
+}
+
+}  // namespace
+
+StatusOr<DurablePayload> ReadDurableFile(FileEnv& env, const std::string& path,
+                                         const DurableFormat& format) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFormatFile(env, path, format));
   return ParseDurableFile(std::move(bytes), path, format);
+}
+
+StatusOr<DurablePayload> ReadDurableOrEarlier(FileEnv& env, const std::string& path,
+                                              const DurableFormat& format) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFormatFile(env, path, format));
+  if (HasDurableMagic(bytes, format)) return ParseDurableFile(std::move(bytes), path, format);
+  DurablePayload earlier;
+  earlier.bytes = std::move(bytes);
+  return earlier;
 }
 
 StatusOr<DurablePayload> ParseDurableFile(std::string bytes, const std::string& path,

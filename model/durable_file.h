@@ -32,7 +32,7 @@ struct DurableFormat {
 };
 
 struct DurablePayload {
-  uint32_t version = 0;
+  uint32_t version = 0;  // 0: an earlier build's file, without the shape (ReadDurableOrEarlier)
   std::string bytes;
 };
 
@@ -50,6 +50,12 @@ StatusOr<DurablePayload> ReadDurableFile(FileEnv& env, const std::string& path,
 StatusOr<DurablePayload> ParseDurableFile(std::string bytes, const std::string& path,
                                           const DurableFormat& format);
 bool HasDurableMagic(std::string_view bytes, const DurableFormat& format);
+// A file of `format` read once and checked, or, where it does not start with the format's
+// magic, an earlier build's file written before the shape: version 0 and the whole file as
+// the payload, for the caller to parse as it did. Either is at most format.max_bytes plus the
+// header, or DataLoss unread.
+StatusOr<DurablePayload> ReadDurableOrEarlier(FileEnv& env, const std::string& path,
+                                              const DurableFormat& format);
 // A whole small file read once through `env`: NotFound as the env says it; a file larger than
 // `max_bytes` is DataLoss naming `what`, the file and the sizes, nothing read.
 StatusOr<std::string> ReadSmallFile(FileEnv& env, const std::string& path, uint64_t max_bytes,

@@ -17,31 +17,29 @@ namespace {
 
 Status Errno(int err, const std::string& what) { return ErrnoStatus(err, what); }
 
-}  // namespace
-
-StatusOr<int64_t> FileSize(const std::string& path, const std::string& what) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return Errno(errno, absl::StrCat("cannot read ", what, " '", path, "'"));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", what, " '", path, "': not a regular file"));
-  }
-  return int64_t(st.st_size);
-}
-
-Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
-                     size_t n) {
-  const Status s = CurrentFileEnv()->ReadRange(path, offset, out, n);
-  if (s.ok()) return s;
-  // "cannot read 'P': why" -> "cannot read WHAT 'P': why"; "'P' is truncated" -> "WHAT 'P' ..."
+// An env's error about `path` named as the caller's `what`: "cannot read 'P': why" ->
+// "cannot read WHAT 'P': why"; "'P' is truncated" -> "WHAT 'P' is truncated".
+Status NameFile(const Status& s, const std::string& what) {
   absl::string_view m = s.message();
   constexpr absl::string_view kCannot = "cannot read ";
   if (m.substr(0, kCannot.size()) == kCannot) {
     return Status(s.code(), absl::StrCat(kCannot, what, " ", m.substr(kCannot.size())));
   }
   return Status(s.code(), absl::StrCat(what, " ", m));
+}
+
+}  // namespace
+
+StatusOr<int64_t> FileSize(const std::string& path, const std::string& what) {
+  StatusOr<int64_t> size = CurrentFileEnv()->FileSize(path);
+  if (!size.ok()) return NameFile(size.status(), what);
+  return size;
+}
+
+Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
+                     size_t n) {
+  const Status s = CurrentFileEnv()->ReadRange(path, offset, out, n);
+  return s.ok() ? s : NameFile(s, what);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {

@@ -25,22 +25,13 @@ Status WriteJobRecord(const std::string& path, const v1::JobStatus& record) {
 
 StatusOr<v1::JobStatus> ReadJobRecord(const std::string& path) {
   // Read once: a record renamed over this one meanwhile cannot mix into it.
-  ASSIGN_OR_RETURN(
-      std::string bytes,
-      model::ReadSmallFile(*CurrentFileEnv(), path, kFormat.max_bytes + model::kDurableHeaderBytes,
-                           std::string(kFormat.what) + " '" + path + "'"));
+  ASSIGN_OR_RETURN(model::DurablePayload p,
+                   model::ReadDurableOrEarlier(*CurrentFileEnv(), path, kFormat));
   v1::JobStatus record;
-  if (model::HasDurableMagic(bytes, kFormat)) {
-    ASSIGN_OR_RETURN(model::DurablePayload p,
-                     model::ParseDurableFile(std::move(bytes), path, kFormat));
-    if (!record.ParseFromString(p.bytes)) {
-      return absl::DataLossError(std::string(kFormat.what) + " '" + path + "': not a job record");
-    }
-    return record;
-  }
-  // An earlier build's record: the bare protobuf.
-  if (bytes.compare(0, 5, "LHJOB") == 0 || !record.ParseFromString(bytes) ||
-      record.job_id().empty()) {
+  // An earlier build's record is the bare protobuf.
+  const bool earlier = p.version == 0;
+  if (!record.ParseFromString(p.bytes) ||
+      (earlier && (p.bytes.compare(0, 5, "LHJOB") == 0 || record.job_id().empty()))) {
     return absl::DataLossError(std::string(kFormat.what) + " '" + path + "': not a job record");
   }
   return record;

@@ -188,18 +188,12 @@ Status WriteStageAssignment(const std::string& path, const v1::StageAssignment& 
 
 StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path) {
   // Read once: an assignment renamed over this one meanwhile (the site taking its next
-  // attempt) cannot mix into it.
-  StatusOr<std::string> read = model::ReadSmallFile(
-      *CurrentFileEnv(), path, kAssignmentFormat.max_bytes + model::kDurableHeaderBytes,
-      "stage assignment '" + path + "'");
+  // attempt) cannot mix into it. An earlier build's is the bare protobuf.
+  StatusOr<model::DurablePayload> read =
+      model::ReadDurableOrEarlier(*CurrentFileEnv(), path, kAssignmentFormat);
   if (absl::IsNotFound(read.status())) return absl::NotFoundError("no stage assignment at " + path);
   RETURN_IF_ERROR(read.status());
-  std::string bytes = std::move(*read);
-  if (model::HasDurableMagic(bytes, kAssignmentFormat)) {
-    ASSIGN_OR_RETURN(model::DurablePayload p,
-                     model::ParseDurableFile(std::move(bytes), path, kAssignmentFormat));
-    bytes = std::move(p.bytes);
-  }  // else an earlier build's: the bare protobuf
+  const std::string& bytes = read->bytes;
   v1::StageAssignment a;
   if (!a.ParseFromString(bytes)) return absl::DataLossError(path + ": malformed");
   if (a.stage() >= static_cast<uint32_t>(a.stages_size())) {

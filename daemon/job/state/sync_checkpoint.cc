@@ -74,16 +74,13 @@ StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_
   std::string body;
   int fields = 5;
   // Read once, nothing larger than a state of this fragment (either shape) can be.
-  ASSIGN_OR_RETURN(std::string all,
-                   model::ReadSmallFile(env, path, most_bytes + model::kDurableHeaderBytes,
-                                        what + " '" + path + "'"));
-  if (model::HasDurableMagic(all, kFormat)) {
-    model::DurableFormat format = kFormat;
-    format.max_bytes = most_bytes;
-    ASSIGN_OR_RETURN(model::DurablePayload p,
-                     model::ParseDurableFile(std::move(all), path, format));
+  model::DurableFormat format = kFormat;
+  format.max_bytes = most_bytes;
+  ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableOrEarlier(env, path, format));
+  if (p.version > 0) {
     body = std::move(p.bytes);
   } else {  // an earlier build's: magic, fields, floats, XXH64 of all before it
+    const std::string& all = p.bytes;
     const size_t size = all.size();
     const bool v1 = size >= 8 && std::memcmp(all.data(), kMagicV1, 8) == 0;
     if (!v1 && (size < 8 || std::memcmp(all.data(), kMagicV2, 8) != 0)) return bad("bad magic");
