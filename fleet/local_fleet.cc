@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/splitmix64.h"
+#include "fleet/gossip.h"
 #include "fleet/sync_ring.h"
 
 namespace longhaul::fleet {
@@ -49,9 +51,28 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(const model::ModelConfi
                                                    " is more phases than the model's ",
                                                    config.num_layers, " layers"));
   }
+  const size_t n = static_cast<size_t>(options.replicas);
+  if (!options.bandwidth.empty()) {
+    bool square = options.bandwidth.size() == n;
+    for (const auto& row : options.bandwidth) square = square && row.size() == n;
+    if (!square) {
+      return absl::InvalidArgumentError(absl::StrCat("fleet: a link matrix of ",
+                                                     options.bandwidth.size(), " rows for ",
+                                                     options.replicas, " replicas (N x N needed)"));
+    }
+  }
+  if (!(options.missing_links >= 0 && options.missing_links < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fleet: missing_links must be in [0, 1), not ", options.missing_links));
+  }
   std::unique_ptr<LocalFleet> fleet(new LocalFleet(config, options));
   const model::FragmentLayout whole(config, 0, config.num_layers);
   fleet->slices_ = SyncSlices(whole);
+  if (options.sync.reduce == SyncReduce::kGossip) {
+    ASSIGN_OR_RETURN(const double keep, GossipKeep(options.sync));
+    fleet->gossip_ = std::make_unique<GossipMixer>(
+        options.replicas, static_cast<size_t>(model::NumParameters(config)), fleet->slices_, keep);
+  }
   for (const SyncSlice& slice : fleet->slices_) {
     fleet->phases_.push_back(SlicePhase(whole.model(), slice.index, options.sync.stagger));
   }
@@ -87,6 +108,7 @@ void LocalFleet::InitParameters(uint64_t seed) {
   std::vector<float> params(static_cast<size_t>(model::NumParameters(config_)));
   replicas_[0].chain->StoreIntoModel(params.data());
   outer_.Reset(params);
+  if (gossip_ != nullptr) gossip_->Reset(params);
 }
 
 StatusOr<FleetStepResult> LocalFleet::TrainStep(const model::OptimizerOptions& optimizer, int step,
@@ -201,6 +223,12 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
   result.loss = static_cast<float>(loss_sum / double(all));
   const LocalSyncAction action = LocalSyncAt(options_.sync, static_cast<uint64_t>(step) + 1,
                                              static_cast<uint64_t>(total_steps));
+  if (gossip_ != nullptr) {  // stagger 1, overlap 0: every sync blocks
+    if (action.blocking) {
+      GossipSync(static_cast<uint64_t>(step) + 1, static_cast<uint64_t>(total_steps), &result);
+    }
+    return result;
+  }
   const size_t P = outer_.size();
   std::vector<float> params(P);
   if (action.finish) {  // the streaming sync started `overlap` steps ago
@@ -253,6 +281,53 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
   }
   result.synced = true;
   return result;
+}
+
+std::vector<std::vector<double>> LocalFleet::RoundLinks(uint64_t round) const {
+  const size_t n = replicas_.size();
+  std::vector<std::vector<double>> links = options_.bandwidth;
+  if (links.empty()) links.assign(n, std::vector<double>(n, 1.0));
+  if (options_.missing_links > 0) {
+    // Each directed link down with probability missing_links, drawn from (seed, round).
+    SplitMix64 rng(options_.seed * 0x2545F4914F6CDD1Dull ^ (round + 1) * 0x9E3779B97F4A7C15ull);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        const double u = static_cast<double>(rng.Next() >> 11) * 0x1.0p-53;
+        if (i != j && u < options_.missing_links) links[i][j] = 0;
+      }
+    }
+  }
+  return links;
+}
+
+void LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* result) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t n = replicas_.size(), P = static_cast<size_t>(model::NumParameters(config_));
+  std::vector<std::vector<float>> params(n, std::vector<float>(P));
+  std::vector<std::vector<double>> estimates(n, std::vector<double>(P));
+  for (size_t r = 0; r < n; ++r) {
+    replicas_[r].chain->StoreIntoModel(params[r].data());
+    std::copy(params[r].begin(), params[r].end(), estimates[r].begin());
+  }
+  result->consensus = ConsensusDistance(estimates);
+  const GossipGraph graph = ChooseGossipGraph(RoundLinks(gossip_rounds_), options_.sync.fanout,
+                                              options_.seed, gossip_rounds_);
+  traffic_.wire_bytes += gossip_->Round(graph, &params);
+  for (size_t r = 0; r < n; ++r) {
+    traffic_.raw_bytes += P * sizeof(float) * graph.out[r].size();
+  }
+  ++gossip_rounds_;
+  if (done == total) {  // the job's end: one exact average, an all-gather of the parameters
+    gossip_->Average(&params);
+    traffic_.wire_bytes += P * sizeof(float) * n * (n - 1);
+    traffic_.final_bytes += P * sizeof(float) * n * (n - 1);
+    traffic_.raw_bytes += P * sizeof(float) * n * (n - 1);
+  }
+  for (size_t r = 0; r < n; ++r) replicas_[r].chain->LoadFromModel(params[r].data());
+  ++traffic_.syncs;
+  traffic_.codec_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result->synced = true;
 }
 
 void LocalFleet::OuterStep(int phase, const std::vector<float>& mean) {

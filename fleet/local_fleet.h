@@ -25,6 +25,12 @@
 //          streaming syncs do. With sync.stagger P each sync covers one phase's slices
 //          (SlicePhase), at that phase's steps (LocalSyncAt), and the outer step and the
 //          rebase touch only those slices.
+//          With sync.reduce gossip there is no anchor and no outer step: at each sync every
+//          replica mixes its parameters with sync.fanout out-neighbours drawn that round from
+//          the link matrix (gossip_mixer.h: a sparse push-sum round, the codec's top-k
+//          fraction of each slice sent as fp32 shares), so the replicas stay close, not equal;
+//          after the last step one exact average (an all-gather of the parameters, counted)
+//          leaves them equal.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "fleet/gossip_mixer.h"
 #include "fleet/outer_optimizer.h"
 #include "fleet/sync_options.h"
 #include "fleet/sync_reduce.h"
@@ -62,20 +69,29 @@ struct LocalFleetOptions {
   }
   uint64_t seed = 0;  // the data order (every shard of the same permutation)
   SyncOptions sync;   // with a fixed codec
+  // Gossip: the links' bandwidths by (sender, receiver), N x N (empty: every link the same),
+  // and the fraction of the up links that are missing in each round (drawn per round from
+  // `seed`: a graph that changes from round to round).
+  std::vector<std::vector<double>> bandwidth;
+  double missing_links = 0;
 };
 
 struct FleetStepResult {
   float loss = 0;  // mean over every replica's microbatches
   bool synced = false;
+  // Gossip: the consensus distance (gossip.h) of the replicas' parameters before the step's
+  // round (after its local steps); -1 when the step had no round.
+  double consensus = -1;
 };
 
 // What the syncs put on the links so far.
 struct FleetTraffic {
   uint64_t syncs = 0;
-  uint64_t wire_bytes = 0;  // gather: sum over frames of frame bytes x (N - 1) receivers;
-                            // ring: every hop's frames
-  uint64_t raw_bytes = 0;   // the same count for fp32 values (4 bytes each, no header)
-  uint64_t tokens = 0;      // trained by all replicas together
+  uint64_t wire_bytes = 0;   // gather: sum over frames of frame bytes x (N - 1) receivers;
+                             // ring: every hop's frames
+  uint64_t raw_bytes = 0;    // the same count for fp32 values (4 bytes each, no header)
+  uint64_t tokens = 0;       // trained by all replicas together
+  uint64_t final_bytes = 0;  // gossip: of wire_bytes, the final exact average's
   double codec_seconds = 0;
 };
 
@@ -119,6 +135,10 @@ class LocalFleet {
                                      int total_steps);
   StatusOr<FleetStepResult> LocalMode(const model::OptimizerOptions& optimizer, int step,
                                       int total_steps);
+  // A gossip round after `done` of `total` steps (a sync step), or the final average.
+  void GossipSync(uint64_t done, uint64_t total, FleetStepResult* result);
+  // Round `round`'s link matrix: options_.bandwidth with options_.missing_links of it down.
+  std::vector<std::vector<double>> RoundLinks(uint64_t round) const;
   // Encodes each replica's `contributions[r]` (the slices of `phase`), sums the decoded
   // frames with weights[r] into *sum (those slices), and counts the traffic.
   Status Reduce(const std::vector<std::vector<float>>& contributions,
@@ -140,6 +160,8 @@ class LocalFleet {
   std::vector<float> pending_mean_;
   int pending_phase_ = kEveryPhase;
   FleetTraffic traffic_;
+  std::unique_ptr<GossipMixer> gossip_;  // sync.reduce gossip
+  uint64_t gossip_rounds_ = 0;
 };
 
 }  // namespace longhaul::fleet

@@ -17,15 +17,26 @@ StatusOr<SyncMode> ParseSyncMode(std::string_view text) {
 }
 
 const char* SyncReduceName(SyncReduce reduce) {
-  return reduce == SyncReduce::kRing ? "ring" : reduce == SyncReduce::kAuto ? "auto" : "gather";
+  switch (reduce) {
+    case SyncReduce::kRing:
+      return "ring";
+    case SyncReduce::kAuto:
+      return "auto";
+    case SyncReduce::kGossip:
+      return "gossip";
+    case SyncReduce::kGather:
+      break;
+  }
+  return "gather";
 }
 
 StatusOr<SyncReduce> ParseSyncReduce(std::string_view text) {
   if (text == "gather") return SyncReduce::kGather;
   if (text == "ring") return SyncReduce::kRing;
   if (text == "auto") return SyncReduce::kAuto;
-  return absl::InvalidArgumentError(
-      absl::StrCat("sync.reduce must be gather, ring or auto, not '", std::string(text), "'"));
+  if (text == "gossip") return SyncReduce::kGossip;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "sync.reduce must be gather, ring, auto or gossip, not '", std::string(text), "'"));
 }
 
 const char* SiteLossName(SiteLoss loss) { return loss == SiteLoss::kDrop ? "drop" : "wait"; }
@@ -132,7 +143,35 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   }
   RETURN_IF_ERROR(ValidateOuterOptions(o.outer));
   if (o.codec != "adaptive") RETURN_IF_ERROR(FixedSyncCodec(o.codec).status());
+  if (o.fanout < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("sync.fanout must be >= 1, not ", o.fanout));
+  }
+  if (o.reduce == SyncReduce::kGossip) RETURN_IF_ERROR(GossipKeep(o).status());
   return absl::OkStatus();
+}
+
+StatusOr<double> GossipKeep(const SyncOptions& o) {
+  if (o.mode != SyncMode::kLocal || o.stagger != 1 || o.overlap != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.reduce gossip needs mode local with stagger 1 and overlap 0 (mode ",
+                     SyncModeName(o.mode), ", stagger ", o.stagger, ", overlap ", o.overlap, ")"));
+  }
+  if (o.outer.lr != 1.0f || o.outer.momentum != 0.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync.reduce gossip mixes the parameters themselves (plain averaging): sync.outer lr "
+        "must be 1 and momentum 0, not lr ",
+        o.outer.lr, " momentum ", o.outer.momentum));
+  }
+  if (o.codec == "exact") return 1.0;
+  const auto spec = FixedSyncCodec(o.codec);
+  if (spec.ok() && spec->topk.enabled && spec->value.format == compression::ValueFormat::kFp32 &&
+      !spec->zstd.enabled) {
+    return spec->topk.fraction;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("sync.reduce gossip sends fp32 shares of the coordinates it picks: sync.codec "
+                   "exact or topk:F, not '",
+                   o.codec, "'"));
 }
 
 }  // namespace longhaul::fleet

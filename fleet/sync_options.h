@@ -51,7 +51,12 @@ enum class SiteLoss { kDrop, kWait };
 //           member. Every member still applies the same bytes, so the replicas stay equal.
 //   auto:   the planner prices both on the measured links and picks (a job placed by the
 //           planner; the coordinator records the choice).
-enum class SyncReduce { kGather, kRing, kAuto };
+//   gossip: no collective: at each sync every member mixes its parameters with `fanout`
+//           out-neighbours drawn that round (gossip.h, gossip_mixer.h: sparse push-sum), so the
+//           members stay close rather than equal. Mode local with stagger 1 and overlap 0,
+//           with plain averaging (outer lr 1, momentum 0) and codec exact or topk:F. The fleet
+//           simulator (local_fleet.h) runs it; the daemons do not carry it yet.
+enum class SyncReduce { kGather, kRing, kAuto, kGossip };
 
 struct SyncOptions {
   SyncMode mode = SyncMode::kLocal;
@@ -63,6 +68,7 @@ struct SyncOptions {
   SiteLoss on_site_loss = SiteLoss::kWait;
   SyncReduce reduce = SyncReduce::kGather;
   int stagger = 1;  // local: phases of a sync round (1: everything at once); <= every
+  int fanout = 1;   // gossip: out-neighbours per member and round; >= 1
 };
 
 // A LocalSyncAction's phase when a sync covers every slice (the last step's, or stagger 1).
@@ -73,7 +79,7 @@ const char* SyncModeName(SyncMode mode);
 StatusOr<SyncMode> ParseSyncMode(std::string_view text);
 
 const char* SyncReduceName(SyncReduce reduce);
-// "gather", "ring" or "auto"; the error names the accepted values.
+// "gather", "ring", "auto" or "gossip"; the error names the accepted values.
 StatusOr<SyncReduce> ParseSyncReduce(std::string_view text);
 
 const char* SiteLossName(SiteLoss loss);
@@ -105,8 +111,13 @@ inline bool InPhase(int slice_phase, int phase) {
 
 // every >= 1, 1 <= stagger <= every (stagger > 1 only in local mode), 0 <= overlap <
 // every / stagger (overlap > 0 only in local mode: one sync in flight at a time), the outer
-// options' ranges, and a codec that is "exact", "adaptive" or parses.
+// options' ranges, a codec that is "exact", "adaptive" or parses, and gossip's conditions
+// (see SyncReduce) with fanout >= 1.
 Status ValidateSyncOptions(const SyncOptions& options);
+
+// The fraction of each slice a gossip round sends (1 for codec exact, F for topk:F), or the
+// error naming which of gossip's conditions (see SyncReduce) `options` breaks.
+StatusOr<double> GossipKeep(const SyncOptions& options);
 
 // The codec spec of a fixed sync codec ("exact" is fp32); "adaptive" and unparsable specs
 // are errors naming the value.

@@ -442,6 +442,85 @@ TEST_CASE("staggered syncs: a phase's slices equal after its sync, the others st
   CHECK(t.raw_bytes == whole.fleet->traffic().raw_bytes);
 }
 
+TEST_CASE("gossip: close but apart after each round, equal after the last, sparse frames",
+          "[fleet]") {
+  SyncOptions sync = Local(2, GENERATE(std::string("exact"), std::string("topk:0.1")));
+  sync.reduce = SyncReduce::kGossip;
+  sync.outer = {1.0f, 0.0f, true};  // plain averaging: what a round does
+  Fleet f = MakeFleet(4, sync);
+  const int steps = 12;
+  float first = 0, last = 0;
+  double consensus_first = -1;
+  for (int s = 0; s < steps; ++s) {
+    auto r = f.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(r.ok());
+    const bool sync_step = (s + 1) % 2 == 0;
+    INFO("step " << s << " codec " << sync.codec);
+    CHECK(r->synced == sync_step);
+    CHECK((r->consensus >= 0) == sync_step);
+    if (sync_step && consensus_first < 0) consensus_first = r->consensus;
+    if (sync_step && s + 1 < steps) {
+      CHECK(r->consensus > 0);                 // different shards moved them apart
+      CHECK(f.fleet->MaxDivergence() > 0.0f);  // one round with one neighbour: not equal
+    }
+    if (s == 0) first = r->loss;
+    last = r->loss;
+  }
+  CHECK(f.fleet->MaxDivergence() == 0.0f);  // the job's end: one exact average
+  CHECK(last < first);
+  const FleetTraffic& t = f.fleet->traffic();
+  CHECK(t.syncs == 6);
+  // Six rounds of one frame per replica (the last step's too), then the final all-gather of
+  // the fp32 parameters.
+  const uint64_t P = static_cast<uint64_t>(model::NumParameters(Config()));
+  const uint64_t final_gather = P * 4 * 4 * 3;
+  CHECK(t.raw_bytes == 6 * 4 * P * 4 + final_gather);
+  if (sync.codec == "exact") {
+    CHECK(t.wire_bytes > t.raw_bytes);  // each coordinate's index and weight beside its value
+  } else {
+    // 10% of the coordinates at 12 bytes each against every coordinate's 4.
+    CHECK((t.wire_bytes - final_gather) * 2 < t.raw_bytes - final_gather);
+  }
+}
+
+TEST_CASE("gossip over a changing graph with links missing still trains", "[fleet]") {
+  SyncOptions sync = Local(2, "topk:0.1");
+  sync.reduce = SyncReduce::kGossip;
+  sync.outer = {1.0f, 0.0f, true};
+  sync.fanout = 2;
+  std::vector<kernels::Ops*> raw;
+  std::vector<std::unique_ptr<kernels::Ops>> owned;
+  for (int r = 0; r < 4; ++r) {
+    auto ops = kernels::MakeOps("cpu", 1);
+    REQUIRE(ops.ok());
+    raw.push_back(ops->get());
+    owned.push_back(std::move(*ops));
+  }
+  LocalFleetOptions o;
+  o.replicas = 4;
+  o.batch_size = kB;
+  o.seq_len = kT;
+  o.microbatches = kM;
+  o.seed = 3;
+  o.sync = sync;
+  o.missing_links = 0.25;
+  o.bandwidth = {{0, 1e9, 1e7, 1e7}, {1e9, 0, 1e7, 1e7}, {1e7, 1e7, 0, 1e8}, {1e7, 1e7, 1e8, 0}};
+  auto fleet = LocalFleet::Create(Config(), Data(), o, raw);
+  REQUIRE(fleet.ok());
+  (*fleet)->InitParameters(11);
+  float first = 0, last = 0;
+  for (int s = 0; s < 10; ++s) {
+    auto r = (*fleet)->TrainStep(Optimizer(), s, 10);
+    REQUIRE(r.ok());
+    if (s == 0) first = r->loss;
+    last = r->loss;
+  }
+  CHECK(last < first);
+  CHECK((*fleet)->MaxDivergence() == 0.0f);
+  o.bandwidth.pop_back();  // 3 rows for 4 replicas
+  CHECK(!LocalFleet::Create(Config(), Data(), o, raw).ok());
+}
+
 TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   auto ops = kernels::MakeOps("cpu", 1);
   REQUIRE(ops.ok());
@@ -459,6 +538,26 @@ TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
   o.sync.every = 4;
   o.sync.stagger = 3;  // more phases than the 2 layers: a phase with nothing to sync
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  // Gossip: plain averaging, codec exact or topk:F, no stagger or overlap.
+  o.sync.stagger = 1;
+  o.sync.reduce = SyncReduce::kGossip;
+  o.sync.outer = {1.0f, 0.0f, true};
+  o.sync.codec = "topk:0.05";
+  CHECK(LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.codec = "topk:0.05+q4";  // shares are fp32
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.codec = "exact";
+  o.sync.outer = {0.7f, 0.9f, true};
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.outer = {1.0f, 0.0f, true};
+  o.sync.overlap = 1;
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.overlap = 0;
+  o.sync.fanout = 0;
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.fanout = 1;
+  o.missing_links = 1;  // every link down every round
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
 }
 

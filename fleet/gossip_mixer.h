@@ -1,0 +1,69 @@
+// Sparse push-sum over the parameters of N replicas: the step `sync: {reduce: gossip}` takes in
+// the fleet simulator (local_fleet.h), where gossip.h has the arithmetic on small vectors.
+//
+// Each replica r holds its parameters x_r and, per parameter, a push-sum weight w_r (1 at the
+// start): its push-sum value is v_r = w_r x_r, so what local steps move is new mass at r. In a
+// round over a graph (gossip.h: ChooseGossipGraph) each sender j picks, per parameter slice, a
+// fraction `keep` of the slice (every coordinate when keep is 1): half of them a window that
+// turns with the rounds, the same on every replica (so each coordinate is mixed every 1 / (keep
+// / 2) rounds, and replicas whose values differ where none moves still come together), the
+// other half the coordinates that moved most since it last sent them (the largest
+// |x_j - ref_j|: what local steps learned spreads first); for each of those it keeps
+// one share 1 / (1 + d_j) of (v, w) and sends one share to each of its d_j out-neighbours; the
+// coordinates it does not pick it keeps whole. A receiver adds what it gets, in sender order,
+// and its parameter is v / w. Per coordinate the mixing is column stochastic (the sparsified
+// push-sum of Chen, Hashemi and Vikalo's seed: the weights follow the values, so dropping a
+// coordinate from a message does not bias the average), so for every coordinate the sums over
+// replicas of v and of w never change in a round: a round moves mass, never makes or loses it.
+// (A local step's move counts as mass at r weighted by its w there, which rounds keep near 1.)
+//
+// A frame carries, per picked coordinate, its index, the value share and the weight share
+// (fp32 each: 12 bytes) after a 16-byte header per slice; FrameBytes counts it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "fleet/gossip.h"
+#include "fleet/sync_slices.h"
+
+namespace longhaul::fleet {
+
+class GossipMixer {
+ public:
+  // `replicas` replicas of `parameters` parameters cut into `slices` (covering them);
+  // `keep` in (0, 1]: the fraction of each slice a sender picks.
+  GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices, double keep);
+
+  // Starts every replica's reference at `params` (the common initial parameters).
+  void Reset(std::span<const float> params);
+
+  // One round over `graph` (graph.nodes() == replicas) on `params[r]` (each `parameters`
+  // long), in place. Returns the bytes the round's frames put on the links.
+  uint64_t Round(const GossipGraph& graph, std::vector<std::vector<float>>* params);
+
+  // The exact average: every replica's parameters become sum_r v_r / sum_r w_r per
+  // coordinate and every weight 1 (the job's end: one all-gather of the parameters, which
+  // the caller counts).
+  void Average(std::vector<std::vector<float>>* params);
+
+  // The bytes of one frame of `picked` coordinates in `slices` slices.
+  static uint64_t FrameBytes(uint64_t picked, uint64_t slices);
+  // The coordinates a sender picks of a slice of `size` (at least 1).
+  size_t Picked(size_t size) const;
+
+  const std::vector<float>& weights(int r) const { return weights_[static_cast<size_t>(r)]; }
+
+ private:
+  int replicas_;
+  size_t parameters_;
+  std::vector<SyncSlice> slices_;
+  double keep_;
+  std::vector<std::vector<float>> weights_;  // by replica, by parameter
+  std::vector<std::vector<float>> refs_;     // by replica: each coordinate when last sent
+  uint64_t rounds_ = 0;
+};
+
+}  // namespace longhaul::fleet

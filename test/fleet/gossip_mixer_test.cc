@@ -1,0 +1,153 @@
+// Sparse push-sum rounds over replicas' parameters (fleet/gossip_mixer.h): a round moves mass
+// per coordinate and never makes or loses it, dense and sparse rounds over changing graphs
+// bring the replicas to the average they started from, a replica with no out-link keeps what
+// it has, the bytes are the frames' and the final average is exact.
+#include "fleet/gossip_mixer.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "common/splitmix64.h"
+
+namespace longhaul::fleet {
+namespace {
+
+constexpr int kN = 5;
+constexpr size_t kP = 96;
+
+std::vector<SyncSlice> Slices() { return {{0, 0, 40}, {1, 40, 56}}; }
+
+std::vector<std::vector<float>> Start(uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<std::vector<float>> x(kN, std::vector<float>(kP));
+  for (auto& row : x) {
+    for (float& v : row) v = static_cast<float>(static_cast<double>(rng.Next() >> 11) * 0x1.0p-53);
+  }
+  return x;
+}
+
+std::vector<std::vector<double>> AllLinks() {
+  return std::vector<std::vector<double>>(kN, std::vector<double>(kN, 1.0));
+}
+
+// Per coordinate: sum over replicas of w x (the push-sum value) and of w.
+std::pair<std::vector<double>, std::vector<double>> Mass(const GossipMixer& m,
+                                                         const std::vector<std::vector<float>>& x) {
+  std::vector<double> v(kP, 0.0), w(kP, 0.0);
+  for (int r = 0; r < kN; ++r) {
+    for (size_t c = 0; c < kP; ++c) {
+      v[c] += static_cast<double>(m.weights(r)[c]) * x[static_cast<size_t>(r)][c];
+      w[c] += m.weights(r)[c];
+    }
+  }
+  return {v, w};
+}
+
+double Distance(const std::vector<std::vector<float>>& x) {
+  std::vector<std::vector<double>> d(x.size());
+  for (size_t r = 0; r < x.size(); ++r) d[r].assign(x[r].begin(), x[r].end());
+  return ConsensusDistance(d);
+}
+
+std::vector<double> Mean(const std::vector<std::vector<float>>& x) {
+  std::vector<double> mean(kP, 0.0);
+  for (const auto& row : x) {
+    for (size_t c = 0; c < kP; ++c) mean[c] += row[c] / double(kN);
+  }
+  return mean;
+}
+
+TEST_CASE("a sparse round moves mass per coordinate and never makes or loses it") {
+  auto x = Start(1);
+  GossipMixer m(kN, kP, Slices(), 0.25);
+  m.Reset(x[0]);
+  for (int round = 0; round < 20; ++round) {
+    const auto [v0, w0] = Mass(m, x);
+    m.Round(ChooseGossipGraph(AllLinks(), 2, 7, static_cast<uint64_t>(round)), &x);
+    const auto [v1, w1] = Mass(m, x);
+    for (size_t c = 0; c < kP; ++c) {
+      INFO("round " << round << " coordinate " << c);
+      CHECK(w1[c] == Approx(w0[c]).epsilon(1e-6));
+      CHECK(v1[c] == Approx(v0[c]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("dense and sparse rounds over changing graphs reach the starting average") {
+  for (const double keep : {1.0, 0.25}) {
+    auto x = Start(2);
+    const std::vector<double> mean = Mean(x);
+    GossipMixer m(kN, kP, Slices(), keep);
+    // Every replica's reference at 0, so each coordinate's move is its value.
+    m.Reset(std::vector<float>(kP, 0.0f));
+    const double start = Distance(x);
+    const int rounds = keep == 1.0 ? 60 : 400;
+    for (int round = 0; round < rounds; ++round) {
+      m.Round(ChooseGossipGraph(AllLinks(), 1, 9, static_cast<uint64_t>(round)), &x);
+    }
+    INFO("keep " << keep);
+    CHECK(Distance(x) < 1e-3 * start);
+    for (size_t c = 0; c < kP; ++c) CHECK(x[0][c] == Approx(mean[c]).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("a sparse round sends the largest moves and keeps the rest") {
+  std::vector<std::vector<float>> x(kN, std::vector<float>(kP, 0.0f));
+  // 2 of 40 (the window's 1, from coordinate 0 in round 0, and the largest move) and 3 of 56
+  // (the window's 2 from 40, and the largest move).
+  GossipMixer m(kN, kP, Slices(), 0.05);
+  m.Reset(x[0]);
+  x[0][0] = 4.0f;
+  x[0][5] = 1.0f;
+  x[0][6] = -3.0f;  // slice 0's largest move
+  x[0][7] = 2.0f;
+  x[0][50] = 0.5f;
+  GossipGraph g;
+  g.out.assign(kN, {});
+  g.out[0] = {1};
+  const uint64_t bytes = m.Round(g, &x);
+  CHECK(bytes == GossipMixer::FrameBytes(2 + 3, 2));
+  CHECK(x[0][5] == 1.0f);  // not picked: kept whole
+  CHECK(x[1][5] == 0.0f);
+  CHECK(x[1][7] == 0.0f);   // the second largest move waits for a later round
+  CHECK(x[0][6] == -3.0f);  // picked: half kept (value and weight), half sent
+  CHECK(m.weights(0)[6] == 0.5f);
+  CHECK(x[1][6] == Approx(-1.0f));  // (1 x 0 + 0.5 x -3) / (1 + 0.5)
+  CHECK(m.weights(1)[6] == 1.5f);
+  CHECK(x[1][0] == Approx(4.0f / 3));  // in the window
+  CHECK(x[1][50] == Approx(0.25f / 1.5f));
+  // The next round's window is coordinate 1 of slice 0: replica 0 sends its largest move
+  // left (7) beside it.
+  const uint64_t again = m.Round(g, &x);
+  CHECK(again == GossipMixer::FrameBytes(2 + 3, 2));
+  CHECK(x[1][7] == Approx(2.0f / 3));
+  // Replicas 2..4 sent nothing and heard nothing.
+  for (int r = 2; r < kN; ++r) {
+    for (size_t c = 0; c < kP; ++c) CHECK(x[static_cast<size_t>(r)][c] == 0.0f);
+  }
+}
+
+TEST_CASE("rounds are deterministic and the final average is exact") {
+  auto a = Start(4), b = Start(4);
+  GossipMixer ma(kN, kP, Slices(), 0.3), mb(kN, kP, Slices(), 0.3);
+  ma.Reset(a[0]);
+  mb.Reset(b[0]);
+  for (int round = 0; round < 5; ++round) {
+    const GossipGraph g = ChooseGossipGraph(AllLinks(), 2, 3, static_cast<uint64_t>(round));
+    CHECK(ma.Round(g, &a) == mb.Round(g, &b));
+  }
+  CHECK(a == b);
+  const auto [v, w] = Mass(ma, a);
+  ma.Average(&a);
+  for (int r = 0; r < kN; ++r) {
+    for (size_t c = 0; c < kP; ++c) {
+      CHECK(a[static_cast<size_t>(r)][c] == Approx(v[c] / w[c]).epsilon(1e-6));
+      CHECK(ma.weights(r)[c] == 1.0f);
+    }
+  }
+  CHECK(Distance(a) == 0);
+}
+
+}  // namespace
+}  // namespace longhaul::fleet
