@@ -126,6 +126,10 @@ double FileEnv::NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+double FileEnv::WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 FileEnv* FileEnv::Default() {
   static FileEnv env;
   return &env;

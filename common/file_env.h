@@ -1,8 +1,11 @@
 // FileEnv: the seam through which durable state touches the disk and the clock (leveldb's
 // Env). Checkpoints and job records are written and read through it (model/file_io.h), so a
 // test can put a faulty env in place and tear writes, fail fsync, fill the disk or flip bytes
-// on read, and check that nothing corrupt is ever loaded and nothing committed is lost.
-// The process has one current env (Default() unless a test installs another).
+// on read, and check that nothing corrupt is ever loaded and nothing committed is lost. The
+// job runtime's clocks are its too (NowSeconds for durations, link measurements and timeouts;
+// WallSeconds for the job record's times), so a test with a fake clock drives what they report.
+// The daemon passes its env down to what it builds (CurrentFileEnv() at the top: Default()
+// unless a test installs another); options that take one default to Default().
 #pragma once
 
 #include <cstddef>
@@ -31,8 +34,10 @@ class FileEnv {
   // Size of the regular file `path` (NotFound without one; InvalidArgument for a directory
   // or device).
   virtual StatusOr<int64_t> FileSize(const std::string& path);
-  // Seconds on a monotonic clock.
+  // Seconds on a monotonic clock (the steady clock's epoch): durations and deadlines.
   virtual double NowSeconds();
+  // Seconds since the Unix epoch (the system clock, which may jump): time stamps.
+  virtual double WallSeconds();
 
   // The real thing.
   static FileEnv* Default();

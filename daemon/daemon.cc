@@ -24,14 +24,6 @@
 namespace longhaul::daemon {
 namespace {
 
-double NowUnix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-double NowMono() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Replaces the port of "host:port" with `port`.
 std::string WithPort(const std::string& address, int port) {
   return address.substr(0, address.rfind(':') + 1) + std::to_string(port);
@@ -49,9 +41,10 @@ std::string ListenHint(bool tls) {
 Daemon::Daemon(SiteConfig config, DaemonOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   if (options_.protocol_version == 0) options_.protocol_version = kProtocolVersion;
+  if (options_.file_env == nullptr) options_.file_env = CurrentFileEnv();
   log_ = MakeSiteLogger(config_.site, config_.log_level);
-  start_unix_ = NowUnix();
-  start_mono_ = NowMono();
+  start_unix_ = options_.file_env->WallSeconds();
+  start_mono_ = options_.file_env->NowSeconds();
 }
 
 StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const SiteConfig& config, DaemonOptions options) {
@@ -171,6 +164,7 @@ Status Daemon::StartAll() {
   jo.memory_limit_bytes = config_.memory_limit_bytes;
   jo.devices = config_.devices;
   jo.host_device_codecs = options_.host_device_codecs;
+  jo.file_env = options_.file_env;
   jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
 
   // Peer server: what other sites reach, over gRPC or the loopback.
@@ -284,7 +278,7 @@ v1::NodeStatus Daemon::NodeStatus() const {
   s.set_site(config_.site);
   s.set_version(kBuildVersion);
   s.set_protocol_version(options_.protocol_version);
-  s.set_uptime_seconds(NowMono() - start_mono_);
+  s.set_uptime_seconds(options_.file_env->NowSeconds() - start_mono_);
   s.set_peer_listen(PeerListen());
   s.set_control_listen(WithPort(config_.control_listen, control_port_));
   s.set_status_listen(WithPort(config_.status_listen, status_port_));

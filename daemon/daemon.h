@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/status.h"
 #include "daemon/config.h"
 #include "daemon/control_service.h"
@@ -41,6 +42,9 @@ struct DaemonOptions {
   // Test seam: start even when the TLS material fails CheckTlsMaterial (tls_checks.h), so
   // that a test can play a misconfigured or rogue peer and check what the others refuse.
   bool skip_tls_checks = false;
+  // Test seam: the disk and clock of the daemon's jobs (job records, stage checkpoints, the job
+  // runtime's times) and of its uptime; null: CurrentFileEnv(), taken once at construction.
+  FileEnv* file_env = nullptr;
 };
 
 class Daemon {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/file_env.h"
+
 namespace longhaul::daemon {
 
 LinkMonitor::LinkMonitor(std::string site, LinkMonitorOptions options)
@@ -70,9 +72,7 @@ void LinkMonitor::AddProbeSample(const std::string& peer, uint64_t bytes, double
   TakeSampleLocked(link, sample, fell && asked ? 1.0 : options_.bandwidth_alpha);
 }
 
-double LinkMonitor::SteadySeconds() {
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
+double LinkMonitor::SteadySeconds() { return FileEnv::Default()->NowSeconds(); }
 
 void LinkMonitor::AddTransfer(const std::string& peer, double start, double end, uint64_t bytes) {
   if (!(end >= start) || bytes == 0) return;

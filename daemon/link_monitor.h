@@ -68,8 +68,8 @@ class LinkMonitor {
   // to follow (from 200 to 20 Mbit/s: six). Otherwise as AddBandwidthSample.
   void AddProbeSample(const std::string& peer, uint64_t bytes, double seconds, bool asked);
   // A job's transfer of `bytes` to the peer ran from `start` to `end` (seconds of the steady
-  // clock, SteadySeconds): kept for a while so that a probe can count the traffic it shared
-  // the link with.
+  // clock, SteadySeconds: the real FileEnv's NowSeconds, which the daemon's senders read):
+  // kept for a while so that a probe can count the traffic it shared the link with.
   void AddTransfer(const std::string& peer, double start, double end, uint64_t bytes);
   // Bytes of the transfers to `peer` that fell within [from, to], each prorated by the share
   // of its time inside the window.

@@ -30,16 +30,25 @@ Status NameFile(const Status& s, const std::string& what) {
 
 }  // namespace
 
-StatusOr<int64_t> FileSize(const std::string& path, const std::string& what) {
-  StatusOr<int64_t> size = CurrentFileEnv()->FileSize(path);
+StatusOr<int64_t> FileSize(FileEnv& env, const std::string& path, const std::string& what) {
+  StatusOr<int64_t> size = env.FileSize(path);
   if (!size.ok()) return NameFile(size.status(), what);
   return size;
 }
 
+Status ReadFileRange(FileEnv& env, const std::string& path, const std::string& what, int64_t offset,
+                     void* out, size_t n) {
+  const Status s = env.ReadRange(path, offset, out, n);
+  return s.ok() ? s : NameFile(s, what);
+}
+
+StatusOr<int64_t> FileSize(const std::string& path, const std::string& what) {
+  return FileSize(*CurrentFileEnv(), path, what);
+}
+
 Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
                      size_t n) {
-  const Status s = CurrentFileEnv()->ReadRange(path, offset, out, n);
-  return s.ok() ? s : NameFile(s, what);
+  return ReadFileRange(*CurrentFileEnv(), path, what, offset, out, n);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -90,11 +99,15 @@ Status AtomicFileWriter::Commit() {
   return absl::OkStatus();
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  AtomicFileWriter writer;
+Status WriteFileAtomically(FileEnv& env, const std::string& path, const std::string& contents) {
+  AtomicFileWriter writer(&env);
   RETURN_IF_ERROR(writer.Open(path));
   RETURN_IF_ERROR(writer.Write(contents.data(), contents.size()));
   return writer.Commit();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  return WriteFileAtomically(*CurrentFileEnv(), path, contents);
 }
 
 }  // namespace longhaul::model

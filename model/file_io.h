@@ -12,11 +12,17 @@
 
 namespace longhaul::model {
 
-// Size of regular file `path`; errors read "cannot read WHAT 'PATH': reason".
-StatusOr<int64_t> FileSize(const std::string& path, const std::string& what);
+// Size of regular file `path`, asked of `env`; errors read "cannot read WHAT 'PATH': reason".
+StatusOr<int64_t> FileSize(FileEnv& env, const std::string& path, const std::string& what);
 
-// Reads `n` bytes at `offset` of `path` into `out`. A short file is an error naming
-// the sizes (a truncated file).
+// Reads `n` bytes at `offset` of `path` into `out`, through `env`. A short file is an error
+// naming the sizes (a truncated file).
+Status ReadFileRange(FileEnv& env, const std::string& path, const std::string& what, int64_t offset,
+                     void* out, size_t n);
+
+// The same through the process's current env (CurrentFileEnv()), for readers that are not
+// handed one (data, config and model files).
+StatusOr<int64_t> FileSize(const std::string& path, const std::string& what);
 Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
                      size_t n);
 
@@ -50,7 +56,8 @@ class AtomicFileWriter : public ByteSink {
   int fd_ = -1;
 };
 
-// Writes `contents` to `path` atomically.
+// Writes `contents` to `path` atomically, through `env` (the second form: the current one).
+Status WriteFileAtomically(FileEnv& env, const std::string& path, const std::string& contents);
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
 }  // namespace longhaul::model

@@ -18,14 +18,10 @@ namespace {
 using Entry = YamlWalker::Entry;
 using Fields = YamlWalker::Fields;
 
-// train-local's keys, then the pipeline keys distributed jobs read (kPipelineJobKeys).
-const std::vector<absl::string_view> kTopKeys = [] {
-  std::vector<absl::string_view> keys = {
-      "name",    "model",     "init_from", "data",       "steps",   "batch_size", "microbatch_size",
-      "seq_len", "optimizer", "seed",      "checkpoint", "backend", "threads"};
-  keys.insert(keys.end(), kPipelineJobKeys.begin(), kPipelineJobKeys.end());
-  return keys;
-}();
+// train-local's keys (a parse accepts its caller's more_keys after them).
+const std::vector<absl::string_view> kTopKeys = {
+    "name",    "model",     "init_from", "data",       "steps",   "batch_size", "microbatch_size",
+    "seq_len", "optimizer", "seed",      "checkpoint", "backend", "threads"};
 // The first five are required; then the subspace-cut variant's (gpt2), then llama's.
 const std::vector<absl::string_view> kModelKeys = {"layers",
                                                    "channels",
@@ -59,11 +55,13 @@ class JobParser {
   JobParser(const std::string& source, std::string base_dir)
       : w_(source), base_dir_(std::move(base_dir)) {}
 
-  StatusOr<Job> Parse(const std::string& text) {
+  StatusOr<Job> Parse(const std::string& text, absl::Span<const absl::string_view> more_keys) {
     Job job;
     job.source = w_.source();
     ASSIGN_OR_RETURN(const Entry root, w_.Root(text));
-    ASSIGN_OR_RETURN(const Fields top, w_.Map(root, kTopKeys));
+    std::vector<absl::string_view> known = kTopKeys;
+    known.insert(known.end(), more_keys.begin(), more_keys.end());
+    ASSIGN_OR_RETURN(const Fields top, w_.Map(root, known));
     auto get = [&top](absl::string_view key) -> const Entry* {
       auto it = top.find(key);
       return it == top.end() ? nullptr : &it->second;
@@ -374,17 +372,17 @@ class JobParser {
 }  // namespace
 
 StatusOr<Job> ParseJob(const std::string& text, const std::string& source,
-                       const std::string& base_dir) {
-  return JobParser(source, base_dir).Parse(text);
+                       const std::string& base_dir, absl::Span<const absl::string_view> more_keys) {
+  return JobParser(source, base_dir).Parse(text, more_keys);
 }
 
-StatusOr<Job> LoadJob(const std::string& path) {
+StatusOr<Job> LoadJob(const std::string& path, absl::Span<const absl::string_view> more_keys) {
   ASSIGN_OR_RETURN(const int64_t size, FileSize(path, "job file"));
   std::string text(size_t(size), '\0');
   RETURN_IF_ERROR(ReadFileRange(path, "job file", 0, text.data(), text.size()));
   std::string base = std::filesystem::path(path).parent_path().string();
   if (base.empty()) base = ".";
-  return ParseJob(text, path, base);
+  return ParseJob(text, path, base, more_keys);
 }
 
 }  // namespace longhaul::model

@@ -45,27 +45,25 @@
 //                                    # picks cpu-ref or bf16 compute there: site_backend.h)
 //   threads: 2                       # 0 = all cores
 //
+// A distributed job adds its pipeline keys (sites, replicas, ...: daemon/job/spec/job_spec.h,
+// whose table of key parsers names them) to the same file; train-local accepts and ignores
+// them when its caller passes their names (LoadJob's more_keys).
+//
 // Errors read "FILE:LINE:COLUMN: key.path: problem".
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/status.h"
 #include "model/config.h"
 #include "model/optimizer.h"
 #include "model/token_data.h"
 
 namespace longhaul::model {
-
-// The top-level keys of a job file that distributed jobs read (daemon/job/spec/job_spec.h) and
-// train-local accepts and ignores: the one list of them.
-inline constexpr std::array<absl::string_view, 9> kPipelineJobKeys = {
-    "sites", "compression",          "replan",         "placement",      "replicas",
-    "sync",  "replica_microbatches", "replica_stages", "extra_in_flight"};
 
 // The data source keyword for the built-in corpus.
 inline constexpr char kBuiltinData[] = "builtin";
@@ -109,10 +107,13 @@ struct Job {
   int microbatches() const { return batch_size / microbatch_size; }
 };
 
-// Parses job file `path`.
-StatusOr<Job> LoadJob(const std::string& path);
+// Parses job file `path`. `more_keys`: top-level keys accepted besides the ones above, and
+// ignored: the pipeline keys a distributed job adds (daemon::PipelineJobKeys(), which
+// train-local and the tools that read job files pass); any other key is refused, naming it.
+StatusOr<Job> LoadJob(const std::string& path, absl::Span<const absl::string_view> more_keys = {});
 // Parses `text`; `source` names it in errors, `base_dir` anchors relative paths.
 StatusOr<Job> ParseJob(const std::string& text, const std::string& source,
-                       const std::string& base_dir);
+                       const std::string& base_dir,
+                       absl::Span<const absl::string_view> more_keys = {});
 
 }  // namespace longhaul::model

@@ -2,7 +2,8 @@
 // of the plan (last stage first), runs the step barrier (one decision for all stages, only from the
 // site that runs each stage), supervises the attempt (pings; a stage that failed makes it stop the
 // attempt and reassign every stage under the next attempt from the committed step), and finishes
-// the job when every stage ran its last step.
+// the job when every stage ran its last step. The record's times (submission, step times,
+// events) are its file env's wall clock, a fake one in one test.
 #include "daemon/job/coordinator/coordinator.h"
 
 #include <spdlog/spdlog.h>
@@ -74,8 +75,10 @@ struct Fixture {
   FakeSite alpha{"alpha"}, beta{"beta"};
   std::unique_ptr<Coordinator> c;
 
-  Fixture() {
+  // `file_env`: the job record's disk and clock (a FakeClockEnv sets its times).
+  explicit Fixture(FileEnv* file_env = FileEnv::Default()) {
     CoordinatorEnv env;
+    env.file_env = file_env;
     env.site = "alpha";
     env.channel = [this](const std::string& s) -> transport::Link* {
       if (s == "alpha") return &alpha;
@@ -188,6 +191,36 @@ TEST_CASE("coordinator: the job completes once every stage ran its last step") {
   REQUIRE(f.c->OnReport(f.Report(1, 4, 4), "beta").ok());
   CHECK(f.c->GetStatus(1).state() == v1::JOB_STATE_COMPLETED);
   CHECK(f.c->finished());
+}
+
+TEST_CASE("coordinator: the record's times are its file env's wall clock, not the machine's") {
+  testing::FakeClockEnv clock;
+  clock.wall = 1'000'000.0;
+  Fixture f(&clock);
+  CHECK(f.c->GetStatus(10).submitted_unix() == 1'000'000.0);
+  // The first step's time is what its stages reported (nothing here); each later one is the
+  // wall clock between two decisions, and the rate and ETA follow from it.
+  f.Step(0, 0);
+  clock.Advance(2.5);
+  f.Step(1, 2);
+  clock.Advance(4.0);
+  f.Step(2, 2);
+  v1::JobStatus s = f.c->GetStatus(10);
+  REQUIRE(s.step_times_size() == 3);
+  CHECK(s.step_times(0) == 0.0);
+  CHECK(s.step_times(1) == 2.5);
+  CHECK(s.step_times(2) == 4.0);
+  CHECK(s.step_seconds() == 4.0);
+  CHECK(s.eta_seconds() == 4.0);  // one step of 4 left
+  // 2 microbatches of 2 sequences of 32 tokens in 4 s.
+  CHECK(s.tokens_per_second() == 2 * 2 * 32 / 4.0);
+  // A rollback's event is stamped with the same clock.
+  clock.Advance(100.0);
+  f.beta.Fail("out of memory on beta");
+  REQUIRE(testing::WaitFor([&] { return f.beta.assignments().size() >= 2; }, 30s));
+  s = f.c->GetStatus(10);
+  REQUIRE(s.events_size() >= 1);
+  for (const v1::JobEvent& e : s.events()) CHECK(e.unix_seconds() == 1'000'106.5);
 }
 
 TEST_CASE("coordinator: each decision carries the next step's warm-ups (extra_in_flight auto)") {

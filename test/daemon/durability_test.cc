@@ -1,8 +1,8 @@
-// Durable state under disk faults, through the FileEnv seam (test/daemon/fault_env.h): stage
-// checkpoints and job records are checksummed and verified on load, so a flipped byte or a
-// truncated file is refused naming the file; a failed fsync or a full disk fails the write
-// and leaves the previous checkpoint as it was. End to end: with the newest committed
-// checkpoint corrupt, a restarted job falls back to the one before and completes with the
+// Durable state under disk faults, through the FileEnv seam (test/daemon/fault_env.h, passed to
+// the readers and writers): stage checkpoints and job records are checksummed and verified on load,
+// so a flipped byte or a truncated file is refused naming the file; a failed fsync or a full disk
+// fails the write and leaves the previous checkpoint as it was. End to end: with the newest
+// committed checkpoint corrupt, a restarted job falls back to the one before and completes with the
 // same losses; with both corrupt it fails at once, naming the file.
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -61,19 +61,18 @@ TEST_CASE("stage checkpoints: every flipped byte and every truncation is refused
   const std::string dir = testing::TempDir("ckpt");
   const std::string path = daemon::StageCheckpointPath(dir, 4, 1, 3);
   const StageState s = MakeState(4, 100);
-  REQUIRE(WriteStageState(path, s).ok());
-  auto back = ReadStageState(path, 1, 3);
+  testing::FaultEnv env;
+  REQUIRE(WriteStageState(env, path, s).ok());
+  auto back = ReadStageState(env, path, 1, 3);
   REQUIRE(back.ok());
   CHECK(back->params == s.params);
   CHECK(back->v == s.v);
   CHECK(back->loader_state == s.loader_state);
 
   const int64_t size = static_cast<int64_t>(fs::file_size(path));
-  testing::FaultEnv env;
-  ScopedFileEnv scoped(&env);
   for (int64_t offset = 0; offset < size; offset += 7) {
     env.FlipOnRead(".bin", offset);
-    auto r = ReadStageState(path, 1, 3);
+    auto r = ReadStageState(env, path, 1, 3);
     INFO("flipped byte " << offset << " of " << size);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == absl::StatusCode::kDataLoss);
@@ -84,14 +83,14 @@ TEST_CASE("stage checkpoints: every flipped byte and every truncation is refused
     const std::string cut = dir + "/cut.bin";
     fs::copy_file(path, cut, fs::copy_options::overwrite_existing);
     fs::resize_file(cut, static_cast<uintmax_t>(keep));
-    auto r = ReadStageState(cut, 1, 3);
+    auto r = ReadStageState(env, cut, 1, 3);
     INFO("truncated to " << keep);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == absl::StatusCode::kDataLoss);
   }
   // A byte flipped on the disk itself, in the middle of the parameters.
   FlipByteOnDisk(path, size / 2);
-  auto r = ReadStageState(path, 1, 3);
+  auto r = ReadStageState(env, path, 1, 3);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("checksum mismatch"));
 }
@@ -99,26 +98,25 @@ TEST_CASE("stage checkpoints: every flipped byte and every truncation is refused
 TEST_CASE("a failed fsync or a full disk fails the write and keeps the previous checkpoint") {
   const std::string dir = testing::TempDir("ckpt-faults");
   const std::string path = daemon::StageCheckpointPath(dir, 2, 1, 3);
-  REQUIRE(WriteStageState(path, MakeState(2, 1000)).ok());
   testing::FaultEnv env;
-  ScopedFileEnv scoped(&env);
+  REQUIRE(WriteStageState(env, path, MakeState(2, 1000)).ok());
 
   env.fail_sync = true;
-  Status s = WriteStageState(path, MakeState(9, 1000));
+  Status s = WriteStageState(env, path, MakeState(9, 1000));
   CHECK(s.code() == absl::StatusCode::kInternal);
   CHECK_THAT(std::string(s.message()), Catch::Contains("cannot sync"));
   env.fail_sync = false;
-  auto kept = ReadStageState(path, 1, 3);
+  auto kept = ReadStageState(env, path, 1, 3);
   REQUIRE(kept.ok());
   CHECK(kept->step == 2);
   CHECK(NoTempFiles(dir));
 
   env.space_left = 5000;  // the write tears after 5000 bytes
-  s = WriteStageState(path, MakeState(9, 1000));
+  s = WriteStageState(env, path, MakeState(9, 1000));
   CHECK(s.code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(s.message()), Catch::Contains("No space left"));
   env.space_left = -1;
-  kept = ReadStageState(path, 1, 3);
+  kept = ReadStageState(env, path, 1, 3);
   REQUIRE(kept.ok());
   CHECK(kept->step == 2);
   CHECK(NoTempFiles(dir));
@@ -133,28 +131,26 @@ TEST_CASE("job records: checksummed, torn or flipped ones are refused, old ones 
   record.add_stages()->set_site("alpha");
   for (int i = 0; i < 50; ++i) record.add_losses(5.0 - 0.01 * i);
   const std::string path = dir + "/job.pb";
-  REQUIRE(daemon::WriteJobRecord(path, record).ok());
-  auto back = daemon::ReadJobRecord(path);
+  testing::FaultEnv env;
+  REQUIRE(daemon::WriteJobRecord(env, path, record).ok());
+  auto back = daemon::ReadJobRecord(env, path);
   REQUIRE(back.ok());
   CHECK(back->committed_step() == 6);
   CHECK(back->losses_size() == 50);
 
   const int64_t size = static_cast<int64_t>(fs::file_size(path));
-  {
-    testing::FaultEnv env;
-    ScopedFileEnv scoped(&env);
-    for (int64_t offset = 0; offset < size; ++offset) {
-      env.FlipOnRead("job.pb", offset);
-      INFO("flipped byte " << offset);
-      CHECK(daemon::ReadJobRecord(path).status().code() == absl::StatusCode::kDataLoss);
-    }
+  for (int64_t offset = 0; offset < size; ++offset) {
+    env.FlipOnRead("job.pb", offset);
+    INFO("flipped byte " << offset);
+    CHECK(daemon::ReadJobRecord(env, path).status().code() == absl::StatusCode::kDataLoss);
   }
+  env.FlipOnRead("", -1);
   fs::resize_file(path, static_cast<uintmax_t>(size - 3));
-  CHECK(daemon::ReadJobRecord(path).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(daemon::ReadJobRecord(env, path).status().code() == absl::StatusCode::kDataLoss);
 
   // A record an earlier build wrote: the bare protobuf.
   std::ofstream(path, std::ios::binary | std::ios::trunc) << record.SerializeAsString();
-  back = daemon::ReadJobRecord(path);
+  back = daemon::ReadJobRecord(env, path);
   REQUIRE(back.ok());
   CHECK(back->job_id() == "tiny-abc123");
 }
@@ -224,7 +220,8 @@ std::pair<std::string, v1::JobStatus> RunAndStop(Pair& p, uint64_t steps) {
       },
       60s));
   p.Stop();
-  auto record = daemon::ReadJobRecord(p.alpha.data_dir + "/jobs/" + r->job_id() + "/job.pb");
+  auto record = daemon::ReadJobRecord(*FileEnv::Default(),
+                                      p.alpha.data_dir + "/jobs/" + r->job_id() + "/job.pb");
   REQUIRE(record.ok());
   return {r->job_id(), *record};
 }

@@ -103,7 +103,7 @@ TEST_CASE("a job record is a durable file of format LHJOBREC", "[durable]") {
   const std::string path = testing::TempDir("durable_record") + "/job.pb";
   v1::JobStatus record;
   record.set_job_id("j-000007");
-  REQUIRE(daemon::WriteJobRecord(path, record).ok());
+  REQUIRE(daemon::WriteJobRecord(*FileEnv::Default(), path, record).ok());
   constexpr model::DurableFormat kRecord{
       {'L', 'H', 'J', 'O', 'B', 'R', 'E', 'C'}, 1, 1 << 20, "job record"};
   auto back = model::ReadDurableFile(*FileEnv::Default(), path, kRecord);
@@ -111,7 +111,7 @@ TEST_CASE("a job record is a durable file of format LHJOBREC", "[durable]") {
   CHECK(back->bytes == record.SerializeAsString());
   // An earlier build's bare protobuf still loads.
   Spill(path, record.SerializeAsString());
-  auto old = daemon::ReadJobRecord(path);
+  auto old = daemon::ReadJobRecord(*FileEnv::Default(), path);
   REQUIRE(old.ok());
   CHECK(old->job_id() == "j-000007");
 }

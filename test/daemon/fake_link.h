@@ -1,9 +1,11 @@
 // A Link for unit tests of what sits above the transport (LinkSender, the stage exchange; the
 // coordinator's test overrides the job calls it needs): it records the tensors sent through
 // it, answers each send with the next scripted status (OK once the script runs out), can hold
-// sends until released, and answers every other call UNIMPLEMENTED.
+// sends until released, and answers every other call UNIMPLEMENTED. Beside it, FakeClockEnv:
+// a FileEnv whose clocks the test sets, for the job runtime's times.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -11,10 +13,28 @@
 #include <string>
 #include <vector>
 
+#include "common/file_env.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/transport/link.h"
 
 namespace longhaul::testing {
+
+// The real disk with clocks that move only when the test moves them: NowSeconds (monotonic)
+// reads `now`, WallSeconds reads `wall`. Pass it as the file_env of what a test builds, and
+// the times that object reports follow the test's steps, not the machine's.
+class FakeClockEnv : public FileEnv {
+ public:
+  std::atomic<double> now{100.0};
+  std::atomic<double> wall{1.7e9};
+
+  double NowSeconds() override { return now.load(); }
+  double WallSeconds() override { return wall.load(); }
+  // Moves both clocks `seconds` on.
+  void Advance(double seconds) {
+    now.store(now.load() + seconds);
+    wall.store(wall.load() + seconds);
+  }
+};
 
 class FakeLink : public daemon::transport::Link {
  public:

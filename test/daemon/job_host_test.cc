@@ -203,7 +203,7 @@ TEST_CASE("a stage record this site cannot read refuses every assignment of its 
   Host h("job_host_corrupt_record");
   const std::string path = h.dir + "/jobs/j-000001/stage.pb";
   std::filesystem::create_directories(h.dir + "/jobs/j-000001");
-  REQUIRE(WriteStageAssignment(path, Assignment()).ok());
+  REQUIRE(WriteStageAssignment(*FileEnv::Default(), path, Assignment()).ok());
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);
@@ -229,7 +229,7 @@ TEST_CASE("a torn job record is listed as failed with its reason after a restart
   record.set_job_id("j-000003");
   record.set_state(v1::JOB_STATE_RUNNING);
   record.set_coordinator("a");
-  REQUIRE(WriteJobRecord(job_dir + "/job.pb", record).ok());
+  REQUIRE(WriteJobRecord(*FileEnv::Default(), job_dir + "/job.pb", record).ok());
   // Torn: the last bytes of the record never reached the disk.
   const auto size = std::filesystem::file_size(job_dir + "/job.pb");
   std::filesystem::resize_file(job_dir + "/job.pb", size - 3);

@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "daemon/job/spec/job_spec.h"
 #include "model/job.h"
 #include "model/trainer.h"
 #include "test/daemon/test_util.h"
@@ -12,7 +13,8 @@ namespace longhaul::testing {
 StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml, int fragments,
                                               const std::string& tied_codec) {
   const std::string dir = TempDir("train-local");
-  ASSIGN_OR_RETURN(model::Job job, model::ParseJob(yaml, "job.yaml", dir));
+  ASSIGN_OR_RETURN(model::Job job,
+                   model::ParseJob(yaml, "job.yaml", dir, daemon::PipelineJobKeys()));
   model::TrainerOptions o;
   o.checkpoint_dir = dir + "/ckpt";
   o.fragments = fragments;
@@ -25,7 +27,8 @@ StatusOr<std::vector<float>> TrainLocalLosses(const std::string& yaml, int fragm
 
 StatusOr<std::vector<std::pair<int, float>>> TrainLocalValLosses(const std::string& yaml) {
   const std::string dir = TempDir("train-local-val");
-  ASSIGN_OR_RETURN(model::Job job, model::ParseJob(yaml, "job.yaml", dir));
+  ASSIGN_OR_RETURN(model::Job job,
+                   model::ParseJob(yaml, "job.yaml", dir, daemon::PipelineJobKeys()));
   model::TrainerOptions o;
   o.checkpoint_dir = dir + "/ckpt";
   ASSIGN_OR_RETURN(auto trainer, model::Trainer::Create(job, o));

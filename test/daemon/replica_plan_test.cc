@@ -499,7 +499,7 @@ TEST_CASE("sync state files of version 1 (no tied residual) still load", "[repli
   const uint64_t sum = XXH64(v1.data(), v1.size(), 0);
   v1.append(reinterpret_cast<const char*>(&sum), 8);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << v1;
-  auto back = ReadSyncState(path, 3, 2, {1}, 4);
+  auto back = ReadSyncState(*FileEnv::Default(), path, 3, 2, {1}, 4);
   INFO(back.status().ToString());
   REQUIRE(back.ok());
   CHECK(back->anchor == std::vector<float>{1, 2});
@@ -524,7 +524,7 @@ TEST_CASE("sync state files of version 2 (before the durable-file shape) still l
   const uint64_t sum = XXH64(v2.data(), v2.size(), 0);
   v2.append(reinterpret_cast<const char*>(&sum), 8);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << v2;
-  auto back = ReadSyncState(path, 3, 2, {1}, 1);
+  auto back = ReadSyncState(*FileEnv::Default(), path, 3, 2, {1}, 1);
   INFO(back.status().ToString());
   REQUIRE(back.ok());
   CHECK(back->anchor == std::vector<float>{1, 2});
@@ -533,7 +533,8 @@ TEST_CASE("sync state files of version 2 (before the durable-file shape) still l
   // Its checksum still guards it.
   v2[20] ^= 0x01;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << v2;
-  CHECK(ReadSyncState(path, 3, 2, {1}, 1).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 3, 2, {1}, 1).status().code() ==
+        absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {
@@ -546,20 +547,24 @@ TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[repli
   s.momentum = {0.5f, 0, 0, 0, -1};
   s.residuals = {{0.25f, 0.5f}, {}, {1, 2, 3}};
   s.tied_residual = {7, 8, 9, 10};
-  REQUIRE(WriteSyncState(path, s).ok());
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, s).ok());
   const std::vector<int64_t> sizes = {2, 0, 3};
-  auto back = ReadSyncState(path, 12, 5, sizes, 4);
+  auto back = ReadSyncState(*FileEnv::Default(), path, 12, 5, sizes, 4);
   INFO(back.status().ToString());
   REQUIRE(back.ok());
   CHECK(back->anchor == s.anchor);
   CHECK(back->momentum == s.momentum);
   CHECK(back->residuals == s.residuals);
   CHECK(back->tied_residual == s.tied_residual);
-  CHECK(ReadSyncState(path, 12, 5, sizes, 5).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(path, 13, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(path, 12, 6, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(path, 12, 5, {2, 0, 4}, 4).status().code() == absl::StatusCode::kDataLoss);
-  CHECK(ReadSyncState(dir + "/none.bin", 12, 5, sizes, 4).status().code() ==
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 12, 5, sizes, 5).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 13, 5, sizes, 4).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 12, 6, sizes, 4).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 12, 5, {2, 0, 4}, 4).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), dir + "/none.bin", 12, 5, sizes, 4).status().code() ==
         absl::StatusCode::kNotFound);
 
   std::string bytes;
@@ -572,16 +577,19 @@ TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[repli
     flipped[at] ^= 0x04;
     std::ofstream(path, std::ios::binary | std::ios::trunc) << flipped;
     INFO("byte " << at);
-    CHECK(ReadSyncState(path, 12, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
+    CHECK(ReadSyncState(*FileEnv::Default(), path, 12, 5, sizes, 4).status().code() ==
+          absl::StatusCode::kDataLoss);
   }
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 9);
-  CHECK(ReadSyncState(path, 12, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 12, 5, sizes, 4).status().code() ==
+        absl::StatusCode::kDataLoss);
   // A header announcing a huge anchor is refused before anything is allocated.
   std::string huge = bytes;
   const uint64_t big = uint64_t{1} << 60;
   std::memcpy(huge.data() + 16, &big, 8);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << huge;
-  CHECK(ReadSyncState(path, 12, 5, sizes, 4).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 12, 5, sizes, 4).status().code() ==
+        absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

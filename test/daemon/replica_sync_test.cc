@@ -187,7 +187,7 @@ class Group {
     o.log = spdlog::default_logger();
     o.heartbeat_seconds = 0.05;
     o.stop = stop_[static_cast<size_t>(r)].get();
-    o.clock = [this] { return now_.load(); };
+    o.file_env = &clock_;
     return o;
   }
   StatusOr<std::unique_ptr<ReplicaSync>> Make(int r) { return ReplicaSync::Create(Options(r)); }
@@ -241,14 +241,14 @@ class Group {
   Inbox& inbox(int r) { return *inboxes_[static_cast<size_t>(r)]; }
   LinkMonitor& estimates(int r) { return *estimates_[static_cast<size_t>(r)]; }
   std::atomic<bool>& stop(int r) { return *stop_[static_cast<size_t>(r)]; }
-  std::atomic<double>& now() { return now_; }
+  std::atomic<double>& now() { return clock_.now; }
 
  private:
   GroupOptions o_;
   model::ModelConfig config_;
   v1::StageAssignment assignment_;
   StageGrid grid_;
-  std::atomic<double> now_{100.0};
+  testing::FakeClockEnv clock_;  // every replica's ReplicaSync and SyncExchange clock
   std::vector<std::unique_ptr<LinkMonitor>> traffic_;    // the senders' passive samples
   std::vector<std::unique_ptr<LinkMonitor>> estimates_;  // what ReplicaSync prices with
   std::vector<std::unique_ptr<Inbox>> inboxes_;
@@ -775,7 +775,7 @@ TEST_CASE("replica sync: Create refuses what it cannot work with") {
     CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(s.message()), Catch::Contains("2 or more replicas (1)"));
   }
-  SECTION("no fragment, inbox or monitor; microbatches not one per replica") {
+  SECTION("no fragment, inbox, monitor or file env; microbatches not one per replica") {
     ReplicaSyncOptions o = g.Options(0);
     o.fragment = nullptr;
     CHECK(refused(o).code() == absl::StatusCode::kInvalidArgument);
@@ -784,6 +784,9 @@ TEST_CASE("replica sync: Create refuses what it cannot work with") {
     CHECK(refused(o).code() == absl::StatusCode::kInvalidArgument);
     o = g.Options(0);
     o.monitor = nullptr;
+    CHECK(refused(o).code() == absl::StatusCode::kInvalidArgument);
+    o = g.Options(0);
+    o.file_env = nullptr;
     CHECK(refused(o).code() == absl::StatusCode::kInvalidArgument);
     o = g.Options(0);
     o.microbatches = {1};

@@ -8,7 +8,8 @@
 // neither sent to nor waited for. Faults: a send that may heal is retried (the sync
 // completes, or waits until stopped while the link stays down), a refused frame ends the wait
 // with the refusal naming the peer's site, a stop ends it, and a frame that is not its
-// slice's is refused.
+// slice's is refused. Its exposed and hidden seconds are its file env's clock's (a fake one
+// in the test, which the test alone moves).
 #include "daemon/job/sync/sync_exchange.h"
 
 #include <catch2/catch.hpp>
@@ -261,6 +262,44 @@ TEST_CASE("sync exchange: a streaming sync gives AllGather's bits") {
     CHECK(SameBits(out[i], blocking.out[i]));
     CHECK(g.x[i]->Report().syncs() == 2);
   }
+}
+
+TEST_CASE("sync exchange: its seconds are read off its file env's clock (a fake one here)") {
+  testing::FakeClockEnv clock;  // at 100 s, until the test moves it
+  SyncGroup g({.replicas = 2, .file_env = &clock});
+  const std::vector<float> weights = Weights(2);
+  std::vector<std::vector<float>> out = {std::vector<float>(g.values[0].size()),
+                                         std::vector<float>(g.values[1].size())};
+
+  // Streaming: stage 0 starts at 100 s, its peer only at 130 s, so stage 0's frames cannot all
+  // be in before 130 s; both finish then. Stage 0's sync ran 30 s behind its steps and exposed
+  // none of it (Start took no time on this clock, and Finish waited none); stage 1's ran at once.
+  REQUIRE(g.x[0]->Start(0, g.values[0], weights).ok());
+  clock.now = 130.0;
+  REQUIRE(g.x[1]->Start(0, g.values[1], weights).ok());
+  REQUIRE(g.x[0]->Finish(out[0]).ok());
+  REQUIRE(g.x[1]->Finish(out[1]).ok());
+  CHECK(g.x[0]->Report().hidden_seconds() == 30.0);
+  CHECK(g.x[0]->Report().seconds() == 0.0);
+  CHECK(g.x[0]->wait_seconds() == 0.0);
+  CHECK(g.x[1]->Report().hidden_seconds() == 0.0);
+  CHECK(g.x[1]->Report().seconds() == 0.0);
+
+  // Blocking: stage 0 waits in AllGather from 200 s (its receiver blocked in the inbox) until
+  // its peer joins at 207 s: 7 s exposed, all of it; the peer, whose frames were there, none.
+  clock.now = 200.0;
+  Status s0 = absl::UnknownError("not run");
+  std::thread t([&] { s0 = g.x[0]->AllGather(1, g.values[0], weights, out[0]); });
+  while (g.inboxes[0]->waiters() == 0) std::this_thread::yield();
+  clock.now = 207.0;
+  REQUIRE(g.x[1]->AllGather(1, g.values[1], weights, out[1]).ok());
+  t.join();
+  REQUIRE(s0.ok());
+  CHECK(g.x[0]->Report().syncs() == 2);
+  CHECK(g.x[0]->Report().seconds() == 7.0);
+  CHECK(g.x[0]->Report().hidden_seconds() == 30.0);
+  CHECK(g.x[1]->Report().seconds() == 0.0);
+  CHECK(SameBits(out[0], out[1]));
 }
 
 TEST_CASE("sync exchange: a staggered sync carries only its phase's slices") {

@@ -50,6 +50,7 @@ struct SyncGroupOptions {
   std::string codec = "exact";
   std::vector<bool> live;  // by replica (empty: all live)
   int stagger = 1;
+  FileEnv* file_env = FileEnv::Default();  // every SyncExchange's clock
 };
 
 // `replicas` pipelines of `stages` stages, flat stage i on site SyncSite(i), attempt
@@ -130,6 +131,7 @@ struct SyncGroup {
     so.inbox = inboxes[static_cast<size_t>(i)].get();
     so.heartbeat_seconds = 0.05;
     so.stop = &stop;
+    so.file_env = o.file_env;
     return so;
   }
 

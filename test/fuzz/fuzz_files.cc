@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   switch (data[0] % 3) {
     case 0: {
-      auto s = longhaul::daemon::ReadStageState(path, 1, 3);
+      auto s = longhaul::daemon::ReadStageState(*longhaul::FileEnv::Default(), path, 1, 3);
       if (s.ok() && (s->m.size() != s->params.size() || s->v.size() != s->params.size()))
         std::abort();
       break;
@@ -67,7 +67,8 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   s.m.assign(40, 0.25f);
   s.v.assign(40, 1.0f);
   s.loader_state = "pos";
-  if (longhaul::daemon::WriteStageState(path, s).ok()) seeds->push_back('\0' + ReadAll(path));
+  if (longhaul::daemon::WriteStageState(*longhaul::FileEnv::Default(), path, s).ok())
+    seeds->push_back('\0' + ReadAll(path));
   const auto config = longhaul::model::MakeConfig(1, 8, 2, 16, 8);
   std::vector<float> params(static_cast<size_t>(longhaul::model::NumParameters(config)), 0.1f);
   if (longhaul::model::WriteCheckpoint(path, config, params.data()).ok())

@@ -124,6 +124,10 @@ echo "$out" | grep -q "submitted job" || fail "submit with a relative path: $out
 (cd / && "$OLDPWD/$LONGHAUL" train-local "$work/data/jobs/rel.yaml" >"$work/rel.log" 2>&1) \
   || fail "train-local of the same file: $(tail -3 "$work/rel.log")"
 [ -d "$work/data/jobs/ck" ] || fail "train-local's relative checkpoint.dir is not under the job's folder"
+# train-local accepts the pipeline keys (sites above) and refuses a misspelled one, naming it.
+sed 's/^sites: .*/replicass: 2/' "$work/data/jobs/rel.yaml" >"$work/data/jobs/typo.yaml"
+expect_rc 2 "replicass: unknown key 'replicass' (did you mean 'replicas'?)" \
+  $LONGHAUL train-local "$work/data/jobs/typo.yaml"
 
 kill -TERM $pid
 wait $pid || fail "longhauld did not exit cleanly on SIGTERM"

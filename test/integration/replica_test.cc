@@ -573,8 +573,8 @@ TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at t
 std::vector<float> CheckpointParams(Cluster& c, size_t site, const std::string& id, uint64_t step,
                                     int begin, int end) {
   const std::string dir = c.configs[site].data_dir + "/jobs/" + id;
-  auto state =
-      daemon::ReadStageState(daemon::StageCheckpointPath(dir, step, begin, end), begin, end);
+  auto state = daemon::ReadStageState(
+      *FileEnv::Default(), daemon::StageCheckpointPath(dir, step, begin, end), begin, end);
   INFO(kSites[site] << ": " << state.status().ToString());
   REQUIRE(state.ok());
   return state->params;
@@ -780,7 +780,13 @@ TEST_CASE("replica jobs are checked when submitted") {
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()),
-             Catch::Contains("sync.reduce must be gather, ring or auto, not 'tree'"));
+             Catch::Contains("sync.reduce must be gather, ring, auto or gossip, not 'tree'"));
+  // Gossip is the fleet simulator's until the daemons carry it: refused, saying so.
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("gossip runs in the fleet simulator only"));
 }
 
 // sync: {codec: adaptive} picks each sync's codec from the links' estimates: fp32 where the

@@ -43,6 +43,7 @@
 #include "absl/strings/str_join.h"
 #include "compression/codec_spec.h"
 #include "compression/controller.h"
+#include "daemon/job/spec/job_spec.h"
 #include "model/chain.h"
 #include "model/job.h"
 #include "model/trainer.h"
@@ -318,7 +319,7 @@ std::vector<std::string> Table(const std::vector<Row>& rows, const Row& fp32, bo
 }
 
 int Run(Flags f) {
-  auto loaded = model::LoadJob(f.job);
+  auto loaded = model::LoadJob(f.job, daemon::PipelineJobKeys());
   if (!loaded.ok()) {
     std::fprintf(stderr, "convergence_study: %s\n", std::string(loaded.status().message()).c_str());
     return 1;

@@ -24,6 +24,7 @@
 #include <set>
 #include <sstream>
 
+#include "daemon/job/spec/job_spec.h"
 #include "kernels/ops.h"
 #include "model/job.h"
 #include "scheduler/calibration.h"
@@ -442,7 +443,7 @@ int ReplicaStudy(const std::vector<int>& sizes, const std::vector<std::string>& 
 }
 
 int Calibrate(const std::string& job_path) {
-  auto job = model::LoadJob(job_path);
+  auto job = model::LoadJob(job_path, daemon::PipelineJobKeys());
   if (!job.ok()) {
     std::cerr << job.status().message() << "\n";
     return 1;

@@ -13,6 +13,9 @@
 // replica's frame to every other; with --reduce ring, every hop of the rings), with their
 // ratio to the baseline's. --overlap streams the syncs behind the next inner steps and
 // --stagger P syncs the layers in P phases at staggered steps (sync.overlap, sync.stagger).
+// --reduce gossip mixes each replica's parameters with --fanout others per round instead of
+// any collective (fleet/gossip_mixer.h; --missing-links drops a fraction of the links each
+// round), and its line gives the replicas' mean consensus distance before a round.
 //
 // Runs are independent and deterministic (one backend thread each); --jobs only changes the
 // wall time.
@@ -36,6 +39,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "daemon/job/spec/job_spec.h"
 #include "fleet/local_fleet.h"
 #include "fleet/sync_options.h"
 #include "kernels/ops.h"
@@ -56,6 +60,8 @@ struct Flags {
   std::vector<int> stagger = {1};  // sync.stagger: phases of a round
   std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
   std::vector<std::string> reduce = {"gather"};  // sync.reduce of the local-mode runs
+  int fanout = 1;                                // gossip: out-neighbours per round
+  double missing_links = 0;                      // gossip: links down in each round
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
   int steps = 0;  // 0: the job's
@@ -76,13 +82,26 @@ struct RunSpec {
   int replicas = 1;
   uint64_t seed = 0;
   fleet::SyncOptions sync;
+  double missing_links = 0;  // gossip
   std::string label() const {
     return sync.mode == fleet::SyncMode::kStep
                ? absl::StrCat("N=", replicas, " step ", sync.codec)
                : absl::StrCat("N=", replicas, " local/", sync.every,
                               sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "",
                               sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "", " ",
-                              sync.codec, sync.reduce == fleet::SyncReduce::kRing ? " ring" : "");
+                              sync.codec, Reduce());
+  }
+  std::string Reduce() const {
+    switch (sync.reduce) {
+      case fleet::SyncReduce::kRing:
+        return " ring";
+      case fleet::SyncReduce::kGossip:
+        return absl::StrCat(
+            " gossip/", sync.fanout,
+            missing_links > 0 ? absl::StrFormat(" -%.0f%%", 100 * missing_links) : "");
+      default:
+        return "";
+    }
   }
 };
 
@@ -93,6 +112,7 @@ struct RunResult {
   double train_loss = 0, val_loss = 0;
   double bytes_per_token = 0;
   double seconds = 0;
+  double consensus = -1;  // gossip: the mean consensus distance before a round
 };
 
 class Printer {
@@ -136,14 +156,21 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   }
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
+  o.missing_links = r->spec.missing_links;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
   if (!fl.ok()) return fail(fl.status());
   (*fl)->InitParameters(r->spec.seed);
+  double consensus_sum = 0;
+  int rounds = 0;
   for (int step = 0; step < job.steps; ++step) {
     auto s = (*fl)->TrainStep(job.optimizer, step, job.steps);
     if (!s.ok()) return fail(s.status());
     if (!std::isfinite(s->loss)) return fail(absl::InternalError("loss is not finite"));
     r->losses.push_back(s->loss);
+    if (s->consensus >= 0) {
+      consensus_sum += s->consensus;
+      ++rounds;
+    }
     if (f.progress > 0 && (step + 1) % f.progress == 0 && step + 1 < job.steps) {
       out->Line("[%-28s seed %d] step %4d/%d  loss %.4f  %6.1f s", r->spec.label(), r->spec.seed,
                 step + 1, job.steps, s->loss, elapsed());
@@ -156,7 +183,9 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
     sum += r->losses[i];
   }
   r->train_loss = sum / std::max(last, 1);
-  // Every replica holds the same model after the last step's sync: evaluate replica 0.
+  if (rounds > 0) r->consensus = consensus_sum / rounds;
+  // Every replica holds the same model after the last step's sync (gossip: its final exact
+  // average): evaluate replica 0.
   model::DataLoaderOptions lo;
   lo.batch_size = job.microbatch_size;
   lo.seq_len = job.seq_len;
@@ -169,16 +198,21 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   r->val_loss = *v;
   const fleet::FleetTraffic& t = (*fl)->traffic();
   r->bytes_per_token = t.tokens > 0 ? double(t.wire_bytes) / double(t.tokens) : 0;
+  const double final_per_token = t.tokens > 0 ? double(t.final_bytes) / double(t.tokens) : 0;
   r->seconds = elapsed();
-  out->Line("[%-28s seed %d] done in %.1f s: train %.4f (last %d)  val %.4f  %.1f bytes/token",
+  out->Line("[%-28s seed %d] done in %.1f s: train %.4f (last %d)  val %.4f  %.1f bytes/token%s",
             r->spec.label(), r->spec.seed, r->seconds, r->train_loss, last, r->val_loss,
-            r->bytes_per_token);
+            r->bytes_per_token,
+            r->consensus >= 0
+                ? absl::StrFormat("  (%.1f of them the final average)  consensus distance %.3g",
+                                  final_per_token, r->consensus)
+                : "");
 }
 
 std::string Percent(double p) { return absl::StrFormat("%+.2f%%", p); }
 
 int Run(Flags f) {
-  auto loaded = model::LoadJob(f.job);
+  auto loaded = model::LoadJob(f.job, daemon::PipelineJobKeys());
   if (!loaded.ok()) {
     std::fprintf(stderr, "replica_study: %s\n", std::string(loaded.status().message()).c_str());
     return 1;
@@ -198,7 +232,8 @@ int Run(Flags f) {
   for (const std::string& r : f.reduce) {
     if (auto parsed = fleet::ParseSyncReduce(r); !parsed.ok() || r == "auto") {
       std::fprintf(stderr, "replica_study: --reduce: %s\n",
-                   parsed.ok() ? "gather or ring (auto is the planner's choice, not the fleet's)"
+                   parsed.ok() ? "gather, ring or gossip (auto is the planner's choice, not the "
+                                 "fleet's)"
                                : std::string(parsed.status().message()).c_str());
       return 1;
     }
@@ -245,6 +280,15 @@ int Run(Flags f) {
                 r.spec.sync.stagger = stagger;
                 r.spec.sync.codec = codec;
                 r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
+                if (r.spec.sync.reduce == fleet::SyncReduce::kGossip) {
+                  // Gossip mixes parameters (plain averaging); stagger and overlap do not
+                  // apply, and its codec sends the top-k fraction as fp32 shares.
+                  if (stagger > 1 || overlap > 0) continue;
+                  r.spec.sync.outer = {1.0f, 0.0f, true};
+                  r.spec.sync.fanout = f.fanout;
+                  r.spec.missing_links = f.missing_links;
+                  if (!fleet::GossipKeep(r.spec.sync).ok()) continue;
+                }
                 results.push_back(r);
               }
             }
@@ -409,8 +453,17 @@ int main(int argc, char** argv) {
   app.add_option("--reduce", f.reduce,
                  "How the local-mode runs' syncs sum (sync.reduce): gather (every frame to "
                  "every replica), ring (chunks around a ring, re-encoded with error feedback at "
-                 "each hop; the step/exact reference always gathers)")
+                 "each hop), gossip (each replica mixes its parameters with --fanout others "
+                 "drawn each round: plain averaging, codecs exact and topk:F only, the others "
+                 "skipped; the step/exact reference always gathers)")
       ->capture_default_str();
+  app.add_option("--fanout", f.fanout, "Gossip: out-neighbours per replica and round")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 63));
+  app.add_option("--missing-links", f.missing_links,
+                 "Gossip: the fraction of links missing in each round (a changing graph)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.99));
   app.add_flag("--no-baseline", f.no_baseline,
                "Skip the step/exact runs (deterministic: one run gives a seed's baseline for "
                "good); the table then has no comparisons, each run's line its losses");

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/job/spec/job_spec.h"
 #include "model/checkpoint.h"
 #include "model/evaluate.h"
 #include "model/hf_checkpoint.h"
@@ -92,7 +93,7 @@ struct ExportFlags {
 
 int TrainLocal(const std::string& job_path, const model::TrainerOptions& options,
                const ExportFlags& export_flags) {
-  auto job = model::LoadJob(job_path);
+  auto job = model::LoadJob(job_path, daemon::PipelineJobKeys());
   if (!job.ok()) return Fail(job.status());
   // A fresh run into a directory that holds another run's checkpoints would overwrite them
   // step by step: refuse unless resuming.

@@ -45,7 +45,7 @@ void Coordinator::Shutdown() {
 }
 
 void Coordinator::PersistLocked() {
-  const Status s = WriteJobRecord(env_.job_dir + "/job.pb", record_);
+  const Status s = WriteJobRecord(*env_.file_env, env_.job_dir + "/job.pb", record_);
   if (!s.ok())
     env_.log->error("job {}: cannot persist: {}", record_.job_id(), std::string(s.message()));
 }
@@ -394,7 +394,7 @@ void Coordinator::NoteValLossLocked(const v1::StepReport& rep, const StageGrid& 
 void Coordinator::AddEventLocked(const std::string& kind, const std::string& detail) {
   v1::JobEvent* e = record_.add_events();
   e->set_step(record_.committed_step());
-  e->set_unix_seconds(NowUnix());
+  e->set_unix_seconds(env_.file_env->WallSeconds());
   e->set_kind(kind);
   e->set_detail(detail);
   if (record_.events_size() > kMaxJobEvents) {

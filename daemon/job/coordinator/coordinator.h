@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/job/coordinator/replanner.h"
@@ -36,6 +37,9 @@ struct CoordinatorEnv {
   std::function<transport::Link*(const std::string&)> channel;  // null for an unknown site
   std::string job_dir;                                          // this job's directory here
   std::shared_ptr<spdlog::logger> log;
+  // The job record's disk (job.pb, job.yaml) and clock (WallSeconds: its submission, step
+  // times and events). REQUIRES: not null.
+  FileEnv* file_env = FileEnv::Default();
 };
 
 // The job timeline keeps this many events (the newest).

@@ -88,7 +88,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     loss /= static_cast<double>(std::max<uint64_t>(microbatches, 1));
     const uint64_t tokens = microbatches * static_cast<uint64_t>(spec_.job.microbatch_size) *
                             static_cast<uint64_t>(spec_.job.seq_len);
-    const double now = NowUnix();
+    const double now = env_.file_env->WallSeconds();
     const double step_time = last_step_time_ > 0 ? now - last_step_time_ : last.step_seconds();
     last_step_time_ = now;
     record_.set_step(rep.step() + 1);

@@ -2,11 +2,10 @@
 // the sites, placed, persisted, first assignment synchronous), or read back, checked, from
 // the data directory after a restart.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "common/yaml_load.h"
 #include "compression/controller.h"
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/coordinator/coordinator.h"
@@ -20,6 +19,7 @@ namespace longhaul::daemon {
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, JobSpec spec,
                                                            const std::string& job_id) {
+  if (env.file_env == nullptr) return absl::InvalidArgumentError("job " + job_id + ": no file env");
   for (const auto& site : spec.sites) {
     if (!env.channel(site)) {
       return absl::InvalidArgumentError(spec.job.source + ": sites: unknown site '" + site +
@@ -72,7 +72,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   r.set_state(v1::JOB_STATE_PENDING);
   r.set_total_steps(c->spec_.job.steps);
   r.set_coordinator(c->env_.site);
-  r.set_submitted_unix(NowUnix());
+  r.set_submitted_unix(c->env_.file_env->WallSeconds());
   r.set_attempt(1);
   r.set_detail(placement);
   r.set_predicted_step_seconds(predicted);
@@ -104,7 +104,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   r.set_sync_ring(ring && agree);
   std::error_code ec;
   std::filesystem::create_directories(c->env_.job_dir, ec);
-  RETURN_IF_ERROR(model::WriteFileAtomically(c->env_.job_dir + "/job.yaml", c->spec_.yaml));
+  RETURN_IF_ERROR(
+      model::WriteFileAtomically(*c->env_.file_env, c->env_.job_dir + "/job.yaml", c->spec_.yaml));
   {
     MutexLock lock(c->mu_);  // uncontended: no other thread knows c yet
     c->record_ = std::move(r);
@@ -131,16 +132,18 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
 }
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) {
-  ASSIGN_OR_RETURN(v1::JobStatus record, ReadJobRecord(env.job_dir + "/job.pb"));
+  if (env.file_env == nullptr) return absl::InvalidArgumentError(env.job_dir + ": no file env");
+  ASSIGN_OR_RETURN(v1::JobStatus record, ReadJobRecord(*env.file_env, env.job_dir + "/job.pb"));
   if (record.stages_size() < 1 || record.stages_size() > kMaxStages) {
     return absl::DataLossError(env.job_dir + "/job.pb: " + std::to_string(record.stages_size()) +
                                " stages");
   }
-  std::ifstream in(env.job_dir + "/job.yaml");
-  std::stringstream yaml;
-  yaml << in.rdbuf();
+  // Read once, through the env; nothing larger than a job file may be (ParseJobSpec's limit).
+  ASSIGN_OR_RETURN(
+      const std::string yaml,
+      env.file_env->ReadFile(env.job_dir + "/job.yaml", static_cast<int64_t>(kMaxYamlBytes)));
   const std::string base = std::filesystem::path(env.job_dir).parent_path().parent_path();
-  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml.str(), env.job_dir + "/job.yaml", base));
+  ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml, env.job_dir + "/job.yaml", base));
   RETURN_IF_ERROR(CheckPlan(record.stages(), spec, env.job_dir + "/job.pb: stages"));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec), record.job_id()));
   {

@@ -1,7 +1,6 @@
 // Checksummed job records; see job_record.h.
 #include "daemon/job/coordinator/job_record.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "common/file_env.h"
@@ -18,15 +17,14 @@ constexpr model::DurableFormat kFormat{
 
 }  // namespace
 
-Status WriteJobRecord(const std::string& path, const v1::JobStatus& record) {
+Status WriteJobRecord(FileEnv& env, const std::string& path, const v1::JobStatus& record) {
   const std::string bytes = record.SerializeAsString();
-  return model::WriteDurableFile(*CurrentFileEnv(), path, kFormat, {bytes});
+  return model::WriteDurableFile(env, path, kFormat, {bytes});
 }
 
-StatusOr<v1::JobStatus> ReadJobRecord(const std::string& path) {
+StatusOr<v1::JobStatus> ReadJobRecord(FileEnv& env, const std::string& path) {
   // Read once: a record renamed over this one meanwhile cannot mix into it.
-  ASSIGN_OR_RETURN(model::DurablePayload p,
-                   model::ReadDurableOrEarlier(*CurrentFileEnv(), path, kFormat));
+  ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableOrEarlier(env, path, kFormat));
   v1::JobStatus record;
   // An earlier build's record is the bare protobuf.
   const bool earlier = p.version == 0;
@@ -35,10 +33,6 @@ StatusOr<v1::JobStatus> ReadJobRecord(const std::string& path) {
     return absl::DataLossError(std::string(kFormat.what) + " '" + path + "': not a job record");
   }
   return record;
-}
-
-double NowUnix() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace longhaul::daemon

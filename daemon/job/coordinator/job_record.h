@@ -7,23 +7,22 @@
 
 #include <string>
 
+#include "common/file_env.h"
 #include "common/status.h"
 #include "proto/longhaul.pb.h"
 
 namespace longhaul::daemon {
 
-// Writes `record` to `path` atomically (model/file_io.h).
-Status WriteJobRecord(const std::string& path, const v1::JobStatus& record);
+// Writes `record` to `path` atomically (model/file_io.h), through `env` (the coordinator's,
+// CoordinatorEnv::file_env).
+Status WriteJobRecord(FileEnv& env, const std::string& path, const v1::JobStatus& record);
 
 // NotFound when there is no file; DataLoss naming the file and what is wrong otherwise.
-StatusOr<v1::JobStatus> ReadJobRecord(const std::string& path);
+StatusOr<v1::JobStatus> ReadJobRecord(FileEnv& env, const std::string& path);
 
 // Completed, failed or cancelled: a job in this state never runs again.
 inline bool TerminalState(v1::JobState s) {
   return s == v1::JOB_STATE_COMPLETED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
 }
-
-// Seconds since the epoch, for the record's times.
-double NowUnix();
 
 }  // namespace longhaul::daemon

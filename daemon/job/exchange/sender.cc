@@ -9,9 +9,6 @@
 #include "daemon/job/exchange/inbox.h"
 
 namespace longhaul::daemon {
-namespace {
-using Clock = std::chrono::steady_clock;
-}  // namespace
 
 LinkSender::LinkSender(LinkSenderOptions options, transport::Link* link, LinkMonitor* monitor,
                        std::shared_ptr<spdlog::logger> log)
@@ -94,13 +91,9 @@ LinkSenderStats LinkSender::stats() const {
   return stats_;
 }
 
-namespace {
-double NowSeconds() { return LinkMonitor::SteadySeconds(); }
-}  // namespace
-
 void LinkSender::StartTransferLocked() {
   if (in_flight_++ == 0) {
-    busy_start_ = NowSeconds();
+    busy_start_ = options_.file_env->NowSeconds();
     busy_bytes_ = 0;
     busy_overlapped_ = false;
   }
@@ -115,7 +108,7 @@ void LinkSender::FinishTransferLocked(uint64_t bytes) {
   // the pipe. The base round trip, not the moving average: heartbeats queued behind this very
   // data raise the average (at 100 Mbit/s with fp32 tensors, 21 -> 29 ms), and subtracting
   // that read the link at up to 1.6x its rate.
-  const double seconds = NowSeconds() - busy_start_;
+  const double seconds = options_.file_env->NowSeconds() - busy_start_;
   stats_.send_seconds += seconds;
   if (busy_bytes_ >= (256u << 10)) {
     const double rtt = monitor_->BaseRttSeconds(options_.peer);
@@ -147,7 +140,7 @@ void LinkSender::Run() {
       GrowLocked();
     }
     // Generous: a whole tensor at 1 Mbit/s plus a minute.
-    const double started = NowSeconds();
+    const double started = options_.file_env->NowSeconds();
     const Status s = link_->SendTensor(*t, 60.0 + t->payload.size() / (1e6 / 8));
     MutexLock lock(mu_);
     if (closed_) {
@@ -188,7 +181,8 @@ void LinkSender::Run() {
     }
     stats_.wire_bytes += t->payload.size();
     // What a probe of the link shares it with (PeerLink counts it into its sample).
-    monitor_->AddTransfer(options_.peer, started, NowSeconds(), t->payload.size());
+    monitor_->AddTransfer(options_.peer, started, options_.file_env->NowSeconds(),
+                          t->payload.size());
     FinishTransferLocked(t->payload.size());
     cv_.notify_all();
   }

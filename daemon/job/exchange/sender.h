@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/link_monitor.h"
@@ -44,6 +45,10 @@ struct LinkSenderOptions {
   size_t queue_capacity_bytes = 512 << 20;
   int workers = 4;       // calls in flight at once, at first
   int max_workers = 32;  // and at most, when tensors wait with every worker busy
+  // The clock of the busy periods and of the transfers the monitor keeps (NowSeconds: the
+  // steady clock PeerLink's probes read, LinkMonitor::SteadySeconds, unless a test fakes it).
+  // REQUIRES: not null.
+  FileEnv* file_env = FileEnv::Default();
 };
 
 class LinkSender {

@@ -3,7 +3,6 @@
 // decoding on the device or into host memory.
 #include "daemon/job/exchange/stage_exchange.h"
 
-#include <chrono>
 #include <cmath>
 
 #include "compression/codec.h"
@@ -16,10 +15,6 @@ namespace {
 constexpr uint32_t kMainTensor = 0;
 
 }  // namespace
-
-double StageExchange::Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 StageExchange::StageExchange(StageExchangeOptions options) : o_(std::move(options)) {
   encoder_ = std::move(o_.encoder);
@@ -42,6 +37,9 @@ StageExchange::StageExchange(StageExchangeOptions options) : o_(std::move(option
 }
 
 StatusOr<std::unique_ptr<StageExchange>> StageExchange::Create(StageExchangeOptions options) {
+  if (options.file_env == nullptr) {
+    return absl::InvalidArgumentError("stage exchange of job " + options.job_id + ": no file env");
+  }
   std::unique_ptr<StageExchange> x(new StageExchange(std::move(options)));
   ASSIGN_OR_RETURN(x->fp32_, compression::ParseCodecSpec("fp32"));
   for (int i = 0; i < 2; ++i) {
@@ -172,7 +170,7 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
       const double scheduled = schedule_budget_[to == To::kPrev ? 1 : 0];
       in.budget_seconds = scheduled > 0 ? scheduled : budget_seconds_ > 0 ? budget_seconds_ : 0.05;
       in.quality_floor = direction.quality_floor;
-      in.now_seconds = Now();
+      in.now_seconds = o_.file_env->NowSeconds();
       ASSIGN_OR_RETURN(auto d, controller.Decide(in, *state));
       *state = d.next;
       rung = d.rung;
@@ -245,7 +243,7 @@ Status StageExchange::Send(To to, v1::TensorKind kind, uint64_t step, int mb, co
 
 Status StageExchange::FinishPendingSend(bool wait) {
   if (!pending_) return absl::OkStatus();
-  const double start = Now();
+  const double start = o_.file_env->NowSeconds();
   Status s = [&]() -> Status {
     if (pending_->frame) {
       const auto frame = std::move(pending_->frame);
@@ -264,7 +262,7 @@ Status StageExchange::FinishPendingSend(bool wait) {
     return absl::OkStatus();
   }();
   if (!s.ok()) pending_.reset();
-  if (wait) send_seconds_ += Now() - start;
+  if (wait) send_seconds_ += o_.file_env->NowSeconds() - start;
   return s;
 }
 
@@ -281,7 +279,7 @@ Status StageExchange::Receive(v1::TensorKind kind, uint64_t step, int mb, float*
   const TensorKey key{o_.attempt, step, static_cast<uint32_t>(mb), kind, kMainTensor};
   auto stopped = [this] { return o_.stop != nullptr && o_.stop->load(); };
   if (stopped()) return absl::AbortedError("stopped");
-  const double start = Now(), sending = send_seconds_;
+  const double start = o_.file_env->NowSeconds(), sending = send_seconds_;
   StatusOr<ReceivedTensor> t = o_.inbox->Take(key, 0);
   if (!t.ok() && t.status().code() == absl::StatusCode::kDeadlineExceeded) {
     RETURN_IF_ERROR(FinishPendingSend());  // not here yet: nothing stays pending while waiting
@@ -293,7 +291,7 @@ Status StageExchange::Receive(v1::TensorKind kind, uint64_t step, int mb, float*
       if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     }
   }
-  wait_seconds_ += Now() - start - (send_seconds_ - sending);
+  wait_seconds_ += o_.file_env->NowSeconds() - start - (send_seconds_ - sending);
   if (!t.ok()) return t.status();
   compression::FrameLimits limits;
   limits.max_elements = n;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "compression/controller.h"
@@ -70,6 +71,8 @@ struct StageExchangeOptions {
   std::unique_ptr<compression::DeviceEncoder> encoder;  // null: encode on the host
   std::unique_ptr<compression::DeviceDecoder> decoder;  // null: decode on the host
   size_t host_floats = 0;  // the largest tensor staged through host memory
+  // The clock (NowSeconds) of the wait and send times and of the codec controllers' windows.
+  FileEnv* file_env = FileEnv::Default();
 };
 
 class StageExchange {
@@ -131,7 +134,6 @@ class StageExchange {
 
  private:
   explicit StageExchange(StageExchangeOptions options);
-  static double Now();
   LinkSender* Sender(To to) const;
   // Sender(to), or an error naming the stage and the tensor's kind when there is none.
   StatusOr<LinkSender*> SenderFor(To to, v1::TensorKind kind) const;

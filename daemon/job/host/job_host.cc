@@ -156,6 +156,7 @@ std::unique_ptr<LinkSender> JobHost::MakeSender(const std::string& peer) {
   LinkSenderOptions o;
   o.site = options_.site;
   o.peer = peer;
+  o.file_env = options_.file_env;
   return std::make_unique<LinkSender>(o, link, monitor_, log_);
 }
 
@@ -164,7 +165,7 @@ void JobHost::RestoreJobs() {
   for (const auto& e : std::filesystem::directory_iterator(options_.data_dir + "/jobs", ec)) {
     if (!std::filesystem::exists(e.path() / "job.pb")) continue;
     CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); },
-                       e.path().string(), log_};
+                       e.path().string(), log_, options_.file_env};
     const std::string dir_id = e.path().filename().string();
     auto c = Coordinator::Restore(env);
     if (!c.ok()) {
@@ -241,7 +242,7 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
     }
   }
   CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, JobDir(id),
-                     log_};
+                     log_, options_.file_env};
   ASSIGN_OR_RETURN(auto c, Coordinator::Submit(env, std::move(spec), id));
   MutexLock lock(mu_);
   coordinators_[id] = std::move(c);

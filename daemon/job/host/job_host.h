@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "common/file_env.h"
 #include "common/mutex.h"
 #include "daemon/config.h"
 #include "daemon/job/checks/stage_admission.h"
@@ -47,6 +48,10 @@ struct JobHostOptions {
   size_t max_jobs = 64;             // stages and coordinated jobs held at once, each
   double throttle_seconds = 0;      // debug knob: slow this site's compute
   bool host_device_codecs = false;  // test seam: see DaemonOptions
+  // The disk and clock of everything the host builds (coordinators, stages, senders) and of
+  // the stage records and checkpoints it reads: the daemon's (CurrentFileEnv()); a fake in
+  // tests. REQUIRES: not null.
+  FileEnv* file_env = FileEnv::Default();
 };
 
 class JobHost {

@@ -25,7 +25,8 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
   const std::string dir = JobDir(req.job_id());
   // The site's latest assignment for the job names who may fetch: the coordinator (export)
   // and the sites of its plan or the plan it migrates from (layer moves).
-  ASSIGN_OR_RETURN(v1::StageAssignment a, ReadStageAssignment(dir + "/stage.pb"));
+  ASSIGN_OR_RETURN(v1::StageAssignment a,
+                   ReadStageAssignment(*options_.file_env, dir + "/stage.pb"));
   if (caller != a.coordinator() && !InPlan(a, caller)) {
     return RoleDenied(caller, req.job_id(), "fetch fragments (it is not one of the job's sites)");
   }
@@ -38,7 +39,8 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
     end = static_cast<int>(a.stages(a.stage()).layer_end());
   }
   ASSIGN_OR_RETURN(StageState s,
-                   ReadStageState(StageCheckpointPath(dir, req.step(), begin, end), begin, end));
+                   ReadStageState(*options_.file_env,
+                                  StageCheckpointPath(dir, req.step(), begin, end), begin, end));
   // One float array as fp32 frames of at most kFragmentSliceFloats values, in order.
   ASSIGN_OR_RETURN(auto fp32, compression::MakeCodec("fp32"));
   auto send = [&](v1::TensorKind kind, uint32_t id, const std::vector<float>& values) -> Status {
@@ -80,9 +82,10 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
     }
     const int64_t tied =
         static_cast<int64_t>(spec.job.model.padded_vocab_size) * spec.job.model.channels;
-    ASSIGN_OR_RETURN(SyncState sync,
-                     ReadSyncState(SyncCheckpointPath(dir, req.step(), begin, end), req.step(),
-                                   static_cast<int64_t>(s.params.size()), sizes, tied));
+    ASSIGN_OR_RETURN(
+        SyncState sync,
+        ReadSyncState(*options_.file_env, SyncCheckpointPath(dir, req.step(), begin, end),
+                      req.step(), static_cast<int64_t>(s.params.size()), sizes, tied));
     if (sync.anchor.empty()) {
       return absl::FailedPreconditionError("job " + req.job_id() + ": the sync state of step " +
                                            std::to_string(req.step()) + " on site '" +

@@ -42,7 +42,8 @@ StatusOr<std::string> JobHost::KnownCoordinator(const std::string& job_id) {
   }
   std::error_code ec;
   if (std::filesystem::exists(JobDir(job_id) + "/job.pb", ec)) return options_.site;
-  StatusOr<v1::StageAssignment> a = ReadStageAssignment(JobDir(job_id) + "/stage.pb");
+  StatusOr<v1::StageAssignment> a =
+      ReadStageAssignment(*options_.file_env, JobDir(job_id) + "/stage.pb");
   if (absl::IsNotFound(a.status())) return std::string();
   RETURN_IF_ERROR(a.status());
   return a->coordinator();
@@ -168,6 +169,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ctx.host_device_codecs = options_.host_device_codecs;
   ctx.channel = [this](const std::string& site) { return Channel(site); };
   ctx.heartbeat_seconds = options_.heartbeat_seconds;
+  ctx.file_env = options_.file_env;
   std::error_code ec;
   std::filesystem::create_directories(ctx.job_dir, ec);
   if (ec)
@@ -191,7 +193,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                : on_gpu  ? 0
                                         : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
   ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), limit));
-  RETURN_IF_ERROR(WriteStageAssignment(JobDir(id) + "/stage.pb", a));
+  RETURN_IF_ERROR(WriteStageAssignment(*options_.file_env, JobDir(id) + "/stage.pb", a));
   v1::AssignResponse r;
   r.set_memory_bytes(runner->memory_bytes());
   r.set_devices(runner->devices());

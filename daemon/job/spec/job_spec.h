@@ -104,6 +104,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/status.h"
 #include "fleet/sync_options.h"
 #include "model/data_loader.h"
@@ -206,6 +208,12 @@ JobSpec::DirectionCodecs ResolvedCodecs(const JobSpec& spec, bool gradients,
                                         bool coordinates = false);
 // OK when each direction's codec and floor are rungs of its ladder; errors name the key.
 Status CheckDirectionCodecs(const JobSpec& spec);
+
+// The top-level keys a distributed job adds to the train-local schema (model/job.h), in the
+// order ParseJobSpec reads them: the names in its table of key parsers (job_spec_parse.cc),
+// where a new key is one row. train-local and the tools that read job files pass them to
+// model::LoadJob, which accepts and ignores them.
+absl::Span<const absl::string_view> PipelineJobKeys();
 
 // Parses and validates a job (errors name SOURCE:LINE:COLUMN and the key).
 StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& source,

@@ -1,7 +1,9 @@
 // Parsing a distributed job file (job_spec.h): model::ParseJob reads the train-local schema,
-// then each pipeline key (model::kPipelineJobKeys, the one list of them) is read by one
-// function here, and the keys that constrain each other are checked together last.
+// then each pipeline key is read by its parser, one row of kPipelineKeys per key: that table
+// is the one place a key is named (PipelineJobKeys() lists it for model::ParseJob). The keys
+// that constrain each other are checked together once those they name are read.
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <set>
 #include <string>
@@ -20,7 +22,7 @@ using Fields = YamlWalker::Fields;
 namespace {
 
 // The `sync:` block (or its defaults when absent: `entry` null).
-Status ParseSync(const YamlWalker& w, const YamlWalker::Entry* entry, JobSpec* spec) {
+Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry, JobSpec* spec) {
   fleet::SyncOptions& sync = spec->sync;
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
@@ -41,6 +43,11 @@ Status ParseSync(const YamlWalker& w, const YamlWalker::Entry* entry, JobSpec* s
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));
       auto reduce = fleet::ParseSyncReduce(text);
       if (!reduce.ok()) return w.Error(it->second, reduce.status().message());
+      if (*reduce == fleet::SyncReduce::kGossip) {
+        return w.Error(it->second,
+                       "gossip runs in the fleet simulator only (tools/bench/replica_study "
+                       "--reduce gossip); the daemons sync with gather, ring or auto");
+      }
       sync.reduce = *reduce;
     }
     if (auto it = fields.find("on_site_loss"); it != fields.end()) {
@@ -151,11 +158,11 @@ Status ParseSync(const YamlWalker& w, const YamlWalker::Entry* entry, JobSpec* s
 
 // The pipeline keys at the top level of the job file, with their paths.
 Fields PipelineEntries(const Entry& root) {
+  const absl::Span<const absl::string_view> keys = PipelineJobKeys();
   Fields out;
   for (auto it = root.value.begin(); it != root.value.end(); ++it) {
     const std::string key = it->first.as<std::string>();
-    if (std::find(model::kPipelineJobKeys.begin(), model::kPipelineJobKeys.end(), key) !=
-        model::kPipelineJobKeys.end()) {
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
       out.emplace(key, Entry{it->first, it->second, key});
     }
   }
@@ -185,7 +192,7 @@ Status ParseSites(const YamlWalker& w, const Entry& root, const Entry* sites, Jo
   return absl::OkStatus();
 }
 
-Status ParseReplicas(const YamlWalker& w, const Entry* e, JobSpec* spec) {
+Status ParseReplicas(const YamlWalker& w, const Entry& /*root*/, const Entry* e, JobSpec* spec) {
   if (e == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string v, w.String(*e));
   if (v == "auto") {
@@ -198,7 +205,8 @@ Status ParseReplicas(const YamlWalker& w, const Entry* e, JobSpec* spec) {
 }
 
 // replica_microbatches: paced, or one count per replica.
-Status ParseReplicaMicrobatches(const YamlWalker& w, const Entry* e, JobSpec* spec) {
+Status ParseReplicaMicrobatches(const YamlWalker& w, const Entry& /*root*/, const Entry* e,
+                                JobSpec* spec) {
   if (e == nullptr) return absl::OkStatus();
   if (e->value.IsScalar() && e->value.Scalar() == "paced") {
     if (spec->replicas == 1) {
@@ -223,7 +231,8 @@ Status ParseReplicaMicrobatches(const YamlWalker& w, const Entry* e, JobSpec* sp
 }
 
 // replica_stages: one stage count per replica, summing to the listed sites.
-Status ParseReplicaStages(const YamlWalker& w, const Entry* e, JobSpec* spec) {
+Status ParseReplicaStages(const YamlWalker& w, const Entry& /*root*/, const Entry* e,
+                          JobSpec* spec) {
   if (e == nullptr) return absl::OkStatus();
   if (spec->replicas < 2) {
     return w.Error(*e, "needs replicas: a number of 2 or more (one count per replica)");
@@ -247,7 +256,7 @@ Status ParseReplicaStages(const YamlWalker& w, const Entry* e, JobSpec* spec) {
   return absl::OkStatus();
 }
 
-Status ParseInFlight(const YamlWalker& w, const Entry* e, JobSpec* spec) {
+Status ParseInFlight(const YamlWalker& w, const Entry& /*root*/, const Entry* e, JobSpec* spec) {
   if (e == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string v, w.String(*e));
   int64_t parsed = 0;
@@ -348,8 +357,20 @@ Status CheckTogether(const YamlWalker& w, const Fields& f, JobSpec* spec) {
   return absl::OkStatus();
 }
 
+// replan: on (or true) | off (or false).
+Status ParseReplan(const YamlWalker& w, const Entry& /*root*/, const Entry* e, JobSpec* spec) {
+  return ParseChoice(w, e, "on", "off", true, &spec->replan);
+}
+
+// placement: planned | even; then the keys read before it, which constrain each other and
+// what each placement allows, are checked together.
+Status ParsePlacement(const YamlWalker& w, const Entry& root, const Entry* e, JobSpec* spec) {
+  RETURN_IF_ERROR(ParseChoice(w, e, "planned", "even", false, &spec->planned));
+  return CheckTogether(w, PipelineEntries(root), spec);
+}
+
 // compression: {mode, codec, floor, tied, activations: {...}, gradients: {...}}.
-Status ParseCompression(const YamlWalker& w, const Entry* e, JobSpec* spec) {
+Status ParseCompression(const YamlWalker& w, const Entry& /*root*/, const Entry* e, JobSpec* spec) {
   if (e == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto fields,
                    w.Map(*e, {"mode", "codec", "floor", "tied", "activations", "gradients"}));
@@ -409,26 +430,50 @@ Status ParseCompression(const YamlWalker& w, const Entry* e, JobSpec* spec) {
   return absl::OkStatus();
 }
 
+// A top-level pipeline key: its name in the job file and the function that reads it into the
+// JobSpec, given the key's entry (null when the file leaves the key out: the parser fills in
+// the default or reports the key missing) and the file's top level `root`.
+struct PipelineKey {
+  absl::string_view name;
+  Status (*parse)(const YamlWalker& w, const Entry& root, const Entry* e, JobSpec* spec);
+};
+
+// The pipeline keys, in the order they are read: a parser may read what the rows above it
+// filled in (replica_stages: replicas and sites; placement checks them all together). A new
+// key is a row here and the JobSpec field its parser fills.
+constexpr PipelineKey kPipelineKeys[] = {
+    {"sites", ParseSites},
+    {"replicas", ParseReplicas},
+    {"sync", ParseSync},
+    {"replica_microbatches", ParseReplicaMicrobatches},
+    {"replica_stages", ParseReplicaStages},
+    {"extra_in_flight", ParseInFlight},
+    {"replan", ParseReplan},
+    {"placement", ParsePlacement},
+    {"compression", ParseCompression},
+};
+
+constexpr auto kPipelineKeyNames = [] {
+  std::array<absl::string_view, std::size(kPipelineKeys)> names;
+  for (size_t i = 0; i < names.size(); ++i) names[i] = kPipelineKeys[i].name;
+  return names;
+}();
+
 }  // namespace
+
+absl::Span<const absl::string_view> PipelineJobKeys() { return kPipelineKeyNames; }
 
 StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& source,
                                const std::string& base_dir) {
   JobSpec spec;
   spec.yaml = yaml;
-  ASSIGN_OR_RETURN(spec.job, model::ParseJob(yaml, source, base_dir));
+  ASSIGN_OR_RETURN(spec.job, model::ParseJob(yaml, source, base_dir, PipelineJobKeys()));
   YamlWalker w(source);
   ASSIGN_OR_RETURN(const Entry root, w.Root(yaml));
   const Fields f = PipelineEntries(root);  // model::ParseJob has checked the top level
-  RETURN_IF_ERROR(ParseSites(w, root, Get(f, "sites"), &spec));
-  RETURN_IF_ERROR(ParseReplicas(w, Get(f, "replicas"), &spec));
-  RETURN_IF_ERROR(ParseSync(w, Get(f, "sync"), &spec));
-  RETURN_IF_ERROR(ParseReplicaMicrobatches(w, Get(f, "replica_microbatches"), &spec));
-  RETURN_IF_ERROR(ParseReplicaStages(w, Get(f, "replica_stages"), &spec));
-  RETURN_IF_ERROR(ParseInFlight(w, Get(f, "extra_in_flight"), &spec));
-  RETURN_IF_ERROR(ParseChoice(w, Get(f, "replan"), "on", "off", true, &spec.replan));
-  RETURN_IF_ERROR(ParseChoice(w, Get(f, "placement"), "planned", "even", false, &spec.planned));
-  RETURN_IF_ERROR(CheckTogether(w, f, &spec));
-  RETURN_IF_ERROR(ParseCompression(w, Get(f, "compression"), &spec));
+  for (const PipelineKey& key : kPipelineKeys) {
+    RETURN_IF_ERROR(key.parse(w, root, Get(f, key.name), &spec));
+  }
   return spec;
 }
 

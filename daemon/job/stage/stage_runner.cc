@@ -22,10 +22,6 @@
 
 namespace longhaul::daemon {
 
-double StageRunner::Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void StageRunner::Start() {
   {
     MutexLock lock(mu_);

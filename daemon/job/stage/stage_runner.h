@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/mutex.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/exchange/sender.h"
@@ -68,6 +69,10 @@ struct StageRunnerContext {
   int64_t in_flight_memory_bytes = 0;
   // Links to other sites (to fetch moved layers when the plan changed).
   std::function<transport::Link*(const std::string&)> channel;
+  // The stage's disk and clock: its checkpoints and sync states are written and read through
+  // it, and its times (status, step reports, the exchanges' waits, the codecs' windows) are
+  // its NowSeconds. REQUIRES: not null.
+  FileEnv* file_env = FileEnv::Default();
 };
 
 struct StageRunnerStatus {
@@ -100,7 +105,7 @@ class StageRunner {
 
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
-  static double Now();  // steady clock, seconds
+  double Now() const { return ctx_.file_env->NowSeconds(); }  // the context's clock
 
   Status Init(int64_t memory_limit_bytes);
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that

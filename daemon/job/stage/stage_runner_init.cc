@@ -25,6 +25,10 @@ namespace longhaul::daemon {
 
 StatusOr<std::unique_ptr<StageRunner>> StageRunner::Create(StageRunnerContext context,
                                                            int64_t memory_limit_bytes) {
+  if (context.file_env == nullptr) {
+    return absl::InvalidArgumentError("stage of job " + context.assignment.job_id() +
+                                      ": no file env");
+  }
   std::unique_ptr<StageRunner> r(new StageRunner(std::move(context)));
   RETURN_IF_ERROR(r->Init(memory_limit_bytes));
   return r;
@@ -164,7 +168,8 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     migrate_ = a.migrate_from_size() > 0;
     rejoin_ = !migrate_;
   } else if (start_step_ > 0) {
-    ASSIGN_OR_RETURN(StageState s, ReadStageState(StageCheckpointPath(ctx_.job_dir, start_step_,
+    ASSIGN_OR_RETURN(StageState s, ReadStageState(*ctx_.file_env,
+                                                  StageCheckpointPath(ctx_.job_dir, start_step_,
                                                                       fo.begin, fo.end),
                                                   fo.begin, fo.end));
     if (static_cast<int64_t>(s.params.size()) != fragment_->layout().total()) {

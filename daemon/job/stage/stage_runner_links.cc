@@ -51,6 +51,7 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
     }
   }
   xo.host_floats = static_cast<size_t>(B_) * T_ * std::max(in_width_, out_width_);
+  xo.file_env = ctx_.file_env;
   ASSIGN_OR_RETURN(exchange_, StageExchange::Create(std::move(xo)));
   return absl::OkStatus();
 }

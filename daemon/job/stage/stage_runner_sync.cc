@@ -27,6 +27,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.log = ctx_.log;
     o.heartbeat_seconds = ctx_.heartbeat_seconds;
     o.stop = &stop_;
+    o.file_env = ctx_.file_env;
     ASSIGN_OR_RETURN(replicas_, ReplicaSync::Create(std::move(o)));
   }
   if (!replicas_ && !tied_codec_) return absl::OkStatus();
@@ -42,6 +43,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   ASSIGN_OR_RETURN(
       SyncState state,
       ReadSyncState(
+          *ctx_.file_env,
           SyncCheckpointPath(ctx_.job_dir, resume_step, static_cast<int>(me.layer_begin()),
                              static_cast<int>(me.layer_end())),
           resume_step, fragment_->layout().total(),
@@ -61,7 +63,8 @@ Status StageRunner::CheckpointSync(uint64_t step) {
   if (replicas_) replicas_->Save(&s);
   if (tied_codec_) s.tied_residual = tied_codec_->residual();
   const auto& me = ctx_.assignment.stages(stage_);
-  return WriteSyncState(SyncCheckpointPath(ctx_.job_dir, step, static_cast<int>(me.layer_begin()),
+  return WriteSyncState(*ctx_.file_env,
+                        SyncCheckpointPath(ctx_.job_dir, step, static_cast<int>(me.layer_begin()),
                                            static_cast<int>(me.layer_end())),
                         s);
 }

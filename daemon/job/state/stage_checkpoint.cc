@@ -56,7 +56,7 @@ std::string StageCheckpointPath(const std::string& dir, uint64_t step, int layer
   return dir + name;
 }
 
-Status WriteStageState(const std::string& path, const StageState& s) {
+Status WriteStageState(FileEnv& env, const std::string& path, const StageState& s) {
   if (s.m.size() != s.params.size() || s.v.size() != s.params.size()) {
     return absl::InvalidArgumentError("stage state: parameter and moment sizes differ");
   }
@@ -78,7 +78,7 @@ Status WriteStageState(const std::string& path, const StageState& s) {
   h.payload_xxh64 = XXH64_digest(state);
   XXH64_freeState(state);
   h.header_xxh64 = HeaderChecksum(h);
-  model::AtomicFileWriter w;
+  model::AtomicFileWriter w(&env);
   RETURN_IF_ERROR(w.Open(path));
   RETURN_IF_ERROR(w.Write(&h, sizeof h));
   for (const auto* vec : {&s.params, &s.m, &s.v}) {
@@ -88,20 +88,21 @@ Status WriteStageState(const std::string& path, const StageState& s) {
   return w.Commit();
 }
 
-StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, int layer_end) {
+StatusOr<StageState> ReadStageState(FileEnv& env, const std::string& path, int layer_begin,
+                                    int layer_end) {
   const std::string what = "stage checkpoint";
-  ASSIGN_OR_RETURN(const int64_t size, model::FileSize(path, what));
+  ASSIGN_OR_RETURN(const int64_t size, model::FileSize(env, path, what));
   if (size < static_cast<int64_t>(sizeof(HeaderV1))) {
     return absl::DataLossError(what + " '" + path + "': " + std::to_string(size) +
                                " bytes, shorter than its header (truncated?)");
   }
   char magic[8];
-  RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, magic, sizeof magic));
+  RETURN_IF_ERROR(model::ReadFileRange(env, path, what, 0, magic, sizeof magic));
   Header h{};
   const bool v1 = std::memcmp(magic, kMagicV1, sizeof magic) == 0;
   if (v1) {
     HeaderV1 old{};
-    RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, &old, sizeof old));
+    RETURN_IF_ERROR(model::ReadFileRange(env, path, what, 0, &old, sizeof old));
     h.header_bytes = sizeof old;
     h.step = old.step;
     h.layer_begin = old.layer_begin;
@@ -113,7 +114,7 @@ StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, in
       return absl::DataLossError(what + " '" + path + "': " + std::to_string(size) +
                                  " bytes, shorter than its header (truncated?)");
     }
-    RETURN_IF_ERROR(model::ReadFileRange(path, what, 0, &h, sizeof h));
+    RETURN_IF_ERROR(model::ReadFileRange(env, path, what, 0, &h, sizeof h));
     if (h.header_xxh64 != HeaderChecksum(h) || h.version != kVersion ||
         h.header_bytes != sizeof h) {
       return absl::DataLossError(what + " '" + path + "': header checksum mismatch (corrupt)");
@@ -143,13 +144,14 @@ StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, in
   Status read;
   for (auto* vec : {&s.params, &s.m, &s.v}) {
     vec->resize(h.n);
-    if (read.ok()) read = model::ReadFileRange(path, what, off, vec->data(), h.n * sizeof(float));
+    if (read.ok())
+      read = model::ReadFileRange(env, path, what, off, vec->data(), h.n * sizeof(float));
     XXH64_update(state, vec->data(), h.n * sizeof(float));
     off += h.n * sizeof(float);
   }
   s.loader_state.resize(h.loader_bytes);
   if (read.ok())
-    read = model::ReadFileRange(path, what, off, s.loader_state.data(), h.loader_bytes);
+    read = model::ReadFileRange(env, path, what, off, s.loader_state.data(), h.loader_bytes);
   XXH64_update(state, s.loader_state.data(), s.loader_state.size());
   const uint64_t checksum = XXH64_digest(state);
   XXH64_freeState(state);
@@ -181,16 +183,15 @@ constexpr model::DurableFormat kAssignmentFormat{
 
 }  // namespace
 
-Status WriteStageAssignment(const std::string& path, const v1::StageAssignment& a) {
+Status WriteStageAssignment(FileEnv& env, const std::string& path, const v1::StageAssignment& a) {
   const std::string bytes = a.SerializeAsString();
-  return model::WriteDurableFile(*CurrentFileEnv(), path, kAssignmentFormat, {bytes});
+  return model::WriteDurableFile(env, path, kAssignmentFormat, {bytes});
 }
 
-StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path) {
+StatusOr<v1::StageAssignment> ReadStageAssignment(FileEnv& env, const std::string& path) {
   // Read once: an assignment renamed over this one meanwhile (the site taking its next
   // attempt) cannot mix into it. An earlier build's is the bare protobuf.
-  StatusOr<model::DurablePayload> read =
-      model::ReadDurableOrEarlier(*CurrentFileEnv(), path, kAssignmentFormat);
+  StatusOr<model::DurablePayload> read = model::ReadDurableOrEarlier(env, path, kAssignmentFormat);
   if (absl::IsNotFound(read.status())) return absl::NotFoundError("no stage assignment at " + path);
   RETURN_IF_ERROR(read.status());
   const std::string& bytes = read->bytes;

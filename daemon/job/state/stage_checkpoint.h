@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/status.h"
 #include "proto/longhaul.pb.h"
 
@@ -29,20 +30,23 @@ struct StageState {
 std::string StageCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
                                 int layer_end);
 
-Status WriteStageState(const std::string& path, const StageState& state);
+// Written and read through `env` (the stage's, StageRunnerContext::file_env).
+Status WriteStageState(FileEnv& env, const std::string& path, const StageState& state);
 // Fails when the file is missing (NotFound), truncated, corrupt or not a stage checkpoint
 // (DataLoss), or holds other layers (FailedPrecondition).
-StatusOr<StageState> ReadStageState(const std::string& path, int layer_begin, int layer_end);
+StatusOr<StageState> ReadStageState(FileEnv& env, const std::string& path, int layer_begin,
+                                    int layer_end);
 
 // Deletes stage checkpoints (and their sync states, sync_checkpoint.h) in `dir` older than
-// `keep_from` (the committed step before the newest: two committed checkpoints stay).
+// `keep_from` (the committed step before the newest: two committed checkpoints stay). Lists and
+// removes with std::filesystem: the FileEnv has no directory calls.
 void PruneStageStates(const std::string& dir, uint64_t keep_from);
 
 // A site's record of its stage of a job (stage.pb, the assignment it last took), in the
 // durable-file shape (model/durable_file.h). Reading takes an earlier build's bare protobuf
 // too. NotFound when there is none; DataLoss when it is torn, corrupt, does not parse or names a
 // stage outside its plan.
-Status WriteStageAssignment(const std::string& path, const v1::StageAssignment& a);
-StatusOr<v1::StageAssignment> ReadStageAssignment(const std::string& path);
+Status WriteStageAssignment(FileEnv& env, const std::string& path, const v1::StageAssignment& a);
+StatusOr<v1::StageAssignment> ReadStageAssignment(FileEnv& env, const std::string& path);
 
 }  // namespace longhaul::daemon

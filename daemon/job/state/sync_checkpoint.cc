@@ -39,7 +39,7 @@ std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_
   return dir + name;
 }
 
-Status WriteSyncState(const std::string& path, const SyncState& s) {
+Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s) {
   std::string head;
   AppendU64(&head, s.step);
   AppendU64(&head, s.anchor.size());
@@ -55,16 +55,16 @@ Status WriteSyncState(const std::string& path, const SyncState& s) {
   parts.push_back(bytes(s.tied_residual));
   model::DurableFormat format = kFormat;
   format.max_bytes = UINT64_MAX;
-  return model::WriteDurableFile(*CurrentFileEnv(), path, format, parts);
+  return model::WriteDurableFile(env, path, format, parts);
 }
 
-StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_t fragment_floats,
-                                  const std::vector<int64_t>& slice_sizes, int64_t tied_floats) {
+StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_t step,
+                                  int64_t fragment_floats, const std::vector<int64_t>& slice_sizes,
+                                  int64_t tied_floats) {
   const std::string what = "sync state";
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(what + " '" + path + "': " + why);
   };
-  FileEnv& env = *CurrentFileEnv();
   // The most a state of this fragment can hold; nothing larger is read.
   const uint64_t n = static_cast<uint64_t>(fragment_floats);
   uint64_t most_floats = 2 * n + static_cast<uint64_t>(tied_floats);

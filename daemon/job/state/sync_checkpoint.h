@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/status.h"
 
 namespace longhaul::daemon {
@@ -27,11 +28,13 @@ struct SyncState {
 std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
                                int layer_end);
 
-Status WriteSyncState(const std::string& path, const SyncState& state);
+// Written and read through `env` (the stage's, StageRunnerContext::file_env).
+Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& state);
 // `fragment_floats`: the fragment's parameter count (what anchor and momentum must hold, when
 // present); `slice_sizes`: its slices' sizes (what the residuals must hold, when present);
 // `tied_floats`: wte's size (what the tied residual must hold, when present).
-StatusOr<SyncState> ReadSyncState(const std::string& path, uint64_t step, int64_t fragment_floats,
-                                  const std::vector<int64_t>& slice_sizes, int64_t tied_floats);
+StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_t step,
+                                  int64_t fragment_floats, const std::vector<int64_t>& slice_sizes,
+                                  int64_t tied_floats);
 
 }  // namespace longhaul::daemon

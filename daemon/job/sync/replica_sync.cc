@@ -4,7 +4,6 @@
 #include "daemon/job/sync/replica_sync.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "daemon/job/sync/replica_membership.h"
 #include "daemon/job/sync/sync_routes.h"
@@ -15,12 +14,13 @@ namespace longhaul::daemon {
 
 StatusOr<std::unique_ptr<ReplicaSync>> ReplicaSync::Create(ReplicaSyncOptions options) {
   if (options.grid.replicas < 2 || !options.fragment || !options.inbox || !options.monitor ||
+      !options.file_env ||
       options.microbatches.size() != static_cast<size_t>(options.grid.replicas)) {
     return absl::InvalidArgumentError(
         "replica sync of job " + options.assignment.job_id() + ": needs 2 or more replicas (" +
-        std::to_string(options.grid.replicas) + "), the stage's fragment, inbox and link " +
-        "monitor, and each replica's microbatches (" + std::to_string(options.microbatches.size()) +
-        ")");
+        std::to_string(options.grid.replicas) + "), the stage's fragment, inbox, link " +
+        "monitor and file env, and each replica's microbatches (" +
+        std::to_string(options.microbatches.size()) + ")");
   }
   std::unique_ptr<ReplicaSync> r(new ReplicaSync(std::move(options)));
   RETURN_IF_ERROR(r->Init());
@@ -31,11 +31,6 @@ ReplicaSync::~ReplicaSync() { Cancel(); }
 
 std::string ReplicaSync::Where() const {
   return "job " + o_.assignment.job_id() + " stage " + std::to_string(stage_);
-}
-
-double ReplicaSync::Now() const {
-  if (o_.clock) return o_.clock();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 Status ReplicaSync::Init() {
@@ -86,6 +81,7 @@ Status ReplicaSync::Init() {
   so.inbox = o_.inbox;
   so.heartbeat_seconds = o_.heartbeat_seconds;
   so.stop = o_.stop;
+  so.file_env = o_.file_env;
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
   return absl::OkStatus();
 }
@@ -256,7 +252,7 @@ Status ReplicaSync::ChooseCodec(double compute_seconds, int phase) {
   const uint64_t bytes = static_cast<uint64_t>(static_cast<double>(exchange_->PhaseValues(phase)) *
                                                sizeof(float) * exchange_->SentShare());
   ASSIGN_OR_RETURN(const compression::Decision d,
-                   codec_->Choose(links, bytes, compute_seconds, Now()));
+                   codec_->Choose(links, bytes, compute_seconds, o_.file_env->NowSeconds()));
   if (d.changed && o_.log) {
     o_.log->info("job {} stage {}: sync codec {}: {}", o_.assignment.job_id(), stage_, d.codec,
                  d.explanation);

@@ -18,13 +18,13 @@
 #include <spdlog/logger.h>
 
 #include <atomic>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/status.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/exchange/sender.h"
@@ -59,12 +59,14 @@ struct ReplicaSyncOptions {
   std::shared_ptr<spdlog::logger> log;
   double heartbeat_seconds = 1.0;
   const std::atomic<bool>* stop = nullptr;
-  std::function<double()> clock;  // monotonic seconds (a fake in tests); empty: steady clock
+  // The clock (NowSeconds) of the adaptive codec's windows and of the syncs' seconds
+  // (SyncExchange's): a fake in tests.
+  FileEnv* file_env = FileEnv::Default();
 };
 
 class ReplicaSync {
  public:
-  // REQUIRES: grid.replicas >= 2, a fragment, an inbox and a monitor.
+  // REQUIRES: grid.replicas >= 2, a fragment, an inbox, a monitor and a file env.
   static StatusOr<std::unique_ptr<ReplicaSync>> Create(ReplicaSyncOptions options);
   ~ReplicaSync();
 
@@ -104,7 +106,6 @@ class ReplicaSync {
  private:
   explicit ReplicaSync(ReplicaSyncOptions options) : o_(std::move(options)) {}
   Status Init();
-  double Now() const;
   // sync: {codec: adaptive}: the codec of the next sync of `phase` for `compute_seconds` of
   // compute until the one after (sync_codec.h).
   Status ChooseCodec(double compute_seconds, int phase);

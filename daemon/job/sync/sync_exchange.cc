@@ -12,17 +12,12 @@
 #include "fleet/sync_options.h"
 
 namespace longhaul::daemon {
-namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions options) {
   const int replicas = options.grid.replicas;
   if (options.inbox == nullptr) return absl::InvalidArgumentError("sync exchange: no inbox");
+  if (options.file_env == nullptr) {
+    return absl::InvalidArgumentError("sync exchange: no file env");
+  }
   if (options.live.empty()) options.live.assign(static_cast<size_t>(replicas), true);
   if (static_cast<int>(options.live.size()) != replicas) {
     return absl::InvalidArgumentError("sync exchange: " + std::to_string(replicas) +
@@ -184,7 +179,7 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values,
     return absl::InvalidArgumentError("sync: " + std::to_string(weights.size()) + " weights for " +
                                       std::to_string(replicas) + " replicas");
   }
-  begin_ = Now();
+  begin_ = o_.file_env->NowSeconds();
   blocking_ = false;
   weights_.assign(weights.begin(), weights.end());
   const int me = o_.grid.replica(o_.stage);
@@ -223,7 +218,7 @@ Status SyncExchange::Start(uint64_t step, std::span<const float> values,
     }
   }
   // The others' frames, as they come, on a thread of its own.
-  started_at_ = Now();
+  started_at_ = o_.file_env->NowSeconds();
   cancel_ = false;
   receive_status_ = absl::OkStatus();
   receiver_ =
@@ -281,7 +276,7 @@ void SyncExchange::Receive(std::vector<TensorKey> wanted) {
     return absl::OkStatus();
   };
   receive_status_ = run();
-  received_at_ = Now();
+  received_at_ = o_.file_env->NowSeconds();
 }
 
 void SyncExchange::Join() {
@@ -303,9 +298,9 @@ SyncExchange::~SyncExchange() { Cancel(); }
 
 Status SyncExchange::Finish(std::span<float> out) {
   if (!in_flight()) return absl::FailedPreconditionError("sync: no sync in flight to finish");
-  const double wait_start = Now();
+  const double wait_start = o_.file_env->NowSeconds();
   Join();  // the receiver ends when every frame is in, on a stop, or on an error
-  const double wait_end = Now();
+  const double wait_end = o_.file_env->NowSeconds();
   wait_seconds_ += wait_end - wait_start;
   RETURN_IF_ERROR(receive_status_);
   const int replicas = o_.grid.replicas;
@@ -341,7 +336,8 @@ Status SyncExchange::Finish(std::span<float> out) {
   // Exposed: from Start to the return when it blocks (AllGather), else Start's encoding and
   // queueing and the wait here; the receiver's time before Finish was called ran behind the
   // steps.
-  sync_seconds_ += blocking_ ? Now() - begin_ : (started_at_ - begin_) + (Now() - wait_start);
+  const double now = o_.file_env->NowSeconds();
+  sync_seconds_ += blocking_ ? now - begin_ : (started_at_ - begin_) + (now - wait_start);
   if (!blocking_) {
     hidden_seconds_ += std::max(0.0, std::min(received_at_, wait_start) - started_at_);
   }

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_env.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/job/exchange/inbox.h"
@@ -66,6 +67,8 @@ struct SyncExchangeOptions {
   Inbox* inbox = nullptr;
   double heartbeat_seconds = 1.0;
   const std::atomic<bool>* stop = nullptr;
+  // The clock (NowSeconds) of the syncs' exposed and hidden seconds (Report, wait_seconds).
+  FileEnv* file_env = FileEnv::Default();
 };
 
 class SyncExchange {
