@@ -18,6 +18,8 @@ class SplitMix64 {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+  // In [0, 1): the top 53 bits of the next draw.
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   // In [0, n), n > 0 (modulo bias is irrelevant for the small n used here).
   size_t Below(size_t n) { return size_t(Next() % n); }
   template <typename T>

@@ -52,7 +52,7 @@ double Now() {
 bool InValSplit(uint64_t seed, int64_t ordinal, double fraction) {
   if (fraction <= 0) return false;
   SplitMix64 rng(seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(ordinal));
-  return static_cast<double>(rng.Next() >> 11) * 0x1.0p-53 < fraction;
+  return rng.Uniform() < fraction;
 }
 
 // One encoded piece.

@@ -63,7 +63,7 @@ GossipGraph ChooseGossipGraph(const std::vector<std::vector<double>>& bandwidth,
       const double total = std::accumulate(w.begin(), w.end(), 0.0);
       if (total <= 0) break;
       // A uniform draw in [0, total) over the remaining links' cumulative weights.
-      const double u = static_cast<double>(rng.Next() >> 11) * 0x1.0p-53 * total;
+      const double u = rng.Uniform() * total;
       double acc = 0;
       int chosen = -1;
       for (int j = 0; j < n; ++j) {

@@ -91,17 +91,17 @@ uint64_t GossipMixer::Round(const GossipGraph& graph, std::vector<std::vector<fl
     for (int i : graph.out[j]) from[static_cast<size_t>(i)].push_back(j);
   }
   for (auto& f : from) std::sort(f.begin(), f.end());
-  // Per coordinate: what each replica keeps of its own (v, w), then what it receives. The
-  // values are read from the round's start (`before`), so the order of receivers is free.
-  const std::vector<std::vector<float>> before = *params;
-  const std::vector<std::vector<float>> weights_before = weights_;
+  // Per coordinate: what each replica keeps of its own (v, w), then what it receives. Every
+  // share is read from the round's start: `params` and the weights change only in the last
+  // loop, so the order of receivers is free.
+  const std::vector<std::vector<float>>& x = *params;
   std::vector<std::vector<double>> value(n), weight(n);
   for (size_t i = 0; i < n; ++i) {
     value[i].resize(parameters_);
     weight[i].resize(parameters_);
     for (size_t c = 0; c < parameters_; ++c) {
-      weight[i][c] = weights_before[i][c];
-      value[i][c] = static_cast<double>(weights_before[i][c]) * before[i][c];
+      weight[i][c] = weights_[i][c];
+      value[i][c] = static_cast<double>(weights_[i][c]) * x[i][c];
     }
     for (uint32_t c : picked[i]) {  // sent coordinates: it keeps one share
       weight[i][c] *= share[i];
@@ -111,18 +111,18 @@ uint64_t GossipMixer::Round(const GossipGraph& graph, std::vector<std::vector<fl
   for (size_t i = 0; i < n; ++i) {
     for (size_t j : from[i]) {
       for (uint32_t c : picked[j]) {
-        weight[i][c] += share[j] * weights_before[j][c];
-        value[i][c] += share[j] * static_cast<double>(weights_before[j][c]) * before[j][c];
+        weight[i][c] += share[j] * weights_[j][c];
+        value[i][c] += share[j] * static_cast<double>(weights_[j][c]) * x[j][c];
       }
     }
   }
   for (size_t i = 0; i < n; ++i) {
-    std::vector<float>& x = (*params)[i];
+    std::vector<float>& out = (*params)[i];
     for (size_t c = 0; c < parameters_; ++c) {
       weights_[i][c] = static_cast<float>(weight[i][c]);
-      x[c] = static_cast<float>(value[i][c] / weight[i][c]);
+      out[c] = static_cast<float>(value[i][c] / weight[i][c]);
     }
-    for (uint32_t c : picked[i]) refs_[i][c] = x[c];
+    for (uint32_t c : picked[i]) refs_[i][c] = out[c];
   }
   ++rounds_;
   return bytes;

@@ -292,7 +292,7 @@ std::vector<std::vector<double>> LocalFleet::RoundLinks(uint64_t round) const {
     SplitMix64 rng(options_.seed * 0x2545F4914F6CDD1Dull ^ (round + 1) * 0x9E3779B97F4A7C15ull);
     for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < n; ++j) {
-        const double u = static_cast<double>(rng.Next() >> 11) * 0x1.0p-53;
+        const double u = rng.Uniform();
         if (i != j && u < options_.missing_links) links[i][j] = 0;
       }
     }

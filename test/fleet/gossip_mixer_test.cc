@@ -22,7 +22,7 @@ std::vector<std::vector<float>> Start(uint64_t seed) {
   SplitMix64 rng(seed);
   std::vector<std::vector<float>> x(kN, std::vector<float>(kP));
   for (auto& row : x) {
-    for (float& v : row) v = static_cast<float>(static_cast<double>(rng.Next() >> 11) * 0x1.0p-53);
+    for (float& v : row) v = static_cast<float>(rng.Uniform());
   }
   return x;
 }
