@@ -8,14 +8,15 @@
 #                      (what `longhauld --version` prints), as is when HEAD carries the tag
 #                      v<release>, else <release>+git<commits>.<hash> so that later builds
 #                      sort newer (dpkg --compare-versions)
-#   --no-build         package the -c opt binaries Bazel built last instead of building
+#   --no-build         package the binaries Bazel built last instead of building
 #   --no-cuda          leave the CUDA backend out even where nvcc is installed
 #   BAZEL_ARGS         passed on to `bazel build`, for example -- --jobs=1
 #
-# The package holds longhauld and longhaul in /usr/bin (built with `bazel build -c opt`
-# through tools/build.sh, then stripped); where the CUDA toolkit is installed
+# The package holds longhauld and longhaul in /usr/bin (built by tools/build.sh in the
+# configuration the tests use, -O2 from .bazelrc, so the package ships the binaries the suite
+# ran and CI builds nothing twice; then stripped); where the CUDA toolkit is installed
 # (/usr/local/cuda/bin/nvcc, or $LONGHAUL_NVCC: as tools/test.sh decides) also the CUDA backend,
-# /usr/lib/longhaul/libcuda_backend.so (`bazel build -c opt --config=cuda`, stripped, RUNPATH
+# /usr/lib/longhaul/libcuda_backend.so (`bazel build --config=cuda`, stripped, RUNPATH
 # /usr/local/cuda/lib64), which longhauld loads only for a site with `devices: [cuda:N]`
 # (kernels/cuda_backend.h), so one package serves CPU and GPU sites; it prints on stderr whether
 # the package carries it. /lib/systemd/system/longhauld.service (generated
@@ -116,22 +117,23 @@ fi
 [[ "$version" =~ ^[0-9][A-Za-z0-9.+~]*$ ]] ||
   die "'$version' is not a Debian version (a digit, then letters, digits, '.', '+', '~')"
 
-# The binaries, optimized. --symlink_prefix=/ leaves the bazel-bin symlinks (the fastbuild
-# tree the tests use) alone.
+# The binaries, as the tests build them: .bazelrc compiles every configuration with -O2 and
+# nothing of ours reads NDEBUG, so -c opt would add only section garbage collection, and a second
+# full build of everything.
 if [ "$build" = 1 ]; then
-  echo "package: building longhauld and longhaul (bazel -c opt)" >&2
-  tools/build.sh -c opt --symlink_prefix=/ //tools/linkem:linkem "${bazel_args[@]}" ||
-    die "the build failed (run tools/build.sh -c opt to see why)"
+  echo "package: building longhauld and longhaul" >&2
+  tools/build.sh //tools/linkem:linkem "${bazel_args[@]}" ||
+    die "the build failed (run tools/build.sh to see why)"
   if [ "$cuda" = 1 ]; then
-    echo "package: building the CUDA backend (bazel -c opt --config=cuda)" >&2
-    bazel build -c opt --config=cuda --symlink_prefix=/ --noshow_progress \
+    echo "package: building the CUDA backend (bazel --config=cuda)" >&2
+    bazel build --config=cuda --noshow_progress \
       --ui_event_filters=-info,-stdout,-stderr //kernels/cuda:libcuda_backend.so \
       "${bazel_args[@]}" ||
-      die "the CUDA backend's build failed (run bazel build -c opt --config=cuda" \
+      die "the CUDA backend's build failed (run bazel build --config=cuda" \
         "//kernels/cuda:libcuda_backend.so to see why; --no-cuda packages without it)"
   fi
 fi
-bin_dir=$(bazel info -c opt bazel-bin 2>/dev/null) || die "bazel info failed"
+bin_dir=$(bazel info bazel-bin 2>/dev/null) || die "bazel info failed"
 for b in daemon/longhauld tools/cli/longhaul tools/linkem/linkem; do
   [ -x "$bin_dir/$b" ] || die "$bin_dir/$b is missing: build it (drop --no-build)"
 done

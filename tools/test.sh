@@ -8,10 +8,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+tools/disk_cache.sh trim  # the Bazel disk cache every clone shares (.bazelrc), kept bounded
+
 log=$(mktemp)
+main_start=$(date +%s)
 bazel test //... --test_output=errors --noshow_progress 2>&1 | tee "$log" \
   | grep -vE 'linux-sandbox|^\s*$'
 status=${PIPESTATUS[0]}
+echo "test.sh: the main suite took $(($(date +%s) - main_start)) s"
 
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|FLAKY)' "$log")
@@ -94,26 +98,29 @@ else
   rm -f "$gpu_log"
 fi
 
-# The Debian package (tools/package.sh; with the CUDA backend where nvcc is, built -c opt
-# --config=cuda: about a minute more on two cores when cold, a few seconds when warm): built,
+# The Debian package (tools/package.sh: the binaries the suite built and ran, and the CUDA
+# backend where nvcc is, which the --config=cuda build above made): built,
 # installed on a clean Debian 12 root (debootstrap from the Debian mirror, cached), its unit
 # verified, its config template checked by longhauld --check once filled, a GPU site refused
 # by --check and at start with the same cause, upgraded and purged (tools/package_test.sh).
 extra_check "the Debian package installs, upgrades and purges on a clean Debian 12 root" \
   tools/package_test.sh
 
-# Sanitizers, two more checks. ASan+UBSan: the whole suite rebuilt with clang, the fuzz
-# targets (test/fuzz) as coverage-guided libFuzzer binaries over their committed corpus for a
-# fixed number of runs, the shell tests running sanitized daemons (not the browser test: the
-# page's handlers run sanitized in peer_test). TSan: the daemon and
-# integration tests in C++ (several daemons in one process, real gRPC between them); the
-# shell tests wait on daemons with timeouts not meant for TSan's slowdown.
-extra_check "the whole suite under ASan+UBSan, fuzz targets under libFuzzer" \
-  bazel test --config=asan --test_tag_filters=-browser --test_output=errors --noshow_progress //...
+# Sanitizers, two more checks, each building only what its tests need (--build_tests_only).
+# ASan+UBSan: the suite rebuilt with clang, the fuzz targets (test/fuzz) as coverage-guided
+# libFuzzer binaries over their committed corpus for a fixed number of runs, the shell tests
+# running sanitized daemons; not the browser test (the page's handlers run sanitized in
+# peer_test) nor the long tests tagged no_asan, whose code lighter tests run sanitized (each
+# BUILD says which) and whose daemons run under TSan. TSan: the daemon and integration tests in
+# C++ (several daemons in one process, real gRPC between them); the shell tests wait on
+# daemons with timeouts not meant for TSan's slowdown.
+extra_check "the suite under ASan+UBSan, fuzz targets under libFuzzer" \
+  bazel test --config=asan --build_tests_only --test_tag_filters=-browser,-no_asan \
+  --test_output=errors --noshow_progress //...
 grep -h 'libFuzzer over\|^Done [0-9]* runs' bazel-testlogs/test/fuzz/*/test.log 2>/dev/null
 extra_check "daemon and integration tests under TSan" \
-  bazel test --config=tsan --test_lang_filters=cc --test_output=errors --noshow_progress \
-  //test/daemon/... //test/integration/...
+  bazel test --config=tsan --build_tests_only --test_lang_filters=cc --test_output=errors \
+  --noshow_progress //test/daemon/... //test/integration/...
 
 # Formatting is part of the suite: one more check.
 if tools/lint.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi

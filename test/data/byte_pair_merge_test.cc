@@ -4,7 +4,6 @@
 #include "data/byte_pair_merge.h"
 
 #include <catch2/catch.hpp>
-#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,19 +106,17 @@ TEST_CASE("both algorithms agree with the plain rule on random vocabularies and 
   }
 }
 
-TEST_CASE("a megabyte-long piece is merged in well under a second or two") {
+// No timing is asserted (tests never do): the rescan algorithm would take hours on this piece,
+// so a quadratic merge fails the test by its Bazel timeout, on any machine, under any sanitizer.
+TEST_CASE("a megabyte-long piece is merged") {
   const RankMap ranks = ToyRanks({"aa", "aaaa", "aaaaaaaa", "ab", "aab"}).rank_of;
   std::string piece(1 << 20, 'a');
   piece[piece.size() / 2] = 'b';
-  // The process's CPU time, not the wall clock: other work on a shared machine does not count.
-  const std::clock_t start = std::clock();
   std::vector<TokenId> ids;
   BytePairEncode(piece, ranks, &ids);
-  const double seconds = double(std::clock() - start) / CLOCKS_PER_SEC;
   // 2^19 'a's, then "b...": the first half merges into 2^16 tokens of 8.
   REQUIRE(ids.size() > (size_t(1) << 17) - 8);
   REQUIRE(ids.size() < (size_t(1) << 17) + 8);
-  CHECK(seconds < 5.0);  // the rescan algorithm would take hours
   const std::string small(4000, 'a');
   CHECK(Heap(small, ranks) == Reference(small, ranks));
 }

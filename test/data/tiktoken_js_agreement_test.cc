@@ -14,7 +14,6 @@
 // tables differ (regex_splitter.h) are kept out of the text; tiktoken_tokenizer_test pins them.
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -136,7 +135,8 @@ TEST_CASE("cl100k_base: identical ids to js-tiktoken, special tokens allowed") {
 }
 
 // Hostile input on the real vocabularies: megabyte runs (one piece of a million letters goes
-// through the heap merge) in bounded time, decoded back exactly.
+// through the heap merge), decoded back exactly. No timing is asserted: a merge quadratic in the
+// piece would take hours here and fail by the test's Bazel timeout.
 TEST_CASE("megabyte runs on the real vocabularies") {
   const size_t n = 1 << 20;
   std::string words;
@@ -147,16 +147,10 @@ TEST_CASE("megabyte runs on the real vocabularies") {
     const TiktokenTokenizer& t = RankTokenizer(encoding);
     for (const std::string& text : {std::string(n, 'a'), words, std::string(n, ' ') + "x",
                                     spaces_lines, std::string(n, '9'), std::string(n, '.')}) {
-      // The process's CPU time, not the wall clock: other work on a shared machine does not
-      // count.
-      const std::clock_t start = std::clock();
       auto ids = t.Encode(text);
       REQUIRE(ids.ok());
-      const double seconds = double(std::clock() - start) / CLOCKS_PER_SEC;
       INFO(encoding << ": " << text.size() << " bytes starting '"
-                    << absl::CHexEscape(text.substr(0, 12)) << "' -> " << ids->size() << " ids in "
-                    << seconds << " s");
-      CHECK(seconds < 10.0);
+                    << absl::CHexEscape(text.substr(0, 12)) << "' -> " << ids->size() << " ids");
       CHECK(t.Decode(*ids).value() == text);
     }
   }

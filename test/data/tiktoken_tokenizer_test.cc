@@ -6,7 +6,6 @@
 #include "data/tiktoken_tokenizer.h"
 
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,9 +229,9 @@ TEST_CASE("the regex is JIT-compiled where PCRE2 supports it") {
   CHECK(t->splitter().jit());  // x86-64 Debian's PCRE2 has JIT
 }
 
-// Hostile input: megabyte runs of one kind of character, each encoded in bounded time and
-// decoded back exactly.
-TEST_CASE("megabyte runs encode in bounded time and round-trip") {
+// Hostile input: megabyte runs of one kind of character, each encoded (a quadratic pass would
+// take hours: the test's timeout) and decoded back exactly.
+TEST_CASE("megabyte runs encode and round-trip") {
   auto t = Toy();
   const size_t n = 1 << 20;
   std::string combining;
@@ -247,12 +246,10 @@ TEST_CASE("megabyte runs encode in bounded time and round-trip") {
       {"apostrophes", std::string(n, '\'')},
   };
   for (const auto& [name, text] : runs) {
-    const auto start = std::chrono::steady_clock::now();
+    // No timing asserted: a quadratic pass over these runs would take hours and fail by the
+    // test's Bazel timeout.
     const std::vector<TokenId> ids = Ids(*t, text);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    INFO(name << ": " << ids.size() << " ids in " << seconds << " s");
-    CHECK(seconds < 10.0);
+    INFO(name << ": " << ids.size() << " ids");
     CHECK(Text(*t, ids) == text);
   }
 }
