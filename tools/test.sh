@@ -106,21 +106,27 @@ fi
 extra_check "the Debian package installs, upgrades and purges on a clean Debian 12 root" \
   tools/package_test.sh
 
-# Sanitizers, two more checks, each building only what its tests need (--build_tests_only).
-# ASan+UBSan: the suite rebuilt with clang, the fuzz targets (test/fuzz) as coverage-guided
-# libFuzzer binaries over their committed corpus for a fixed number of runs, the shell tests
-# running sanitized daemons; not the browser test (the page's handlers run sanitized in
-# peer_test) nor the long tests tagged no_asan, whose code lighter tests run sanitized (each
-# BUILD says which) and whose daemons run under TSan. TSan: the daemon and integration tests in
-# C++ (several daemons in one process, real gRPC between them); the shell tests wait on
+# Sanitizers, two more checks, each building only what its tests need (--build_tests_only):
+# every sanitizer build is another full compile on two cores, so each runs where it adds.
+# ASan+UBSan (clang): the fuzz targets (test/fuzz: every parser a peer, a file, a config or an
+# HTTP client reaches, as coverage-guided libFuzzer binaries over their committed corpus for a
+# fixed number of runs), and the unit tests of the code that indexes memory: kernels, codecs,
+# tokenizers, model and checkpoint formats, the fleet, the scheduler, frames and configs; not
+# the long tests tagged no_asan (their code runs sanitized in lighter tests; each BUILD says
+# which). TSan (gcc): the daemon and integration tests in C++ (several daemons in one process,
+# real gRPC between them), where the threads are, but those tagged no_tsan (one thread, or
+# threads another test runs under TSan: each BUILD says which); the shell tests wait on
 # daemons with timeouts not meant for TSan's slowdown.
-extra_check "the suite under ASan+UBSan, fuzz targets under libFuzzer" \
+asan_targets=(//test/fuzz/... //test/kernels/... //test/compression/... //test/data/...
+  //test/model/... //test/fleet/... //test/scheduler/... //test/linkem/...
+  //test/daemon:frame_assembler_test //test/daemon:config_test)
+extra_check "unit and fuzz tests under ASan+UBSan, fuzz targets under libFuzzer" \
   bazel test --config=asan --build_tests_only --test_tag_filters=-browser,-no_asan \
-  --test_output=errors --noshow_progress //...
+  --test_output=errors --noshow_progress "${asan_targets[@]}"
 grep -h 'libFuzzer over\|^Done [0-9]* runs' bazel-testlogs/test/fuzz/*/test.log 2>/dev/null
 extra_check "daemon and integration tests under TSan" \
-  bazel test --config=tsan --build_tests_only --test_lang_filters=cc --test_output=errors \
-  --noshow_progress //test/daemon/... //test/integration/...
+  bazel test --config=tsan --build_tests_only --test_lang_filters=cc --test_tag_filters=-no_tsan \
+  --test_output=errors --noshow_progress //test/daemon/... //test/integration/...
 
 # Formatting is part of the suite: one more check.
 if tools/lint.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); status=1; fi
