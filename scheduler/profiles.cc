@@ -49,6 +49,21 @@ Status ValidateProfiles(const Profiles& p) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": optimizer_params_per_second must be >= 0"));
     }
+    if (s.devices < 1 || s.devices > kMaxSiteDevices) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": devices ", s.devices, " is outside [1, ", kMaxSiteDevices, "]"));
+    }
+    if (s.device_memory_bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": device memory must be >= 0"));
+    }
+    if (s.devices > 1 &&
+        (!(s.device_link_bytes_per_second > 0) || !std::isfinite(s.device_link_bytes_per_second))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", s.devices, " devices need a positive device link bandwidth"));
+    }
+    if (!(s.device_link_latency_seconds >= 0) || !std::isfinite(s.device_link_latency_seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": device link latency must be >= 0"));
+    }
   }
   std::set<std::pair<std::string, std::string>> pairs;
   for (size_t i = 0; i < p.links.size(); ++i) {

@@ -34,6 +34,14 @@ struct SiteProfile {
   int64_t memory_bytes = 0;
   // AdamW parameter updates per second; 0 = the optimizer step is not modelled.
   double optimizer_params_per_second = 0;
+  // The devices a stage here is sharded or replicated across (scheduler/shard_plan.h; `flops`
+  // and `optimizer_params_per_second` above are all of them together): how many, what one
+  // holds (0 = no limit) and the ring bus bandwidth and latency of a collective between them
+  // (the bandwidth REQUIRED where devices > 1).
+  int devices = 1;
+  int64_t device_memory_bytes = 0;
+  double device_link_bytes_per_second = 0;
+  double device_link_latency_seconds = 0;
 };
 
 // One direction of the link between two sites.
@@ -52,6 +60,9 @@ struct Profiles {
   const LinkProfile* Link(const std::string& from, const std::string& to) const;
   int SiteIndex(const std::string& name) const;  // -1 when absent
 };
+
+// The most devices a site profile may name.
+inline constexpr int kMaxSiteDevices = 4096;
 
 // OK when names are unique and non-empty, every number is in range, links name known sites
 // (not a site to itself) and each direction appears once. Errors name the entry.

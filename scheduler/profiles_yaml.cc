@@ -106,7 +106,8 @@ StatusOr<Profiles> ParseProfiles(const std::string& text, const std::string& sou
   if (sites.empty()) return w.Error(root, "sites: expected a non-empty list of sites");
   std::set<std::string> names;
   for (const auto& e : sites) {
-    ASSIGN_OR_RETURN(auto f, w.Map(e, {"name", "flops", "memory", "optimizer"}));
+    ASSIGN_OR_RETURN(auto f, w.Map(e, {"name", "flops", "memory", "optimizer", "devices",
+                                       "device_memory", "device_link", "device_latency"}));
     SiteProfile s;
     if (!f.count("name")) return w.Missing(e, "name");
     if (!f.count("flops")) return w.Missing(e, "flops");
@@ -119,6 +120,25 @@ StatusOr<Profiles> ParseProfiles(const std::string& text, const std::string& sou
     }
     if (f.count("optimizer")) {
       ASSIGN_OR_RETURN(s.optimizer_params_per_second, w.Double(f.at("optimizer"), 0, 1e30));
+    }
+    if (f.count("devices")) {
+      ASSIGN_OR_RETURN(const int64_t devices, w.Int(f.at("devices"), 1, kMaxSiteDevices));
+      s.devices = static_cast<int>(devices);
+    }
+    if (f.count("device_memory")) {
+      ASSIGN_OR_RETURN(double bytes, quantity(f.at("device_memory"), "bytes", 0));
+      s.device_memory_bytes = static_cast<int64_t>(bytes);
+    }
+    if (f.count("device_link")) {
+      ASSIGN_OR_RETURN(s.device_link_bytes_per_second, quantity(f.at("device_link"), "rate", 1));
+    }
+    if (f.count("device_latency")) {
+      ASSIGN_OR_RETURN(s.device_link_latency_seconds, quantity(f.at("device_latency"), "time", 0));
+    }
+    if (s.devices > 1 && !f.count("device_link")) {
+      return w.Error(e, absl::StrCat(s.devices,
+                                     " devices: device_link (their collective bandwidth, for "
+                                     "example 360 GB/s) is needed to price sharding"));
     }
     p.sites.push_back(s);
   }

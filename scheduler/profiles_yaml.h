@@ -7,6 +7,10 @@
 //       flops: 250 TFLOP/s       # sustained on the job's layer shapes (or a plain number)
 //       memory: 80 GiB           # optional: what one stage may allocate; default no limit
 //       optimizer: 2e10          # optional: AdamW parameter updates per second
+//       devices: 8               # optional: a stage here is sharded across 8 devices
+//       device_memory: 80 GiB    #   what one holds (optional: default no limit)
+//       device_link: 360 GB/s    #   their ring bus bandwidth (needed with devices > 1)
+//       device_latency: 30 us    #   per collective (optional: default 0)
 //   links:
 //     - {from: alpha, to: beta, bandwidth: 10 Gbit/s, rtt: 30 ms}
 //     - {from: beta, to: alpha, bandwidth: 4 Gbit/s, rtt: 30 ms, symmetric: false}

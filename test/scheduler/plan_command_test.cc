@@ -393,6 +393,63 @@ TEST_CASE("the model's family and shape: GPT-2 and llama") {
   CHECK(j["step_seconds"].get<double>() > 0);
 }
 
+// A site with several devices: each of its stages is sharded across them by the search
+// (scheduler/shard_plan.h), in the table and the JSON; a stage too big for them says so.
+TEST_CASE("a site's devices: each stage's sharding, its peak a device and its step") {
+  std::ifstream in("configs/profiles.example.yaml");
+  std::string yaml((std::istreambuf_iterator<char>(in)), {});
+  const std::string alpha = "{name: alpha, flops: 60 GFLOP/s, memory: 2 GiB, optimizer: 1e9}";
+  REQUIRE(yaml.find(alpha) != std::string::npos);
+  auto with_alpha = [&](const std::string& name, const std::string& devices) {
+    std::string text = yaml;
+    text.replace(
+        text.find(alpha), alpha.size(),
+        "{name: alpha, flops: 60 GFLOP/s, memory: 2 GiB, optimizer: 1e9, " + devices + "}");
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    const std::string path = std::string(tmp ? tmp : "/tmp") + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  PlanFlags f = Example();
+  f.profiles = with_alpha("four-devices.yaml",
+                          "devices: 4, device_memory: 512 MiB, device_link: 10 GB/s, "
+                          "device_latency: 20 us");
+  std::ostringstream table, out, err;
+  REQUIRE(RunPlan(f, table, err) == 0);
+  INFO(table.str() << err.str());
+  CHECK(table.str().find("sharding across each site's devices") != std::string::npos);
+  CHECK(table.str().find("peak/device") != std::string::npos);
+  f.output = "json";
+  REQUIRE(RunPlan(f, out, err) == 0);
+  const auto j = nlohmann::json::parse(out.str());
+  REQUIRE(j["sharding"].size() == 1);  // alpha holds the even split's first stage
+  const auto& s = j["sharding"][0];
+  CHECK(s["site"] == "alpha");
+  CHECK(s["stage"] == 0);
+  CHECK(s["devices"] == 4);
+  REQUIRE(s.contains("summary"));
+  CHECK(s["peak_bytes"].get<int64_t>() <= (int64_t(512) << 20));
+  CHECK(s["groups"].size() >= 2);
+  CHECK(s["step_seconds"].get<double>() > 0);
+  CHECK(table.str().find(s["summary"].get<std::string>()) != std::string::npos);
+
+  // Devices too small for the stage however it is sharded: said, not hidden.
+  f.profiles =
+      with_alpha("tiny-devices.yaml", "devices: 2, device_memory: 64 KiB, device_link: 10 GB/s");
+  std::ostringstream small;
+  f.output = "table";
+  REQUIRE(RunPlan(f, small, err) == 0);
+  CHECK(
+      small.str().find("does not fit:   stage 0 (alpha): stage of layers [0, 2) needs at least") !=
+      std::string::npos);
+
+  // Several devices and no link between them: refused, naming the site.
+  f.profiles = with_alpha("no-link.yaml", "devices: 2");
+  err.str("");
+  CHECK(RunPlan(f, out, err) == 2);
+  CHECK(err.str().find("device_link") != std::string::npos);
+}
+
 TEST_CASE("bad input: exit code 2 and a message naming the file") {
   std::ostringstream out, err;
   PlanFlags f = Example();

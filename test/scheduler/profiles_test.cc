@@ -43,6 +43,7 @@ default_link: {bandwidth: 100 Mbit/s, rtt: 150 ms}
   CHECK(p->Site("alpha")->memory_bytes == 80ll << 30);
   CHECK(p->Site("alpha")->optimizer_params_per_second == Approx(2e10));
   CHECK(p->Site("beta")->memory_bytes == 0);
+  CHECK(p->Site("beta")->devices == 1);
   CHECK(p->links.size() == 6);
   CHECK(p->Link("alpha", "beta")->bandwidth_bytes_per_second == Approx(1.25e9));
   CHECK(p->Link("beta", "alpha")->bandwidth_bytes_per_second == Approx(2.5e8));
@@ -51,6 +52,24 @@ default_link: {bandwidth: 100 Mbit/s, rtt: 150 ms}
   CHECK(p->Link("alpha", "gamma")->bandwidth_bytes_per_second == Approx(1.25e7));
   CHECK(p->Link("gamma", "alpha")->rtt_seconds == Approx(0.15));
   CHECK(CheckCoverage(*p, {"alpha", "beta", "gamma"}).ok());
+}
+
+TEST_CASE("a site's devices: count, memory each, the link between them") {
+  auto p = ParseProfiles(R"(
+sites:
+  - {name: alpha, flops: 800 TFLOP/s, devices: 8, device_memory: 80 GiB, device_link: 360 GB/s,
+     device_latency: 30 us}
+)",
+                         "devices.yaml");
+  REQUIRE(p.ok());
+  const SiteProfile* a = p->Site("alpha");
+  CHECK(a->devices == 8);
+  CHECK(a->device_memory_bytes == 80ll << 30);
+  CHECK(a->device_link_bytes_per_second == Approx(3.6e11));
+  CHECK(a->device_link_latency_seconds == Approx(3e-5));
+  SiteProfile bad = *a;
+  bad.device_link_bytes_per_second = 0;
+  CHECK(ValidateProfiles(Profiles{{bad}, {}}).message().find("device link") != std::string::npos);
 }
 
 TEST_CASE("bad profiles files name the place and the problem") {
@@ -74,6 +93,10 @@ TEST_CASE("bad profiles files name the place and the problem") {
               "  - {from: a, to: b, bandwidth: 0, rtt: 0}\n")
             .find("links[0].bandwidth") != std::string::npos);
   CHECK(error("sites:\n  - {name: a, flops: -5}\n").find("sites[0].flops") != std::string::npos);
+  CHECK(error("sites:\n  - {name: a, flops: 1, devices: 0}\n").find("sites[0].devices") !=
+        std::string::npos);
+  CHECK(error("sites:\n  - {name: a, flops: 1, devices: 8}\n").find("device_link") !=
+        std::string::npos);
   Profiles p;
   p.sites.push_back({"a", 1, 0, 0});
   CHECK(CheckCoverage(p, {"a", "b"}).code() == absl::StatusCode::kNotFound);

@@ -23,6 +23,7 @@
 #include "scheduler/profiles_yaml.h"
 #include "scheduler/replica_planner.h"
 #include "tools/cli/format.h"
+#include "tools/cli/plan_sharding.h"
 
 namespace longhaul::cli {
 namespace {
@@ -387,8 +388,11 @@ int PrintEvenPlan(const PlanFlags& flags, const daemon::JobSpec& spec,
     }
   }
 
+  const std::vector<StageSharding> sharding =
+      ShardStages(request.model, request.workload, planner.profiles(), first);
   if (flags.output == "json") {
     json j = EstimateJson(first);
+    j["sharding"] = ShardingJson(sharding);
     if (fleet) j["replicas"] = FleetJson(*fleet, spec, first);
     j["job"] = spec.job.name;
     j["placement"] = "even";
@@ -417,6 +421,7 @@ int PrintEvenPlan(const PlanFlags& flags, const daemon::JobSpec& spec,
   if (fleet) out << "replica 0 of " << even->size() << ":\n";
   PrintEstimate(first, out);
   if (!fits) out << "memory:         the even split does not fit the sites' memory\n";
+  PrintSharding(sharding, out);
   if (fleet) PrintFleet(*fleet, spec, first, request.sites.size(), out);
   out << "\n";
   if (!best.ok()) {
@@ -507,8 +512,11 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     fleet = *std::move(f);
   }
 
+  const std::vector<StageSharding> sharding =
+      ShardStages(request.model, request.workload, planner.profiles(), plan->estimate);
   if (flags.output == "json") {
     json j = EstimateJson(plan->estimate);
+    j["sharding"] = ShardingJson(sharding);
     if (fleet) j["replicas"] = FleetJson(*fleet, *spec, plan->estimate);
     j["job"] = spec->job.name;
     j["placement"] = "planned";
@@ -527,6 +535,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
       << " search, " << plan->plans_priced << " plans priced in "
       << absl::StrFormat("%.2f s", plan->planning_seconds) << ")\n\n";
   PrintEstimate(plan->estimate, out);
+  PrintSharding(sharding, out);
   if (!plan->unused_sites.empty()) {
     out << "left out:       " << absl::StrJoin(plan->unused_sites, ", ")
         << " (the plan is faster without them)\n";
