@@ -3,6 +3,7 @@
 #include "scheduler/shard_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -168,15 +169,29 @@ double ComputeSeconds(const StageShape& s, const SiteDevices& d) {
   return double(s.microbatches) * (1 + kBackwardFlopsFactor) * forward / d.flops;
 }
 
-ShardEstimate Estimate(const StageShape& s, const SiteDevices& d,
-                       const std::vector<ShardGroup>& groups, const std::vector<ShardMode>& modes,
-                       int64_t fixed, double compute) {
+// Every group priced in every mode: what the estimate and the search read.
+using Prices = std::vector<std::array<GroupCost, kNumShardModes>>;
+
+Prices PriceGroups(const StageShape& s, const SiteDevices& d,
+                   const std::vector<ShardGroup>& groups) {
+  Prices prices(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (int k = 0; k < kNumShardModes; ++k) {
+      prices[g][k] = PriceGroup(ShardMode(k), groups[g].parameters, s, d);
+    }
+  }
+  return prices;
+}
+
+ShardEstimate Estimate(const SiteDevices& d, const std::vector<ShardGroup>& groups,
+                       const Prices& prices, const std::vector<ShardMode>& modes, int64_t fixed,
+                       double compute) {
   ShardEstimate e;
   e.fixed_bytes = fixed;
   e.compute_seconds = compute;
   int64_t largest_zero3 = 0, largest_sharded = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    const GroupCost c = PriceGroup(modes[g], groups[g].parameters, s, d);
+    const GroupCost& c = prices[g][int(modes[g])];
     e.state_bytes += c.bytes;
     e.optimizer_seconds += c.optimizer_seconds;
     e.collective_seconds += c.collective_seconds;
@@ -205,14 +220,13 @@ struct Limits {
 };
 
 // The least memory each group can take within `limits`.
-std::vector<ShardMode> LeastMemory(const std::vector<ShardGroup>& groups, int devices,
+std::vector<ShardMode> LeastMemory(const std::vector<ShardGroup>& groups, const Prices& prices,
                                    const Limits& limits) {
   std::vector<ShardMode> modes(groups.size(), ShardMode::kReplicate);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int k = 1; k < kNumShardModes; ++k) {
-      const int64_t p = groups[g].parameters;
-      if (limits.Allows(p, ShardMode(k)) &&
-          StateBytes(ShardMode(k), p, devices) < StateBytes(modes[g], p, devices)) {
+      if (limits.Allows(groups[g].parameters, ShardMode(k)) &&
+          prices[g][k].bytes < prices[g][int(modes[g])].bytes) {
         modes[g] = ShardMode(k);
       }
     }
@@ -222,8 +236,8 @@ std::vector<ShardMode> LeastMemory(const std::vector<ShardGroup>& groups, int de
 
 // The fastest modes within `budget` bytes of state (no limit when budget < 0) and `limits`;
 // false when nothing fits.
-bool Knapsack(const StageShape& s, const SiteDevices& d, const std::vector<ShardGroup>& groups,
-              int64_t budget, const Limits& limits, std::vector<ShardMode>* modes) {
+bool Knapsack(const std::vector<ShardGroup>& groups, const Prices& prices, int64_t budget,
+              const Limits& limits, std::vector<ShardMode>* modes) {
   const size_t G = groups.size();
   modes->assign(G, ShardMode::kReplicate);
   auto allowed = [&](size_t g, int k) { return limits.Allows(groups[g].parameters, ShardMode(k)); };
@@ -232,7 +246,7 @@ bool Knapsack(const StageShape& s, const SiteDevices& d, const std::vector<Shard
       double best = std::numeric_limits<double>::infinity();
       for (int k = 0; k < kNumShardModes; ++k) {
         if (!allowed(g, k)) continue;
-        const double t = PriceGroup(ShardMode(k), groups[g].parameters, s, d).seconds();
+        const double t = prices[g][k].seconds();
         if (t < best) best = t, (*modes)[g] = ShardMode(k);
       }
     }
@@ -249,10 +263,9 @@ bool Knapsack(const StageShape& s, const SiteDevices& d, const std::vector<Shard
     std::fill(next.begin(), next.end(), inf);
     for (int k = 0; k < kNumShardModes; ++k) {
       if (!allowed(g, k)) continue;
-      const GroupCost c = PriceGroup(ShardMode(k), groups[g].parameters, s, d);
-      const int64_t weight = (c.bytes + quantum - 1) / quantum;
+      const int64_t weight = (prices[g][k].bytes + quantum - 1) / quantum;
       if (weight > W) continue;
-      const double t = c.seconds();
+      const double t = prices[g][k].seconds();
       for (int64_t w = weight; w <= W; ++w) {
         const double candidate = best[static_cast<size_t>(w - weight)] + t;
         if (candidate < next[static_cast<size_t>(w)]) {
@@ -274,8 +287,7 @@ bool Knapsack(const StageShape& s, const SiteDevices& d, const std::vector<Shard
   for (size_t g = G; g-- > 0;) {
     const int k = choice[g * best.size() + static_cast<size_t>(at)];
     (*modes)[g] = ShardMode(k);
-    const GroupCost c = PriceGroup(ShardMode(k), groups[g].parameters, s, d);
-    at -= (c.bytes + quantum - 1) / quantum;
+    at -= (prices[g][k].bytes + quantum - 1) / quantum;
   }
   return true;
 }
@@ -346,16 +358,18 @@ StatusOr<ShardEstimate> EvaluateSharding(const StageShape& shape, const SiteDevi
     return absl::InvalidArgumentError(absl::StrCat(
         "sharding: ", modes.size(), " modes for a stage of ", groups.size(), " parameter groups"));
   }
-  return Estimate(shape, devices, groups, modes, FixedBytes(shape, devices),
-                  ComputeSeconds(shape, devices));
+  return Estimate(devices, groups, PriceGroups(shape, devices, groups), modes,
+                  FixedBytes(shape, devices), ComputeSeconds(shape, devices));
 }
 
 StatusOr<ShardPlan> UniformSharding(const StageShape& shape, const SiteDevices& devices,
                                     ShardMode mode) {
+  RETURN_IF_ERROR(CheckDevices(devices));
   ShardPlan plan;
   ASSIGN_OR_RETURN(plan.groups, StageGroups(shape));
   plan.modes.assign(plan.groups.size(), mode);
-  ASSIGN_OR_RETURN(plan.estimate, EvaluateSharding(shape, devices, plan.modes));
+  plan.estimate = Estimate(devices, plan.groups, PriceGroups(shape, devices, plan.groups),
+                           plan.modes, FixedBytes(shape, devices), ComputeSeconds(shape, devices));
   return plan;
 }
 
@@ -365,6 +379,7 @@ StatusOr<ShardPlan> ChooseSharding(const StageShape& shape, const SiteDevices& d
   ASSIGN_OR_RETURN(best.groups, StageGroups(shape));
   const int64_t fixed = FixedBytes(shape, devices);
   const double compute = ComputeSeconds(shape, devices);
+  const Prices prices = PriceGroups(shape, devices, best.groups);
   // The working set depends on the largest groups in the sharded modes: one search for each
   // candidate pair of limits (none, or a group's size; a handful of distinct sizes).
   std::vector<int64_t> sizes = {0};
@@ -374,7 +389,7 @@ StatusOr<ShardPlan> ChooseSharding(const StageShape& shape, const SiteDevices& d
   bool found = false;
   ShardPlan least;  // the plan of least memory seen, for the error
   auto consider = [&](std::vector<ShardMode> modes) {
-    const ShardEstimate e = Estimate(shape, devices, best.groups, modes, fixed, compute);
+    const ShardEstimate e = Estimate(devices, best.groups, prices, modes, fixed, compute);
     if (least.modes.empty() || e.peak_bytes < least.estimate.peak_bytes) {
       least.modes = modes;
       least.estimate = e;
@@ -394,14 +409,14 @@ StatusOr<ShardPlan> ChooseSharding(const StageShape& shape, const SiteDevices& d
       const Limits limits{sharded_max, zero3_max};
       // The least memory within these limits: found even where the search's rounding of
       // memory would miss a plan that fits to the byte.
-      consider(LeastMemory(best.groups, devices.count, limits));
+      consider(LeastMemory(best.groups, prices, limits));
       int64_t budget = -1;  // no limit
       if (devices.memory_bytes > 0) {
         budget = devices.memory_bytes - fixed - WorkingBytes(sharded_max, zero3_max);
         if (budget < 0) continue;
       }
       std::vector<ShardMode> modes;
-      if (Knapsack(shape, devices, best.groups, budget, limits, &modes)) consider(modes);
+      if (Knapsack(best.groups, prices, budget, limits, &modes)) consider(modes);
     }
   }
   if (!found) {
