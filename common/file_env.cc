@@ -1,22 +1,18 @@
-// The real FileEnv and the process's current one; see file_env.h.
+// The real FileEnv; see file_env.h.
 #include "common/file_env.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace longhaul {
-namespace {
-
-std::atomic<FileEnv*> current{nullptr};
-
-}  // namespace
 
 Status ErrnoStatus(int err, const std::string& what) {
   const std::string message = what + ": " + std::strerror(err);
@@ -122,6 +118,42 @@ StatusOr<int64_t> FileEnv::FileSize(const std::string& path) {
   return static_cast<int64_t>(st.st_size);
 }
 
+StatusOr<std::vector<std::string>> FileEnv::ListDirectory(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus(errno, "cannot list '" + dir + "'");
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+    errno = 0;
+  }
+  const int err = errno;
+  ::closedir(d);
+  if (err != 0) return ErrnoStatus(err, "cannot list '" + dir + "'");
+  return names;
+}
+
+bool FileEnv::Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+Status FileEnv::RemoveFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) return ErrnoStatus(errno, "cannot remove '" + path + "'");
+  return absl::OkStatus();
+}
+
+Status FileEnv::CreateDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec == std::errc::not_a_directory || ec == std::errc::file_exists) {
+    return absl::FailedPreconditionError("cannot create directory '" + dir + "': " + ec.message());
+  }
+  if (ec) return ErrnoStatus(ec.value(), "cannot create directory '" + dir + "'");
+  return absl::OkStatus();
+}
+
 double FileEnv::NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -134,13 +166,5 @@ FileEnv* FileEnv::Default() {
   static FileEnv env;
   return &env;
 }
-
-FileEnv* CurrentFileEnv() {
-  FileEnv* env = current.load();
-  return env ? env : FileEnv::Default();
-}
-
-ScopedFileEnv::ScopedFileEnv(FileEnv* env) : previous_(current.exchange(env)) {}
-ScopedFileEnv::~ScopedFileEnv() { current.store(previous_); }
 
 }  // namespace longhaul

@@ -4,13 +4,16 @@
 // on read, and check that nothing corrupt is ever loaded and nothing committed is lost. The
 // job runtime's clocks are its too (NowSeconds for durations, link measurements and timeouts;
 // WallSeconds for the job record's times), so a test with a fake clock drives what they report.
-// The daemon passes its env down to what it builds (CurrentFileEnv() at the top: Default()
-// unless a test installs another); options that take one default to Default().
+// The daemon passes its env down to what it builds (DaemonOptions::file_env, Default() unless a
+// test gives another); options that take one default to Default(). There is no process-wide
+// env to swap: files a user names (data, configs, model and tokenizer files) are read through
+// Default() by readers that take no env (model/file_io.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -34,6 +37,16 @@ class FileEnv {
   // Size of the regular file `path` (NotFound without one; InvalidArgument for a directory
   // or device).
   virtual StatusOr<int64_t> FileSize(const std::string& path);
+  // The names of the entries of directory `dir` (no "." or ".."), in no order; NotFound
+  // without one.
+  virtual StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir);
+  // Whether `path` exists (a file or a directory).
+  virtual bool Exists(const std::string& path);
+  // unlink(2) of the file `path`; NotFound when there is none.
+  virtual Status RemoveFile(const std::string& path);
+  // Creates directory `dir` and its missing parents (mode 0755 less the umask); OK when it is
+  // there already, FailedPrecondition when something on the way is not a directory.
+  virtual Status CreateDirectories(const std::string& dir);
   // Seconds on a monotonic clock (the steady clock's epoch): durations and deadlines.
   virtual double NowSeconds();
   // Seconds since the Unix epoch (the system clock, which may jump): time stamps.
@@ -41,22 +54,6 @@ class FileEnv {
 
   // The real thing.
   static FileEnv* Default();
-};
-
-// The env in use (Default() unless replaced).
-FileEnv* CurrentFileEnv();
-
-// Installs `env` for its lifetime (tests): REQUIRES: not nested, and no other thread uses
-// the env while it is swapped.
-class ScopedFileEnv {
- public:
-  explicit ScopedFileEnv(FileEnv* env);
-  ~ScopedFileEnv();
-  ScopedFileEnv(const ScopedFileEnv&) = delete;
-  ScopedFileEnv& operator=(const ScopedFileEnv&) = delete;
-
- private:
-  FileEnv* previous_;
 };
 
 // errno as a Status whose message is "WHAT: strerror" (NotFound, PermissionDenied,

@@ -72,4 +72,18 @@ std::unique_ptr<DeviceDecoder> MakeHostDeviceDecoder() {
   return std::make_unique<HostDeviceDecoder>();
 }
 
+StatusOr<DeviceCodecs> BackendDeviceCodecs(::longhaul::kernels::Ops* ops) {
+  DeviceCodecs c;
+  ASSIGN_OR_RETURN(c.encoder, MakeDeviceEncoder(ops));
+  ASSIGN_OR_RETURN(c.decoder, MakeDeviceDecoder(ops));
+  return c;
+}
+
+StatusOr<DeviceCodecs> HostStandInDeviceCodecs(::longhaul::kernels::Ops* ops) {
+  ASSIGN_OR_RETURN(DeviceCodecs c, BackendDeviceCodecs(ops));
+  if (c.encoder == nullptr) c.encoder = MakeHostDeviceEncoder();
+  if (c.decoder == nullptr) c.decoder = MakeHostDeviceDecoder();
+  return c;
+}
+
 }  // namespace longhaul::compression

@@ -69,8 +69,21 @@ StatusOr<std::unique_ptr<DeviceDecoder>> MakeDeviceDecoder(::longhaul::kernels::
 // The same interfaces over host memory, with the host codec (the same codecs Supported, the same
 // bytes and floats, the errors the GPU versions give): a test seam, so that what a GPU stage does
 // with its device codecs (decoding into the fragment's input buffer, sends left pending while the
-// next pass computes) runs without a GPU (DaemonOptions::host_device_codecs).
+// next pass computes) runs without a GPU (HostStandInDeviceCodecs below).
 std::unique_ptr<DeviceEncoder> MakeHostDeviceEncoder();
 std::unique_ptr<DeviceDecoder> MakeHostDeviceDecoder();
+
+// A stage's device encoder and decoder: both null where its backend has none.
+struct DeviceCodecs {
+  std::unique_ptr<DeviceEncoder> encoder;
+  std::unique_ptr<DeviceDecoder> decoder;
+};
+// Where a stage gets them (daemon/job/site/runtime_env.h): from the backend (BackendDeviceCodecs),
+// or, as the test seam, the host stand-ins on a backend without its own (HostStandInDeviceCodecs).
+using DeviceCodecSource = StatusOr<DeviceCodecs> (*)(::longhaul::kernels::Ops* ops);
+// MakeDeviceEncoder and MakeDeviceDecoder of `ops`.
+StatusOr<DeviceCodecs> BackendDeviceCodecs(::longhaul::kernels::Ops* ops);
+// The backend's own, or MakeHostDeviceEncoder and MakeHostDeviceDecoder where it has none.
+StatusOr<DeviceCodecs> HostStandInDeviceCodecs(::longhaul::kernels::Ops* ops);
 
 }  // namespace longhaul::compression

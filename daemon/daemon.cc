@@ -41,10 +41,9 @@ std::string ListenHint(bool tls) {
 Daemon::Daemon(SiteConfig config, DaemonOptions options)
     : config_(std::move(config)), options_(std::move(options)) {
   if (options_.protocol_version == 0) options_.protocol_version = kProtocolVersion;
-  if (options_.file_env == nullptr) options_.file_env = CurrentFileEnv();
   log_ = MakeSiteLogger(config_.site, config_.log_level);
-  start_unix_ = options_.file_env->WallSeconds();
-  start_mono_ = options_.file_env->NowSeconds();
+  start_unix_ = options_.env.files->WallSeconds();
+  start_mono_ = options_.env.files->NowSeconds();
 }
 
 StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const SiteConfig& config, DaemonOptions options) {
@@ -163,8 +162,7 @@ Status Daemon::StartAll() {
   jo.heartbeat_seconds = config_.links.heartbeat_interval_seconds;
   jo.memory_limit_bytes = config_.memory_limit_bytes;
   jo.devices = config_.devices;
-  jo.host_device_codecs = options_.host_device_codecs;
-  jo.file_env = options_.file_env;
+  jo.env = options_.env;
   jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
 
   // Peer server: what other sites reach, over gRPC or the loopback.
@@ -278,7 +276,7 @@ v1::NodeStatus Daemon::NodeStatus() const {
   s.set_site(config_.site);
   s.set_version(kBuildVersion);
   s.set_protocol_version(options_.protocol_version);
-  s.set_uptime_seconds(options_.file_env->NowSeconds() - start_mono_);
+  s.set_uptime_seconds(options_.env.files->NowSeconds() - start_mono_);
   s.set_peer_listen(PeerListen());
   s.set_control_listen(WithPort(config_.control_listen, control_port_));
   s.set_status_listen(WithPort(config_.status_listen, status_port_));

@@ -20,6 +20,7 @@
 #include "daemon/control_service.h"
 #include "daemon/http/status_server.h"
 #include "daemon/job/host/job_host.h"
+#include "daemon/job/site/runtime_env.h"
 #include "daemon/link_monitor.h"
 #include "daemon/peer_link.h"
 #include "daemon/site_peer_handler.h"
@@ -33,18 +34,15 @@ struct DaemonOptions {
   uint32_t protocol_version = 0;  // 0 = kProtocolVersion
   // The site's bearer token; empty = read config.token_file.
   std::string token;
-  // Test seam: stages on the CPU encode and decode through the device codec interfaces, on the
-  // host (compression::MakeHostDeviceEncoder), so a GPU stage's control flow runs without one.
-  bool host_device_codecs = false;
   // Test seam: reach peers through this in-process network instead of gRPC (no peer port is
   // served; peers must be daemons of the same network). Must outlive the daemon.
   transport::LoopbackNetwork* loopback = nullptr;
   // Test seam: start even when the TLS material fails CheckTlsMaterial (tls_checks.h), so
   // that a test can play a misconfigured or rogue peer and check what the others refuse.
   bool skip_tls_checks = false;
-  // Test seam: the disk and clock of the daemon's jobs (job records, stage checkpoints, the job
-  // runtime's times) and of its uptime; null: CurrentFileEnv(), taken once at construction.
-  FileEnv* file_env = nullptr;
+  // Test seam: what the daemon hands its job objects (the disk and clock of its jobs, which also
+  // time its uptime; where stages get device codecs): job/site/runtime_env.h.
+  RuntimeEnv env;
 };
 
 class Daemon {

@@ -43,12 +43,12 @@ Status ReadFileRange(FileEnv& env, const std::string& path, const std::string& w
 }
 
 StatusOr<int64_t> FileSize(const std::string& path, const std::string& what) {
-  return FileSize(*CurrentFileEnv(), path, what);
+  return FileSize(*FileEnv::Default(), path, what);
 }
 
 Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
                      size_t n) {
-  return ReadFileRange(*CurrentFileEnv(), path, what, offset, out, n);
+  return ReadFileRange(*FileEnv::Default(), path, what, offset, out, n);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -61,12 +61,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 Status AtomicFileWriter::Open(const std::string& path) {
   path_ = path;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot create directory '", parent.string(), "': ", ec.message()));
-  }
+  if (!parent.empty()) RETURN_IF_ERROR(env_->CreateDirectories(parent.string()));
   temp_path_ = absl::StrCat(path, ".tmp.XXXXXX");
   fd_ = ::mkstemp(temp_path_.data());
   if (fd_ < 0) return Errno(errno, absl::StrCat("cannot create '", temp_path_, "'"));
@@ -107,7 +102,7 @@ Status WriteFileAtomically(FileEnv& env, const std::string& path, const std::str
 }
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  return WriteFileAtomically(*CurrentFileEnv(), path, contents);
+  return WriteFileAtomically(*FileEnv::Default(), path, contents);
 }
 
 }  // namespace longhaul::model

@@ -20,8 +20,8 @@ StatusOr<int64_t> FileSize(FileEnv& env, const std::string& path, const std::str
 Status ReadFileRange(FileEnv& env, const std::string& path, const std::string& what, int64_t offset,
                      void* out, size_t n);
 
-// The same through the process's current env (CurrentFileEnv()), for readers that are not
-// handed one (data, config and model files).
+// The same on the real disk (FileEnv::Default()), for the files a user names, read by readers
+// that are not handed an env (data, config, tokenizer and model files).
 StatusOr<int64_t> FileSize(const std::string& path, const std::string& what);
 Status ReadFileRange(const std::string& path, const std::string& what, int64_t offset, void* out,
                      size_t n);
@@ -38,8 +38,8 @@ class ByteSink {
 // uncommitted writer removes the temporary file.
 class AtomicFileWriter : public ByteSink {
  public:
-  // Writes, syncs and renames through `env` (the process's current one when null).
-  explicit AtomicFileWriter(FileEnv* env = nullptr) : env_(env ? env : CurrentFileEnv()) {}
+  // Writes, syncs and renames through `env` (the real disk, FileEnv::Default(), when null).
+  explicit AtomicFileWriter(FileEnv* env = nullptr) : env_(env ? env : FileEnv::Default()) {}
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -56,7 +56,7 @@ class AtomicFileWriter : public ByteSink {
   int fd_ = -1;
 };
 
-// Writes `contents` to `path` atomically, through `env` (the second form: the current one).
+// Writes `contents` to `path` atomically, through `env` (the second form: the real disk).
 Status WriteFileAtomically(FileEnv& env, const std::string& path, const std::string& contents);
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 

@@ -4,6 +4,7 @@
 // fails the write and leaves the previous checkpoint as it was. End to end: with the newest
 // committed checkpoint corrupt, a restarted job falls back to the one before and completes with the
 // same losses; with both corrupt it fails at once, naming the file.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -120,6 +121,36 @@ TEST_CASE("a failed fsync or a full disk fails the write and keeps the previous 
   REQUIRE(kept.ok());
   CHECK(kept->step == 2);
   CHECK(NoTempFiles(dir));
+}
+
+TEST_CASE("pruning lists and removes through the env: the two newest kept, a refusal reported") {
+  const std::string dir = testing::TempDir("ckpt-prune");
+  testing::FaultEnv env;
+  for (uint64_t step : {2, 4, 6, 8}) {
+    REQUIRE(WriteStageState(env, daemon::StageCheckpointPath(dir, step, 1, 3), MakeState(step, 10))
+                .ok());
+  }
+  std::ofstream(dir + "/sync_4_1-3.bin") << "x";  // a sync state of step 4
+  std::ofstream(dir + "/notes.txt") << "kept";    // not ours: never touched
+
+  env.refuse_remove_suffix = daemon::StageCheckpointPath(dir, 2, 1, 3);
+  const Status s = daemon::PruneStageStates(env, dir, 6);
+  CHECK(s.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(s.message()), Catch::Contains(daemon::StageCheckpointPath(dir, 2, 1, 3)));
+  std::vector<std::string> removed = env.removed;
+  std::sort(removed.begin(), removed.end());
+  CHECK(removed == std::vector<std::string>{daemon::StageCheckpointPath(dir, 4, 1, 3),
+                                            dir + "/sync_4_1-3.bin"});
+  CHECK(fs::exists(daemon::StageCheckpointPath(dir, 2, 1, 3)));  // refused: left for next time
+  CHECK(fs::exists(daemon::StageCheckpointPath(dir, 6, 1, 3)));
+  CHECK(fs::exists(daemon::StageCheckpointPath(dir, 8, 1, 3)));
+  CHECK(fs::exists(dir + "/notes.txt"));
+
+  env.refuse_remove_suffix.clear();
+  CHECK(daemon::PruneStageStates(env, dir, 6).ok());
+  CHECK_FALSE(fs::exists(daemon::StageCheckpointPath(dir, 2, 1, 3)));
+  CHECK(fs::exists(daemon::StageCheckpointPath(dir, 6, 1, 3)));
+  CHECK(absl::IsNotFound(daemon::PruneStageStates(env, dir + "/none", 6)));
 }
 
 TEST_CASE("job records: checksummed, torn or flipped ones are refused, old ones still read") {

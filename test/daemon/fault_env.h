@@ -1,7 +1,7 @@
 // FaultEnv: a FileEnv (common/file_env.h) for tests that fails the way disks do: fsync
 // returning EIO, a disk that fills up after some bytes (ENOSPC, the write torn there), and
-// a byte flipped on its way back from a read (ReadRange or ReadFile). Install it with
-// ScopedFileEnv.
+// a byte flipped on its way back from a read (ReadRange or ReadFile). Pass it where an env is
+// taken (DaemonOptions::env.files, a writer's or reader's FileEnv&).
 #pragma once
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/file_env.h"
 
@@ -20,6 +21,10 @@ class FaultEnv : public FileEnv {
   std::atomic<bool> fail_sync{false};
   // Writes stop with ENOSPC once this many more bytes were written (-1: never).
   std::atomic<int64_t> space_left{-1};
+  // Removing a file whose path ends in this suffix fails with EACCES (empty: never).
+  std::string refuse_remove_suffix;
+  // Files removed through this env, in order.
+  std::vector<std::string> removed;
   // Reads of files whose path ends in `flip_suffix` return byte `flip_offset` XOR 0x40.
   void FlipOnRead(const std::string& suffix, int64_t offset) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -36,6 +41,15 @@ class FaultEnv : public FileEnv {
     }
     if (left >= 0) space_left = left - static_cast<int64_t>(n);
     return FileEnv::Write(fd, path, data, n);
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (EndsWith(path, refuse_remove_suffix)) {
+      return ErrnoStatus(EACCES, "cannot remove '" + path + "'");
+    }
+    removed.push_back(path);
+    return FileEnv::RemoveFile(path);
   }
 
   Status Sync(int fd, const std::string& path) override {
@@ -63,9 +77,10 @@ class FaultEnv : public FileEnv {
 
  private:
   // REQUIRES: mu_ held.
-  bool Flips(const std::string& path) const {
-    return !flip_suffix_.empty() && path.size() >= flip_suffix_.size() &&
-           path.compare(path.size() - flip_suffix_.size(), flip_suffix_.size(), flip_suffix_) == 0;
+  bool Flips(const std::string& path) const { return EndsWith(path, flip_suffix_); }
+  static bool EndsWith(const std::string& path, const std::string& suffix) {
+    return !suffix.empty() && path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   }
   std::mutex mu_;
   std::string flip_suffix_;

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "compression/device_encoder.h"
 #include "daemon/daemon.h"
 #include "daemon/transport/loopback.h"
 #include "model/checkpoint.h"
@@ -73,7 +74,7 @@ Cluster StartCluster(int64_t gamma_memory_limit = 0, std::vector<std::string> be
     if (names[i] == "beta" && !beta_devices.empty()) config.devices = beta_devices;
     daemon::DaemonOptions options;
     options.token = "token";
-    options.host_device_codecs = host_device_codecs;
+    if (host_device_codecs) options.env.device_codecs = compression::HostStandInDeviceCodecs;
     auto d = Daemon::Start(config, options);
     INFO(d.status().ToString());
     REQUIRE(d.ok());

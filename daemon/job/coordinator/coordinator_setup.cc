@@ -102,8 +102,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
         "(one stage each, or two or more each); these replica_stages mix them: use gather");
   }
   r.set_sync_ring(ring && agree);
-  std::error_code ec;
-  std::filesystem::create_directories(c->env_.job_dir, ec);
+  RETURN_IF_ERROR(c->env_.file_env->CreateDirectories(c->env_.job_dir));
   RETURN_IF_ERROR(
       model::WriteFileAtomically(*c->env_.file_env, c->env_.job_dir + "/job.yaml", c->spec_.yaml));
   {

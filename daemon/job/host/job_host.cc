@@ -3,7 +3,6 @@
 // API's job calls are in job_host_peer.cc.
 #include "daemon/job/host/job_host.h"
 
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -156,22 +155,29 @@ std::unique_ptr<LinkSender> JobHost::MakeSender(const std::string& peer) {
   LinkSenderOptions o;
   o.site = options_.site;
   o.peer = peer;
-  o.file_env = options_.file_env;
+  o.file_env = options_.env.files;
   return std::make_unique<LinkSender>(o, link, monitor_, log_);
 }
 
 void JobHost::RestoreJobs() {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(options_.data_dir + "/jobs", ec)) {
-    if (!std::filesystem::exists(e.path() / "job.pb")) continue;
-    CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); },
-                       e.path().string(), log_, options_.file_env};
-    const std::string dir_id = e.path().filename().string();
+  FileEnv& files = *options_.env.files;
+  const std::string jobs_dir = options_.data_dir + "/jobs";
+  StatusOr<std::vector<std::string>> names = files.ListDirectory(jobs_dir);
+  if (!names.ok()) {
+    if (!absl::IsNotFound(names.status())) {
+      log_->error("cannot list the jobs to restore: {}", std::string(names.status().message()));
+    }
+    return;
+  }
+  for (const std::string& dir_id : *names) {
+    const std::string dir = jobs_dir + "/" + dir_id;
+    if (!files.Exists(dir + "/job.pb")) continue;
+    CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, dir,
+                       log_, &files};
     auto c = Coordinator::Restore(env);
     if (!c.ok()) {
       // Listed as failed with the reason, not dropped: the operator sees what was lost.
-      log_->error("cannot restore job in {}: {}", e.path().string(),
-                  std::string(c.status().message()));
+      log_->error("cannot restore job in {}: {}", dir, std::string(c.status().message()));
       v1::JobStatus broken;
       broken.set_job_id(dir_id);
       broken.set_state(v1::JOB_STATE_FAILED);
@@ -184,7 +190,7 @@ void JobHost::RestoreJobs() {
     }
     const std::string id = (*c)->GetStatus(1).job_id();
     if (id != dir_id) {
-      log_->error("job record in {} names job '{}'; ignored", e.path().string(), id);
+      log_->error("job record in {} names job '{}'; ignored", dir, id);
       continue;
     }
     MutexLock lock(mu_);
@@ -242,7 +248,7 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
     }
   }
   CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, JobDir(id),
-                     log_, options_.file_env};
+                     log_, options_.env.files};
   ASSIGN_OR_RETURN(auto c, Coordinator::Submit(env, std::move(spec), id));
   MutexLock lock(mu_);
   coordinators_[id] = std::move(c);

@@ -21,6 +21,7 @@
 #include "daemon/job/checks/stage_admission.h"
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/exchange/inbox.h"
+#include "daemon/job/site/runtime_env.h"
 #include "daemon/job/site/site_profile.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/stage/stage_runner.h"
@@ -45,13 +46,12 @@ struct JobHostOptions {
   int64_t memory_limit_bytes = 0;              // 0 = no limit
   std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
   size_t inbox_capacity_bytes = 256 << 20;
-  size_t max_jobs = 64;             // stages and coordinated jobs held at once, each
-  double throttle_seconds = 0;      // debug knob: slow this site's compute
-  bool host_device_codecs = false;  // test seam: see DaemonOptions
-  // The disk and clock of everything the host builds (coordinators, stages, senders) and of
-  // the stage records and checkpoints it reads: the daemon's (CurrentFileEnv()); a fake in
-  // tests. REQUIRES: not null.
-  FileEnv* file_env = FileEnv::Default();
+  size_t max_jobs = 64;         // stages and coordinated jobs held at once, each
+  double throttle_seconds = 0;  // debug knob: slow this site's compute
+  // The daemon's (DaemonOptions::env): the disk and clock of everything the host builds
+  // (coordinators, stages, senders) and of the stage records and checkpoints it reads, and its
+  // stages' device codecs.
+  RuntimeEnv env;
 };
 
 class JobHost {

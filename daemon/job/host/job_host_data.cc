@@ -26,7 +26,7 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
   // The site's latest assignment for the job names who may fetch: the coordinator (export)
   // and the sites of its plan or the plan it migrates from (layer moves).
   ASSIGN_OR_RETURN(v1::StageAssignment a,
-                   ReadStageAssignment(*options_.file_env, dir + "/stage.pb"));
+                   ReadStageAssignment(*options_.env.files, dir + "/stage.pb"));
   if (caller != a.coordinator() && !InPlan(a, caller)) {
     return RoleDenied(caller, req.job_id(), "fetch fragments (it is not one of the job's sites)");
   }
@@ -39,7 +39,7 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
     end = static_cast<int>(a.stages(a.stage()).layer_end());
   }
   ASSIGN_OR_RETURN(StageState s,
-                   ReadStageState(*options_.file_env,
+                   ReadStageState(*options_.env.files,
                                   StageCheckpointPath(dir, req.step(), begin, end), begin, end));
   // One float array as fp32 frames of at most kFragmentSliceFloats values, in order.
   ASSIGN_OR_RETURN(auto fp32, compression::MakeCodec("fp32"));
@@ -84,7 +84,7 @@ Status JobHost::FetchFragment(const v1::FetchFragmentRequest& req, const std::st
         static_cast<int64_t>(spec.job.model.padded_vocab_size) * spec.job.model.channels;
     ASSIGN_OR_RETURN(
         SyncState sync,
-        ReadSyncState(*options_.file_env, SyncCheckpointPath(dir, req.step(), begin, end),
+        ReadSyncState(*options_.env.files, SyncCheckpointPath(dir, req.step(), begin, end),
                       req.step(), static_cast<int64_t>(s.params.size()), sizes, tied));
     if (sync.anchor.empty()) {
       return absl::FailedPreconditionError("job " + req.job_id() + ": the sync state of step " +

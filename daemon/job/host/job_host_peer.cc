@@ -5,7 +5,6 @@
 // calls (tensors in, fragments out) are in job_host_data.cc.
 #include <sys/sysinfo.h>
 
-#include <filesystem>
 #include <new>
 
 #include "common/layer_range.h"
@@ -40,10 +39,9 @@ StatusOr<std::string> JobHost::KnownCoordinator(const std::string& job_id) {
     auto it = stages_.find(job_id);
     if (it != stages_.end()) return it->second->assignment.coordinator();
   }
-  std::error_code ec;
-  if (std::filesystem::exists(JobDir(job_id) + "/job.pb", ec)) return options_.site;
+  if (options_.env.files->Exists(JobDir(job_id) + "/job.pb")) return options_.site;
   StatusOr<v1::StageAssignment> a =
-      ReadStageAssignment(*options_.file_env, JobDir(job_id) + "/stage.pb");
+      ReadStageAssignment(*options_.env.files, JobDir(job_id) + "/stage.pb");
   if (absl::IsNotFound(a.status())) return std::string();
   RETURN_IF_ERROR(a.status());
   return a->coordinator();
@@ -166,15 +164,12 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   ctx.monitor = monitor_;
   ctx.log = log_;
   ctx.throttle = throttle_;
-  ctx.host_device_codecs = options_.host_device_codecs;
   ctx.channel = [this](const std::string& site) { return Channel(site); };
   ctx.heartbeat_seconds = options_.heartbeat_seconds;
-  ctx.file_env = options_.file_env;
-  std::error_code ec;
-  std::filesystem::create_directories(ctx.job_dir, ec);
-  if (ec)
-    return absl::InternalError("job " + id + ": cannot create " + ctx.job_dir + ": " +
-                               ec.message());
+  ctx.env = options_.env;
+  if (Status s = options_.env.files->CreateDirectories(ctx.job_dir); !s.ok()) {
+    return Status(s.code(), "job " + id + ": " + std::string(s.message()));
+  }
   // The site's memory limit covers every stage it runs, not each one alone.
   int64_t limit = options_.memory_limit_bytes;
   if (limit > 0) {
@@ -193,7 +188,7 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
                                : on_gpu  ? 0
                                         : std::max<int64_t>(0, PhysicalMemory() / 2 - others_bytes);
   ASSIGN_OR_RETURN(auto runner, StageRunner::Create(std::move(ctx), limit));
-  RETURN_IF_ERROR(WriteStageAssignment(*options_.file_env, JobDir(id) + "/stage.pb", a));
+  RETURN_IF_ERROR(WriteStageAssignment(*options_.env.files, JobDir(id) + "/stage.pb", a));
   v1::AssignResponse r;
   r.set_memory_bytes(runner->memory_bytes());
   r.set_devices(runner->devices());

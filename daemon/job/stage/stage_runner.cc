@@ -261,7 +261,10 @@ Status StageRunner::RunStep(uint64_t step) {
     previous_committed_ = last_committed_;
     last_committed_ = decision->committed_step();
   }
-  PruneStageStates(ctx_.job_dir, previous_committed_);
+  if (Status s = PruneStageStates(*ctx_.env.files, ctx_.job_dir, previous_committed_); !s.ok()) {
+    ctx_.log->warn("job {}: stage {}: older checkpoints not removed: {}", ctx_.assignment.job_id(),
+                   stage_, std::string(s.message()));
+  }
 
   const int every = ctx_.spec.job.checkpoint.every;
   const uint64_t done = step + 1;

@@ -26,6 +26,7 @@
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/exchange/sender.h"
 #include "daemon/job/exchange/stage_exchange.h"
+#include "daemon/job/site/runtime_env.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/sync/replica_sync.h"
@@ -59,9 +60,6 @@ struct StageRunnerContext {
   std::shared_ptr<spdlog::logger> log;
   // Debug knob (fault injection): extra seconds of "compute" per layer and microbatch.
   std::shared_ptr<std::atomic<double>> throttle;
-  // Test seam (DaemonOptions::host_device_codecs): a CPU stage uses host stand-ins for the
-  // device encoder and decoder.
-  bool host_device_codecs = false;
   // A stage waiting for a tensor checks its own senders for failures this often.
   double heartbeat_seconds = 1.0;
   // extra_in_flight auto: what the stage's memory may grow to with extra activation slots
@@ -69,10 +67,11 @@ struct StageRunnerContext {
   int64_t in_flight_memory_bytes = 0;
   // Links to other sites (to fetch moved layers when the plan changed).
   std::function<transport::Link*(const std::string&)> channel;
-  // The stage's disk and clock: its checkpoints and sync states are written and read through
-  // it, and its times (status, step reports, the exchanges' waits, the codecs' windows) are
-  // its NowSeconds. REQUIRES: not null.
-  FileEnv* file_env = FileEnv::Default();
+  // The daemon's (job/site/runtime_env.h): the stage's disk and clock (its checkpoints and sync
+  // states are written and read through env.files, and its times, in the status, step reports,
+  // the exchanges' waits and the codecs' windows, are env.files->NowSeconds()), and where a
+  // single-replica stage gets its device codecs.
+  RuntimeEnv env;
 };
 
 struct StageRunnerStatus {
@@ -105,7 +104,7 @@ class StageRunner {
 
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
-  double Now() const { return ctx_.file_env->NowSeconds(); }  // the context's clock
+  double Now() const { return ctx_.env.files->NowSeconds(); }  // the context's clock
 
   Status Init(int64_t memory_limit_bytes);
   // Loads the state of this stage's layers at `step` from the stages of `old_plan` that

@@ -25,9 +25,9 @@ namespace longhaul::daemon {
 
 StatusOr<std::unique_ptr<StageRunner>> StageRunner::Create(StageRunnerContext context,
                                                            int64_t memory_limit_bytes) {
-  if (context.file_env == nullptr) {
+  if (context.env.files == nullptr || context.env.device_codecs == nullptr) {
     return absl::InvalidArgumentError("stage of job " + context.assignment.job_id() +
-                                      ": no file env");
+                                      ": no runtime env (file env or device codec source)");
   }
   std::unique_ptr<StageRunner> r(new StageRunner(std::move(context)));
   RETURN_IF_ERROR(r->Init(memory_limit_bytes));
@@ -168,7 +168,7 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     migrate_ = a.migrate_from_size() > 0;
     rejoin_ = !migrate_;
   } else if (start_step_ > 0) {
-    ASSIGN_OR_RETURN(StageState s, ReadStageState(*ctx_.file_env,
+    ASSIGN_OR_RETURN(StageState s, ReadStageState(*ctx_.env.files,
                                                   StageCheckpointPath(ctx_.job_dir, start_step_,
                                                                       fo.begin, fo.end),
                                                   fo.begin, fo.end));

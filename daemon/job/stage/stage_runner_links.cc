@@ -43,15 +43,12 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
   }
   xo.ops = ops;
   if (ops_.size() == 1) {
-    ASSIGN_OR_RETURN(xo.encoder, compression::MakeDeviceEncoder(ops));
-    ASSIGN_OR_RETURN(xo.decoder, compression::MakeDeviceDecoder(ops));
-    if (xo.encoder == nullptr && ctx_.host_device_codecs) {
-      xo.encoder = compression::MakeHostDeviceEncoder();
-      xo.decoder = compression::MakeHostDeviceDecoder();
-    }
+    ASSIGN_OR_RETURN(compression::DeviceCodecs codecs, ctx_.env.device_codecs(ops));
+    xo.encoder = std::move(codecs.encoder);
+    xo.decoder = std::move(codecs.decoder);
   }
   xo.host_floats = static_cast<size_t>(B_) * T_ * std::max(in_width_, out_width_);
-  xo.file_env = ctx_.file_env;
+  xo.file_env = ctx_.env.files;
   ASSIGN_OR_RETURN(exchange_, StageExchange::Create(std::move(xo)));
   return absl::OkStatus();
 }

@@ -234,7 +234,7 @@ Status StageRunner::Checkpoint(uint64_t step) {
   fragment_->GetOptimizerState(s.m.data(), s.v.data());
   if (loader_) s.loader_state = loader_->state().Serialize();
   RETURN_IF_ERROR(WriteStageState(
-      *ctx_.file_env, StageCheckpointPath(ctx_.job_dir, step, s.layer_begin, s.layer_end), s));
+      *ctx_.env.files, StageCheckpointPath(ctx_.job_dir, step, s.layer_begin, s.layer_end), s));
   MutexLock lock(mu_);
   status_.checkpoint_step = step;
   return absl::OkStatus();

@@ -27,7 +27,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.log = ctx_.log;
     o.heartbeat_seconds = ctx_.heartbeat_seconds;
     o.stop = &stop_;
-    o.file_env = ctx_.file_env;
+    o.file_env = ctx_.env.files;
     ASSIGN_OR_RETURN(replicas_, ReplicaSync::Create(std::move(o)));
   }
   if (!replicas_ && !tied_codec_) return absl::OkStatus();
@@ -43,7 +43,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   ASSIGN_OR_RETURN(
       SyncState state,
       ReadSyncState(
-          *ctx_.file_env,
+          *ctx_.env.files,
           SyncCheckpointPath(ctx_.job_dir, resume_step, static_cast<int>(me.layer_begin()),
                              static_cast<int>(me.layer_end())),
           resume_step, fragment_->layout().total(),
@@ -63,7 +63,7 @@ Status StageRunner::CheckpointSync(uint64_t step) {
   if (replicas_) replicas_->Save(&s);
   if (tied_codec_) s.tied_residual = tied_codec_->residual();
   const auto& me = ctx_.assignment.stages(stage_);
-  return WriteSyncState(*ctx_.file_env,
+  return WriteSyncState(*ctx_.env.files,
                         SyncCheckpointPath(ctx_.job_dir, step, static_cast<int>(me.layer_begin()),
                                            static_cast<int>(me.layer_end())),
                         s);

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include "common/file_env.h"
 #include "common/layer_range.h"
@@ -162,17 +161,19 @@ StatusOr<StageState> ReadStageState(FileEnv& env, const std::string& path, int l
   return s;
 }
 
-void PruneStageStates(const std::string& dir, uint64_t keep_from) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+Status PruneStageStates(FileEnv& env, const std::string& dir, uint64_t keep_from) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, env.ListDirectory(dir));
+  Status first = absl::OkStatus();
+  for (const std::string& name : names) {
     unsigned long long step = 0;
     if ((std::sscanf(name.c_str(), "stage_%llu_", &step) == 1 ||
          std::sscanf(name.c_str(), "sync_%llu_", &step) == 1) &&
         step < keep_from) {
-      std::filesystem::remove(e.path(), ec);
+      const Status s = env.RemoveFile(dir + "/" + name);
+      if (!s.ok() && !absl::IsNotFound(s) && first.ok()) first = s;
     }
   }
+  return first;
 }
 
 namespace {

@@ -38,9 +38,10 @@ StatusOr<StageState> ReadStageState(FileEnv& env, const std::string& path, int l
                                     int layer_end);
 
 // Deletes stage checkpoints (and their sync states, sync_checkpoint.h) in `dir` older than
-// `keep_from` (the committed step before the newest: two committed checkpoints stay). Lists and
-// removes with std::filesystem: the FileEnv has no directory calls.
-void PruneStageStates(const std::string& dir, uint64_t keep_from);
+// `keep_from` (the committed step before the newest: two committed checkpoints stay), listing
+// and removing through `env`. Best effort: a file that cannot be removed is left for the next
+// prune, and the error of the first such file is returned for the caller to log.
+Status PruneStageStates(FileEnv& env, const std::string& dir, uint64_t keep_from);
 
 // A site's record of its stage of a job (stage.pb, the assignment it last took), in the
 // durable-file shape (model/durable_file.h). Reading takes an earlier build's bare protobuf
