@@ -70,6 +70,11 @@ class Ops {
   // of dout (skipped when dbias is null). dinp may be null (first layer needs none).
   virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  // As MatmulBackward, except that dinp (not null) is written, not accumulated into: what it
+  // held is ignored. The default zeroes it and calls MatmulBackward; a backend overrides it to
+  // save that pass over dinp (the "cpu" backend's GEMM writes it directly, the same bits).
+  virtual void MatmulBackwardInto(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, int N, int C, int OC);
 
   // ---- causal multi-head attention ----------------------------------------------------
   // qkv (B,T,3C) holds q, k, v side by side; out (B,T,C). Scores are scaled by
@@ -100,6 +105,11 @@ class Ops {
   virtual void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                            const int32_t* targets, float dloss, int B, int T, int V,
                                            int Vp) = 0;
+  // As SoftmaxCrossEntropyBackward, except that dlogits is written (entries V..Vp-1 set to 0),
+  // not accumulated into. The default zeroes it first; a backend overrides it to save that pass.
+  virtual void SoftmaxCrossEntropyBackwardInto(float* dlogits, const float* probs,
+                                               const int32_t* targets, float dloss, int B, int T,
+                                               int V, int Vp);
 
   // ---- optimizer ---------------------------------------------------------------------
   // AdamW on n parameters, step t >= 1 (bias-corrected moments), gradients multiplied by

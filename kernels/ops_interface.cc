@@ -1,6 +1,7 @@
-// The Ops interface's default bodies: the Llama-family ops of a backend that lacks them
-// (kernels/ops.h). In the interface's own library so that every backend, the CUDA one built as
-// a shared library included, links the same definitions.
+// The Ops interface's default bodies: the writing forms of the accumulating backward ops (zero,
+// then accumulate), and the Llama-family ops of a backend that lacks them (kernels/ops.h). In the
+// interface's own library so that every backend, the CUDA one built as a shared library included,
+// links the same definitions.
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,6 +20,19 @@ namespace {
 }
 
 }  // namespace
+
+void Ops::MatmulBackwardInto(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int N, int C, int OC) {
+  Zero(dinp, static_cast<size_t>(N) * C);
+  MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void Ops::SoftmaxCrossEntropyBackwardInto(float* dlogits, const float* probs,
+                                          const int32_t* targets, float dloss, int B, int T, int V,
+                                          int Vp) {
+  Zero(dlogits, static_cast<size_t>(B) * T * Vp);
+  SoftmaxCrossEntropyBackward(dlogits, probs, targets, dloss, B, T, V, Vp);
+}
 
 void Ops::RmsNormForward(float*, float*, const float*, const float*, int, int, float) {
   NoLlamaOps(*this, "RmsNormForward");

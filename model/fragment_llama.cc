@@ -41,28 +41,24 @@ void Fragment::LlamaLayerBackward(Slot& s, int l) {
   const LayerActs& a = s.layers[l - layout_.begin()];
   float* dres = scratch_.dres;
   // MLP branch.
-  ops_->Zero(scratch_.dfch_gelu, size_t(BT) * I);
-  ops_->MatmulBackward(scratch_.dfch_gelu, G(Tensor::kFcprojw, l), nullptr, dres, a.fch_gelu,
-                       P(Tensor::kFcprojw, l), BT, I, C);
+  ops_->MatmulBackwardInto(scratch_.dfch_gelu, G(Tensor::kFcprojw, l), nullptr, dres, a.fch_gelu,
+                           P(Tensor::kFcprojw, l), BT, I, C);
   ops_->Zero(scratch_.dfch, size_t(BT) * 2 * I);
   ops_->SwiGluBackward(scratch_.dfch, a.fch, scratch_.dfch_gelu, BT, I);
-  ops_->Zero(scratch_.dtmp, size_t(BT) * C);
-  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kFcw, l), nullptr, scratch_.dfch, a.ln2,
-                       P(Tensor::kFcw, l), BT, C, 2 * I);
+  ops_->MatmulBackwardInto(scratch_.dtmp, G(Tensor::kFcw, l), nullptr, scratch_.dfch, a.ln2,
+                           P(Tensor::kFcw, l), BT, C, 2 * I);
   ops_->RmsNormBackward(dres, G(Tensor::kLn2w, l), scratch_.dtmp, a.residual2, P(Tensor::kLn2w, l),
                         a.ln2_rstd, BT, C);
   // Attention branch.
   float* dqkv = scratch_.dfch;  // sized for the larger of (B,T,2I) and (B,T,qkv)
-  ops_->Zero(scratch_.dtmp, size_t(BT) * w.attention);
-  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kAttprojw, l), nullptr, dres, a.atty,
-                       P(Tensor::kAttprojw, l), BT, int(w.attention), C);
+  ops_->MatmulBackwardInto(scratch_.dtmp, G(Tensor::kAttprojw, l), nullptr, dres, a.atty,
+                           P(Tensor::kAttprojw, l), BT, int(w.attention), C);
   ops_->Zero(dqkv, size_t(BT) * w.qkv);
   ops_->GroupedAttentionBackward(dqkv, scratch_.dpreatt, scratch_.datt, scratch_.dtmp, a.qkv, a.att,
                                  B, T, NH, NKV, HD);
   ops_->RopeBackward(dqkv, rope_cos_, rope_sin_, B, T, NH, NKV, HD);
-  ops_->Zero(scratch_.dtmp, size_t(BT) * C);
-  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kQkvw, l), nullptr, dqkv, a.ln1,
-                       P(Tensor::kQkvw, l), BT, C, int(w.qkv));
+  ops_->MatmulBackwardInto(scratch_.dtmp, G(Tensor::kQkvw, l), nullptr, dqkv, a.ln1,
+                           P(Tensor::kQkvw, l), BT, C, int(w.qkv));
   ops_->RmsNormBackward(dres, G(Tensor::kLn1w, l), scratch_.dtmp, StreamInto(s, l),
                         P(Tensor::kLn1w, l), a.ln1_rstd, BT, C);
 }

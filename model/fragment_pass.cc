@@ -164,14 +164,12 @@ void Fragment::Gpt2LayerBackward(Slot& s, int l) {
   float* dres = scratch_.dres;
   float* dln_in = subspace ? scratch_.dx : dres;
   // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-  ops_->Zero(scratch_.dfch_gelu, btc * 4);
-  ops_->MatmulBackward(scratch_.dfch_gelu, G(Tensor::kFcprojw, l), G(Tensor::kFcprojb, l), dres,
-                       a.fch_gelu, P(Tensor::kFcprojw, l), BT, 4 * C, R);
+  ops_->MatmulBackwardInto(scratch_.dfch_gelu, G(Tensor::kFcprojw, l), G(Tensor::kFcprojb, l), dres,
+                           a.fch_gelu, P(Tensor::kFcprojw, l), BT, 4 * C, R);
   ops_->Zero(scratch_.dfch, btc * 4);
   ops_->GeluBackward(scratch_.dfch, a.fch, scratch_.dfch_gelu, btc * 4);
-  ops_->Zero(scratch_.dtmp, btc);
-  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kFcw, l), G(Tensor::kFcb, l), scratch_.dfch, a.ln2,
-                       P(Tensor::kFcw, l), BT, C, 4 * C);
+  ops_->MatmulBackwardInto(scratch_.dtmp, G(Tensor::kFcw, l), G(Tensor::kFcb, l), scratch_.dfch,
+                           a.ln2, P(Tensor::kFcw, l), BT, C, 4 * C);
   if (subspace) ops_->Zero(dln_in, btc);
   ops_->LayerNormBackward(dln_in, G(Tensor::kLn2w, l), G(Tensor::kLn2b, l), scratch_.dtmp,
                           subspace ? a.x2 : a.residual2, P(Tensor::kLn2w, l), a.ln2_mean,
@@ -179,15 +177,13 @@ void Fragment::Gpt2LayerBackward(Slot& s, int l) {
   if (subspace) AddCoordGrad(dres, dln_in);
   // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
   float* dqkv = scratch_.dfch;  // (B,T,3C) fits in the (B,T,4C) buffer
-  ops_->Zero(scratch_.dtmp, btc);
-  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kAttprojw, l), G(Tensor::kAttprojb, l), dres,
-                       a.atty, P(Tensor::kAttprojw, l), BT, C, R);
+  ops_->MatmulBackwardInto(scratch_.dtmp, G(Tensor::kAttprojw, l), G(Tensor::kAttprojb, l), dres,
+                           a.atty, P(Tensor::kAttprojw, l), BT, C, R);
   ops_->Zero(dqkv, btc * 3);
   ops_->AttentionBackward(dqkv, scratch_.dpreatt, scratch_.datt, scratch_.dtmp, a.qkv, a.att, B, T,
                           C, NH);
-  ops_->Zero(scratch_.dtmp, btc);
-  ops_->MatmulBackward(scratch_.dtmp, G(Tensor::kQkvw, l), G(Tensor::kQkvb, l), dqkv, a.ln1,
-                       P(Tensor::kQkvw, l), BT, C, 3 * C);
+  ops_->MatmulBackwardInto(scratch_.dtmp, G(Tensor::kQkvw, l), G(Tensor::kQkvb, l), dqkv, a.ln1,
+                           P(Tensor::kQkvw, l), BT, C, 3 * C);
   if (subspace) ops_->Zero(dln_in, btc);
   ops_->LayerNormBackward(dln_in, G(Tensor::kLn1w, l), G(Tensor::kLn1b, l), scratch_.dtmp,
                           subspace ? a.x1 : residual, P(Tensor::kLn1w, l), a.ln1_mean, a.ln1_rstd,
@@ -213,12 +209,11 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
                        slot, " (call Loss(slot) right before Backward(slot))"));
     }
     float* dlogits = head_.logits;  // logits are dead once probs exist
-    ops_->Zero(dlogits, size_t(BT) * Vp);
-    ops_->SoftmaxCrossEntropyBackward(dlogits, head_.probs, head_.targets.data(), dloss, B, T, V,
-                                      Vp);
+    ops_->SoftmaxCrossEntropyBackwardInto(dlogits, head_.probs, head_.targets.data(), dloss, B, T,
+                                          V, Vp);
     const Tensor head = untied ? Tensor::kHead : Tensor::kWte;
-    ops_->Zero(scratch_.dtmp, btc);
-    ops_->MatmulBackward(scratch_.dtmp, G(head), nullptr, dlogits, head_.lnf, P(head), BT, C, Vp);
+    ops_->MatmulBackwardInto(scratch_.dtmp, G(head), nullptr, dlogits, head_.lnf, P(head), BT, C,
+                             Vp);
     ops_->Zero(scratch_.dres, btc);
     const bool rebuilt = head_.x != nullptr;  // the final stream was rebuilt from coordinates
     float* dx = rebuilt ? scratch_.dx : scratch_.dres;

@@ -77,10 +77,27 @@ void CpuOps::MatmulForward(float* out, const float* inp, const float* weight, co
 
 void CpuOps::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                             const float* inp, const float* weight, int N, int C, int OC) {
+  MatmulBackwardBeta(dinp, 1.0f, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void CpuOps::MatmulBackwardInto(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int N, int C, int OC) {
+  // OpenBLAS with beta 0 sets each tile of dinp to zero before adding the product, as the
+  // accumulating form does after a Zero: the same bits, without a pass of its own.
+  if (OC == 0) {
+    if (N > 0 && C > 0) Zero(dinp, static_cast<size_t>(N) * C);
+    return;
+  }
+  MatmulBackwardBeta(dinp, 0.0f, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void CpuOps::MatmulBackwardBeta(float* dinp, float dinp_beta, float* dweight, float* dbias,
+                                const float* dout, const float* inp, const float* weight, int N,
+                                int C, int OC) {
   if (N == 0 || OC == 0) return;
   if (C > 0) {
-    // dinp (N,C) += dout (N,OC) x weight (OC,C)
-    if (dinp != nullptr) Gemm(false, false, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C);
+    // dinp (N,C) = dinp_beta dinp + dout (N,OC) x weight (OC,C)
+    if (dinp != nullptr) Gemm(false, false, N, C, OC, dout, OC, weight, C, dinp_beta, dinp, C);
     // dweight (OC,C) += dout^T (OC,N) x inp (N,C)
     Gemm(true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
   }

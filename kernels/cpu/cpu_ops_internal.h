@@ -32,6 +32,8 @@ class CpuOps final : public HostOps {
                      int C, int OC) override;
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                       const float* inp, const float* weight, int N, int C, int OC) override;
+  void MatmulBackwardInto(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int C, int OC) override;
   void AttentionForward(float* out, float* preatt, float* att, const float* qkv, int B, int T,
                         int C, int NH) override;
   void AttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
@@ -44,6 +46,8 @@ class CpuOps final : public HostOps {
                                   const int32_t* targets, int B, int T, int V, int Vp) override;
   void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
                                    float dloss, int B, int T, int V, int Vp) override;
+  void SoftmaxCrossEntropyBackwardInto(float* dlogits, const float* probs, const int32_t* targets,
+                                       float dloss, int B, int T, int V, int Vp) override;
   void AdamW(float* params, const float* grads, float* m, float* v, size_t n, float lr, float beta1,
              float beta2, float eps, float weight_decay, float grad_scale, int t) override;
   double SumSquares(const float* x, size_t n) override;
@@ -76,6 +80,11 @@ class CpuOps final : public HostOps {
   // single-threaded sgemm over all of K (cpu_matmul.cc).
   void Gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc);
+  // MatmulBackward with dinp scaled by dinp_beta before the product is added (1: accumulate;
+  // 0: write).
+  void MatmulBackwardBeta(float* dinp, float dinp_beta, float* dweight, float* dbias,
+                          const float* dout, const float* inp, const float* weight, int N, int C,
+                          int OC);
 
   // Work units (about one flop or float touched each) per parallel block: ~10-50 us.
   static constexpr size_t kGrain = size_t{1} << 16;

@@ -1,7 +1,10 @@
 // The op suite (op_suite.h) for the dense per-row ops: matmul and layernorm, forward and
 // backward, against "cpu-ref" at sizes 0, 1, odd, large enough for OpenBLAS's blocking and, on
 // device backends, GPT-2 small's (256 x 768 -> 2304, 2048 rows of 768). Backward ops are also
-// checked to accumulate (+=) into their gradients.
+// checked to accumulate (+=) into their gradients, and MatmulBackwardInto to write dinp with the
+// accumulating form's bits on a zeroed one.
+#include <cstring>
+
 #include "test/kernels/op_suite.h"
 
 namespace longhaul::kernels::testing {
@@ -53,6 +56,43 @@ TEST_CASE("MatmulBackward matches the reference and accumulates", "[ops][matmul]
   };
   auto fast = backend.Make();
   CheckBackward(run, *fast, ProductTol(*fast, std::max(N, OC), kTol), {"dinp", "dweight", "dbias"});
+}
+
+// The writing form: dinp starts as NaN (any read of it shows), dweight and dbias as a prefill they
+// accumulate onto. It must give the accumulating form's results on a zeroed dinp: the same bits
+// on the same backend, and the reference's within the tolerance.
+TEST_CASE("MatmulBackwardInto writes dinp, as Zero then MatmulBackward", "[ops][matmul]") {
+  const SuiteBackend backend = GENERATE(from_range(SuiteBackends()));
+  const bool with_bias = GENERATE(true, false);
+  const Dims shape = MatmulShape();
+  if (!Runs(backend, shape.large)) return;
+  const int N = shape[0], C = shape[1], OC = shape[2];
+  INFO(backend.Label() << " N=" << N << " C=" << C << " OC=" << OC << " bias=" << with_bias);
+  auto x = Random(size_t{1} * N * C, 1), w = Random(size_t{1} * OC * C, 2);
+  auto dy = Random(size_t{1} * N * OC, 3);
+  auto run = [&](Ops& ops, bool into) {
+    DeviceVec dx(ops, x), dw(ops, w), ddy(ops, dy);
+    DeviceVec dinp(ops, std::vector<float>(x.size(), into ? std::nanf("") : 0.0f));
+    DeviceVec dweight(ops, GradInit(1, w.size(), true)), dbias(ops, GradInit(2, OC, true));
+    float* db = with_bias ? dbias.get() : nullptr;
+    if (into) {
+      ops.MatmulBackwardInto(dinp.get(), dweight.get(), db, ddy.get(), dx.get(), dw.get(), N, C,
+                             OC);
+    } else {
+      ops.MatmulBackward(dinp.get(), dweight.get(), db, ddy.get(), dx.get(), dw.get(), N, C, OC);
+    }
+    return std::vector<std::vector<float>>{dinp.ToHost(), dweight.ToHost(), dbias.ToHost()};
+  };
+  auto fast = backend.Make();
+  const auto into = run(*fast, true), accumulated = run(*fast, false);
+  const auto ref = run(*Backend("cpu-ref"), false);
+  const char* names[] = {"dinp", "dweight", "dbias"};
+  for (size_t k = 0; k < 3; ++k) {
+    INFO(names[k]);
+    REQUIRE(into[k].size() == accumulated[k].size());
+    CHECK(std::memcmp(into[k].data(), accumulated[k].data(), into[k].size() * sizeof(float)) == 0);
+    ExpectClose(into[k], ref[k], ProductTol(*fast, std::max(N, OC), kTol), names[k]);
+  }
 }
 
 TEST_CASE("LayerNorm forward and backward match the reference", "[ops][layernorm]") {

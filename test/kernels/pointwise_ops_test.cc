@@ -3,6 +3,8 @@
 // odd, vocabularies padded to Vp and, on device backends, GPT-2 small's (B 8 x T 256 x C 768,
 // 2^24 + 1 elements, 256 rows of 50257). Embedding and residual give the reference's bits on
 // every backend: the same additions in the same order.
+#include <cstring>
+
 #include "test/kernels/op_suite.h"
 
 namespace longhaul::kernels::testing {
@@ -120,6 +122,19 @@ TEST_CASE("Softmax cross-entropy matches the reference", "[ops][loss]") {
     return std::vector<std::vector<float>>{dlogits.ToHost()};
   };
   CheckBackward(run, *fast, kTol, {"dlogits"});
+
+  // The writing form, onto NaN (any read of it shows, padding included): the accumulating
+  // form's bits on a zeroed buffer.
+  auto write = [&](Ops& ops) {
+    DeviceVec probs(ops, want[0]), dlogits(ops, std::vector<float>(logits.size(), std::nanf("")));
+    ops.SoftmaxCrossEntropyBackwardInto(dlogits.get(), probs.get(), targets.data(), dloss, B, T, V,
+                                        Vp);
+    return dlogits.ToHost();
+  };
+  const std::vector<float> written = write(*fast), zeroed = run(*fast, false)[0];
+  REQUIRE(written.size() == zeroed.size());
+  CHECK(std::memcmp(written.data(), zeroed.data(), written.size() * sizeof(float)) == 0);
+  ExpectClose(write(*Backend("cpu-ref")), zeroed, kTol, "dlogits written (cpu-ref)");
 }
 
 }  // namespace
