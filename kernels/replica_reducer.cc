@@ -4,6 +4,7 @@
 #include "kernels/replica_reducer.h"
 
 #include <set>
+#include <string>
 
 #include "kernels/cuda_backend.h"
 
@@ -11,10 +12,30 @@ namespace longhaul::kernels {
 
 namespace {
 
+// Checks an AllGather's arguments against `replicas` replicas.
+Status CheckParts(const char* what, size_t replicas, std::span<float* const> buffers,
+                  std::span<const size_t> offsets) {
+  if (buffers.size() != replicas || offsets.size() != replicas + 1) {
+    return absl::InvalidArgumentError(std::string(what) + ": " + std::to_string(buffers.size()) +
+                                      " buffers and " + std::to_string(offsets.size()) +
+                                      " offsets for " + std::to_string(replicas) + " replicas");
+  }
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    if (offsets[i] > offsets[i + 1]) {
+      return absl::InvalidArgumentError(std::string(what) + ": part " + std::to_string(i) +
+                                        " ends before it begins");
+    }
+  }
+  return absl::OkStatus();
+}
+
 class NoReducer final : public ReplicaReducer {
  public:
   std::string name() const override { return "none"; }
   Status AllReduceSum(std::span<float* const>, size_t) override { return absl::OkStatus(); }
+  Status AllGather(std::span<float* const> buffers, std::span<const size_t> offsets) override {
+    return CheckParts("all-gather", buffers.size() == 1 ? 1 : 0, buffers, offsets);
+  }
 };
 
 class HostReducer final : public ReplicaReducer {
@@ -34,6 +55,20 @@ class HostReducer final : public ReplicaReducer {
     }
     for (size_t r = 0; r < replicas_.size(); ++r) {
       replicas_[r]->Upload(buffers[r], sum_.data(), count);
+    }
+    return absl::OkStatus();
+  }
+
+  Status AllGather(std::span<float* const> buffers, std::span<const size_t> offsets) override {
+    RETURN_IF_ERROR(CheckParts("host all-gather", replicas_.size(), buffers, offsets));
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const size_t begin = offsets[i], n = offsets[i + 1] - begin;
+      if (n == 0) continue;
+      part_.resize(n);
+      replicas_[i]->Download(part_.data(), buffers[i] + begin, n);
+      for (size_t j = 0; j < replicas_.size(); ++j) {
+        if (j != i) replicas_[j]->Upload(buffers[j] + begin, part_.data(), n);
+      }
     }
     return absl::OkStatus();
   }

@@ -1,12 +1,14 @@
-// Data parallelism inside a site: the gradient all-reduce between replicas of one fragment,
-// each on its own backend (a GPU each, or CPU replicas). After AllReduceSum every replica's
-// buffer holds the element-wise sum over all replicas, so identical optimizer steps keep the
-// replicas identical.
+// Data parallelism inside a site: the collectives between replicas of one fragment, each on its
+// own backend (a GPU each, or CPU replicas). After AllReduceSum every replica's buffer holds
+// the element-wise sum over all replicas, so identical optimizer steps keep the replicas
+// identical. AllGather is the sharded optimizer's (ZeRO-1, model/replicated_fragment.h): each
+// replica stepped one part of the parameters, and every replica takes every part.
 //
 // Two implementations behind MakeReplicaReducer: NCCL when every replica is a distinct CUDA
 // device of a --config=cuda build (kernels/cuda/nccl_comm.h, one communicator over the local
 // GPUs), otherwise the host reference: download every buffer, add them on the host in replica
-// order, upload the sum to every replica.
+// order, upload the sum to every replica; for AllGather, each part downloaded from its owner
+// and uploaded to the others.
 #pragma once
 
 #include <memory>
@@ -26,6 +28,16 @@ class ReplicaReducer {
   // buffers[i]: `count` floats in replica i's backend memory. In place.
   // REQUIRES: buffers.size() == the number of replicas.
   virtual Status AllReduceSum(std::span<float* const> buffers, size_t count) = 0;
+  // buffers[i] (replica i's backend memory) holds its own part, floats [offsets[i],
+  // offsets[i + 1]); afterwards every buffer holds every part (the others' copied in, its own
+  // untouched). REQUIRES: buffers.size() == the number of replicas, offsets.size() == that + 1,
+  // offsets non-decreasing. The default answers Unimplemented: the NCCL reducer has none yet
+  // (the sharded optimizer runs on CPU replicas until its GPU path has run on a GPU).
+  // (Inline: the CUDA backend's library derives from this class and sees only this header.)
+  virtual Status AllGather(std::span<float* const> /*buffers*/,
+                           std::span<const size_t> /*offsets*/) {
+    return absl::UnimplementedError("the " + name() + " reducer has no all-gather");
+  }
 };
 
 // The host reference over `replicas` (any backends; they must outlive the reducer).

@@ -188,25 +188,24 @@ void ReplicatedFragment::CombineTiedGrads() {
 
 std::vector<double> ReplicatedFragment::GradSliceSums() const { return primary().GradSliceSums(); }
 
-void ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float grad_scale, int t) {
+Status ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float grad_scale,
+                                int t) {
   for (auto& r : replicas_) r.fragment->Step(options, lr, grad_scale, t);
-  if (!sharded()) return;
-  // ZeRO-1: each replica stepped its part; every other replica takes that part's parameters.
-  // Elementwise AdamW on the same summed gradient: the same bits as every replica stepping
-  // everything.
-  for (size_t i = 0; i < replicas_.size(); ++i) {
-    Fragment& from = *replicas_[i].fragment;
-    const int64_t b = from.optimizer_begin(), n = from.optimizer_end() - b;
-    if (n <= 0) continue;
-    gather_.resize(static_cast<size_t>(n));
-    replicas_[i].ops->Download(gather_.data(), from.MutableParameters() + b,
-                               static_cast<size_t>(n));
-    for (size_t j = 0; j < replicas_.size(); ++j) {
-      if (j == i) continue;
-      replicas_[j].ops->Upload(replicas_[j].fragment->MutableParameters() + b, gather_.data(),
-                               static_cast<size_t>(n));
-    }
+  if (!sharded()) return absl::OkStatus();
+  // ZeRO-1: each replica stepped its part; the reducer's all-gather gives every replica every
+  // part. Elementwise AdamW on the same summed gradient: the same bits as every replica
+  // stepping everything.
+  std::vector<float*> params;
+  std::vector<size_t> offsets;
+  for (auto& r : replicas_) {
+    params.push_back(r.fragment->MutableParameters());
+    offsets.push_back(static_cast<size_t>(r.fragment->optimizer_begin()));
   }
+  offsets.push_back(static_cast<size_t>(replicas_.back().fragment->optimizer_end()));
+  if (Status s = reducer_->AllGather(params, offsets); !s.ok()) {
+    return Status(s.code(), "sharded optimizer step: " + std::string(s.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace longhaul::model

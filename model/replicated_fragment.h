@@ -108,7 +108,9 @@ class ReplicatedFragment {
   void SetGradients(const float* host) {
     for (auto& r : replicas_) r.fragment->SetGradients(host);
   }
-  void Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
+  // Sharded, the stepped parts are all-gathered by the reducer (kernels/replica_reducer.h):
+  // errors are its (the NCCL reducer has no all-gather yet).
+  Status Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
 
  private:
   struct Replica {
@@ -124,7 +126,6 @@ class ReplicatedFragment {
   FragmentOptions options_;
   std::vector<Replica> replicas_;
   std::unique_ptr<kernels::ReplicaReducer> reducer_;
-  std::vector<float> gather_;  // host staging of a sharded step's parts
 };
 
 }  // namespace longhaul::model

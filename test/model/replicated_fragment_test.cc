@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/replica_reducer.h"
 
 namespace longhaul::model {
 namespace {
@@ -80,8 +81,8 @@ Run Train(int replicas, int steps, bool shard = false) {
     (*last)->SetTiedGradPeer(tied_a.data());
     (*first)->CombineTiedGrads();
     (*last)->CombineTiedGrads();
-    (*first)->Step(opt, 1e-2f, 1.0f, step + 1);
-    (*last)->Step(opt, 1e-2f, 1.0f, step + 1);
+    REQUIRE((*first)->Step(opt, 1e-2f, 1.0f, step + 1).ok());
+    REQUIRE((*last)->Step(opt, 1e-2f, 1.0f, step + 1).ok());
   }
   run.first_params.resize((*first)->layout().total());
   run.last_params.resize((*last)->layout().total());
@@ -246,6 +247,47 @@ TEST_CASE("more replicas than sequences is refused, saying why") {
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(std::string(f.status().message()), Catch::Contains("3 replicas"));
   CHECK_THAT(std::string(f.status().message()), Catch::Contains("microbatch of 2"));
+}
+
+// The sharded step's gather (kernels/replica_reducer.h): each replica's own part reaches every
+// other replica, nothing else is written; parts may be empty; bad parts are refused, naming why.
+TEST_CASE("the host reducer's all-gather copies each replica's part to the others") {
+  std::vector<std::unique_ptr<kernels::Ops>> owned;
+  std::vector<kernels::Ops*> ops;
+  for (int i = 0; i < 3; ++i) {
+    owned.push_back(*kernels::MakeOps("cpu-ref", 1));
+    ops.push_back(owned.back().get());
+  }
+  auto reducer = kernels::MakeReplicaReducer(ops);
+  REQUIRE(reducer.ok());
+  constexpr size_t kN = 10;
+  const std::vector<size_t> offsets = {0, 4, 4, kN};  // replica 1's part is empty
+  std::vector<float*> buffers;
+  for (int i = 0; i < 3; ++i) {
+    buffers.push_back(ops[i]->Alloc(kN));
+    std::vector<float> mine(kN);
+    for (size_t k = 0; k < kN; ++k) mine[k] = 100.0f * i + k;
+    ops[i]->Upload(buffers[i], mine.data(), kN);
+  }
+  REQUIRE((*reducer)->AllGather(buffers, offsets).ok());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> got(kN);
+    ops[i]->Download(got.data(), buffers[i], kN);
+    for (size_t k = 0; k < kN; ++k) {
+      const int owner = k < 4 ? 0 : 2;
+      INFO("replica " << i << " float " << k);
+      CHECK(got[k] == 100.0f * owner + k);
+    }
+  }
+  const std::vector<size_t> short_offsets = {0, 4, kN};
+  Status s = (*reducer)->AllGather(buffers, short_offsets);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("3 offsets for 3 replicas"));
+  const std::vector<size_t> backwards = {0, 6, 4, kN};
+  s = (*reducer)->AllGather(buffers, backwards);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("part 1 ends before it begins"));
+  for (int i = 0; i < 3; ++i) ops[i]->Free(buffers[i]);
 }
 
 }  // namespace

@@ -248,7 +248,7 @@ Status StageRunner::RunStep(uint64_t step) {
   const double scale = replica < decision->replica_grad_scales_size()
                            ? decision->replica_grad_scales(replica)
                            : decision->grad_scale();
-  fragment_->Step(opt, lr, static_cast<float>(scale), static_cast<int>(step) + 1);
+  RETURN_IF_ERROR(fragment_->Step(opt, lr, static_cast<float>(scale), static_cast<int>(step) + 1));
   fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
   if (replicas_) {  // local mode, at a sync step
