@@ -147,9 +147,6 @@ Status FileEnv::RemoveFile(const std::string& path) {
 Status FileEnv::CreateDirectories(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec == std::errc::not_a_directory || ec == std::errc::file_exists) {
-    return absl::FailedPreconditionError("cannot create directory '" + dir + "': " + ec.message());
-  }
   if (ec) return ErrnoStatus(ec.value(), "cannot create directory '" + dir + "'");
   return absl::OkStatus();
 }

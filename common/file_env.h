@@ -4,7 +4,7 @@
 // on read, and check that nothing corrupt is ever loaded and nothing committed is lost. The
 // job runtime's clocks are its too (NowSeconds for durations, link measurements and timeouts;
 // WallSeconds for the job record's times), so a test with a fake clock drives what they report.
-// The daemon passes its env down to what it builds (DaemonOptions::file_env, Default() unless a
+// The daemon passes its env down to what it builds (DaemonOptions::env.files, Default() unless a
 // test gives another); options that take one default to Default(). There is no process-wide
 // env to swap: files a user names (data, configs, model and tokenizer files) are read through
 // Default() by readers that take no env (model/file_io.h).
@@ -44,8 +44,9 @@ class FileEnv {
   virtual bool Exists(const std::string& path);
   // unlink(2) of the file `path`; NotFound when there is none.
   virtual Status RemoveFile(const std::string& path);
-  // Creates directory `dir` and its missing parents (mode 0755 less the umask); OK when it is
-  // there already, FailedPrecondition when something on the way is not a directory.
+  // Creates directory `dir` and its missing parents (mode 0777 less the umask); OK when it is
+  // there already (or a link to one). Errors as ErrnoStatus gives them: a path through a
+  // regular file is Internal ("Not a directory").
   virtual Status CreateDirectories(const std::string& dir);
   // Seconds on a monotonic clock (the steady clock's epoch): durations and deadlines.
   virtual double NowSeconds();

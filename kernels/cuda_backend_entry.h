@@ -25,8 +25,11 @@ class DeviceDecoder;
 
 namespace longhaul::kernels {
 
-// The layout of CudaBackendEntry; a change to it (or to a signature in it) takes a new number.
-inline constexpr int kCudaBackendAbi = 1;
+// The layout of CudaBackendEntry; a change to it (or to a signature in it), or to the virtual
+// functions of a class the backend derives from (kernels::Ops, kernels::ReplicaReducer), takes a
+// new number. 2: Ops::MatmulBackwardInto and SoftmaxCrossEntropyBackwardInto,
+// ReplicaReducer::AllGather.
+inline constexpr int kCudaBackendAbi = 2;
 
 struct CudaBackendEntry {
   // These two come first in every layout, so that any loader can read them.

@@ -45,6 +45,16 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     f->replicas_.push_back(std::move(r));
   }
   ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
+  if (f->sharded()) {
+    // An all-gather of empty parts: a reducer without one (NCCL's, for now) refuses here, not
+    // after the replicas have stepped their parts.
+    std::vector<float*> none(replicas.size(), nullptr);
+    const std::vector<size_t> empty(replicas.size() + 1, 0);
+    if (Status s = f->reducer_->AllGather(none, empty); !s.ok()) {
+      return Status(s.code(), absl::StrCat("sharded optimizer state on ", R, " replicas (",
+                                           f->reducer_->name(), " reducer): ", s.message()));
+    }
+  }
   return f;
 }
 

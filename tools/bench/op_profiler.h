@@ -79,6 +79,11 @@ class OpProfiler : public kernels::Ops {
     Time(OC > 8 * C ? "MatmulBackward (head)" : "MatmulBackward",
          [&] { inner_->MatmulBackward(di, dw, db, d, i, w, N, C, OC); });
   }
+  void MatmulBackwardInto(float* di, float* dw, float* db, const float* d, const float* i,
+                          const float* w, int N, int C, int OC) override {
+    Time(OC > 8 * C ? "MatmulBackward (head)" : "MatmulBackward",
+         [&] { inner_->MatmulBackwardInto(di, dw, db, d, i, w, N, C, OC); });
+  }
   void AttentionForward(float* o, float* p, float* a, const float* q, int B, int T, int C,
                         int NH) override {
     Time("AttentionForward", [&] { inner_->AttentionForward(o, p, a, q, B, T, C, NH); });
@@ -108,6 +113,11 @@ class OpProfiler : public kernels::Ops {
                                    int T, int V, int Vp) override {
     Time("SoftmaxCrossEntropyBackward",
          [&] { inner_->SoftmaxCrossEntropyBackward(dl, p, t, dloss, B, T, V, Vp); });
+  }
+  void SoftmaxCrossEntropyBackwardInto(float* dl, const float* p, const int32_t* t, float dloss,
+                                       int B, int T, int V, int Vp) override {
+    Time("SoftmaxCrossEntropyBackward",
+         [&] { inner_->SoftmaxCrossEntropyBackwardInto(dl, p, t, dloss, B, T, V, Vp); });
   }
   void AdamW(float* p, const float* g, float* m, float* v, size_t n, float lr, float b1, float b2,
              float eps, float wd, float scale, int t) override {

@@ -30,7 +30,7 @@ struct StageState {
 std::string StageCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
                                 int layer_end);
 
-// Written and read through `env` (the stage's, StageRunnerContext::file_env).
+// Written and read through `env` (the stage's, StageRunnerContext::env.files).
 Status WriteStageState(FileEnv& env, const std::string& path, const StageState& state);
 // Fails when the file is missing (NotFound), truncated, corrupt or not a stage checkpoint
 // (DataLoss), or holds other layers (FailedPrecondition).

@@ -28,7 +28,7 @@ struct SyncState {
 std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
                                int layer_end);
 
-// Written and read through `env` (the stage's, StageRunnerContext::file_env).
+// Written and read through `env` (the stage's, StageRunnerContext::env.files).
 Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& state);
 // `fragment_floats`: the fragment's parameter count (what anchor and momentum must hold, when
 // present); `slice_sizes`: its slices' sizes (what the residuals must hold, when present);
