@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -68,6 +69,12 @@ struct Tolerance {
   float abs_tol;
   float rel_tol;
 };
+
+// Whether two buffers hold the same floats bit for bit (NaNs and signed zeros included).
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
 
 // Checks every element; reports the count of mismatches and the worst few.
 inline void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref, Tolerance tol,
