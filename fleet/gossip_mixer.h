@@ -17,8 +17,11 @@
 // replicas of v and of w never change in a round: a round moves mass, never makes or loses it.
 // (A local step's move counts as mass at r weighted by its w there, which rounds keep near 1.)
 //
-// A frame carries, per picked coordinate, its index, the value share and the weight share
-// (fp32 each: 12 bytes) after a 16-byte header per slice; FrameBytes counts it.
+// Each replica's side of the round is a GossipNode (gossip_node.h), the code a daemon's stage
+// runs: every sender's frames are encoded and decoded as they would cross a link (per picked
+// coordinate its index, value and weight, fp32 each: 12 bytes, or 8 when a frame carries the
+// whole slice, after a 16-byte header per slice), and each receiver applies them in sender
+// order.
 #pragma once
 
 #include <cstddef>
@@ -26,7 +29,9 @@
 #include <span>
 #include <vector>
 
+#include "common/status.h"
 #include "fleet/gossip.h"
+#include "fleet/gossip_node.h"
 #include "fleet/sync_slices.h"
 
 namespace longhaul::fleet {
@@ -41,28 +46,25 @@ class GossipMixer {
   void Reset(std::span<const float> params);
 
   // One round over `graph` (graph.nodes() == replicas) on `params[r]` (each `parameters`
-  // long), in place. Returns the bytes the round's frames put on the links.
-  uint64_t Round(const GossipGraph& graph, std::vector<std::vector<float>>* params);
+  // long), in place. Returns the bytes the round's frames put on the links, or a frame's
+  // error (a parameter that is not finite: what a daemon would refuse from a peer).
+  StatusOr<uint64_t> Round(const GossipGraph& graph, std::vector<std::vector<float>>* params);
 
   // The exact average: every replica's parameters become sum_r v_r / sum_r w_r per
   // coordinate and every weight 1 (the job's end: one all-gather of the parameters, which
   // the caller counts).
-  void Average(std::vector<std::vector<float>>* params);
+  Status Average(std::vector<std::vector<float>>* params);
 
-  // The bytes of one frame of `picked` coordinates in `slices` slices.
-  static uint64_t FrameBytes(uint64_t picked, uint64_t slices);
   // The coordinates a sender picks of a slice of `size` (at least 1).
-  size_t Picked(size_t size) const;
+  size_t Picked(size_t size) const { return nodes_[0].Picked(size); }
 
-  const std::vector<float>& weights(int r) const { return weights_[static_cast<size_t>(r)]; }
+  const std::vector<float>& weights(int r) const {
+    return nodes_[static_cast<size_t>(r)].weights();
+  }
 
  private:
-  int replicas_;
   size_t parameters_;
-  std::vector<SyncSlice> slices_;
-  double keep_;
-  std::vector<std::vector<float>> weights_;  // by replica, by parameter
-  std::vector<std::vector<float>> refs_;     // by replica: each coordinate when last sent
+  std::vector<GossipNode> nodes_;  // by replica
   uint64_t rounds_ = 0;
 };
 

@@ -225,7 +225,8 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
                                              static_cast<uint64_t>(total_steps));
   if (gossip_ != nullptr) {  // stagger 1, overlap 0: every sync blocks
     if (action.blocking) {
-      GossipSync(static_cast<uint64_t>(step) + 1, static_cast<uint64_t>(total_steps), &result);
+      RETURN_IF_ERROR(
+          GossipSync(static_cast<uint64_t>(step) + 1, static_cast<uint64_t>(total_steps), &result));
     }
     return result;
   }
@@ -300,7 +301,7 @@ std::vector<std::vector<double>> LocalFleet::RoundLinks(uint64_t round) const {
   return links;
 }
 
-void LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* result) {
+Status LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* result) {
   const auto start = std::chrono::steady_clock::now();
   const size_t n = replicas_.size(), P = static_cast<size_t>(model::NumParameters(config_));
   std::vector<std::vector<float>> params(n, std::vector<float>(P));
@@ -312,15 +313,22 @@ void LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* resu
   result->consensus = ConsensusDistance(estimates);
   const GossipGraph graph = ChooseGossipGraph(RoundLinks(gossip_rounds_), options_.sync.fanout,
                                               options_.seed, gossip_rounds_);
-  traffic_.wire_bytes += gossip_->Round(graph, &params);
+  ASSIGN_OR_RETURN(const uint64_t round_bytes, gossip_->Round(graph, &params));
+  traffic_.wire_bytes += round_bytes;
   for (size_t r = 0; r < n; ++r) {
     traffic_.raw_bytes += P * sizeof(float) * graph.out[r].size();
   }
   ++gossip_rounds_;
-  if (done == total) {  // the job's end: one exact average, an all-gather of the parameters
-    gossip_->Average(&params);
-    traffic_.wire_bytes += P * sizeof(float) * n * (n - 1);
-    traffic_.final_bytes += P * sizeof(float) * n * (n - 1);
+  if (done == total) {
+    // The job's end: one exact average, every replica's values and weights of every slice to
+    // every other (dense frames: 8 bytes a coordinate).
+    RETURN_IF_ERROR(gossip_->Average(&params));
+    uint64_t frames = 0;
+    for (const SyncSlice& s : slices_) {
+      frames += GossipFrameBytes(static_cast<uint64_t>(s.size), static_cast<uint64_t>(s.size));
+    }
+    traffic_.wire_bytes += frames * n * (n - 1);
+    traffic_.final_bytes += frames * n * (n - 1);
     traffic_.raw_bytes += P * sizeof(float) * n * (n - 1);
   }
   for (size_t r = 0; r < n; ++r) replicas_[r].chain->LoadFromModel(params[r].data());
@@ -328,6 +336,7 @@ void LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* resu
   traffic_.codec_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result->synced = true;
+  return absl::OkStatus();
 }
 
 void LocalFleet::OuterStep(int phase, const std::vector<float>& mean) {

@@ -136,7 +136,7 @@ class LocalFleet {
   StatusOr<FleetStepResult> LocalMode(const model::OptimizerOptions& optimizer, int step,
                                       int total_steps);
   // A gossip round after `done` of `total` steps (a sync step), or the final average.
-  void GossipSync(uint64_t done, uint64_t total, FleetStepResult* result);
+  Status GossipSync(uint64_t done, uint64_t total, FleetStepResult* result);
   // Round `round`'s link matrix: options_.bandwidth with options_.missing_links of it down.
   std::vector<std::vector<double>> RoundLinks(uint64_t round) const;
   // Encodes each replica's `contributions[r]` (the slices of `phase`), sums the decoded

@@ -1,0 +1,146 @@
+// One replica's side of a gossip round (fleet/gossip_node.h): frames round-trip, hostile frames
+// are refused naming what is wrong, and a node's round on the frames it takes is the push-sum
+// arithmetic worked by hand.
+#include "fleet/gossip_node.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace longhaul::fleet {
+namespace {
+
+std::string Error(const std::vector<uint8_t>& bytes, uint32_t slice, uint64_t size) {
+  auto f = DecodeGossipFrame(bytes, slice, size);
+  REQUIRE(!f.ok());
+  return std::string(f.status().message());
+}
+
+void Poke32(std::vector<uint8_t>* bytes, size_t at, uint32_t v) {
+  std::memcpy(bytes->data() + at, &v, 4);
+}
+
+TEST_CASE("gossip frames round-trip, sparse and dense") {
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 3.5f}, w = {1.0f, 0.5f, 0.25f, 2.0f};
+  const std::vector<uint32_t> some = {1, 3};
+  const std::vector<uint8_t> sparse = EncodeGossipFrame(7, some, x, w);
+  CHECK(sparse.size() == GossipFrameBytes(2, 4));
+  CHECK(sparse.size() == 16 + 2 * 12);
+  auto f = DecodeGossipFrame(sparse, 7, 4);
+  REQUIRE(f.ok());
+  CHECK(!f->dense);
+  CHECK(f->index == some);
+  CHECK(f->x == std::vector<float>{-1.0f, 3.5f});
+  CHECK(f->w == std::vector<float>{0.5f, 2.0f});
+  const std::vector<uint32_t> all = {0, 1, 2, 3};
+  const std::vector<uint8_t> dense = EncodeGossipFrame(7, all, x, w);
+  CHECK(dense.size() == 16 + 4 * 8);
+  auto d = DecodeGossipFrame(dense, 7, 4);
+  REQUIRE(d.ok());
+  CHECK(d->dense);
+  CHECK(d->x == x);
+  CHECK(d->w == w);
+  CHECK(d->at(2) == 2);
+}
+
+TEST_CASE("hostile gossip frames are refused, naming what is wrong") {
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 3.5f}, w = {1.0f, 0.5f, 0.25f, 2.0f};
+  const std::vector<uint32_t> some = {1, 3};
+  const std::vector<uint8_t> good = EncodeGossipFrame(7, some, x, w);
+  CHECK_THAT(Error(std::vector<uint8_t>(good.begin(), good.begin() + 10), 7, 4),
+             Catch::Contains("shorter than its 16-byte header"));
+  CHECK_THAT(Error(std::vector<uint8_t>(good.begin(), good.end() - 1), 7, 4),
+             Catch::Contains("39 bytes for 2 coordinates"));
+  CHECK_THAT(Error(good, 8, 4), Catch::Contains("names slice 7"));
+  CHECK_THAT(Error(good, 7, 1), Catch::Contains("2 coordinates of a slice of 1"));
+  auto bad = good;
+  bad[0] = 'X';
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("not a version-1 gossip frame"));
+  bad = good;
+  bad[5] = 1;  // dense, but not every coordinate
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("(dense) of a slice of 4"));
+  bad = good;
+  Poke32(&bad, 12, 0xFFFFFFFFu);  // 2^32 - 1 coordinates
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("4294967295 coordinates"));
+  bad = good;
+  Poke32(&bad, 16, 3);  // indices 3, 3: not ascending
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("indices ascend"));
+  bad = good;
+  Poke32(&bad, 20, 4);  // index 4 of a slice of 4
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("index 1 is 4"));
+  bad = good;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bad.data() + 24, &nan, 4);  // the first value
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("values finite"));
+  bad = good;
+  const float zero = 0.0f;
+  std::memcpy(bad.data() + 32 + 4, &zero, 4);  // the second weight
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("weights positive"));
+}
+
+TEST_CASE("a node's round: it keeps its share of what it sent and adds what it takes") {
+  // One slice of 4 at offset 0 of 4 parameters. This node sends coordinates 0 and 2 to one
+  // neighbour (share 1/2); it takes coordinate 2 and 3 from a sender of out-degree 3 (share
+  // 1/4).
+  GossipNode node({{0, 0, 4}}, 4, 0.5);
+  std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
+  node.Reset(x);
+  CHECK(node.Picked(4) == 2);
+  const std::vector<uint32_t> picked = {0, 2};
+  const std::vector<float> peer_x = {0, 0, 7.0f, 8.0f}, peer_w = {1, 1, 1.0f, 2.0f};
+  const std::vector<uint32_t> peer_picked = {2, 3};
+  auto f = DecodeGossipFrame(EncodeGossipFrame(0, peer_picked, peer_x, peer_w), 0, 4);
+  REQUIRE(f.ok());
+  const std::vector<GossipNode::Received> received = {{0.25, &*f}};
+  node.Apply(0, picked, 0.5, received, x);
+  CHECK(x[0] == 1.0f);  // sent half, received nothing: value / weight unchanged
+  CHECK(node.weights()[0] == 0.5f);
+  CHECK(x[1] == 2.0f);  // untouched
+  CHECK(node.weights()[1] == 1.0f);
+  // (0.5 x 3 + 0.25 x 7) / (0.5 + 0.25)
+  CHECK(x[2] == static_cast<float>((1.5 + 1.75) / 0.75));
+  CHECK(node.weights()[2] == 0.75f);
+  // (4 + 0.25 x 2 x 8) / (1 + 0.5)
+  CHECK(x[3] == static_cast<float>(8.0 / 1.5));
+  CHECK(node.weights()[3] == 1.5f);
+  // The sent coordinates' references move to their new values.
+  CHECK(node.refs()[0] == x[0]);
+  CHECK(node.refs()[2] == x[2]);
+  CHECK(node.refs()[3] == 4.0f);
+  // The exact average of two replicas' (x, w): sum w x / sum w, weights back to 1.
+  const std::vector<float> other = {3.0f, 3.0f, 3.0f, 3.0f}, ones(4, 1.0f);
+  const std::vector<uint32_t> all = {0, 1, 2, 3};
+  auto mine = DecodeGossipFrame(node.Frame(0, all, x), 0, 4);
+  auto theirs = DecodeGossipFrame(EncodeGossipFrame(0, all, other, ones), 0, 4);
+  REQUIRE(mine.ok());
+  REQUIRE(theirs.ok());
+  const std::vector<const GossipFrame*> both = {&*mine, &*theirs};
+  const float w0 = node.weights()[0];
+  node.Average(0, both, x);
+  CHECK(x[0] == static_cast<float>((double(w0) * 1.0 + 3.0) / (double(w0) + 1.0)));
+  CHECK(x[1] == 2.5f);
+  CHECK(node.weights() == ones);
+  CHECK(node.refs() == x);
+}
+
+TEST_CASE("a node's picks: the turning window and the largest moves, the same for the same state") {
+  GossipNode node({{0, 0, 10}}, 10, 0.4);  // 4 of 10: a window of 2, the 2 largest moves
+  std::vector<float> x(10, 0.0f);
+  node.Reset(x);
+  x[5] = 3.0f;
+  x[8] = -4.0f;
+  x[0] = 9.0f;  // in round 0's window [0, 2) anyway
+  CHECK(node.Pick(0, x, 0) == std::vector<uint32_t>{0, 1, 5, 8});
+  CHECK(node.Pick(0, x, 1) == std::vector<uint32_t>{0, 2, 3, 8});  // window [2, 4); 0 is largest
+  CHECK(node.Pick(0, x, 4) == std::vector<uint32_t>{0, 5, 8, 9});  // window [8, 10)
+  CHECK(node.Restore(std::vector<float>(10, 1.0f), std::vector<float>(9, 0.0f)).code() ==
+        absl::StatusCode::kDataLoss);
+  std::vector<float> w(10, 1.0f);
+  w[3] = -1.0f;
+  CHECK(node.Restore(w, x).code() == absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace longhaul::fleet
