@@ -2,6 +2,8 @@
 // end.
 #include "fleet/gossip_node.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -32,7 +34,7 @@ std::string SliceName(uint32_t slice) { return "gossip frame of slice " + std::t
 
 uint64_t GossipFrameBytes(uint64_t count, uint64_t slice_size) {
   const uint64_t per = count == slice_size ? 8 : 12;  // dense frames carry no indices
-  return kGossipHeaderBytes + count * per;
+  return kGossipHeaderBytes + count * per + kGossipChecksumBytes;
 }
 
 std::vector<uint8_t> EncodeGossipFrame(uint32_t slice, std::span<const uint32_t> picked,
@@ -59,6 +61,9 @@ std::vector<uint8_t> EncodeGossipFrame(uint32_t slice, std::span<const uint32_t>
   };
   put_floats(x);
   put_floats(w);
+  const uint64_t sum = XXH64(out.data(), out.size(), 0);
+  Put32(&out, static_cast<uint32_t>(sum));
+  Put32(&out, static_cast<uint32_t>(sum >> 32));
   return out;
 }
 
@@ -99,6 +104,11 @@ StatusOr<GossipFrame> DecodeGossipFrame(std::span<const uint8_t> bytes, uint32_t
                                         uint64_t slice_size) {
   RETURN_IF_ERROR(CheckGossipFrameHeader(bytes, slice, slice_size, bytes.size()));
   const std::string what = SliceName(slice);
+  const size_t body = bytes.size() - kGossipChecksumBytes;
+  const uint64_t sum = Get32(bytes.data() + body) | uint64_t{Get32(bytes.data() + body + 4)} << 32;
+  if (sum != XXH64(bytes.data(), body, 0)) {
+    return absl::DataLossError(what + ": checksum mismatch (corrupt)");
+  }
   GossipFrame f;
   f.slice = slice;
   f.dense = (bytes[5] & kDense) != 0;

@@ -8,11 +8,12 @@
 // A gossip frame, little-endian: u32 magic "LHGS", u8 version 1, u8 flags (bit 0: dense, every
 // coordinate of the slice in order and no indices), u16 zero, u32 the slice's index, u32 the
 // count of coordinates; then count u32 slice-relative indices (strictly ascending; none when
-// dense), count fp32 parameter values x and count fp32 push-sum weights w. The receiver forms
+// dense), count fp32 parameter values x, count fp32 push-sum weights w, and a u64 XXH64 of
+// everything before it. The receiver forms
 // the value share from them and the sender's share 1 / (1 + out-degree), which it knows from
 // the round's graph. A frame from a peer is checked whole before anything is applied: its
-// size, its slice, indices inside the slice and ascending, values finite, weights positive and
-// finite.
+// size, its checksum, its slice, indices inside the slice and ascending, values finite,
+// weights positive and finite.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,7 @@ struct GossipFrame {
 };
 
 inline constexpr size_t kGossipHeaderBytes = 16;
+inline constexpr size_t kGossipChecksumBytes = 8;
 
 // The bytes of a frame of `count` coordinates of a slice of `slice_size`.
 uint64_t GossipFrameBytes(uint64_t count, uint64_t slice_size);

@@ -108,8 +108,8 @@ TEST_CASE("a sparse round sends the largest moves and keeps the rest") {
   g.out[0] = {1};
   const StatusOr<uint64_t> bytes = m.Round(g, &x);
   REQUIRE(bytes.ok());
-  // Two sparse frames: a 16-byte header and 12 bytes a coordinate each.
-  CHECK(*bytes == 16 + 2 * 12 + 16 + 3 * 12);
+  // Two sparse frames: a 16-byte header, 12 bytes a coordinate and an 8-byte checksum each.
+  CHECK(*bytes == 16 + 2 * 12 + 8 + 16 + 3 * 12 + 8);
   CHECK(x[0][5] == 1.0f);  // not picked: kept whole
   CHECK(x[1][5] == 0.0f);
   CHECK(x[1][7] == 0.0f);   // the second largest move waits for a later round

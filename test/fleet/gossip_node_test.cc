@@ -3,6 +3,8 @@
 // arithmetic worked by hand.
 #include "fleet/gossip_node.h"
 
+#include <xxhash.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -27,7 +29,7 @@ TEST_CASE("gossip frames round-trip, sparse and dense") {
   const std::vector<uint32_t> some = {1, 3};
   const std::vector<uint8_t> sparse = EncodeGossipFrame(7, some, x, w);
   CHECK(sparse.size() == GossipFrameBytes(2, 4));
-  CHECK(sparse.size() == 16 + 2 * 12);
+  CHECK(sparse.size() == 16 + 2 * 12 + 8);
   auto f = DecodeGossipFrame(sparse, 7, 4);
   REQUIRE(f.ok());
   CHECK(!f->dense);
@@ -36,7 +38,7 @@ TEST_CASE("gossip frames round-trip, sparse and dense") {
   CHECK(f->w == std::vector<float>{0.5f, 2.0f});
   const std::vector<uint32_t> all = {0, 1, 2, 3};
   const std::vector<uint8_t> dense = EncodeGossipFrame(7, all, x, w);
-  CHECK(dense.size() == 16 + 4 * 8);
+  CHECK(dense.size() == 16 + 4 * 8 + 8);
   auto d = DecodeGossipFrame(dense, 7, 4);
   REQUIRE(d.ok());
   CHECK(d->dense);
@@ -52,7 +54,7 @@ TEST_CASE("hostile gossip frames are refused, naming what is wrong") {
   CHECK_THAT(Error(std::vector<uint8_t>(good.begin(), good.begin() + 10), 7, 4),
              Catch::Contains("shorter than its 16-byte header"));
   CHECK_THAT(Error(std::vector<uint8_t>(good.begin(), good.end() - 1), 7, 4),
-             Catch::Contains("39 bytes for 2 coordinates"));
+             Catch::Contains("47 bytes for 2 coordinates"));
   CHECK_THAT(Error(good, 8, 4), Catch::Contains("names slice 7"));
   CHECK_THAT(Error(good, 7, 1), Catch::Contains("2 coordinates of a slice of 1"));
   auto bad = good;
@@ -65,18 +67,29 @@ TEST_CASE("hostile gossip frames are refused, naming what is wrong") {
   Poke32(&bad, 12, 0xFFFFFFFFu);  // 2^32 - 1 coordinates
   CHECK_THAT(Error(bad, 7, 4), Catch::Contains("4294967295 coordinates"));
   bad = good;
+  bad[30] ^= 1;  // a value's bit
+  CHECK_THAT(Error(bad, 7, 4), Catch::Contains("checksum mismatch"));
+  auto resum = [](std::vector<uint8_t>* b) {  // a hostile sender's frame sums right
+    const uint64_t sum = XXH64(b->data(), b->size() - 8, 0);
+    std::memcpy(b->data() + b->size() - 8, &sum, 8);
+  };
+  bad = good;
   Poke32(&bad, 16, 3);  // indices 3, 3: not ascending
+  resum(&bad);
   CHECK_THAT(Error(bad, 7, 4), Catch::Contains("indices ascend"));
   bad = good;
   Poke32(&bad, 20, 4);  // index 4 of a slice of 4
+  resum(&bad);
   CHECK_THAT(Error(bad, 7, 4), Catch::Contains("index 1 is 4"));
   bad = good;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bad.data() + 24, &nan, 4);  // the first value
+  resum(&bad);
   CHECK_THAT(Error(bad, 7, 4), Catch::Contains("values finite"));
   bad = good;
   const float zero = 0.0f;
   std::memcpy(bad.data() + 32 + 4, &zero, 4);  // the second weight
+  resum(&bad);
   CHECK_THAT(Error(bad, 7, 4), Catch::Contains("weights positive"));
 }
 

@@ -471,13 +471,14 @@ TEST_CASE("gossip: close but apart after each round, equal after the last, spars
   const FleetTraffic& t = f.fleet->traffic();
   CHECK(t.syncs == 6);
   // Six rounds of one frame per replica (the last step's too), then the final average: every
-  // replica's values and weights (8 bytes a coordinate, a 16-byte header a slice) to the 3
+  // replica's values and weights (8 bytes a coordinate, 24 bytes of header and checksum a
+  // slice) to the 3
   // others.
   const uint64_t P = static_cast<uint64_t>(model::NumParameters(Config()));
   const uint64_t final_gather = P * 4 * 4 * 3;
   CHECK(t.raw_bytes == 6 * 4 * P * 4 + final_gather);
   CHECK(t.final_bytes > 2 * final_gather);
-  CHECK(t.final_bytes < 2 * final_gather + 4 * 3 * 16 * P / 100);
+  CHECK(t.final_bytes < 2 * final_gather + 4 * 3 * 24 * P / 100);
   if (sync.codec == "exact") {
     CHECK(t.wire_bytes > t.raw_bytes);  // each coordinate's weight beside its value
   } else {

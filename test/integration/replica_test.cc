@@ -27,7 +27,9 @@
 #include "daemon/daemon.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/state/stage_checkpoint.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/transport/loopback.h"
+#include "fleet/gossip_node.h"
 #include "fleet/local_fleet.h"
 #include "kernels/ops.h"
 #include "model/checkpoint.h"
@@ -781,12 +783,83 @@ TEST_CASE("replica jobs are checked when submitted") {
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()),
              Catch::Contains("sync.reduce must be gather, ring, auto or gossip, not 'tree'"));
-  // Gossip is the fleet simulator's until the daemons carry it: refused, saying so.
-  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip}\n", 4));
+  // Gossip sends fp32 values and weights: a quantizing codec is refused, saying so.
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, codec: q4}\n", 4));
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
-  CHECK_THAT(std::string(r.status().message()),
-             Catch::Contains("gossip runs in the fleet simulator only"));
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("exact or topk:F, not 'q4'"));
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, overlap: 1}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("overlap 0"));
+}
+
+TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the fleet's model") {
+  // Four single-stage replicas, one out-neighbour each per round drawn from the job's seed
+  // (a different graph every round), a quarter of each slice sent: after steps 2 and 4 a
+  // sparse round, after step 6 a round and the exact average. Then two replicas of two stages
+  // (the tied embedding's copies on both ends mix alike), every coordinate sent. The fleet
+  // with reduce gossip is the oracle, bit for bit.
+  const std::string sync =
+      GENERATE(std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25}\n"),
+               std::string("sync: {mode: local, every: 2, reduce: gossip, fanout: 2}\n"));
+  INFO(sync);
+  std::string yaml = JobYaml(sync, 6);
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  REQUIRE(s.sync_groups_size() == 1);
+  CHECK(s.sync_groups(0).reduce() == "gossip");
+  // The rounds after steps 2 and 4 at least (the last step's report may precede its round).
+  CHECK(s.sync_groups(0).syncs() >= 2);
+  // A round's frame from a replica that is not an in-neighbour of that round is refused.
+  auto spec = daemon::ParseJobSpec(yaml, "job", ".");
+  REQUIRE(spec.ok());
+  const fleet::GossipGraph g =
+      daemon::GossipRoundGraph(spec->sync, std::vector<bool>(4, true), spec->job.seed, 1);
+  int from = -1, to = -1;
+  for (int j = 0; j < 4 && from < 0; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      const auto& out = g.out[static_cast<size_t>(j)];
+      if (i != j && std::find(out.begin(), out.end(), i) == out.end()) {
+        from = j;
+        to = i;
+        break;
+      }
+    }
+  }
+  if (from >= 0) {  // fanout 2 of 3 leaves each replica one it does not send to
+    v1::TensorFrame frame;
+    frame.set_job_id(id);
+    frame.set_attempt(s.attempt());
+    frame.set_kind(v1::TENSOR_KIND_SYNC);
+    frame.set_from_stage(static_cast<uint32_t>(from));
+    frame.set_to_stage(static_cast<uint32_t>(to));
+    frame.set_microbatch(static_cast<uint32_t>(from));
+    frame.set_tensor_id(1);  // wpe (1024 values)
+    frame.set_step(1);       // the sync after the second step: round 0
+    const std::vector<float> x(1024, 0.0f), w(1024, 1.0f);
+    std::vector<uint32_t> all(1024);
+    for (uint32_t k = 0; k < 1024; ++k) all[k] = k;
+    std::vector<uint8_t> payload = fleet::EncodeGossipFrame(1, all, x, w);
+    frame.set_encoded_size(payload.size());
+    const Status d = c.at(static_cast<size_t>(to))
+                         .jobs()
+                         .Deliver(frame, payload, kSites[static_cast<size_t>(from)]);
+    CHECK(d.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(d.message()), Catch::Contains("not from an in-neighbour"));
+  }
+  {
+    Cluster c2;
+    const std::string two = JobYaml(sync, 6);
+    const Oracle o2 = TrainFleet(two);
+    const std::string id2 = c2.Submit(two);
+    const v1::JobStatus s2 = c2.WaitCompleted(id2);
+    CheckAgainst(o2, s2, c2.Export(id2));
+  }
 }
 
 // sync: {codec: adaptive} picks each sync's codec from the links' estimates: fp32 where the

@@ -7,7 +7,9 @@
 #include "compression/frame.h"
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/exchange/inbox.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
+#include "fleet/gossip_node.h"
 #include "fleet/sync_ring.h"
 #include "fleet/sync_slices.h"
 #include "model/layout.h"
@@ -67,7 +69,8 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
       steps_(spec.job.steps),
       model_(spec.job.model),
       ring_(assignment.sync_ring()),
-      sync_(spec.sync) {
+      sync_(spec.sync),
+      seed_(spec.job.seed) {
   grid_ = StageGrid::OfPlan(spec.replicas, assignment.stages());
   grid_.tied_head = model::TiedHead(model_);
   if (self_ >= 0 && self_ < assignment.stages_size()) {
@@ -157,6 +160,26 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
   return absl::OkStatus();
 }
 
+Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const uint8_t> payload,
+                                  const std::string& caller) const {
+  const std::string what =
+      "job " + job_id_ + ": tensor " + KeyOf(first).DebugString() + " from " + caller + ": ";
+  if (first.kind() == v1::TENSOR_KIND_SYNC && sync_.reduce == fleet::SyncReduce::kGossip) {
+    for (const SyncRoute& r : routes_) {
+      if (static_cast<uint32_t>(r.slice.index) != first.tensor_id()) continue;
+      const auto f = fleet::DecodeGossipFrame(payload, static_cast<uint32_t>(r.slice.index),
+                                              static_cast<uint64_t>(r.slice.size));
+      if (f.ok()) return absl::OkStatus();
+      return Status(f.status().code(), what + std::string(f.status().message()));
+    }
+    return absl::InvalidArgumentError(what + "a slice this stage does not hold");
+  }
+  if (StatusOr<compression::FrameHeader> h = compression::ParseFrameHeader(payload); !h.ok()) {
+    return absl::DataLossError(what + std::string(h.status().message()));
+  }
+  return absl::OkStatus();
+}
+
 Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
                                  const std::string& caller, const std::string& from_site) const {
   const std::string& id = job_id_;
@@ -203,14 +226,35 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
                                   fleet::RingReceiveChunk(place.size(), place.position, hop))
                    .size();
     }
+  } else if (valid && sync_.reduce == fleet::SyncReduce::kGossip) {
+    // A round's frame from an in-neighbour of this round (the microbatch names the sender's
+    // replica), or after the job's last step the final average's (the replica + replicas).
+    const uint32_t replicas = static_cast<uint32_t>(grid_.replicas);
+    if (first.microbatch() == replicas + static_cast<uint32_t>(from_replica)) {
+      valid = first.step() + 1 == static_cast<uint64_t>(steps_);
+    } else {
+      const fleet::GossipGraph g = GossipRoundGraph(sync_, live_, seed_, first.step());
+      const std::vector<int>& out = g.out[static_cast<size_t>(from_replica)];
+      valid = first.microbatch() == static_cast<uint32_t>(from_replica) &&
+              std::find(out.begin(), out.end(), grid_.replica(self)) != out.end();
+    }
   } else if (valid) {
     valid = first.microbatch() == static_cast<uint32_t>(from_replica);
   }
   if (!valid) {
     return absl::InvalidArgumentError(
         "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
-        (ring_ ? " names a hop outside its ring" : " names another replica") +
+        (ring_ ? " names a hop outside its ring"
+         : sync_.reduce == fleet::SyncReduce::kGossip
+             ? " is not from an in-neighbour of this gossip round"
+             : " names another replica") +
         ", a slice this stage does not hold or a step at which that slice does not sync");
+  }
+  if (sync_.reduce == fleet::SyncReduce::kGossip) {
+    return Annotate(
+        fleet::CheckGossipFrameHeader(head, static_cast<uint32_t>(slice->index),
+                                      static_cast<uint64_t>(slice->size), first.encoded_size()),
+        "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller);
   }
   RETURN_IF_ERROR(CheckFrameHead(
       first, head, {values},

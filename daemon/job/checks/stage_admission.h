@@ -41,6 +41,11 @@ class StageAdmission {
   // parse. Whether the inbox still takes the key is the inbox's to say (Inbox::CheckKey).
   Status Check(const v1::TensorFrame& first, std::span<const uint8_t> head,
                const std::string& caller) const;
+  // The whole payload of a tensor that passed Check: a compression frame's sizes and checksum,
+  // or a gossip job's sync frame (fleet/gossip_node.h) decoded and checked for its slice.
+  // DATA_LOSS or INVALID_ARGUMENT naming the tensor and the caller.
+  Status CheckWhole(const v1::TensorFrame& first, std::span<const uint8_t> payload,
+                    const std::string& caller) const;
 
  private:
   Status CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
@@ -59,6 +64,7 @@ class StageAdmission {
   std::vector<bool> live_;         // by replica: not dropped in this attempt
   bool ring_ = false;              // syncs go around rings (sync.reduce: ring)
   fleet::SyncOptions sync_;        // when each slice syncs
+  uint64_t seed_ = 0;              // the job's: gossip rounds' graphs (gossip_round.h)
 };
 
 }  // namespace longhaul::daemon

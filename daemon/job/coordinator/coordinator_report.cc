@@ -107,7 +107,8 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
       s->set_step_seconds(r.step_seconds());
       for (const auto& l : r.links()) *record_.add_links() = l;
     }
-    SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model), &record_);
+    SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model),
+                  spec_.sync.reduce == fleet::SyncReduce::kGossip, &record_);
     SetDataSources(*reports, grid, spec_.job, &record_);
     // The next step's schedule from this step's measurements (step_schedule.h): the
     // WAN-aware warm-ups, and the adaptive controllers' budgets priced on that schedule.

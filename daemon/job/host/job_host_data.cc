@@ -128,13 +128,16 @@ Status JobHost::CheckIncoming(const v1::TensorFrame& first, std::span<const uint
 Status JobHost::Deliver(const v1::TensorFrame& first, std::vector<uint8_t> payload,
                         const std::string& caller) {
   RETURN_IF_ERROR(CheckIncoming(first, payload, caller));
-  // Whole now: the frame's sizes and checksum (its header's fields passed CheckIncoming).
-  if (StatusOr<compression::FrameHeader> h = compression::ParseFrameHeader(payload); !h.ok()) {
-    return absl::DataLossError("job " + first.job_id() + ": tensor " + KeyOf(first).DebugString() +
-                               " from " + caller + ": " + std::string(h.status().message()));
-  }
   std::shared_ptr<Stage> stage = FindStage(first.job_id());
   if (!stage) return absl::NotFoundError("job '" + first.job_id() + "' ended meanwhile");
+  std::shared_ptr<const StageAdmission> admission;
+  {
+    MutexLock lock(mu_);
+    admission = stage->admission;
+  }
+  if (!admission) return absl::NotFoundError("job '" + first.job_id() + "' ended meanwhile");
+  // Whole now: the frame's sizes and checksum (its header's fields passed CheckIncoming).
+  RETURN_IF_ERROR(admission->CheckWhole(first, payload, caller));
   ReceivedTensor t;
   t.from_site = caller;
   t.payload = std::move(payload);

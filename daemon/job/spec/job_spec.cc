@@ -152,10 +152,12 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
   r.sync.every = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every;
   r.sync.overlap = spec.sync.mode == fleet::SyncMode::kStep ? 0 : spec.sync.overlap;
   r.sync.stagger = spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.stagger;
-  r.sync.reduce = spec.sync.reduce == fleet::SyncReduce::kRing ? scheduler::SyncReduceCost::kRing
-                  : spec.sync.reduce == fleet::SyncReduce::kAuto
-                      ? scheduler::SyncReduceCost::kCheaper
-                      : scheduler::SyncReduceCost::kGather;
+  r.sync.reduce =
+      spec.sync.reduce == fleet::SyncReduce::kRing     ? scheduler::SyncReduceCost::kRing
+      : spec.sync.reduce == fleet::SyncReduce::kAuto   ? scheduler::SyncReduceCost::kCheaper
+      : spec.sync.reduce == fleet::SyncReduce::kGossip ? scheduler::SyncReduceCost::kGossip
+                                                       : scheduler::SyncReduceCost::kGather;
+  r.sync.fanout = spec.sync.fanout;
   // adaptive is priced at its floor, the codec it falls to on a slow link.
   ASSIGN_OR_RETURN(const compression::CodecSpec codec,
                    fleet::FixedSyncCodec(spec.sync.codec == "adaptive" ? "q4" : spec.sync.codec));

@@ -83,7 +83,15 @@
 //                                    # per replica whose tied embedding copies differ gathers
 //                                    # | auto (placement: planned): the planner prices both
 //                                    # on the measured links, a site's flows sharing its
-//                                    # uplink (scheduler/replica_planner.h), and picks
+//                                    # uplink (scheduler/replica_planner.h), and picks |
+//                                    # gossip (mode local, stagger 1, overlap 0): no sum; at
+//                                    # each sync every replica mixes its parameters with
+//                                    # `fanout` others drawn that round from the job's seed
+//                                    # (sparse push-sum, fleet/gossip_node.h; codec exact,
+//                                    # the default, or topk:F: the fraction of each slice
+//                                    # sent; the outer step is plain averaging), and after
+//                                    # the last step one exact average
+//     fanout: 1                      # gossip: out-neighbours per replica and round, >= 1
 //     on_site_loss: drop             # a replica's site lost: drop (local mode's default, with
 //                                    # checkpoint.every > 0): the other replicas go on from the
 //                                    # committed step, it rejoins from a live replica's state

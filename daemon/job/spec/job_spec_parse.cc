@@ -27,7 +27,7 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
     ASSIGN_OR_RETURN(auto fields, w.Map(*entry, {"mode", "every", "overlap", "outer", "codec",
-                                                 "on_site_loss", "reduce", "stagger"}));
+                                                 "on_site_loss", "reduce", "stagger", "fanout"}));
     if (auto it = fields.find("stagger"); it != fields.end()) {
       ASSIGN_OR_RETURN(const int64_t stagger, w.Int(it->second, 1, 1000000));
       if (stagger > spec->job.model.num_layers) {
@@ -43,12 +43,11 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));
       auto reduce = fleet::ParseSyncReduce(text);
       if (!reduce.ok()) return w.Error(it->second, reduce.status().message());
-      if (*reduce == fleet::SyncReduce::kGossip) {
-        return w.Error(it->second,
-                       "gossip runs in the fleet simulator only (tools/bench/replica_study "
-                       "--reduce gossip); the daemons sync with gather, ring or auto");
-      }
       sync.reduce = *reduce;
+    }
+    if (auto it = fields.find("fanout"); it != fields.end()) {
+      ASSIGN_OR_RETURN(const int64_t fanout, w.Int(it->second, 1, 1000));
+      sync.fanout = static_cast<int>(fanout);
     }
     if (auto it = fields.find("on_site_loss"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));
@@ -101,7 +100,14 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
     }
   }
   const bool step = sync.mode == fleet::SyncMode::kStep;
-  if (!codec_given) sync.codec = step ? "exact" : "q4";
+  const bool gossip = sync.reduce == fleet::SyncReduce::kGossip;
+  // Gossip sends fp32 values and weights of the coordinates it picks (all of them unless
+  // topk:F) and mixes the parameters themselves: plain averaging, no outer step.
+  if (!codec_given) sync.codec = step || gossip ? "exact" : "q4";
+  if (gossip) {
+    if (!lr_given) sync.outer.lr = 1.0f;
+    if (!momentum_given) sync.outer.momentum = 0.0f;
+  }
   // A top-k codec's error feedback carries what a sync leaves out to the next, as momentum
   // would: its outer step defaults to plain averaging (the replica study in BENCHMARKS.md:
   // with the Nesterov default it does not train). Given values stay.

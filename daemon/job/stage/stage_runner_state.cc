@@ -201,8 +201,10 @@ Status StageRunner::Rejoin(uint64_t step) {
   // parameters, at a sync step); the inner steps since then are theirs, not this replica's.
   // Staggered, no step is every phase's sync step: the live replica's parameters, so that at
   // each phase's next sync this replica's pseudo-gradient is the live one's up to the rejoin
-  // and its own since (a clone at this step, weighed as any replica).
-  const bool from_anchor = local && ctx_.spec.sync.stagger <= 1;
+  // and its own since (a clone at this step, weighed as any replica). Gossip keeps no anchor:
+  // the live replica's parameters, with weight 1 (ReplicaSync::RestoreOuter).
+  const bool from_anchor =
+      local && ctx_.spec.sync.stagger <= 1 && ctx_.spec.sync.reduce != fleet::SyncReduce::kGossip;
   fragment_->SetParameters(from_anchor ? part[3].data() : part[0].data());
   fragment_->SetOptimizerState(part[1].data(), part[2].data());
   if (loader_) {

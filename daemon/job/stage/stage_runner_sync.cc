@@ -19,6 +19,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.sync = ctx_.spec.sync;
     o.model = ctx_.spec.job.model;
     o.steps = static_cast<uint64_t>(ctx_.spec.job.steps);
+    o.seed = ctx_.spec.job.seed;
     o.microbatches = microbatches_;
     o.fragment = fragment_.get();
     for (const auto& [peer, sender] : ctx_.to_sync) o.to_stage[peer] = sender.get();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
 #include "daemon/job/sync/sync_routes.h"
 #include "fleet/sync_reduce.h"
@@ -57,6 +58,7 @@ Status ReplicaSync::Init() {
   so.grid = o_.grid;
   so.live = live;
   so.routes = SyncRoutes(o_.grid, o_.model, stage_, o_.sync.stagger);
+  routes_ = so.routes;
   so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
   // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
   for (const auto& [peer, sender] : o_.to_stage) {
@@ -83,6 +85,12 @@ Status ReplicaSync::Init() {
   so.stop = o_.stop;
   so.file_env = o_.file_env;
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
+  if (gossip()) {
+    ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
+    std::vector<fleet::SyncSlice> slices;
+    for (const SyncRoute& route : routes_) slices.push_back(route.slice);
+    gossip_.emplace(std::move(slices), static_cast<size_t>(layout.total()), keep);
+  }
   return absl::OkStatus();
 }
 
@@ -96,6 +104,10 @@ void ReplicaSync::Fresh() {
   if (!local()) return;
   std::vector<float> params(static_cast<size_t>(o_.fragment->layout().total()));
   o_.fragment->GetParameters(params.data());
+  if (gossip_) {
+    gossip_->Reset(params);  // weights 1, every coordinate sent last at its start
+    return;
+  }
   outer_.Reset(params);  // the first anchor: the initial parameters
 }
 
@@ -103,15 +115,27 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
   if (local()) {
     if (state.anchor.empty()) {
       return absl::DataLossError("job " + o_.assignment.job_id() + ": the sync state of step " +
-                                 std::to_string(step) + " has no outer-step anchor");
+                                 std::to_string(step) + " has no " +
+                                 (gossip_ ? "gossip weights" : "outer-step anchor"));
     }
-    RETURN_IF_ERROR(RestoreOuter(std::move(state.anchor), std::move(state.momentum)));
+    if (gossip_) {
+      RETURN_IF_ERROR(Annotate(gossip_->Restore(std::move(state.momentum), std::move(state.anchor)),
+                               Where() + ", step " + std::to_string(step)));
+    } else {
+      RETURN_IF_ERROR(RestoreOuter(std::move(state.anchor), std::move(state.momentum)));
+    }
   }
   return exchange_->RestoreResiduals(std::move(state.residuals));
 }
 
 Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> momentum) {
   if (!local()) return absl::OkStatus();
+  if (gossip_) {
+    // A copy of a live replica's parameters joins with weight 1 (its weights would count that
+    // replica's mass twice).
+    Fresh();
+    return absl::OkStatus();
+  }
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
   if (anchor.size() != n || momentum.size() != n) {
     return absl::DataLossError(Where() + ": an outer-step anchor of " +
@@ -123,7 +147,10 @@ Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> m
 }
 
 void ReplicaSync::Save(SyncState* state) const {
-  if (local()) {
+  if (gossip_) {
+    state->anchor = gossip_->refs();
+    state->momentum = gossip_->weights();
+  } else if (local()) {
     state->anchor = outer_.anchor();
     state->momentum = outer_.momentum();
   }
@@ -148,6 +175,7 @@ Status ReplicaSync::SyncGradients(uint64_t step, double compute_seconds) {
 Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
   if (!local()) return absl::OkStatus();
   const fleet::LocalSyncAction action = fleet::LocalSyncAt(o_.sync, step + 1, o_.steps);
+  if (gossip_) return action.blocking ? GossipSync(step) : absl::OkStatus();
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
   std::vector<float> params(n);
   if (action.finish) {
@@ -183,6 +211,79 @@ Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
     const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
     outer_.StepPart(o_.sync.outer, at, std::span<const float>(mean).subspan(at, size));
     std::copy_n(outer_.anchor().begin() + slice.offset, size, params.begin() + slice.offset);
+  }
+  o_.fragment->SetParameters(params.data());
+  return absl::OkStatus();
+}
+
+Status ReplicaSync::GossipSync(uint64_t step) {
+  const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
+  const v1::StageAssignment& a = o_.assignment;
+  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+  std::vector<bool> live;
+  std::vector<int> others;  // the live replicas but this one
+  for (int r = 0; r < N; ++r) {
+    live.push_back(!Contains(dropped, r));
+    if (live.back() && r != me) others.push_back(r);
+  }
+  const uint64_t round = GossipRoundOf(o_.sync, step);
+  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live, o_.seed, step);
+  const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
+  std::vector<int> from;
+  for (int j = 0; j < N; ++j) {
+    const auto& o = graph.out[static_cast<size_t>(j)];
+    if (std::find(o.begin(), o.end(), me) != o.end()) from.push_back(j);
+  }
+  const size_t n = static_cast<size_t>(o_.fragment->layout().total());
+  std::vector<float> params(n);
+  o_.fragment->GetParameters(params.data());
+  const size_t slices = routes_.size();
+  std::vector<std::vector<uint32_t>> picked(slices);
+  std::vector<std::vector<uint8_t>> frames(slices);
+  if (!out.empty()) {
+    for (size_t k = 0; k < slices; ++k) {
+      picked[k] = gossip_->Pick(k, params, round);
+      frames[k] = gossip_->Frame(k, picked[k], params);
+    }
+  }
+  std::vector<std::vector<fleet::GossipFrame>> received;
+  RETURN_IF_ERROR(exchange_->Gossip(step, 0, frames, out, from, &received));
+  const double own_share = 1.0 / (1.0 + static_cast<double>(out.size()));
+  std::vector<fleet::GossipNode::Received> in;
+  for (size_t k = 0; k < slices; ++k) {
+    in.clear();
+    for (size_t i = 0; i < from.size(); ++i) {
+      const double degree = static_cast<double>(graph.out[static_cast<size_t>(from[i])].size());
+      in.push_back({1.0 / (1.0 + degree), &received[k][i]});
+    }
+    gossip_->Apply(k, picked[k], own_share, in, params);
+  }
+  if (step + 1 == o_.steps) {
+    // The job's end: one exact average over the live replicas, each slice's values and weights
+    // to every other (keys tagged past the round's).
+    for (size_t k = 0; k < slices; ++k) {
+      std::vector<uint32_t> all(static_cast<size_t>(routes_[k].slice.size));
+      for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
+      frames[k] = gossip_->Frame(k, all, params);
+    }
+    RETURN_IF_ERROR(
+        exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others, others, &received));
+    for (size_t k = 0; k < slices; ++k) {
+      const fleet::SyncSlice& s = routes_[k].slice;
+      ASSIGN_OR_RETURN(fleet::GossipFrame own,
+                       fleet::DecodeGossipFrame(frames[k], static_cast<uint32_t>(s.index),
+                                                static_cast<uint64_t>(s.size)));
+      std::vector<const fleet::GossipFrame*> by_replica;
+      size_t next = 0;
+      for (int r = 0; r < N; ++r) {
+        if (r == me) {
+          by_replica.push_back(&own);
+        } else if (next < others.size() && others[next] == r) {
+          by_replica.push_back(&received[k][next++]);
+        }
+      }
+      gossip_->Average(k, by_replica, params);
+    }
   }
   o_.fragment->SetParameters(params.data());
   return absl::OkStatus();

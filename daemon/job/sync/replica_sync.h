@@ -10,9 +10,16 @@
 //   local mode:      OuterStep after the optimizer step (a streaming sync due to finish, then
 //                    a blocking sync at a sync step); StartSync after the step's checkpoint
 //                    (a streaming sync, sync.overlap).
+//   gossip:          OuterStep at a sync step runs a push-sum round instead of the outer step
+//                    (fleet/gossip_node.h): the round's graph from the job's seed and the
+//                    round, this stage's frames to its out-neighbours' stages, theirs from its
+//                    in-neighbours, and after the last step one exact average over the live
+//                    replicas, as the fleet simulator does (fleet/local_fleet.h).
 //
 // Its durable part goes into the sync state beside each stage checkpoint (Save; Restore, or
-// Fresh when nothing is carried: a first step, a layer move, a rejoin).
+// Fresh when nothing is carried: a first step, a layer move, a rejoin). A gossip stage keeps
+// no outer step: the state's anchor holds each coordinate's value when last sent and its
+// momentum the push-sum weights.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -33,6 +40,7 @@
 #include "daemon/job/sync/sync_codec.h"
 #include "daemon/job/sync/sync_exchange.h"
 #include "daemon/link_monitor.h"
+#include "fleet/gossip_node.h"
 #include "fleet/outer_optimizer.h"
 #include "fleet/sync_options.h"
 #include "model/config.h"
@@ -49,6 +57,7 @@ struct ReplicaSyncOptions {
   fleet::SyncOptions sync;  // the job's sync block
   model::ModelConfig model;
   uint64_t steps = 0;                             // the job's
+  uint64_t seed = 0;                              // the job's (gossip draws its graphs from it)
   std::vector<int> microbatches;                  // each replica's per step (AttemptMicrobatches)
   model::ReplicatedFragment* fragment = nullptr;  // the stage's; outlives this object
   // By flat stage: the senders to the other replicas' stages this stage's routes send to
@@ -71,6 +80,7 @@ class ReplicaSync {
   ~ReplicaSync();
 
   bool local() const { return o_.sync.mode == fleet::SyncMode::kLocal; }
+  bool gossip() const { return o_.sync.reduce == fleet::SyncReduce::kGossip; }
   // Every replica's microbatches per step, summed (sync mode step divides the loss by it).
   int union_microbatches() const { return union_microbatches_; }
   const std::vector<float>& token_weights() const { return token_weights_; }
@@ -111,6 +121,9 @@ class ReplicaSync {
   Status ChooseCodec(double compute_seconds, int phase);
   // The inner steps' compute until the next sync, from one step's.
   double ComputeUntilNextSync(double step_compute_seconds) const;
+  // Gossip: the push-sum round of the sync after `step`, then, after the job's last step, the
+  // exact average.
+  Status GossipSync(uint64_t step);
   // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
   std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
   std::string Where() const;
@@ -120,8 +133,10 @@ class ReplicaSync {
   int union_microbatches_ = 1;
   std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   std::unique_ptr<SyncExchange> exchange_;
-  std::optional<SyncCodecChooser> codec_;  // sync: {codec: adaptive}
-  fleet::OuterOptimizer outer_;            // local mode
+  std::vector<SyncRoute> routes_;            // this stage's slices and their holders
+  std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip
+  std::optional<SyncCodecChooser> codec_;    // sync: {codec: adaptive}
+  fleet::OuterOptimizer outer_;              // local mode
   // A streaming sync in flight: the parameters at its start (its weights went with it to
   // SyncExchange::Start).
   std::vector<float> started_;

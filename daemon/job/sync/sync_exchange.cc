@@ -270,8 +270,9 @@ void SyncExchange::Receive(std::vector<TensorKey> wanted) {
       if (!got.ok()) return got.status();
       const TensorKey key = got->first;
       wanted.erase(std::find(wanted.begin(), wanted.end(), key));
-      RETURN_IF_ERROR(o_.ring ? TakeRing(key, std::move(got->second))
-                              : TakeGathered(key, got->second));
+      RETURN_IF_ERROR(o_.ring   ? TakeRing(key, std::move(got->second))
+                      : gossip_ ? TakeGossip(key, got->second)
+                                : TakeGathered(key, got->second));
     }
     return absl::OkStatus();
   };
@@ -287,6 +288,8 @@ void SyncExchange::Cancel() {
   cancel_ = true;
   Join();
   decoded_.clear();
+  gossip_in_.clear();
+  gossip_ = false;
   ring_.clear();
   early_.clear();
   backlog_.clear();
@@ -341,6 +344,85 @@ Status SyncExchange::Finish(std::span<float> out) {
   if (!blocking_) {
     hidden_seconds_ += std::max(0.0, std::min(received_at_, wait_start) - started_at_);
   }
+  return absl::OkStatus();
+}
+
+Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
+                            std::span<const std::vector<uint8_t>> frames, std::span<const int> to,
+                            std::span<const int> from,
+                            std::vector<std::vector<fleet::GossipFrame>>* received) {
+  if (in_flight()) {
+    return absl::FailedPreconditionError("gossip of step " + std::to_string(step) +
+                                         ": a sync is in flight");
+  }
+  if (frames.size() != o_.routes.size()) {
+    return absl::InvalidArgumentError("gossip of step " + std::to_string(step) + ": " +
+                                      std::to_string(frames.size()) + " frames for " +
+                                      std::to_string(o_.routes.size()) + " slices");
+  }
+  const int me = o_.grid.replica(o_.stage);
+  begin_ = o_.file_env->NowSeconds();
+  blocking_ = true;
+  gossip_ = true;
+  gossip_tag_ = tag;
+  gossip_from_.assign(from.begin(), from.end());
+  gossip_in_.assign(o_.routes.size(), std::vector<std::optional<fleet::GossipFrame>>(from.size()));
+  std::vector<TensorKey> wanted;
+  for (size_t k = 0; k < o_.routes.size(); ++k) {
+    const SyncRoute& route = o_.routes[k];
+    for (int r : from) {
+      wanted.push_back({o_.attempt, step, tag + static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
+                        static_cast<uint32_t>(route.slice.index)});
+    }
+    if (frames[k].empty()) continue;
+    for (int d : route.to) {
+      const int r = o_.grid.replica(d);
+      if (!o_.live[r] || std::find(to.begin(), to.end(), r) == to.end()) continue;
+      RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frames[k]));
+    }
+  }
+  started_at_ = o_.file_env->NowSeconds();
+  cancel_ = false;
+  receive_status_ = absl::OkStatus();
+  receiver_ =
+      std::thread([this, wanted = std::move(wanted)]() mutable { Receive(std::move(wanted)); });
+  const double wait_start = o_.file_env->NowSeconds();
+  Join();
+  wait_seconds_ += o_.file_env->NowSeconds() - wait_start;
+  gossip_ = false;
+  RETURN_IF_ERROR(receive_status_);
+  received->assign(o_.routes.size(), {});
+  for (size_t k = 0; k < o_.routes.size(); ++k) {
+    for (auto& f : gossip_in_[k]) {
+      if (!f) return absl::InternalError("gossip: a frame missing after the exchange");
+      (*received)[k].push_back(std::move(*f));
+    }
+  }
+  gossip_in_.clear();
+  MutexLock lock(mu_);
+  ++syncs_;
+  sync_seconds_ += o_.file_env->NowSeconds() - begin_;
+  return absl::OkStatus();
+}
+
+Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
+  size_t k = 0;
+  while (k < o_.routes.size() && static_cast<uint32_t>(o_.routes[k].slice.index) != key.tensor_id) {
+    ++k;
+  }
+  const auto at = std::find(gossip_from_.begin(), gossip_from_.end(),
+                            static_cast<int>(key.microbatch - gossip_tag_));
+  if (k == o_.routes.size() || key.microbatch < gossip_tag_ || at == gossip_from_.end()) {
+    return absl::InternalError("gossip: unexpected tensor " + key.DebugString());
+  }
+  const fleet::SyncSlice& slice = o_.routes[k].slice;
+  auto f = fleet::DecodeGossipFrame(t.payload, static_cast<uint32_t>(slice.index),
+                                    static_cast<uint64_t>(slice.size));
+  if (!f.ok()) {
+    return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
+                                         ": " + std::string(f.status().message()));
+  }
+  gossip_in_[k][static_cast<size_t>(at - gossip_from_.begin())] = std::move(*f);
   return absl::OkStatus();
 }
 

@@ -16,6 +16,11 @@
 // in the exchange, not in the bounded inbox) and queues what it sends without blocking (a
 // backlog it drains between frames), so a full link can neither stall the ring nor a stop.
 //
+// With gossip (sync.reduce: gossip, fleet/gossip_node.h) there is no sum: Gossip sends the
+// caller's gossip frame of each slice to the holders in this round's out-neighbours only and
+// takes each slice's frame from its in-neighbours, checked for the slice; the caller applies
+// them (replica_sync.h).
+//
 // A streaming sync (sync.overlap) is AllGather in two halves: Start sends and takes the
 // others' frames on a thread of its own while the stage trains on; Finish waits for what has
 // not come yet and sums. The wait in Finish is the sync's exposed time; the rest of its time
@@ -41,6 +46,7 @@
 #include "daemon/job/exchange/stage_exchange.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "fleet/gossip_node.h"
 #include "fleet/sync_options.h"
 #include "fleet/sync_reduce.h"
 #include "fleet/sync_ring.h"
@@ -88,6 +94,15 @@ class SyncExchange {
                int phase = fleet::kEveryPhase);
   Status Finish(std::span<float> out);
   bool in_flight() const { return receiver_.joinable(); }
+  // One gossip exchange of the sync of `step` (blocking): frames[k], route k's gossip frame
+  // (empty: none sent), goes to the stages of the replicas in `to` that take the slice from
+  // this stage; each slice's frame comes from the replicas in `from` (ascending), from the
+  // stage this stage adds the slice from, checked for the slice. (*received)[k][i] is from[i]'s
+  // frame of route k. The frames' keys carry `tag` + the sender's replica (a round and the
+  // job's final average in the same step differ by it).
+  Status Gossip(uint64_t step, uint32_t tag, std::span<const std::vector<uint8_t>> frames,
+                std::span<const int> to, std::span<const int> from,
+                std::vector<std::vector<fleet::GossipFrame>>* received);
   // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
   void Cancel();
   ~SyncExchange();
@@ -131,6 +146,7 @@ class SyncExchange {
   // hops before it are in, then each hop taken in order and the next one sent (ring).
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
   Status TakeRing(const TensorKey& key, ReceivedTensor t);
+  Status TakeGossip(const TensorKey& key, const ReceivedTensor& t);
   void Receive(std::vector<TensorKey> wanted);  // the receiver thread
   void Join();
 
@@ -140,6 +156,12 @@ class SyncExchange {
   // own frames), filled by the receiver thread until it ends with receive_status_.
   std::vector<std::vector<float>> decoded_;
   std::vector<float> weights_;  // the sync in flight's, by replica
+  // A gossip exchange in flight: its key tag, the replicas it takes frames from, and their
+  // frames by route, by position in gossip_from_.
+  bool gossip_ = false;
+  uint32_t gossip_tag_ = 0;
+  std::vector<int> gossip_from_;
+  std::vector<std::vector<std::optional<fleet::GossipFrame>>> gossip_in_;
   // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
   // rings (from Create).
   std::vector<float> ring_values_, ring_out_;

@@ -6,12 +6,13 @@
 namespace longhaul::daemon {
 
 void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
-                   const std::vector<std::vector<int>>& groups, v1::JobStatus* record) {
+                   const std::vector<std::vector<int>>& groups, bool gossip,
+                   v1::JobStatus* record) {
   record->clear_sync_groups();
   for (size_t index = 0; index < groups.size(); ++index) {
     v1::SyncGroupStatus* g = record->add_sync_groups();
     g->set_position(static_cast<uint32_t>(index));
-    g->set_reduce(record->sync_ring() ? "ring" : "gather");
+    g->set_reduce(gossip ? "gossip" : record->sync_ring() ? "ring" : "gather");
     bool first = true;
     for (int member : groups[index]) {
       if (member < record->stages_size()) g->add_sites(record->stages(member).site());

@@ -14,8 +14,10 @@ namespace longhaul::daemon {
 // Replaces record->sync_groups with `groups` (none for a single pipeline): bytes
 // summed over the members, syncs the fewest any member completed, exposed time the largest
 // total any member spent in syncs (its own sync work and its wait for the others, which in
-// lockstep includes waiting for a replica that computes slower).
+// lockstep includes waiting for a replica that computes slower). `gossip`: the job's syncs
+// are gossip rounds (its groups' reduce reads "gossip", else "ring" or "gather" by the
+// record's sync_ring).
 void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
-                   const std::vector<std::vector<int>>& groups, v1::JobStatus* record);
+                   const std::vector<std::vector<int>>& groups, bool gossip, v1::JobStatus* record);
 
 }  // namespace longhaul::daemon
