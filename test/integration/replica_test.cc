@@ -553,9 +553,14 @@ TEST_CASE("replicas split differently: each slice syncs with its holders, the fl
 }
 
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
-  // on_site_loss: wait: every replica rolls back and waits for the site.
-  const std::string yaml =
-      JobYaml("sync: {mode: local, every: 2, codec: q8, on_site_loss: wait}\n", 10);
+  // on_site_loss: wait: every replica rolls back and waits for the site. With gossip the
+  // rounds' references and push-sum weights come back from the sync state too.
+  const std::string sync = GENERATE(
+      std::string("sync: {mode: local, every: 2, codec: q8, on_site_loss: wait}\n"),
+      std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
+                  "on_site_loss: wait}\n"));
+  INFO(sync);
+  const std::string yaml = JobYaml(sync, 10);
   const Oracle oracle = TrainFleet(yaml);
   Cluster c;
   // Stretched so that the job is still running when delta goes (the throttle only sleeps).
