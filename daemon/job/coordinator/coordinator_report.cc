@@ -43,6 +43,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   const uint32_t live_replicas =
       static_cast<uint32_t>(grid.replicas) - static_cast<uint32_t>(dropped.size());
+  record_.mutable_stages(rep.stage())->set_step(std::min(rep.step() + 1, record_.total_steps()));
   NoteValLossLocked(rep, grid, live_replicas);
   // The barrier counts the live replicas' stages only.
   const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
@@ -152,8 +153,18 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   v1::StepDecision decision;
   StepBarrier::State state;
+  // Gossip jobs have no job-wide barrier: a stage waits for its own replica's stages only
+  // (the clipping scale is its replica's), and the step's whole decision (progress, status)
+  // is made when the last replica gets there.
+  const bool own_replica = spec_.sync.reduce == fleet::SyncReduce::kGossip && grid.replicas > 1;
+  if (own_replica) cv_.notify_all();  // this report may complete its replica's step
+  const uint32_t replica = static_cast<uint32_t>(grid.replica(static_cast<int>(rep.stage())));
+  const uint32_t replica_stages = static_cast<uint32_t>(grid.stages(static_cast<int>(replica)));
   cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
+    state = own_replica ? barrier_.LookupReplica(rep.attempt(), rep.step(), replica, replica_stages,
+                                                 static_cast<uint32_t>(grid.replicas), replica_of,
+                                                 record_.committed_step(), &decision)
+                        : barrier_.Lookup(rep.attempt(), rep.step(), &decision);
     return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
            stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
   });
