@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Gossip against gathering and rings over emulated WAN links (docs/BENCHMARKS.md "Gossip in
+# the daemons over emulated WAN links"): four site daemons on this machine joined by
+# tools/linkem proxies, four pipeline replicas of one stage each (alpha, beta, gamma, delta),
+# uneven links (1 Gbit/s alpha-beta and gamma-delta, 100 Mbit/s alpha-gamma and beta-delta,
+# 10 Mbit/s alpha-delta and beta-gamma, 25 ms one way on every link), every site's compute
+# stretched with the debug throttle so that the machine's shared cores are not what limits the
+# run, delta's more than the others' (a slower replica). One run per sync, each on fresh
+# daemons and links, the same job otherwise (local mode, every EVERY steps, plain averaging):
+#   gather   sync.reduce gather, codec GATHER_CODEC (every replica's frame to every other)
+#   ring     sync.reduce ring, the same codec
+#   gossip   sync.reduce gossip, codec GOSSIP_CODEC, fanout FANOUT (no job-wide step barrier)
+#   step     sync mode step, codec exact: the four replicas' union batch, the loss reference
+# Every replica trains every step, so each run trains the same tokens; the report gives the
+# wall time from submit to completion, tokens/s over all replicas, the training loss at the
+# last step (the mean of the replicas' own, before that step's sync), the exported model's
+# loss on the held-out text (`longhaul eval`: after the last sync, or gossip's final average)
+# and the sync bytes each run put on the links.
+#
+#   tools/bench/gossip_run.sh                     # all three runs (about 6 minutes)
+#   RUNS="gather gossip" STEPS=20 tools/bench/gossip_run.sh
+#
+# Settings (environment):
+#   THROTTLE=0.02 SLOW=0.06   extra seconds of compute per layer and microbatch (delta: SLOW)
+#   DELAY=25ms                one-way delay on every link
+#   LAYERS=4 CHANNELS=64 HEADS=4 STEPS=40 BATCH=8 MICROBATCH=4 SEQ=64 LR=2e-3 EVERY=5
+#   GATHER_CODEC=topk:0.03+q4 GOSSIP_CODEC=topk:0.03 FANOUT=1
+#   DATA=FILE VAL=FILE        llm.c token files to train on and to evaluate the exported
+#                             model on (byte vocabulary, e.g. tools/bench/real_text.sh's
+#                             moby-dick-train.bin and moby-dick-val.bin); default: the
+#                             built-in corpus and its validation text
+#   SKIP_BUILD=1              use the binaries already in bazel-bin
+#   OUT=/tmp/longhaul-gossip-run.XXXX   runs, logs and the report
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+SITES=(alpha beta gamma delta)
+DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02} SLOW=${SLOW:-0.06}
+LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-40}
+BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
+GATHER_CODEC=${GATHER_CODEC:-topk:0.03+q4} GOSSIP_CODEC=${GOSSIP_CODEC:-topk:0.03}
+FANOUT=${FANOUT:-1}
+DATA=${DATA:-builtin} VAL=${VAL:-builtin}
+RUNS=(${RUNS:-step gather ring gossip})
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+PY=/usr/bin/python3
+BENCH=$ROOT/tools/bench/pipeline_bench.py
+source "$ROOT/tools/wan_sites.sh"
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  echo "== building longhauld, longhaul and linkem"
+  tools/build.sh //tools/linkem:linkem
+fi
+OUT=${OUT:-$(mktemp -d /tmp/longhaul-gossip-run.XXXXXX)}
+mkdir -p "$OUT/bin"
+# Private copies: other builds in this checkout may replace bazel-bin while we run.
+cp -f bazel-bin/daemon/longhauld bazel-bin/tools/cli/longhaul bazel-bin/tools/linkem/linkem \
+  "$OUT/bin/"
+LONGHAULD=$OUT/bin/longhauld LONGHAUL=$OUT/bin/longhaul LINKEM=$OUT/bin/linkem
+
+pids=() follower=""
+stop_all() {
+  local p
+  [ -z "$follower" ] || kill -TERM "$follower" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+rate_of() {  # rate_of FROM TO (symmetric)
+  case "$1-$2" in
+    alpha-beta | beta-alpha | gamma-delta | delta-gamma) echo 1gbit ;;
+    alpha-gamma | gamma-alpha | beta-delta | delta-beta) echo 100mbit ;;
+    *) echo 10mbit ;;
+  esac
+}
+throttle_of() { if [ "$1" = delta ]; then echo "$SLOW"; else echo "$THROTTLE"; fi; }
+
+write_job() {  # write_job FILE KIND
+  local sync
+  case "$2" in
+    gather) sync="{mode: local, every: $EVERY, codec: $GATHER_CODEC, reduce: gather}" ;;
+    ring) sync="{mode: local, every: $EVERY, codec: $GATHER_CODEC, reduce: ring}" ;;
+    gossip) sync="{mode: local, every: $EVERY, codec: $GOSSIP_CODEC, reduce: gossip, fanout: $FANOUT}" ;;
+    step) sync="{mode: step, codec: exact}" ;;
+  esac
+  cat >"$1" <<JOB
+name: gossip-run-$2
+model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
+data: {train: $DATA}
+steps: $STEPS
+batch_size: $BATCH
+microbatch_size: $MICROBATCH
+seq_len: $SEQ
+optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
+seed: 1
+checkpoint: {every: 10}
+backend: cpu
+threads: 1
+sites: [alpha, beta, gamma, delta]
+placement: even
+replan: off
+compression: {mode: fixed, codec: bf16}
+replicas: 4
+sync: $([ "$2" = step ] && echo "$sync" || echo "{outer: {lr: 1, momentum: 0}, ${sync#\{}")
+JOB
+}
+
+run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $OUT/KIND.json
+  local kind=$1 dir="$OUT/$1"
+  rm -rf "$dir" && mkdir -p "$dir"
+  declare -A P=()
+  local s o k i=0 free
+  free=($($PY "$BENCH" ports 24))
+  for s in "${SITES[@]}"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
+  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
+    [ "$s" = "$o" ] || P[link.$s-$o]=${free[i++]}
+  done; done
+  wan_site_configs "$dir" "${SITES[@]}"
+  if [ "$DATA" != builtin ]; then
+    for s in "${SITES[@]}"; do echo "data_roots: [\"$(dirname "$(realpath "$DATA")")\"]" >>"$dir/$s.yaml"; done
+  fi
+  write_job "$dir/job.yaml" "$kind"
+  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
+    [ "$s" = "$o" ] && continue
+    $LINKEM --listen "127.0.0.1:${P[link.$s-$o]}" --target "127.0.0.1:${P[$o.peer]}" \
+      --rate "$(rate_of "$s" "$o")" --delay "$DELAY" -q 2>>"$dir/linkem.log" &
+    pids+=($!)
+  done; done
+  for s in "${SITES[@]}"; do
+    $LONGHAULD --config "$dir/$s.yaml" 2>>"$dir/$s.log" &
+    pids+=($!)
+  done
+  wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}" || return 1
+  for s in "${SITES[@]}"; do
+    $LONGHAUL --config "$dir/$s.yaml" debug throttle "$(throttle_of "$s")" >/dev/null
+  done
+  echo "== $kind: throttle ${THROTTLE}s per layer and microbatch (delta ${SLOW}s)"
+  $PY "$BENCH" follow --cli "$LONGHAUL" --config "$dir/alpha.yaml" --job "$dir/job.yaml" \
+    --out "$OUT/$kind.json" --label "$kind" --progress --timeout "$RUN_TIMEOUT" &
+  follower=$!
+  wait "$follower" || echo "gossip_run: the $kind run failed; see $dir/*.log" >&2
+  follower=""
+  local id
+  id=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$OUT/$kind.json")
+  $LONGHAUL --config "$dir/alpha.yaml" export "$id" "$OUT/$kind.bin" >/dev/null
+  stop_all
+  local format=llmc
+  [ "$VAL" = builtin ] && format=auto
+  $LONGHAUL eval --checkpoint "$OUT/$kind.bin" --data "$VAL" --format "$format" --batches 40 \
+    --seq-len "$SEQ" --threads 2 >"$OUT/$kind.eval" 2>&1 || echo "gossip_run: eval of $kind failed" >&2
+}
+
+for r in "${RUNS[@]}"; do run_one "$r"; done
+
+echo
+echo "== results (runs and logs in $OUT)"
+$PY - "$OUT" "$STEPS" "$BATCH" "$SEQ" "${RUNS[@]}" <<'PY'
+import json, os, sys
+out, steps, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+import re
+print("| run | state | wall s | tokens/s (4 replicas) | train loss, last step | held-out loss, exported model | sync wire bytes | syncs |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for kind in sys.argv[5:]:
+    path = os.path.join(out, kind + ".json")
+    if not os.path.exists(path):
+        print(f"| {kind} | no result | | | | | | |")
+        continue
+    r = json.load(open(path))
+    final, wall = r["final"] or {}, r["samples"][-1]["t"]
+    tokens = 4 * steps * batch * seq
+    groups = final.get("sync_groups", [])
+    wire = sum(int(g.get("wire_bytes", 0)) for g in groups)
+    syncs = min([int(g.get("syncs", 0)) for g in groups] or [0])
+    held = "?"
+    ev = os.path.join(out, kind + ".eval")
+    if os.path.exists(ev):
+        m = re.search(r"loss\D*([0-9.]+)", open(ev).read())
+        held = m.group(1) if m else "?"
+    print(f"| {kind} | {final.get('state', '?').replace('JOB_STATE_', '').lower()} | {wall:.1f} | "
+          f"{tokens / wall:.0f} | {float(final.get('loss', 0)):.4f} | {held} | {wire} | {syncs} |")
+PY
