@@ -48,3 +48,58 @@ print(all(l["state"] == "LINK_STATE_UP" and int(l["outbound"]["bandwidth_samples
   echo "links did not come up; see $dir/*.log" >&2
   return 1
 }
+
+# wan_build: builds longhauld, longhaul and linkem unless SKIP_BUILD=1.
+wan_build() {
+  if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "== building longhauld, longhaul and linkem"
+    tools/build.sh //tools/linkem:linkem
+  fi
+}
+
+# wan_private_binaries OUT: private copies of longhauld, longhaul and linkem from bazel-bin in
+# OUT/bin (other builds in this checkout may replace bazel-bin while a run goes on); sets
+# LONGHAULD, LONGHAUL and LINKEM to them.
+wan_private_binaries() {
+  mkdir -p "$1/bin"
+  cp -f bazel-bin/daemon/longhauld bazel-bin/tools/cli/longhaul bazel-bin/tools/linkem/linkem \
+    "$1/bin/"
+  LONGHAULD=$1/bin/longhauld LONGHAUL=$1/bin/longhaul LINKEM=$1/bin/linkem
+}
+
+# wan_stop_all: stops the caller's follower (pid in $follower, if any) and every process in
+# the array pids (daemons, linkem proxies), waits for them, and empties pids. For an EXIT trap.
+wan_stop_all() {
+  local p
+  [ -z "${follower:-}" ] || kill -TERM "$follower" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+# wan_ports SITE...: fills the caller's associative array P with free ports (from
+# tools/bench/pipeline_bench.py's `ports`): P[SITE.peer], P[SITE.control], P[SITE.status] and
+# P[link.FROM-TO] for every directed pair.
+wan_ports() {
+  local s o k i=0 free
+  free=($(/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/bench/pipeline_bench.py" ports \
+    $(($# * 3 + $# * ($# - 1)))))
+  for s in "$@"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
+  for s in "$@"; do for o in "$@"; do
+    [ "$s" = "$o" ] || P[link.$s-$o]=${free[i++]}
+  done; done
+}
+
+# wan_start_links DIR DELAY RATE_FN SITE...: a linkem proxy for every directed pair (the rate
+# `RATE_FN FROM TO` prints, DELAY one way), logging to DIR/linkem.log; their pids go into the
+# caller's array pids. Needs LINKEM (wan_private_binaries) and P (wan_ports).
+wan_start_links() {
+  local dir=$1 delay=$2 rate_fn=$3 s o
+  shift 3
+  for s in "$@"; do for o in "$@"; do
+    [ "$s" = "$o" ] && continue
+    $LINKEM --listen "127.0.0.1:${P[link.$s-$o]}" --target "127.0.0.1:${P[$o.peer]}" \
+      --rate "$($rate_fn "$s" "$o")" --delay "$delay" -q 2>>"$dir/linkem.log" &
+    pids+=($!)
+  done; done
+}

@@ -189,6 +189,16 @@ void CheckAgainst(const Oracle& oracle, const v1::JobStatus& s, const std::vecto
   CHECK(differ == 0);  // bit for bit
 }
 
+// `yaml` trained by the daemons of `c` and checked against the in-process fleet (every loss,
+// the model bit for bit): its id and final status.
+std::pair<std::string, v1::JobStatus> JobAgainstFleet(Cluster& c, const std::string& yaml) {
+  const Oracle oracle = TrainFleet(yaml);
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  return {id, s};
+}
+
 TEST_CASE("replicas in sync mode step train the union batch, as the in-process fleet does") {
   const std::string yaml = JobYaml("sync: {mode: step, codec: exact}\n", 6);
   const Oracle oracle = TrainFleet(yaml);
@@ -322,11 +332,7 @@ TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit 
     // Two replicas of two stages: rings of two per position, the tied embedding's on both
     // ends (alpha-gamma and beta-delta), the fleet's model too.
     Cluster c2;
-    const std::string two = JobYaml(sync, 6);
-    const Oracle o2 = TrainFleet(two);
-    const std::string id2 = c2.Submit(two);
-    const v1::JobStatus s2 = c2.WaitCompleted(id2);
-    CheckAgainst(o2, s2, c2.Export(id2));
+    const v1::JobStatus s2 = JobAgainstFleet(c2, JobYaml(sync, 6)).second;
     REQUIRE(s2.sync_groups_size() == 2);
     CHECK(s2.sync_groups(0).reduce() == "ring");
   }
@@ -489,11 +495,7 @@ std::pair<std::string, v1::JobStatus> SplitJobAgainstFleet(Cluster& c,
                                                            const std::string& sync) {
   std::string yaml = JobYaml("replica_stages: " + replica_stages + "\n" + sync, 5);
   yaml.replace(yaml.find("sites: [alpha, beta, gamma, delta]"), 34, "sites: [alpha, beta, gamma]");
-  const Oracle oracle = TrainFleet(yaml);
-  const std::string id = c.Submit(yaml);
-  const v1::JobStatus s = c.WaitCompleted(id);
-  CheckAgainst(oracle, s, c.Export(id));
-  return {id, s};
+  return JobAgainstFleet(c, yaml);
 }
 
 TEST_CASE("replica 0 on one stage: the other replica's ends exchange the tied embedding") {
@@ -842,11 +844,8 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
   INFO(sync);
   std::string yaml = JobYaml(sync, 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
-  const Oracle oracle = TrainFleet(yaml);
   Cluster c;
-  const std::string id = c.Submit(yaml);
-  const v1::JobStatus s = c.WaitCompleted(id);
-  CheckAgainst(oracle, s, c.Export(id));
+  const auto [id, s] = JobAgainstFleet(c, yaml);
   REQUIRE(s.sync_groups_size() == 1);
   CHECK(s.sync_groups(0).reduce() == "gossip");
   // The rounds after steps 2 and 4 at least (the last step's report may precede its round).
@@ -888,14 +887,8 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
     CHECK(d.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(d.message()), Catch::Contains("not from an in-neighbour"));
   }
-  {
-    Cluster c2;
-    const std::string two = JobYaml(sync, 6);
-    const Oracle o2 = TrainFleet(two);
-    const std::string id2 = c2.Submit(two);
-    const v1::JobStatus s2 = c2.WaitCompleted(id2);
-    CheckAgainst(o2, s2, c2.Export(id2));
-  }
+  Cluster c2;
+  JobAgainstFleet(c2, JobYaml(sync, 6));
 }
 
 // sync: {codec: adaptive} picks each sync's codec from the links' estimates: fp32 where the

@@ -48,26 +48,12 @@ PY=/usr/bin/python3
 BENCH=$ROOT/tools/bench/pipeline_bench.py
 source "$ROOT/tools/wan_sites.sh"
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  echo "== building longhauld, longhaul and linkem"
-  tools/build.sh //tools/linkem:linkem
-fi
+wan_build
 OUT=${OUT:-$(mktemp -d /tmp/longhaul-gossip-run.XXXXXX)}
-mkdir -p "$OUT/bin"
-# Private copies: other builds in this checkout may replace bazel-bin while we run.
-cp -f bazel-bin/daemon/longhauld bazel-bin/tools/cli/longhaul bazel-bin/tools/linkem/linkem \
-  "$OUT/bin/"
-LONGHAULD=$OUT/bin/longhauld LONGHAUL=$OUT/bin/longhaul LINKEM=$OUT/bin/linkem
+wan_private_binaries "$OUT"
 
 pids=() follower=""
-stop_all() {
-  local p
-  [ -z "$follower" ] || kill -TERM "$follower" 2>/dev/null || true
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
+trap wan_stop_all EXIT
 trap 'exit 130' INT TERM
 
 rate_of() {  # rate_of FROM TO (symmetric)
@@ -113,23 +99,14 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   local kind=$1 dir="$OUT/$1"
   rm -rf "$dir" && mkdir -p "$dir"
   declare -A P=()
-  local s o k i=0 free
-  free=($($PY "$BENCH" ports 24))
-  for s in "${SITES[@]}"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
-  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
-    [ "$s" = "$o" ] || P[link.$s-$o]=${free[i++]}
-  done; done
+  local s
+  wan_ports "${SITES[@]}"
   wan_site_configs "$dir" "${SITES[@]}"
   if [ "$DATA" != builtin ]; then
     for s in "${SITES[@]}"; do echo "data_roots: [\"$(dirname "$(realpath "$DATA")")\"]" >>"$dir/$s.yaml"; done
   fi
   write_job "$dir/job.yaml" "$kind"
-  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
-    [ "$s" = "$o" ] && continue
-    $LINKEM --listen "127.0.0.1:${P[link.$s-$o]}" --target "127.0.0.1:${P[$o.peer]}" \
-      --rate "$(rate_of "$s" "$o")" --delay "$DELAY" -q 2>>"$dir/linkem.log" &
-    pids+=($!)
-  done; done
+  wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
   for s in "${SITES[@]}"; do
     $LONGHAULD --config "$dir/$s.yaml" 2>>"$dir/$s.log" &
     pids+=($!)
@@ -147,7 +124,7 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   local id
   id=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$OUT/$kind.json")
   $LONGHAUL --config "$dir/alpha.yaml" export "$id" "$OUT/$kind.bin" >/dev/null
-  stop_all
+  wan_stop_all
   local format=llmc
   [ "$VAL" = builtin ] && format=auto
   $LONGHAUL eval --checkpoint "$OUT/$kind.bin" --data "$VAL" --format "$format" --batches 40 \

@@ -87,14 +87,7 @@ done
 LONGHAULD=$OUT/bin/longhauld LONGHAUL=$OUT/bin/longhaul LINKEM=$OUT/bin/linkem
 
 pids=() follower=""
-stop_all() {
-  local p
-  [ -z "$follower" ] || kill -TERM "$follower" 2>/dev/null || true
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
+trap wan_stop_all EXIT
 trap 'exit 130' INT TERM
 
 # N distinct free ports below the kernel's ephemeral range, so that no outgoing connection
@@ -213,7 +206,7 @@ run_one() {
   for s in "${SITES[@]}"; do
     $LONGHAUL --config "$dir/$s.yaml" links >"$dir/links-after-$s.txt" 2>&1 || true
   done
-  stop_all
+  wan_stop_all
 }
 
 results=()

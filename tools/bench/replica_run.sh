@@ -55,16 +55,9 @@ BENCH=$ROOT/tools/bench/pipeline_bench.py
 REPORT=$ROOT/tools/bench/replica_run.py
 source "$ROOT/tools/wan_sites.sh"
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  echo "== building longhauld, longhaul and linkem"
-  tools/build.sh //tools/linkem:linkem
-fi
+wan_build
 OUT=${OUT:-$(mktemp -d /tmp/longhaul-replica-run.XXXXXX)}
-mkdir -p "$OUT/bin"
-# Private copies: other builds in this checkout may replace bazel-bin while we run.
-cp -f bazel-bin/daemon/longhauld bazel-bin/tools/cli/longhaul bazel-bin/tools/linkem/linkem \
-  "$OUT/bin/"
-LONGHAULD=$OUT/bin/longhauld LONGHAUL=$OUT/bin/longhaul LINKEM=$OUT/bin/linkem
+wan_private_binaries "$OUT"
 
 declare -A DAEMON_PID=()
 pids=() follower=""
@@ -132,20 +125,11 @@ run_one() {
   local kind=$1 dir="$OUT/$1"
   rm -rf "$dir" && mkdir -p "$dir"
   declare -A P=()
-  local s o k i=0 free
-  free=($($PY "$BENCH" ports 24))
-  for s in "${SITES[@]}"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
-  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
-    [ "$s" = "$o" ] || P[link.$s-$o]=${free[i++]}
-  done; done
+  local s
+  wan_ports "${SITES[@]}"
   wan_site_configs "$dir" "${SITES[@]}"
   write_job "$dir/job.yaml" "$kind"
-  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
-    [ "$s" = "$o" ] && continue
-    $LINKEM --listen "127.0.0.1:${P[link.$s-$o]}" --target "127.0.0.1:${P[$o.peer]}" \
-      --rate "$(rate_of "$s" "$o")" --delay "$DELAY" -q 2>>"$dir/linkem.log" &
-    pids+=($!)
-  done; done
+  wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
   for s in "${SITES[@]}"; do start_daemon "$dir" "$s"; done
   wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}" || return 1
   for s in "${SITES[@]}"; do
