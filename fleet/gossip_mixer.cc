@@ -8,8 +8,7 @@ namespace longhaul::fleet {
 
 GossipMixer::GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices,
                          double keep)
-    : parameters_(parameters),
-      nodes_(static_cast<size_t>(replicas), GossipNode(std::move(slices), parameters, keep)) {}
+    : nodes_(static_cast<size_t>(replicas), GossipNode(std::move(slices), parameters, keep)) {}
 
 void GossipMixer::Reset(std::span<const float> params) {
   for (GossipNode& node : nodes_) node.Reset(params);
@@ -74,7 +73,7 @@ Status GossipMixer::Average(std::vector<std::vector<float>>* params) {
     }
     std::vector<const GossipFrame*> by_replica;
     for (const GossipFrame& f : frames) by_replica.push_back(&f);
-    for (size_t r = 0; r < n; ++r) nodes_[r].Average(k, by_replica, (*params)[r]);
+    for (size_t r = 0; r < n; ++r) RETURN_IF_ERROR(nodes_[r].Average(k, by_replica, (*params)[r]));
   }
   return absl::OkStatus();
 }

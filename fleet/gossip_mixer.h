@@ -63,7 +63,6 @@ class GossipMixer {
   }
 
  private:
-  size_t parameters_;
   std::vector<GossipNode> nodes_;  // by replica
   uint64_t rounds_ = 0;
 };

@@ -249,10 +249,20 @@ void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_sh
   for (uint32_t c : picked) refs_[at + c] = xs[c];
 }
 
-void GossipNode::Average(size_t k, std::span<const GossipFrame* const> replicas,
-                         std::span<float> x) {
+Status GossipNode::Average(size_t k, std::span<const GossipFrame* const> replicas,
+                           std::span<float> x) {
   const SyncSlice& s = slices_[k];
   const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    const GossipFrame* f = replicas[r];
+    if (f->slice != static_cast<uint32_t>(s.index) || !f->dense || f->count() != size) {
+      return absl::InvalidArgumentError(
+          "gossip average of slice " + std::to_string(s.index) + ": the frame at " +
+          std::to_string(r) + " carries " + std::to_string(f->count()) + " coordinates of slice " +
+          std::to_string(f->slice) + (f->dense ? "" : " (not dense)") + ", not all " +
+          std::to_string(size));
+    }
+  }
   for (size_t c = 0; c < size; ++c) {
     double v = 0, w = 0;
     for (const GossipFrame* f : replicas) {
@@ -263,6 +273,7 @@ void GossipNode::Average(size_t k, std::span<const GossipFrame* const> replicas,
     weights_[at + c] = 1.0f;
     refs_[at + c] = x[at + c];
   }
+  return absl::OkStatus();
 }
 
 }  // namespace longhaul::fleet

@@ -90,9 +90,9 @@ class GossipNode {
   void Apply(size_t k, std::span<const uint32_t> picked, double own_share,
              std::span<const Received> received, std::span<float> x);
   // The exact average on slice k: every replica's (x, w) of the whole slice in replica order
-  // (this node's among them), x = sum w x / sum w, weights 1, references x. REQUIRES: dense
-  // frames checked for this slice.
-  void Average(size_t k, std::span<const GossipFrame* const> replicas, std::span<float> x);
+  // (this node's among them), x = sum w x / sum w, weights 1, references x. Frames checked for
+  // this slice; one that is not dense (every coordinate) is refused, nothing changed.
+  Status Average(size_t k, std::span<const GossipFrame* const> replicas, std::span<float> x);
 
  private:
   std::vector<SyncSlice> slices_;

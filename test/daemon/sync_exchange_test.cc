@@ -12,6 +12,7 @@
 // in the test, which the test alone moves).
 #include "daemon/job/sync/sync_exchange.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "fleet/gossip_node.h"
 #include "fleet/sync_reduce.h"
 #include "fleet/sync_ring.h"
 #include "test/daemon/sync_group.h"
@@ -509,6 +511,84 @@ TEST_CASE("sync exchange: what is not a sync of its fragment is refused before a
   SyncExchangeOptions adaptive = g.Options(0);
   adaptive.codec = "adaptive";
   CHECK_FALSE(SyncExchange::Create(adaptive).ok());
+}
+
+}  // namespace
+}  // namespace longhaul::daemon
+
+namespace longhaul::daemon {
+namespace {
+
+// Stage i's gossip frames of `values` (every coordinate, weight 1), by route.
+std::vector<std::vector<uint8_t>> GossipFrames(const testing::SyncGroup& g, int i) {
+  std::vector<std::vector<uint8_t>> frames;
+  for (const SyncRoute& route : g.routes[i]) {
+    const fleet::SyncSlice& s = route.slice;
+    std::vector<uint32_t> all(static_cast<size_t>(s.size));
+    for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
+    const std::vector<float> ones(all.size(), 1.0f);
+    frames.push_back(fleet::EncodeGossipFrame(
+        static_cast<uint32_t>(s.index), all,
+        std::span<const float>(g.values[i]).subspan(static_cast<size_t>(s.offset), all.size()),
+        ones));
+  }
+  return frames;
+}
+
+TEST_CASE(
+    "sync exchange: a gossip round sends to its out-neighbours only, takes its in-neighbours'") {
+  // Three single-stage replicas: 0 -> 1, 1 -> 2, 2 -> 0 and 1 (the sync after step 2: its
+  // inboxes take steps up to 2). Every stage gets exactly its in-neighbours' frames, in the
+  // order it named them; nothing goes where the graph has no edge.
+  testing::SyncGroup g({.replicas = 3});
+  const std::vector<std::vector<int>> to = {{1}, {2}, {0, 1}}, from = {{2}, {0, 2}, {1}};
+  std::vector<Status> status(3);
+  std::vector<std::vector<std::vector<fleet::GossipFrame>>> got(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back(
+        [&, i] { status[i] = g.x[i]->Gossip(1, 0, GossipFrames(g, i), to[i], from[i], &got[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 3; ++i) {
+    INFO("stage " << i);
+    REQUIRE(status[i].ok());
+    REQUIRE(got[i].size() == g.routes[i].size());
+    for (size_t k = 0; k < g.routes[i].size(); ++k) {
+      const fleet::SyncSlice& s = g.routes[i][k].slice;
+      REQUIRE(got[i][k].size() == from[i].size());
+      for (size_t n = 0; n < from[i].size(); ++n) {
+        const fleet::GossipFrame& f = got[i][k][n];
+        CHECK(f.slice == static_cast<uint32_t>(s.index));
+        const std::vector<float>& sender = g.values[from[i][n]];
+        CHECK(SameBits(f.x, std::vector<float>(sender.begin() + s.offset,
+                                               sender.begin() + s.offset + s.size)));
+      }
+    }
+    CHECK(g.x[i]->Report().syncs() == 1);
+    for (int d = 0; d < 3; ++d) {
+      if (d == i) continue;
+      const bool edge = std::find(to[i].begin(), to[i].end(), d) != to[i].end();
+      CHECK(g.link(i, d).delivered().size() == (edge ? g.routes[i].size() : 0));
+    }
+  }
+}
+
+TEST_CASE("sync exchange: a gossip frame that is not its slice's is refused, naming the sender") {
+  testing::SyncGroup g({.replicas = 2});
+  // Replica 1's "frames": each slice's frame names slice 0's index and size.
+  const std::vector<std::vector<uint8_t>> frames = GossipFrames(g, 1);
+  for (size_t k = 0; k < g.routes[0].size(); ++k) {
+    Inject(g.inbox(0), 2, 1, g.routes[0][k].slice.index, "beta", frames[0]);
+  }
+  std::vector<std::vector<fleet::GossipFrame>> got;
+  const std::vector<std::vector<uint8_t>> none(g.routes[0].size());
+  const Status s = g.x[0]->Gossip(2, 0, none, std::vector<int>{}, std::vector<int>{1}, &got);
+  INFO(s.ToString());
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("from beta"));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("gossip frame of slice"));
+  CHECK(g.link(0, 1).attempts() == 0);  // no out-neighbour: nothing sent
 }
 
 }  // namespace

@@ -131,11 +131,20 @@ TEST_CASE("a node's round: it keeps its share of what it sent and adds what it t
   REQUIRE(theirs.ok());
   const std::vector<const GossipFrame*> both = {&*mine, &*theirs};
   const float w0 = node.weights()[0];
-  node.Average(0, both, x);
+  REQUIRE(node.Average(0, both, x).ok());
   CHECK(x[0] == static_cast<float>((double(w0) * 1.0 + 3.0) / (double(w0) + 1.0)));
   CHECK(x[1] == 2.5f);
   CHECK(node.weights() == ones);
   CHECK(node.refs() == x);
+  // A sparse frame is no average's: refused, nothing changed.
+  auto sparse = DecodeGossipFrame(EncodeGossipFrame(0, picked, other, ones), 0, 4);
+  REQUIRE(sparse.ok());
+  const std::vector<const GossipFrame*> with_sparse = {&*mine, &*sparse};
+  const std::vector<float> before = x;
+  const Status s = node.Average(0, with_sparse, x);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("not dense"));
+  CHECK(x == before);
 }
 
 TEST_CASE("a node's picks: the turning window and the largest moves, the same for the same state") {

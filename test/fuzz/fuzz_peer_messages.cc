@@ -3,11 +3,14 @@
 // message: a stage assignment, a step report, a fragment request (protobuf bytes, as they arrive),
 // a run of fragment slices (fp32 frames) into a receiver's array, a sequence of inbox operations,
 // or a SendFrames stream of tensor chunks into the frame assembler
-// (daemon/transport/frame_assembler.h), or a sealed loader state. Invariants: no crash; nothing
+// (daemon/transport/frame_assembler.h), or a sealed loader state, or a gossip round's frame
+// (fleet/gossip_node.h) applied to a replica's parameters. Invariants: no crash; nothing
 // accepted that the checks promise to refuse; the inbox never holds a key outside its window
 // and its byte count matches what it holds; the assembler buffers nothing it did not admit and
 // delivers only whole tensors of their announced size; a loader state opens only when its
-// checksum holds.
+// checksum holds; a gossip frame decodes only when its header check passes and everything the
+// decoder promises holds, and applied it leaves every parameter finite and every weight
+// positive and finite.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +25,7 @@
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/state/fragment_slices.h"
 #include "daemon/transport/frame_assembler.h"
+#include "fleet/gossip_node.h"
 #include "google/protobuf/stubs/logging.h"
 
 namespace {
@@ -193,6 +197,35 @@ void InboxOps(const uint8_t* d, size_t n) {
   }
 }
 
+// d[0]: the slice's size (1..64); the rest: a frame of slice 3.
+void Gossip(const uint8_t* d, size_t n) {
+  if (n < 1) return;
+  const uint64_t size = 1 + d[0] % 64;
+  const std::span<const uint8_t> frame(d + 1, n - 1);
+  const auto f = fleet::DecodeGossipFrame(frame, 3, size);
+  if (!f.ok()) return;
+  if (!fleet::CheckGossipFrameHeader(frame, 3, size, frame.size()).ok()) std::abort();
+  if (f->slice != 3 || f->count() == 0 || f->count() > size || f->w.size() != f->count() ||
+      f->dense != (f->count() == size) || (!f->dense && f->index.size() != f->count())) {
+    std::abort();
+  }
+  for (size_t i = 0; i < f->count(); ++i) {
+    if (f->at(i) >= size || (i > 0 && f->at(i) <= f->at(i - 1))) std::abort();
+    if (!std::isfinite(f->x[i]) || !std::isfinite(f->w[i]) || !(f->w[i] > 0)) std::abort();
+  }
+  fleet::GossipNode node({{3, 0, static_cast<int64_t>(size)}}, size, 0.5);
+  std::vector<float> x(size, 0.25f);
+  node.Reset(x);
+  const std::vector<uint32_t> picked = node.Pick(0, x, 1);
+  const std::vector<fleet::GossipNode::Received> in = {{1.0 / 3, &*f}};
+  node.Apply(0, picked, 0.5, in, x);
+  for (size_t c = 0; c < size; ++c) {
+    if (!std::isfinite(x[c]) || !(node.weights()[c] > 0) || !std::isfinite(node.weights()[c])) {
+      std::abort();
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -202,7 +235,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* d = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 7) {
+  switch (data[0] % 8) {
     case 0:
       Assignment(d, n);
       break;
@@ -220,6 +253,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 5:
       Frames(d, n);
+      break;
+    case 7:
+      Gossip(d, n);
       break;
     default:
       LoaderState(d, n);
@@ -290,4 +326,15 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   seeds->push_back(stream);
   const std::vector<uint8_t> sealed = SealLoaderState("pos=12 epoch=0 shard=0/2 block=3");
   seeds->push_back(std::string(1, '\6') + std::string(sealed.begin(), sealed.end()));
+  // Gossip frames of slice 3 of 12 coordinates: a sparse one (3 of them) and a dense one.
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, -3.0f,
+                                4.0f, 0.0f,  1.5f, -0.5f, 2.5f, 3.0f};
+  const std::vector<float> w = {1.0f, 0.5f, 1.5f, 1.0f, 0.75f, 1.0f,
+                                2.0f, 1.0f, 1.0f, 0.5f, 1.0f,  1.25f};
+  for (const std::vector<uint32_t>& picked :
+       {std::vector<uint32_t>{1, 4, 9},
+        std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}) {
+    const std::vector<uint8_t> frame = fleet::EncodeGossipFrame(3, picked, x, w);
+    seeds->push_back(std::string{'\7', char(11)} + std::string(frame.begin(), frame.end()));
+  }
 }

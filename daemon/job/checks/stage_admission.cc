@@ -231,7 +231,17 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
     // replica), or after the job's last step the final average's (the replica + replicas).
     const uint32_t replicas = static_cast<uint32_t>(grid_.replicas);
     if (first.microbatch() == replicas + static_cast<uint32_t>(from_replica)) {
-      valid = first.step() + 1 == static_cast<uint64_t>(steps_);
+      if (first.step() + 1 != static_cast<uint64_t>(steps_) ||
+          first.encoded_size() != fleet::GossipFrameBytes(static_cast<uint64_t>(slice->size),
+                                                          static_cast<uint64_t>(slice->size))) {
+        return absl::InvalidArgumentError(
+            "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
+            ": a final average's frame is sent after the job's last step (" +
+            std::to_string(steps_ - 1) + ") and carries every coordinate of its slice (" +
+            std::to_string(fleet::GossipFrameBytes(static_cast<uint64_t>(slice->size),
+                                                   static_cast<uint64_t>(slice->size))) +
+            " bytes, announced " + std::to_string(first.encoded_size()) + ")");
+      }
     } else {
       const fleet::GossipGraph g = GossipRoundGraph(sync_, live_, seed_, first.step());
       const std::vector<int>& out = g.out[static_cast<size_t>(from_replica)];

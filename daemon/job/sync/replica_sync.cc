@@ -246,8 +246,10 @@ Status ReplicaSync::GossipSync(uint64_t step) {
       frames[k] = gossip_->Frame(k, picked[k], params);
     }
   }
+  const std::string where = Where() + ", gossip round " + std::to_string(round) + " after step " +
+                            std::to_string(step + 1);
   std::vector<std::vector<fleet::GossipFrame>> received;
-  RETURN_IF_ERROR(exchange_->Gossip(step, 0, frames, out, from, &received));
+  RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, 0, frames, out, from, &received), where));
   const double own_share = 1.0 / (1.0 + static_cast<double>(out.size()));
   std::vector<fleet::GossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
@@ -266,23 +268,25 @@ Status ReplicaSync::GossipSync(uint64_t step) {
       for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
       frames[k] = gossip_->Frame(k, all, params);
     }
-    RETURN_IF_ERROR(
-        exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others, others, &received));
+    RETURN_IF_ERROR(Annotate(
+        exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others, others, &received),
+        where + ", final average"));
     for (size_t k = 0; k < slices; ++k) {
       const fleet::SyncSlice& s = routes_[k].slice;
-      ASSIGN_OR_RETURN(fleet::GossipFrame own,
-                       fleet::DecodeGossipFrame(frames[k], static_cast<uint32_t>(s.index),
-                                                static_cast<uint64_t>(s.size)));
+      // Its own frame through the same checks (a parameter that is not finite fails here).
+      StatusOr<fleet::GossipFrame> own = fleet::DecodeGossipFrame(
+          frames[k], static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size));
+      if (!own.ok()) return Annotate(own.status(), where + ", final average, this stage's frame");
       std::vector<const fleet::GossipFrame*> by_replica;
       size_t next = 0;
       for (int r = 0; r < N; ++r) {
         if (r == me) {
-          by_replica.push_back(&own);
+          by_replica.push_back(&*own);
         } else if (next < others.size() && others[next] == r) {
           by_replica.push_back(&received[k][next++]);
         }
       }
-      gossip_->Average(k, by_replica, params);
+      RETURN_IF_ERROR(Annotate(gossip_->Average(k, by_replica, params), where));
     }
   }
   o_.fragment->SetParameters(params.data());

@@ -364,6 +364,15 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   begin_ = o_.file_env->NowSeconds();
   blocking_ = true;
   gossip_ = true;
+  // However it ends, the exchange is back to gathering (or its ring) for the next sync.
+  struct Reset {
+    SyncExchange* x;
+    ~Reset() {
+      x->gossip_ = false;
+      x->gossip_from_.clear();
+      x->gossip_in_.clear();
+    }
+  } reset{this};
   gossip_tag_ = tag;
   gossip_from_.assign(from.begin(), from.end());
   gossip_in_.assign(o_.routes.size(), std::vector<std::optional<fleet::GossipFrame>>(from.size()));
@@ -389,18 +398,22 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   const double wait_start = o_.file_env->NowSeconds();
   Join();
   wait_seconds_ += o_.file_env->NowSeconds() - wait_start;
-  gossip_ = false;
   RETURN_IF_ERROR(receive_status_);
   received->assign(o_.routes.size(), {});
   for (size_t k = 0; k < o_.routes.size(); ++k) {
-    for (auto& f : gossip_in_[k]) {
-      if (!f) return absl::InternalError("gossip: a frame missing after the exchange");
+    for (size_t i = 0; i < gossip_in_[k].size(); ++i) {
+      std::optional<fleet::GossipFrame>& f = gossip_in_[k][i];
+      if (!f) {
+        return absl::InternalError(
+            "gossip of step " + std::to_string(step) + " (tag " + std::to_string(tag) +
+            "): slice " + std::to_string(o_.routes[k].slice.index) + "'s frame from " + "replica " +
+            std::to_string(gossip_from_[i]) + " missing after the exchange");
+      }
       (*received)[k].push_back(std::move(*f));
     }
   }
-  gossip_in_.clear();
   MutexLock lock(mu_);
-  ++syncs_;
+  if (tag == 0) ++syncs_;  // a round (the job's final average is not one more sync)
   sync_seconds_ += o_.file_env->NowSeconds() - begin_;
   return absl::OkStatus();
 }
@@ -421,6 +434,12 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
   if (!f.ok()) {
     return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
                                          ": " + std::string(f.status().message()));
+  }
+  if (gossip_tag_ != 0 && !f->dense) {  // the final average takes every coordinate
+    return absl::InvalidArgumentError(
+        "sync tensor " + key.DebugString() + " from " + t.from_site +
+        ": a final average's frame of slice " + std::to_string(slice.index) + " with " +
+        std::to_string(f->count()) + " of its " + std::to_string(slice.size) + " coordinates");
   }
   gossip_in_[k][static_cast<size_t>(at - gossip_from_.begin())] = std::move(*f);
   return absl::OkStatus();
