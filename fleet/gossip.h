@@ -34,6 +34,16 @@ namespace longhaul::fleet {
 struct GossipGraph {
   std::vector<std::vector<int>> out;  // by node: the nodes it sends to this round
   int nodes() const { return static_cast<int>(out.size()); }
+  // The nodes that send to `node` this round, ascending.
+  std::vector<int> In(int node) const {
+    std::vector<int> in;
+    for (int j = 0; j < nodes(); ++j) {
+      for (int i : out[static_cast<size_t>(j)]) {
+        if (i == node) in.push_back(j);
+      }
+    }
+    return in;
+  }
 };
 
 // The graph of round `round`: for each node i, min(fanout, its up links) distinct nodes j != i

@@ -40,17 +40,14 @@ StatusOr<uint64_t> GossipMixer::Round(const GossipGraph& graph,
       frames[j].push_back(std::move(f));
     }
   }
-  // Who sends to each receiver, in sender order.
-  std::vector<std::vector<size_t>> from(n);
-  for (size_t j = 0; j < n; ++j) {
-    for (int i : graph.out[j]) from[static_cast<size_t>(i)].push_back(j);
-  }
-  for (auto& f : from) std::sort(f.begin(), f.end());
   std::vector<GossipNode::Received> received;
   for (size_t i = 0; i < n; ++i) {
+    const std::vector<int> from = graph.In(static_cast<int>(i));  // in sender order
     for (size_t k = 0; k < slices; ++k) {
       received.clear();
-      for (size_t j : from[i]) received.push_back({share[j], &frames[j][k]});
+      for (int j : from) {
+        received.push_back({share[static_cast<size_t>(j)], &frames[static_cast<size_t>(j)][k]});
+      }
       nodes_[i].Apply(k, picked[i][k], share[i], received, (*params)[i]);
     }
   }
@@ -62,11 +59,9 @@ Status GossipMixer::Average(std::vector<std::vector<float>>* params) {
   const size_t n = nodes_.size();
   for (size_t k = 0; k < nodes_[0].slices().size(); ++k) {
     const SyncSlice& s = nodes_[0].slices()[k];
-    std::vector<uint32_t> all(static_cast<size_t>(s.size));
-    for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
     std::vector<GossipFrame> frames;
     for (size_t r = 0; r < n; ++r) {
-      ASSIGN_OR_RETURN(GossipFrame f, DecodeGossipFrame(nodes_[r].Frame(k, all, (*params)[r]),
+      ASSIGN_OR_RETURN(GossipFrame f, DecodeGossipFrame(nodes_[r].DenseFrame(k, (*params)[r]),
                                                         static_cast<uint32_t>(s.index),
                                                         static_cast<uint64_t>(s.size)));
       frames.push_back(std::move(f));

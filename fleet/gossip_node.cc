@@ -217,6 +217,12 @@ std::vector<uint8_t> GossipNode::Frame(size_t k, std::span<const uint32_t> picke
                            std::span<const float>(weights_).subspan(at, size));
 }
 
+std::vector<uint8_t> GossipNode::DenseFrame(size_t k, std::span<const float> x) const {
+  std::vector<uint32_t> all(static_cast<size_t>(slices_[k].size));
+  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
+  return Frame(k, all, x);
+}
+
 void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_share,
                        std::span<const Received> received, std::span<float> x) {
   const SyncSlice& s = slices_[k];

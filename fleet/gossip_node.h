@@ -78,6 +78,8 @@ class GossipNode {
   // Its frame of slice k carrying `picked` of `x` (the whole parameter array).
   std::vector<uint8_t> Frame(size_t k, std::span<const uint32_t> picked,
                              std::span<const float> x) const;
+  // Its dense frame of slice k (every coordinate): what the exact average takes.
+  std::vector<uint8_t> DenseFrame(size_t k, std::span<const float> x) const;
 
   struct Received {
     double share = 1;  // the sender's 1 / (1 + its out-degree)

@@ -42,13 +42,13 @@ Status ReplicaSync::Init() {
                                       std::to_string(o_.grid.size()));
   }
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-  std::vector<bool> live;
+  live_.clear();
   union_microbatches_ = 0;
   for (int r = 0; r < o_.grid.replicas; ++r) {
-    live.push_back(!Contains(dropped, r));
+    live_.push_back(!Contains(dropped, r));
     union_microbatches_ += o_.microbatches[static_cast<size_t>(r)];
   }
-  token_weights_ = fleet::TokenWeights(o_.microbatches, live);
+  token_weights_ = fleet::TokenWeights(o_.microbatches, live_);
 
   SyncExchangeOptions so;
   so.site = o_.site;
@@ -56,7 +56,7 @@ Status ReplicaSync::Init() {
   so.attempt = a.attempt();
   so.stage = stage_;
   so.grid = o_.grid;
-  so.live = live;
+  so.live = live_;
   so.routes = SyncRoutes(o_.grid, o_.model, stage_, o_.sync.stagger);
   routes_ = so.routes;
   so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
@@ -218,22 +218,14 @@ Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
 
 Status ReplicaSync::GossipSync(uint64_t step) {
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
-  const v1::StageAssignment& a = o_.assignment;
-  const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-  std::vector<bool> live;
   std::vector<int> others;  // the live replicas but this one
   for (int r = 0; r < N; ++r) {
-    live.push_back(!Contains(dropped, r));
-    if (live.back() && r != me) others.push_back(r);
+    if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
   }
   const uint64_t round = GossipRoundOf(o_.sync, step);
-  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live, o_.seed, step);
+  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step);
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
-  std::vector<int> from;
-  for (int j = 0; j < N; ++j) {
-    const auto& o = graph.out[static_cast<size_t>(j)];
-    if (std::find(o.begin(), o.end(), me) != o.end()) from.push_back(j);
-  }
+  const std::vector<int> from = graph.In(me);
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
   std::vector<float> params(n);
   o_.fragment->GetParameters(params.data());
@@ -263,11 +255,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   if (step + 1 == o_.steps) {
     // The job's end: one exact average over the live replicas, each slice's values and weights
     // to every other (keys tagged past the round's).
-    for (size_t k = 0; k < slices; ++k) {
-      std::vector<uint32_t> all(static_cast<size_t>(routes_[k].slice.size));
-      for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
-      frames[k] = gossip_->Frame(k, all, params);
-    }
+    for (size_t k = 0; k < slices; ++k) frames[k] = gossip_->DenseFrame(k, params);
     RETURN_IF_ERROR(Annotate(
         exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others, others, &received),
         where + ", final average"));

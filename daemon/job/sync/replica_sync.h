@@ -134,6 +134,7 @@ class ReplicaSync {
   std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   std::unique_ptr<SyncExchange> exchange_;
   std::vector<SyncRoute> routes_;            // this stage's slices and their holders
+  std::vector<bool> live_;                   // by replica: not dropped in this attempt
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip
   std::optional<SyncCodecChooser> codec_;    // sync: {codec: adaptive}
   fleet::OuterOptimizer outer_;              // local mode
