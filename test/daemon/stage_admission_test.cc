@@ -12,8 +12,10 @@
 
 #include "compression/codec.h"
 #include "compression/frame.h"
+#include "daemon/job/exchange/grad_sums_frame.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "model/layout.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -133,6 +135,71 @@ TEST_CASE("a stage admits its neighbours' tensors in the shapes its layers need"
     CHECK(absl::IsDataLoss(Check(admission, t, "a")));
     CHECK(absl::IsDataLoss(admission.Check(t.first, {}, "a")));
   }
+}
+
+// A grad-sums frame (GRAD_SUMS or GRAD_TOTAL) of `sums` from stage `from` to `to`.
+Tensor GradSums(v1::TensorKind kind, int from, int to, std::vector<double> sums,
+                uint64_t step = 0) {
+  Tensor t;
+  t.frame = EncodeGradSums(sums);
+  t.first.set_job_id("j-000001");
+  t.first.set_attempt(3);
+  t.first.set_step(step);
+  t.first.set_kind(kind);
+  t.first.set_from_stage(static_cast<uint32_t>(from));
+  t.first.set_to_stage(static_cast<uint32_t>(to));
+  t.first.set_encoded_size(t.frame.size());
+  return t;
+}
+
+TEST_CASE("a gossip replica's stages pass gradient sums along their own pipeline only",
+          "[admission]") {
+  // Replica 0 is stages 0 (site a) and 1 (b): the sums go 1 -> 0, the total 0 -> 1.
+  JobSpec spec = Spec();
+  const size_t slices = static_cast<size_t>(model::ParameterLayout(spec.job.model).num_slices());
+  const std::vector<double> sums(slices, 0.25);
+  SECTION("without gossip the kinds are refused") {
+    const StageAdmission first("a", Assignment(0), spec);
+    CHECK(absl::IsPermissionDenied(
+        Check(first, GradSums(v1::TENSOR_KIND_GRAD_SUMS, 1, 0, sums), "b")));
+  }
+  spec.sync.reduce = fleet::SyncReduce::kGossip;
+  const StageAdmission first("a", Assignment(0), spec), last("b", Assignment(1), spec);
+  const Tensor up = GradSums(v1::TENSOR_KIND_GRAD_SUMS, 1, 0, sums, 4);
+  const Tensor down = GradSums(v1::TENSOR_KIND_GRAD_TOTAL, 0, 1, sums, 4);
+  CHECK(Check(first, up, "b").ok());
+  CHECK(first.CheckWhole(up.first, up.frame, "b").ok());
+  CHECK(Check(last, down, "a").ok());
+  CHECK(last.CheckWhole(down.first, down.frame, "a").ok());
+  // The wrong direction, another replica's stage, another site.
+  CHECK(absl::IsPermissionDenied(
+      Check(first, GradSums(v1::TENSOR_KIND_GRAD_TOTAL, 1, 0, sums), "b")));
+  CHECK(
+      absl::IsPermissionDenied(Check(last, GradSums(v1::TENSOR_KIND_GRAD_SUMS, 0, 1, sums), "a")));
+  CHECK(
+      absl::IsPermissionDenied(Check(first, GradSums(v1::TENSOR_KIND_GRAD_SUMS, 3, 0, sums), "d")));
+  CHECK(absl::IsPermissionDenied(Check(first, up, "c")));
+  // A frame of another size, step or microbatch.
+  Status s = Check(first, GradSums(v1::TENSOR_KIND_GRAD_SUMS, 1, 0, {1.0, 2.0}), "b");
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(Names(s, "grad-sums frame"));
+  CHECK(absl::IsInvalidArgument(
+      Check(first, GradSums(v1::TENSOR_KIND_GRAD_SUMS, 1, 0, sums, kSteps), "b")));
+  Tensor t = up;
+  t.first.set_microbatch(1);
+  CHECK(absl::IsInvalidArgument(Check(first, t, "b")));
+  // The whole payload: a flipped byte, a negative sum.
+  t = up;
+  t.frame[20] ^= 1;
+  s = first.CheckWhole(t.first, t.frame, "b");
+  CHECK(absl::IsDataLoss(s));
+  CHECK(Names(s, "checksum"));
+  std::vector<double> negative = sums;
+  negative[3] = -1;
+  t = GradSums(v1::TENSOR_KIND_GRAD_SUMS, 1, 0, negative);
+  s = first.CheckWhole(t.first, t.frame, "b");
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(Names(s, "sum 3"));
 }
 
 TEST_CASE("a stage admits sync frames only from the replica stages its routes name",

@@ -544,15 +544,18 @@ TEST_CASE(
   const std::vector<std::vector<int>> to = {{1}, {2}, {0, 1}}, from = {{2}, {0, 2}, {1}};
   std::vector<Status> status(3);
   std::vector<std::vector<std::vector<fleet::GossipFrame>>> got(3);
+  std::vector<std::vector<int>> senders(3);
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
-    threads.emplace_back(
-        [&, i] { status[i] = g.x[i]->Gossip(1, 0, GossipFrames(g, i), to[i], from[i], &got[i]); });
+    threads.emplace_back([&, i] {
+      status[i] = g.x[i]->Gossip(1, 0, GossipFrames(g, i), to[i], from[i], &got[i], &senders[i]);
+    });
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < 3; ++i) {
     INFO("stage " << i);
     REQUIRE(status[i].ok());
+    CHECK(senders[i] == from[i]);
     REQUIRE(got[i].size() == g.routes[i].size());
     for (size_t k = 0; k < g.routes[i].size(); ++k) {
       const fleet::SyncSlice& s = g.routes[i][k].slice;
@@ -582,13 +585,107 @@ TEST_CASE("sync exchange: a gossip frame that is not its slice's is refused, nam
     Inject(g.inbox(0), 2, 1, g.routes[0][k].slice.index, "beta", frames[0]);
   }
   std::vector<std::vector<fleet::GossipFrame>> got;
+  std::vector<int> senders;
   const std::vector<std::vector<uint8_t>> none(g.routes[0].size());
-  const Status s = g.x[0]->Gossip(2, 0, none, std::vector<int>{}, std::vector<int>{1}, &got);
+  const Status s =
+      g.x[0]->Gossip(2, 0, none, std::vector<int>{}, std::vector<int>{1}, &got, &senders);
   INFO(s.ToString());
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(s.message()), Catch::Contains("from beta"));
   CHECK_THAT(std::string(s.message()), Catch::Contains("gossip frame of slice"));
   CHECK(g.link(0, 1).attempts() == 0);  // no out-neighbour: nothing sent
+}
+
+TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone") {
+  // Three single-stage replicas, each sending to and taking from both others; replica 2's
+  // stage never runs. Its site answers nothing (then: runs another attempt; then: its
+  // stage stopped), so the two others each end the round with the other's frames only, after
+  // the grace; in the next round the lost replica is asked for at once and gets no frames.
+  // Where its site says the stage runs this attempt, the round waits for its frames.
+  testing::SyncGroup g({.replicas = 3});
+  std::atomic<int> asked{0};
+  std::atomic<int> mode{0};  // 0: no answer, 1: another attempt, 2: stopped, 3: running
+  for (int i = 0; i < 2; ++i) {
+    SyncExchangeOptions o = g.Options(i);
+    o.gossip_grace_seconds = 0.2;
+    o.peer_state = [&](int stage) {
+      SyncPeerState p;
+      if (stage != 2) {  // the live ones: running this attempt
+        p.answered = true;
+        p.attempt = testing::kSyncAttempt;
+        p.running = true;
+        return p;
+      }
+      ++asked;
+      p.answered = mode != 0;
+      p.attempt = testing::kSyncAttempt + (mode == 1 ? 1 : 0);
+      p.running = mode == 1 || mode == 3;
+      return p;
+    };
+    auto made = SyncExchange::Create(std::move(o));
+    REQUIRE(made.ok());
+    g.x[i] = std::move(*made);
+  }
+  auto round = [&](uint64_t step) {
+    for (int i = 0; i < 3; ++i) g.inbox(i).AdvanceTo(step);
+    std::vector<Status> status(2);
+    std::vector<std::vector<std::vector<fleet::GossipFrame>>> got(2);
+    std::vector<std::vector<int>> senders(2);
+    const std::vector<std::vector<int>> peers = {{1, 2}, {0, 2}};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        status[i] =
+            g.x[i]->Gossip(step, 0, GossipFrames(g, i), peers[i], peers[i], &got[i], &senders[i]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < 2; ++i) {
+      INFO("stage " << i << " after step " << step);
+      REQUIRE(status[i].ok());
+      CHECK(senders[i] == std::vector<int>{1 - i});
+      REQUIRE(got[i].size() == g.routes[i].size());
+      for (size_t k = 0; k < got[i].size(); ++k) {
+        REQUIRE(got[i][k].size() == 1);
+        const fleet::SyncSlice& s = g.routes[i][k].slice;
+        const std::vector<float>& sender = g.values[1 - i];
+        CHECK(SameBits(got[i][k][0].x, std::vector<float>(sender.begin() + s.offset,
+                                                          sender.begin() + s.offset + s.size)));
+      }
+    }
+  };
+  for (int m : {0, 1, 2}) {
+    INFO("replica 2's site: mode " << m);
+    mode = m;
+    round(static_cast<uint64_t>(m) + 1);
+    CHECK(g.x[0]->gossip_losses() == 1);  // lost in the first round, not back since
+    CHECK(g.x[1]->gossip_losses() == 1);
+  }
+  // Lost since the first round: nothing was sent to it after that round's frames.
+  const size_t first_round = g.routes[0].size();
+  CHECK(g.link(0, 2).delivered().size() == first_round);
+  CHECK(g.link(1, 2).delivered().size() == first_round);
+  CHECK(asked >= 4);
+  // Its site says it runs this attempt: it is sent to again, and the round waits for its
+  // frames, which arrive late.
+  mode = 3;
+  g.inbox(0).AdvanceTo(4);
+  std::vector<std::vector<fleet::GossipFrame>> got;
+  std::vector<int> senders;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    const std::vector<std::vector<uint8_t>> frames = GossipFrames(g, 2);
+    for (size_t k = 0; k < g.routes[0].size(); ++k) {
+      Inject(g.inbox(0), 4, 2, g.routes[0][k].slice.index, "gamma", frames[k]);
+    }
+  });
+  const Status s = g.x[0]->Gossip(4, 0, GossipFrames(g, 0), std::vector<int>{2},
+                                  std::vector<int>{2}, &got, &senders);
+  late.join();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  CHECK(senders == std::vector<int>{2});
+  CHECK(g.link(0, 2).delivered().size() == 2 * first_round);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // delivers only whole tensors of their announced size; a loader state opens only when its
 // checksum holds; a gossip frame decodes only when its header check passes and everything the
 // decoder promises holds, and applied it leaves every parameter finite and every weight
-// positive and finite.
+// positive and finite; a grad-sums frame (daemon/job/exchange/grad_sums_frame.h) decodes only
+// to finite sums that are not negative, and only when it is exactly what its sums encode to.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "compression/codec.h"
 #include "compression/frame.h"
 #include "daemon/job/checks/job_checks.h"
+#include "daemon/job/exchange/grad_sums_frame.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/state/fragment_slices.h"
@@ -198,6 +200,22 @@ void InboxOps(const uint8_t* d, size_t n) {
 }
 
 // d[0]: the slice's size (1..64); the rest: a frame of slice 3.
+void GradSums(const uint8_t* d, size_t n) {
+  if (n < 1) return;
+  const size_t slices = d[0] % 40;
+  const std::span<const uint8_t> frame(d + 1, n - 1);
+  const auto sums = DecodeGradSums(frame, slices);
+  if (!sums.ok()) return;
+  if (sums->size() != slices || frame.size() != GradSumsFrameBytes(slices)) std::abort();
+  for (double v : *sums) {
+    if (!std::isfinite(v) || v < 0) std::abort();
+  }
+  const std::vector<uint8_t> again = EncodeGradSums(*sums);
+  if (again.size() != frame.size() || std::memcmp(again.data(), frame.data(), again.size()) != 0) {
+    std::abort();
+  }
+}
+
 void Gossip(const uint8_t* d, size_t n) {
   if (n < 1) return;
   const uint64_t size = 1 + d[0] % 64;
@@ -235,7 +253,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* d = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 8) {
+  switch (data[0] % 9) {
     case 0:
       Assignment(d, n);
       break;
@@ -256,6 +274,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 7:
       Gossip(d, n);
+      break;
+    case 8:
+      GradSums(d, n);
       break;
     default:
       LoaderState(d, n);
@@ -337,4 +358,7 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
     const std::vector<uint8_t> frame = fleet::EncodeGossipFrame(3, picked, x, w);
     seeds->push_back(std::string{'\7', char(11)} + std::string(frame.begin(), frame.end()));
   }
+  // A grad-sums frame of 5 slices.
+  const std::vector<uint8_t> sums = EncodeGradSums(std::vector<double>{0.5, 0.0, 2.25, 1e-3, 7.0});
+  seeds->push_back(std::string{'\10', char(5)} + std::string(sums.begin(), sums.end()));
 }

@@ -583,6 +583,66 @@ TEST_CASE("gossip has no job-wide barrier: a slow replica does not hold the othe
   for (const auto& stage : s.stages()) CHECK(stage.step() == 8);
 }
 
+// The newest stage checkpoint (steps completed) in site `site`'s directory of job `id`.
+uint64_t NewestStageCheckpoint(Cluster& c, size_t site, const std::string& id) {
+  uint64_t newest = 0;
+  std::error_code ec;
+  const std::string dir = c.configs[site].data_dir + "/jobs/" + id;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("stage_", 0) != 0 || name.size() < 14) continue;
+    newest = std::max<uint64_t>(newest, std::stoull(name.substr(6, 8)));
+  }
+  return newest;
+}
+
+TEST_CASE("gossip: the coordinator's site going down stops no other replica") {
+  // Alpha coordinates and runs replica 0's first stage. With alpha gone, the other replicas
+  // keep stepping and checkpointing: no barrier waits for the coordinator (their reports
+  // queue, and a replica of two stages passes its gradient sums along its pipeline for its
+  // clipping scale), and a round goes on without replica 0's frames once its stages do not
+  // answer (replica 0's second stage, its neighbour gone, stops). Alpha back, the job
+  // resumes from its committed step (nothing committed is lost) and ends with the fleet's
+  // model, bit for bit. Four single-stage replicas, then two of two stages.
+  const bool single = GENERATE(true, false);
+  INFO((single ? "4 x 1" : "2 x 2"));
+  std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25}\n", 40);
+  if (single) yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  const std::vector<size_t> others =
+      single ? std::vector<size_t>{1, 2, 3} : std::vector<size_t>{2, 3};
+  const Oracle oracle = TrainFleet(yaml);
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.05);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  const uint64_t committed = c.Status(id).committed_step();
+  c.daemons[0].reset();  // alpha: the coordinator, and replica 0
+  std::vector<uint64_t> at_kill;
+  for (size_t i : others) at_kill.push_back(NewestStageCheckpoint(c, i, id));
+  REQUIRE(testing::WaitFor(
+      [&] {
+        for (size_t k = 0; k < others.size(); ++k) {
+          if (NewestStageCheckpoint(c, others[k], id) < at_kill[k] + 6) return false;
+        }
+        return true;
+      },
+      120s));
+  c.Start(0);
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CHECK(s.attempt() >= 2);
+  bool resumed = false;  // from a step no earlier than the one committed before alpha went
+  for (const auto& e : s.events()) {
+    if (e.kind() != "rollback") continue;
+    const std::string d = e.detail();
+    const size_t at = d.find("resumes from step ");
+    resumed = at != std::string::npos && std::stoull(d.substr(at + 18)) >= committed;
+  }
+  CHECK(resumed);
+  CheckAgainst(oracle, s, c.Export(id));
+}
+
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
   // on_site_loss: wait: every replica rolls back and waits for the site. With gossip the
   // rounds' references and push-sum weights come back from the sync state too.

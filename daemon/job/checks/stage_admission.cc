@@ -6,6 +6,7 @@
 
 #include "compression/frame.h"
 #include "daemon/job/checks/job_checks.h"
+#include "daemon/job/exchange/grad_sums_frame.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
@@ -119,10 +120,18 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
   }
   const bool tied =
       first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && from < n && grid_.tied(self) == sender;
+  // A gossip replica's stages pass their gradient sums toward its first stage and the
+  // replica's whole sums back (grad_sums_frame.h).
+  const bool grad_sums =
+      first.kind() == v1::TENSOR_KIND_GRAD_SUMS || first.kind() == v1::TENSOR_KIND_GRAD_TOTAL;
+  const bool gossip = sync_.reduce == fleet::SyncReduce::kGossip && grid_.replicas > 1;
   const bool neighbour =
       from < n &&
-      ((first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD && grid_.next(self) == sender) ||
-       ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS) &&
+      (((first.kind() == v1::TENSOR_KIND_ACTIVATION_GRAD ||
+         (gossip && first.kind() == v1::TENSOR_KIND_GRAD_SUMS)) &&
+        grid_.next(self) == sender) ||
+       ((first.kind() == v1::TENSOR_KIND_ACTIVATION || first.kind() == v1::TENSOR_KIND_TARGETS ||
+         (gossip && first.kind() == v1::TENSOR_KIND_GRAD_TOTAL)) &&
         grid_.prev(self) == sender));
   if (first.to_stage() != me || from >= n || from_site != caller || !(tied || neighbour)) {
     return RoleDenied(caller, id,
@@ -130,6 +139,20 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
                           std::to_string(from) + " to stage " + std::to_string(first.to_stage()) +
                           " (this site runs stage " + std::to_string(me) + " of " +
                           std::to_string(n) + ")");
+  }
+  if (grad_sums) {
+    const size_t bytes =
+        GradSumsFrameBytes(static_cast<size_t>(model::ParameterLayout(model_).num_slices()));
+    if (first.encoded_size() != bytes || first.microbatch() != 0 || first.tensor_id() != 0 ||
+        first.step() >= static_cast<uint64_t>(steps_)) {
+      return absl::InvalidArgumentError(
+          "job " + id + ": " + v1::TensorKind_Name(first.kind()) + " " +
+          KeyOf(first).DebugString() + " from " + caller + " of " +
+          std::to_string(first.encoded_size()) + " bytes: a grad-sums frame of this model is " +
+          std::to_string(bytes) + " bytes, microbatch 0, tensor 0, within the job's " +
+          std::to_string(steps_) + " steps");
+    }
+    return absl::OkStatus();
   }
   std::vector<int64_t> expected;
   switch (first.kind()) {
@@ -173,6 +196,12 @@ Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const 
       return Status(f.status().code(), what + std::string(f.status().message()));
     }
     return absl::InvalidArgumentError(what + "a slice this stage does not hold");
+  }
+  if (first.kind() == v1::TENSOR_KIND_GRAD_SUMS || first.kind() == v1::TENSOR_KIND_GRAD_TOTAL) {
+    const auto sums =
+        DecodeGradSums(payload, static_cast<size_t>(model::ParameterLayout(model_).num_slices()));
+    return sums.ok() ? absl::OkStatus()
+                     : Status(sums.status().code(), what + std::string(sums.status().message()));
   }
   if (StatusOr<compression::FrameHeader> h = compression::ParseFrameHeader(payload); !h.ok()) {
     return absl::DataLossError(what + std::string(h.status().message()));

@@ -119,8 +119,18 @@ OutboundUsage* StageExchange::UsageOf(To to) {
   }
 }
 
+int StageExchange::FromStage(v1::TensorKind kind) const {
+  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) return o_.tied_stage;
+  if (kind == v1::TENSOR_KIND_ACTIVATION_GRAD || kind == v1::TENSOR_KIND_GRAD_SUMS) {
+    return o_.stage + 1;
+  }
+  return o_.stage - 1;
+}
+
 int StageExchange::ToStage(v1::TensorKind kind) const {
-  if (kind == v1::TENSOR_KIND_ACTIVATION_GRAD) return o_.stage - 1;
+  if (kind == v1::TENSOR_KIND_ACTIVATION_GRAD || kind == v1::TENSOR_KIND_GRAD_SUMS) {
+    return o_.stage - 1;
+  }
   // Flat indices (stage_grid.h): the tied partner is the other end of this stage's replica.
   if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) return o_.tied_stage;
   return o_.stage + 1;
@@ -274,24 +284,49 @@ Status StageExchange::SendError() const {
   return absl::OkStatus();
 }
 
-Status StageExchange::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
-                              float* device, bool* on_device) {
+StatusOr<std::vector<uint8_t>> StageExchange::ReceiveFrame(v1::TensorKind kind, uint64_t step,
+                                                           int mb) {
   const TensorKey key{o_.attempt, step, static_cast<uint32_t>(mb), kind, kMainTensor};
+  ASSIGN_OR_RETURN(ReceivedTensor t, Wait(key));
+  return std::move(t.payload);
+}
+
+StatusOr<ReceivedTensor> StageExchange::Wait(const TensorKey& key) {
   auto stopped = [this] { return o_.stop != nullptr && o_.stop->load(); };
   if (stopped()) return absl::AbortedError("stopped");
   const double start = o_.file_env->NowSeconds(), sending = send_seconds_;
   StatusOr<ReceivedTensor> t = o_.inbox->Take(key, 0);
   if (!t.ok() && t.status().code() == absl::StatusCode::kDeadlineExceeded) {
     RETURN_IF_ERROR(FinishPendingSend());  // not here yet: nothing stays pending while waiting
+    const int from = FromStage(static_cast<v1::TensorKind>(key.kind));
+    double next_check = start + o_.lost_grace_seconds;
     while (true) {
       if (stopped()) return absl::AbortedError("stopped");
       // A tensor of ours the neighbour refused means it will not answer: fail now, naming it.
       RETURN_IF_ERROR(SendError());
+      if (o_.stage_lost && o_.file_env->NowSeconds() >= next_check) {
+        if (o_.stage_lost(from)) {
+          return absl::UnavailableError("job " + o_.job_id + " stage " + std::to_string(o_.stage) +
+                                        ": waiting for " + key.DebugString() + " from stage " +
+                                        std::to_string(from) +
+                                        ", which is gone (its site does not answer or no longer "
+                                        "runs it in attempt " +
+                                        std::to_string(o_.attempt) + ")");
+        }
+        next_check = o_.file_env->NowSeconds() + o_.lost_grace_seconds;
+      }
       t = o_.inbox->Take(key, o_.heartbeat_seconds);
       if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     }
   }
   wait_seconds_ += o_.file_env->NowSeconds() - start - (send_seconds_ - sending);
+  return t;
+}
+
+Status StageExchange::Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
+                              float* device, bool* on_device) {
+  const TensorKey key{o_.attempt, step, static_cast<uint32_t>(mb), kind, kMainTensor};
+  StatusOr<ReceivedTensor> t = Wait(key);
   if (!t.ok()) return t.status();
   compression::FrameLimits limits;
   limits.max_elements = n;

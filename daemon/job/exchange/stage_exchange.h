@@ -73,6 +73,13 @@ struct StageExchangeOptions {
   size_t host_floats = 0;  // the largest tensor staged through host memory
   // The clock (NowSeconds) of the wait and send times and of the codec controllers' windows.
   FileEnv* file_env = FileEnv::Default();
+  // Asked of the stage a wait is for once it has waited lost_grace_seconds, then every
+  // lost_grace_seconds: true when that stage is gone (its site does not answer, runs another
+  // attempt or no longer runs it), which ends the wait with Unavailable. Null: never asked
+  // (the coordinator stops a stage whose neighbour is gone; a gossip job's stages may have to
+  // see it themselves).
+  std::function<bool(int stage)> stage_lost;
+  double lost_grace_seconds = 5;
 };
 
 class StageExchange {
@@ -104,6 +111,9 @@ class StageExchange {
   // *on_device.
   Status Receive(v1::TensorKind kind, uint64_t step, int mb, float* host, size_t n,
                  float* device = nullptr, bool* on_device = nullptr);
+  // Waits for a tensor and returns its payload as it came (a frame that is not a compression
+  // frame, e.g. a grad-sums frame: the caller decodes and checks it).
+  StatusOr<std::vector<uint8_t>> ReceiveFrame(v1::TensorKind kind, uint64_t step, int mb);
 
   // The first failure of the senders (naming the tensor and the peer), or OK.
   Status SendError() const;
@@ -137,11 +147,16 @@ class StageExchange {
   LinkSender* Sender(To to) const;
   // Sender(to), or an error naming the stage and the tensor's kind when there is none.
   StatusOr<LinkSender*> SenderFor(To to, v1::TensorKind kind) const;
+  // Takes the tensor of `key` from the inbox, waiting while it is not there (failing on a
+  // stop or a refused send of ours); the wait counts in wait_seconds.
+  StatusOr<ReceivedTensor> Wait(const TensorKey& key);
   // The routing header of a tensor this stage sends.
   void Envelope(v1::TensorKind kind, uint64_t step, int mb, v1::TensorFrame* h) const;
   // The usage of the link to `to`: only its address, taken without mu_; what it points to is
   // guarded by mu_ (but to_site, set by the constructor).
   OutboundUsage* UsageOf(To to);
+  // The flat stage a tensor of `kind` comes from (the reverse of ToStage).
+  int FromStage(v1::TensorKind kind) const;
   int ToStage(v1::TensorKind kind) const;
 
   StageExchangeOptions o_;

@@ -225,7 +225,13 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
   std::shared_ptr<StageRunner> runner;
   {
     MutexLock lock(mu_);
-    if (stage->assignment.coordinator() != caller) {
+    // A ping tells only how the stage stands: the job's other stage sites may ask too (a
+    // gossip round asks after a late neighbour, sync_exchange.h). Every other command is
+    // the coordinator's.
+    bool peer = false;
+    for (const auto& st : stage->assignment.stages()) peer = peer || st.site() == caller;
+    if (stage->assignment.coordinator() != caller &&
+        !(c.kind() == v1::JobCommand::KIND_PING && peer)) {
       return RoleDenied(
           caller, c.job_id(),
           "control the stages (its coordinator is '" + stage->assignment.coordinator() + "')");

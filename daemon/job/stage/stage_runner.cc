@@ -66,10 +66,15 @@ void StageRunner::Run() {
   if (s.ok() && start_step_ > 0 && replicas_) {
     s = replicas_->StartSync(start_step_ - 1, compute_acc_, /*resumed=*/true);
   }
+  // Gossip replicas step without the coordinator (step_reporter.h).
+  if (replicas_ && replicas_->gossip() && ctx_.coordinator != nullptr) {
+    reporter_ = std::make_unique<StepReporter>(ctx_.coordinator, &stop_);
+  }
   for (uint64_t step = start_step_; s.ok() && step < steps && !stop_; ++step) {
     s = RunStep(step);
     if (!s.ok()) break;
   }
+  if (reporter_) reporter_->Drain();  // the steps' reports go first, in order
   if (s.ok() && !stop_) {
     // Final report: nothing to reduce, only that the last checkpoint is durable.
     v1::StepReport final_report;
@@ -93,6 +98,7 @@ void StageRunner::Run() {
   }
   // The stage is done with its fragment: a finished or failed job holds no model memory
   // while its record stays for status, export (from the checkpoints) and pings.
+  reporter_.reset();  // ends its thread; what the coordinator did not take is dropped
   exchange_->ReleaseDevice();
   if (replicas_) replicas_->Cancel();  // a streaming sync left in flight by an error
   replicas_.reset();                   // it holds the fragment, which goes next
@@ -225,7 +231,22 @@ Status StageRunner::RunStep(uint64_t step) {
   }
   StatusOr<v1::StepDecision> decision;
   const double barrier_start = Now();
-  while (true) {
+  const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
+  if (reporter_) {
+    // A gossip replica has no barrier: the report goes behind the step, and the replica's own
+    // gradient norm clips the step (the scale the coordinator's replica decision gives).
+    if (const std::string why = reporter_->stopped(); !why.empty()) {
+      return absl::AbortedError("coordinator: " + why);
+    }
+    reporter_->Add(report);
+    ASSIGN_OR_RETURN(const float scale, ReplicaClipScale(step, {report.grad_sums().begin(),
+                                                                report.grad_sums().end()}));
+    v1::StepDecision own;
+    own.set_grad_scale(scale);
+    own.set_committed_step(reporter_->committed_step());
+    decision = std::move(own);
+  }
+  while (!reporter_) {
     if (stop_) return absl::AbortedError("stopped");
     decision = ctx_.coordinator->ReportStep(report, 3600);
     if (decision.ok()) break;
@@ -240,7 +261,6 @@ Status StageRunner::RunStep(uint64_t step) {
       decision->grad_budgets_size() == grid_.size()) {
     exchange_->SetScheduleBudgets(decision->act_budgets(stage_), decision->grad_budgets(stage_));
   }
-  const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
   const float lr = model::LearningRate(opt, static_cast<int>(step), ctx_.spec.job.steps);
   const double step_start = Now();
   // Pipeline replicas: each replica clips by its own stages' gradient norm.

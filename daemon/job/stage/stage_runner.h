@@ -29,6 +29,7 @@
 #include "daemon/job/site/runtime_env.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/stage/step_reporter.h"
 #include "daemon/job/sync/replica_sync.h"
 #include "daemon/link_monitor.h"
 #include "daemon/transport/link.h"
@@ -138,6 +139,13 @@ class StageRunner {
   // stage_runner_links.cc: the StageExchange with the pipeline neighbours and tied partner.
   Status InitExchange(kernels::Ops* ops);
   Status CheckpointSync(uint64_t step);
+  // Gossip: what stage `stage`'s site says of its stage of this job (a ping over the link).
+  SyncPeerState PeerState(int stage) const;
+  // Gossip: the clipping scale of this stage's replica from its stages' gradient sums
+  // (`sums`, this stage's), passed along the replica's pipeline without the coordinator:
+  // the stages after this one send theirs toward the first stage (TENSOR_KIND_GRAD_SUMS),
+  // which sends the replica's whole sums back (TENSOR_KIND_GRAD_TOTAL).
+  StatusOr<float> ReplicaClipScale(uint64_t step, std::vector<double> sums);
   // Receives the fragment's (B,T,C) input: where it landed, the exchange's host buffer or,
   // decoded on the device, the fragment's DeviceInput().
   StatusOr<const float*> ReceiveInput(v1::TensorKind kind, uint64_t step, int mb);
@@ -166,6 +174,8 @@ class StageRunner {
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<StageExchange> exchange_;
   std::unique_ptr<ReplicaSync> replicas_;  // with pipeline replicas
+  // Gossip replicas of one stage: reports sent behind the steps (null: the barrier's wait).
+  std::unique_ptr<StepReporter> reporter_;
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;
   std::unique_ptr<model::DataLoader> loader_;

@@ -4,9 +4,11 @@
 // lossy codec's residual that state also holds.
 #include <algorithm>
 
+#include "daemon/job/exchange/grad_sums_frame.h"
 #include "daemon/job/stage/stage_runner.h"
 #include "daemon/job/state/sync_checkpoint.h"
 #include "model/layout.h"
+#include "model/optimizer.h"
 
 namespace longhaul::daemon {
 
@@ -29,6 +31,8 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.heartbeat_seconds = ctx_.heartbeat_seconds;
     o.stop = &stop_;
     o.file_env = ctx_.env.files;
+    // A gossip round goes on without a replica whose stage is gone: its site is asked.
+    o.peer_state = [this](int stage) { return PeerState(stage); };
     ASSIGN_OR_RETURN(replicas_, ReplicaSync::Create(std::move(o)));
   }
   if (!replicas_ && !tied_codec_) return absl::OkStatus();
@@ -99,6 +103,65 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   fragment_->SetTiedGradPeer(peer.data());
   fragment_->CombineTiedGrads();
   return absl::OkStatus();
+}
+
+SyncPeerState StageRunner::PeerState(int stage) const {
+  SyncPeerState p;
+  const v1::StageAssignment& a = ctx_.assignment;
+  if (stage < 0 || stage >= a.stages_size() || !ctx_.channel) return p;
+  transport::Link* link = ctx_.channel(a.stages(stage).site());
+  if (link == nullptr) return p;
+  v1::JobCommand ping;
+  ping.set_job_id(a.job_id());
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  auto r = link->ControlJob(ping, 2);
+  if (!r.ok()) return p;
+  p.answered = true;
+  p.attempt = r->attempt();
+  p.running = r->running();
+  p.finished = r->finished();
+  p.step = r->step();
+  return p;
+}
+
+StatusOr<float> StageRunner::ReplicaClipScale(uint64_t step, std::vector<double> sums) {
+  // Each slice's sum comes from the one stage that holds it (the others' are 0), so the sums
+  // added along the pipeline are the replica decision's bits, whatever the order.
+  const size_t slices =
+      static_cast<size_t>(model::ParameterLayout(ctx_.spec.job.model).num_slices());
+  const std::string where = "job " + ctx_.assignment.job_id() + " stage " + std::to_string(stage_) +
+                            ", step " + std::to_string(step) + ": ";
+  auto take = [&](v1::TensorKind kind) -> StatusOr<std::vector<double>> {
+    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, exchange_->ReceiveFrame(kind, step, 0));
+    auto got = DecodeGradSums(bytes, slices);
+    if (!got.ok()) {
+      return Status(got.status().code(),
+                    where + v1::TensorKind_Name(kind) + " from stage " +
+                        std::to_string(kind == v1::TENSOR_KIND_GRAD_SUMS ? grid_.next(stage_)
+                                                                         : grid_.prev(stage_)) +
+                        ": " + std::string(got.status().message()));
+    }
+    return got;
+  };
+  if (sums.size() != slices) {
+    return absl::InternalError(where + std::to_string(sums.size()) + " gradient sums for " +
+                               std::to_string(slices) + " slices");
+  }
+  if (pos_ + 1 < num_stages_) {  // the stages after this one, toward the first
+    ASSIGN_OR_RETURN(std::vector<double> after, take(v1::TENSOR_KIND_GRAD_SUMS));
+    model::AddSliceSums(sums, &after);
+    sums = std::move(after);
+  }
+  if (pos_ > 0) {  // on toward the first stage, and the replica's whole sums back
+    RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kPrev, v1::TENSOR_KIND_GRAD_SUMS, step,
+                                         0, EncodeGradSums(sums), 0));
+    ASSIGN_OR_RETURN(sums, take(v1::TENSOR_KIND_GRAD_TOTAL));
+  }
+  if (pos_ + 1 < num_stages_) {
+    RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kNext, v1::TENSOR_KIND_GRAD_TOTAL, step,
+                                         0, EncodeGradSums(sums), 0));
+  }
+  return model::ClipScale(model::GradNorm(sums), ctx_.spec.job.optimizer.grad_clip);
 }
 
 }  // namespace longhaul::daemon

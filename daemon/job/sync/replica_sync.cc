@@ -84,6 +84,10 @@ Status ReplicaSync::Init() {
   so.heartbeat_seconds = o_.heartbeat_seconds;
   so.stop = o_.stop;
   so.file_env = o_.file_env;
+  if (gossip()) {
+    so.peer_state = o_.peer_state;
+    so.gossip_grace_seconds = 5 * o_.heartbeat_seconds;
+  }
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
   if (gossip()) {
     ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
@@ -241,13 +245,15 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   const std::string where = Where() + ", gossip round " + std::to_string(round) + " after step " +
                             std::to_string(step + 1);
   std::vector<std::vector<fleet::GossipFrame>> received;
-  RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, 0, frames, out, from, &received), where));
+  std::vector<int> senders;  // the in-neighbours whose frames came (a lost one's did not)
+  RETURN_IF_ERROR(
+      Annotate(exchange_->Gossip(step, 0, frames, out, from, &received, &senders), where));
   const double own_share = 1.0 / (1.0 + static_cast<double>(out.size()));
   std::vector<fleet::GossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
     in.clear();
-    for (size_t i = 0; i < from.size(); ++i) {
-      const double degree = static_cast<double>(graph.out[static_cast<size_t>(from[i])].size());
+    for (size_t i = 0; i < senders.size(); ++i) {
+      const double degree = static_cast<double>(graph.out[static_cast<size_t>(senders[i])].size());
       in.push_back({1.0 / (1.0 + degree), &received[k][i]});
     }
     gossip_->Apply(k, picked[k], own_share, in, params);
@@ -256,9 +262,10 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     // The job's end: one exact average over the live replicas, each slice's values and weights
     // to every other (keys tagged past the round's).
     for (size_t k = 0; k < slices; ++k) frames[k] = gossip_->DenseFrame(k, params);
-    RETURN_IF_ERROR(Annotate(
-        exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others, others, &received),
-        where + ", final average"));
+    RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others,
+                                               others, &received, &senders),
+                             where + ", final average"));
+    others = senders;  // over the replicas still there
     for (size_t k = 0; k < slices; ++k) {
       const fleet::SyncSlice& s = routes_[k].slice;
       // Its own frame through the same checks (a parameter that is not finite fails here).

@@ -25,6 +25,7 @@
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -71,6 +72,9 @@ struct ReplicaSyncOptions {
   // The clock (NowSeconds) of the adaptive codec's windows and of the syncs' seconds
   // (SyncExchange's): a fake in tests.
   FileEnv* file_env = FileEnv::Default();
+  // Gossip: what a peer stage's site says of its stage (SyncExchangeOptions::peer_state),
+  // asked after five heartbeats without its frames. Null: the rounds wait for every frame.
+  std::function<SyncPeerState(int stage)> peer_state;
 };
 
 class ReplicaSync {

@@ -253,11 +253,29 @@ Status SyncExchange::TakeGathered(const TensorKey& key, const ReceivedTensor& t)
 
 void SyncExchange::Receive(std::vector<TensorKey> wanted) {
   auto stopped = [this] { return cancel_.load() || (o_.stop != nullptr && o_.stop->load()); };
+  // Gossip asks after senders whose frames are late: at once for those lost before, else
+  // after the grace, then every grace.
+  const double grace = std::max(o_.gossip_grace_seconds, 0.0);
+  const double began = o_.file_env->NowSeconds();
+  bool suspect = false;
+  for (const TensorKey& key : wanted) {
+    const int r = static_cast<int>(key.microbatch - gossip_tag_);
+    suspect = suspect || (gossip_ && r >= 0 && static_cast<size_t>(r) < lost_.size() && lost_[r]);
+  }
+  double next_check = began + (suspect ? 0.0 : grace);
   auto run = [&]() -> Status {
     while (!wanted.empty() || !backlog_.empty()) {
       if (stopped()) return absl::AbortedError("stopped");
       RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
       RETURN_IF_ERROR(DrainBacklog());
+      if (gossip_ && o_.peer_state && !wanted.empty()) {
+        const double now = o_.file_env->NowSeconds();
+        if (now >= next_check) {
+          DropLostSenders(&wanted, now - began);
+          next_check = now + std::max(grace, o_.heartbeat_seconds);
+          if (wanted.empty()) continue;
+        }
+      }
       // With frames still to queue, look back at the links often.
       const double wait =
           backlog_.empty() ? o_.heartbeat_seconds : std::min(o_.heartbeat_seconds, 0.01);
@@ -350,7 +368,8 @@ Status SyncExchange::Finish(std::span<float> out) {
 Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
                             std::span<const std::vector<uint8_t>> frames, std::span<const int> to,
                             std::span<const int> from,
-                            std::vector<std::vector<fleet::GossipFrame>>* received) {
+                            std::vector<std::vector<fleet::GossipFrame>>* received,
+                            std::vector<int>* senders) {
   if (in_flight()) {
     return absl::FailedPreconditionError("gossip of step " + std::to_string(step) +
                                          ": a sync is in flight");
@@ -374,6 +393,9 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
     }
   } reset{this};
   gossip_tag_ = tag;
+  gossip_step_ = step;
+  gossip_skipped_.clear();
+  lost_.resize(static_cast<size_t>(o_.grid.replicas), false);
   gossip_from_.assign(from.begin(), from.end());
   gossip_in_.assign(o_.routes.size(), std::vector<std::optional<fleet::GossipFrame>>(from.size()));
   std::vector<TensorKey> wanted;
@@ -387,6 +409,11 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
     for (int d : route.to) {
       const int r = o_.grid.replica(d);
       if (!o_.live[r] || std::find(to.begin(), to.end(), r) == to.end()) continue;
+      // A replica lost before gets frames again once its stage answers in this attempt.
+      if (lost_[static_cast<size_t>(r)]) {
+        if (GossipPeerLost(d, 0)) continue;
+        lost_[static_cast<size_t>(r)] = false;
+      }
       RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frames[k]));
     }
   }
@@ -400,9 +427,19 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   wait_seconds_ += o_.file_env->NowSeconds() - wait_start;
   RETURN_IF_ERROR(receive_status_);
   received->assign(o_.routes.size(), {});
+  senders->clear();
+  for (int r : gossip_from_) {
+    if (std::find(gossip_skipped_.begin(), gossip_skipped_.end(), r) == gossip_skipped_.end()) {
+      senders->push_back(r);
+    }
+  }
   for (size_t k = 0; k < o_.routes.size(); ++k) {
     for (size_t i = 0; i < gossip_in_[k].size(); ++i) {
       std::optional<fleet::GossipFrame>& f = gossip_in_[k][i];
+      if (std::find(gossip_skipped_.begin(), gossip_skipped_.end(), gossip_from_[i]) !=
+          gossip_skipped_.end()) {
+        continue;  // lost: what came of it is left out whole
+      }
       if (!f) {
         return absl::InternalError(
             "gossip of step " + std::to_string(step) + " (tag " + std::to_string(tag) +
@@ -416,6 +453,37 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   if (tag == 0) ++syncs_;  // a round (the job's final average is not one more sync)
   sync_seconds_ += o_.file_env->NowSeconds() - begin_;
   return absl::OkStatus();
+}
+
+bool SyncExchange::GossipPeerLost(int stage, double waited) const {
+  if (!o_.peer_state) return false;
+  const SyncPeerState p = o_.peer_state(stage);
+  const double grace = std::max(o_.gossip_grace_seconds, 0.0);
+  return !p.answered || p.attempt != o_.attempt || (!p.running && !p.finished) ||
+         (p.step > gossip_step_ + 1 && waited >= 4 * grace);
+}
+
+void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted, double waited) {
+  // The stage each late replica's frames come from (its first late slice's source).
+  std::map<int, int> late;  // replica -> stage
+  for (const TensorKey& key : *wanted) {
+    const int r = static_cast<int>(key.microbatch - gossip_tag_);
+    for (const SyncRoute& route : o_.routes) {
+      if (static_cast<uint32_t>(route.slice.index) == key.tensor_id &&
+          static_cast<size_t>(r) < route.source.size()) {
+        late.emplace(r, route.source[static_cast<size_t>(r)]);
+      }
+    }
+  }
+  for (const auto& [r, stage] : late) {
+    if (!GossipPeerLost(stage, waited)) continue;
+    std::erase_if(*wanted, [&](const TensorKey& key) {
+      return static_cast<int>(key.microbatch - gossip_tag_) == r;
+    });
+    gossip_skipped_.push_back(r);
+    if (!lost_[static_cast<size_t>(r)]) ++gossip_losses_;
+    lost_[static_cast<size_t>(r)] = true;
+  }
 }
 
 Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {

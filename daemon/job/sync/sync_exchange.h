@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,15 @@
 
 namespace longhaul::daemon {
 
+// What a peer stage's site says of its stage of the job (a ping): whether it answered, and
+// if so the attempt it runs, whether it runs or finished, and the steps it completed.
+struct SyncPeerState {
+  bool answered = false;
+  uint32_t attempt = 0;
+  bool running = false, finished = false;
+  uint64_t step = 0;
+};
+
 struct SyncExchangeOptions {
   std::string site, job_id;
   uint32_t attempt = 0;
@@ -75,6 +85,11 @@ struct SyncExchangeOptions {
   const std::atomic<bool>* stop = nullptr;
   // The clock (NowSeconds) of the syncs' exposed and hidden seconds (Report, wait_seconds).
   FileEnv* file_env = FileEnv::Default();
+  // Gossip: asked of a stage whose frames have not come for gossip_grace_seconds (then
+  // every gossip_grace_seconds), and of a stage found lost before, at once. Null: never
+  // asked; the exchange waits for every frame until stopped.
+  std::function<SyncPeerState(int stage)> peer_state;
+  double gossip_grace_seconds = 5;
 };
 
 class SyncExchange {
@@ -97,12 +112,24 @@ class SyncExchange {
   // One gossip exchange of the sync of `step` (blocking): frames[k], route k's gossip frame
   // (empty: none sent), goes to the stages of the replicas in `to` that take the slice from
   // this stage; each slice's frame comes from the replicas in `from` (ascending), from the
-  // stage this stage adds the slice from, checked for the slice. (*received)[k][i] is from[i]'s
-  // frame of route k. The frames' keys carry `tag` + the sender's replica (a round and the
-  // job's final average in the same step differ by it).
+  // stage this stage adds the slice from, checked for the slice. The frames' keys carry `tag`
+  // + the sender's replica (a round and the job's final average in the same step differ by
+  // it).
+  //
+  // Gossip goes on without a replica that is gone (issue 36: no replica waits for another
+  // that cannot come, even with the coordinator down): with options.peer_state, a sender
+  // whose frames have not all come within the grace is asked for; it is lost, and this
+  // exchange goes on without its frames, when its site does not answer, runs another attempt
+  // or no longer runs its stage, or completed a step past this one and still sent nothing
+  // after four graces. A replica lost once is asked for again at once in later exchanges and
+  // gets no frames while it stays lost (a site that cannot take them would fill its queue).
+  // *senders: the replicas of `from` whose frames came, ascending; (*received)[k][i] is
+  // (*senders)[i]'s frame of route k.
   Status Gossip(uint64_t step, uint32_t tag, std::span<const std::vector<uint8_t>> frames,
                 std::span<const int> to, std::span<const int> from,
-                std::vector<std::vector<fleet::GossipFrame>>* received);
+                std::vector<std::vector<fleet::GossipFrame>>* received, std::vector<int>* senders);
+  // Replicas found lost by gossip exchanges so far (each counted once per time it was lost).
+  uint64_t gossip_losses() const { return gossip_losses_; }
   // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
   void Cancel();
   ~SyncExchange();
@@ -147,6 +174,12 @@ class SyncExchange {
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
   Status TakeRing(const TensorKey& key, ReceivedTensor t);
   Status TakeGossip(const TensorKey& key, const ReceivedTensor& t);
+  // Whether replica r's stage `stage` is lost to a gossip exchange that has waited `waited`
+  // seconds for its frames (Gossip's rule; false without peer_state).
+  bool GossipPeerLost(int stage, double waited) const;
+  // The receiver's look at the senders it still waits for (gossip): the lost ones' keys out
+  // of `wanted`, into gossip_skipped_.
+  void DropLostSenders(std::vector<TensorKey>* wanted, double waited);
   void Receive(std::vector<TensorKey> wanted);  // the receiver thread
   void Join();
 
@@ -162,6 +195,10 @@ class SyncExchange {
   uint32_t gossip_tag_ = 0;
   std::vector<int> gossip_from_;
   std::vector<std::vector<std::optional<fleet::GossipFrame>>> gossip_in_;
+  uint64_t gossip_step_ = 0;
+  std::vector<int> gossip_skipped_;  // this exchange's senders found lost
+  std::vector<bool> lost_;           // by replica: found lost by an exchange, not back since
+  uint64_t gossip_losses_ = 0;
   // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
   // rings (from Create).
   std::vector<float> ring_values_, ring_out_;
