@@ -71,6 +71,10 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
             "wait for the other members).");
   m->Family("longhaul_sync_group_hidden_seconds_total", "counter",
             "Sync time hidden behind the next inner steps.");
+  m->Family("longhaul_sync_group_consensus_distance", "gauge",
+            "Gossip: how far apart the replicas' parameters of the sync group are before the "
+            "latest round every member reported: the root mean square of their distances from "
+            "their mean (estimated from sketches).");
   for (const auto& j : jobs.jobs()) {
     const Labels job = {{"job", j.job_id()}};
     m->Sample("longhaul_job_info",
@@ -104,6 +108,9 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
       m->Sample("longhaul_sync_group_syncs_total", group, g.syncs());
       m->Sample("longhaul_sync_group_exposed_seconds_total", group, g.exposed_seconds());
       m->Sample("longhaul_sync_group_hidden_seconds_total", group, g.hidden_seconds());
+      if (g.consensus_step() > 0) {
+        m->Sample("longhaul_sync_group_consensus_distance", group, g.consensus_distance());
+      }
     }
   }
   m->Family("longhaul_link_raw_bytes_total", "counter",
@@ -285,7 +292,9 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
            {"compression_ratio", g.wire_bytes() ? double(g.raw_bytes()) / g.wire_bytes() : 0.0},
            {"syncs", g.syncs()},
            {"exposed_seconds", g.exposed_seconds()},
-           {"hidden_seconds", g.hidden_seconds()}});
+           {"hidden_seconds", g.hidden_seconds()},
+           {"consensus_distance", g.consensus_distance()},
+           {"consensus_step", g.consensus_step()}});
     }
     nlohmann::json sources = nlohmann::json::array();
     uint64_t source_tokens = 0;

@@ -1,6 +1,6 @@
 // The grad-sums frame (daemon/job/exchange/grad_sums_frame.h): the sums come back bit for bit,
 // and a frame that is short, long, not one, of another version or slice count, corrupt, or
-// carries a sum no sum of squares can be is refused, saying which.
+// carries a negative sum is refused, saying which; a diverged gradient's NaN or +inf passes.
 #include "daemon/job/exchange/grad_sums_frame.h"
 
 #include <catch2/catch.hpp>
@@ -56,9 +56,15 @@ TEST_CASE("grad-sums frame: hostile frames are refused, naming what is wrong") {
   f = good;
   for (int i = 8; i < 12; ++i) f[static_cast<size_t>(i)] = 0xff;
   refused(f, 3, "4294967295 sums");
-  for (double bad :
-       {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+  for (double bad : {-1.0, -std::numeric_limits<double>::infinity(), -0.5e-300}) {
     refused(EncodeGradSums(std::vector<double>{1.0, bad, 3.0}), 3, "sum 1 is");
+  }
+  // A diverged gradient's sums come through, to clip as the coordinator's decision would.
+  for (double diverged :
+       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    auto got = DecodeGradSums(EncodeGradSums(std::vector<double>{1.0, diverged, 3.0}), 3);
+    REQUIRE(got.ok());
+    CHECK(std::isnan((*got)[1]) == std::isnan(diverged));
   }
 }
 

@@ -140,14 +140,8 @@ TEST_CASE("a stage admits its neighbours' tensors in the shapes its layers need"
 // A grad-sums frame (GRAD_SUMS or GRAD_TOTAL) of `sums` from stage `from` to `to`.
 Tensor GradSums(v1::TensorKind kind, int from, int to, std::vector<double> sums,
                 uint64_t step = 0) {
-  Tensor t;
+  Tensor t = Make(kind, from, to, {1}, step);  // its header; the payload replaced
   t.frame = EncodeGradSums(sums);
-  t.first.set_job_id("j-000001");
-  t.first.set_attempt(3);
-  t.first.set_step(step);
-  t.first.set_kind(kind);
-  t.first.set_from_stage(static_cast<uint32_t>(from));
-  t.first.set_to_stage(static_cast<uint32_t>(to));
   t.first.set_encoded_size(t.frame.size());
   return t;
 }

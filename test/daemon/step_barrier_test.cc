@@ -78,36 +78,6 @@ TEST_CASE("step barrier: pruning ends older attempts and long-past decided steps
   CHECK(b.Lookup(2, 9, &d) == StepBarrier::State::kGathering);
 }
 
-TEST_CASE("step barrier: without a job-wide barrier each replica is decided by its own stages") {
-  // Two replicas of two stages (stages 0, 1 and 2, 3). Replica 1's stages report first; its
-  // decision is made from their sums alone, the same scale the whole step's decision gives it.
-  StepBarrier b(1.0f);
-  const std::vector<int> replica_of = {0, 0, 1, 1};
-  v1::StepDecision d;
-  CHECK(b.LookupReplica(1, 4, 1, 2, 2, replica_of, 0, &d) == StepBarrier::State::kGone);
-  CHECK(b.Add(Report(1, 4, 2, 9.0), 4, 2, 2, 0, &replica_of) == nullptr);
-  CHECK(b.LookupReplica(1, 4, 1, 2, 2, replica_of, 2, &d) == StepBarrier::State::kGathering);
-  CHECK(b.Add(Report(1, 4, 3, 16.0), 4, 2, 2, 0, &replica_of) == nullptr);
-  REQUIRE(b.LookupReplica(1, 4, 1, 2, 2, replica_of, 2, &d) == StepBarrier::State::kDecided);
-  REQUIRE(d.replica_grad_scales_size() == 2);
-  CHECK(d.replica_grad_scales(1) == model::ClipScale(5.0f, 1.0f));  // sqrt(9 + 16) over 1
-  CHECK(d.grad_scale() == d.replica_grad_scales(1));
-  CHECK(d.committed_step() == 2);
-  CHECK(b.LookupReplica(1, 4, 0, 2, 2, replica_of, 2, &d) == StepBarrier::State::kGathering);
-  CHECK(b.Lookup(1, 4, &d) == StepBarrier::State::kGathering);  // the whole step is not
-  (void)b.Add(Report(1, 4, 0, 0.25), 4, 2, 2, 0, &replica_of);
-  const auto* all = b.Add(Report(1, 4, 1, 0.25), 4, 2, 2, 0, &replica_of);
-  REQUIRE(all != nullptr);
-  v1::StepDecision whole, own;
-  REQUIRE(b.Lookup(1, 4, &whole) == StepBarrier::State::kDecided);
-  REQUIRE(b.LookupReplica(1, 4, 1, 2, 2, replica_of, 3, &own) == StepBarrier::State::kDecided);
-  CHECK(whole.replica_grad_scales(1) == own.replica_grad_scales(1));
-  CHECK(own.committed_step() == 2);  // decided once, when its stages were in
-  REQUIRE(b.LookupReplica(1, 4, 0, 2, 2, replica_of, 3, &own) == StepBarrier::State::kDecided);
-  CHECK(own.replica_grad_scales(0) == whole.replica_grad_scales(0));
-  CHECK(own.replica_grad_scales(0) == 1.0f);  // sqrt(0.5) is under the clip
-}
-
 }  // namespace
 }  // namespace longhaul::daemon
 

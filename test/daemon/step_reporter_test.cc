@@ -24,6 +24,7 @@ class FakeCoordinator : public testing::FakeLink {
  public:
   FakeCoordinator() : FakeLink("alpha") {}
   void Up() { up_ = true; }
+  void Down() { up_ = false; }
   std::atomic<uint64_t> stop_at{UINT64_MAX};
   std::vector<uint64_t> steps() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -74,6 +75,25 @@ TEST_CASE("step reporter: in order behind the steps, again while the coordinator
   CHECK(reporter.dropped() == 0);
   CHECK(reporter.committed_step() == 5);
   CHECK(reporter.stopped().empty());
+}
+
+TEST_CASE("step reporter: after an outage the recent reports go again, before the rest") {
+  // A coordinator that restarted lost what it had filed but not decided: once a call fails,
+  // the reports it answered go back in front, to be filed again in step order.
+  FakeCoordinator c;
+  c.Up();
+  std::atomic<bool> stop{false};
+  StepReporter reporter(&c, &stop);
+  for (uint64_t s = 0; s < 4; ++s) reporter.Add(Report(s));
+  reporter.Drain();
+  c.Down();
+  reporter.Add(Report(4));
+  REQUIRE(testing::WaitFor([&] { return reporter.resends() == 1; }, 10s));
+  c.Up();
+  reporter.Drain();
+  CHECK(c.steps() == std::vector<uint64_t>{0, 1, 2, 3, 0, 1, 2, 3, 4});
+  CHECK(reporter.resends() == 1);
+  CHECK(reporter.committed_step() == 4);
 }
 
 TEST_CASE("step reporter: a long outage keeps the newest reports, bounded") {

@@ -544,11 +544,12 @@ TEST_CASE(
   const std::vector<std::vector<int>> to = {{1}, {2}, {0, 1}}, from = {{2}, {0, 2}, {1}};
   std::vector<Status> status(3);
   std::vector<std::vector<std::vector<fleet::GossipFrame>>> got(3);
-  std::vector<std::vector<int>> senders(3);
+  std::vector<std::vector<int>> senders(3), unsent(3);
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      status[i] = g.x[i]->Gossip(1, 0, GossipFrames(g, i), to[i], from[i], &got[i], &senders[i]);
+      status[i] = g.x[i]->Gossip(1, 0, GossipFrames(g, i), to[i], from[i], &got[i], &senders[i],
+                                 &unsent[i]);
     });
   }
   for (auto& t : threads) t.join();
@@ -556,6 +557,7 @@ TEST_CASE(
     INFO("stage " << i);
     REQUIRE(status[i].ok());
     CHECK(senders[i] == from[i]);
+    CHECK(unsent[i].empty());
     REQUIRE(got[i].size() == g.routes[i].size());
     for (size_t k = 0; k < g.routes[i].size(); ++k) {
       const fleet::SyncSlice& s = g.routes[i][k].slice;
@@ -585,10 +587,10 @@ TEST_CASE("sync exchange: a gossip frame that is not its slice's is refused, nam
     Inject(g.inbox(0), 2, 1, g.routes[0][k].slice.index, "beta", frames[0]);
   }
   std::vector<std::vector<fleet::GossipFrame>> got;
-  std::vector<int> senders;
+  std::vector<int> senders, unsent;
   const std::vector<std::vector<uint8_t>> none(g.routes[0].size());
   const Status s =
-      g.x[0]->Gossip(2, 0, none, std::vector<int>{}, std::vector<int>{1}, &got, &senders);
+      g.x[0]->Gossip(2, 0, none, std::vector<int>{}, std::vector<int>{1}, &got, &senders, &unsent);
   INFO(s.ToString());
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(s.message()), Catch::Contains("from beta"));
@@ -598,45 +600,41 @@ TEST_CASE("sync exchange: a gossip frame that is not its slice's is refused, nam
 
 TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone") {
   // Three single-stage replicas, each sending to and taking from both others; replica 2's
-  // stage never runs. Its site answers nothing (then: runs another attempt; then: its
-  // stage stopped), so the two others each end the round with the other's frames only, after
-  // the grace; in the next round the lost replica is asked for at once and gets no frames.
-  // Where its site says the stage runs this attempt, the round waits for its frames.
+  // stage never runs. While its status is not known (kStarting) a round waits for it; once
+  // it is gone the two others each end the round with the other's frames only. In later
+  // rounds it is asked for at once and, still not running, gets no frames (unsent: the
+  // sender keeps that share). Once it runs this attempt again it is sent to and waited for.
   testing::SyncGroup g({.replicas = 3});
   std::atomic<int> asked{0};
-  std::atomic<int> mode{0};  // 0: no answer, 1: another attempt, 2: stopped, 3: running
+  std::atomic<PeerStatus> status2{PeerStatus::kStarting};
   for (int i = 0; i < 2; ++i) {
     SyncExchangeOptions o = g.Options(i);
-    o.gossip_grace_seconds = 0.2;
-    o.peer_state = [&](int stage) {
-      SyncPeerState p;
-      if (stage != 2) {  // the live ones: running this attempt
-        p.answered = true;
-        p.attempt = testing::kSyncAttempt;
-        p.running = true;
-        return p;
-      }
+    o.gossip_grace_seconds = 0.1;
+    o.peer_status = [&](int stage) {
+      if (stage != 2) return PeerStatus::kRunning;
       ++asked;
-      p.answered = mode != 0;
-      p.attempt = testing::kSyncAttempt + (mode == 1 ? 1 : 0);
-      p.running = mode == 1 || mode == 3;
-      return p;
+      return status2.load();
     };
     auto made = SyncExchange::Create(std::move(o));
     REQUIRE(made.ok());
     g.x[i] = std::move(*made);
   }
-  auto round = [&](uint64_t step) {
+  // Replica 2 is gone once both have asked after it a few times.
+  std::thread gone([&] {
+    testing::WaitFor([&] { return asked >= 4; }, std::chrono::seconds(30));
+    status2 = PeerStatus::kGone;
+  });
+  auto round = [&](uint64_t step, bool first) {
     for (int i = 0; i < 3; ++i) g.inbox(i).AdvanceTo(step);
     std::vector<Status> status(2);
     std::vector<std::vector<std::vector<fleet::GossipFrame>>> got(2);
-    std::vector<std::vector<int>> senders(2);
+    std::vector<std::vector<int>> senders(2), unsent(2);
     const std::vector<std::vector<int>> peers = {{1, 2}, {0, 2}};
     std::vector<std::thread> threads;
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] {
-        status[i] =
-            g.x[i]->Gossip(step, 0, GossipFrames(g, i), peers[i], peers[i], &got[i], &senders[i]);
+        status[i] = g.x[i]->Gossip(step, 0, GossipFrames(g, i), peers[i], peers[i], &got[i],
+                                   &senders[i], &unsent[i]);
       });
     }
     for (auto& t : threads) t.join();
@@ -644,6 +642,7 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
       INFO("stage " << i << " after step " << step);
       REQUIRE(status[i].ok());
       CHECK(senders[i] == std::vector<int>{1 - i});
+      CHECK(unsent[i] == (first ? std::vector<int>{} : std::vector<int>{2}));
       REQUIRE(got[i].size() == g.routes[i].size());
       for (size_t k = 0; k < got[i].size(); ++k) {
         REQUIRE(got[i][k].size() == 1);
@@ -654,24 +653,26 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
       }
     }
   };
-  for (int m : {0, 1, 2}) {
-    INFO("replica 2's site: mode " << m);
-    mode = m;
-    round(static_cast<uint64_t>(m) + 1);
-    CHECK(g.x[0]->gossip_losses() == 1);  // lost in the first round, not back since
-    CHECK(g.x[1]->gossip_losses() == 1);
-  }
-  // Lost since the first round: nothing was sent to it after that round's frames.
+  round(1, /*first=*/true);
+  gone.join();
+  round(2, false);
+  round(3, false);
+  CHECK(g.x[0]->gossip_losses() == 1);  // lost in the first round, not back since
+  CHECK(g.x[1]->gossip_losses() == 1);
+  // Frames went to it in the first round only (the senders deliver on their own threads).
   const size_t first_round = g.routes[0].size();
+  CHECK(testing::WaitFor([&] { return g.link(0, 2).delivered().size() == first_round; },
+                         std::chrono::seconds(30)));
+  CHECK(testing::WaitFor([&] { return g.link(1, 2).delivered().size() == first_round; },
+                         std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(g.link(0, 2).delivered().size() == first_round);
-  CHECK(g.link(1, 2).delivered().size() == first_round);
-  CHECK(asked >= 4);
-  // Its site says it runs this attempt: it is sent to again, and the round waits for its
-  // frames, which arrive late.
-  mode = 3;
+  // Its stage runs this attempt again: it is sent to, and the round waits for its frames,
+  // which come late.
+  status2 = PeerStatus::kRunning;
   g.inbox(0).AdvanceTo(4);
   std::vector<std::vector<fleet::GossipFrame>> got;
-  std::vector<int> senders;
+  std::vector<int> senders, unsent;
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
     const std::vector<std::vector<uint8_t>> frames = GossipFrames(g, 2);
@@ -680,12 +681,14 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
     }
   });
   const Status s = g.x[0]->Gossip(4, 0, GossipFrames(g, 0), std::vector<int>{2},
-                                  std::vector<int>{2}, &got, &senders);
+                                  std::vector<int>{2}, &got, &senders, &unsent);
   late.join();
   INFO(s.ToString());
   REQUIRE(s.ok());
   CHECK(senders == std::vector<int>{2});
-  CHECK(g.link(0, 2).delivered().size() == 2 * first_round);
+  CHECK(unsent.empty());
+  CHECK(testing::WaitFor([&] { return g.link(0, 2).delivered().size() == 2 * first_round; },
+                         std::chrono::seconds(30)));
 }
 
 }  // namespace

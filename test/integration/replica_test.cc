@@ -131,6 +131,8 @@ struct Cluster {
 // The oracle: the job's replicas trained in one process.
 struct Oracle {
   std::vector<float> losses, params;
+  // Gossip: by step, the replicas' consensus distance before the step's round (-1: none).
+  std::vector<double> consensus;
 };
 
 // With `replicas` and `fragments` given (a planned job: the plan says them), those instead of
@@ -171,6 +173,7 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
     auto r = (*fl)->TrainStep(job.optimizer, s, job.steps);
     REQUIRE(r.ok());
     out.losses.push_back(r->loss);
+    out.consensus.push_back(r->consensus);
   }
   out.params.resize(static_cast<size_t>(model::NumParameters(job.model)));
   (*fl)->replica(0).StoreIntoModel(out.params.data());
@@ -596,53 +599,6 @@ uint64_t NewestStageCheckpoint(Cluster& c, size_t site, const std::string& id) {
   return newest;
 }
 
-TEST_CASE("gossip: the coordinator's site going down stops no other replica") {
-  // Alpha coordinates and runs replica 0's first stage. With alpha gone, the other replicas
-  // keep stepping and checkpointing: no barrier waits for the coordinator (their reports
-  // queue, and a replica of two stages passes its gradient sums along its pipeline for its
-  // clipping scale), and a round goes on without replica 0's frames once its stages do not
-  // answer (replica 0's second stage, its neighbour gone, stops). Alpha back, the job
-  // resumes from its committed step (nothing committed is lost) and ends with the fleet's
-  // model, bit for bit. Four single-stage replicas, then two of two stages.
-  const bool single = GENERATE(true, false);
-  INFO((single ? "4 x 1" : "2 x 2"));
-  std::string yaml =
-      JobYaml("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25}\n", 40);
-  if (single) yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
-  const std::vector<size_t> others =
-      single ? std::vector<size_t>{1, 2, 3} : std::vector<size_t>{2, 3};
-  const Oracle oracle = TrainFleet(yaml);
-  Cluster c;
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0.05);
-  const std::string id = c.Submit(yaml);
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
-  const uint64_t committed = c.Status(id).committed_step();
-  c.daemons[0].reset();  // alpha: the coordinator, and replica 0
-  std::vector<uint64_t> at_kill;
-  for (size_t i : others) at_kill.push_back(NewestStageCheckpoint(c, i, id));
-  REQUIRE(testing::WaitFor(
-      [&] {
-        for (size_t k = 0; k < others.size(); ++k) {
-          if (NewestStageCheckpoint(c, others[k], id) < at_kill[k] + 6) return false;
-        }
-        return true;
-      },
-      120s));
-  c.Start(0);
-  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
-  const v1::JobStatus s = c.WaitCompleted(id);
-  CHECK(s.attempt() >= 2);
-  bool resumed = false;  // from a step no earlier than the one committed before alpha went
-  for (const auto& e : s.events()) {
-    if (e.kind() != "rollback") continue;
-    const std::string d = e.detail();
-    const size_t at = d.find("resumes from step ");
-    resumed = at != std::string::npos && std::stoull(d.substr(at + 18)) >= committed;
-  }
-  CHECK(resumed);
-  CheckAgainst(oracle, s, c.Export(id));
-}
-
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
   // on_site_loss: wait: every replica rolls back and waits for the site. With gossip the
   // rounds' references and push-sum weights come back from the sync state too.
@@ -769,6 +725,76 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
   auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
   CHECK_THAT(metrics.body,
              Catch::Contains("longhaul_job_replica_rejoins_total{job=\"" + id + "\"} 1"));
+}
+
+TEST_CASE("gossip: the coordinator's site going down stops no other replica") {
+  // Alpha coordinates and runs replica 0's first stage. With alpha gone, the other replicas
+  // keep stepping and checkpointing: no barrier waits for the coordinator (their reports
+  // queue, and a replica of two stages passes its gradient sums along its pipeline for its
+  // clipping scale), and a round goes on without replica 0's frames once its stages do not
+  // answer (replica 0's second stage, its neighbour gone, stops). Alpha back, its
+  // coordinator adopts the replicas that ran on (no rollback: what they trained meanwhile is
+  // committed from their reports), drops replica 0 and lets it rejoin from a live replica's
+  // state at a step they reached while alpha was down. All replicas end with one model.
+  // Four single-stage replicas, then two of two stages.
+  const bool single = GENERATE(true, false);
+  INFO((single ? "4 x 1" : "2 x 2"));
+  const int steps = 60;
+  std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25}\n", steps);
+  if (single) yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  const std::vector<size_t> others =
+      single ? std::vector<size_t>{1, 2, 3} : std::vector<size_t>{2, 3};
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  const uint64_t committed = c.Status(id).committed_step();
+  c.daemons[0].reset();  // alpha: the coordinator, and replica 0
+  std::vector<uint64_t> at_kill;
+  for (size_t i : others) at_kill.push_back(NewestStageCheckpoint(c, i, id));
+  REQUIRE(testing::WaitFor(
+      [&] {
+        for (size_t k = 0; k < others.size(); ++k) {
+          if (NewestStageCheckpoint(c, others[k], id) < at_kill[k] + 6) return false;
+        }
+        return true;
+      },
+      120s));
+  // Alpha back; the others slowed so that the job is still running when replica 0 rejoins.
+  for (size_t i : others) c.at(i).jobs().set_throttle(kRejoinThrottle);
+  c.Start(0);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.replica_drops() == 1);
+  std::string drop, rejoin;
+  for (const auto& e : s.events()) {
+    CHECK(e.kind() != "rollback");  // nobody went back to the step committed before
+    if (e.kind() == "replica_drop") drop = e.detail();
+    if (e.kind() == "replica_rejoin") rejoin = e.detail();
+  }
+  CHECK_THAT(drop,
+             Catch::Contains("coordinator restarted") && Catch::Contains("replica 0 dropped"));
+  const size_t at = rejoin.find("rejoined at step ");
+  REQUIRE(at != std::string::npos);
+  // The rejoin restarts everyone from a step the others checkpointed while alpha was down:
+  // the outage's steps are kept.
+  const uint64_t rejoined_at = std::stoull(rejoin.substr(at + 17));
+  CHECK(rejoined_at > committed);
+  CHECK(rejoined_at >= *std::min_element(at_kill.begin(), at_kill.end()) + 6);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+  // The final exact average: every replica holds the same model.
+  if (single) {
+    for (size_t i = 1; i < kSites.size(); ++i) {
+      CHECK(CheckpointParams(c, i, id, steps, 0, 2) == CheckpointParams(c, 0, id, steps, 0, 2));
+    }
+  } else {
+    CHECK(CheckpointParams(c, 0, id, steps, 0, 1) == CheckpointParams(c, 2, id, steps, 0, 1));
+    CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 3, id, steps, 1, 2));
+  }
 }
 
 TEST_CASE("step mode: a dropped replica's microbatches go to the other, the union batch kept") {
@@ -908,6 +934,19 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
   const auto [id, s] = JobAgainstFleet(c, yaml);
   REQUIRE(s.sync_groups_size() == 1);
   CHECK(s.sync_groups(0).reduce() == "gossip");
+  // The consensus distance the status shows, estimated from the stages' sketches, is the
+  // fleet's exact one before that round, to the sketch's precision.
+  const Oracle oracle = TrainFleet(yaml);
+  const v1::SyncGroupStatus& group = s.sync_groups(0);
+  REQUIRE(group.consensus_step() > 0);
+  REQUIRE(group.consensus_step() <= oracle.consensus.size());
+  const double exact = oracle.consensus[group.consensus_step() - 1];
+  INFO("round after step " << group.consensus_step() << ": sketched " << group.consensus_distance()
+                           << ", exact " << exact);
+  CHECK(exact > 0);
+  CHECK(group.consensus_distance() == Approx(exact).epsilon(0.25));
+  auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
+  CHECK_THAT(metrics.body, Catch::Contains("longhaul_sync_group_consensus_distance{job=\"" + id));
   // The rounds after steps 2 and 4 at least (the last step's report may precede its round).
   CHECK(s.sync_groups(0).syncs() >= 2);
   // A round's frame from a replica that is not an in-neighbour of that round is refused.
@@ -947,8 +986,22 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
     CHECK(d.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(d.message()), Catch::Contains("not from an in-neighbour"));
   }
+  // Two replicas of two stages: each group's distance covers its stages' slices (the tied
+  // embedding on the first stages only), so the groups' squares add to the whole model's.
   Cluster c2;
-  JobAgainstFleet(c2, JobYaml(sync, 6));
+  const std::string yaml2 = JobYaml(sync, 6);
+  const auto [id2, s2] = JobAgainstFleet(c2, yaml2);
+  const Oracle oracle2 = TrainFleet(yaml2);
+  REQUIRE(s2.sync_groups_size() == 2);
+  double squares = 0;
+  for (const auto& g : s2.sync_groups()) {
+    REQUIRE(g.consensus_step() == s2.sync_groups(0).consensus_step());
+    squares += g.consensus_distance() * g.consensus_distance();
+  }
+  REQUIRE(s2.sync_groups(0).consensus_step() > 0);
+  const double exact2 = oracle2.consensus[s2.sync_groups(0).consensus_step() - 1];
+  INFO("2 x 2: sketched " << std::sqrt(squares) << ", exact " << exact2);
+  CHECK(std::sqrt(squares) == Approx(exact2).epsilon(0.25));
 }
 
 // sync: {codec: adaptive} picks each sync's codec from the links' estimates: fp32 where the

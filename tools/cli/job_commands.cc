@@ -126,8 +126,10 @@ void PrintDetails(const v1::JobStatus& j) {
     // Pipeline replicas: what each sync group (the stages that exchange frames: the same
     // position of every replica when they are split alike) exchanged, and the time
     // their syncs took (exposed: the replicas waited; hidden: behind the next inner steps).
-    Table groups(
-        {"SYNC GROUP", "SITES", "REDUCE", "CODEC", "RATIO", "SENT", "SYNCS", "EXPOSED", "HIDDEN"});
+    // Gossip: CONSENSUS is how far apart the replicas are before the latest round all of them
+    // reported (the root mean square of their distances from their mean), @ that round's step.
+    Table groups({"SYNC GROUP", "SITES", "REDUCE", "CODEC", "RATIO", "SENT", "SYNCS", "EXPOSED",
+                  "HIDDEN", "CONSENSUS"});
     for (const auto& g : j.sync_groups()) {
       std::string sites;
       for (const auto& s : g.sites()) sites += (sites.empty() ? "" : ",") + s;
@@ -135,7 +137,10 @@ void PrintDetails(const v1::JobStatus& j) {
       groups.AddRow({std::to_string(g.position()), sites, g.reduce(), g.codec(),
                      ratio > 0 ? Fixed(ratio, 1) + "x" : "-",
                      Fixed(g.wire_bytes() / 1048576.0, 1) + " MiB", std::to_string(g.syncs()),
-                     Fixed(g.exposed_seconds(), 3) + " s", Fixed(g.hidden_seconds(), 3) + " s"});
+                     Fixed(g.exposed_seconds(), 3) + " s", Fixed(g.hidden_seconds(), 3) + " s",
+                     g.consensus_step() > 0 ? Fixed(g.consensus_distance(), 4) + " @" +
+                                                  std::to_string(g.consensus_step())
+                                            : "-"});
     }
     std::cout << groups.str();
   }

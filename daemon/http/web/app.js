@@ -233,7 +233,9 @@
       h('td', {}, g.group), h('td', {}, (g.sites || []).join(', ')), h('td', {}, g.codec),
       h('td', {}, LonghaulGraph.fmtRatio(g.compression_ratio)), h('td', {}, g.syncs),
       h('td', {}, (g.wire_bytes / 1e6).toFixed(2)), h('td', {}, num(g.exposed_seconds, 2)),
-      h('td', {}, num(g.hidden_seconds, 2)))));
+      h('td', {}, num(g.hidden_seconds, 2)),
+      h('td', {}, g.consensus_step > 0
+        ? `${num(g.consensus_distance, 4)} @ ${g.consensus_step}` : '\u2014'))));
   }
 
   function newJobCard(id) {
@@ -245,7 +247,8 @@
       h('h3', {}, 'Stages: compute and network wait of the last step'),
       table('stages', ['stage', 'site', 'layers', 'compute s', 'wait s', 'step s', '']),
       h('div', {class: 'sync-block'}, h('h3', {}, 'Sync groups'),
-        table('sync', ['group', 'sites', 'codec', 'ratio', 'syncs', 'MB sent', 'exposed s', 'hidden s'])),
+        table('sync', ['group', 'sites', 'codec', 'ratio', 'syncs', 'MB sent', 'exposed s', 'hidden s',
+          'consensus'])),
       h('div', {class: 'events-block'}, h('h3', {}, 'Timeline'), h('ul', {class: 'events'})));
     return card;
   }

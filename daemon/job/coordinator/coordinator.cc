@@ -263,6 +263,17 @@ void Coordinator::Run() {
       if (shutdown_) return;
       if (TerminalState(record_.state())) return;
     }
+    bool adopt;
+    {
+      MutexLock lock(mu_);
+      adopt = adopt_;
+    }
+    if (adopt) {
+      const bool adopted = AdoptRunningAttempt();
+      MutexLock lock(mu_);
+      adopt_ = false;  // gossip reports are taken from now on
+      if (adopted) continue;
+    }
     bool need_assign;
     {
       MutexLock lock(mu_);

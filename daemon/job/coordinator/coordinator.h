@@ -104,6 +104,11 @@ class Coordinator {
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
       ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
+  // A gossip job's coordinator restarted (Restore): the replicas whose stages all still run
+  // the record's attempt (they step without it) go on as they are; the others are dropped
+  // without stopping anyone, to rejoin as after any drop. False, and nothing changed, when
+  // no replica is whole or on_site_loss is not drop: the job rolls back as after any restart.
+  bool AdoptRunningAttempt() ABSL_LOCKS_EXCLUDED(mu_);
   ReplicaList DroppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return {record_.dropped_replicas().begin(), record_.dropped_replicas().end()};
   }
@@ -136,6 +141,8 @@ class Coordinator {
   Replanner replanner_ ABSL_GUARDED_BY(mu_);
   v1::JobStatus record_ ABSL_GUARDED_BY(mu_);
   bool need_assign_ ABSL_GUARDED_BY(mu_) = true;
+  // Restore of a gossip job: AdoptRunningAttempt first, gossip reports refused until then.
+  bool adopt_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   int failed_checks_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t stopped_attempt_ ABSL_GUARDED_BY(mu_) = 0;  // StopAttempt was called for this attempt
@@ -148,6 +155,9 @@ class Coordinator {
   // The committed step the current attempt started from.
   uint64_t attempt_start_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_rejoin_try_ ABSL_GUARDED_BY(mu_) = 0;
+  // No rejoin before this committed step (AdoptRunningAttempt: what the replicas checkpointed
+  // while the coordinator was away).
+  uint64_t rejoin_after_ ABSL_GUARDED_BY(mu_) = 0;
   // By replica: dropped again while rejoining.
   std::map<uint32_t, int> rejoin_failures_ ABSL_GUARDED_BY(mu_);
   std::string membership_note_ ABSL_GUARDED_BY(mu_);  // the last drop or rejoin, kept in the detail

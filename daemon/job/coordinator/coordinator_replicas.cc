@@ -4,7 +4,8 @@
 // dropped replica's sites all answer and a later step is committed, stops the attempt there
 // and assigns every stage again, the rejoining replicas' stages fetching the state of the
 // same stage of a live replica. A replica that fails to rejoin kMaxRejoinFailures times stays
-// out for the rest of the job.
+// out for the rest of the job. A gossip job's restarted coordinator adopts the replicas that
+// ran on without it and drops the others the same way, stopping no one.
 #include <algorithm>
 
 #include "daemon/job/coordinator/coordinator.h"
@@ -72,6 +73,89 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   return true;
 }
 
+bool Coordinator::AdoptRunningAttempt() {
+  v1::JobCommand ping;
+  std::vector<std::vector<std::string>> sites;  // by replica
+  uint32_t attempt = 0;
+  ReplicaList dropped;
+  {
+    MutexLock lock(mu_);
+    if (TerminalState(record_.state()) || spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) {
+      return false;
+    }
+    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    sites.resize(static_cast<size_t>(grid.replicas));
+    for (int i = 0; i < grid.size(); ++i) {
+      sites[static_cast<size_t>(grid.replica(i))].push_back(record_.stages(i).site());
+    }
+    attempt = record_.attempt();
+    dropped = DroppedLocked();
+    ping.set_job_id(record_.job_id());
+  }
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  // A replica goes on when every one of its stages still runs (or finished) this attempt.
+  ReplicaList whole, lost;
+  uint64_t checkpointed = UINT64_MAX;  // the whole replicas' stages' newest checkpoints, least
+  for (size_t r = 0; r < sites.size(); ++r) {
+    if (Contains(dropped, static_cast<int>(r))) continue;
+    bool all = true;
+    uint64_t least = UINT64_MAX;
+    for (const std::string& site : sites[r]) {
+      transport::Link* c = env_.channel(site);
+      auto p = c ? c->ControlJob(ping, 3)
+                 : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("unknown site " + site));
+      all = all && p.ok() && p->attempt() == attempt && (p->running() || p->finished());
+      if (!all) break;
+      least = std::min<uint64_t>(least, p->checkpoint_step());
+    }
+    (all ? whole : lost).push_back(static_cast<uint32_t>(r));
+    if (all) checkpointed = std::min(checkpointed, least);
+  }
+  if (whole.empty()) return false;
+  // What is left of a lost replica stops; the whole ones are not told anything.
+  v1::JobCommand stop;
+  stop.set_job_id(ping.job_id());
+  stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
+  stop.set_attempt(attempt);
+  for (uint32_t r : lost) {
+    for (const std::string& site : sites[r]) {
+      if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(stop, 3);
+    }
+  }
+  MutexLock lock(mu_);
+  if (TerminalState(record_.state())) return true;
+  const ReplicaList now_dropped = Union(DroppedLocked(), lost);
+  *record_.mutable_dropped_replicas() = {now_dropped.begin(), now_dropped.end()};
+  ReplicaList rejoining;  // one lost while rejoining failed its rejoin (as in DropReplicas)
+  for (uint32_t r : record_.rejoining_replicas()) {
+    if (Contains(lost, static_cast<int>(r))) {
+      ++rejoin_failures_[r];
+    } else {
+      rejoining.push_back(r);
+    }
+  }
+  *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(lost.size()));
+  membership_note_ =
+      "coordinator restarted; " + ReplicaNames(whole) + " went on without it" +
+      (lost.empty() ? std::string()
+                    : "; " + ReplicaNames(lost) + " dropped at step " +
+                          std::to_string(record_.committed_step()) +
+                          " (its stages no longer run), rejoining at a later committed step");
+  if (!lost.empty()) AddEventLocked("replica_drop", membership_note_);
+  attempt_start_ = record_.committed_step();
+  // A rejoin restarts every replica from the committed step: not before what they
+  // checkpointed while the coordinator was away is committed (their reports, sent again, say).
+  rejoin_after_ = checkpointed == UINT64_MAX ? 0 : checkpointed;
+  need_assign_ = false;
+  record_.set_state(v1::JOB_STATE_RUNNING);
+  record_.set_detail(membership_note_);
+  PersistLocked();
+  cv_.notify_all();
+  env_.log->warn("job {}: {}", record_.job_id(), membership_note_);
+  return true;
+}
+
 void Coordinator::MaybeRejoin() {
   std::vector<std::pair<uint32_t, std::vector<std::string>>> candidates;  // replica, its sites
   v1::JobCommand ping;
@@ -80,7 +164,8 @@ void Coordinator::MaybeRejoin() {
     MutexLock lock(mu_);
     at = record_.committed_step();
     if (record_.dropped_replicas().empty() || TerminalState(record_.state()) ||
-        at == last_rejoin_try_ || !RejoinDue(at, attempt_start_, record_.total_steps())) {
+        at == last_rejoin_try_ || at < rejoin_after_ ||
+        !RejoinDue(at, attempt_start_, record_.total_steps())) {
       return;
     }
     last_rejoin_try_ = at;  // one try per committed step

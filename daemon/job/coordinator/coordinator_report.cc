@@ -1,7 +1,8 @@
 // Coordinator::OnReport: the step barrier's waiting side. Every live stage reports each step;
 // the last report decides it (clipping scales, the committed step, the job's progress and
 // sync groups) and every caller returns with the decision, or with stop when its attempt
-// ended or its replica was dropped.
+// ended or its replica was dropped. A gossip job's stages do not wait: their reports are
+// filed and answered at once.
 #include <algorithm>
 #include <cmath>
 
@@ -25,6 +26,13 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
                                        std::to_string(rep.stage()) + " of job " + record_.job_id() +
                                        " (site '" + record_.stages(rep.stage()).site() +
                                        "' runs it)");
+  }
+  const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
+  if (gossip && adopt_) {
+    // Restored, and not yet sure which replicas ran on (AdoptRunningAttempt): the report is
+    // sent again shortly (step_reporter.h), and counted against the live stages then.
+    return absl::UnavailableError("job " + record_.job_id() +
+                                  ": its coordinator is restarting; report again");
   }
   v1::StepDecision stop;
   stop.set_stop(true);
@@ -67,6 +75,14 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     d.set_grad_scale(1);
     d.set_committed_step(record_.committed_step());
     return d;
+  }
+  // Gossip: a report of a step decided already (sent again after the coordinator was away)
+  // changes nothing; it is filed and answered.
+  if (gossip && grid.replicas > 1 && rep.step() < record_.step()) {
+    v1::StepDecision filed;
+    filed.set_grad_scale(1);
+    filed.set_committed_step(record_.committed_step());
+    return filed;
   }
   std::vector<int> replica_of;
   for (int i = 0; i < grid.size(); ++i) replica_of.push_back(grid.replica(i));
@@ -151,20 +167,21 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     barrier_.Prune(rep.attempt(), rep.step());
     cv_.notify_all();
   }
+  // Gossip jobs have no barrier here at all: their stages clip by their replica's own norm
+  // (StageRunner::ReplicaClipScale) and report behind their steps (step_reporter.h), so a
+  // report is filed and answered at once with what the stage needs to know (the committed
+  // step); the step's whole decision (progress, status) is made above when the last replica's
+  // report of it is in.
+  if (gossip && grid.replicas > 1) {
+    v1::StepDecision filed;
+    filed.set_grad_scale(1);
+    filed.set_committed_step(record_.committed_step());
+    return filed;
+  }
   v1::StepDecision decision;
   StepBarrier::State state;
-  // Gossip jobs have no job-wide barrier: a stage waits for its own replica's stages only
-  // (the clipping scale is its replica's), and the step's whole decision (progress, status)
-  // is made when the last replica gets there.
-  const bool own_replica = spec_.sync.reduce == fleet::SyncReduce::kGossip && grid.replicas > 1;
-  if (own_replica) cv_.notify_all();  // this report may complete its replica's step
-  const uint32_t replica = static_cast<uint32_t>(grid.replica(static_cast<int>(rep.stage())));
-  const uint32_t replica_stages = static_cast<uint32_t>(grid.stages(static_cast<int>(replica)));
   cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    state = own_replica ? barrier_.LookupReplica(rep.attempt(), rep.step(), replica, replica_stages,
-                                                 static_cast<uint32_t>(grid.replicas), replica_of,
-                                                 record_.committed_step(), &decision)
-                        : barrier_.Lookup(rep.attempt(), rep.step(), &decision);
+    state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
     return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
            stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
   });

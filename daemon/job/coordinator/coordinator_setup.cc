@@ -153,6 +153,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
       c->record_.set_detail("coordinator restarted; resuming from step " +
                             std::to_string(record.committed_step()));
       c->need_assign_ = true;
+      // Gossip replicas step without the coordinator: those still running are adopted.
+      c->adopt_ = c->spec_.sync.reduce == fleet::SyncReduce::kGossip &&
+                  StageGrid::OfPlan(c->spec_.replicas, record.stages()).replicas > 1;
       c->env_.log->info("job {}: {}", record.job_id(), c->record_.detail());
     }
   }

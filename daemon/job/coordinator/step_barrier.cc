@@ -59,37 +59,6 @@ StepBarrier::State StepBarrier::Lookup(uint32_t attempt, uint64_t step,
   return State::kDecided;
 }
 
-StepBarrier::State StepBarrier::LookupReplica(uint32_t attempt, uint64_t step, uint32_t replica,
-                                              uint32_t replica_stages, uint32_t replicas,
-                                              const std::vector<int>& replica_of,
-                                              uint64_t committed_step, v1::StepDecision* decision) {
-  auto it = barriers_.find({attempt, step});
-  if (it == barriers_.end()) return State::kGone;
-  Barrier& b = it->second;
-  if (auto d = b.replica_decisions.find(replica); d != b.replica_decisions.end()) {
-    *decision = d->second;
-    return State::kDecided;
-  }
-  // The replica's stages' sums in stage order, as Add adds them.
-  std::vector<double> sums;
-  uint32_t in = 0;
-  for (const auto& [stage, r] : b.reports) {
-    if (stage >= replica_of.size() || replica_of[stage] != static_cast<int>(replica)) continue;
-    model::AddSliceSums({r.grad_sums().begin(), r.grad_sums().end()}, &sums);
-    ++in;
-  }
-  if (in < replica_stages) return State::kGathering;
-  const float scale = model::ClipScale(model::GradNorm(sums), grad_clip_);
-  v1::StepDecision& d = b.replica_decisions[replica];
-  d.set_grad_scale(scale);
-  for (uint32_t i = 0; i < std::max<uint32_t>(replicas, 1); ++i) {
-    d.add_replica_grad_scales(i == replica ? scale : 1.0f);
-  }
-  d.set_committed_step(committed_step);
-  *decision = d;
-  return State::kDecided;
-}
-
 void StepBarrier::Prune(uint32_t attempt, uint64_t step) {
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     const bool old =

@@ -50,15 +50,6 @@ class StepBarrier {
   enum class State { kGathering, kDecided, kGone };
   State Lookup(uint32_t attempt, uint64_t step, v1::StepDecision* decision) const;
 
-  // Without a job-wide barrier (gossip jobs): replica `replica`'s decision of (attempt, step)
-  // once the reports of its `replica_stages` stages are in (`replica_of` by stage), whatever
-  // the other replicas' stages have reported: its own clipping scale (replica_grad_scales, at
-  // its index; grad_scale too) and the committed step then. The same scale as the whole
-  // step's decision gives it. kGathering until then, kGone when the barrier was pruned.
-  State LookupReplica(uint32_t attempt, uint64_t step, uint32_t replica, uint32_t replica_stages,
-                      uint32_t replicas, const std::vector<int>& replica_of,
-                      uint64_t committed_step, v1::StepDecision* decision);
-
   // Every stage is (re)assigned: forget which reported checkpoints and finished (each stage
   // reports again under its new assignment).
   void NewAssignment() {
@@ -67,8 +58,8 @@ class StepBarrier {
   }
 
   // Forgets the barriers of attempts before `attempt` and the decided ones of steps more than
-  // two before `step` (none has a waiter left; a replica stepping behind the others still
-  // gathers its own).
+  // two before `step` (none has a waiter left; a gossip replica stepping behind the others
+  // still gathers its own).
   void Prune(uint32_t attempt, uint64_t step);
 
  private:
@@ -76,7 +67,6 @@ class StepBarrier {
     std::map<uint32_t, v1::StepReport> reports;
     bool decided = false;
     v1::StepDecision decision;
-    std::map<uint32_t, v1::StepDecision> replica_decisions;  // LookupReplica's, by replica
   };
   const float grad_clip_;
   std::map<std::pair<uint32_t, uint64_t>, Barrier> barriers_;

@@ -3,7 +3,6 @@
 
 #include <xxhash.h>
 
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -74,10 +73,12 @@ StatusOr<std::vector<double>> DecodeGradSums(std::span<const uint8_t> bytes, siz
   for (size_t i = 0; i < count; ++i) {
     const uint64_t bits = GetU64(bytes.data() + kGradSumsHeaderBytes + 8 * i);
     std::memcpy(&sums[i], &bits, sizeof bits);
-    if (!std::isfinite(sums[i]) || sums[i] < 0) {
+    // A diverged gradient's sum is NaN or +inf, and clips as the coordinator's decision
+    // would clip it (model::ClipScale); a negative one is no sum of squares.
+    if (sums[i] < 0) {
       return absl::InvalidArgumentError(where + "sum " + std::to_string(i) + " is " +
                                         std::to_string(sums[i]) +
-                                        " (a sum of squares is finite and not negative)");
+                                        " (a sum of squares is not negative)");
     }
   }
   return sums;

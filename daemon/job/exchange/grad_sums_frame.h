@@ -4,7 +4,8 @@
 // (stage_runner.h). Little-endian: magic "LHGN", version u32 (1), count u32, count float64
 // sums (one per parameter slice, ParameterLayout::num_slices), then the XXH64 of everything
 // before it. A frame from a peer is hostile: its size, magic, version, count (against the
-// model's slices), checksum and every value (finite, not negative: each is a sum of squares)
+// model's slices), checksum and every value (not negative: each is a sum of squares; NaN and
+// +inf pass, as a diverged gradient's sums, which clip as the coordinator would clip them)
 // are checked.
 #pragma once
 

@@ -23,6 +23,7 @@
 namespace longhaul::daemon {
 
 void StageRunner::Start() {
+  started_at_ = Now();
   {
     MutexLock lock(mu_);
     status_.running = true;
@@ -74,7 +75,15 @@ void StageRunner::Run() {
     s = RunStep(step);
     if (!s.ok()) break;
   }
-  if (reporter_) reporter_->Drain();  // the steps' reports go first, in order
+  if (reporter_ && s.ok()) {
+    reporter_->Drain();  // the steps' reports go first, in order
+    if (const std::string why = reporter_->stopped(); !why.empty() && !stop_) {
+      s = absl::AbortedError("coordinator: " + why);
+    }
+  }
+  // A failed stage does not wait for the coordinator: what it did not take is dropped (and
+  // the stage shows as stopped to the peers that ask, below, without delay).
+  if (reporter_ && !s.ok()) reporter_->Close();
   if (s.ok() && !stop_) {
     // Final report: nothing to reduce, only that the last checkpoint is durable.
     v1::StepReport final_report;
@@ -98,23 +107,25 @@ void StageRunner::Run() {
   }
   // The stage is done with its fragment: a finished or failed job holds no model memory
   // while its record stays for status, export (from the checkpoints) and pings.
-  reporter_.reset();  // ends its thread; what the coordinator did not take is dropped
   exchange_->ReleaseDevice();
   if (replicas_) replicas_->Cancel();  // a streaming sync left in flight by an error
   replicas_.reset();                   // it holds the fragment, which goes next
   fragment_.reset();
   ops_.clear();
   loader_.reset();
-  MutexLock lock(mu_);
-  status_.running = false;
-  if (!s.ok() && !stop_) {
-    status_.error = std::string(s.message());
-    status_.permanent = IsInputDataError(s);
-    ctx_.log->error("job {} stage {}: {}", ctx_.assignment.job_id(), stage_,
-                    std::string(s.message()));
-  } else if (!stop_) {
-    status_.finished = true;
+  {
+    MutexLock lock(mu_);
+    status_.running = false;
+    if (!s.ok() && !stop_) {
+      status_.error = std::string(s.message());
+      status_.permanent = IsInputDataError(s);
+      ctx_.log->error("job {} stage {}: {}", ctx_.assignment.job_id(), stage_,
+                      std::string(s.message()));
+    } else if (!stop_) {
+      status_.finished = true;
+    }
   }
+  reporter_.reset();  // its thread ends within one call to the coordinator (a short timeout)
 }
 
 Status StageRunner::TakeWarmups(const v1::StepDecision& decision) {
@@ -234,11 +245,10 @@ Status StageRunner::RunStep(uint64_t step) {
   const model::OptimizerOptions& opt = ctx_.spec.job.optimizer;
   if (reporter_) {
     // A gossip replica has no barrier: the report goes behind the step, and the replica's own
-    // gradient norm clips the step (the scale the coordinator's replica decision gives).
+    // gradient norm clips the step (the scale the whole step's decision gives it).
     if (const std::string why = reporter_->stopped(); !why.empty()) {
       return absl::AbortedError("coordinator: " + why);
     }
-    reporter_->Add(report);
     ASSIGN_OR_RETURN(const float scale, ReplicaClipScale(step, {report.grad_sums().begin(),
                                                                 report.grad_sums().end()}));
     v1::StepDecision own;
@@ -269,6 +279,7 @@ Status StageRunner::RunStep(uint64_t step) {
                            ? decision->replica_grad_scales(replica)
                            : decision->grad_scale();
   RETURN_IF_ERROR(fragment_->Step(opt, lr, static_cast<float>(scale), static_cast<int>(step) + 1));
+  if (reporter_) reporter_->Add(std::move(report));  // the step taken: reported behind it
   fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
   if (replicas_) {  // local mode, at a sync step

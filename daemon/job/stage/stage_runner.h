@@ -139,8 +139,12 @@ class StageRunner {
   // stage_runner_links.cc: the StageExchange with the pipeline neighbours and tied partner.
   Status InitExchange(kernels::Ops* ops);
   Status CheckpointSync(uint64_t step);
-  // Gossip: what stage `stage`'s site says of its stage of this job (a ping over the link).
-  SyncPeerState PeerState(int stage) const;
+  // Gossip: how stage `stage` of this job stands (PeerStatus), from a ping of its site: gone
+  // when it stopped in this attempt, runs a later one, did not answer kPingsToGone pings in a
+  // row, or runs no stage of this attempt kStartupGraceSeconds after this stage started.
+  PeerStatus PeerStatusOf(int stage) ABSL_LOCKS_EXCLUDED(peers_mu_);
+  static constexpr int kPingsToGone = 3;
+  static constexpr double kStartupGraceSeconds = 120;
   // Gossip: the clipping scale of this stage's replica from its stages' gradient sums
   // (`sums`, this stage's), passed along the replica's pipeline without the coordinator:
   // the stages after this one send theirs toward the first stage (TENSOR_KIND_GRAD_SUMS),
@@ -197,6 +201,11 @@ class StageRunner {
   double compute_acc_ = 0, wait_acc_ = 0;  // the stage's thread only (copied into status_)
   mutable Mutex mu_;
   StageRunnerStatus status_ ABSL_GUARDED_BY(mu_);
+  double started_at_ = 0;  // Start's time (Now)
+  // PeerStatusOf's: by stage, the pings in a row its site did not answer (asked from the
+  // stage's thread and a gossip exchange's receiver).
+  Mutex peers_mu_;
+  std::map<int, int> unanswered_pings_ ABSL_GUARDED_BY(peers_mu_);
 };
 
 }  // namespace longhaul::daemon

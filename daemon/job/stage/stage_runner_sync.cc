@@ -32,7 +32,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.stop = &stop_;
     o.file_env = ctx_.env.files;
     // A gossip round goes on without a replica whose stage is gone: its site is asked.
-    o.peer_state = [this](int stage) { return PeerState(stage); };
+    o.peer_status = [this](int stage) { return PeerStatusOf(stage); };
     ASSIGN_OR_RETURN(replicas_, ReplicaSync::Create(std::move(o)));
   }
   if (!replicas_ && !tied_codec_) return absl::OkStatus();
@@ -105,23 +105,27 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   return absl::OkStatus();
 }
 
-SyncPeerState StageRunner::PeerState(int stage) const {
-  SyncPeerState p;
+PeerStatus StageRunner::PeerStatusOf(int stage) {
   const v1::StageAssignment& a = ctx_.assignment;
-  if (stage < 0 || stage >= a.stages_size() || !ctx_.channel) return p;
-  transport::Link* link = ctx_.channel(a.stages(stage).site());
-  if (link == nullptr) return p;
-  v1::JobCommand ping;
-  ping.set_job_id(a.job_id());
-  ping.set_kind(v1::JobCommand::KIND_PING);
-  auto r = link->ControlJob(ping, 2);
-  if (!r.ok()) return p;
-  p.answered = true;
-  p.attempt = r->attempt();
-  p.running = r->running();
-  p.finished = r->finished();
-  p.step = r->step();
-  return p;
+  StatusOr<v1::JobCommandResponse> r = absl::NotFoundError("no link");
+  if (stage >= 0 && stage < a.stages_size() && ctx_.channel) {
+    if (transport::Link* link = ctx_.channel(a.stages(stage).site())) {
+      v1::JobCommand ping;
+      ping.set_job_id(a.job_id());
+      ping.set_kind(v1::JobCommand::KIND_PING);
+      r = link->ControlJob(ping, 2);
+    }
+  }
+  MutexLock lock(peers_mu_);
+  int& unanswered = unanswered_pings_[stage];
+  if (!r.ok()) return ++unanswered >= kPingsToGone ? PeerStatus::kGone : PeerStatus::kStarting;
+  unanswered = 0;
+  if (r->attempt() > attempt()) return PeerStatus::kGone;
+  if (r->attempt() == attempt()) {
+    return r->running() || r->finished() ? PeerStatus::kRunning : PeerStatus::kGone;
+  }
+  // No stage of this attempt there (yet): its assignment may still be on the way.
+  return Now() - started_at_ >= kStartupGraceSeconds ? PeerStatus::kGone : PeerStatus::kStarting;
 }
 
 StatusOr<float> StageRunner::ReplicaClipScale(uint64_t step, std::vector<double> sums) {

@@ -60,6 +60,11 @@ uint64_t StepReporter::answered() const {
   return answered_;
 }
 
+uint64_t StepReporter::resends() const {
+  MutexLock lock(mu_);
+  return resends_;
+}
+
 uint64_t StepReporter::dropped() const {
   MutexLock lock(mu_);
   return dropped_;
@@ -72,20 +77,32 @@ void StepReporter::Run() {
       MutexLock lock(mu_);
       while (queue_.empty() && !Done()) cv_.wait_for(mu_, std::chrono::milliseconds(100));
       if (Done()) return;
+      if (missed_ && !resent_) {
+        // The coordinator is away: it may be restarting, and then it has lost what it had
+        // filed of the last steps but not decided yet. Those reports go first once it is back,
+        // oldest first (it files one of a step it decided already as nothing new).
+        queue_.insert(queue_.begin(), recent_.begin(), recent_.end());
+        resent_ = true;
+        ++resends_;
+      }
       report = queue_.front();
       sending_ = true;
     }
-    // A gossip stage's own replica decides at once: the call is short unless the coordinator
-    // is away, when it fails and is tried again.
+    // The coordinator files a gossip stage's report and answers at once: the call is short
+    // unless the coordinator is away, when it fails and is tried again.
     auto d = coordinator_->ReportStep(report, 10);
     MutexLock lock(mu_);
     sending_ = false;
     if (!d.ok()) {
+      missed_ = true;
       cv_.wait_for(mu_, std::chrono::milliseconds(500),
                    [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Done(); });
       continue;
     }
     if (!queue_.empty()) queue_.pop_front();
+    missed_ = resent_ = false;
+    if (recent_.empty() || report.step() > recent_.back().step()) recent_.push_back(report);
+    if (recent_.size() > kResent) recent_.pop_front();
     ++answered_;
     committed_ = std::max(committed_, d->committed_step());
     if (d->stop() && stopped_.empty()) {

@@ -7,7 +7,10 @@
 // be restarting, or its site down); the newest answer's committed step, or its order to stop,
 // is kept for the stage to read. At most `max_queued` reports wait: past that the oldest are
 // dropped (the coordinator keeps a gap in the loss history, never a wrong value), so a long
-// outage holds bounded memory.
+// outage holds bounded memory. Once a call fails, the last kResent answered reports go
+// before what waits, oldest first, to be sent again when the coordinator answers: one that
+// restarted lost what it had filed but not yet decided (a gossip step is decided when every
+// replica's report of it is in), and files again what it decided already as nothing new.
 #pragma once
 
 #include <atomic>
@@ -44,6 +47,9 @@ class StepReporter {
   // Reports sent and answered; reports dropped because the queue was full.
   uint64_t answered() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t dropped() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Times the recent reports went back into the queue after a call failed.
+  uint64_t resends() const ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kResent = 256;
 
  private:
   void Run();
@@ -62,6 +68,10 @@ class StepReporter {
   uint64_t committed_ ABSL_GUARDED_BY(mu_) = 0;
   std::string stopped_ ABSL_GUARDED_BY(mu_);
   uint64_t answered_ ABSL_GUARDED_BY(mu_) = 0, dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::StepReport> recent_ ABSL_GUARDED_BY(mu_);  // the last answered, by step
+  bool missed_ ABSL_GUARDED_BY(mu_) = false;                // a call failed since the last answer
+  bool resent_ ABSL_GUARDED_BY(mu_) = false;  // ...and recent_ went back into the queue
+  uint64_t resends_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

@@ -8,6 +8,7 @@
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "fleet/consensus_sketch.h"
 #include "fleet/sync_reduce.h"
 #include "model/layout.h"
 
@@ -85,7 +86,7 @@ Status ReplicaSync::Init() {
   so.stop = o_.stop;
   so.file_env = o_.file_env;
   if (gossip()) {
-    so.peer_state = o_.peer_state;
+    so.peer_status = o_.peer_status;
     so.gossip_grace_seconds = 5 * o_.heartbeat_seconds;
   }
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
@@ -233,6 +234,23 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
   std::vector<float> params(n);
   o_.fragment->GetParameters(params.data());
+  // The parameters before the round, sketched for the coordinator's consensus distance (each
+  // slice once per replica: a multi-stage replica's tied embedding on its first stage only).
+  const int tied = o_.fragment->layout().model().SliceIndex(model::Tensor::kWte, 0);
+  std::vector<double> sketch(fleet::kConsensusSketchSize, 0.0);
+  for (const SyncRoute& route : routes_) {
+    const fleet::SyncSlice& s = route.slice;
+    if (s.index == tied && o_.grid.position(stage_) != 0) continue;
+    fleet::AddToSketch(static_cast<uint32_t>(s.index),
+                       std::span<const float>(params).subspan(static_cast<size_t>(s.offset),
+                                                              static_cast<size_t>(s.size)),
+                       sketch);
+  }
+  {
+    MutexLock lock(sketch_mu_);
+    sketch_ = std::move(sketch);
+    sketch_step_ = step + 1;
+  }
   const size_t slices = routes_.size();
   std::vector<std::vector<uint32_t>> picked(slices);
   std::vector<std::vector<uint8_t>> frames(slices);
@@ -246,9 +264,11 @@ Status ReplicaSync::GossipSync(uint64_t step) {
                             std::to_string(step + 1);
   std::vector<std::vector<fleet::GossipFrame>> received;
   std::vector<int> senders;  // the in-neighbours whose frames came (a lost one's did not)
+  std::vector<int> unsent;   // the out-neighbours sent nothing (lost): their shares stay here
   RETURN_IF_ERROR(
-      Annotate(exchange_->Gossip(step, 0, frames, out, from, &received, &senders), where));
-  const double own_share = 1.0 / (1.0 + static_cast<double>(out.size()));
+      Annotate(exchange_->Gossip(step, 0, frames, out, from, &received, &senders, &unsent), where));
+  const double own_share =
+      (1.0 + static_cast<double>(unsent.size())) / (1.0 + static_cast<double>(out.size()));
   std::vector<fleet::GossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
     in.clear();
@@ -263,7 +283,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     // to every other (keys tagged past the round's).
     for (size_t k = 0; k < slices; ++k) frames[k] = gossip_->DenseFrame(k, params);
     RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others,
-                                               others, &received, &senders),
+                                               others, &received, &senders, &unsent),
                              where + ", final average"));
     others = senders;  // over the replicas still there
     for (size_t k = 0; k < slices; ++k) {
@@ -322,7 +342,15 @@ void ReplicaSync::Cancel() {
 
 double ReplicaSync::wait_seconds() const { return exchange_->wait_seconds(); }
 std::vector<OutboundUsage> ReplicaSync::Usage() const { return exchange_->Usage(); }
-v1::SyncReport ReplicaSync::Report() const { return exchange_->Report(); }
+v1::SyncReport ReplicaSync::Report() const {
+  v1::SyncReport r = exchange_->Report();
+  MutexLock lock(sketch_mu_);
+  if (!sketch_.empty()) {
+    *r.mutable_sketch() = {sketch_.begin(), sketch_.end()};
+    r.set_sketch_step(sketch_step_);
+  }
+  return r;
+}
 
 double ReplicaSync::ComputeUntilNextSync(double step_compute_seconds) const {
   // `every` steps of this step's compute, shared by the phases of a staggered round.

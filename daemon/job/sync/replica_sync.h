@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/file_env.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/exchange/sender.h"
@@ -72,9 +73,9 @@ struct ReplicaSyncOptions {
   // The clock (NowSeconds) of the adaptive codec's windows and of the syncs' seconds
   // (SyncExchange's): a fake in tests.
   FileEnv* file_env = FileEnv::Default();
-  // Gossip: what a peer stage's site says of its stage (SyncExchangeOptions::peer_state),
-  // asked after five heartbeats without its frames. Null: the rounds wait for every frame.
-  std::function<SyncPeerState(int stage)> peer_state;
+  // Gossip: how a peer stage stands (SyncExchangeOptions::peer_status), asked after five
+  // heartbeats without its frames. Null: the rounds wait for every frame.
+  std::function<PeerStatus(int stage)> peer_status;
 };
 
 class ReplicaSync {
@@ -126,7 +127,7 @@ class ReplicaSync {
   // The inner steps' compute until the next sync, from one step's.
   double ComputeUntilNextSync(double step_compute_seconds) const;
   // Gossip: the push-sum round of the sync after `step`, then, after the job's last step, the
-  // exact average.
+  // exact average; then the sketch of the result.
   Status GossipSync(uint64_t step);
   // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
   std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
@@ -145,6 +146,11 @@ class ReplicaSync {
   // A streaming sync in flight: the parameters at its start (its weights went with it to
   // SyncExchange::Start).
   std::vector<float> started_;
+  // Gossip: the sketch of the stage's parameters after its latest round, and the steps done
+  // then (Report sends them for the consensus distance).
+  mutable Mutex sketch_mu_;
+  std::vector<double> sketch_ ABSL_GUARDED_BY(sketch_mu_);
+  uint64_t sketch_step_ ABSL_GUARDED_BY(sketch_mu_) = 0;
 };
 
 }  // namespace longhaul::daemon

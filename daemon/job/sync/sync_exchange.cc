@@ -268,10 +268,10 @@ void SyncExchange::Receive(std::vector<TensorKey> wanted) {
       if (stopped()) return absl::AbortedError("stopped");
       RETURN_IF_ERROR(SendError());  // a member that refused ours will not send its own
       RETURN_IF_ERROR(DrainBacklog());
-      if (gossip_ && o_.peer_state && !wanted.empty()) {
+      if (gossip_ && o_.peer_status && !wanted.empty()) {
         const double now = o_.file_env->NowSeconds();
         if (now >= next_check) {
-          DropLostSenders(&wanted, now - began);
+          DropLostSenders(&wanted);
           next_check = now + std::max(grace, o_.heartbeat_seconds);
           if (wanted.empty()) continue;
         }
@@ -369,7 +369,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
                             std::span<const std::vector<uint8_t>> frames, std::span<const int> to,
                             std::span<const int> from,
                             std::vector<std::vector<fleet::GossipFrame>>* received,
-                            std::vector<int>* senders) {
+                            std::vector<int>* senders, std::vector<int>* unsent) {
   if (in_flight()) {
     return absl::FailedPreconditionError("gossip of step " + std::to_string(step) +
                                          ": a sync is in flight");
@@ -393,8 +393,8 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
     }
   } reset{this};
   gossip_tag_ = tag;
-  gossip_step_ = step;
   gossip_skipped_.clear();
+  unsent->clear();
   lost_.resize(static_cast<size_t>(o_.grid.replicas), false);
   gossip_from_.assign(from.begin(), from.end());
   gossip_in_.assign(o_.routes.size(), std::vector<std::optional<fleet::GossipFrame>>(from.size()));
@@ -409,14 +409,20 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
     for (int d : route.to) {
       const int r = o_.grid.replica(d);
       if (!o_.live[r] || std::find(to.begin(), to.end(), r) == to.end()) continue;
-      // A replica lost before gets frames again once its stage answers in this attempt.
+      if (std::find(unsent->begin(), unsent->end(), r) != unsent->end()) continue;
+      // A replica lost before gets frames again once its stage runs this attempt (asked
+      // once per exchange).
       if (lost_[static_cast<size_t>(r)]) {
-        if (GossipPeerLost(d, 0)) continue;
+        if (StatusOf(d) != PeerStatus::kRunning) {
+          unsent->push_back(r);
+          continue;
+        }
         lost_[static_cast<size_t>(r)] = false;
       }
       RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frames[k]));
     }
   }
+  std::sort(unsent->begin(), unsent->end());
   started_at_ = o_.file_env->NowSeconds();
   cancel_ = false;
   receive_status_ = absl::OkStatus();
@@ -455,15 +461,11 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   return absl::OkStatus();
 }
 
-bool SyncExchange::GossipPeerLost(int stage, double waited) const {
-  if (!o_.peer_state) return false;
-  const SyncPeerState p = o_.peer_state(stage);
-  const double grace = std::max(o_.gossip_grace_seconds, 0.0);
-  return !p.answered || p.attempt != o_.attempt || (!p.running && !p.finished) ||
-         (p.step > gossip_step_ + 1 && waited >= 4 * grace);
+PeerStatus SyncExchange::StatusOf(int stage) const {
+  return o_.peer_status ? o_.peer_status(stage) : PeerStatus::kRunning;
 }
 
-void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted, double waited) {
+void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
   // The stage each late replica's frames come from (its first late slice's source).
   std::map<int, int> late;  // replica -> stage
   for (const TensorKey& key : *wanted) {
@@ -475,8 +477,9 @@ void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted, double waited
       }
     }
   }
-  for (const auto& [r, stage] : late) {
-    if (!GossipPeerLost(stage, waited)) continue;
+  for (const auto& [replica, stage] : late) {
+    if (StatusOf(stage) != PeerStatus::kGone) continue;
+    const int r = replica;  // (a lambda may not capture a structured binding before C++20's)
     std::erase_if(*wanted, [&](const TensorKey& key) {
       return static_cast<int>(key.microbatch - gossip_tag_) == r;
     });

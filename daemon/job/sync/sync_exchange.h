@@ -55,14 +55,13 @@
 
 namespace longhaul::daemon {
 
-// What a peer stage's site says of its stage of the job (a ping): whether it answered, and
-// if so the attempt it runs, whether it runs or finished, and the steps it completed.
-struct SyncPeerState {
-  bool answered = false;
-  uint32_t attempt = 0;
-  bool running = false, finished = false;
-  uint64_t step = 0;
-};
+// How a peer stage stands, as far as this stage can tell (StageRunner::PeerStatusOf, from
+// pings of its site): running this attempt (or finished it); not known yet (its site has not
+// answered a few times in a row yet, or runs no stage of this attempt yet within a start-up
+// grace: its assignment may be on the way); or gone (it ran this attempt and stopped, runs a
+// later one, or its site stopped answering or runs no stage of this attempt long after it
+// started).
+enum class PeerStatus { kRunning, kStarting, kGone };
 
 struct SyncExchangeOptions {
   std::string site, job_id;
@@ -86,9 +85,9 @@ struct SyncExchangeOptions {
   // The clock (NowSeconds) of the syncs' exposed and hidden seconds (Report, wait_seconds).
   FileEnv* file_env = FileEnv::Default();
   // Gossip: asked of a stage whose frames have not come for gossip_grace_seconds (then
-  // every gossip_grace_seconds), and of a stage found lost before, at once. Null: never
+  // every gossip_grace_seconds), and of a replica found lost before, at once. Null: never
   // asked; the exchange waits for every frame until stopped.
-  std::function<SyncPeerState(int stage)> peer_state;
+  std::function<PeerStatus(int stage)> peer_status;
   double gossip_grace_seconds = 5;
 };
 
@@ -117,17 +116,18 @@ class SyncExchange {
   // it).
   //
   // Gossip goes on without a replica that is gone (issue 36: no replica waits for another
-  // that cannot come, even with the coordinator down): with options.peer_state, a sender
-  // whose frames have not all come within the grace is asked for; it is lost, and this
-  // exchange goes on without its frames, when its site does not answer, runs another attempt
-  // or no longer runs its stage, or completed a step past this one and still sent nothing
-  // after four graces. A replica lost once is asked for again at once in later exchanges and
-  // gets no frames while it stays lost (a site that cannot take them would fill its queue).
+  // that cannot come, even with the coordinator down): with options.peer_status, a sender
+  // whose frames have not all come within the grace is asked for (then every grace); once it
+  // is gone, this exchange goes on without its frames. A replica found lost stays lost until
+  // its stage runs this attempt again: it is asked for at once in later exchanges, and while
+  // it is lost it is sent nothing (its share of what would have been sent stays here:
+  // *unsent names those replicas of `to`, for the caller's push-sum weights).
   // *senders: the replicas of `from` whose frames came, ascending; (*received)[k][i] is
   // (*senders)[i]'s frame of route k.
   Status Gossip(uint64_t step, uint32_t tag, std::span<const std::vector<uint8_t>> frames,
                 std::span<const int> to, std::span<const int> from,
-                std::vector<std::vector<fleet::GossipFrame>>* received, std::vector<int>* senders);
+                std::vector<std::vector<fleet::GossipFrame>>* received, std::vector<int>* senders,
+                std::vector<int>* unsent);
   // Replicas found lost by gossip exchanges so far (each counted once per time it was lost).
   uint64_t gossip_losses() const { return gossip_losses_; }
   // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
@@ -174,12 +174,11 @@ class SyncExchange {
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
   Status TakeRing(const TensorKey& key, ReceivedTensor t);
   Status TakeGossip(const TensorKey& key, const ReceivedTensor& t);
-  // Whether replica r's stage `stage` is lost to a gossip exchange that has waited `waited`
-  // seconds for its frames (Gossip's rule; false without peer_state).
-  bool GossipPeerLost(int stage, double waited) const;
-  // The receiver's look at the senders it still waits for (gossip): the lost ones' keys out
+  // peer_status of `stage` (kRunning without it).
+  PeerStatus StatusOf(int stage) const;
+  // The receiver's look at the senders it still waits for (gossip): the gone ones' keys out
   // of `wanted`, into gossip_skipped_.
-  void DropLostSenders(std::vector<TensorKey>* wanted, double waited);
+  void DropLostSenders(std::vector<TensorKey>* wanted);
   void Receive(std::vector<TensorKey> wanted);  // the receiver thread
   void Join();
 
@@ -195,7 +194,6 @@ class SyncExchange {
   uint32_t gossip_tag_ = 0;
   std::vector<int> gossip_from_;
   std::vector<std::vector<std::optional<fleet::GossipFrame>>> gossip_in_;
-  uint64_t gossip_step_ = 0;
   std::vector<int> gossip_skipped_;  // this exchange's senders found lost
   std::vector<bool> lost_;           // by replica: found lost by an exchange, not back since
   uint64_t gossip_losses_ = 0;
