@@ -67,6 +67,29 @@ wan_private_binaries() {
   LONGHAULD=$1/bin/longhauld LONGHAUL=$1/bin/longhaul LINKEM=$1/bin/linkem
 }
 
+# wan_begin NAME: what a WAN run starts with: builds (wan_build), OUT (the caller's, or a new
+# /tmp/NAME.XXXXXX), private binaries there (wan_private_binaries), empty pids and follower,
+# and traps that stop them all on exit (wan_stop_all).
+wan_begin() {
+  wan_build
+  OUT=${OUT:-$(mktemp -d "/tmp/$1.XXXXXX")}
+  wan_private_binaries "$OUT"
+  pids=() follower=""
+  trap wan_stop_all EXIT
+  trap 'exit 130' INT TERM
+}
+
+# wan_data_roots DIR DATA SITE...: lets each site's daemon read the token file DATA (its
+# directory as a data root in DIR/SITE.yaml); nothing for DATA=builtin.
+wan_data_roots() {
+  local dir=$1 data=$2 s
+  shift 2
+  [ "$data" = builtin ] && return 0
+  for s in "$@"; do
+    echo "data_roots: [\"$(dirname "$(realpath "$data")")\"]" >>"$dir/$s.yaml"
+  done
+}
+
 # wan_stop_all: stops the caller's follower (pid in $follower, if any) and every process in
 # the array pids (daemons, linkem proxies), waits for them, and empties pids. For an EXIT trap.
 wan_stop_all() {

@@ -36,12 +36,7 @@ DATA=${DATA:-builtin}
 PY=/usr/bin/python3
 source "$ROOT/tools/wan_sites.sh"
 
-wan_build
-OUT=${OUT:-$(mktemp -d /tmp/longhaul-gossip-outage.XXXXXX)}
-wan_private_binaries "$OUT"
-pids=() follower=""
-trap wan_stop_all EXIT
-trap 'exit 130' INT TERM
+wan_begin longhaul-gossip-outage
 
 replica_of() {  # replica_of SITE: its replica (sites in pairs, in SITES order)
   local i
@@ -61,9 +56,7 @@ rm -rf "$dir" && mkdir -p "$dir"
 declare -A P=()
 wan_ports "${SITES[@]}"
 wan_site_configs "$dir" "${SITES[@]}"
-if [ "$DATA" != builtin ]; then
-  for s in "${SITES[@]}"; do echo "data_roots: [\"$(dirname "$(realpath "$DATA")")\"]" >>"$dir/$s.yaml"; done
-fi
+wan_data_roots "$dir" "$DATA" "${SITES[@]}"
 cat >"$dir/job.yaml" <<JOB
 name: gossip-outage
 model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}

@@ -48,13 +48,7 @@ PY=/usr/bin/python3
 BENCH=$ROOT/tools/bench/pipeline_bench.py
 source "$ROOT/tools/wan_sites.sh"
 
-wan_build
-OUT=${OUT:-$(mktemp -d /tmp/longhaul-gossip-run.XXXXXX)}
-wan_private_binaries "$OUT"
-
-pids=() follower=""
-trap wan_stop_all EXIT
-trap 'exit 130' INT TERM
+wan_begin longhaul-gossip-run
 
 rate_of() {  # rate_of FROM TO (symmetric)
   case "$1-$2" in
@@ -102,9 +96,7 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   local s
   wan_ports "${SITES[@]}"
   wan_site_configs "$dir" "${SITES[@]}"
-  if [ "$DATA" != builtin ]; then
-    for s in "${SITES[@]}"; do echo "data_roots: [\"$(dirname "$(realpath "$DATA")")\"]" >>"$dir/$s.yaml"; done
-  fi
+  wan_data_roots "$dir" "$DATA" "${SITES[@]}"
   write_job "$dir/job.yaml" "$kind"
   wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
   for s in "${SITES[@]}"; do
