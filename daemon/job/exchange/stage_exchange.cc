@@ -304,16 +304,19 @@ StatusOr<ReceivedTensor> StageExchange::Wait(const TensorKey& key) {
       if (stopped()) return absl::AbortedError("stopped");
       // A tensor of ours the neighbour refused means it will not answer: fail now, naming it.
       RETURN_IF_ERROR(SendError());
-      if (o_.stage_lost && o_.file_env->NowSeconds() >= next_check) {
-        if (o_.stage_lost(from)) {
+      if (o_.peer_status && o_.file_env->NowSeconds() >= next_check) {
+        const PeerStatus p = o_.peer_status(from);
+        if (p == PeerStatus::kGone) {
           return absl::UnavailableError("job " + o_.job_id + " stage " + std::to_string(o_.stage) +
                                         ": waiting for " + key.DebugString() + " from stage " +
                                         std::to_string(from) +
-                                        ", which is gone (its site does not answer or no longer "
-                                        "runs it in attempt " +
+                                        ", which is gone (it stopped, or its site does not "
+                                        "answer or no longer runs it in attempt " +
                                         std::to_string(o_.attempt) + ")");
         }
-        next_check = o_.file_env->NowSeconds() + o_.lost_grace_seconds;
+        // Not known yet: asked again after a heartbeat, not a whole grace.
+        next_check = o_.file_env->NowSeconds() +
+                     (p == PeerStatus::kStarting ? o_.heartbeat_seconds : o_.lost_grace_seconds);
       }
       t = o_.inbox->Take(key, o_.heartbeat_seconds);
       if (t.ok() || t.status().code() != absl::StatusCode::kDeadlineExceeded) break;

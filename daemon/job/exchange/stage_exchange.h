@@ -42,6 +42,14 @@ struct OutboundUsage {
   double send_seconds = 0;
 };
 
+// How a peer stage stands, as far as this stage can tell (StageRunner::PeerStatusOf, from
+// pings of its site): running this attempt (or finished it); not known yet (its site has not
+// answered a few times in a row yet, or runs no stage of this attempt yet within a start-up
+// grace: its assignment may be on the way); or gone (it ran this attempt and stopped, runs a
+// later one, or its site stopped answering or runs no stage of this attempt long after it
+// started).
+enum class PeerStatus { kRunning, kStarting, kGone };
+
 struct StageExchangeOptions {
   std::string site;
   std::string job_id;
@@ -74,11 +82,10 @@ struct StageExchangeOptions {
   // The clock (NowSeconds) of the wait and send times and of the codec controllers' windows.
   FileEnv* file_env = FileEnv::Default();
   // Asked of the stage a wait is for once it has waited lost_grace_seconds, then every
-  // lost_grace_seconds: true when that stage is gone (its site does not answer, runs another
-  // attempt or no longer runs it), which ends the wait with Unavailable. Null: never asked
-  // (the coordinator stops a stage whose neighbour is gone; a gossip job's stages may have to
-  // see it themselves).
-  std::function<bool(int stage)> stage_lost;
+  // lost_grace_seconds (every heartbeat while the answer is kStarting): kGone ends the wait
+  // with Unavailable. Null: never asked (the coordinator stops a stage whose neighbour is
+  // gone; a gossip job's stages may have to see it themselves).
+  std::function<PeerStatus(int stage)> peer_status;
   double lost_grace_seconds = 5;
 };
 

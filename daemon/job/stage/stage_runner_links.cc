@@ -52,7 +52,7 @@ Status StageRunner::InitExchange(kernels::Ops* ops) {
   if (ctx_.spec.sync.reduce == fleet::SyncReduce::kGossip && grid_.replicas > 1) {
     // Without the coordinator in its steps, a gossip stage sees a neighbour's site go itself:
     // it stops, and the other replicas' rounds go on without its replica (sync_exchange.h).
-    xo.stage_lost = [this](int stage) { return PeerStatusOf(stage) == PeerStatus::kGone; };
+    xo.peer_status = [this](int stage) { return PeerStatusOf(stage); };
     xo.lost_grace_seconds = 5 * ctx_.heartbeat_seconds;
   }
   ASSIGN_OR_RETURN(exchange_, StageExchange::Create(std::move(xo)));

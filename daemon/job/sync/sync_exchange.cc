@@ -271,8 +271,10 @@ void SyncExchange::Receive(std::vector<TensorKey> wanted) {
       if (gossip_ && o_.peer_status && !wanted.empty()) {
         const double now = o_.file_env->NowSeconds();
         if (now >= next_check) {
-          DropLostSenders(&wanted);
-          next_check = now + std::max(grace, o_.heartbeat_seconds);
+          const bool unsure = DropLostSenders(&wanted);
+          // A sender not known yet is asked again after a heartbeat, not a whole grace.
+          next_check =
+              now + (unsure ? o_.heartbeat_seconds : std::max(grace, o_.heartbeat_seconds));
           if (wanted.empty()) continue;
         }
       }
@@ -465,7 +467,8 @@ PeerStatus SyncExchange::StatusOf(int stage) const {
   return o_.peer_status ? o_.peer_status(stage) : PeerStatus::kRunning;
 }
 
-void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
+bool SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
+  bool unsure = false;
   // The stage each late replica's frames come from (its first late slice's source).
   std::map<int, int> late;  // replica -> stage
   for (const TensorKey& key : *wanted) {
@@ -478,7 +481,9 @@ void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
     }
   }
   for (const auto& [replica, stage] : late) {
-    if (StatusOf(stage) != PeerStatus::kGone) continue;
+    const PeerStatus p = StatusOf(stage);
+    unsure = unsure || p == PeerStatus::kStarting;
+    if (p != PeerStatus::kGone) continue;
     const int r = replica;  // (a lambda may not capture a structured binding before C++20's)
     std::erase_if(*wanted, [&](const TensorKey& key) {
       return static_cast<int>(key.microbatch - gossip_tag_) == r;
@@ -487,6 +492,7 @@ void SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
     if (!lost_[static_cast<size_t>(r)]) ++gossip_losses_;
     lost_[static_cast<size_t>(r)] = true;
   }
+  return unsure;
 }
 
 Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {

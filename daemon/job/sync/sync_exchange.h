@@ -55,14 +55,6 @@
 
 namespace longhaul::daemon {
 
-// How a peer stage stands, as far as this stage can tell (StageRunner::PeerStatusOf, from
-// pings of its site): running this attempt (or finished it); not known yet (its site has not
-// answered a few times in a row yet, or runs no stage of this attempt yet within a start-up
-// grace: its assignment may be on the way); or gone (it ran this attempt and stopped, runs a
-// later one, or its site stopped answering or runs no stage of this attempt long after it
-// started).
-enum class PeerStatus { kRunning, kStarting, kGone };
-
 struct SyncExchangeOptions {
   std::string site, job_id;
   uint32_t attempt = 0;
@@ -85,8 +77,9 @@ struct SyncExchangeOptions {
   // The clock (NowSeconds) of the syncs' exposed and hidden seconds (Report, wait_seconds).
   FileEnv* file_env = FileEnv::Default();
   // Gossip: asked of a stage whose frames have not come for gossip_grace_seconds (then
-  // every gossip_grace_seconds), and of a replica found lost before, at once. Null: never
-  // asked; the exchange waits for every frame until stopped.
+  // every gossip_grace_seconds, or every heartbeat while its answer is kStarting), and of a
+  // replica found lost before, at once. Null: never asked; the exchange waits for every frame
+  // until stopped.
   std::function<PeerStatus(int stage)> peer_status;
   double gossip_grace_seconds = 5;
 };
@@ -177,8 +170,8 @@ class SyncExchange {
   // peer_status of `stage` (kRunning without it).
   PeerStatus StatusOf(int stage) const;
   // The receiver's look at the senders it still waits for (gossip): the gone ones' keys out
-  // of `wanted`, into gossip_skipped_.
-  void DropLostSenders(std::vector<TensorKey>* wanted);
+  // of `wanted`, into gossip_skipped_. Whether one of those left is not known yet (kStarting).
+  bool DropLostSenders(std::vector<TensorKey>* wanted);
   void Receive(std::vector<TensorKey> wanted);  // the receiver thread
   void Join();
 
