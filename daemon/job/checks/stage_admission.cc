@@ -87,6 +87,7 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
            assignment.dropped_replicas())[static_cast<size_t>(grid_.replica(self_))] +
        ValBatches(spec.job);
   if (grid_.replicas > 1) routes_ = SyncRoutes(grid_, model_, self_, spec.sync.stagger);
+  slices_ = static_cast<size_t>(model::ParameterLayout(model_).num_slices());
 }
 
 Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8_t> head,
@@ -141,8 +142,7 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
                           std::to_string(n) + ")");
   }
   if (grad_sums) {
-    const size_t bytes =
-        GradSumsFrameBytes(static_cast<size_t>(model::ParameterLayout(model_).num_slices()));
+    const size_t bytes = GradSumsFrameBytes(slices_);
     if (first.encoded_size() != bytes || first.microbatch() != 0 || first.tensor_id() != 0 ||
         first.step() >= static_cast<uint64_t>(steps_)) {
       return absl::InvalidArgumentError(
@@ -198,8 +198,7 @@ Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const 
     return absl::InvalidArgumentError(what + "a slice this stage does not hold");
   }
   if (first.kind() == v1::TENSOR_KIND_GRAD_SUMS || first.kind() == v1::TENSOR_KIND_GRAD_TOTAL) {
-    const auto sums =
-        DecodeGradSums(payload, static_cast<size_t>(model::ParameterLayout(model_).num_slices()));
+    const auto sums = DecodeGradSums(payload, slices_);
     return sums.ok() ? absl::OkStatus()
                      : Status(sums.status().code(), what + std::string(sums.status().message()));
   }

@@ -61,6 +61,7 @@ class StageAdmission {
   int64_t B_ = 0, T_ = 0, C_ = 0, Vp_ = 0, M_ = 0, steps_ = 0;
   model::ModelConfig model_;       // cut widths and what the targets frame holds
   std::vector<SyncRoute> routes_;  // the fragment's sync slices (with replicas)
+  size_t slices_ = 0;              // the model's parameter slices (a grad-sums frame's count)
   std::vector<bool> live_;         // by replica: not dropped in this attempt
   bool ring_ = false;              // syncs go around rings (sync.reduce: ring)
   fleet::SyncOptions sync_;        // when each slice syncs

@@ -104,6 +104,9 @@ class Coordinator {
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
       ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
+  // Notes `drop` (replicas not dropped yet) as dropped, counts the drops and a rejoin failed
+  // for each of them that was rejoining; returns every dropped replica now.
+  ReplicaList RecordDropLocked(const ReplicaList& drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A gossip job's coordinator restarted (Restore): the replicas whose stages all still run
   // the record's attempt (they step without it) go on as they are; the others are dropped
   // without stopping anyone, to rejoin as after any drop. False, and nothing changed, when

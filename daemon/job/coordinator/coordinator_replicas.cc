@@ -26,6 +26,24 @@ std::string ReplicaNames(const ReplicaList& replicas) {
 
 }  // namespace
 
+ReplicaList Coordinator::RecordDropLocked(const ReplicaList& drop) {
+  const ReplicaList dropped = Union(DroppedLocked(), drop);
+  // A replica still rejoining keeps fetching its state at the committed step (a live one is
+  // left: ReplicasToDrop); one dropped while rejoining failed its rejoin.
+  ReplicaList rejoining;
+  for (uint32_t r : record_.rejoining_replicas()) {
+    if (Contains(dropped, static_cast<int>(r))) {
+      ++rejoin_failures_[r];
+    } else {
+      rejoining.push_back(r);
+    }
+  }
+  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+  *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(drop.size()));
+  return dropped;
+}
+
 bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::string& problem) {
   ReplicaList drop;
   std::string job_id;
@@ -42,24 +60,12 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   StopAttempt();
   MutexLock lock(mu_);
   if (TerminalState(record_.state())) return true;
-  const ReplicaList dropped = Union(DroppedLocked(), drop);
+  const ReplicaList dropped = RecordDropLocked(drop);
   const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
-  // A replica still rejoining keeps fetching its state at the committed step (a live one is
-  // left: ReplicasToDrop); one dropped while rejoining failed its rejoin.
-  ReplicaList rejoining, live;
-  for (uint32_t r : record_.rejoining_replicas()) {
-    if (Contains(dropped, static_cast<int>(r))) {
-      ++rejoin_failures_[r];
-    } else {
-      rejoining.push_back(r);
-    }
-  }
+  ReplicaList live;
   for (int r = 0; r < grid.replicas; ++r) {
     if (!Contains(dropped, r)) live.push_back(static_cast<uint32_t>(r));
   }
-  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
-  *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(drop.size()));
   membership_note_ = ReplicaNames(drop) + " dropped at step " +
                      std::to_string(record_.committed_step()) + " (" + problem + "); " +
                      ReplicaNames(live) + " go on; " + ReplicaNames(dropped) +
@@ -124,18 +130,7 @@ bool Coordinator::AdoptRunningAttempt() {
   }
   MutexLock lock(mu_);
   if (TerminalState(record_.state())) return true;
-  const ReplicaList now_dropped = Union(DroppedLocked(), lost);
-  *record_.mutable_dropped_replicas() = {now_dropped.begin(), now_dropped.end()};
-  ReplicaList rejoining;  // one lost while rejoining failed its rejoin (as in DropReplicas)
-  for (uint32_t r : record_.rejoining_replicas()) {
-    if (Contains(lost, static_cast<int>(r))) {
-      ++rejoin_failures_[r];
-    } else {
-      rejoining.push_back(r);
-    }
-  }
-  *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-  record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(lost.size()));
+  RecordDropLocked(lost);
   membership_note_ =
       "coordinator restarted; " + ReplicaNames(whole) + " went on without it" +
       (lost.empty() ? std::string()

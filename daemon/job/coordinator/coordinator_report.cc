@@ -28,6 +28,13 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
                                        "' runs it)");
   }
   const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
+  // A gossip stage's report is filed and answered at once with the committed step (see below).
+  auto filed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    v1::StepDecision d;
+    d.set_grad_scale(1);
+    d.set_committed_step(record_.committed_step());
+    return d;
+  };
   if (gossip && adopt_) {
     // Restored, and not yet sure which replicas ran on (AdoptRunningAttempt): the report is
     // sent again shortly (step_reporter.h), and counted against the live stages then.
@@ -78,12 +85,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   // Gossip: a report of a step decided already (sent again after the coordinator was away)
   // changes nothing; it is filed and answered.
-  if (gossip && grid.replicas > 1 && rep.step() < record_.step()) {
-    v1::StepDecision filed;
-    filed.set_grad_scale(1);
-    filed.set_committed_step(record_.committed_step());
-    return filed;
-  }
+  if (gossip && grid.replicas > 1 && rep.step() < record_.step()) return filed();
   std::vector<int> replica_of;
   for (int i = 0; i < grid.size(); ++i) replica_of.push_back(grid.replica(i));
   if (const auto* reports = barrier_.Add(rep, n, record_.committed_step(),
@@ -172,12 +174,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   // report is filed and answered at once with what the stage needs to know (the committed
   // step); the step's whole decision (progress, status) is made above when the last replica's
   // report of it is in.
-  if (gossip && grid.replicas > 1) {
-    v1::StepDecision filed;
-    filed.set_grad_scale(1);
-    filed.set_committed_step(record_.committed_step());
-    return filed;
-  }
+  if (gossip && grid.replicas > 1) return filed();
   v1::StepDecision decision;
   StepBarrier::State state;
   cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -255,13 +255,14 @@ Status StageRunner::RunStep(uint64_t step) {
     own.set_grad_scale(scale);
     own.set_committed_step(reporter_->committed_step());
     decision = std::move(own);
-  }
-  while (!reporter_) {
-    if (stop_) return absl::AbortedError("stopped");
-    decision = ctx_.coordinator->ReportStep(report, 3600);
-    if (decision.ok()) break;
-    // The coordinator may be restarting: keep knocking until it answers or stops us.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  } else {
+    while (true) {
+      if (stop_) return absl::AbortedError("stopped");
+      decision = ctx_.coordinator->ReportStep(report, 3600);
+      if (decision.ok()) break;
+      // The coordinator may be restarting: keep knocking until it answers or stops us.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
   }
   wait_acc_ += Now() - barrier_start;
   val_step_ = 0;  // reported

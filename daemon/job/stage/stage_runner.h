@@ -178,7 +178,7 @@ class StageRunner {
   std::unique_ptr<model::ReplicatedFragment> fragment_;
   std::unique_ptr<StageExchange> exchange_;
   std::unique_ptr<ReplicaSync> replicas_;  // with pipeline replicas
-  // Gossip replicas of one stage: reports sent behind the steps (null: the barrier's wait).
+  // Gossip replicas: reports sent behind the steps (null: the barrier's wait).
   std::unique_ptr<StepReporter> reporter_;
   // First or last stage of a job with a lossy compression.tied; null otherwise.
   std::unique_ptr<model::TiedGradCodec> tied_codec_;

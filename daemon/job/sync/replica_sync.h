@@ -126,8 +126,8 @@ class ReplicaSync {
   Status ChooseCodec(double compute_seconds, int phase);
   // The inner steps' compute until the next sync, from one step's.
   double ComputeUntilNextSync(double step_compute_seconds) const;
-  // Gossip: the push-sum round of the sync after `step`, then, after the job's last step, the
-  // exact average; then the sketch of the result.
+  // Gossip: the sketch of the parameters (Report's), the push-sum round of the sync after
+  // `step`, then, after the job's last step, the exact average.
   Status GossipSync(uint64_t step);
   // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
   std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
@@ -146,7 +146,7 @@ class ReplicaSync {
   // A streaming sync in flight: the parameters at its start (its weights went with it to
   // SyncExchange::Start).
   std::vector<float> started_;
-  // Gossip: the sketch of the stage's parameters after its latest round, and the steps done
+  // Gossip: the sketch of the stage's parameters before its latest round, and the steps done
   // then (Report sends them for the consensus distance).
   mutable Mutex sketch_mu_;
   std::vector<double> sketch_ ABSL_GUARDED_BY(sketch_mu_);
