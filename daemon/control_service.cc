@@ -50,6 +50,17 @@ grpc::Status ControlServiceImpl::CancelJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status ControlServiceImpl::ChangeJobSites(grpc::ServerContext* context,
+                                                const v1::ChangeJobSitesRequest* request,
+                                                v1::ChangeJobSitesResponse* response) {
+  grpc::Status auth = AuthorizeControlCall(*context, token_);
+  if (!auth.ok()) return auth;
+  auto r = jobs_->ChangeSites(*request);
+  if (!r.ok()) return transport::ToGrpc(r.status());
+  *response = *r;
+  return grpc::Status::OK;
+}
+
 grpc::Status ControlServiceImpl::SetDebugThrottle(grpc::ServerContext* context,
                                                   const v1::DebugThrottleRequest* request,
                                                   v1::DebugThrottleResponse* response) {

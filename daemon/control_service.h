@@ -31,6 +31,9 @@ class ControlServiceImpl final : public v1::Control::Service {
                         v1::ListJobsResponse* response) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                          v1::CancelJobResponse* response) override;
+  grpc::Status ChangeJobSites(grpc::ServerContext* context,
+                              const v1::ChangeJobSitesRequest* request,
+                              v1::ChangeJobSitesResponse* response) override;
   grpc::Status ExportJob(grpc::ServerContext* context, const v1::ExportJobRequest* request,
                          grpc::ServerWriter<v1::ExportChunk>* writer) override;
   grpc::Status SetDebugThrottle(grpc::ServerContext* context,

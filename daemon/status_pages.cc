@@ -2,6 +2,7 @@
 // Prometheus text format, from the node, link and job views.
 #include "daemon/status_pages.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "daemon/http/prometheus.h"
@@ -56,6 +57,13 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
             "Times a pipeline replica was dropped after losing a site.");
   m->Family("longhaul_job_replica_rejoins_total", "counter",
             "Times a dropped pipeline replica rejoined from a live replica's state.");
+  m->Family("longhaul_job_replicas_added_total", "counter",
+            "Pipeline replicas that sites joining the running job formed (longhaul job "
+            "add-site).");
+  m->Family("longhaul_job_replicas_removed_total", "counter",
+            "Pipeline replicas taken out of the running job for good (longhaul job remove-site).");
+  m->Family("longhaul_stage_syncs", "gauge",
+            "Pipeline replicas: syncs the stage's sync group completed in this attempt.");
   m->Family("longhaul_stage_compute_seconds", "gauge", "Compute time of the stage's last step.");
   m->Family("longhaul_stage_network_wait_seconds", "gauge",
             "Time the stage's last step spent waiting on the network.");
@@ -93,10 +101,13 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
     m->Sample("longhaul_job_replicas_dropped", job, j.dropped_replicas_size());
     m->Sample("longhaul_job_replica_drops_total", job, j.replica_drops());
     m->Sample("longhaul_job_replica_rejoins_total", job, j.replica_rejoins());
+    m->Sample("longhaul_job_replicas_added_total", job, j.replicas_added());
+    m->Sample("longhaul_job_replicas_removed_total", job, j.replicas_removed());
     for (const auto& s : j.stages()) {
       const Labels stage = {
           {"job", j.job_id()}, {"stage", std::to_string(s.index())}, {"site", s.site()}};
       m->Sample("longhaul_stage_compute_seconds", stage, s.compute_seconds());
+      m->Sample("longhaul_stage_syncs", stage, s.syncs());
       m->Sample("longhaul_stage_network_wait_seconds", stage, s.wait_seconds());
       m->Sample("longhaul_stage_step_seconds", stage, s.step_seconds());
     }
@@ -268,9 +279,20 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
   j["jobs"] = nlohmann::json::array();
   for (const auto& job : jobs.jobs()) {
     nlohmann::json stages = nlohmann::json::array();
+    auto among = [](const auto& list, uint32_t r) {
+      return std::find(list.begin(), list.end(), r) != list.end();
+    };
     for (const auto& s : job.stages()) {
+      // A replica's membership: in (training), dropped (a site lost; it rejoins), removed
+      // (left the job for good, `longhaul job remove-site`).
+      const char* membership = among(job.removed_replicas(), s.replica())   ? "removed"
+                               : among(job.dropped_replicas(), s.replica()) ? "dropped"
+                                                                            : "in";
       stages.push_back({{"stage", s.index()},
                         {"site", s.site()},
+                        {"replica", s.replica()},
+                        {"membership", membership},
+                        {"syncs", s.syncs()},
                         {"layers", {s.layer_begin(), s.layer_end()}},
                         {"memory_bytes", s.memory_bytes()},
                         {"devices", s.devices()},
@@ -316,6 +338,8 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"tokens_per_second", job.tokens_per_second()},
                          {"step_seconds", job.step_seconds()},
                          {"attempt", job.attempt()},
+                         {"replicas_added", job.replicas_added()},
+                         {"replicas_removed", job.replicas_removed()},
                          {"stages", stages},
                          {"links", job_links},
                          {"sync_groups", groups},

@@ -175,6 +175,80 @@ TEST_CASE("a site checks the replicas an assignment drops and rejoins", "[replic
   CHECK_FALSE(CheckReplicaMembership(a, *step, "job j1").ok());  // no drops in step mode
 }
 
+TEST_CASE("sites joining a running job form a new replica; leaving ones take theirs out",
+          "[replicas]") {
+  const auto plan = Plan();
+  // Two sites: the model's four layers split evenly, replica 3, the next flat indices.
+  auto two = PlanAddedReplica(plan, {"g", "h"}, 4, 2);
+  REQUIRE(two.ok());
+  REQUIRE(two->size() == 8);
+  for (int i = 6; i < 8; ++i) {
+    CHECK(two->Get(i).index() == static_cast<uint32_t>(i));
+    CHECK(two->Get(i).replica() == 3);
+    CHECK(two->Get(i).microbatches() == 2);
+  }
+  CHECK(two->Get(6).site() == "g");
+  CHECK(std::make_pair(two->Get(6).layer_begin(), two->Get(6).layer_end()) ==
+        std::make_pair(0u, 2u));
+  CHECK(std::make_pair(two->Get(7).layer_begin(), two->Get(7).layer_end()) ==
+        std::make_pair(2u, 4u));
+  // Uneven: the first ones a layer more. The plan every site checks accepts it.
+  auto three = PlanAddedReplica(plan, {"g", "h", "i"}, 4, 0);
+  REQUIRE(three.ok());
+  CHECK(three->Get(6).layer_end() == 2);
+  CHECK(three->Get(7).layer_end() == 3);
+  CHECK(three->Get(8).layer_end() == 4);
+  auto spec = ParseJobSpec(Job("sync: {every: 2}\n"), "job.yaml", ".");
+  REQUIRE(spec.ok());
+  spec->replicas = 4;
+  CHECK(CheckPlan(*three, *spec, "plan").ok());
+  CHECK(StageGrid::OfPlan(4, *three).stages(3) == 3);
+  // Refused, naming the site: one of the job's, twice, none, more sites than layers.
+  CHECK_THAT(std::string(PlanAddedReplica(plan, {"g", "c"}, 4, 0).status().message()),
+             Catch::Contains("'c'") && Catch::Contains("already"));
+  CHECK_THAT(std::string(PlanAddedReplica(plan, {"g", "g"}, 4, 0).status().message()),
+             Catch::Contains("'g' is named twice"));
+  CHECK_FALSE(PlanAddedReplica(plan, {}, 4, 0).ok());
+  CHECK_FALSE(PlanAddedReplica(plan, {"g", "h", "i", "j", "k"}, 4, 0).ok());
+
+  const StageGrid grid = StageGrid::Of(3, 6);
+  CHECK(*ReplicasToRemove(grid, plan, {}, {}, {}, {"d"}) == ReplicaList{1});
+  CHECK(*ReplicasToRemove(grid, plan, {}, {}, {}, {"f", "a", "b"}) == ReplicaList{0, 2});
+  // A dropped replica may be removed too (it then never rejoins).
+  CHECK(*ReplicasToRemove(grid, plan, {1}, {}, {}, {"c"}) == ReplicaList{1});
+  auto refused = [&](const ReplicaList& dropped, const ReplicaList& rejoining,
+                     const ReplicaList& removed, const std::vector<std::string>& sites) {
+    auto r = ReplicasToRemove(grid, plan, dropped, rejoining, removed, sites);
+    CHECK_FALSE(r.ok());
+    return std::string(r.status().message());
+  };
+  CHECK_THAT(refused({}, {}, {}, {"x"}), Catch::Contains("'x' runs no stage"));
+  CHECK_THAT(refused({1}, {}, {1}, {"d"}), Catch::Contains("removed already"));
+  CHECK_THAT(refused({}, {}, {}, {"a", "c", "e"}), Catch::Contains("no replica training"));
+  CHECK_THAT(refused({2}, {1}, {}, {"a"}), Catch::Contains("no replica training"));
+  CHECK(ReplicaNames({1}) == "replica 1");
+  CHECK(ReplicaNames({0, 2}) == "replicas 0, 2");
+}
+
+TEST_CASE("a site checks the replicas of a job that sites joined", "[replicas]") {
+  // In local mode membership lists come from site changes too, whatever on_site_loss says;
+  // the plan must form the assignment's replica count.
+  auto spec = ParseJobSpec(Job("sync: {every: 2, on_site_loss: wait}\n"), "job.yaml", ".");
+  REQUIRE(spec.ok());
+  v1::StageAssignment a;
+  a.set_job_id("j1");
+  a.set_coordinator("a");
+  auto plan = PlanAddedReplica(Plan(), {"g"}, 4, 0);
+  REQUIRE(plan.ok());
+  *a.mutable_stages() = *plan;
+  a.set_stage(6);
+  a.add_rejoining_replicas(3);
+  a.set_rejoin_source(0);
+  CHECK_FALSE(CheckAssignment(a, *spec, "g").ok());  // the job file's 3 replicas
+  spec->replicas = 4;
+  CHECK(CheckAssignment(a, *spec, "g").ok());
+}
+
 TEST_CASE("the barrier waits for the live replicas' stages only", "[replicas]") {
   StepBarrier b(1.0f);
   auto report = [](uint32_t stage, double sum) {

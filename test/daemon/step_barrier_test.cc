@@ -38,6 +38,32 @@ TEST_CASE("step barrier: the committed step is the oldest of the stages' newest 
   CHECK(b.NoteCheckpoint(2, 7, 3) == 7);
 }
 
+TEST_CASE("step barrier: stages that left are forgotten, and what waited for them decided") {
+  // Four stages; stages 2 and 3 (a removed replica) stop at step 4 while 0 and 1 go on.
+  StepBarrier b(1.0f);
+  for (uint32_t s = 0; s < 4; ++s) b.NoteCheckpoint(s, s < 2 ? 6 : 4, 4);
+  CHECK(b.Committed(4) == 4);
+  for (uint64_t step = 5; step <= 6; ++step) {
+    CHECK(b.Add(Report(1, step, 0, 1.0), 4, 4) == nullptr);
+    CHECK(b.Add(Report(1, step, 1, 1.0), 4, 4) == nullptr);
+  }
+  CHECK(b.Add(Report(1, 5, 2, 1.0), 4, 4) == nullptr);  // stage 2 got one more report in
+  CHECK(b.Complete(2).empty() == false);
+  b.Forget({2, 3});
+  CHECK(b.Committed(2) == 6);  // the others' checkpoints only
+  const std::vector<v1::StepReport> complete = b.Complete(2);
+  REQUIRE(complete.size() == 2);  // steps 5 and 6, in order
+  CHECK(complete[0].step() == 5);
+  CHECK(complete[1].step() == 6);
+  for (const auto& r : complete) {
+    const auto* reports = b.Add(r, 2, 6);
+    REQUIRE(reports != nullptr);
+    CHECK(reports->size() == 2);  // stage 2's report of step 5 is gone
+  }
+  CHECK(b.Complete(2).empty());
+  CHECK(b.Committed(3) == 0);  // fewer stages noted than asked for
+}
+
 TEST_CASE("step barrier: finished once every stage ran its last step") {
   StepBarrier b(1.0f);
   CHECK_FALSE(b.NoteFinished(1, 2));

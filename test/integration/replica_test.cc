@@ -70,15 +70,18 @@ struct Cluster {
 
   // `network` sets up the loopback (the rates its probes report, say) before any site starts;
   // `configure` changes each site's config (its data_roots, say).
+  // `sites`: the daemons, every one a peer of the others (a site beyond the job's four may
+  // join it).
   explicit Cluster(const std::function<void(daemon::transport::LoopbackNetwork&)>& network = {},
-                   const std::function<void(daemon::SiteConfig&)>& configure = {}) {
+                   const std::function<void(daemon::SiteConfig&)>& configure = {},
+                   const std::vector<std::string>& sites = kSites) {
     if (network) network(*net);
     std::vector<int> ports;
-    for (size_t i = 0; i < kSites.size(); ++i) ports.push_back(testing::FreePort());
-    for (size_t i = 0; i < kSites.size(); ++i) {
-      testing::SiteSpec spec{kSites[i], ports[i], {}};
-      for (size_t j = 0; j < kSites.size(); ++j) {
-        if (j != i) spec.peers.push_back({kSites[j], ports[j]});
+    for (size_t i = 0; i < sites.size(); ++i) ports.push_back(testing::FreePort());
+    for (size_t i = 0; i < sites.size(); ++i) {
+      testing::SiteSpec spec{sites[i], ports[i], {}};
+      for (size_t j = 0; j < sites.size(); ++j) {
+        if (j != i) spec.peers.push_back({sites[j], ports[j]});
       }
       configs.push_back(testing::MakeSiteConfig(spec));
       configs.back().links.probe_interval_seconds = 5;
@@ -629,7 +632,7 @@ std::vector<float> CheckpointParams(Cluster& c, size_t site, const std::string& 
   const std::string dir = c.configs[site].data_dir + "/jobs/" + id;
   auto state = daemon::ReadStageState(
       *FileEnv::Default(), daemon::StageCheckpointPath(dir, step, begin, end), begin, end);
-  INFO(kSites[site] << ": " << state.status().ToString());
+  INFO("site " << site << ": " << state.status().ToString());
   REQUIRE(state.ok());
   return state->params;
 }
@@ -795,6 +798,129 @@ TEST_CASE("gossip: the coordinator's site going down stops no other replica") {
     CHECK(CheckpointParams(c, 0, id, steps, 0, 1) == CheckpointParams(c, 2, id, steps, 0, 1));
     CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 3, id, steps, 1, 2));
   }
+}
+
+TEST_CASE("sites join and leave a running job: a new replica from a live one, one out for good") {
+  // A 2 x 2 job; epsilon, a peer of every site but not in the job, joins it as a third
+  // replica of one stage (all layers) and takes a live replica's state at the committed step;
+  // its first sync shows in the status within one outer step. Then gamma leaves, taking
+  // replica 1 out for good: in a gossip job the others go on without a restart (nothing is
+  // redone); a gathered job restarts them from the committed step without it. The replicas
+  // left end with one model, the new one's included.
+  const bool gossip = GENERATE(true, false);
+  INFO((gossip ? "gossip" : "gather"));
+  const int steps = 40, every = 2;
+  const std::string yaml = JobYaml(
+      "sync: {mode: local, every: 2, " +
+          std::string(gossip ? "reduce: gossip, codec: topk:0.25" : "reduce: gather, codec: q8") +
+          "}\n",
+      steps);
+  std::vector<std::string> sites = kSites;
+  sites.push_back("epsilon");
+  Cluster c({}, {}, sites);
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  auto change = [&](const std::vector<std::string>& add, const std::vector<std::string>& remove) {
+    v1::ChangeJobSitesRequest req;
+    req.set_job_id(id);
+    *req.mutable_add() = {add.begin(), add.end()};
+    *req.mutable_remove() = {remove.begin(), remove.end()};
+    return c.at(0).jobs().ChangeSites(req);
+  };
+  // Refused, naming what stands in the way.
+  CHECK_THAT(std::string(change({"beta"}, {}).status().message()),
+             Catch::Contains("'beta' runs a stage of the job already"));
+  CHECK(change({"zeta"}, {}).status().code() == absl::StatusCode::kNotFound);
+  CHECK(change({}, {}).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(change({"epsilon"}, {"beta"}).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(change({}, {"zeta"}).status().message()),
+             Catch::Contains("'zeta' runs no stage"));
+
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  auto joined = change({"epsilon"}, {});
+  INFO(joined.status().ToString());
+  REQUIRE(joined.ok());
+  REQUIRE(joined->replicas_size() == 1);
+  CHECK(joined->replicas(0) == 2);
+  CHECK(change({"epsilon"}, {}).status().code() == absl::StatusCode::kFailedPrecondition);
+  uint64_t join_at = 0;
+  uint32_t attempt = 0;
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        for (const auto& e : s.events()) {
+          if (e.kind() == "site_added") join_at = e.step();
+        }
+        attempt = s.attempt();
+        return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING;
+      },
+      120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.replicas() == 3);
+    REQUIRE(s.stages_size() == 5);
+    CHECK(s.stages(4).site() == "epsilon");
+    CHECK(s.stages(4).replica() == 2);
+    CHECK(s.stages(4).layer_begin() == 0);
+    CHECK(s.stages(4).layer_end() == 2);
+    CHECK_THAT(s.detail(), Catch::Contains("site epsilon joined as replica 2 at step " +
+                                           std::to_string(join_at) + " from replica 0's state"));
+  }
+  // Its first sync within one outer step: whenever its reports say it is past the first outer
+  // step after the join (and the report that follows it), they count a sync.
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::StageInfo st = c.Status(id).stages(4);
+        if (st.step() >= join_at + every + 2) CHECK(st.syncs() >= 1);
+        return st.syncs() >= 1;
+      },
+      120s));
+  // Gamma leaves: replica 1 (gamma, delta) out for good.
+  auto left = change({}, {"gamma"});
+  INFO(left.status().ToString());
+  REQUIRE(left.ok());
+  REQUIRE(left->replicas_size() == 1);
+  CHECK(left->replicas(0) == 1);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replicas_removed() == 1; }, 120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.removed_replicas_size() == 1);
+    CHECK(s.dropped_replicas_size() == 1);
+    // Gossip: no new attempt, nobody went back; gather: one restart without it.
+    CHECK(s.attempt() == (gossip ? attempt : attempt + 1));
+    auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
+    CHECK_THAT(metrics.body,
+               Catch::Contains("longhaul_job_replicas_added_total{job=\"" + id + "\"} 1") &&
+                   Catch::Contains("longhaul_job_replicas_removed_total{job=\"" + id + "\"} 1") &&
+                   Catch::Contains("longhaul_stage_syncs{"));
+    auto page = testing::HttpGet(c.at(0).status_port(), "/status");
+    CHECK_THAT(page.body, Catch::Contains("\"membership\": \"removed\""));
+  }
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  std::vector<std::string> kinds;
+  for (const auto& e : s.events()) kinds.push_back(e.kind());
+  CHECK(kinds == std::vector<std::string>{"site_added", "site_removed"});  // no rollback
+  CHECK(s.replica_drops() == 0);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+  // The replicas left hold one model: replica 0's stages and epsilon's whole one.
+  auto spec = daemon::ParseJobSpec(yaml, "job", ".");
+  REQUIRE(spec.ok());
+  std::vector<float> model(static_cast<size_t>(model::NumParameters(spec->job.model)));
+  for (int stage = 0; stage < 2; ++stage) {
+    const model::FragmentLayout layout(spec->job.model, stage, stage + 1);
+    const std::vector<float> part =
+        CheckpointParams(c, static_cast<size_t>(stage), id, steps, stage, stage + 1);
+    layout.InsertIntoModel(part.data(), model.data());
+  }
+  const model::FragmentLayout whole(spec->job.model, 0, 2);
+  std::vector<float> from_model(static_cast<size_t>(whole.total()));
+  whole.ExtractFromModel(model.data(), from_model.data());
+  CHECK(CheckpointParams(c, 4, id, steps, 0, 2) == from_model);
 }
 
 TEST_CASE("step mode: a dropped replica's microbatches go to the other, the union batch kept") {

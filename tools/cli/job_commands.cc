@@ -84,6 +84,19 @@ void PrintDetails(const v1::JobStatus& j) {
     std::cout << "  validation loss " << Fixed(v.loss(), 4) << " after step " << v.step() << " ("
               << j.val_losses_size() << " passes)\n";
   }
+  if (j.replicas_added() > 0 || j.replicas_removed() > 0 || j.joining_sites_size() > 0 ||
+      j.leaving_sites_size() > 0) {
+    auto names = [](const auto& list) {
+      std::string s;
+      for (const auto& x : list) s += (s.empty() ? "" : ", ") + x;
+      return s;
+    };
+    std::cout << "  sites joined as " << j.replicas_added() << " replica(s), left with "
+              << j.replicas_removed();
+    if (j.joining_sites_size() > 0) std::cout << "; joining now: " << names(j.joining_sites());
+    if (j.leaving_sites_size() > 0) std::cout << "; leaving now: " << names(j.leaving_sites());
+    std::cout << "\n";
+  }
   if (j.replica_drops() > 0 || j.dropped_replicas_size() > 0) {
     std::string dropped;
     for (uint32_t r : j.dropped_replicas())
@@ -95,19 +108,25 @@ void PrintDetails(const v1::JobStatus& j) {
   // Replicas may have different stage counts: the position counts within the replica.
   uint32_t replicas = 1;
   for (const auto& s : j.stages()) replicas = std::max(replicas, s.replica() + 1);
-  Table stages({"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "DEVICES"});
+  // SYNCS: with replicas, the syncs each stage's group completed in this attempt (a site that
+  // joined shows its first one there).
+  Table stages(
+      {"STAGE", "SITE", "LAYERS", "MEMORY", "COMPUTE/STEP", "WAIT/STEP", "SYNCS", "DEVICES"});
   uint32_t position = 0;
   for (int i = 0; i < j.stages_size(); ++i) {
     const v1::StageInfo& s = j.stages(i);
     position = i > 0 && j.stages(i - 1).replica() == s.replica() ? position + 1 : 0;
     std::string label = replicas > 1 ? std::to_string(s.replica()) + "." + std::to_string(position)
                                      : std::to_string(s.index());
+    bool removed = false;
+    for (uint32_t r : j.removed_replicas()) removed = removed || r == s.replica();
     for (uint32_t r : j.dropped_replicas()) {
-      if (r == s.replica()) label += " (dropped)";
+      if (r == s.replica()) label += removed ? " (removed)" : " (dropped)";
     }
     stages.AddRow({label, s.site(), LayerRange(s.layer_begin(), s.layer_end()),
                    Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB",
                    Fixed(s.compute_seconds(), 3) + " s", Fixed(s.wait_seconds(), 3) + " s",
+                   replicas > 1 ? std::to_string(s.syncs()) : "-",
                    s.devices().empty() ? "-" : s.devices()});
   }
   std::cout << stages.str();
@@ -288,6 +307,23 @@ int Cancel(const ClientOptions& options, const std::string& id) {
   return kExitOk;
 }
 
+// `longhaul job add-site` / `remove-site`: asks the job's coordinator for the change and
+// says what will happen; the change itself shows in `longhaul status` (its events).
+int ChangeSites(const ClientOptions& options, const std::string& id,
+                const std::vector<std::string>& add, const std::vector<std::string>& remove) {
+  auto client = ControlClient::Connect(options);
+  if (!client) return kExitUsage;
+  v1::ChangeJobSitesRequest req;
+  req.set_job_id(id);
+  *req.mutable_add() = {add.begin(), add.end()};
+  *req.mutable_remove() = {remove.begin(), remove.end()};
+  v1::ChangeJobSitesResponse resp;
+  grpc::Status s = client->stub().ChangeJobSites(client->Context().get(), req, &resp);
+  if (!s.ok()) return client->Fail(s, (add.empty() ? "remove-site " : "add-site ") + id);
+  std::cout << "job " << id << ": " << resp.detail() << "\n";
+  return kExitOk;
+}
+
 // A file name the daemon sent for a Hugging Face export: a plain name, nothing that could
 // leave the output directory.
 bool SafeExportName(const std::string& name) {
@@ -423,6 +459,30 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   auto* cancel = app.add_subcommand("cancel", "Cancel a job (its checkpoints are kept)");
   cancel->add_option("job", job_id, "Job id")->required();
   cancel->callback([&options, exit_code] { *exit_code = Cancel(options, job_id); });
+
+  static std::vector<std::string> sites;
+  auto* job = app.add_subcommand("job", "Change a running job: sites joining and leaving it");
+  job->require_subcommand(1);
+  auto* add_site = job->add_subcommand(
+      "add-site",
+      "Add sites to a running job with pipeline replicas (sync.mode local) as one new replica, "
+      "the model's layers split evenly among them in the order given: every stage starts again "
+      "from the committed step, the new replica from a live replica's state, and it syncs from "
+      "its first outer step on. The sites must be peers of the coordinator and of the job's "
+      "sites");
+  add_site->add_option("job", job_id, "Job id")->required();
+  add_site->add_option("sites", sites, "Sites of the new replica, in pipeline order")->required();
+  add_site->callback(
+      [&options, exit_code] { *exit_code = ChangeSites(options, job_id, sites, {}); });
+  auto* remove_site = job->add_subcommand(
+      "remove-site",
+      "Take a site's replica out of a running job for good. Gossip jobs: the other replicas go "
+      "on without stopping; gather and ring jobs: they start again from the committed step "
+      "without it");
+  remove_site->add_option("job", job_id, "Job id")->required();
+  remove_site->add_option("sites", sites, "Sites whose replicas leave")->required();
+  remove_site->callback(
+      [&options, exit_code] { *exit_code = ChangeSites(options, job_id, {}, sites); });
 
   auto* exp = app.add_subcommand(
       "export",

@@ -76,7 +76,7 @@
   }
 
   const EVENT_COLORS = {rollback: '#c0392b', replan: '#8e44ad', replica_drop: '#d35400',
-                        replica_rejoin: '#16a085'};
+                        replica_rejoin: '#16a085', site_added: '#2563eb', site_removed: '#6b7280'};
 
   // A uPlot plugin that draws the job's events as vertical marks with their kind.
   function eventMarks(getEvents) {
@@ -172,10 +172,13 @@
       compute.style.width = (100 * (s.compute_seconds || 0) / longest).toFixed(1) + '%';
       wait.style.width = (100 * (s.network_wait_seconds || 0) / longest).toFixed(1) + '%';
       bar.append(compute, wait);
-      rows.push(h('tr', {'data-stage': s.stage},
-        h('td', {}, s.stage), h('td', {}, s.site), h('td', {}, `[${s.layers[0]},${s.layers[1]})`),
+      // A replica out of the job (dropped, or removed for good) says so after its site.
+      const site = s.membership && s.membership !== 'in' ? `${s.site} (${s.membership})` : s.site;
+      rows.push(h('tr', {'data-stage': s.stage, 'data-membership': s.membership || 'in'},
+        h('td', {}, s.stage), h('td', {}, site), h('td', {}, `[${s.layers[0]},${s.layers[1]})`),
         h('td', {}, num(s.compute_seconds, 3)), h('td', {}, num(s.network_wait_seconds, 3)),
-        h('td', {}, num(s.step_seconds, 3)), h('td', {class: 'bar-cell'}, bar)));
+        h('td', {}, num(s.step_seconds, 3)), h('td', {}, s.syncs || 0),
+        h('td', {class: 'bar-cell'}, bar)));
     }
     return rows;
   }
@@ -194,6 +197,9 @@
       fact('step time', num(job.step_seconds, 3) + ' s'),
       fact('planner', predicted ? num(predicted, 3) + ' s' : '-'),
       fact('attempt', job.attempt), fact('re-plans', hist ? hist.replans : '-'));
+    if (job.replicas_added || job.replicas_removed) {
+      facts.append(fact('replicas joined / left', `${job.replicas_added || 0} / ${job.replicas_removed || 0}`));
+    }
     const val = hist && hist.val_losses && hist.val_losses.length ?
         hist.val_losses[hist.val_losses.length - 1] : null;
     if (val) facts.append(fact('validation', `${num(val.loss, 4)} (step ${val.step})`));
@@ -245,7 +251,7 @@
       h('h2', {class: 'job-title'}), h('div', {class: 'facts'}), h('div', {class: 'detail muted'}),
       h('div', {class: 'charts'}, h('div', {class: 'chart chart-loss'}), h('div', {class: 'chart chart-time'})),
       h('h3', {}, 'Stages: compute and network wait of the last step'),
-      table('stages', ['stage', 'site', 'layers', 'compute s', 'wait s', 'step s', '']),
+      table('stages', ['stage', 'site', 'layers', 'compute s', 'wait s', 'step s', 'syncs', '']),
       h('div', {class: 'sync-block'}, h('h3', {}, 'Sync groups'),
         table('sync', ['group', 'sites', 'codec', 'ratio', 'syncs', 'MB sent', 'exposed s', 'hidden s',
           'consensus'])),

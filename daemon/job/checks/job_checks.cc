@@ -173,8 +173,14 @@ Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
   const int source = static_cast<int>(a.rejoin_source());
   bool overlap = false;
   for (uint32_t r : rejoining) overlap = overlap || Contains(dropped, static_cast<int>(r));
-  if (spec.sync.on_site_loss != fleet::SiteLoss::kDrop || !valid(dropped) || !valid(rejoining) ||
-      overlap || dropped.size() >= static_cast<size_t>(grid.replicas) ||
+  if (spec.sync.mode != fleet::SyncMode::kLocal &&
+      spec.sync.on_site_loss != fleet::SiteLoss::kDrop) {
+    return absl::InvalidArgumentError(job +
+                                      ": replicas dropped or rejoining, but the job's "
+                                      "sync.on_site_loss is wait");
+  }
+  if (!valid(dropped) || !valid(rejoining) || overlap ||
+      dropped.size() >= static_cast<size_t>(grid.replicas) ||
       (!rejoining.empty() &&
        (source >= grid.replicas || Contains(dropped, source) || Contains(rejoining, source))) ||
       Contains(dropped, grid.replica(static_cast<int>(a.stage())))) {
@@ -182,8 +188,8 @@ Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
         job + ": replica membership (dropped " + Str(dropped.size()) + ", rejoining " +
         Str(rejoining.size()) + " from replica " + Str(source) + ", stage " + Str(a.stage()) +
         ") does not fit the job's " + Str(grid.replicas) +
-        " replicas (sync.on_site_loss: drop): indices ascending and in range, none both, one live "
-        "replica to rejoin from, and this stage's replica not dropped");
+        " replicas: indices ascending and in range, none both, one live replica to rejoin from, "
+        "and this stage's replica not dropped");
   }
   return absl::OkStatus();
 }

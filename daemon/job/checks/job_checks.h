@@ -35,10 +35,10 @@ Status CheckPlan(const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages
 // `self`), a valid coordinator name, resume_step within the job's steps, and migrate_from
 // (if set) a valid plan too.
 Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::string_view self);
-// The assignment's dropped and rejoining replicas (replica_membership.h): only in a job with
-// sync.on_site_loss: drop,
-// ascending indices of the job's replicas, disjoint, a live rejoin source, some replica live,
-// and the assigned stage's replica not dropped.
+// The assignment's dropped and rejoining replicas (replica_membership.h): only in sync mode
+// local (sites join and leave those jobs) or with sync.on_site_loss: drop; ascending indices
+// of the job's replicas, disjoint, a live rejoin source, some replica live, and the assigned
+// stage's replica not dropped.
 Status CheckReplicaMembership(const v1::StageAssignment& a, const JobSpec& spec,
                               const std::string& job);
 

@@ -79,20 +79,30 @@ bool Coordinator::AssignAll() {
       *a.mutable_migrate_from() = migrate_from_;
     }
     // Pipeline replicas sitting out are not assigned; rejoining ones copy a live replica.
-    const int source = RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()),
-                                    DroppedLocked(), RejoiningLocked());
+    const int source = RejoinSource(GridLocked(), DroppedLocked(), RejoiningLocked());
     *a.mutable_dropped_replicas() = record_.dropped_replicas();
     *a.mutable_rejoining_replicas() = record_.rejoining_replicas();
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
     a.set_sync_ring(record_.sync_ring());
+    a.set_replicas(record_.replicas());
     attempt_start_ = record_.committed_step();
     barrier_.NewAssignment();
   }
-  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, a.stages());
+  const StageGrid grid = StageGrid::OfPlan(RecordReplicas(a, spec_), a.stages());
   const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
-  // Last stage first: every receiver exists before its sender starts.
-  for (int i = a.stages_size() - 1; i >= 0; --i) {
-    if (Contains(dropped, grid.replica(i))) continue;
+  // Last stage first: every receiver exists before its sender starts. Rejoining replicas
+  // after the others: a stage they fetch their state from knows them once it has this
+  // assignment (a site that joined the job was in no earlier one).
+  const ReplicaList rejoining(a.rejoining_replicas().begin(), a.rejoining_replicas().end());
+  std::vector<int> order;
+  for (bool joining : {false, true}) {
+    for (int i = a.stages_size() - 1; i >= 0; --i) {
+      if (!Contains(dropped, grid.replica(i)) && Contains(rejoining, grid.replica(i)) == joining) {
+        order.push_back(i);
+      }
+    }
+  }
+  for (int i : order) {
     a.set_stage(i);
     transport::Link* ch = env_.channel(a.stages(i).site());
     Status s = ch ? Status() : absl::NotFoundError("unknown site " + a.stages(i).site());
@@ -107,7 +117,7 @@ bool Coordinator::AssignAll() {
       s = r.status();
     }
     StopAttempt();
-    if (Contains({a.rejoining_replicas().begin(), a.rejoining_replicas().end()}, grid.replica(i))) {
+    if (Contains(rejoining, grid.replica(i))) {
       // A rejoining replica that cannot take its stage sits out again; the others go on.
       MutexLock lock(mu_);
       const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
@@ -178,13 +188,12 @@ bool Coordinator::AssignAll() {
 
 std::vector<std::string> Coordinator::StageSites() {
   MutexLock lock(mu_);
-  return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(),
-                   DroppedLocked());
+  return LiveSites(GridLocked(), record_.stages(), DroppedLocked());
 }
 
 std::vector<std::string> Coordinator::AllSites() {
   MutexLock lock(mu_);
-  return LiveSites(StageGrid::OfPlan(spec_.replicas, record_.stages()), record_.stages(), {});
+  return LiveSites(GridLocked(), record_.stages(), {});
 }
 
 void Coordinator::StopAttempt() {
@@ -298,6 +307,7 @@ void Coordinator::Run() {
         return;
       }
       if (problem.empty()) {
+        ApplySiteChanges();
         MaybeRejoin();
         bool replan = false;
         {
@@ -382,6 +392,7 @@ void Coordinator::RestartFromCommittedLocked(const std::string& kind, const std:
   auto* val = record_.mutable_val_losses();
   while (!val->empty() && val->rbegin()->step() > record_.committed_step()) val->RemoveLast();
   val_pending_.clear();
+  for (auto& stage : *record_.mutable_stages()) stage.set_syncs(0);  // counted by attempt
   AddEventLocked(kind, detail);
 }
 

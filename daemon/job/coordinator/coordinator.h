@@ -42,6 +42,13 @@ struct CoordinatorEnv {
   FileEnv* file_env = FileEnv::Default();
 };
 
+// The replica count of a job's record or assignment: its own where sites joined or left the
+// job since it was submitted (ChangeJobSites), else the job file's.
+template <class Record>
+int RecordReplicas(const Record& r, const JobSpec& spec) {
+  return r.replicas() > 0 ? static_cast<int>(r.replicas()) : spec.replicas;
+}
+
 // The job timeline keeps this many events (the newest).
 inline constexpr int kMaxJobEvents = 200;
 
@@ -67,6 +74,12 @@ class Coordinator {
   using ExportSink =
       std::function<Status(const std::string& file, const std::string& bytes, uint64_t total)>;
   Status Export(const std::string& format, const std::string& dtype, const ExportSink& sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Sites joining or leaving the running job (ChangeJobSitesRequest, coordinator_sites.cc):
+  // checked and persisted here, made by the monitor thread at its next check of a healthy
+  // attempt. One change at a time; errors name the site and what stands in the way.
+  StatusOr<v1::ChangeJobSitesResponse> ChangeSites(const std::vector<std::string>& add,
+                                                   const std::vector<std::string>& remove)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -104,6 +117,13 @@ class Coordinator {
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
       ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes the change ChangeSites persisted: AddSites or RemoveSites.
+  void ApplySiteChanges() ABSL_LOCKS_EXCLUDED(mu_);
+  void AddSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
+  void RemoveSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
+  // The plan with a new replica on `sites`, checked as every site will check it.
+  StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanJoinLocked(
+      const std::vector<std::string>& sites) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes `drop` (replicas not dropped yet) as dropped, counts the drops and a rejoin failed
   // for each of them that was rejoining; returns every dropped replica now.
   ReplicaList RecordDropLocked(const ReplicaList& drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -112,6 +132,12 @@ class Coordinator {
   // without stopping anyone, to rejoin as after any drop. False, and nothing changed, when
   // no replica is whole or on_site_loss is not drop: the job rolls back as after any restart.
   bool AdoptRunningAttempt() ABSL_LOCKS_EXCLUDED(mu_);
+  StageGrid GridLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return StageGrid::OfPlan(RecordReplicas(record_, spec_), record_.stages());
+  }
+  ReplicaList RemovedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return {record_.removed_replicas().begin(), record_.removed_replicas().end()};
+  }
   ReplicaList DroppedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return {record_.dropped_replicas().begin(), record_.dropped_replicas().end()};
   }
@@ -125,6 +151,12 @@ class Coordinator {
   // A new attempt from the committed step: bumps the attempt, forgets the losses and step
   // times of the steps to be redone and notes the event (kind, detail) on the job's timeline.
   void RestartFromCommittedLocked(const std::string& kind, const std::string& detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step every live stage has checkpointed: committed, if later than the committed one.
+  void NoteCommittedLocked(uint64_t committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `rep` to its step's barrier (`n` live stages) and, when it is the last report of the
+  // step, decides the step: progress, losses, sync groups, the next step's schedule.
+  void FileStepLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files a last stage's validation loss; once every live replica's is in, their mean.
   void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live)

@@ -95,7 +95,7 @@ Status Coordinator::Export(const std::string& format, const std::string& dtype,
   // Pipeline replicas: the first live replica's model (they are identical after each sync; a
   // dropped one's checkpoints stop where it was dropped).
   const int source =
-      std::max(0, RejoinSource(StageGrid::OfPlan(spec_.replicas, r.stages()),
+      std::max(0, RejoinSource(StageGrid::OfPlan(RecordReplicas(r, spec_), r.stages()),
                                {r.dropped_replicas().begin(), r.dropped_replicas().end()},
                                {r.rejoining_replicas().begin(), r.rejoining_replicas().end()}));
   std::vector<const v1::StageInfo*> stages;

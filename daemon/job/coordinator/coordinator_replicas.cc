@@ -16,14 +16,6 @@ namespace {
 
 constexpr int kMaxRejoinFailures = 3;
 
-std::string ReplicaNames(const ReplicaList& replicas) {
-  std::string s = replicas.size() == 1 ? "replica " : "replicas ";
-  for (size_t i = 0; i < replicas.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(replicas[i]);
-  }
-  return s;
-}
-
 }  // namespace
 
 ReplicaList Coordinator::RecordDropLocked(const ReplicaList& drop) {
@@ -51,7 +43,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
     MutexLock lock(mu_);
     job_id = record_.job_id();
     if (spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) return false;
-    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    const StageGrid grid = GridLocked();
     if (grid.replicas < 2) return false;
     drop = ReplicasToDrop(grid, record_.stages(), DroppedLocked(), RejoiningLocked(), lost);
     if (drop.empty()) return false;
@@ -61,7 +53,7 @@ bool Coordinator::DropReplicas(const std::vector<std::string>& lost, const std::
   MutexLock lock(mu_);
   if (TerminalState(record_.state())) return true;
   const ReplicaList dropped = RecordDropLocked(drop);
-  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+  const StageGrid grid = GridLocked();
   ReplicaList live;
   for (int r = 0; r < grid.replicas; ++r) {
     if (!Contains(dropped, r)) live.push_back(static_cast<uint32_t>(r));
@@ -89,7 +81,7 @@ bool Coordinator::AdoptRunningAttempt() {
     if (TerminalState(record_.state()) || spec_.sync.on_site_loss != fleet::SiteLoss::kDrop) {
       return false;
     }
-    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    const StageGrid grid = GridLocked();
     sites.resize(static_cast<size_t>(grid.replicas));
     for (int i = 0; i < grid.size(); ++i) {
       sites[static_cast<size_t>(grid.replica(i))].push_back(record_.stages(i).site());
@@ -164,9 +156,13 @@ void Coordinator::MaybeRejoin() {
       return;
     }
     last_rejoin_try_ = at;  // one try per committed step
-    const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+    const StageGrid grid = GridLocked();
+    const ReplicaList removed = RemovedLocked();
     for (uint32_t r : record_.dropped_replicas()) {
-      if (rejoin_failures_[r] >= kMaxRejoinFailures) continue;  // out for good
+      // Out for good: removed (`longhaul job remove-site`), or failed to rejoin too often.
+      if (Contains(removed, static_cast<int>(r)) || rejoin_failures_[r] >= kMaxRejoinFailures) {
+        continue;
+      }
       std::vector<std::string> sites;
       for (int p = 0; p < grid.stages(static_cast<int>(r)); ++p) {
         sites.push_back(record_.stages(grid.flat(static_cast<int>(r), p)).site());
@@ -205,8 +201,7 @@ void Coordinator::MaybeRejoin() {
     const ReplicaList rejoining = Union(RejoiningLocked(), back);
     *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
     record_.set_replica_rejoins(record_.replica_rejoins() + static_cast<uint32_t>(back.size()));
-    const int source =
-        RejoinSource(StageGrid::OfPlan(spec_.replicas, record_.stages()), dropped, rejoining);
+    const int source = RejoinSource(GridLocked(), dropped, rejoining);
     membership_note_ = ReplicaNames(back) + " rejoined at step " +
                        std::to_string(record_.committed_step()) + " from replica " +
                        std::to_string(source) + "'s state";

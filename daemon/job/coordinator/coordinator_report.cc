@@ -49,7 +49,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
                                                    : "attempt superseded");
     return stop;
   }
-  const StageGrid grid = StageGrid::OfPlan(spec_.replicas, record_.stages());
+  const StageGrid grid = GridLocked();
   const ReplicaList dropped = DroppedLocked();
   if (Contains(dropped, grid.replica(static_cast<int>(rep.stage())))) {
     stop.set_detail("replica " + std::to_string(grid.replica(static_cast<int>(rep.stage()))) +
@@ -58,18 +58,14 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   const uint32_t live_replicas =
       static_cast<uint32_t>(grid.replicas) - static_cast<uint32_t>(dropped.size());
-  record_.mutable_stages(rep.stage())->set_step(std::min(rep.step() + 1, record_.total_steps()));
+  v1::StageInfo* reporter = record_.mutable_stages(rep.stage());
+  reporter->set_step(std::min(rep.step() + 1, record_.total_steps()));
+  if (rep.has_sync()) reporter->set_syncs(rep.sync().syncs());
   NoteValLossLocked(rep, grid, live_replicas);
   // The barrier counts the live replicas' stages only.
   const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
   const uint64_t committed = barrier_.NoteCheckpoint(rep.stage(), rep.checkpoint_step(), n);
-  if (committed > record_.committed_step()) {
-    record_.set_previous_committed_step(record_.committed_step());
-    record_.set_committed_step(committed);
-    if (committed > migrate_step_) migrate_from_.Clear();
-    if (committed > attempt_start_) record_.clear_rejoining_replicas();  // rejoined for good
-    PersistLocked();
-  }
+  NoteCommittedLocked(committed);
   if (rep.step() >= record_.total_steps()) {  // a stage finished
     if (barrier_.NoteFinished(rep.stage(), n) &&
         record_.committed_step() >= record_.total_steps()) {
@@ -86,10 +82,44 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   // Gossip: a report of a step decided already (sent again after the coordinator was away)
   // changes nothing; it is filed and answered.
   if (gossip && grid.replicas > 1 && rep.step() < record_.step()) return filed();
+  FileStepLocked(rep, grid, n);
+  // Gossip jobs have no barrier here at all: their stages clip by their replica's own norm
+  // (StageRunner::ReplicaClipScale) and report behind their steps (step_reporter.h), so a
+  // report is filed and answered at once with what the stage needs to know (the committed
+  // step); the step's whole decision (progress, status) is made above when the last replica's
+  // report of it is in.
+  if (gossip && grid.replicas > 1) return filed();
+  v1::StepDecision decision;
+  StepBarrier::State state;
+  cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
+    return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
+           stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
+  });
+  if (shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
+      stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kDecided) {
+    stop.set_detail("attempt ended");
+    return stop;
+  }
+  return decision;
+}
+
+void Coordinator::NoteCommittedLocked(uint64_t committed) {
+  if (committed <= record_.committed_step()) return;
+  record_.set_previous_committed_step(record_.committed_step());
+  record_.set_committed_step(committed);
+  if (committed > migrate_step_) migrate_from_.Clear();
+  if (committed > attempt_start_) record_.clear_rejoining_replicas();  // rejoined for good
+  PersistLocked();
+}
+
+void Coordinator::FileStepLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t n) {
   std::vector<int> replica_of;
   for (int i = 0; i < grid.size(); ++i) replica_of.push_back(grid.replica(i));
-  if (const auto* reports = barrier_.Add(rep, n, record_.committed_step(),
-                                         static_cast<uint32_t>(grid.replicas), 0, &replica_of)) {
+  const auto* reports = barrier_.Add(rep, n, record_.committed_step(),
+                                     static_cast<uint32_t>(grid.replicas), 0, &replica_of);
+  if (reports == nullptr) return;
+  {
     // The step is decided. Progress: the loss is the mean over the live replicas' last stages
     // weighted by their microbatches (each reports the mean over its own), the tokens what
     // the job gives them (not what a report claims).
@@ -169,25 +199,6 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     barrier_.Prune(rep.attempt(), rep.step());
     cv_.notify_all();
   }
-  // Gossip jobs have no barrier here at all: their stages clip by their replica's own norm
-  // (StageRunner::ReplicaClipScale) and report behind their steps (step_reporter.h), so a
-  // report is filed and answered at once with what the stage needs to know (the committed
-  // step); the step's whole decision (progress, status) is made above when the last replica's
-  // report of it is in.
-  if (gossip && grid.replicas > 1) return filed();
-  v1::StepDecision decision;
-  StepBarrier::State state;
-  cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
-    return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-           stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
-  });
-  if (shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-      stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kDecided) {
-    stop.set_detail("attempt ended");
-    return stop;
-  }
-  return decision;
 }
 
 }  // namespace longhaul::daemon

@@ -143,6 +143,8 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
       env.file_env->ReadFile(env.job_dir + "/job.yaml", static_cast<int64_t>(kMaxYamlBytes)));
   const std::string base = std::filesystem::path(env.job_dir).parent_path().parent_path();
   ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(yaml, env.job_dir + "/job.yaml", base));
+  // Sites joined or left the job since it was submitted: the plan has this many replicas.
+  spec.replicas = RecordReplicas(record, spec);
   RETURN_IF_ERROR(CheckPlan(record.stages(), spec, env.job_dir + "/job.pb: stages"));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(env), std::move(spec), record.job_id()));
   {
@@ -155,7 +157,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
       c->need_assign_ = true;
       // Gossip replicas step without the coordinator: those still running are adopted.
       c->adopt_ = c->spec_.sync.reduce == fleet::SyncReduce::kGossip &&
-                  StageGrid::OfPlan(c->spec_.replicas, record.stages()).replicas > 1;
+                  StageGrid::OfPlan(RecordReplicas(record, c->spec_), record.stages()).replicas > 1;
       c->env_.log->info("job {}: {}", record.job_id(), c->record_.detail());
     }
   }

@@ -11,10 +11,34 @@ namespace longhaul::daemon {
 uint64_t StepBarrier::NoteCheckpoint(uint32_t stage, uint64_t step, uint32_t stages) {
   uint64_t& newest = checkpoint_[stage];
   newest = std::max(newest, step);
-  if (checkpoint_.size() < stages) return 0;
+  return Committed(stages);
+}
+
+uint64_t StepBarrier::Committed(uint32_t stages) const {
+  if (checkpoint_.empty() || checkpoint_.size() < stages) return 0;
   uint64_t committed = UINT64_MAX;
   for (const auto& [s, ck] : checkpoint_) committed = std::min(committed, ck);
   return committed;
+}
+
+void StepBarrier::Forget(const std::vector<uint32_t>& stages) {
+  for (uint32_t stage : stages) {
+    checkpoint_.erase(stage);
+    finished_.erase(stage);
+    for (auto& [key, b] : barriers_) {
+      if (!b.decided) b.reports.erase(stage);
+    }
+  }
+}
+
+std::vector<v1::StepReport> StepBarrier::Complete(uint32_t stages) const {
+  std::vector<v1::StepReport> out;
+  for (const auto& [key, b] : barriers_) {
+    if (!b.decided && !b.reports.empty() && b.reports.size() >= stages) {
+      out.push_back(b.reports.begin()->second);
+    }
+  }
+  return out;
 }
 
 bool StepBarrier::NoteFinished(uint32_t stage, uint32_t stages) {

@@ -57,6 +57,15 @@ class StepBarrier {
     finished_.clear();
   }
 
+  // Stages that left the attempt (a replica removed while the others run on): forgets their
+  // checkpoints, whether they finished, and their reports in the barriers not decided yet.
+  void Forget(const std::vector<uint32_t>& stages);
+  // One report of each undecided barrier that holds at least `stages` reports (complete once
+  // stages left), by ascending (attempt, step): Add it again to decide its barrier.
+  std::vector<v1::StepReport> Complete(uint32_t stages) const;
+  // The committed step over `stages` stages, as NoteCheckpoint gives it.
+  uint64_t Committed(uint32_t stages) const;
+
   // Forgets the barriers of attempts before `attempt` and the decided ones of steps more than
   // two before `step` (none has a waiter left; a gossip replica stepping behind the others
   // still gathers its own).

@@ -362,6 +362,22 @@ StatusOr<v1::CancelJobResponse> JobHost::Cancel(const std::string& job_id) {
   return r;
 }
 
+StatusOr<v1::ChangeJobSitesResponse> JobHost::ChangeSites(
+    const v1::ChangeJobSitesRequest& request) {
+  RETURN_IF_ERROR(CheckJobId(request.job_id()));
+  // Hostile sizes stop here: a job has at most kMaxStages stages to add or remove.
+  if (request.add_size() > kMaxStages || request.remove_size() > kMaxStages) {
+    return absl::InvalidArgumentError("job " + request.job_id() + ": " +
+                                      std::to_string(request.add_size() + request.remove_size()) +
+                                      " sites in one change, at most " +
+                                      std::to_string(kMaxStages));
+  }
+  std::shared_ptr<Coordinator> c = FindCoordinator(request.job_id());
+  if (c == nullptr) return NotCoordinatedHere(request.job_id());
+  return c->ChangeSites({request.add().begin(), request.add().end()},
+                        {request.remove().begin(), request.remove().end()});
+}
+
 Status JobHost::Export(const std::string& job_id, const std::string& format,
                        const std::string& dtype, const Coordinator::ExportSink& sink) {
   RETURN_IF_ERROR(CheckJobId(job_id));

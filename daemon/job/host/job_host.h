@@ -75,6 +75,9 @@ class JobHost {
   // coordinator: what the status page and `longhaul jobs` show on a stage site.
   std::vector<v1::HostedStage> HostedStages() ABSL_LOCKS_EXCLUDED(mu_);
   StatusOr<v1::CancelJobResponse> Cancel(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Sites joining or leaving a job this daemon coordinates (Coordinator::ChangeSites).
+  StatusOr<v1::ChangeJobSitesResponse> ChangeSites(const v1::ChangeJobSitesRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
   Status Export(const std::string& job_id, const std::string& format, const std::string& dtype,
                 const Coordinator::ExportSink& sink) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -137,6 +140,9 @@ class JobHost {
     // it out.
     std::shared_ptr<const StageAdmission> admission ABSL_GUARDED_BY(&JobHost::mu_);
     int64_t steps ABSL_GUARDED_BY(&JobHost::mu_) = 0;  // the job's
+    // The attempt whose runner a stop or cancel took away (a ping then says that attempt,
+    // not running: a gossip peer knows the stage is gone, not yet to start); 0: none.
+    uint32_t stopped_attempt ABSL_GUARDED_BY(&JobHost::mu_) = 0;
   };
   std::string JobDir(const std::string& job_id) const;
   // The coordinator of `job_id` here, or null; the caller's copy keeps it alive through a call

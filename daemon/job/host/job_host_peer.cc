@@ -69,6 +69,10 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
     return RoleDenied(caller, id, "assign stages (its coordinator is '" + known + "')");
   }
   ASSIGN_OR_RETURN(JobSpec spec, ParseJob(a.job_yaml(), "job " + id));
+  // Sites joined or left the job since it was submitted: the plan has this many replicas
+  // (CheckAssignment checks that the stages form them).
+  if (a.replicas() > 0)
+    spec.replicas = static_cast<int>(std::min<uint32_t>(a.replicas(), kMaxReplicas + 1));
   RETURN_IF_ERROR(CheckAssignment(a, spec, options_.site));
 
   MutexLock assign_lock(assign_mu_);  // one assignment at a time
@@ -237,6 +241,7 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
           "control the stages (its coordinator is '" + stage->assignment.coordinator() + "')");
     }
     runner = stage->runner;
+    if (!runner) r.set_attempt(stage->stopped_attempt);  // stopped there, or never assigned
   }
   switch (c.kind()) {
     case v1::JobCommand::KIND_PING: {
@@ -261,6 +266,7 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
         if (stage->runner &&
             (c.kind() == v1::JobCommand::KIND_CANCEL || stage->runner->attempt() <= c.attempt())) {
           stopping.swap(stage->runner);
+          stage->stopped_attempt = stopping->attempt();
         }
         if (c.kind() == v1::JobCommand::KIND_CANCEL) stage->cancelled = true;
       }

@@ -108,21 +108,21 @@ Status StageRunner::RestoreLoaderAt(uint64_t step, const std::string& state,
                                     const std::string& from) {
   ASSIGN_OR_RETURN(model::DataLoaderState ls, model::DataLoaderState::Parse(state));
   const model::DataLoaderState own = loader_->state();
-  if (ls.shard_block == own.shard_block && ls.round == own.round && ls.offset == own.offset &&
-      ls.shard == own.shard) {
+  if (ls.shards == own.shards && ls.shard_block == own.shard_block && ls.round == own.round &&
+      ls.offset == own.offset && ls.shard == own.shard) {
     return loader_->Restore(ls);
   }
-  // Cut differently (another replica's shard, or this one's with other microbatches: sync mode
-  // step's redistribution after a drop or a rejoin): step `step` of this shard, of its own
-  // block each.
-  if (ls.shards != own.shards || ls.shard_block <= 0 ||
-      ls.position / ls.shard_block != static_cast<int64_t>(step) ||
+  // Cut differently (another replica's shard, this one's with other microbatches: sync mode
+  // step's redistribution after a drop or a rejoin, or the data cut into more or fewer shards
+  // since sites joined or left the job): step `step` of this shard, of its own block each.
+  if (ls.shard_block <= 0 || ls.position / ls.shard_block != static_cast<int64_t>(step) ||
       ls.position % ls.shard_block != 0) {
     return absl::DataLossError(from + ": data loader state '" + state + "' is not step " +
                                std::to_string(step) + " of a shard of " +
                                std::to_string(own.shards));
   }
   ls.position = static_cast<int64_t>(step) * own.shard_block;
+  ls.shards = own.shards;
   ls.shard = own.shard;
   ls.shard_block = own.shard_block;
   ls.round = own.round;

@@ -2,6 +2,7 @@
 #include "daemon/job/sync/replica_membership.h"
 
 #include <algorithm>
+#include <set>
 
 namespace longhaul::daemon {
 
@@ -70,11 +71,87 @@ ReplicaList Union(const ReplicaList& a, const ReplicaList& b) {
   return u;
 }
 
+std::string ReplicaNames(const ReplicaList& replicas) {
+  std::string s = replicas.size() == 1 ? "replica " : "replicas ";
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(replicas[i]);
+  }
+  return s;
+}
+
 int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const ReplicaList& rejoining) {
   for (int r = 0; r < grid.replicas; ++r) {
     if (!Contains(dropped, r) && !Contains(rejoining, r)) return r;
   }
   return -1;
+}
+
+StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
+    const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+    const std::vector<std::string>& sites, int layers, uint32_t microbatches) {
+  if (sites.empty()) return absl::InvalidArgumentError("no site to add");
+  if (static_cast<int64_t>(sites.size()) > layers) {
+    return absl::InvalidArgumentError(std::to_string(sites.size()) +
+                                      " sites for a new replica of a model of " +
+                                      std::to_string(layers) + " layers: at most one a layer");
+  }
+  std::set<std::string> taken;
+  for (const auto& s : stages) taken.insert(s.site());
+  for (size_t k = 0; k < sites.size(); ++k) {
+    if (taken.count(sites[k])) {
+      return absl::AlreadyExistsError("site '" + sites[k] +
+                                      "' runs a stage of the job already (or did, in a replica "
+                                      "removed since)");
+    }
+    if (std::find(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(k), sites[k]) !=
+        sites.begin() + static_cast<std::ptrdiff_t>(k)) {
+      return absl::InvalidArgumentError("site '" + sites[k] + "' is named twice");
+    }
+  }
+  google::protobuf::RepeatedPtrField<v1::StageInfo> plan = stages;
+  const uint32_t replica = stages.empty() ? 0 : stages.Get(stages.size() - 1).replica() + 1;
+  const int n = static_cast<int>(sites.size()), per = layers / n, extra = layers % n;
+  int begin = 0;
+  for (int k = 0; k < n; ++k) {
+    const int end = begin + per + (k < extra ? 1 : 0);
+    v1::StageInfo* s = plan.Add();
+    s->set_index(static_cast<uint32_t>(plan.size() - 1));
+    s->set_site(sites[static_cast<size_t>(k)]);
+    s->set_layer_begin(static_cast<uint32_t>(begin));
+    s->set_layer_end(static_cast<uint32_t>(end));
+    s->set_replica(replica);
+    s->set_microbatches(microbatches);
+    begin = end;
+  }
+  return plan;
+}
+
+StatusOr<ReplicaList> ReplicasToRemove(
+    const StageGrid& grid, const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+    const ReplicaList& dropped, const ReplicaList& rejoining, const ReplicaList& removed,
+    const std::vector<std::string>& sites) {
+  if (sites.empty()) return absl::InvalidArgumentError("no site to remove");
+  ReplicaList leave;
+  for (const std::string& site : sites) {
+    int replica = -1;
+    for (int i = 0; i < grid.size() && i < stages.size(); ++i) {
+      if (stages.Get(i).site() == site) replica = grid.replica(i);
+    }
+    if (replica < 0) {
+      return absl::NotFoundError("site '" + site + "' runs no stage of the job");
+    }
+    if (Contains(removed, replica)) {
+      return absl::FailedPreconditionError("site '" + site + "': its replica " +
+                                           std::to_string(replica) + " was removed already");
+    }
+    leave = Union(leave, {static_cast<uint32_t>(replica)});
+  }
+  for (int r = 0; r < grid.replicas; ++r) {
+    if (!Contains(dropped, r) && !Contains(rejoining, r) && !Contains(leave, r)) return leave;
+  }
+  return absl::FailedPreconditionError(
+      "removing " + std::string(sites.size() == 1 ? "site '" + sites[0] + "'" : "those sites") +
+      " would leave no replica training (the others are dropped or still rejoining)");
 }
 
 }  // namespace longhaul::daemon

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "proto/longhaul.pb.h"
 
@@ -40,7 +41,27 @@ bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps)
 // rejoining; -1 if none. A rejoining stage takes its layers from the source's stages that
 // hold them, however the source is split.
 int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const ReplicaList& rejoining);
+// "replica 2" or "replicas 1, 3", for messages.
+std::string ReplicaNames(const ReplicaList& replicas);
 // The sorted union of two replica lists.
 ReplicaList Union(const ReplicaList& a, const ReplicaList& b);
+
+// Sites joining and leaving a running job (`longhaul job add-site`, `remove-site`).
+//
+// The plan with one more replica on `sites`, in that order: the model's `layers` split evenly
+// among them (the first ones a layer more where they do not divide), every stage of it with
+// `microbatches` and the next flat indices. Errors name the site: none given, more sites than
+// layers, a site named twice or running a stage of the job already (a removed replica's too:
+// its stage stays in the plan).
+StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
+    const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+    const std::vector<std::string>& sites, int layers, uint32_t microbatches);
+// The replicas leaving `sites` takes out for good: each site's replica, ascending. Errors
+// name the site: not in the plan, its replica removed already, or no replica left that is
+// neither dropped, rejoining nor leaving (the job would have no one to train it).
+StatusOr<ReplicaList> ReplicasToRemove(
+    const StageGrid& grid, const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+    const ReplicaList& dropped, const ReplicaList& rejoining, const ReplicaList& removed,
+    const std::vector<std::string>& sites);
 
 }  // namespace longhaul::daemon

@@ -1,0 +1,258 @@
+// Coordinator: sites joining and leaving a running job (`longhaul job add-site`,
+// `remove-site`; ChangeJobSitesRequest). ChangeSites checks the change and persists it;
+// the monitor thread makes it at its next check of a healthy attempt (ApplySiteChanges):
+// - Added sites form one new replica (layers split evenly among them) that takes a live
+//   replica's state at the committed step, as a rejoining replica does (replica_membership.h):
+//   every stage is assigned again from the committed step, the new replica syncing from its
+//   first outer step on, its data a shard of its own (the job's data cut one way more).
+// - A removed site's replica leaves for good (dropped, never to rejoin). A gossip job's other
+//   replicas are not stopped: the leaving replica's stages stop, and the others' rounds go on
+//   without them as without any replica that is gone (nothing is redone). A gather or ring
+//   job's syncs wait for every member, so the others restart from the committed step without
+//   it.
+#include "daemon/job/checks/job_checks.h"
+#include "daemon/job/coordinator/coordinator.h"
+#include "daemon/job/coordinator/job_record.h"
+#include "daemon/job/sync/sync_routes.h"
+
+namespace longhaul::daemon {
+namespace {
+
+std::string SiteNames(const std::vector<std::string>& sites) {
+  std::string s = sites.size() == 1 ? "site " : "sites ";
+  for (size_t i = 0; i < sites.size(); ++i) s += (i ? ", " : "") + sites[i];
+  return s;
+}
+
+template <class List>
+std::vector<std::string> Strings(const List& list) {
+  return {list.begin(), list.end()};
+}
+
+}  // namespace
+
+StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> Coordinator::PlanJoinLocked(
+    const std::vector<std::string>& sites) const {
+  const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages = record_.stages();
+  // The new replica's microbatches: the job's for it, or a paced job's first replica's.
+  const StageGrid grid = GridLocked();
+  const uint32_t first = stages.Get(0).microbatches();
+  const uint32_t microbatches =
+      first == 0 || spec_.paced ? first : static_cast<uint32_t>(spec_.microbatches(grid.replicas));
+  ASSIGN_OR_RETURN(auto plan,
+                   PlanAddedReplica(stages, sites, spec_.job.model.num_layers, microbatches));
+  JobSpec spec = spec_;
+  spec.replicas = grid.replicas + 1;
+  RETURN_IF_ERROR(CheckPlan(plan, spec, "the plan with " + SiteNames(sites)));
+  const StageGrid next = StageGrid::OfPlan(spec.replicas, plan);
+  if (record_.sync_ring() && !RingsAgree(next, spec_.job.model)) {
+    return absl::InvalidArgumentError(
+        "the job syncs around rings, which need every replica to hold the tied embedding as the "
+        "others do (one stage each, or two or more each): give " +
+        std::to_string(grid.stages(0)) + " sites for the new replica, as replica 0 has");
+  }
+  return plan;
+}
+
+StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
+    const std::vector<std::string>& add, const std::vector<std::string>& remove) {
+  const std::string job = "job " + job_id_;
+  if (add.empty() == remove.empty()) {
+    return absl::InvalidArgumentError(job + ": name sites to add or sites to remove (not both)");
+  }
+  for (const auto& site : add.empty() ? remove : add) {
+    RETURN_IF_ERROR(CheckSiteNameField(site, job + ": site"));
+  }
+  if (spec_.sync.mode != fleet::SyncMode::kLocal) {
+    return absl::FailedPreconditionError(
+        job +
+        ": sites join or leave jobs with pipeline replicas in sync.mode local (this one "
+        "runs sync.mode " +
+        std::string(fleet::SyncModeName(spec_.sync.mode)) +
+        ", where a replica more or less would change every step's batch)");
+  }
+  for (const auto& site : add) {
+    if (!env_.channel(site)) {
+      return absl::NotFoundError(job + ": site '" + site + "' is not a peer of coordinator '" +
+                                 env_.site + "' (add it to the peers of every site of the job)");
+    }
+  }
+  MutexLock lock(mu_);
+  if (TerminalState(record_.state())) {
+    return absl::FailedPreconditionError(job + " is " + v1::JobState_Name(record_.state()) +
+                                         ": no site joins or leaves it");
+  }
+  if (record_.joining_sites_size() > 0 || record_.leaving_sites_size() > 0) {
+    return absl::FailedPreconditionError(
+        job + ": a change is under way already (" +
+        (record_.joining_sites_size() > 0
+             ? SiteNames(Strings(record_.joining_sites())) + " joining"
+             : SiteNames(Strings(record_.leaving_sites())) + " leaving") +
+        "); ask again once it shows in the job's events");
+  }
+  const StageGrid grid = GridLocked();
+  v1::ChangeJobSitesResponse response;
+  if (!add.empty()) {
+    if (auto plan = PlanJoinLocked(add); !plan.ok()) return Annotate(plan.status(), job);
+    *record_.mutable_joining_sites() = {add.begin(), add.end()};
+    response.add_replicas(static_cast<uint32_t>(grid.replicas));
+    response.set_detail(SiteNames(add) + " join as replica " + std::to_string(grid.replicas) +
+                        ": every stage starts again from the committed step, the new replica "
+                        "from a live replica's state");
+  } else {
+    auto r = ReplicasToRemove(grid, record_.stages(), DroppedLocked(), RejoiningLocked(),
+                              RemovedLocked(), remove);
+    if (!r.ok()) return Annotate(r.status(), job);
+    const ReplicaList leave = *std::move(r);
+    *record_.mutable_leaving_sites() = {remove.begin(), remove.end()};
+    *response.mutable_replicas() = {leave.begin(), leave.end()};
+    response.set_detail(
+        ReplicaNames(leave) + " leave" + (leave.size() == 1 ? "s" : "") + " for good" +
+        (spec_.sync.reduce == fleet::SyncReduce::kGossip
+             ? ": the other replicas go on without stopping"
+             : ": the other replicas start again from the committed step without it"));
+  }
+  PersistLocked();
+  cv_.notify_all();
+  env_.log->info("{}: {}", job, response.detail());
+  return response;
+}
+
+void Coordinator::ApplySiteChanges() {
+  std::vector<std::string> joining, leaving;
+  {
+    MutexLock lock(mu_);
+    joining = Strings(record_.joining_sites());
+    leaving = Strings(record_.leaving_sites());
+  }
+  if (!leaving.empty()) {
+    RemoveSites(leaving);
+  } else if (!joining.empty()) {
+    AddSites(joining);
+  }
+}
+
+void Coordinator::AddSites(const std::vector<std::string>& sites) {
+  google::protobuf::RepeatedPtrField<v1::StageInfo> plan;
+  {
+    MutexLock lock(mu_);
+    auto p = PlanJoinLocked(sites);
+    if (!p.ok()) {  // the job changed since it was asked (a replan, say)
+      record_.clear_joining_sites();
+      AddEventLocked("site_added",
+                     SiteNames(sites) + " could not join: " + std::string(p.status().message()));
+      PersistLocked();
+      return;
+    }
+    plan = *std::move(p);
+  }
+  StopAttempt();
+  {
+    MutexLock lock(mu_);
+    if (TerminalState(record_.state())) return;
+    const uint32_t replica = static_cast<uint32_t>(GridLocked().replicas);
+    *record_.mutable_stages() = std::move(plan);
+    record_.set_replicas(replica + 1);
+    // From the committed step, the new replica takes a live replica's state (at step 0
+    // every replica starts from the job's initial model).
+    if (record_.committed_step() > 0) {
+      const ReplicaList rejoining = Union(RejoiningLocked(), {replica});
+      *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+    }
+    record_.set_replicas_added(record_.replicas_added() + 1);
+    record_.clear_joining_sites();
+    const int source = RejoinSource(GridLocked(), DroppedLocked(), RejoiningLocked());
+    membership_note_ =
+        SiteNames(sites) + " joined as replica " + std::to_string(replica) + " at step " +
+        std::to_string(record_.committed_step()) +
+        (record_.committed_step() > 0 ? " from replica " + std::to_string(source) + "'s state"
+                                      : std::string());
+    RestartFromCommittedLocked("site_added", membership_note_);
+    record_.set_detail(membership_note_);
+    PersistLocked();
+    cv_.notify_all();
+    env_.log->warn("job {}: {}", job_id_, membership_note_);
+  }
+  AssignAll();
+}
+
+void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
+  ReplicaList leave;
+  std::vector<std::string> leave_sites;
+  const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
+  v1::JobCommand stop;
+  {
+    MutexLock lock(mu_);
+    const StageGrid grid = GridLocked();
+    auto r = ReplicasToRemove(grid, record_.stages(), DroppedLocked(), RejoiningLocked(),
+                              RemovedLocked(), sites);
+    if (!r.ok()) {  // replicas were dropped since it was asked: none would be left
+      record_.clear_leaving_sites();
+      AddEventLocked("site_removed",
+                     SiteNames(sites) + " could not leave: " + std::string(r.status().message()));
+      PersistLocked();
+      return;
+    }
+    leave = *std::move(r);
+    for (uint32_t replica : leave) {
+      for (int p = 0; p < grid.stages(static_cast<int>(replica)); ++p) {
+        leave_sites.push_back(record_.stages(grid.flat(static_cast<int>(replica), p)).site());
+      }
+    }
+    stop.set_job_id(job_id_);
+    stop.set_attempt(record_.attempt());
+  }
+  if (gossip) {
+    // Only the leaving replicas stop; the others' rounds go on without them (a peer whose
+    // stage stopped in this attempt is gone, PeerStatus).
+    stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
+    for (const auto& site : leave_sites) {
+      if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(stop, 3);
+    }
+  } else {
+    StopAttempt();
+  }
+  {
+    MutexLock lock(mu_);
+    if (TerminalState(record_.state())) return;
+    const ReplicaList removed = Union(RemovedLocked(), leave),
+                      dropped = Union(DroppedLocked(), leave);
+    ReplicaList rejoining;
+    for (uint32_t r : record_.rejoining_replicas()) {
+      if (!Contains(leave, static_cast<int>(r))) rejoining.push_back(r);
+    }
+    *record_.mutable_removed_replicas() = {removed.begin(), removed.end()};
+    *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+    *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+    record_.set_replicas_removed(record_.replicas_removed() + static_cast<uint32_t>(leave.size()));
+    record_.clear_leaving_sites();
+    membership_note_ = ReplicaNames(leave) + " (" + SiteNames(leave_sites) + ") left at step " +
+                       std::to_string(gossip ? record_.step() : record_.committed_step()) +
+                       (gossip ? "; the others went on" : "; the others resume from it");
+    if (gossip) {
+      AddEventLocked("site_removed", membership_note_);
+      // The attempt goes on without the leaving stages: the steps and the checkpoint they
+      // held back are decided and committed over the others.
+      const StageGrid grid = GridLocked();
+      std::vector<uint32_t> gone;
+      for (uint32_t replica : leave) {
+        for (int p = 0; p < grid.stages(static_cast<int>(replica)); ++p) {
+          gone.push_back(static_cast<uint32_t>(grid.flat(static_cast<int>(replica), p)));
+        }
+      }
+      barrier_.Forget(gone);
+      const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
+      for (const v1::StepReport& rep : barrier_.Complete(n)) FileStepLocked(rep, grid, n);
+      NoteCommittedLocked(barrier_.Committed(n));
+    } else {
+      RestartFromCommittedLocked("site_removed", membership_note_);
+    }
+    record_.set_detail(membership_note_);
+    PersistLocked();
+    cv_.notify_all();
+    env_.log->warn("job {}: {}", job_id_, membership_note_);
+  }
+  if (!gossip) AssignAll();
+}
+
+}  // namespace longhaul::daemon
