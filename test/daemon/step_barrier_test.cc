@@ -48,10 +48,10 @@ TEST_CASE("step barrier: stages that left are forgotten, and what waited for the
     CHECK(b.Add(Report(1, step, 1, 1.0), 4, 4) == nullptr);
   }
   CHECK(b.Add(Report(1, 5, 2, 1.0), 4, 4) == nullptr);  // stage 2 got one more report in
-  CHECK(b.Complete(2).empty() == false);
+  CHECK(b.Complete(1, 2).empty() == false);
   b.Forget({2, 3});
   CHECK(b.Committed(2) == 6);  // the others' checkpoints only
-  const std::vector<v1::StepReport> complete = b.Complete(2);
+  const std::vector<v1::StepReport> complete = b.Complete(1, 2);
   REQUIRE(complete.size() == 2);  // steps 5 and 6, in order
   CHECK(complete[0].step() == 5);
   CHECK(complete[1].step() == 6);
@@ -60,8 +60,16 @@ TEST_CASE("step barrier: stages that left are forgotten, and what waited for the
     REQUIRE(reports != nullptr);
     CHECK(reports->size() == 2);  // stage 2's report of step 5 is gone
   }
-  CHECK(b.Complete(2).empty());
+  CHECK(b.Complete(1, 2).empty());
   CHECK(b.Committed(3) == 0);  // fewer stages noted than asked for
+  // Another attempt's barriers are not this one's to decide.
+  CHECK(b.Add(Report(1, 7, 0, 1.0), 4, 6) == nullptr);
+  CHECK(b.Complete(2, 1).empty());
+  CHECK(b.Complete(1, 1).size() == 1);
+  CHECK_FALSE(b.AllFinished(2));
+  b.NoteFinished(0, 2);
+  b.NoteFinished(1, 2);
+  CHECK(b.AllFinished(2));
 }
 
 TEST_CASE("step barrier: finished once every stage ran its last step") {

@@ -923,6 +923,66 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   CHECK(CheckpointParams(c, 4, id, steps, 0, 2) == from_model);
 }
 
+TEST_CASE("a site that cannot join is sent away; a removal frees a job waiting for a lost site") {
+  // Epsilon is a peer of the coordinator (alpha) only: the job's other sites cannot reach it,
+  // so their assignments with it fail; the new replica leaves again and the job goes on.
+  // Then, with on_site_loss: wait, delta (replica 1) is lost and the job waits for it until
+  // delta is removed: replica 0 finishes alone.
+  std::vector<std::string> sites = kSites;
+  sites.push_back("epsilon");
+  Cluster c(
+      {},
+      [](daemon::SiteConfig& config) {
+        if (config.site == "alpha" || config.site == "epsilon") return;
+        std::erase_if(config.peers,
+                      [](const daemon::PeerConfig& p) { return p.name == "epsilon"; });
+      },
+      sites);
+  const int steps = 30;
+  const std::string yaml = JobYaml(
+      "sync: {mode: local, every: 2, reduce: gather, codec: q8, on_site_loss: wait}\n", steps);
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  auto change = [&](const std::vector<std::string>& add, const std::vector<std::string>& remove) {
+    v1::ChangeJobSitesRequest req;
+    req.set_job_id(id);
+    *req.mutable_add() = {add.begin(), add.end()};
+    *req.mutable_remove() = {remove.begin(), remove.end()};
+    return c.at(0).jobs().ChangeSites(req);
+  };
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  REQUIRE(change({"epsilon"}, {}).ok());
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        return s.replicas_removed() == 1 && s.state() == v1::JOB_STATE_RUNNING;
+      },
+      120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK_THAT(s.detail(), Catch::Contains("replica 2 could not join"));
+    CHECK(s.removed_replicas_size() == 1);
+    CHECK(s.removed_replicas(0) == 2);
+  }
+  c.daemons[3].reset();  // delta: the job waits for it (on_site_loss: wait)
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        return s.state() == v1::JOB_STATE_RECOVERING &&
+               s.detail().find("waiting for site 'delta'") != std::string::npos;
+      },
+      120s));
+  REQUIRE(change({}, {"delta"}).ok());
+  for (size_t i = 0; i < 3; ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.replicas_removed() == 2);
+  CHECK(s.removed_replicas_size() == 2);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+}
+
 TEST_CASE("step mode: a dropped replica's microbatches go to the other, the union batch kept") {
   // sync: {mode: step, on_site_loss: drop}: while replica 1 is out, replica 0 trains both
   // replicas' microbatches of every step (the same rounds of the data), so the job trains the

@@ -117,6 +117,10 @@ bool Coordinator::AssignAll() {
       s = r.status();
     }
     StopAttempt();
+    {
+      MutexLock lock(mu_);
+      if (UndoJoinLocked(i, s)) return false;
+    }
     if (Contains(rejoining, grid.replica(i))) {
       // A rejoining replica that cannot take its stage sits out again; the others go on.
       MutexLock lock(mu_);
@@ -178,6 +182,7 @@ bool Coordinator::AssignAll() {
   }
   MutexLock lock(mu_);
   need_assign_ = false;
+  joined_ = -1;  // a replica that joined took its stages
   failed_checks_ = 0;
   record_.set_state(v1::JOB_STATE_RUNNING);
   // How the job was placed (empty for an even placement), or the last replica drop or rejoin.
@@ -307,7 +312,7 @@ void Coordinator::Run() {
         return;
       }
       if (problem.empty()) {
-        ApplySiteChanges();
+        ApplySiteChanges(/*healthy=*/true);
         MaybeRejoin();
         bool replan = false;
         {
@@ -349,6 +354,9 @@ void Coordinator::Run() {
         break;
       }
     }
+    // A site removed while the attempt is down (on_site_loss: wait, its site lost, say)
+    // leaves now: the job then waits only for the sites it still has.
+    if (ApplySiteChanges(/*healthy=*/false)) continue;
     // With on_site_loss: drop a replica whose site does not answer is dropped here too (a
     // site lost while recovering, or while the coordinator itself was down).
     if (!reachable && DropReplicas({waiting}, "site '" + waiting + "' does not answer")) continue;

@@ -117,8 +117,14 @@ class Coordinator {
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
       ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
-  // Makes the change ChangeSites persisted: AddSites or RemoveSites.
-  void ApplySiteChanges() ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes the change ChangeSites persisted: RemoveSites, or AddSites when the attempt is
+  // `healthy` (a join waits for one). Whether it made one.
+  bool ApplySiteChanges(bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  // A stage of the assignment that adds replica joined_ could not be assigned (`stage`,
+  // `why`): the new replica leaves again for good and the others restart without it (a site
+  // that is not a peer of the job's sites, say, never fails the job). False when no replica
+  // is joining.
+  bool UndoJoinLocked(int stage, const Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
   // The plan with a new replica on `sites`, checked as every site will check it.
@@ -152,6 +158,8 @@ class Coordinator {
   // times of the steps to be redone and notes the event (kind, detail) on the job's timeline.
   void RestartFromCommittedLocked(const std::string& kind, const std::string& detail)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completed once all `n` live stages ran the last step and it is committed.
+  void MaybeCompleteLocked(uint32_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A step every live stage has checkpointed: committed, if later than the committed one.
   void NoteCommittedLocked(uint64_t committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `rep` to its step's barrier (`n` live stages) and, when it is the last report of the
@@ -195,6 +203,8 @@ class Coordinator {
   uint64_t rejoin_after_ ABSL_GUARDED_BY(mu_) = 0;
   // By replica: dropped again while rejoining.
   std::map<uint32_t, int> rejoin_failures_ ABSL_GUARDED_BY(mu_);
+  // The replica AddSites added, until an assignment with it succeeds (-1: none).
+  int joined_ ABSL_GUARDED_BY(mu_) = -1;
   std::string membership_note_ ABSL_GUARDED_BY(mu_);  // the last drop or rejoin, kept in the detail
   // Validation losses reported by the live replicas' last stages, by step and stage, until
   // every live replica's is in.

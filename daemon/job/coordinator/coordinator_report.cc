@@ -67,13 +67,8 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   const uint64_t committed = barrier_.NoteCheckpoint(rep.stage(), rep.checkpoint_step(), n);
   NoteCommittedLocked(committed);
   if (rep.step() >= record_.total_steps()) {  // a stage finished
-    if (barrier_.NoteFinished(rep.stage(), n) &&
-        record_.committed_step() >= record_.total_steps()) {
-      record_.set_state(v1::JOB_STATE_COMPLETED);  // the detail (placement, re-plan) stays
-      PersistLocked();
-      env_.log->info("job {}: completed, final loss {:.4f}", record_.job_id(), record_.loss());
-      cv_.notify_all();
-    }
+    barrier_.NoteFinished(rep.stage(), n);
+    MaybeCompleteLocked(n);
     v1::StepDecision d;
     d.set_grad_scale(1);
     d.set_committed_step(record_.committed_step());
@@ -102,6 +97,17 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     return stop;
   }
   return decision;
+}
+
+void Coordinator::MaybeCompleteLocked(uint32_t n) {
+  if (!barrier_.AllFinished(n) || record_.committed_step() < record_.total_steps() ||
+      TerminalState(record_.state())) {
+    return;
+  }
+  record_.set_state(v1::JOB_STATE_COMPLETED);  // the detail (placement, re-plan) stays
+  PersistLocked();
+  env_.log->info("job {}: completed, final loss {:.4f}", record_.job_id(), record_.loss());
+  cv_.notify_all();
 }
 
 void Coordinator::NoteCommittedLocked(uint64_t committed) {

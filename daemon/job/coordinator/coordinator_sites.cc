@@ -118,7 +118,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   return response;
 }
 
-void Coordinator::ApplySiteChanges() {
+bool Coordinator::ApplySiteChanges(bool healthy) {
   std::vector<std::string> joining, leaving;
   {
     MutexLock lock(mu_);
@@ -127,9 +127,40 @@ void Coordinator::ApplySiteChanges() {
   }
   if (!leaving.empty()) {
     RemoveSites(leaving);
-  } else if (!joining.empty()) {
-    AddSites(joining);
+    return true;
   }
+  if (!joining.empty() && healthy) {
+    AddSites(joining);
+    return true;
+  }
+  return false;
+}
+
+bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
+  if (joined_ < 0) return false;
+  const ReplicaList replica = {static_cast<uint32_t>(joined_)};
+  joined_ = -1;
+  const ReplicaList removed = Union(RemovedLocked(), replica),
+                    dropped = Union(DroppedLocked(), replica);
+  ReplicaList rejoining;
+  for (uint32_t r : record_.rejoining_replicas()) {
+    if (!Contains(replica, static_cast<int>(r))) rejoining.push_back(r);
+  }
+  *record_.mutable_removed_replicas() = {removed.begin(), removed.end()};
+  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+  *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+  record_.set_replicas_removed(record_.replicas_removed() + 1);
+  membership_note_ = ReplicaNames(replica) + " could not join (stage " + std::to_string(stage) +
+                     " on site " + record_.stages(stage).site() + ": " +
+                     std::string(why.message()) + "); it is out, the others go on";
+  AddEventLocked("site_removed", membership_note_);
+  need_assign_ = true;
+  record_.set_state(v1::JOB_STATE_RECOVERING);
+  record_.set_detail(membership_note_);
+  PersistLocked();
+  cv_.notify_all();
+  env_.log->warn("job {}: {}", job_id_, membership_note_);
+  return true;
 }
 
 void Coordinator::AddSites(const std::vector<std::string>& sites) {
@@ -154,11 +185,11 @@ void Coordinator::AddSites(const std::vector<std::string>& sites) {
     *record_.mutable_stages() = std::move(plan);
     record_.set_replicas(replica + 1);
     // From the committed step, the new replica takes a live replica's state (at step 0
-    // every replica starts from the job's initial model).
-    if (record_.committed_step() > 0) {
-      const ReplicaList rejoining = Union(RejoiningLocked(), {replica});
-      *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-    }
+    // every replica starts from the job's initial model), and does not count in its first
+    // sync (it trained nothing before it).
+    const ReplicaList rejoining = Union(RejoiningLocked(), {replica});
+    *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
+    joined_ = static_cast<int>(replica);
     record_.set_replicas_added(record_.replicas_added() + 1);
     record_.clear_joining_sites();
     const int source = RejoinSource(GridLocked(), DroppedLocked(), RejoiningLocked());
@@ -207,7 +238,14 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
     // stage stopped in this attempt is gone, PeerStatus).
     stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
     for (const auto& site : leave_sites) {
-      if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(stop, 3);
+      transport::Link* c = env_.channel(site);
+      auto r = c ? c->ControlJob(stop, 3)
+                 : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
+      if (!r.ok()) {
+        // Its peers find it gone once it answers no ping; until then they ask each round.
+        env_.log->warn("job {}: could not stop the stage on leaving site '{}': {}", job_id_, site,
+                       std::string(r.status().message()));
+      }
     }
   } else {
     StopAttempt();
@@ -241,9 +279,15 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
         }
       }
       barrier_.Forget(gone);
+      for (auto& [step, losses] : val_pending_) {
+        for (uint32_t stage : gone) losses.erase(stage);
+      }
       const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
-      for (const v1::StepReport& rep : barrier_.Complete(n)) FileStepLocked(rep, grid, n);
+      for (const v1::StepReport& rep : barrier_.Complete(record_.attempt(), n)) {
+        FileStepLocked(rep, grid, n);
+      }
       NoteCommittedLocked(barrier_.Committed(n));
+      MaybeCompleteLocked(n);
     } else {
       RestartFromCommittedLocked("site_removed", membership_note_);
     }

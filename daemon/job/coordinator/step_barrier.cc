@@ -31,10 +31,10 @@ void StepBarrier::Forget(const std::vector<uint32_t>& stages) {
   }
 }
 
-std::vector<v1::StepReport> StepBarrier::Complete(uint32_t stages) const {
+std::vector<v1::StepReport> StepBarrier::Complete(uint32_t attempt, uint32_t stages) const {
   std::vector<v1::StepReport> out;
   for (const auto& [key, b] : barriers_) {
-    if (!b.decided && !b.reports.empty() && b.reports.size() >= stages) {
+    if (key.first == attempt && !b.decided && !b.reports.empty() && b.reports.size() >= stages) {
       out.push_back(b.reports.begin()->second);
     }
   }

@@ -60,9 +60,11 @@ class StepBarrier {
   // Stages that left the attempt (a replica removed while the others run on): forgets their
   // checkpoints, whether they finished, and their reports in the barriers not decided yet.
   void Forget(const std::vector<uint32_t>& stages);
-  // One report of each undecided barrier that holds at least `stages` reports (complete once
-  // stages left), by ascending (attempt, step): Add it again to decide its barrier.
-  std::vector<v1::StepReport> Complete(uint32_t stages) const;
+  // One report of each undecided barrier of `attempt` that holds at least `stages` reports
+  // (complete once stages left), by ascending step: Add it again to decide its barrier.
+  std::vector<v1::StepReport> Complete(uint32_t attempt, uint32_t stages) const;
+  // Whether `stages` stages have run their last step (NoteFinished).
+  bool AllFinished(uint32_t stages) const { return finished_.size() >= stages; }
   // The committed step over `stages` stages, as NoteCheckpoint gives it.
   uint64_t Committed(uint32_t stages) const;
 
