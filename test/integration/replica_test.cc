@@ -800,6 +800,17 @@ TEST_CASE("gossip: the coordinator's site going down stops no other replica") {
   }
 }
 
+// `longhaul job add-site` / `remove-site` of job `id`, asked of its coordinator (alpha).
+StatusOr<v1::ChangeJobSitesResponse> ChangeSites(Cluster& c, const std::string& id,
+                                                 const std::vector<std::string>& add,
+                                                 const std::vector<std::string>& remove) {
+  v1::ChangeJobSitesRequest req;
+  req.set_job_id(id);
+  *req.mutable_add() = {add.begin(), add.end()};
+  *req.mutable_remove() = {remove.begin(), remove.end()};
+  return c.at(0).jobs().ChangeSites(req);
+}
+
 TEST_CASE("sites join and leave a running job: a new replica from a live one, one out for good") {
   // A 2 x 2 job; epsilon, a peer of every site but not in the job, joins it as a third
   // replica of one stage (all layers) and takes a live replica's state at the committed step;
@@ -821,11 +832,7 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
   const std::string id = c.Submit(yaml);
   auto change = [&](const std::vector<std::string>& add, const std::vector<std::string>& remove) {
-    v1::ChangeJobSitesRequest req;
-    req.set_job_id(id);
-    *req.mutable_add() = {add.begin(), add.end()};
-    *req.mutable_remove() = {remove.begin(), remove.end()};
-    return c.at(0).jobs().ChangeSites(req);
+    return ChangeSites(c, id, add, remove);
   };
   // Refused, naming what stands in the way.
   CHECK_THAT(std::string(change({"beta"}, {}).status().message()),
@@ -944,11 +951,7 @@ TEST_CASE("a site that cannot join is sent away; a removal frees a job waiting f
   for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
   const std::string id = c.Submit(yaml);
   auto change = [&](const std::vector<std::string>& add, const std::vector<std::string>& remove) {
-    v1::ChangeJobSitesRequest req;
-    req.set_job_id(id);
-    *req.mutable_add() = {add.begin(), add.end()};
-    *req.mutable_remove() = {remove.begin(), remove.end()};
-    return c.at(0).jobs().ChangeSites(req);
+    return ChangeSites(c, id, add, remove);
   };
   REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
   REQUIRE(change({"epsilon"}, {}).ok());

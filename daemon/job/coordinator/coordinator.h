@@ -120,6 +120,9 @@ class Coordinator {
   // Makes the change ChangeSites persisted: RemoveSites, or AddSites when the attempt is
   // `healthy` (a join waits for one). Whether it made one.
   bool ApplySiteChanges(bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  // Notes `leave` as removed for good (dropped, no longer rejoining), counts them; returns
+  // every dropped replica now.
+  ReplicaList RecordRemovalLocked(const ReplicaList& leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stage of the assignment that adds replica joined_ could not be assigned (`stage`,
   // `why`): the new replica leaves again for good and the others restart without it (a site
   // that is not a peer of the job's sites, say, never fails the job). False when no replica

@@ -136,20 +136,25 @@ bool Coordinator::ApplySiteChanges(bool healthy) {
   return false;
 }
 
-bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
-  if (joined_ < 0) return false;
-  const ReplicaList replica = {static_cast<uint32_t>(joined_)};
-  joined_ = -1;
-  const ReplicaList removed = Union(RemovedLocked(), replica),
-                    dropped = Union(DroppedLocked(), replica);
+ReplicaList Coordinator::RecordRemovalLocked(const ReplicaList& leave) {
+  const ReplicaList removed = Union(RemovedLocked(), leave),
+                    dropped = Union(DroppedLocked(), leave);
   ReplicaList rejoining;
   for (uint32_t r : record_.rejoining_replicas()) {
-    if (!Contains(replica, static_cast<int>(r))) rejoining.push_back(r);
+    if (!Contains(leave, static_cast<int>(r))) rejoining.push_back(r);
   }
   *record_.mutable_removed_replicas() = {removed.begin(), removed.end()};
   *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
   *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-  record_.set_replicas_removed(record_.replicas_removed() + 1);
+  record_.set_replicas_removed(record_.replicas_removed() + static_cast<uint32_t>(leave.size()));
+  return dropped;
+}
+
+bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
+  if (joined_ < 0) return false;
+  const ReplicaList replica = {static_cast<uint32_t>(joined_)};
+  joined_ = -1;
+  RecordRemovalLocked(replica);
   membership_note_ = ReplicaNames(replica) + " could not join (stage " + std::to_string(stage) +
                      " on site " + record_.stages(stage).site() + ": " +
                      std::string(why.message()) + "); it is out, the others go on";
@@ -253,16 +258,7 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
   {
     MutexLock lock(mu_);
     if (TerminalState(record_.state())) return;
-    const ReplicaList removed = Union(RemovedLocked(), leave),
-                      dropped = Union(DroppedLocked(), leave);
-    ReplicaList rejoining;
-    for (uint32_t r : record_.rejoining_replicas()) {
-      if (!Contains(leave, static_cast<int>(r))) rejoining.push_back(r);
-    }
-    *record_.mutable_removed_replicas() = {removed.begin(), removed.end()};
-    *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
-    *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-    record_.set_replicas_removed(record_.replicas_removed() + static_cast<uint32_t>(leave.size()));
+    const ReplicaList dropped = RecordRemovalLocked(leave);
     record_.clear_leaving_sites();
     membership_note_ = ReplicaNames(leave) + " (" + SiteNames(leave_sites) + ") left at step " +
                        std::to_string(gossip ? record_.step() : record_.committed_step()) +
