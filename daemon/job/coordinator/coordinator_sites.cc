@@ -96,7 +96,8 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     if (auto plan = PlanJoinLocked(add); !plan.ok()) return Annotate(plan.status(), job);
     *record_.mutable_joining_sites() = {add.begin(), add.end()};
     response.add_replicas(static_cast<uint32_t>(grid.replicas));
-    response.set_detail(SiteNames(add) + " join as replica " + std::to_string(grid.replicas) +
+    response.set_detail(SiteNames(add) + (add.size() == 1 ? " joins" : " join") + " as replica " +
+                        std::to_string(grid.replicas) +
                         ": every stage starts again from the committed step, the new replica "
                         "from a live replica's state");
   } else {

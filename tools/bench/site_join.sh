@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# A site joining and another leaving a running gossip job over emulated WAN links
+# (docs/BENCHMARKS.md "Sites joining and leaving a running job"): five site daemons on this
+# machine joined by tools/linkem proxies; alpha..delta run one job as two pipeline replicas of
+# two stages (alpha-beta, gamma-delta; alpha coordinates), sync.reduce gossip; epsilon, a peer
+# of every site, is in no job. Links: 1 Gbit/s within a replica, 100 Mbit/s between the
+# replicas and to epsilon, DELAY one way on every link; compute stretched with the debug
+# throttle. Once JOIN_AT steps are committed, `longhaul job add-site JOB epsilon`: the report
+# gives the seconds and steps until epsilon's stage (all layers, a third replica) counts its
+# first sync. Then `longhaul job remove-site JOB gamma`: the other stages' steps before and
+# after, the attempt (a gossip removal restarts no one), and the job's end.
+#
+#   tools/bench/site_join.sh                      # about 3 minutes
+#
+# Settings (environment):
+#   THROTTLE=0.02 DELAY=25ms LAYERS=4 CHANNELS=64 HEADS=4 STEPS=60 BATCH=8 MICROBATCH=4 SEQ=64
+#   LR=2e-3 EVERY=5 CODEC=topk:0.03 JOIN_AT=10
+#   DATA=FILE                 an llm.c token file to train on (byte vocabulary); default built-in
+#   SKIP_BUILD=1              use the binaries already in bazel-bin
+#   OUT=/tmp/longhaul-site-join.XXXX   the run, logs and the report
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+
+SITES=(alpha beta gamma delta epsilon)
+DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02}
+LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-60}
+BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
+CODEC=${CODEC:-topk:0.03} JOIN_AT=${JOIN_AT:-10}
+DATA=${DATA:-builtin}
+PY=/usr/bin/python3
+source "$ROOT/tools/wan_sites.sh"
+
+wan_begin longhaul-site-join
+
+rate_of() {  # rate_of FROM TO (symmetric): 1 Gbit/s within a replica, 100 Mbit/s otherwise
+  case "$1$2" in alphabeta | betaalpha | gammadelta | deltagamma) echo 1gbit ;; *) echo 100mbit ;; esac
+}
+
+dir=$OUT/run
+rm -rf "$dir" && mkdir -p "$dir"
+declare -A P=()
+wan_ports "${SITES[@]}"
+wan_site_configs "$dir" "${SITES[@]}"
+wan_data_roots "$dir" "$DATA" "${SITES[@]}"
+cat >"$dir/job.yaml" <<JOB
+name: site-join
+model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
+data: {train: $DATA}
+steps: $STEPS
+batch_size: $BATCH
+microbatch_size: $MICROBATCH
+seq_len: $SEQ
+optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
+seed: 1
+checkpoint: {every: $EVERY}
+backend: cpu
+threads: 1
+sites: [alpha, beta, gamma, delta]
+placement: even
+replan: off
+compression: {mode: fixed, codec: bf16}
+replicas: 2
+sync: {mode: local, every: $EVERY, codec: $CODEC, reduce: gossip, outer: {lr: 1, momentum: 0}}
+JOB
+
+wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
+for s in "${SITES[@]}"; do
+  $LONGHAULD --config "$dir/$s.yaml" 2>>"$dir/$s.log" &
+  pids+=($!)
+done
+wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}"
+for s in "${SITES[@]}"; do
+  $LONGHAUL --config "$dir/$s.yaml" debug throttle "$THROTTLE" >/dev/null
+done
+id=$($LONGHAUL --config "$dir/alpha.yaml" submit "$dir/job.yaml" | sed -n 's/^submitted job \([^ ]*\).*/\1/p')
+echo "== job $id: 2 replicas x 2 stages, gossip $CODEC every $EVERY; epsilon joins at committed step $JOIN_AT"
+
+$PY - "$LONGHAUL" "$dir" "$id" "$JOIN_AT" "$EVERY" "$OUT/join.json" <<'PY'
+import json, subprocess, sys, time
+cli, d, job, join_at, every, out = sys.argv[1:7]
+def status():
+    r = subprocess.run([cli, "--config", f"{d}/alpha.yaml", "status", job, "-o", "json"],
+                       capture_output=True, text=True)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+def change(verb, site):
+    r = subprocess.run([cli, "--config", f"{d}/alpha.yaml", "job", verb, job, site],
+                       capture_output=True, text=True)
+    print("  " + (r.stdout or r.stderr).strip())
+    if r.returncode != 0:
+        sys.exit(f"site_join: {verb} {site} failed")
+def wait(pred, what, limit=600):
+    t = time.time()
+    while True:
+        st = status()
+        if st and pred(st):
+            return st
+        if time.time() - t > limit:
+            sys.exit(f"site_join: {what} not within {limit} s")
+        time.sleep(0.2)
+def steps(st):
+    return {s["site"]: int(s.get("step", 0)) for s in st["stages"]}
+wait(lambda s: int(s.get("committed_step", 0)) >= int(join_at), "the join step")
+t0 = time.time()
+change("add-site", "epsilon")
+joined = wait(lambda s: int(s.get("replicas_added", 0)) == 1 and s.get("state") == "JOB_STATE_RUNNING",
+              "the join")
+t_joined = time.time()
+at = max(int(e["step"]) for e in joined.get("events", []) if e["kind"] == "site_added")
+first = wait(lambda s: len(s["stages"]) == 5 and int(s["stages"][4].get("syncs", 0)) >= 1,
+             "epsilon's first sync")
+t_sync = time.time()
+eps = first["stages"][4]
+print(f"  joined at step {at} ({t_joined - t0:.1f} s after add-site); first sync counted at its "
+      f"step {eps.get('step')} ({t_sync - t0:.1f} s after add-site; outer steps every {every})")
+before = steps(first)
+attempt = int(first.get("attempt", 0))
+t1 = time.time()
+change("remove-site", "gamma")
+left = wait(lambda s: int(s.get("replicas_removed", 0)) == 1, "the removal")
+time.sleep(5)
+after = status()
+print(f"  gamma's replica left at step {int(left.get('step', 0))}, {time.time() - t1:.1f} s; "
+      f"attempt {attempt} -> {after.get('attempt')}")
+json.dump({"join_step": at, "join_seconds": t_joined - t0, "first_sync_seconds": t_sync - t0,
+           "first_sync_stage_step": int(eps.get("step", 0)), "attempt_before_remove": attempt,
+           "attempt_after_remove": int(after.get("attempt", 0)), "steps_before_remove": before,
+           "steps_5s_after_remove": steps(after)}, open(out, "w"))
+PY
+for _ in $(seq 1 900); do  # until the job ends (at most 15 minutes)
+  state=$($LONGHAUL --config "$dir/alpha.yaml" status "$id" -o json 2>/dev/null |
+    $PY -c 'import json, sys; print(json.load(sys.stdin).get("state", ""))' 2>/dev/null || true)
+  case "$state" in *COMPLETED | *FAILED | *CANCELLED) break ;; esac
+  sleep 1
+done
+$LONGHAUL --config "$dir/alpha.yaml" status "$id" | tee "$OUT/status.txt"
+$LONGHAUL --config "$dir/alpha.yaml" status "$id" -o json >"$OUT/status.json"
+wan_stop_all
+$PY - "$OUT/join.json" "$OUT/status.json" <<'PY'
+import json, sys
+j, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print("\n| site | stage step when gamma was removed | 5 s later |")
+print("| --- | --- | --- |")
+for site, step in j["steps_before_remove"].items():
+    print(f"| {site} | {step} | {j['steps_5s_after_remove'].get(site)} |")
+print(f"\njob state {s.get('state')}, final loss {s.get('loss')}, attempt {s.get('attempt')}, "
+      f"replicas joined {s.get('replicas_added', 0)}, left {s.get('replicas_removed', 0)}")
+for e in s.get("events", []):
+    print(f"  step {e.get('step')}: {e.get('kind')}: {e.get('detail')}")
+PY
