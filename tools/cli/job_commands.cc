@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -97,10 +98,14 @@ void PrintDetails(const v1::JobStatus& j) {
     if (j.leaving_sites_size() > 0) std::cout << "; leaving now: " << names(j.leaving_sites());
     std::cout << "\n";
   }
-  if (j.replica_drops() > 0 || j.dropped_replicas_size() > 0) {
+  // Dropped after losing a site (they rejoin); a removed replica is dropped too, for good,
+  // and shows in the line above and as "(removed)" stages instead.
+  const std::set<uint32_t> removed(j.removed_replicas().begin(), j.removed_replicas().end());
+  if (j.replica_drops() > 0 || j.dropped_replicas_size() > static_cast<int>(removed.size())) {
     std::string dropped;
-    for (uint32_t r : j.dropped_replicas())
-      dropped += (dropped.empty() ? "" : ", ") + std::to_string(r);
+    for (uint32_t r : j.dropped_replicas()) {
+      if (!removed.count(r)) dropped += (dropped.empty() ? "" : ", ") + std::to_string(r);
+    }
     std::cout << "  replicas dropped now: " << (dropped.empty() ? "none" : dropped) << " (drops "
               << j.replica_drops() << ", rejoins " << j.replica_rejoins() << ")\n";
   }
@@ -118,10 +123,8 @@ void PrintDetails(const v1::JobStatus& j) {
     position = i > 0 && j.stages(i - 1).replica() == s.replica() ? position + 1 : 0;
     std::string label = replicas > 1 ? std::to_string(s.replica()) + "." + std::to_string(position)
                                      : std::to_string(s.index());
-    bool removed = false;
-    for (uint32_t r : j.removed_replicas()) removed = removed || r == s.replica();
     for (uint32_t r : j.dropped_replicas()) {
-      if (r == s.replica()) label += removed ? " (removed)" : " (dropped)";
+      if (r == s.replica()) label += removed.count(r) ? " (removed)" : " (dropped)";
     }
     stages.AddRow({label, s.site(), LayerRange(s.layer_begin(), s.layer_end()),
                    Fixed(s.memory_bytes() / 1048576.0, 1) + " MiB",
