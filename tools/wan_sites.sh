@@ -90,6 +90,48 @@ wan_data_roots() {
   done
 }
 
+# wan_job_head NAME CHECKPOINT_EVERY SITE...: the job file's lines the WAN benchmarks share,
+# from the caller's LAYERS CHANNELS HEADS SEQ DATA STEPS BATCH MICROBATCH LR: a byte model,
+# cosine schedule, seed 1, the CPU backend, an even placement over SITE..., no re-planning, bf16
+# activations. The caller adds its replicas and sync.
+wan_job_head() {
+  local name=$1 every=$2
+  shift 2
+  cat <<JOB
+name: $name
+model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
+data: {train: $DATA}
+steps: $STEPS
+batch_size: $BATCH
+microbatch_size: $MICROBATCH
+seq_len: $SEQ
+optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
+seed: 1
+checkpoint: {every: $every}
+backend: cpu
+threads: 1
+sites: [$(IFS=,; echo "$*" | sed 's/,/, /g')]
+placement: even
+replan: off
+compression: {mode: fixed, codec: bf16}
+JOB
+}
+
+# wan_finish_job CLI CONFIG JOB: waits (at most 15 minutes) until JOB ends, then prints its
+# status and keeps it in $OUT/status.txt and $OUT/status.json.
+wan_finish_job() {
+  local cli=$1 config=$2 id=$3 state
+  for _ in $(seq 1 900); do
+    state=$($cli --config "$config" status "$id" -o json 2>/dev/null |
+      /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin).get("state", ""))' \
+        2>/dev/null || true)
+    case "$state" in *COMPLETED | *FAILED | *CANCELLED) break ;; esac
+    sleep 1
+  done
+  $cli --config "$config" status "$id" | tee "$OUT/status.txt"
+  $cli --config "$config" status "$id" -o json >"$OUT/status.json"
+}
+
 # wan_stop_all: stops the caller's follower (pid in $follower, if any) and every process in
 # the array pids (daemons, linkem proxies), waits for them, and empties pids. For an EXIT trap.
 wan_stop_all() {

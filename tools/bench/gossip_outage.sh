@@ -57,26 +57,13 @@ declare -A P=()
 wan_ports "${SITES[@]}"
 wan_site_configs "$dir" "${SITES[@]}"
 wan_data_roots "$dir" "$DATA" "${SITES[@]}"
-cat >"$dir/job.yaml" <<JOB
-name: gossip-outage
-model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
-data: {train: $DATA}
-steps: $STEPS
-batch_size: $BATCH
-microbatch_size: $MICROBATCH
-seq_len: $SEQ
-optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
-seed: 1
-checkpoint: {every: 2}
-backend: cpu
-threads: 1
-sites: [$(IFS=,; echo "${SITES[*]}" | sed 's/,/, /g')]
-placement: even
-replan: off
-compression: {mode: fixed, codec: bf16}
+{
+  wan_job_head gossip-outage 2 "${SITES[@]}"
+  cat <<JOB
 replicas: 4
 sync: {mode: local, every: $EVERY, codec: $CODEC, reduce: gossip, fanout: $FANOUT, outer: {lr: 1, momentum: 0}}
 JOB
+} >"$dir/job.yaml"
 
 wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
 declare -A D=()  # site -> daemon pid
@@ -136,14 +123,7 @@ json.dump({"before": before, "samples": samples, "kill_at": st["committed_step"]
 PY
 echo "== alpha back"
 start_site alpha
-for _ in $(seq 1 900); do  # until the job ends (at most 15 minutes)
-  state=$($LONGHAUL --config "$dir/alpha.yaml" status "$id" -o json 2>/dev/null |
-    $PY -c 'import json, sys; print(json.load(sys.stdin).get("state", ""))' 2>/dev/null || true)
-  case "$state" in *COMPLETED | *FAILED | *CANCELLED) break ;; esac
-  sleep 1
-done
-$LONGHAUL --config "$dir/alpha.yaml" status "$id" | tee "$OUT/status.txt"
-$LONGHAUL --config "$dir/alpha.yaml" status "$id" -o json >"$OUT/status.json"
+wan_finish_job "$LONGHAUL" "$dir/alpha.yaml" "$id"
 wan_stop_all
 $PY - "$OUT/outage.json" "$OUT/status.json" <<'PY'
 import json, sys

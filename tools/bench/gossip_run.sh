@@ -67,26 +67,13 @@ write_job() {  # write_job FILE KIND
     gossip) sync="{mode: local, every: $EVERY, codec: $GOSSIP_CODEC, reduce: gossip, fanout: $FANOUT}" ;;
     step) sync="{mode: step, codec: exact}" ;;
   esac
-  cat >"$1" <<JOB
-name: gossip-run-$2
-model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
-data: {train: $DATA}
-steps: $STEPS
-batch_size: $BATCH
-microbatch_size: $MICROBATCH
-seq_len: $SEQ
-optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
-seed: 1
-checkpoint: {every: 10}
-backend: cpu
-threads: 1
-sites: [alpha, beta, gamma, delta]
-placement: even
-replan: off
-compression: {mode: fixed, codec: bf16}
+  {
+    wan_job_head "gossip-run-$2" 10 alpha beta gamma delta
+    cat <<JOB
 replicas: 4
 sync: $([ "$2" = step ] && echo "$sync" || echo "{outer: {lr: 1, momentum: 0}, ${sync#\{}")
 JOB
+  } >"$1"
 }
 
 run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $OUT/KIND.json

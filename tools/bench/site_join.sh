@@ -43,26 +43,13 @@ declare -A P=()
 wan_ports "${SITES[@]}"
 wan_site_configs "$dir" "${SITES[@]}"
 wan_data_roots "$dir" "$DATA" "${SITES[@]}"
-cat >"$dir/job.yaml" <<JOB
-name: site-join
-model: {layers: $LAYERS, channels: $CHANNELS, heads: $HEADS, vocab: 256, context: $SEQ}
-data: {train: $DATA}
-steps: $STEPS
-batch_size: $BATCH
-microbatch_size: $MICROBATCH
-seq_len: $SEQ
-optimizer: {lr: $LR, warmup_steps: 5, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}
-seed: 1
-checkpoint: {every: $EVERY}
-backend: cpu
-threads: 1
-sites: [alpha, beta, gamma, delta]
-placement: even
-replan: off
-compression: {mode: fixed, codec: bf16}
+{
+  wan_job_head site-join "$EVERY" alpha beta gamma delta
+  cat <<JOB
 replicas: 2
 sync: {mode: local, every: $EVERY, codec: $CODEC, reduce: gossip, outer: {lr: 1, momentum: 0}}
 JOB
+} >"$dir/job.yaml"
 
 wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
 for s in "${SITES[@]}"; do
@@ -127,14 +114,7 @@ json.dump({"join_step": at, "join_seconds": t_joined - t0, "first_sync_seconds":
            "attempt_after_remove": int(after.get("attempt", 0)), "steps_before_remove": before,
            "steps_5s_after_remove": steps(after)}, open(out, "w"))
 PY
-for _ in $(seq 1 900); do  # until the job ends (at most 15 minutes)
-  state=$($LONGHAUL --config "$dir/alpha.yaml" status "$id" -o json 2>/dev/null |
-    $PY -c 'import json, sys; print(json.load(sys.stdin).get("state", ""))' 2>/dev/null || true)
-  case "$state" in *COMPLETED | *FAILED | *CANCELLED) break ;; esac
-  sleep 1
-done
-$LONGHAUL --config "$dir/alpha.yaml" status "$id" | tee "$OUT/status.txt"
-$LONGHAUL --config "$dir/alpha.yaml" status "$id" -o json >"$OUT/status.json"
+wan_finish_job "$LONGHAUL" "$dir/alpha.yaml" "$id"
 wan_stop_all
 $PY - "$OUT/join.json" "$OUT/status.json" <<'PY'
 import json, sys

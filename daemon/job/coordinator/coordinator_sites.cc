@@ -215,6 +215,7 @@ void Coordinator::AddSites(const std::vector<std::string>& sites) {
 
 void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
   ReplicaList leave;
+  std::vector<uint32_t> gone;  // the leaving replicas' stages (flat indices)
   std::vector<std::string> leave_sites;
   const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
   v1::JobCommand stop;
@@ -233,7 +234,9 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
     leave = *std::move(r);
     for (uint32_t replica : leave) {
       for (int p = 0; p < grid.stages(static_cast<int>(replica)); ++p) {
-        leave_sites.push_back(record_.stages(grid.flat(static_cast<int>(replica), p)).site());
+        const int i = grid.flat(static_cast<int>(replica), p);
+        gone.push_back(static_cast<uint32_t>(i));
+        leave_sites.push_back(record_.stages(i).site());
       }
     }
     stop.set_job_id(job_id_);
@@ -269,12 +272,6 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
       // The attempt goes on without the leaving stages: the steps and the checkpoint they
       // held back are decided and committed over the others.
       const StageGrid grid = GridLocked();
-      std::vector<uint32_t> gone;
-      for (uint32_t replica : leave) {
-        for (int p = 0; p < grid.stages(static_cast<int>(replica)); ++p) {
-          gone.push_back(static_cast<uint32_t>(grid.flat(static_cast<int>(replica), p)));
-        }
-      }
       barrier_.Forget(gone);
       for (auto& [step, losses] : val_pending_) {
         for (uint32_t stage : gone) losses.erase(stage);
