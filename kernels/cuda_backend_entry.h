@@ -28,8 +28,8 @@ namespace longhaul::kernels {
 // The layout of CudaBackendEntry; a change to it (or to a signature in it), or to the virtual
 // functions of a class the backend derives from (kernels::Ops, kernels::ReplicaReducer), takes a
 // new number. 2: Ops::MatmulBackwardInto and SoftmaxCrossEntropyBackwardInto,
-// ReplicaReducer::AllGather.
-inline constexpr int kCudaBackendAbi = 2;
+// ReplicaReducer::AllGather. 3: ReplicaReducer::ReduceScatterSum.
+inline constexpr int kCudaBackendAbi = 3;
 
 struct CudaBackendEntry {
   // These two come first in every layout, so that any loader can read them.

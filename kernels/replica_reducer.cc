@@ -36,6 +36,10 @@ class NoReducer final : public ReplicaReducer {
   Status AllGather(std::span<float* const> buffers, std::span<const size_t> offsets) override {
     return CheckParts("all-gather", 1, buffers, offsets);
   }
+  Status ReduceScatterSum(std::span<float* const> buffers,
+                          std::span<const size_t> offsets) override {
+    return CheckParts("reduce-scatter", 1, buffers, offsets);
+  }
 };
 
 class HostReducer final : public ReplicaReducer {
@@ -69,6 +73,23 @@ class HostReducer final : public ReplicaReducer {
       for (size_t j = 0; j < replicas_.size(); ++j) {
         if (j != i) replicas_[j]->Upload(buffers[j] + begin, part_.data(), n);
       }
+    }
+    return absl::OkStatus();
+  }
+
+  Status ReduceScatterSum(std::span<float* const> buffers,
+                          std::span<const size_t> offsets) override {
+    RETURN_IF_ERROR(CheckParts("host reduce-scatter", replicas_.size(), buffers, offsets));
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const size_t begin = offsets[i], n = offsets[i + 1] - begin;
+      if (n == 0) continue;
+      sum_.assign(n, 0.0f);
+      part_.resize(n);
+      for (size_t r = 0; r < replicas_.size(); ++r) {
+        replicas_[r]->Download(part_.data(), buffers[r] + begin, n);
+        for (size_t k = 0; k < n; ++k) sum_[k] += part_[k];
+      }
+      replicas_[i]->Upload(buffers[i] + begin, sum_.data(), n);
     }
     return absl::OkStatus();
   }

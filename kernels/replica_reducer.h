@@ -1,14 +1,16 @@
 // Data parallelism inside a site: the collectives between replicas of one fragment, each on its
 // own backend (a GPU each, or CPU replicas). After AllReduceSum every replica's buffer holds
 // the element-wise sum over all replicas, so identical optimizer steps keep the replicas
-// identical. AllGather is the sharded optimizer's (ZeRO-1, model/replicated_fragment.h): each
-// replica stepped one part of the parameters, and every replica takes every part.
+// identical. AllGather and ReduceScatterSum are the sharded modes' (model/shard_mode.h,
+// model/replicated_fragment.h): each replica stepped one part of the parameters, and every
+// replica takes every part; each replica keeps one part of the summed gradient.
 //
 // Two implementations behind MakeReplicaReducer: NCCL when every replica is a distinct CUDA
 // device of a --config=cuda build (kernels/cuda/nccl_comm.h, one communicator over the local
 // GPUs), otherwise the host reference: download every buffer, add them on the host in replica
 // order, upload the sum to every replica; for AllGather, each part downloaded from its owner
-// and uploaded to the others.
+// and uploaded to the others; for ReduceScatterSum, each part summed on the host and uploaded
+// to its owner.
 #pragma once
 
 #include <memory>
@@ -37,6 +39,14 @@ class ReplicaReducer {
   virtual Status AllGather(std::span<float* const> /*buffers*/,
                            std::span<const size_t> /*offsets*/) {
     return absl::UnimplementedError("the " + name() + " reducer has no all-gather");
+  }
+  // buffers[i] (replica i's backend memory) holds a whole tensor; afterwards part i of buffer
+  // i, floats [offsets[i], offsets[i + 1]), holds that part's sum over the replicas (in
+  // replica order, as AllReduceSum adds), the rest of each buffer unspecified. For the
+  // sharded gradients (zero2, zero3). The same requirements and default as AllGather.
+  virtual Status ReduceScatterSum(std::span<float* const> /*buffers*/,
+                                  std::span<const size_t> /*offsets*/) {
+    return absl::UnimplementedError("the " + name() + " reducer has no reduce-scatter");
   }
 };
 

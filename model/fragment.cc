@@ -36,6 +36,29 @@ int64_t SlotFloats(const ModelConfig& c, const FragmentOptions& o) {
   return floats;
 }
 
+ShardMode ModeOf(const FragmentOptions& o, int layer) {
+  if (!o.training || o.layer_modes.empty()) return ShardMode::kReplicate;
+  return o.layer_modes[static_cast<size_t>(layer - o.begin)];
+}
+
+// How a fragment's parameter storage divides (options.layer_modes).
+struct Storage {
+  int64_t held = 0;   // slices held whole: parameters and gradients
+  int64_t zero2 = 0;  // zero2 layers' parameters (their gradients are bound)
+};
+
+Storage StorageOf(const FragmentLayout& layout, const FragmentOptions& o) {
+  Storage s;
+  s.held = layout.total();
+  for (int l = o.begin; l < o.end; ++l) {
+    const ShardMode m = ModeOf(o, l);
+    if (!ShardsGradients(m)) continue;
+    s.held -= layout.layer_floats(l);
+    if (m == ShardMode::kZero2) s.zero2 += layout.layer_floats(l);
+  }
+  return s;
+}
+
 std::string MiB(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f MiB", double(bytes) / (1 << 20));
@@ -60,11 +83,15 @@ MemoryReport Fragment::EstimateMemory(const ModelConfig& c, const FragmentOption
   const bool subspace = Subspace(c);
   const LayerWidths w = Widths(c);
   MemoryReport r;
-  r.parameters = layout.total() * f;
+  const Storage storage = StorageOf(layout, o);
+  r.parameters = (storage.held + storage.zero2) * f;
   if (o.training) {
-    r.gradients = (layout.total() + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
-    const int64_t end = o.optimizer_end < 0 ? layout.total() : o.optimizer_end;
-    r.optimizer = 2 * std::max<int64_t>(0, end - o.optimizer_begin) * f;
+    r.gradients = (storage.held + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
+    const int64_t begin = std::clamp<int64_t>(o.optimizer_begin, 0, storage.held);
+    const int64_t end =
+        o.optimizer_end < 0 ? storage.held : std::clamp<int64_t>(o.optimizer_end, begin, storage.held);
+    // An empty part still allocates one float each (Allocate).
+    r.optimizer = 2 * std::max<int64_t>(1, end - begin) * f;
   }
   r.activations_per_slot = SlotFloats(c, o) * f;
   r.slots = o.slots;
@@ -87,6 +114,10 @@ MemoryReport Fragment::EstimateMemory(const ModelConfig& c, const FragmentOption
   }
   r.shared = shared * f;
   return r;
+}
+
+int64_t Fragment::HeldFloats(const ModelConfig& config, const FragmentOptions& options) {
+  return StorageOf(FragmentLayout(config, options.begin, options.end), options).held;
 }
 
 Fragment::Fragment(const ModelConfig& config, const FragmentOptions& options, kernels::Ops* ops)
@@ -123,6 +154,12 @@ StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const ModelConfig& config,
         "microbatch too large: ", options.batch_size, " x ", options.seq_len,
         " tokens make a buffer of ", largest, " floats; use a smaller microbatch_size"));
   }
+  if (!options.layer_modes.empty() &&
+      options.layer_modes.size() != static_cast<size_t>(options.end - options.begin)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fragment layers [", options.begin, ", ", options.end, "): ", options.layer_modes.size(),
+        " layer sharding modes for ", options.end - options.begin, " layers"));
+  }
   if (config.family == Family::kLlama && !ops->HasLlamaOps()) {
     return absl::FailedPreconditionError(
         absl::StrCat("kernel backend ", ops->name(),
@@ -142,7 +179,9 @@ void Fragment::Allocate() {
   const bool tied = (is_first() || is_last()) && TiedHead(c);
   const bool subspace = Subspace(c);
   const LayerWidths w = Widths(c);
-  params_ = ops_->Alloc(layout_.total());
+  const Storage storage = StorageOf(layout_, options_);
+  held_floats_ = storage.held;
+  params_ = ops_->Alloc(std::max<int64_t>(1, storage.held + storage.zero2));
   if (llama()) {
     const RopeTables rope = MakeRopeTables(c, options_.seq_len);
     rope_cos_ = ops_->Alloc(rope.cos.size());
@@ -165,15 +204,16 @@ void Fragment::Allocate() {
   }
   const int free_from = FirstUnconstrainedLayer(c);
   if (options_.training) {
-    grads_ = ops_->Alloc(layout_.total());
+    grads_ = ops_->Alloc(std::max<int64_t>(1, held_floats_));
     if (tied) tied_peer_ = ops_->Alloc(layout_.model().size(Tensor::kWte));
-    opt_begin_ = std::clamp<int64_t>(options_.optimizer_begin, 0, layout_.total());
+    opt_begin_ = std::clamp<int64_t>(options_.optimizer_begin, 0, held_floats_);
     opt_end_ = options_.optimizer_end < 0
-                   ? layout_.total()
-                   : std::clamp<int64_t>(options_.optimizer_end, opt_begin_, layout_.total());
+                   ? held_floats_
+                   : std::clamp<int64_t>(options_.optimizer_end, opt_begin_, held_floats_);
     m_ = ops_->Alloc(static_cast<size_t>(std::max<int64_t>(1, opt_end_ - opt_begin_)));
     v_ = ops_->Alloc(static_cast<size_t>(std::max<int64_t>(1, opt_end_ - opt_begin_)));
   }
+  PlaceSlices();
   slots_.resize(options_.slots);
   for (Slot& s : slots_) {
     s.base = ops_->Alloc(SlotFloats(c, options_));
@@ -270,12 +310,55 @@ Fragment::~Fragment() {
   }
 }
 
-float* Fragment::P(Tensor t, int layer) const {
-  return params_ + (IsPerLayer(t) ? layout_.offset(t, layer) : layout_.offset(t));
+void Fragment::PlaceSlices() {
+  const size_t n = static_cast<size_t>(kNumTensors * std::max(1, layout_.num_layers()));
+  pslice_.assign(n, nullptr);
+  gslice_.assign(n, nullptr);
+  int64_t held = 0, zero2 = held_floats_;
+  for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
+    if (!layout_.has(t)) continue;
+    const int first = IsPerLayer(t) ? layout_.begin() : 0;
+    const int last = IsPerLayer(t) ? layout_.end() : 1;
+    for (int l = first; l < last; ++l) {
+      const int64_t flat = IsPerLayer(t) ? layout_.offset(t, l) : layout_.offset(t);
+      const int64_t floats = IsPerLayer(t) ? layout_.model().slice_size(t, l) : layout_.size(t);
+      const bool bound = IsPerLayer(t) && ShardsGradients(layer_mode(l));
+      slices_.push_back({t, l, flat, floats, bound ? -1 : held});
+      if (bound) continue;
+      pslice_[SliceSlot(t, l)] = params_ + held;
+      if (grads_ != nullptr) gslice_[SliceSlot(t, l)] = grads_ + held;
+      held += floats;
+    }
+  }
+  // A zero2 layer's parameters: its block after the held part.
+  for (int l = layout_.begin(); l < layout_.end(); ++l) {
+    if (layer_mode(l) != ShardMode::kZero2) continue;
+    for (int i = 0; i < kNumTensors; ++i) {
+      if (IsPerLayer(Tensor(i))) {
+        pslice_[SliceSlot(Tensor(i), l)] = params_ + zero2 + layout_.offset_in_layer(Tensor(i), l);
+      }
+    }
+    zero2 += layout_.layer_floats(l);
+  }
 }
 
-float* Fragment::G(Tensor t, int layer) const {
-  return grads_ + (IsPerLayer(t) ? layout_.offset(t, layer) : layout_.offset(t));
+ShardMode Fragment::layer_mode(int layer) const { return ModeOf(options_, layer); }
+
+void Fragment::BindLayer(int layer, float* params, float* grads) {
+  const ShardMode mode = layer_mode(layer);
+  for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
+    if (!IsPerLayer(t)) continue;
+    const int64_t at = layout_.offset_in_layer(t, layer);
+    if (ShardsParameters(mode)) pslice_[SliceSlot(t, layer)] = params + at;
+    if (ShardsGradients(mode)) gslice_[SliceSlot(t, layer)] = grads + at;
+  }
+}
+
+float* Fragment::LayerParameters(int layer) {
+  // kLn1w's slice begins the layer's block.
+  return layer_mode(layer) == ShardMode::kZero2 ? P(Tensor::kLn1w, layer) : nullptr;
 }
 
 void Fragment::InitParameters(uint64_t seed) {
@@ -284,9 +367,30 @@ void Fragment::InitParameters(uint64_t seed) {
   SetParameters(host.data());
 }
 
-void Fragment::SetParameters(const float* host) { ops_->Upload(params_, host, layout_.total()); }
+// Held slices and zero2 layers' parameters; a zero3 layer's are its owner's.
+void Fragment::SetParameters(const float* host) {
+  if (held_floats_ == layout_.total()) {
+    ops_->Upload(params_, host, layout_.total());
+    return;
+  }
+  for (const SliceRef& s : slices_) {
+    if (s.held >= 0 || layer_mode(s.layer) == ShardMode::kZero2) {
+      ops_->Upload(P(s.tensor, s.layer), host + s.flat, s.floats);
+    }
+  }
+}
 
-void Fragment::GetParameters(float* host) const { ops_->Download(host, params_, layout_.total()); }
+void Fragment::GetParameters(float* host) const {
+  if (held_floats_ == layout_.total()) {
+    ops_->Download(host, params_, layout_.total());
+    return;
+  }
+  for (const SliceRef& s : slices_) {
+    if (s.held >= 0 || layer_mode(s.layer) == ShardMode::kZero2) {
+      ops_->Download(host + s.flat, P(s.tensor, s.layer), s.floats);
+    }
+  }
+}
 
 void Fragment::LoadFromModel(const float* model_params) {
   std::vector<float> host(layout_.total());

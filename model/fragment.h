@@ -26,6 +26,7 @@
 // output_width()), and a fragment that rebuilds the stream from them needs the tokens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +37,7 @@
 #include "model/config.h"
 #include "model/layout.h"
 #include "model/optimizer.h"
+#include "model/shard_mode.h"
 
 namespace longhaul::model {
 
@@ -54,6 +56,14 @@ struct FragmentOptions {
   // ReplicatedFragment only: shard the AdamW state over its replicas (each replica its part
   // of the flat layout, the parameters all-gathered after each step).
   bool shard_optimizer = false;
+  // How each layer of [begin, end) is held (model/shard_mode.h); empty: all held here. A
+  // training fragment holds every tensor outside the layers and every replicate or zero1
+  // layer whole; of a zero2 layer it holds the parameters but not the gradient, of a zero3
+  // layer neither: its owner (ReplicatedFragment) binds buffers for them (BindLayer) before
+  // the layer runs, and keeps their parameter parts, gradient parts and AdamW state itself.
+  // The fragment's own gradient, Step, optimizer state and GradSliceSums then cover the held
+  // slices only ("held": the flat layout less the zero2 and zero3 layers' slices, in order).
+  std::vector<ShardMode> layer_modes;
 };
 
 // Bytes the fragment allocates, by purpose.
@@ -78,6 +88,8 @@ class Fragment {
                                                     kernels::Ops* ops);
   // The memory Create would allocate, without allocating it.
   static MemoryReport EstimateMemory(const ModelConfig& config, const FragmentOptions& options);
+  // Floats of the held part Create would give (held_floats()).
+  static int64_t HeldFloats(const ModelConfig& config, const FragmentOptions& options);
   ~Fragment();
 
   const ModelConfig& config() const { return config_; }
@@ -129,6 +141,30 @@ class Fragment {
   // send to the previous fragment; valid until the next Backward.
   const float* InputGrad() const { return scratch_.dres; }
 
+  // ---- the passes a layer at a time (for an owner that runs layers across replicas) ------
+  // Forward = ForwardBegin, ForwardLayer for each layer in order, ForwardEnd; Backward =
+  // BackwardBegin, BackwardLayer for each layer in reverse, BackwardEnd. The same arguments
+  // and errors as Forward and Backward (checked in the Begin calls); a bound layer's buffers
+  // must be bound when its layer runs.
+  Status ForwardBegin(int slot, const int32_t* tokens, const float* activations);
+  void ForwardLayer(int slot, int layer);
+  void ForwardEnd(int slot);
+  Status BackwardBegin(int slot, const float* output_grad, float dloss);
+  void BackwardLayer(int slot, int layer);
+  void BackwardEnd(int slot);
+
+  // ---- layers held elsewhere (options.layer_modes) ----------------------------------------
+  ShardMode layer_mode(int layer) const;
+  // A zero3 layer's gathered parameters and a zero2 or zero3 layer's gradient buffer
+  // (layout().layer_floats(layer) floats each, the layer's block order, backend memory),
+  // used until the next BindLayer of the layer; `params` is ignored for a zero2 layer.
+  void BindLayer(int layer, float* params, float* grads);
+  // A zero2 layer's parameters (the layer's block, held here), for gathering the stepped
+  // parts between replicas; null for other layers.
+  float* LayerParameters(int layer);
+  // Floats of the held part (layout().total() when no layer is zero2 or zero3).
+  int64_t held_floats() const { return held_floats_; }
+
   // ---- optimizer (no-ops on a fragment created with training = false) ------------------
   void ZeroGrads();
   // Tied embedding (first or last fragment): this fragment's own part of wte's gradient,
@@ -156,12 +192,13 @@ class Fragment {
   void GetOptimizerState(float* m_host, float* v_host) const;
   void SetOptimizerState(const float* m_host, const float* v_host);
 
-  // The gradient in backend memory (layout().total() floats, flat layout), for all-reducing
-  // it in place between data-parallel replicas (replicated_fragment.h).
+  // The held gradient in backend memory (held_floats(): the flat layout without the zero2
+  // and zero3 layers), for all-reducing it in place between data-parallel replicas
+  // (replicated_fragment.h).
   float* MutableGradients() { return grads_; }
-  // The parameters in backend memory, for gathering a sharded step's parts between replicas.
+  // The held parameters, the same order, for gathering a sharded step's parts.
   float* MutableParameters() { return params_; }
-  // The part of the flat layout whose AdamW state this fragment holds (all of it unsharded).
+  // The part of the held slices whose AdamW state this fragment holds (all of it unsharded).
   int64_t optimizer_begin() const { return opt_begin_; }
   int64_t optimizer_end() const { return opt_end_; }
 
@@ -209,8 +246,15 @@ class Fragment {
   Status CheckSlot(int slot, const char* what) const;
   Status CheckTokens(const int32_t* ids, const char* what) const;
   // Parameter / gradient pointers of tensor t (at global layer `layer` when per-layer).
-  float* P(Tensor t, int layer = 0) const;
-  float* G(Tensor t, int layer = 0) const;
+  float* P(Tensor t, int layer = 0) const { return pslice_[SliceSlot(t, layer)]; }
+  float* G(Tensor t, int layer = 0) const { return gslice_[SliceSlot(t, layer)]; }
+  int SliceSlot(Tensor t, int layer) const {
+    return int(t) * std::max(1, layout_.num_layers()) +
+           (IsPerLayer(t) ? layer - layout_.begin() : 0);
+  }
+  // Lists the slices and points P and G of the held ones into params_ and grads_, a zero2
+  // layer's parameters after the held part; bound layers' are set by BindLayer.
+  void PlaceSlices();
   const float* SlotOutput(const Slot& s) const;
   // One layer of each family (fragment_pass.cc, fragment_llama.cc).
   void Gpt2LayerForward(Slot& s, int l);
@@ -250,6 +294,17 @@ class Fragment {
   float* m_ = nullptr;  // the AdamW moments of [opt_begin_, opt_end_) of the flat layout
   float* v_ = nullptr;
   int64_t opt_begin_ = 0, opt_end_ = 0;
+  // Every slice the fragment has (a tensor outside the layers, or one layer of a per-layer
+  // tensor), in the flat layout's order.
+  struct SliceRef {
+    Tensor tensor;
+    int layer;
+    int64_t flat, floats;
+    int64_t held;  // offset in the held part, or -1 (a zero2 or zero3 layer)
+  };
+  std::vector<SliceRef> slices_;
+  std::vector<float*> pslice_, gslice_;  // by SliceSlot
+  int64_t held_floats_ = 0;
   std::vector<Slot> slots_;
   Head head_;
   Scratch scratch_;

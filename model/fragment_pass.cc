@@ -88,6 +88,23 @@ void Fragment::Gpt2LayerForward(Slot& s, int l) {
 }
 
 Status Fragment::Forward(int slot, const int32_t* tokens, const float* activations) {
+  RETURN_IF_ERROR(ForwardBegin(slot, tokens, activations));
+  for (int l = layout_.begin(); l < layout_.end(); ++l) ForwardLayer(slot, l);
+  ForwardEnd(slot);
+  return absl::OkStatus();
+}
+
+void Fragment::ForwardLayer(int slot, int l) {
+  if (llama()) {
+    LlamaLayerForward(slots_[slot], l);
+  } else {
+    Gpt2LayerForward(slots_[slot], l);
+  }
+}
+
+void Fragment::ForwardEnd(int slot) { slots_[slot].forward_done = true; }
+
+Status Fragment::ForwardBegin(int slot, const int32_t* tokens, const float* activations) {
   RETURN_IF_ERROR(CheckSlot(slot, "Forward"));
   const int B = options_.batch_size, T = options_.seq_len, C = config_.channels, BT = B * T;
   Slot& s = slots_[slot];
@@ -109,14 +126,7 @@ Status Fragment::Forward(int slot, const int32_t* tokens, const float* activatio
   if (rebuilds()) {
     ops_->EmbeddingForward(s.fixed, s.tokens.data(), token_table_, zero_positions_, B, T, C);
   }
-  for (int l = layout_.begin(); l < layout_.end(); ++l) {
-    if (llama()) {
-      LlamaLayerForward(s, l);
-    } else {
-      Gpt2LayerForward(s, l);
-    }
-  }
-  s.forward_done = true;
+  s.forward_done = false;
   return absl::OkStatus();
 }
 
@@ -192,6 +202,29 @@ void Fragment::Gpt2LayerBackward(Slot& s, int l) {
 }
 
 Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
+  RETURN_IF_ERROR(BackwardBegin(slot, output_grad, dloss));
+  for (int l = layout_.end() - 1; l >= layout_.begin(); --l) BackwardLayer(slot, l);
+  BackwardEnd(slot);
+  return absl::OkStatus();
+}
+
+void Fragment::BackwardLayer(int slot, int l) {
+  Slot& s = slots_[slot];
+  if (llama()) {
+    LlamaLayerBackward(s, l);
+  } else {
+    Gpt2LayerBackward(s, l);
+  }
+  if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
+    // Through the rebuild: d(coordinates) = U^T d(rebuilt stream).
+    const size_t BT = size_t(options_.batch_size) * options_.seq_len;
+    ops_->Copy(scratch_.dx, scratch_.dres, BT * config_.channels);
+    ops_->Zero(scratch_.dres, BT * config_.residual_subspace);
+    AddCoordGrad(scratch_.dres, scratch_.dx);
+  }
+}
+
+Status Fragment::BackwardBegin(int slot, const float* output_grad, float dloss) {
   RETURN_IF_ERROR(CheckSlot(slot, "Backward"));
   if (!options_.training) {
     return absl::FailedPreconditionError("Backward: fragment was created for evaluation only");
@@ -234,19 +267,13 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
     }
     ops_->Copy(scratch_.dres, output_grad, size_t(BT) * output_width());
   }
-  for (int l = layout_.end() - 1; l >= layout_.begin(); --l) {
-    if (llama()) {
-      LlamaLayerBackward(s, l);
-    } else {
-      Gpt2LayerBackward(s, l);
-    }
-    if (s.rebuilt != nullptr && l == FirstUnconstrainedLayer(config_)) {
-      // Through the rebuild: d(coordinates) = U^T d(rebuilt stream).
-      ops_->Copy(scratch_.dx, scratch_.dres, btc);
-      ops_->Zero(scratch_.dres, size_t(BT) * config_.residual_subspace);
-      AddCoordGrad(scratch_.dres, scratch_.dx);
-    }
-  }
+  return absl::OkStatus();
+}
+
+void Fragment::BackwardEnd(int slot) {
+  Slot& s = slots_[slot];
+  const int B = options_.batch_size, T = options_.seq_len;
+  const bool untied = !TiedHead(config_);
   if (is_first()) {
     // The encoder's part of the tied wte gradient: into the peer buffer when this fragment
     // also holds the head (whole standard model), into its own gradient otherwise.
@@ -255,7 +282,6 @@ Status Fragment::Backward(int slot, const float* output_grad, float dloss) {
                             s.tokens.data(), B, T, input_width());
   }
   s.forward_done = false;
-  return absl::OkStatus();
 }
 
 }  // namespace longhaul::model

@@ -9,7 +9,7 @@ namespace longhaul::model {
 
 void Fragment::ZeroGrads() {
   if (!options_.training) return;
-  ops_->Zero(grads_, layout_.total());
+  ops_->Zero(grads_, held_floats_);
   if (tied_peer_ != nullptr) ops_->Zero(tied_peer_, layout_.model().size(Tensor::kWte));
 }
 
@@ -38,63 +38,68 @@ std::vector<double> Fragment::GradSliceSums() const {
   const ParameterLayout& model = layout_.model();
   std::vector<double> sums(model.num_slices(), 0.0);
   if (!options_.training) return sums;
-  for (int i = 0; i < kNumTensors; ++i) {
-    const Tensor t = Tensor(i);
-    if (!layout_.has(t)) continue;
-    if (t == Tensor::kWte && !is_first()) continue;  // the first fragment counts the tied wte
-    if (!IsPerLayer(t)) {
-      sums[model.SliceIndex(t, 0)] = ops_->SumSquares(G(t), model.size(t));
-      continue;
-    }
-    for (int l = layout_.begin(); l < layout_.end(); ++l) {
-      sums[model.SliceIndex(t, l)] = ops_->SumSquares(G(t, l), model.slice_size(t, l));
-    }
+  for (const SliceRef& s : slices_) {
+    if (s.held < 0) continue;                                   // a bound layer: its owner's
+    if (s.tensor == Tensor::kWte && !is_first()) continue;  // the first fragment counts the tied wte
+    sums[model.SliceIndex(s.tensor, s.layer)] = ops_->SumSquares(G(s.tensor, s.layer), s.floats);
   }
   return sums;
 }
 
 void Fragment::Step(const OptimizerOptions& o, float lr, float grad_scale, int t) {
   if (!options_.training) return;
-  const ParameterLayout& model = layout_.model();
-  for (int i = 0; i < kNumTensors; ++i) {
-    const Tensor tensor = Tensor(i);
-    if (!layout_.has(tensor)) continue;
-    const float decay = IsDecayed(tensor) ? o.weight_decay : 0.0f;
-    const int first = IsPerLayer(tensor) ? layout_.begin() : 0;
-    const int last = IsPerLayer(tensor) ? layout_.end() : 1;
-    for (int l = first; l < last; ++l) {
-      const int64_t off = IsPerLayer(tensor) ? layout_.offset(tensor, l) : layout_.offset(tensor);
-      // The part of the slice whose moments this fragment holds (all of it unsharded).
-      const int64_t b = std::max(off, opt_begin_);
-      const int64_t e = std::min(off + model.slice_size(tensor, l), opt_end_);
-      if (b >= e) continue;
-      ops_->AdamW(params_ + b, grads_ + b, m_ + (b - opt_begin_), v_ + (b - opt_begin_), e - b, lr,
-                  o.beta1, o.beta2, o.eps, decay, grad_scale, t);
-    }
+  for (const SliceRef& s : slices_) {
+    if (s.held < 0) continue;
+    // The part of the slice whose moments this fragment holds (all of it unsharded).
+    const int64_t b = std::max(s.held, opt_begin_);
+    const int64_t e = std::min(s.held + s.floats, opt_end_);
+    if (b >= e) continue;
+    const float decay = IsDecayed(s.tensor) ? o.weight_decay : 0.0f;
+    ops_->AdamW(params_ + b, grads_ + b, m_ + (b - opt_begin_), v_ + (b - opt_begin_), e - b, lr,
+                o.beta1, o.beta2, o.eps, decay, grad_scale, t);
   }
 }
 
 void Fragment::GetGradients(float* host) const {
   if (!options_.training) return;
-  ops_->Download(host, grads_, layout_.total());
+  if (held_floats_ == layout_.total()) return ops_->Download(host, grads_, held_floats_);
+  for (const SliceRef& s : slices_) {
+    if (s.held >= 0) ops_->Download(host + s.flat, grads_ + s.held, s.floats);
+  }
 }
 
 void Fragment::SetGradients(const float* host) {
   if (!options_.training) return;
-  ops_->Upload(grads_, host, layout_.total());
+  if (held_floats_ == layout_.total()) {
+    ops_->Upload(grads_, host, held_floats_);
+  } else {
+    for (const SliceRef& s : slices_) {
+      if (s.held >= 0) ops_->Upload(grads_ + s.held, host + s.flat, s.floats);
+    }
+  }
   if (tied_peer_ != nullptr) ops_->Zero(tied_peer_, layout_.model().size(Tensor::kWte));
 }
 
+// The moments of the held slices' part [opt_begin_, opt_end_), at the slices' places in the
+// whole layout's host arrays.
 void Fragment::GetOptimizerState(float* m_host, float* v_host) const {
-  if (!options_.training || opt_end_ <= opt_begin_) return;
-  ops_->Download(m_host + opt_begin_, m_, opt_end_ - opt_begin_);
-  ops_->Download(v_host + opt_begin_, v_, opt_end_ - opt_begin_);
+  if (!options_.training) return;
+  for (const SliceRef& s : slices_) {
+    const int64_t b = std::max(s.held, opt_begin_), e = std::min(s.held + s.floats, opt_end_);
+    if (s.held < 0 || b >= e) continue;
+    ops_->Download(m_host + s.flat + (b - s.held), m_ + (b - opt_begin_), e - b);
+    ops_->Download(v_host + s.flat + (b - s.held), v_ + (b - opt_begin_), e - b);
+  }
 }
 
 void Fragment::SetOptimizerState(const float* m_host, const float* v_host) {
-  if (!options_.training || opt_end_ <= opt_begin_) return;
-  ops_->Upload(m_, m_host + opt_begin_, opt_end_ - opt_begin_);
-  ops_->Upload(v_, v_host + opt_begin_, opt_end_ - opt_begin_);
+  if (!options_.training) return;
+  for (const SliceRef& s : slices_) {
+    const int64_t b = std::max(s.held, opt_begin_), e = std::min(s.held + s.floats, opt_end_);
+    if (s.held < 0 || b >= e) continue;
+    ops_->Upload(m_ + (b - opt_begin_), m_host + s.flat + (b - s.held), e - b);
+    ops_->Upload(v_ + (b - opt_begin_), v_host + s.flat + (b - s.held), e - b);
+  }
 }
 
 }  // namespace longhaul::model

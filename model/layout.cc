@@ -107,6 +107,22 @@ FragmentLayout::FragmentLayout(const ModelConfig& config, int begin, int end)
   }
 }
 
+int64_t FragmentLayout::layer_floats(int layer) const {
+  int64_t n = 0;
+  for (int i = 0; i < kNumTensors; ++i) {
+    if (IsPerLayer(Tensor(i))) n += model_.slice_size(Tensor(i), layer);
+  }
+  return n;
+}
+
+int64_t FragmentLayout::offset_in_layer(Tensor t, int layer) const {
+  int64_t n = 0;
+  for (int i = 0; i < int(t); ++i) {
+    if (IsPerLayer(Tensor(i))) n += model_.slice_size(Tensor(i), layer);
+  }
+  return n;
+}
+
 void FragmentLayout::ExtractFromModel(const float* model_params, float* fragment_params) const {
   for (int i = 0; i < kNumTensors; ++i) {
     const Tensor t = Tensor(i);

@@ -109,6 +109,11 @@ class FragmentLayout {
     return offset_[int(t)] + model_.offset(t, layer) - model_.offset(t, begin_);
   }
   int64_t total() const { return total_; }
+  // One layer's parameters side by side: its slices of the per-layer tensors in tensor order,
+  // the block a sharded layer (model/shard_mode.h) gathers and reduce-scatters whole.
+  int64_t layer_floats(int layer) const;
+  // Offset of per-layer tensor t's slice inside layer `layer`'s block.
+  int64_t offset_in_layer(Tensor t, int layer) const;
   const ParameterLayout& model() const { return model_; }
 
   // Copies this fragment's tensors between its flat buffer and the whole model's llm.c

@@ -4,8 +4,72 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "model/init.h"
 
 namespace longhaul::model {
+
+namespace {
+
+bool AnyBound(const FragmentOptions& o) {
+  return std::any_of(o.layer_modes.begin(), o.layer_modes.end(), ShardsGradients);
+}
+
+// Replica i's fragment options (of R, taking `rows` rows): the layers' modes where there are
+// replicas to shard over, and, sharded, its part of the held slices' AdamW state.
+FragmentOptions ReplicaOptions(const ModelConfig& config, const FragmentOptions& options, int R,
+                               int i, int rows) {
+  FragmentOptions o = options;
+  o.batch_size = rows;
+  o.optimizer_begin = 0;  // the whole state unless sharded here
+  o.optimizer_end = -1;
+  if (R == 1) o.layer_modes.clear();
+  const bool shard = R > 1 && (options.shard_optimizer ||
+                               std::any_of(o.layer_modes.begin(), o.layer_modes.end(),
+                                           [](ShardMode m) { return m != ShardMode::kReplicate; }));
+  o.shard_optimizer = shard;
+  if (shard) {
+    const int64_t held = Fragment::HeldFloats(config, o);
+    o.optimizer_begin = held * i / R;
+    o.optimizer_end = held * (i + 1) / R;
+  }
+  return o;
+}
+
+// Floats of replica i's part of an n-float block split R ways.
+int64_t PartFloats(int64_t n, int R, int i) { return n * (i + 1) / R - n * i / R; }
+
+}  // namespace
+
+std::vector<MemoryReport> ReplicatedFragment::EstimateMemory(const ModelConfig& config,
+                                                             const FragmentOptions& options,
+                                                             int replicas) {
+  std::vector<MemoryReport> out;
+  const std::vector<int> rows = ReplicaRows(options.batch_size, replicas);
+  const FragmentLayout layout(config, options.begin, options.end);
+  for (int i = 0; i < replicas; ++i) {
+    const FragmentOptions o = ReplicaOptions(config, options, replicas, i, std::max(1, rows[i]));
+    MemoryReport r = Fragment::EstimateMemory(config, o);
+    const int64_t f = sizeof(float);
+    int64_t layer_grad = 0, gathered = 0;
+    for (size_t k = 0; k < o.layer_modes.size(); ++k) {
+      const ShardMode m = o.layer_modes[k];
+      if (!ShardsGradients(m)) continue;
+      const int64_t n = layout.layer_floats(o.begin + static_cast<int>(k));
+      const int64_t part = PartFloats(n, replicas, i);
+      r.gradients += part * f;
+      r.optimizer += 2 * part * f;
+      if (ShardsParameters(m)) r.parameters += part * f;
+      layer_grad = std::max(layer_grad, n);
+      if (ShardsParameters(m)) gathered = std::max(gathered, n);
+    }
+    r.shared += (layer_grad + 2 * gathered) * f;  // the working buffers
+    // The staging buffer for received activations and gradients.
+    r.shared += int64_t(std::max(1, rows[i])) * options.seq_len *
+                std::max(StreamWidth(config, options.begin), StreamWidth(config, options.end)) * f;
+    out.push_back(r);
+  }
+  return out;
+}
 
 StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     const ModelConfig& config, const FragmentOptions& options,
@@ -17,9 +81,18 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
                      " sequences (each replica needs at least one; lower the devices or raise "
                      "microbatch_size)"));
   }
+  if (!options.layer_modes.empty() &&
+      options.layer_modes.size() != static_cast<size_t>(options.end - options.begin)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data parallelism: ", options.layer_modes.size(), " layer sharding modes for layers [",
+        options.begin, ", ", options.end, ")"));
+  }
   std::unique_ptr<ReplicatedFragment> f(new ReplicatedFragment());
   f->config_ = config;
-  f->options_ = options;
+  f->options_ = ReplicaOptions(config, options, R, 0, options.batch_size);
+  f->options_.batch_size = options.batch_size;
+  f->bound_ = R > 1 && options.training && AnyBound(options);
+  const FragmentLayout layout(config, options.begin, options.end);
   const std::vector<int> rows = ReplicaRows(options.batch_size, R);
   int row = 0;
   for (int i = 0; i < R; ++i) {
@@ -28,34 +101,78 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     r.row_begin = row;
     r.rows = rows[i];
     row += r.rows;
-    FragmentOptions o = options;
-    o.batch_size = r.rows;
-    o.optimizer_begin = 0;  // the whole state unless sharded here
-    o.optimizer_end = -1;
-    if (options.shard_optimizer && R > 1) {
-      // ZeRO-1: replica i keeps and steps the AdamW state of part i of the flat layout.
-      const int64_t total = FragmentLayout(config, options.begin, options.end).total();
-      o.optimizer_begin = total * i / R;
-      o.optimizer_end = total * (i + 1) / R;
-    }
-    ASSIGN_OR_RETURN(r.fragment, Fragment::Create(config, o, r.ops));
+    ASSIGN_OR_RETURN(r.fragment,
+                     Fragment::Create(config, ReplicaOptions(config, options, R, i, r.rows), r.ops));
     // Holds the input activations, and later the output's gradient.
     r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len *
                         std::max(r.fragment->input_width(), r.fragment->output_width()));
+    if (f->bound_) {
+      // Its parts of the zero2 / zero3 layers, and the working buffers.
+      r.parts.resize(options.layer_modes.size());
+      int64_t layer_grad = 0, gathered = 0;
+      for (int l = options.begin; l < options.end; ++l) {
+        const ShardMode m = f->mode(l);
+        if (!ShardsGradients(m)) continue;
+        const int64_t n = layout.layer_floats(l), part = PartFloats(n, R, i);
+        LayerPart& p = r.parts[static_cast<size_t>(l - options.begin)];
+        if (ShardsParameters(m)) p.params = r.ops->Alloc(part);
+        p.grads = r.ops->Alloc(part);
+        p.m = r.ops->Alloc(part);
+        p.v = r.ops->Alloc(part);
+        layer_grad = std::max(layer_grad, n);
+        if (ShardsParameters(m)) gathered = std::max(gathered, n);
+      }
+      r.layer_grad = r.ops->Alloc(layer_grad);
+      if (gathered > 0) {
+        r.gathered[0] = r.ops->Alloc(gathered);
+        r.gathered[1] = r.ops->Alloc(gathered);
+      }
+    }
     f->replicas_.push_back(std::move(r));
   }
   ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
   if (f->sharded()) {
-    // An all-gather of empty parts: a reducer without one (NCCL's, for now) refuses here, not
-    // after the replicas have stepped their parts.
+    // The collectives on empty parts: a reducer without them (NCCL's, for now) refuses here,
+    // not after the replicas have stepped their parts.
     std::vector<float*> none(replicas.size(), nullptr);
     const std::vector<size_t> empty(replicas.size() + 1, 0);
-    if (Status s = f->reducer_->AllGather(none, empty); !s.ok()) {
-      return Status(s.code(), absl::StrCat("sharded optimizer state on ", R, " replicas (",
+    Status s = f->reducer_->AllGather(none, empty);
+    if (s.ok() && f->bound_) s = f->reducer_->ReduceScatterSum(none, empty);
+    if (!s.ok()) {
+      return Status(s.code(), absl::StrCat("sharded state on ", R, " replicas (",
                                            f->reducer_->name(), " reducer): ", s.message()));
     }
   }
   return f;
+}
+
+std::vector<ShardMode> ReplicatedFragment::layer_modes() const {
+  std::vector<ShardMode> out;
+  for (int l = options_.begin; l < options_.end; ++l) {
+    const ShardMode m = mode(l);
+    out.push_back(ShardsGradients(m) ? m : sharded() ? ShardMode::kZero1 : ShardMode::kReplicate);
+  }
+  return out;
+}
+
+std::vector<size_t> ReplicatedFragment::PartOffsets(int layer) const {
+  const int64_t n = layout().layer_floats(layer);
+  const int R = num_replicas();
+  std::vector<size_t> offsets;
+  for (int i = 0; i <= R; ++i) offsets.push_back(static_cast<size_t>(n * i / R));
+  return offsets;
+}
+
+template <typename Fn>
+void ReplicatedFragment::ForEachPiece(int layer, int64_t begin, int64_t end, Fn fn) const {
+  const FragmentLayout& lay = layout();
+  for (int i = 0; i < kNumTensors; ++i) {
+    const Tensor t = Tensor(i);
+    if (!IsPerLayer(t)) continue;
+    const int64_t at = lay.offset_in_layer(t, layer), n = lay.model().slice_size(t, layer);
+    const int64_t b = std::max(begin, at), e = std::min(end, at + n);
+    if (b < e) fn(t, b, lay.offset(t, layer) + (b - at), e - b);
+  }
 }
 
 std::vector<int> ReplicatedFragment::ReplicaRows(int batch_size, int replicas) {
@@ -66,7 +183,11 @@ std::vector<int> ReplicatedFragment::ReplicaRows(int batch_size, int replicas) {
 
 ReplicatedFragment::~ReplicatedFragment() {
   for (auto& r : replicas_) {
-    if (r.in != nullptr) r.ops->Free(r.in);
+    std::vector<float*> owned = {r.in, r.gathered[0], r.gathered[1], r.layer_grad};
+    for (const LayerPart& p : r.parts) owned.insert(owned.end(), {p.params, p.grads, p.m, p.v});
+    for (float* p : owned) {
+      if (p != nullptr) r.ops->Free(p);
+    }
   }
 }
 
@@ -76,44 +197,131 @@ size_t ReplicatedFragment::RowFloats(bool output) const {
 }
 
 void ReplicatedFragment::InitParameters(uint64_t seed) {
-  for (auto& r : replicas_) r.fragment->InitParameters(seed);
+  std::vector<float> host(layout().total());
+  InitFragment(layout(), seed, host.data());
+  SetParameters(host.data());
 }
+
 void ReplicatedFragment::SetParameters(const float* host) {
-  for (auto& r : replicas_) r.fragment->SetParameters(host);
+  for (auto& r : replicas_) r.fragment->SetParameters(host);  // held and zero2 layers
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsParameters(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      Replica& r = replicas_[i];
+      float* part = r.parts[static_cast<size_t>(l - options_.begin)].params;
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
+        r.ops->Upload(part + (at - off[i]), host + flat, n);
+      });
+    }
+  }
 }
-void ReplicatedFragment::GetParameters(float* host) const { primary().GetParameters(host); }
+
+void ReplicatedFragment::GetParameters(float* host) const {
+  primary().GetParameters(host);
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsParameters(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const Replica& r = replicas_[i];
+      const float* part = r.parts[static_cast<size_t>(l - options_.begin)].params;
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
+        r.ops->Download(host + flat, part + (at - off[i]), n);
+      });
+    }
+  }
+}
+
 void ReplicatedFragment::LoadFromModel(const float* model_params) {
-  for (auto& r : replicas_) r.fragment->LoadFromModel(model_params);
+  std::vector<float> host(layout().total());
+  layout().ExtractFromModel(model_params, host.data());
+  SetParameters(host.data());
 }
+
 void ReplicatedFragment::SetOptimizerState(const float* m_host, const float* v_host) {
-  for (auto& r : replicas_) r.fragment->SetOptimizerState(m_host, v_host);
+  for (auto& r : replicas_) r.fragment->SetOptimizerState(m_host, v_host);  // each its part
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsGradients(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      Replica& r = replicas_[i];
+      const LayerPart& p = r.parts[static_cast<size_t>(l - options_.begin)];
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
+        r.ops->Upload(p.m + (at - off[i]), m_host + flat, n);
+        r.ops->Upload(p.v + (at - off[i]), v_host + flat, n);
+      });
+    }
+  }
 }
+
 void ReplicatedFragment::GetOptimizerState(float* m_host, float* v_host) const {
   if (!sharded()) {
     primary().GetOptimizerState(m_host, v_host);
     return;
   }
   for (const auto& r : replicas_) r.fragment->GetOptimizerState(m_host, v_host);  // each its part
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsGradients(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const Replica& r = replicas_[i];
+      const LayerPart& p = r.parts[static_cast<size_t>(l - options_.begin)];
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
+        r.ops->Download(m_host + flat, p.m + (at - off[i]), n);
+        r.ops->Download(v_host + flat, p.v + (at - off[i]), n);
+      });
+    }
+  }
 }
 
-Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float* activations) {
-  // Every replica's work is queued before any result is read back, so GPUs run concurrently.
-  for (auto& r : replicas_) {
-    const size_t first = static_cast<size_t>(r.row_begin);
-    // Tokens for the first fragment, and for every fragment of the subspace-cut variant.
-    const int32_t* rows = tokens == nullptr ? nullptr : tokens + first * options_.seq_len;
-    if (r.fragment->is_first()) {
-      RETURN_IF_ERROR(r.fragment->Forward(slot, rows, nullptr));
-      continue;
-    }
+Status ReplicatedFragment::ForwardReplica(Replica& r, int slot, const int32_t* tokens,
+                                          const float* activations, bool whole) {
+  const size_t first = static_cast<size_t>(r.row_begin);
+  // Tokens for the first fragment, and for every fragment of the subspace-cut variant.
+  const int32_t* rows = tokens == nullptr ? nullptr : tokens + first * options_.seq_len;
+  const float* in = nullptr;
+  if (!r.fragment->is_first()) {
     if (activations == nullptr) {
       return absl::InvalidArgumentError("Forward: a fragment after the first needs activations");
     }
     if (activations != r.in) {
       r.ops->Upload(r.in, activations + first * RowFloats(false), r.rows * RowFloats(false));
     }
-    RETURN_IF_ERROR(r.fragment->Forward(slot, rows, r.in));
+    in = r.in;
   }
+  return whole ? r.fragment->Forward(slot, rows, in) : r.fragment->ForwardBegin(slot, rows, in);
+}
+
+Status ReplicatedFragment::Forward(int slot, const int32_t* tokens, const float* activations) {
+  // Every replica's work is queued before any result is read back, so GPUs run concurrently.
+  for (auto& r : replicas_) {
+    RETURN_IF_ERROR(ForwardReplica(r, slot, tokens, activations, /*whole=*/!bound_));
+  }
+  if (!bound_) return absl::OkStatus();
+  // A layer at a time across the replicas, a zero3 layer's parameters gathered first.
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (ShardsParameters(mode(l))) RETURN_IF_ERROR(GatherLayer(l));
+    for (auto& r : replicas_) r.fragment->ForwardLayer(slot, l);
+  }
+  for (auto& r : replicas_) r.fragment->ForwardEnd(slot);
+  return absl::OkStatus();
+}
+
+Status ReplicatedFragment::GatherLayer(int layer) {
+  const std::vector<size_t> off = PartOffsets(layer);
+  const int buffer = (layer - options_.begin) % 2;
+  std::vector<float*> work;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = replicas_[i];
+    float* w = r.gathered[buffer];
+    r.ops->Copy(w + off[i], r.parts[static_cast<size_t>(layer - options_.begin)].params,
+                off[i + 1] - off[i]);
+    work.push_back(w);
+  }
+  if (Status s = reducer_->AllGather(work, off); !s.ok()) {
+    return Status(s.code(), absl::StrCat("gathering layer ", layer, ": ", s.message()));
+  }
+  for (auto& r : replicas_) r.fragment->BindLayer(layer, r.gathered[buffer], r.layer_grad);
   return absl::OkStatus();
 }
 
@@ -136,16 +344,52 @@ StatusOr<float> ReplicatedFragment::Loss(int slot, const int32_t* targets) {
   return static_cast<float>(sum / options_.batch_size);
 }
 
+Status ReplicatedFragment::BackwardReplica(Replica& r, int slot, const float* output_grad,
+                                           float dloss, bool whole) {
+  const float* grad = nullptr;
+  if (output_grad != nullptr) {
+    if (output_grad != r.in) {
+      r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(true), r.rows * RowFloats(true));
+    }
+    grad = r.in;
+  }
+  return whole ? r.fragment->Backward(slot, grad, dloss)
+               : r.fragment->BackwardBegin(slot, grad, dloss);
+}
+
 Status ReplicatedFragment::Backward(int slot, const float* output_grad, float dloss) {
   for (auto& r : replicas_) {
-    if (output_grad != nullptr) {
-      if (output_grad != r.in) {
-        r.ops->Upload(r.in, output_grad + r.row_begin * RowFloats(true), r.rows * RowFloats(true));
+    RETURN_IF_ERROR(BackwardReplica(r, slot, output_grad, dloss, /*whole=*/!bound_));
+  }
+  if (!bound_) return absl::OkStatus();
+  for (int l = options_.end - 1; l >= options_.begin; --l) {
+    const ShardMode m = mode(l);
+    if (ShardsParameters(m)) RETURN_IF_ERROR(GatherLayer(l));
+    if (ShardsGradients(m)) {
+      for (auto& r : replicas_) {
+        r.ops->Zero(r.layer_grad, layout().layer_floats(l));
+        // (GatherLayer bound a zero3 layer's gradient with its parameters.)
+        if (m == ShardMode::kZero2) r.fragment->BindLayer(l, nullptr, r.layer_grad);
       }
-      RETURN_IF_ERROR(r.fragment->Backward(slot, r.in, dloss));
-    } else {
-      RETURN_IF_ERROR(r.fragment->Backward(slot, nullptr, dloss));
     }
+    for (auto& r : replicas_) r.fragment->BackwardLayer(slot, l);
+    if (ShardsGradients(m)) RETURN_IF_ERROR(ScatterLayerGrad(l));
+  }
+  for (auto& r : replicas_) r.fragment->BackwardEnd(slot);
+  return absl::OkStatus();
+}
+
+Status ReplicatedFragment::ScatterLayerGrad(int layer) {
+  const std::vector<size_t> off = PartOffsets(layer);
+  std::vector<float*> work;
+  for (auto& r : replicas_) work.push_back(r.layer_grad);
+  if (Status s = reducer_->ReduceScatterSum(work, off); !s.ok()) {
+    return Status(s.code(), absl::StrCat("reducing layer ", layer, "'s gradient: ", s.message()));
+  }
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    Replica& r = replicas_[i];
+    float* part = r.parts[static_cast<size_t>(layer - options_.begin)].grads;
+    r.ops->ResidualForward(part, part, r.layer_grad + off[i], off[i + 1] - off[i]);
   }
   return absl::OkStatus();
 }
@@ -158,14 +402,23 @@ void ReplicatedFragment::InputGrad(float* host) const {
 }
 
 void ReplicatedFragment::ZeroGrads() {
-  for (auto& r : replicas_) r.fragment->ZeroGrads();
+  for (auto& r : replicas_) {
+    r.fragment->ZeroGrads();
+    for (int l = options_.begin; l < options_.end; ++l) {
+      if (!ShardsGradients(mode(l))) continue;
+      const std::vector<size_t> off = PartOffsets(l);
+      const size_t i = static_cast<size_t>(&r - replicas_.data());
+      r.ops->Zero(r.parts[static_cast<size_t>(l - options_.begin)].grads, off[i + 1] - off[i]);
+    }
+  }
 }
 
 Status ReplicatedFragment::ReduceGradients() {
   if (replicas_.size() == 1) return absl::OkStatus();
   std::vector<float*> grads;
   for (auto& r : replicas_) grads.push_back(r.fragment->MutableGradients());
-  RETURN_IF_ERROR(reducer_->AllReduceSum(grads, layout().total()));
+  // The held gradient; a zero2 / zero3 layer's parts were reduced as they were made.
+  RETURN_IF_ERROR(reducer_->AllReduceSum(grads, primary().held_floats()));
   // A whole model computes both parts of wte's gradient itself: the peer part too.
   if (is_first() && is_last() && TiedHead(config_)) {
     std::vector<float*> peer;
@@ -196,12 +449,57 @@ void ReplicatedFragment::CombineTiedGrads() {
   for (auto& r : replicas_) r.fragment->CombineTiedGrads();
 }
 
-std::vector<double> ReplicatedFragment::GradSliceSums() const { return primary().GradSliceSums(); }
+std::vector<double> ReplicatedFragment::GradSliceSums() const {
+  std::vector<double> sums = primary().GradSliceSums();
+  // A sharded layer's slices: the sums of their pieces in each replica's part.
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsGradients(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const Replica& r = replicas_[i];
+      const float* part = r.parts[static_cast<size_t>(l - options_.begin)].grads;
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor t, int64_t at, int64_t, int64_t n) {
+        sums[layout().model().SliceIndex(t, l)] += r.ops->SumSquares(part + (at - off[i]), n);
+      });
+    }
+  }
+  return sums;
+}
+
+void ReplicatedFragment::GetGradients(float* host) const {
+  primary().GetGradients(host);
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsGradients(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const Replica& r = replicas_[i];
+      const float* part = r.parts[static_cast<size_t>(l - options_.begin)].grads;
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
+        r.ops->Download(host + flat, part + (at - off[i]), n);
+      });
+    }
+  }
+}
+
+void ReplicatedFragment::SetGradients(const float* host) {
+  for (auto& r : replicas_) r.fragment->SetGradients(host);
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!ShardsGradients(mode(l))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      Replica& r = replicas_[i];
+      float* part = r.parts[static_cast<size_t>(l - options_.begin)].grads;
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
+        r.ops->Upload(part + (at - off[i]), host + flat, n);
+      });
+    }
+  }
+}
 
 Status ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float grad_scale,
                                 int t) {
   for (auto& r : replicas_) r.fragment->Step(options, lr, grad_scale, t);
-  if (!sharded()) return absl::OkStatus();
+  if (!sharded()) return absl::OkStatus();  // (a sharded layer makes the held part zero1)
   // ZeRO-1: each replica stepped its part; the reducer's all-gather gives every replica every
   // part. Elementwise AdamW on the same summed gradient: the same bits as every replica
   // stepping everything.
@@ -214,6 +512,33 @@ Status ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float
   offsets.push_back(static_cast<size_t>(replicas_.back().fragment->optimizer_end()));
   if (Status s = reducer_->AllGather(params, offsets); !s.ok()) {
     return Status(s.code(), "sharded optimizer step: " + std::string(s.message()));
+  }
+  return StepLayers(options, lr, grad_scale, t);
+}
+
+Status ReplicatedFragment::StepLayers(const OptimizerOptions& o, float lr, float grad_scale,
+                                      int t) {
+  for (int l = options_.begin; l < options_.end; ++l) {
+    const ShardMode m = mode(l);
+    if (!ShardsGradients(m)) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    std::vector<float*> layer_params;
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      Replica& r = replicas_[i];
+      const LayerPart& p = r.parts[static_cast<size_t>(l - options_.begin)];
+      // zero3 steps its part where it lives; zero2 the part of its whole copy, then gathers.
+      float* params = ShardsParameters(m) ? p.params : r.fragment->LayerParameters(l) + off[i];
+      layer_params.push_back(r.fragment->LayerParameters(l));
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor tensor, int64_t at, int64_t, int64_t n) {
+        const int64_t k = at - static_cast<int64_t>(off[i]);
+        r.ops->AdamW(params + k, p.grads + k, p.m + k, p.v + k, n, lr, o.beta1, o.beta2, o.eps,
+                     IsDecayed(tensor) ? o.weight_decay : 0.0f, grad_scale, t);
+      });
+    }
+    if (ShardsParameters(m)) continue;
+    if (Status s = reducer_->AllGather(layer_params, off); !s.ok()) {
+      return Status(s.code(), absl::StrCat("sharded step of layer ", l, ": ", s.message()));
+    }
   }
   return absl::OkStatus();
 }

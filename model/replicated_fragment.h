@@ -14,6 +14,21 @@
 // parts are then gathered into every replica. AdamW is elementwise and every replica holds the
 // same summed gradient, so this is the replicated step bit for bit; checkpoints hold the whole
 // state as before (Get/SetOptimizerState gather and scatter the parts).
+//
+// options.layer_modes shards further, per layer (OSDP, model/shard_mode.h; chosen by
+// scheduler/shard_plan.h): replica i keeps part i of a zero2 layer's summed gradient and AdamW
+// state, and of a zero3 layer's parameters too. The layers then run one at a time across the
+// replicas: a zero3 layer's parameters are all-gathered into a working buffer before its
+// forward and again before its backward (two buffers: the layer in use and the next), and a
+// zero2 or zero3 layer's gradient is made whole in a working buffer and reduce-scattered into
+// the parts right after its backward, every microbatch; after the step a zero2 layer's stepped
+// parts are all-gathered. With one microbatch a step that is the replicated step's sums in
+// the same order; with several, the microbatches' gradients are summed over the replicas
+// first, so the bits differ within float rounding. The layers that are not zero2 or zero3 and
+// the tensors outside the layers are held as before: replicated, or zero1 when
+// shard_optimizer is set or any layer is sharded. Checkpoints and the host views
+// (Get/SetParameters, the gradients, the optimizer state) are the whole flat layout whatever
+// the modes, so a resume may change them and the device count.
 #pragma once
 
 #include <memory>
@@ -39,6 +54,10 @@ class ReplicatedFragment {
   // The rows (sequences) of a microbatch of `batch_size` each of `replicas` replicas takes:
   // the first batch_size % replicas one more than the rest.
   static std::vector<int> ReplicaRows(int batch_size, int replicas);
+  // What replica i of `replicas` allocates (its fragment, its parts of the sharded layers and
+  // the working buffers), one report per replica; the same options as Create.
+  static std::vector<MemoryReport> EstimateMemory(const ModelConfig& config,
+                                                  const FragmentOptions& options, int replicas);
 
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   const Fragment& primary() const { return *replicas_[0].fragment; }
@@ -49,8 +68,10 @@ class ReplicatedFragment {
   int output_width() const { return primary().output_width(); }
   const FragmentLayout& layout() const { return primary().layout(); }
   std::string reducer_name() const { return reducer_->name(); }
-  // ZeRO-1: the AdamW state is split over the replicas.
+  // The AdamW state is split over the replicas (zero1 or more).
   bool sharded() const { return options_.shard_optimizer && replicas_.size() > 1; }
+  // Each layer's mode as it runs (replicate or zero1 for the held ones).
+  std::vector<ShardMode> layer_modes() const;
 
   // ---- parameters and optimizer state (host, flat layout; every replica gets the same) ----
   void InitParameters(uint64_t seed);
@@ -104,28 +125,56 @@ class ReplicatedFragment {
   // The combined gradient (after CombineTiedGrads) into `host` (layout().total() floats), and
   // its replacement on every replica: pipeline replicas sum their gradients between them
   // (fleet/, sync mode step).
-  void GetGradients(float* host) const { primary().GetGradients(host); }
-  void SetGradients(const float* host) {
-    for (auto& r : replicas_) r.fragment->SetGradients(host);
-  }
+  void GetGradients(float* host) const;
+  void SetGradients(const float* host);
   // Sharded, the stepped parts are all-gathered by the reducer (kernels/replica_reducer.h):
   // errors are its (the NCCL reducer has no all-gather yet).
   Status Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
 
  private:
+  // A replica's part of one zero2 or zero3 layer's block (FragmentLayout::layer_floats).
+  struct LayerPart {
+    float* params = nullptr;  // zero3: the part's parameters
+    float* grads = nullptr;   // the part of the summed gradient
+    float *m = nullptr, *v = nullptr;
+  };
   struct Replica {
     kernels::Ops* ops = nullptr;
     std::unique_ptr<Fragment> fragment;
     int row_begin = 0, rows = 0;
     float* in = nullptr;  // (rows,T,C) staging for received activations / gradients
+    std::vector<LayerPart> parts;  // by layer - begin; empty for held layers
+    float* gathered[2] = {nullptr, nullptr};  // zero3: a layer's parameters (in use, next)
+    float* layer_grad = nullptr;  // a zero2 / zero3 layer's whole gradient, one microbatch
   };
   ReplicatedFragment() = default;
   size_t RowFloats(bool output) const;  // T * the input's or the output's width
+  ShardMode mode(int layer) const {
+    return bound_ ? options_.layer_modes[static_cast<size_t>(layer - options_.begin)]
+                  : ShardMode::kReplicate;
+  }
+  // Part i of layer `layer`'s block: offsets[i] .. offsets[i + 1].
+  std::vector<size_t> PartOffsets(int layer) const;
+  // Calls fn(tensor, offset in the block, offset in the flat layout, floats) for every piece
+  // of [begin, end) of the layer's block, split where its tensors' slices meet.
+  template <typename Fn>
+  void ForEachPiece(int layer, int64_t begin, int64_t end, Fn fn) const;
+  // The per-replica halves of the passes: stage the rows, then run (all layers, or the first
+  // part when the layers run one at a time).
+  Status ForwardReplica(Replica& r, int slot, const int32_t* tokens, const float* activations,
+                        bool whole);
+  Status BackwardReplica(Replica& r, int slot, const float* output_grad, float dloss, bool whole);
+  // zero3: layer `layer`'s parameters gathered into every replica's working buffer and bound.
+  Status GatherLayer(int layer);
+  // A zero2 / zero3 layer's working gradients reduce-scattered into the parts.
+  Status ScatterLayerGrad(int layer);
+  Status StepLayers(const OptimizerOptions& options, float lr, float grad_scale, int t);
 
   ModelConfig config_;
   FragmentOptions options_;
   std::vector<Replica> replicas_;
   std::unique_ptr<kernels::ReplicaReducer> reducer_;
+  bool bound_ = false;  // some layer is zero2 or zero3 (and there are replicas to shard over)
 };
 
 }  // namespace longhaul::model

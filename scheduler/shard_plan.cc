@@ -99,8 +99,6 @@ int64_t WorkingBytes(int64_t largest_sharded_gradients, int64_t largest_zero3) {
   return kFloat * largest_sharded_gradients + 2 * kFloat * largest_zero3;
 }
 
-bool ShardsGradients(ShardMode m) { return m == ShardMode::kZero2 || m == ShardMode::kZero3; }
-
 // A group's collectives for one step: bytes each device sends, and how many collectives.
 void Collectives(ShardMode mode, int64_t p, int devices, int microbatches, double* bytes,
                  int64_t* count) {
@@ -293,20 +291,6 @@ bool Knapsack(const std::vector<ShardGroup>& groups, const Prices& prices, int64
 }
 
 }  // namespace
-
-const char* ShardModeName(ShardMode mode) {
-  switch (mode) {
-    case ShardMode::kReplicate:
-      return "replicate";
-    case ShardMode::kZero1:
-      return "zero1";
-    case ShardMode::kZero2:
-      return "zero2";
-    case ShardMode::kZero3:
-      return "zero3";
-  }
-  return "?";
-}
 
 std::string ShardPlan::Summary() const {
   std::vector<ShardMode> order;

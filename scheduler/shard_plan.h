@@ -38,13 +38,13 @@
 
 #include "common/status.h"
 #include "model/config.h"
+#include "model/shard_mode.h"
 
 namespace longhaul::scheduler {
 
-enum class ShardMode { kReplicate = 0, kZero1, kZero2, kZero3 };
-inline constexpr int kNumShardModes = 4;
-// "replicate", "zero1", "zero2", "zero3".
-const char* ShardModeName(ShardMode mode);
+using model::kNumShardModes;
+using model::ShardMode;
+using model::ShardModeName;
 
 // A site's devices, as one stage sees them.
 struct SiteDevices {
