@@ -88,8 +88,9 @@ MemoryReport Fragment::EstimateMemory(const ModelConfig& c, const FragmentOption
   if (o.training) {
     r.gradients = (storage.held + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
     const int64_t begin = std::clamp<int64_t>(o.optimizer_begin, 0, storage.held);
-    const int64_t end =
-        o.optimizer_end < 0 ? storage.held : std::clamp<int64_t>(o.optimizer_end, begin, storage.held);
+    const int64_t end = o.optimizer_end < 0
+                            ? storage.held
+                            : std::clamp<int64_t>(o.optimizer_end, begin, storage.held);
     // An empty part still allocates one float each (Allocate).
     r.optimizer = 2 * std::max<int64_t>(1, end - begin) * f;
   }

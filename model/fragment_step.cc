@@ -39,8 +39,9 @@ std::vector<double> Fragment::GradSliceSums() const {
   std::vector<double> sums(model.num_slices(), 0.0);
   if (!options_.training) return sums;
   for (const SliceRef& s : slices_) {
-    if (s.held < 0) continue;                                   // a bound layer: its owner's
-    if (s.tensor == Tensor::kWte && !is_first()) continue;  // the first fragment counts the tied wte
+    if (s.held < 0) continue;  // a bound layer: its owner's
+    if (s.tensor == Tensor::kWte && !is_first())
+      continue;  // the first fragment counts the tied wte
     sums[model.SliceIndex(s.tensor, s.layer)] = ops_->SumSquares(G(s.tensor, s.layer), s.floats);
   }
   return sums;

@@ -83,9 +83,9 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
   }
   if (!options.layer_modes.empty() &&
       options.layer_modes.size() != static_cast<size_t>(options.end - options.begin)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data parallelism: ", options.layer_modes.size(), " layer sharding modes for layers [",
-        options.begin, ", ", options.end, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("data parallelism: ", options.layer_modes.size(),
+                                                   " layer sharding modes for layers [",
+                                                   options.begin, ", ", options.end, ")"));
   }
   std::unique_ptr<ReplicatedFragment> f(new ReplicatedFragment());
   f->config_ = config;
@@ -101,8 +101,8 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     r.row_begin = row;
     r.rows = rows[i];
     row += r.rows;
-    ASSIGN_OR_RETURN(r.fragment,
-                     Fragment::Create(config, ReplicaOptions(config, options, R, i, r.rows), r.ops));
+    ASSIGN_OR_RETURN(
+        r.fragment, Fragment::Create(config, ReplicaOptions(config, options, R, i, r.rows), r.ops));
     // Holds the input activations, and later the output's gradient.
     r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len *
                         std::max(r.fragment->input_width(), r.fragment->output_width()));

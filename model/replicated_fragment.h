@@ -142,7 +142,7 @@ class ReplicatedFragment {
     kernels::Ops* ops = nullptr;
     std::unique_ptr<Fragment> fragment;
     int row_begin = 0, rows = 0;
-    float* in = nullptr;  // (rows,T,C) staging for received activations / gradients
+    float* in = nullptr;           // (rows,T,C) staging for received activations / gradients
     std::vector<LayerPart> parts;  // by layer - begin; empty for held layers
     float* gathered[2] = {nullptr, nullptr};  // zero3: a layer's parameters (in use, next)
     float* layer_grad = nullptr;  // a zero2 / zero3 layer's whole gradient, one microbatch

@@ -7,6 +7,9 @@
 //   kZero3      the parameters sharded too (gathered before each use, freed after).
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace longhaul::model {
 
 enum class ShardMode { kReplicate = 0, kZero1, kZero2, kZero3 };
@@ -15,8 +18,13 @@ inline constexpr int kNumShardModes = 4;
 // "replicate", "zero1", "zero2", "zero3".
 const char* ShardModeName(ShardMode mode);
 
+// "zero3 x 12, zero1 x 8": the modes in order of first appearance, with their counts.
+std::string ModesSummary(const std::vector<ShardMode>& modes);
+
 // Whether the mode shards the gradients (zero2, zero3) / the parameters (zero3).
-inline bool ShardsGradients(ShardMode m) { return m == ShardMode::kZero2 || m == ShardMode::kZero3; }
+inline bool ShardsGradients(ShardMode m) {
+  return m == ShardMode::kZero2 || m == ShardMode::kZero3;
+}
 inline bool ShardsParameters(ShardMode m) { return m == ShardMode::kZero3; }
 
 }  // namespace longhaul::model

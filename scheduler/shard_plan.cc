@@ -211,9 +211,10 @@ ShardEstimate Estimate(const SiteDevices& d, const std::vector<ShardGroup>& grou
 // `sharded_max` parameters and the largest zero3 group at most `zero3_max`.
 struct Limits {
   int64_t sharded_max = 0, zero3_max = 0;
-  bool Allows(int64_t p, ShardMode m) const {
-    if (m == ShardMode::kZero3 && p > zero3_max) return false;
-    return !ShardsGradients(m) || p <= sharded_max;
+  bool Allows(const ShardGroup& g, ShardMode m) const {
+    if (int(m) > int(g.most())) return false;
+    if (m == ShardMode::kZero3 && g.parameters > zero3_max) return false;
+    return !ShardsGradients(m) || g.parameters <= sharded_max;
   }
 };
 
@@ -223,7 +224,7 @@ std::vector<ShardMode> LeastMemory(const std::vector<ShardGroup>& groups, const 
   std::vector<ShardMode> modes(groups.size(), ShardMode::kReplicate);
   for (size_t g = 0; g < groups.size(); ++g) {
     for (int k = 1; k < kNumShardModes; ++k) {
-      if (limits.Allows(groups[g].parameters, ShardMode(k)) &&
+      if (limits.Allows(groups[g], ShardMode(k)) &&
           prices[g][k].bytes < prices[g][int(modes[g])].bytes) {
         modes[g] = ShardMode(k);
       }
@@ -238,7 +239,7 @@ bool Knapsack(const std::vector<ShardGroup>& groups, const Prices& prices, int64
               const Limits& limits, std::vector<ShardMode>* modes) {
   const size_t G = groups.size();
   modes->assign(G, ShardMode::kReplicate);
-  auto allowed = [&](size_t g, int k) { return limits.Allows(groups[g].parameters, ShardMode(k)); };
+  auto allowed = [&](size_t g, int k) { return limits.Allows(groups[g], ShardMode(k)); };
   if (budget < 0) {  // no limit: each group on its own
     for (size_t g = 0; g < G; ++g) {
       double best = std::numeric_limits<double>::infinity();
@@ -292,18 +293,7 @@ bool Knapsack(const std::vector<ShardGroup>& groups, const Prices& prices, int64
 
 }  // namespace
 
-std::string ShardPlan::Summary() const {
-  std::vector<ShardMode> order;
-  std::map<ShardMode, int> count;
-  for (ShardMode m : modes) {
-    if (count[m]++ == 0) order.push_back(m);
-  }
-  std::string out;
-  for (ShardMode m : order) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", ShardModeName(m), " x ", count[m]);
-  }
-  return out;
-}
+std::string ShardPlan::Summary() const { return model::ModesSummary(modes); }
 
 StatusOr<std::vector<ShardGroup>> StageGroups(const StageShape& shape) {
   RETURN_IF_ERROR(CheckShape(shape));
@@ -322,7 +312,7 @@ StatusOr<std::vector<ShardGroup>> StageGroups(const StageShape& shape) {
   };
   others(true);
   for (int l = shape.layer_begin; l < shape.layer_end; ++l) {
-    ShardGroup g{absl::StrCat("layer ", l), 0};
+    ShardGroup g{absl::StrCat("layer ", l), 0, /*layer=*/true};
     for (int t = 0; t < model::kNumTensors; ++t) {
       const auto tensor = static_cast<model::Tensor>(t);
       if (model::IsPerLayer(tensor) && layout.has(tensor))
@@ -342,6 +332,13 @@ StatusOr<ShardEstimate> EvaluateSharding(const StageShape& shape, const SiteDevi
     return absl::InvalidArgumentError(absl::StrCat(
         "sharding: ", modes.size(), " modes for a stage of ", groups.size(), " parameter groups"));
   }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (int(modes[g]) > int(groups[g].most())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sharding: ", groups[g].name, " cannot be ", ShardModeName(modes[g]), " (at most ",
+          ShardModeName(groups[g].most()), ": only layers shard gradients and parameters)"));
+    }
+  }
   return Estimate(devices, groups, PriceGroups(shape, devices, groups), modes,
                   FixedBytes(shape, devices), ComputeSeconds(shape, devices));
 }
@@ -351,7 +348,9 @@ StatusOr<ShardPlan> UniformSharding(const StageShape& shape, const SiteDevices& 
   RETURN_IF_ERROR(CheckDevices(devices));
   ShardPlan plan;
   ASSIGN_OR_RETURN(plan.groups, StageGroups(shape));
-  plan.modes.assign(plan.groups.size(), mode);
+  for (const ShardGroup& g : plan.groups) {
+    plan.modes.push_back(int(mode) > int(g.most()) ? g.most() : mode);
+  }
   plan.estimate = Estimate(devices, plan.groups, PriceGroups(shape, devices, plan.groups),
                            plan.modes, FixedBytes(shape, devices), ComputeSeconds(shape, devices));
   return plan;

@@ -74,6 +74,10 @@ struct StageShape {
 struct ShardGroup {
   std::string name;
   int64_t parameters = 0;
+  // A transformer layer. The runtime (model/replicated_fragment.h) shards the gradients and
+  // parameters (zero2, zero3) of layers only: a tensor outside them is replicated or zero1.
+  bool layer = false;
+  ShardMode most() const { return layer ? ShardMode::kZero3 : ShardMode::kZero1; }
 };
 
 struct ShardEstimate {
@@ -98,11 +102,12 @@ struct ShardPlan {
 // The stage's parameter groups, in the fragment's order. Errors name the bad field.
 StatusOr<std::vector<ShardGroup>> StageGroups(const StageShape& shape);
 
-// The cost of holding the groups as `modes` says (one mode per group of StageGroups).
+// The cost of holding the groups as `modes` says (one mode per group of StageGroups, none
+// beyond the group's most()).
 StatusOr<ShardEstimate> EvaluateSharding(const StageShape& shape, const SiteDevices& devices,
                                          const std::vector<ShardMode>& modes);
 
-// Every group in `mode`.
+// Every group in `mode`, or its most() where that is less.
 StatusOr<ShardPlan> UniformSharding(const StageShape& shape, const SiteDevices& devices,
                                     ShardMode mode);
 

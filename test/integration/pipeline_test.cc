@@ -686,20 +686,31 @@ TEST_CASE("frames with the wrong shape, and a cancelled job's late frames, are r
   CHECK(testing::WaitFor([&] { return c.at(1).NodeStatus().peers_up() == 2; }, 60s));
 }
 
-TEST_CASE("a site with two replicas trains its stage data parallel, to the same losses") {
-  // beta: two CPU replicas, each taking one of the microbatch's two sequences and holding half
-  // of the stage's AdamW state (ZeRO-1).
-  Cluster c = StartCluster(0, {"cpu:0", "cpu:1"});
-  const std::string yaml = JobYaml("compression: {mode: off}\n");
-  const v1::JobStatus s = RunToCompletion(c.at(0), yaml);
-  CHECK(s.stages(0).devices() == "cpu");
-  CHECK(s.stages(1).devices() == "cpu, cpu (data parallel, host all-reduce, AdamW state sharded)");
-  const std::vector<float> local = TrainLocalLosses(yaml);
-  REQUIRE(s.losses_size() == static_cast<int>(local.size()));
-  for (size_t i = 0; i < local.size(); ++i) {
-    INFO("step " << i + 1 << ": " << s.losses(i) << " vs " << local[i]);
-    // Only the order of beta's gradient sums differs from the single-process run.
-    CHECK(std::fabs(s.losses(i) - local[i]) <= 1e-5 * std::fabs(local[i]));
+TEST_CASE("a site with four CPU devices trains its stage in every sharding mode, same losses") {
+  // beta: four CPU devices, each taking one of the microbatch's four sequences, its layer held
+  // replicated, or sharded between them (model/shard_mode.h): zero1 by default.
+  Cluster c = StartCluster(0, {"cpu:0", "cpu:1", "cpu:2", "cpu:3"});
+  std::string base = JobYaml("compression: {mode: off}\n");
+  base.replace(base.find("microbatch_size: 2"), 18, "microbatch_size: 4");
+  const std::vector<float> local = TrainLocalLosses(base);
+  for (const std::string mode : {"auto", "replicate", "zero2", "zero3"}) {
+    INFO("sharding: " << mode);
+    const v1::JobStatus s = RunToCompletion(c.at(0), base + "sharding: " + mode + "\n");
+    CHECK(s.stages(0).devices() == "cpu");
+    const std::string held = mode == "auto" ? "zero1" : mode;
+    CHECK(s.stages(1).devices() == "cpu, cpu, cpu, cpu (data parallel, host all-reduce" +
+                                       (mode == "replicate"
+                                            ? std::string(")")
+                                            : ", layers " + held + " x 1: " +
+                                                  (mode == "auto" ? std::string("zero1 (auto)")
+                                                                  : "the job's sharding: " + mode) +
+                                                  ")"));
+    REQUIRE(s.losses_size() == static_cast<int>(local.size()));
+    for (size_t i = 0; i < local.size(); ++i) {
+      INFO("step " << i + 1 << ": " << s.losses(i) << " vs " << local[i]);
+      // Only the order of beta's gradient sums differs from the single-process run.
+      CHECK(std::fabs(s.losses(i) - local[i]) <= 1e-5 * std::fabs(local[i]));
+    }
   }
 }
 

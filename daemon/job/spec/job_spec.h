@@ -18,6 +18,11 @@
 //                                    # and last stage: exact (default) or a codec with error
 //                                    # feedback (q8, q4, q2, topk:0.1+q8; model/tied_exchange.h)
 //   replan: on                       # move layers away from a straggler (default on)
+//   sharding: auto                   # a site with several CPU devices: how each stage's
+//                                    # layers are held across them (model/shard_mode.h):
+//                                    # replicate | zero1 | zero2 | zero3 for every layer, or
+//                                    # auto (default): zero1, and where that does not fit the
+//                                    # site's memory the cost model's choice per layer
 //   replicas: 2                      # pipeline replicas (default 1): with placement: even,
 //                                    # replica r runs on sites[r*S .. (r+1)*S), S = sites /
 //                                    # replicas, every replica with the same even split; with
@@ -109,6 +114,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,6 +124,7 @@
 #include "fleet/sync_options.h"
 #include "model/data_loader.h"
 #include "model/job.h"
+#include "model/shard_mode.h"
 #include "scheduler/placement.h"
 #include "scheduler/replica_planner.h"
 
@@ -160,6 +167,10 @@ struct JobSpec {
   DirectionCodecs activations, gradients;
   std::string tied_codec = "exact";  // compression.tied
   bool replan = true;                // move layers away from a straggler
+  // sharding: how a site with several CPU devices holds each stage's layers across them
+  // (model/shard_mode.h). Empty (auto): zero1, or where that does not fit the site's memory,
+  // the cost model's choice per layer (scheduler/shard_plan.h). A mode: every layer so.
+  std::optional<model::ShardMode> sharding;
   // extra_in_flight: microbatches each stage keeps in flight beyond plain 1F1B's, to cover
   // the links' round trips (scheduler/in_flight.h). kAutoInFlight: chosen each step from the
   // measured round trips and compute, within the stage's memory; 0: plain 1F1B.

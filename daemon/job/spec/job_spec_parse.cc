@@ -368,6 +368,20 @@ Status ParseReplan(const YamlWalker& w, const Entry& /*root*/, const Entry* e, J
   return ParseChoice(w, e, "on", "off", true, &spec->replan);
 }
 
+// sharding: auto | replicate | zero1 | zero2 | zero3.
+Status ParseSharding(const YamlWalker& w, const Entry& /*root*/, const Entry* e, JobSpec* spec) {
+  if (e == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string v, w.String(*e));
+  if (v == "auto") return absl::OkStatus();
+  for (int k = 0; k < model::kNumShardModes; ++k) {
+    if (v == model::ShardModeName(model::ShardMode(k))) {
+      spec->sharding = model::ShardMode(k);
+      return absl::OkStatus();
+    }
+  }
+  return w.Error(*e, "expected auto, replicate, zero1, zero2 or zero3, got '" + v + "'");
+}
+
 // placement: planned | even; then the keys read before it, which constrain each other and
 // what each placement allows, are checked together.
 Status ParsePlacement(const YamlWalker& w, const Entry& root, const Entry* e, JobSpec* spec) {
@@ -455,6 +469,7 @@ constexpr PipelineKey kPipelineKeys[] = {
     {"replica_stages", ParseReplicaStages},
     {"extra_in_flight", ParseInFlight},
     {"replan", ParseReplan},
+    {"sharding", ParseSharding},
     {"placement", ParsePlacement},
     {"compression", ParseCompression},
 };

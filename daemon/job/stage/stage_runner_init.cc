@@ -12,6 +12,7 @@
 #include "daemon/job/site/site_backend.h"
 #include "daemon/job/spec/input_errors.h"
 #include "daemon/job/stage/stage_runner.h"
+#include "daemon/job/stage/stage_sharding.h"
 #include "daemon/job/state/stage_checkpoint.h"
 #include "daemon/job/sync/replica_membership.h"
 #include "model/init_from.h"
@@ -60,33 +61,34 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   fo.seq_len = T_;
   std::vector<std::string> backends = ctx_.backends;
   if (backends.empty()) backends = {job.backend};
-  // CPU replicas share the machine's memory: their AdamW state is split between them (ZeRO-1,
-  // model/replicated_fragment.h), the same steps bit for bit. GPU replicas keep it whole until
-  // the sharded path has run on GPUs.
-  fo.shard_optimizer = backends.size() > 1 && !OnGpu(backends[0]);
-  const int64_t fragment_floats = model::FragmentLayout(job.model, fo.begin, fo.end).total();
   // Every replica holds its own parameters, gradients, optimizer state and its rows'
   // activations: CPU replicas share the machine's memory, so theirs add up; each GPU replica
   // has a device of its own, so the largest one counts.
+  const bool gpu = OnGpu(backends[0]);
+  const int R = static_cast<int>(backends.size());
   auto memory_with = [&](int slots) {
+    model::FragmentOptions o = fo;
+    o.slots = slots;
     int64_t total = 0;
-    const int R = static_cast<int>(backends.size());
-    const std::vector<int> rows = model::ReplicatedFragment::ReplicaRows(B_, R);
-    for (int i = 0; i < R; ++i) {
-      model::FragmentOptions ro = fo;
-      ro.batch_size = std::max(1, rows[static_cast<size_t>(i)]);
-      ro.slots = slots;
-      if (fo.shard_optimizer) {  // replica i's part of the AdamW state, as Create gives it
-        ro.optimizer_begin = fragment_floats * i / R;
-        ro.optimizer_end = fragment_floats * (i + 1) / R;
-      }
-      const int64_t bytes = model::Fragment::EstimateMemory(job.model, ro).total();
-      total = OnGpu(backends[0]) ? std::max(total, bytes) : total + bytes;
+    for (const model::MemoryReport& r :
+         model::ReplicatedFragment::EstimateMemory(job.model, o, R)) {
+      total = gpu ? std::max(total, r.total()) : total + r.total();
     }
     return total;
   };
-  // Activation slots: one per microbatch in flight, warm-ups + 1 (scheduler/in_flight.h).
+  // CPU replicas share the machine's memory: the stage's layers are sharded between them
+  // (model/shard_mode.h), zero1 unless the job says otherwise or the site's memory asks for
+  // more. GPU replicas keep everything whole until the sharded path has run on GPUs.
   warmup_ = scheduler::StandardWarmup(pos_, num_stages_, M_);
+  std::string sharding_why;
+  if (R > 1 && !gpu) {
+    fo.slots = std::min(M_, warmup_ + 1);
+    ASSIGN_OR_RETURN(StageSharding sharding, ChooseStageSharding(ctx_.spec.sharding, job.model, fo,
+                                                                 R, M_, memory_limit_bytes));
+    fo.layer_modes = std::move(sharding.layer_modes);
+    sharding_why = std::move(sharding.why);
+  }
+  // Activation slots: one per microbatch in flight, warm-ups + 1 (scheduler/in_flight.h).
   max_warmup_ = warmup_;
   if (ctx_.spec.extra_in_flight > 0) {
     warmup_ = scheduler::ExtraWarmups(num_stages_, M_, ctx_.spec.extra_in_flight)[pos_];
@@ -119,7 +121,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
         "job too large for site '" + ctx_.site + "': stage " + std::to_string(stage_) +
         " (layers " + LayerRange(fo.begin, fo.end) + ") needs " +
         std::to_string(memory_bytes_ >> 20) + " MiB, the site allows " +
-        std::to_string(memory_limit_bytes >> 20) + " MiB");
+        std::to_string(memory_limit_bytes >> 20) + " MiB" +
+        (fo.layer_modes.empty()
+             ? std::string()
+             : " (" + std::to_string(R) + " devices, layers " +
+                   model::ModesSummary(fo.layer_modes) + ": " + sharding_why + ")"));
   }
   // One replica of the fragment per backend (a site's GPUs split each microbatch).
   const int replica_threads = ReplicaThreads(job.threads, static_cast<int>(backends.size()));
@@ -132,8 +138,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   ASSIGN_OR_RETURN(fragment_, model::ReplicatedFragment::Create(job.model, fo, replicas));
   for (const auto& o : ops_) devices_ += (devices_.empty() ? "" : ", ") + o->name();
   if (ops_.size() > 1) {
-    devices_ += " (data parallel, " + fragment_->reducer_name() + " all-reduce" +
-                (fragment_->sharded() ? ", AdamW state sharded)" : ")");
+    devices_ +=
+        " (data parallel, " + fragment_->reducer_name() + " all-reduce" +
+        (fragment_->sharded() ? ", layers " + model::ModesSummary(fragment_->layer_modes()) + ": " +
+                                    sharding_why + ")"
+                              : ")");
   }
   if (ctx_.log) {
     ctx_.log->info("job {}: stage {} runs layers {} on {}", ctx_.assignment.job_id(), stage_,

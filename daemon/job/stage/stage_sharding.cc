@@ -1,0 +1,86 @@
+// ChooseStageSharding; see stage_sharding.h.
+#include "daemon/job/stage/stage_sharding.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "model/replicated_fragment.h"
+#include "scheduler/shard_plan.h"
+
+namespace longhaul::daemon {
+namespace {
+
+// Nominal CPU device figures for the cost model: 100 GFLOP/s, collectives at 10 GB/s (memory
+// copies), 10 us each, 1G AdamW updates a second.
+scheduler::SiteDevices CpuDevices(int count, int64_t memory_bytes) {
+  scheduler::SiteDevices d;
+  d.count = count;
+  d.memory_bytes = memory_bytes;
+  d.flops = 1e11;
+  d.collective_bytes_per_second = 1e10;
+  d.collective_latency_seconds = 1e-5;
+  d.optimizer_params_per_second = 1e9;
+  return d;
+}
+
+}  // namespace
+
+int64_t CpuReplicaBytes(const model::ModelConfig& config, const model::FragmentOptions& fo,
+                        int devices) {
+  int64_t total = 0;
+  for (const auto& r : model::ReplicatedFragment::EstimateMemory(config, fo, devices)) {
+    total += r.total();
+  }
+  return total;
+}
+
+StatusOr<StageSharding> ChooseStageSharding(const std::optional<model::ShardMode>& sharding,
+                                            const model::ModelConfig& config,
+                                            const model::FragmentOptions& fo, int devices,
+                                            int microbatches, int64_t memory_limit_bytes) {
+  const size_t layers = static_cast<size_t>(fo.end - fo.begin);
+  StageSharding out;
+  if (sharding.has_value()) {
+    out.layer_modes.assign(layers, *sharding);
+    out.why = absl::StrCat("the job's sharding: ", model::ShardModeName(*sharding));
+    return out;
+  }
+  model::FragmentOptions o = fo;
+  o.layer_modes.assign(layers, model::ShardMode::kZero1);
+  const int64_t zero1 = CpuReplicaBytes(config, o, devices);
+  out.layer_modes = o.layer_modes;
+  out.why = "zero1 (auto)";
+  if (memory_limit_bytes <= 0 || zero1 <= memory_limit_bytes) return out;
+  scheduler::StageShape shape;
+  shape.config = config;
+  shape.layer_begin = fo.begin;
+  shape.layer_end = fo.end;
+  shape.microbatch_size = fo.batch_size;
+  shape.seq_len = fo.seq_len;
+  shape.microbatches = microbatches;
+  shape.slots = fo.slots;
+  const scheduler::SiteDevices d = CpuDevices(devices, memory_limit_bytes / devices);
+  auto plan = scheduler::ChooseSharding(shape, d);
+  if (!plan.ok()) {
+    // Nothing fits: the least memory (every layer zero3), which the memory check refuses.
+    out.layer_modes.assign(layers, model::ShardMode::kZero3);
+    out.why = absl::StrCat("zero3 (auto; nothing fits: ", plan.status().message(), ")");
+    return out;
+  }
+  out.layer_modes.clear();
+  for (size_t g = 0; g < plan->groups.size(); ++g) {
+    if (plan->groups[g].layer) out.layer_modes.push_back(plan->modes[g]);
+  }
+  o.layer_modes = out.layer_modes;
+  out.why =
+      absl::StrCat("the cost model's (auto; zero1 needs ", zero1 >> 20, " MiB, the site allows ",
+                   memory_limit_bytes >> 20, " MiB): ", plan->Summary());
+  if (CpuReplicaBytes(config, o, devices) > memory_limit_bytes) {
+    // The plan's devices are even shares of the memory; the replicas' rows need not be.
+    out.layer_modes.assign(layers, model::ShardMode::kZero3);
+    out.why += "; zero3 for every layer, the plan over the memory";
+  }
+  return out;
+}
+
+}  // namespace longhaul::daemon
