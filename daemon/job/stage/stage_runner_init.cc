@@ -81,6 +81,14 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   // more. GPU replicas keep everything whole until the sharded path has run on GPUs.
   warmup_ = scheduler::StandardWarmup(pos_, num_stages_, M_);
   std::string sharding_why;
+  if (gpu && ctx_.spec.sharding.has_value() &&
+      *ctx_.spec.sharding != model::ShardMode::kReplicate) {
+    return absl::FailedPreconditionError(
+        "job " + a.job_id() + ": sharding: " + model::ShardModeName(*ctx_.spec.sharding) +
+        " on site '" + ctx_.site +
+        "': its devices are GPUs, whose replicas run replicated (the NCCL reducer has no "
+        "all-gather or reduce-scatter yet); use sharding: auto or replicate");
+  }
   if (R > 1 && !gpu) {
     fo.slots = std::min(M_, warmup_ + 1);
     ASSIGN_OR_RETURN(StageSharding sharding, ChooseStageSharding(ctx_.spec.sharding, job.model, fo,
