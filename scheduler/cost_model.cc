@@ -11,6 +11,7 @@
 #include "model/layout.h"
 #include "scheduler/in_flight.h"
 #include "scheduler/schedule.h"
+#include "scheduler/shard_plan.h"
 
 namespace longhaul::scheduler {
 namespace {
@@ -110,6 +111,32 @@ StatusOr<CostModel> CostModel::Create(const model::ModelConfig& model, const Pip
         fo.begin = begin, fo.end = end, fo.batch_size = B, fo.seq_len = T, fo.slots = slots;
         m.memory_[(static_cast<size_t>(n) * 4 + pos) * m.max_slots_ + slots - 1] =
             model::Fragment::EstimateMemory(model, fo).total();
+      }
+    }
+  }
+
+  // Sites of several devices: the least a device needs, each stage sharded across them.
+  for (const SiteProfile& site : profiles.sites) {
+    if (site.devices <= 1 || m.sharded_memory_.count(site.devices) > 0) continue;
+    std::vector<int64_t>& table = m.sharded_memory_[site.devices];
+    table.assign(m.memory_.size(), -1);
+    for (int n = 1; n <= L; ++n) {
+      for (int pos = 0; pos < 4; ++pos) {
+        int begin = 0, end = 0;
+        if (!Range(L, n, pos & 1, pos & 2, &begin, &end)) continue;
+        // Each slot adds one microbatch's activations, the same bytes in every mode: the
+        // least grows by a fixed step, so two slots' figures give the rest exactly.
+        const size_t row = (static_cast<size_t>(n) * 4 + pos) * m.max_slots_;
+        ASSIGN_OR_RETURN(const int64_t one,
+                         LeastShardedBytes({model, begin, end, B, T, M, 1}, site.devices));
+        int64_t step = 0;
+        if (m.max_slots_ >= 2) {
+          ASSIGN_OR_RETURN(const int64_t two,
+                           LeastShardedBytes({model, begin, end, B, T, M, 2}, site.devices));
+          step = two - one;
+        }
+        for (int slots = 1; slots <= m.max_slots_; ++slots)
+          table[row + slots - 1] = one + (slots - 1) * step;
       }
     }
   }
@@ -294,24 +321,37 @@ TransferCost CostModel::TiedGradient(int from, int to) const {
   return t;
 }
 
-int64_t CostModel::Memory(int n, bool first, bool last, int slots) const {
+int64_t CostModel::MemoryAt(const std::vector<int64_t>& table, int n, bool first, bool last,
+                            int slots) const {
   if (n < 1 || n > num_layers()) return -1;
   const size_t row = (static_cast<size_t>(n) * 4 + Position(first, last)) * max_slots_;
   if (slots > max_slots_ && max_slots_ >= 2) {
     // More slots than layers (more microbatches in flight than plain 1F1B's): each slot is
     // one more microbatch's activations, so the memory grows linearly.
-    const int64_t top = memory_[row + max_slots_ - 1], below = memory_[row + max_slots_ - 2];
+    const int64_t top = table[row + max_slots_ - 1], below = table[row + max_slots_ - 2];
     if (top < 0 || below < 0) return -1;
     return top + static_cast<int64_t>(slots - max_slots_) * (top - below);
   }
   slots = std::clamp(slots, 1, max_slots_);
-  return memory_[row + slots - 1];
+  return table[row + slots - 1];
+}
+
+int64_t CostModel::Memory(int n, bool first, bool last, int slots) const {
+  return MemoryAt(memory_, n, first, last, slots);
+}
+
+int64_t CostModel::SiteMemory(int site, int n, bool first, bool last, int slots) const {
+  const int devices = profiles_.sites[site].devices;
+  if (devices <= 1) return Memory(n, first, last, slots);
+  const int64_t one = MemoryAt(sharded_memory_.at(devices), n, first, last, slots);
+  return one < 0 ? -1 : one * devices;
 }
 
 bool CostModel::Fits(int site, int n, bool first, bool last, int slots) const {
-  const int64_t need = Memory(n, first, last, slots);
-  const int64_t limit = profiles_.sites[site].memory_bytes;
-  return need >= 0 && (limit == 0 || need <= limit);
+  const SiteProfile& p = profiles_.sites[site];
+  const int64_t need = SiteMemory(site, n, first, last, slots);
+  if (need < 0 || (p.memory_bytes > 0 && need > p.memory_bytes)) return false;
+  return p.devices <= 1 || p.device_memory_bytes == 0 || need / p.devices <= p.device_memory_bytes;
 }
 
 int64_t CostModel::Parameters(int n, bool first, bool last) const {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -177,8 +178,14 @@ class CostModel {
   // The controller's own decision (with its explanation) in the settled state of PickRung.
   compression::Decision SteadyDecision(int from, int to, double raw_bytes, double budget_seconds,
                                        double first_budget) const;
-  // Bytes a stage allocates, and whether that fits `site`.
+  // Bytes a stage allocates on one device, and whether that fits `site`.
   int64_t Memory(int n, bool first, bool last, int slots) const;
+  // What the stage takes at `site`: Memory's on a site of one device; on a site of several
+  // (SiteProfile::devices), sharded across them as little as it must (shard_plan.h's
+  // LeastShardedBytes), all its devices together. -1 when there is no such stage.
+  int64_t SiteMemory(int site, int n, bool first, bool last, int slots) const;
+  // Whether the stage fits the site: SiteMemory within memory_bytes, and on several devices
+  // each device's share within device_memory_bytes (each where set).
   bool Fits(int site, int n, bool first, bool last, int slots) const;
   int64_t Parameters(int n, bool first, bool last) const;
   double Optimizer(int site, int n, bool first, bool last) const;
@@ -211,6 +218,11 @@ class CostModel {
   double layer_fwd_flops_ = 0, head_fwd_flops_ = 0;
   int max_slots_ = 1;
   std::vector<int64_t> memory_;  // [n][position][slots]
+  // Sites of several devices: a device's least sharded bytes, by device count, as memory_.
+  std::map<int, std::vector<int64_t>> sharded_memory_;
+  // The row of memory_ (and of each sharded_memory_) for a stage; -1: no such stage.
+  int64_t MemoryAt(const std::vector<int64_t>& table, int n, bool first, bool last,
+                   int slots) const;
   std::vector<int64_t> params_;  // [n][position]
   // Per ordered site pair (from * N + to); bandwidth 0: no link.
   std::vector<double> bw_, rtt_;

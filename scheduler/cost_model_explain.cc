@@ -121,7 +121,7 @@ StatusOr<StepEstimate> CostModel::Estimate(const std::vector<StagePlan>& plan) c
     st.compute_seconds = M * (st.forward_seconds + st.backward_seconds) + st.optimizer_seconds;
     st.idle_seconds = std::max(0.0, r.step_seconds - st.compute_seconds - M * st.codec_seconds);
     st.slots = std::min(M, S - i);
-    st.memory_bytes = Memory(n, first, last, st.slots);
+    st.memory_bytes = SiteMemory(s, n, first, last, st.slots);
     st.memory_limit_bytes = profiles_.sites[s].memory_bytes;
     st.parameters = Parameters(n, first, last);
     e.fits_memory = e.fits_memory && Fits(s, n, first, last, st.slots);

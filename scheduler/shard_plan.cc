@@ -356,6 +356,27 @@ StatusOr<ShardPlan> UniformSharding(const StageShape& shape, const SiteDevices& 
   return plan;
 }
 
+SiteDevices NominalCpuDevices(int count, int64_t memory_bytes) {
+  SiteDevices d;
+  d.count = count;
+  d.memory_bytes = memory_bytes;
+  d.flops = 1e11;
+  d.collective_bytes_per_second = 1e10;
+  d.collective_latency_seconds = 1e-5;
+  d.optimizer_params_per_second = 1e9;
+  return d;
+}
+
+StatusOr<int64_t> LeastShardedBytes(const StageShape& shape, int count) {
+  const SiteDevices d = NominalCpuDevices(count, 0);
+  int64_t least = -1;
+  for (int k = 0; k < kNumShardModes; ++k) {
+    ASSIGN_OR_RETURN(const ShardPlan plan, UniformSharding(shape, d, ShardMode(k)));
+    if (least < 0 || plan.estimate.peak_bytes < least) least = plan.estimate.peak_bytes;
+  }
+  return least;
+}
+
 StatusOr<ShardPlan> ChooseSharding(const StageShape& shape, const SiteDevices& devices) {
   RETURN_IF_ERROR(CheckDevices(devices));
   ShardPlan best;

@@ -99,6 +99,16 @@ struct ShardPlan {
   std::string Summary() const;
 };
 
+// A site's CPU devices as the cost model sees them: nominal figures (100 GFLOP/s, collectives
+// at 10 GB/s, memory copies, 10 us each, 1e9 AdamW updates a second), since they share the
+// machine's cores and memory and what decides between plans there is memory.
+SiteDevices NominalCpuDevices(int count, int64_t memory_bytes);
+
+// The least bytes a device needs for the stage on `count` devices: the smallest peak of the
+// uniform plans (every group in one mode, capped at its most()). The planner's test of whether
+// a stage fits a site with several devices (cost_model.h).
+StatusOr<int64_t> LeastShardedBytes(const StageShape& shape, int count);
+
 // The stage's parameter groups, in the fragment's order. Errors name the bad field.
 StatusOr<std::vector<ShardGroup>> StageGroups(const StageShape& shape);
 

@@ -10,6 +10,7 @@
 
 #include "model/fragment.h"
 #include "model/layout.h"
+#include "scheduler/shard_plan.h"
 #include "test/scheduler/test_util.h"
 
 namespace longhaul::scheduler {
@@ -243,6 +244,31 @@ TEST_CASE("memory is Fragment::EstimateMemory with the stage runner's slots") {
   auto t = tight.Estimate({{"s0", 0, 3}, {"s1", 3, 5}, {"s2", 5, 8}});
   REQUIRE(t.ok());
   CHECK_FALSE(t->fits_memory);
+}
+
+TEST_CASE("a site of several devices: a stage's memory is its least sharding's, all devices") {
+  const auto config = SmallModel(8);
+  auto profiles = Mesh({1e12, 1e12}, 1e9, 0.01);
+  profiles.sites[1].devices = 4;
+  profiles.sites[1].device_link_bytes_per_second = 1e10;
+  const CostModel m = MakeModel(config, Workload(8), profiles);
+  for (int slots = 1; slots <= 8; ++slots) {
+    INFO(slots << " slots");
+    const StageShape shape{config, 3, 8, 4, 128, 8, slots};
+    auto least = LeastShardedBytes(shape, 4);
+    REQUIRE(least.ok());
+    CHECK(m.SiteMemory(1, 5, false, true, slots) == 4 * *least);
+    CHECK(m.SiteMemory(0, 5, false, true, slots) == m.Memory(5, false, true, slots));
+    CHECK(*least < m.Memory(5, false, true, slots));
+  }
+  // Fits: the site's memory for all devices, device_memory for each.
+  profiles.sites[1].device_memory_bytes = m.SiteMemory(1, 5, false, true, 1) / 4;
+  const CostModel fits = MakeModel(config, Workload(8), profiles);
+  CHECK(fits.Fits(1, 5, false, true, 1));
+  CHECK_FALSE(fits.Fits(1, 5, false, true, 2));
+  profiles.sites[1].device_memory_bytes = 0;
+  profiles.sites[1].memory_bytes = m.SiteMemory(1, 5, false, true, 1) - 1;
+  CHECK_FALSE(MakeModel(config, Workload(8), profiles).Fits(1, 5, false, true, 1));
 }
 
 TEST_CASE("GPT-2: a layer is 24 C^2 + 4 T C FLOPs per token, the head 2 C Vp") {

@@ -178,6 +178,35 @@ TEST_CASE("memory: stages fit their sites, and a model that fits nowhere is refu
   CHECK(none.status().code() == absl::StatusCode::kResourceExhausted);
 }
 
+TEST_CASE("memory: a site of several devices holds its stage sharded across them") {
+  // s1 holds two layers as the last stage; s0 must hold the other six. On one device of its
+  // memory they do not fit; sharded across its four devices they do.
+  const auto config = SmallModel(8);
+  Profiles p = Mesh({1e11, 1e11}, 1e9, 0.005);
+  p.sites[0].devices = 4;
+  p.sites[0].device_link_bytes_per_second = 1e10;
+  auto unlimited = testing::MakeModel(config, testing::Workload(4), p);
+  p.sites[1].memory_bytes = unlimited.Memory(2, false, true, 1);
+  const int64_t device = unlimited.SiteMemory(0, 6, true, false, 2) / 4;
+  REQUIRE(unlimited.Memory(6, true, false, 2) > device);  // replicated, one device: too big
+  p.sites[0].device_memory_bytes = device;
+  auto plan = Planner(p).Plan(Request(config, testing::Workload(4), p));
+  INFO(plan.status().ToString());
+  REQUIRE(plan.ok());
+  CHECK(plan->estimate.fits_memory);
+  REQUIRE(plan->stages.size() == 2);
+  CHECK(plan->stages[0].site == "s0");
+  CHECK(plan->stages[0].layer_end - plan->stages[0].layer_begin == 6);
+  CHECK(plan->estimate.stages[0].memory_bytes <= 4 * device);
+  // The same memory on a site of one device: nothing fits.
+  p.sites[0].devices = 1;
+  p.sites[0].memory_bytes = device;
+  p.sites[0].device_memory_bytes = 0;
+  auto none = Planner(p).Plan(Request(config, testing::Workload(4), p));
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().code() == absl::StatusCode::kResourceExhausted);
+}
+
 TEST_CASE("every site is used when leaving sites out is not allowed") {
   const auto config = SmallModel(8);
   Profiles p = Mesh({1e11, 1e11, 1e9}, 1e9, 0.005);

@@ -13,6 +13,7 @@
 #include "model/replicated_fragment.h"
 #include "scheduler/calibration.h"
 #include "scheduler/replica_planner.h"
+#include "scheduler/shard_plan.h"
 
 namespace longhaul::daemon {
 
@@ -74,6 +75,16 @@ StatusOr<v1::SiteProfileReply> SiteProfiler::Profile(const JobSpec& spec, double
   r.set_optimizer_params_per_second(side_by_side ? m.optimizer_params_per_second
                                                  : m.optimizer_params_per_second / R);
   r.set_memory_limit_bytes(static_cast<uint64_t>(std::max<int64_t>(0, memory_limit_bytes_)));
+  if (R > 1 && !side_by_side) {
+    // CPU devices hold a stage's layers sharded (daemon/job/stage/stage_sharding.h): the
+    // planner may give this site a stage that fits only so.
+    const scheduler::SiteDevices d =
+        scheduler::NominalCpuDevices(R, std::max<int64_t>(0, memory_limit_bytes_) / R);
+    r.set_devices(static_cast<uint32_t>(R));
+    r.set_device_memory_bytes(static_cast<uint64_t>(d.memory_bytes));
+    r.set_device_link_bytes_per_second(d.collective_bytes_per_second);
+    r.set_device_link_latency_seconds(d.collective_latency_seconds);
+  }
   for (const auto& peer : peers) *r.add_links() = monitor.Outbound(peer);
   return r;
 }
@@ -82,8 +93,16 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
                                                   std::vector<std::string>* notes) {
   scheduler::Profiles p;
   for (const auto& r : replies) {
-    p.sites.push_back({r.site(), r.flops(), static_cast<int64_t>(r.memory_limit_bytes()),
-                       r.optimizer_params_per_second()});
+    scheduler::SiteProfile site{r.site(), r.flops(), static_cast<int64_t>(r.memory_limit_bytes()),
+                                r.optimizer_params_per_second()};
+    if (r.devices() > 1) {
+      site.devices = static_cast<int>(std::min<uint32_t>(r.devices(), scheduler::kMaxSiteDevices));
+      site.device_memory_bytes =
+          static_cast<int64_t>(std::min<uint64_t>(r.device_memory_bytes(), uint64_t{1} << 62));
+      site.device_link_bytes_per_second = r.device_link_bytes_per_second();
+      site.device_link_latency_seconds = r.device_link_latency_seconds();
+    }
+    p.sites.push_back(site);
   }
   for (const auto& from : replies) {
     for (const auto& to : replies) {

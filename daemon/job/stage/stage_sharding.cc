@@ -8,22 +8,6 @@
 #include "scheduler/shard_plan.h"
 
 namespace longhaul::daemon {
-namespace {
-
-// Nominal CPU device figures for the cost model: 100 GFLOP/s, collectives at 10 GB/s (memory
-// copies), 10 us each, 1G AdamW updates a second.
-scheduler::SiteDevices CpuDevices(int count, int64_t memory_bytes) {
-  scheduler::SiteDevices d;
-  d.count = count;
-  d.memory_bytes = memory_bytes;
-  d.flops = 1e11;
-  d.collective_bytes_per_second = 1e10;
-  d.collective_latency_seconds = 1e-5;
-  d.optimizer_params_per_second = 1e9;
-  return d;
-}
-
-}  // namespace
 
 int64_t CpuReplicaBytes(const model::ModelConfig& config, const model::FragmentOptions& fo,
                         int devices) {
@@ -59,7 +43,8 @@ StatusOr<StageSharding> ChooseStageSharding(const std::optional<model::ShardMode
   shape.seq_len = fo.seq_len;
   shape.microbatches = microbatches;
   shape.slots = fo.slots;
-  const scheduler::SiteDevices d = CpuDevices(devices, memory_limit_bytes / devices);
+  const scheduler::SiteDevices d =
+      scheduler::NominalCpuDevices(devices, memory_limit_bytes / devices);
   auto plan = scheduler::ChooseSharding(shape, d);
   if (!plan.ok()) {
     // Nothing fits: the least memory (every layer zero3), which the memory check refuses.

@@ -4,7 +4,7 @@
 // (scheduler/shard_plan.h) for the site's memory split evenly between its devices.
 //
 // On CPU devices the collectives are memory copies and compute is shared, so the cost model
-// runs with nominal figures (kCpuDevice below): what decides between plans is memory.
+// runs with nominal figures (scheduler::NominalCpuDevices): what decides between plans is memory.
 #pragma once
 
 #include <cstdint>
