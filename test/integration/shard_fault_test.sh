@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A sharded stage through crashes, with real processes: three longhauld daemons run a pipeline
-# job whose middle site (beta) has four CPU devices holding its layers zero3 (sharding: zero3,
-# model/shard_mode.h). One run goes uninterrupted; then beta is killed with SIGKILL at a random
-# step and restarted with the same devices: the job completes with the uninterrupted run's
-# losses bit for bit. Then beta is killed again and comes back with two devices: the job
+# job whose middle site (beta) has four CPU devices holding its layer zero1, zero2 and zero3 in
+# turn (the job's sharding, model/shard_mode.h). In each mode one run goes uninterrupted; then
+# beta is killed with SIGKILL at a random step and restarted with the same devices: the job
+# completes with the uninterrupted run's losses bit for bit. Then (zero3) beta is killed again
+# and comes back with two devices: the job
 # resumes from its last checkpoint on the new device count and completes, its losses the
 # uninterrupted run's within float rounding (only the order of beta's gradient sums changed).
 set -euo pipefail
@@ -106,19 +107,21 @@ cp "$work/beta.yaml" "$work/beta-four.yaml"
 cp "$work/beta-base.yaml" "$work/beta-two.yaml"
 echo "devices: [cpu:0, cpu:1]" >>"$work/beta-two.yaml"
 
-run_job 0 beta-four.yaml
-reference=$(cat "$work/losses")
-grep -q "cpu, cpu, cpu, cpu (data parallel, host all-reduce, layers zero3 x 1" "$work/devices" \
-  || fail "beta did not run its layer zero3 on four devices: $(cat "$work/devices")"
-[ "$(echo "$reference" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 60 ] \
-  || fail "the uninterrupted run has the wrong number of losses"
-
-# Killed and back with the same four devices: bit for bit.
-at=$(( (RANDOM % 25) + 10 ))
-run_job "$at" beta-four.yaml
-[ "$(cat "$work/attempt")" -ge 2 ] || fail "killing beta caused no retry (attempt $(cat "$work/attempt"))"
-[ "$(cat "$work/losses")" = "$reference" ] || fail "losses after killing beta differ from the uninterrupted run"
-echo "PASS: zero3 on four devices: beta killed at step >= $at, attempt $(cat "$work/attempt"), losses identical"
+for mode in zero1 zero2 zero3; do
+  sed -i "s/^sharding: .*/sharding: $mode/" "$work/job.yaml"
+  run_job 0 beta-four.yaml
+  reference=$(cat "$work/losses")
+  grep -q "cpu, cpu, cpu, cpu (data parallel, host all-reduce, layers $mode x 1" "$work/devices" \
+    || fail "beta did not run its layer $mode on four devices: $(cat "$work/devices")"
+  [ "$(echo "$reference" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 60 ] \
+    || fail "the uninterrupted run has the wrong number of losses"
+  # Killed and back with the same four devices: bit for bit.
+  at=$(( (RANDOM % 25) + 10 ))
+  run_job "$at" beta-four.yaml
+  [ "$(cat "$work/attempt")" -ge 2 ] || fail "killing beta caused no retry (attempt $(cat "$work/attempt"))"
+  [ "$(cat "$work/losses")" = "$reference" ] || fail "$mode: losses after killing beta differ from the uninterrupted run"
+  echo "PASS: $mode on four devices: beta killed at step >= $at, attempt $(cat "$work/attempt"), losses identical"
+done
 
 # Killed and back with two devices: resumes from the checkpoint on the new count.
 at=$(( (RANDOM % 25) + 10 ))
