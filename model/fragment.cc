@@ -37,7 +37,10 @@ int64_t SlotFloats(const ModelConfig& c, const FragmentOptions& o) {
 }
 
 ShardMode ModeOf(const FragmentOptions& o, int layer) {
-  if (!o.training || o.layer_modes.empty()) return ShardMode::kReplicate;
+  // (Create refuses a list of the wrong size; the estimates read none of it then.)
+  if (!o.training || o.layer_modes.size() != static_cast<size_t>(o.end - o.begin)) {
+    return ShardMode::kReplicate;
+  }
   return o.layer_modes[static_cast<size_t>(layer - o.begin)];
 }
 
@@ -84,9 +87,11 @@ MemoryReport Fragment::EstimateMemory(const ModelConfig& c, const FragmentOption
   const LayerWidths w = Widths(c);
   MemoryReport r;
   const Storage storage = StorageOf(layout, o);
-  r.parameters = (storage.held + storage.zero2) * f;
+  // (Allocate takes at least a float for each buffer.)
+  r.parameters = std::max<int64_t>(1, storage.held + storage.zero2) * f;
   if (o.training) {
-    r.gradients = (storage.held + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
+    r.gradients =
+        (std::max<int64_t>(1, storage.held) + (tied ? layout.model().size(Tensor::kWte) : 0)) * f;
     const int64_t begin = std::clamp<int64_t>(o.optimizer_begin, 0, storage.held);
     const int64_t end = o.optimizer_end < 0
                             ? storage.held

@@ -51,7 +51,7 @@ std::vector<MemoryReport> ReplicatedFragment::EstimateMemory(const ModelConfig& 
     MemoryReport r = Fragment::EstimateMemory(config, o);
     const int64_t f = sizeof(float);
     int64_t layer_grad = 0, gathered = 0;
-    for (size_t k = 0; k < o.layer_modes.size(); ++k) {
+    for (size_t k = 0; o.training && k < o.layer_modes.size(); ++k) {
       const ShardMode m = o.layer_modes[k];
       if (!ShardsGradients(m)) continue;
       const int64_t n = layout.layer_floats(o.begin + static_cast<int>(k));
@@ -63,12 +63,16 @@ std::vector<MemoryReport> ReplicatedFragment::EstimateMemory(const ModelConfig& 
       if (ShardsParameters(m)) gathered = std::max(gathered, n);
     }
     r.shared += (layer_grad + 2 * gathered) * f;  // the working buffers
-    // The staging buffer for received activations and gradients.
-    r.shared += int64_t(std::max(1, rows[i])) * options.seq_len *
-                std::max(StreamWidth(config, options.begin), StreamWidth(config, options.end)) * f;
+    r.shared += StagingBytes(config, o);
     out.push_back(r);
   }
   return out;
+}
+
+int64_t ReplicatedFragment::StagingBytes(const ModelConfig& config, const FragmentOptions& o) {
+  return int64_t(o.batch_size) * o.seq_len *
+         std::max(StreamWidth(config, o.begin), StreamWidth(config, o.end)) *
+         int64_t(sizeof(float));
 }
 
 StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
@@ -175,6 +179,21 @@ void ReplicatedFragment::ForEachPiece(int layer, int64_t begin, int64_t end, Fn 
   }
 }
 
+template <typename Fn>
+void ReplicatedFragment::ForEachPartPiece(bool zero3_only, Fn fn) const {
+  for (int l = options_.begin; l < options_.end; ++l) {
+    if (!(zero3_only ? ShardsParameters(mode(l)) : ShardsGradients(mode(l)))) continue;
+    const std::vector<size_t> off = PartOffsets(l);
+    for (size_t i = 0; i < replicas_.size(); ++i) {
+      const Replica& r = replicas_[i];
+      const LayerPart& p = r.parts[static_cast<size_t>(l - options_.begin)];
+      ForEachPiece(l, off[i], off[i + 1], [&](Tensor t, int64_t at, int64_t flat, int64_t n) {
+        fn(r, p, l, t, at - static_cast<int64_t>(off[i]), flat, n);
+      });
+    }
+  }
+}
+
 std::vector<int> ReplicatedFragment::ReplicaRows(int batch_size, int replicas) {
   std::vector<int> rows(static_cast<size_t>(replicas));
   for (int i = 0; i < replicas; ++i) rows[i] = batch_size / replicas + (i < batch_size % replicas);
@@ -204,32 +223,16 @@ void ReplicatedFragment::InitParameters(uint64_t seed) {
 
 void ReplicatedFragment::SetParameters(const float* host) {
   for (auto& r : replicas_) r.fragment->SetParameters(host);  // held and zero2 layers
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsParameters(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      Replica& r = replicas_[i];
-      float* part = r.parts[static_cast<size_t>(l - options_.begin)].params;
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
-        r.ops->Upload(part + (at - off[i]), host + flat, n);
-      });
-    }
-  }
+  ForEachPartPiece(true,
+                   [&](const Replica& r, const LayerPart& p, int, Tensor, int64_t k, int64_t flat,
+                       int64_t n) { r.ops->Upload(p.params + k, host + flat, n); });
 }
 
 void ReplicatedFragment::GetParameters(float* host) const {
   primary().GetParameters(host);
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsParameters(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      const Replica& r = replicas_[i];
-      const float* part = r.parts[static_cast<size_t>(l - options_.begin)].params;
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
-        r.ops->Download(host + flat, part + (at - off[i]), n);
-      });
-    }
-  }
+  ForEachPartPiece(true,
+                   [&](const Replica& r, const LayerPart& p, int, Tensor, int64_t k, int64_t flat,
+                       int64_t n) { r.ops->Download(host + flat, p.params + k, n); });
 }
 
 void ReplicatedFragment::LoadFromModel(const float* model_params) {
@@ -240,18 +243,11 @@ void ReplicatedFragment::LoadFromModel(const float* model_params) {
 
 void ReplicatedFragment::SetOptimizerState(const float* m_host, const float* v_host) {
   for (auto& r : replicas_) r.fragment->SetOptimizerState(m_host, v_host);  // each its part
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsGradients(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      Replica& r = replicas_[i];
-      const LayerPart& p = r.parts[static_cast<size_t>(l - options_.begin)];
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
-        r.ops->Upload(p.m + (at - off[i]), m_host + flat, n);
-        r.ops->Upload(p.v + (at - off[i]), v_host + flat, n);
-      });
-    }
-  }
+  ForEachPartPiece(false, [&](const Replica& r, const LayerPart& p, int, Tensor, int64_t k,
+                              int64_t flat, int64_t n) {
+    r.ops->Upload(p.m + k, m_host + flat, n);
+    r.ops->Upload(p.v + k, v_host + flat, n);
+  });
 }
 
 void ReplicatedFragment::GetOptimizerState(float* m_host, float* v_host) const {
@@ -260,18 +256,11 @@ void ReplicatedFragment::GetOptimizerState(float* m_host, float* v_host) const {
     return;
   }
   for (const auto& r : replicas_) r.fragment->GetOptimizerState(m_host, v_host);  // each its part
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsGradients(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      const Replica& r = replicas_[i];
-      const LayerPart& p = r.parts[static_cast<size_t>(l - options_.begin)];
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
-        r.ops->Download(m_host + flat, p.m + (at - off[i]), n);
-        r.ops->Download(v_host + flat, p.v + (at - off[i]), n);
-      });
-    }
-  }
+  ForEachPartPiece(false, [&](const Replica& r, const LayerPart& p, int, Tensor, int64_t k,
+                              int64_t flat, int64_t n) {
+    r.ops->Download(m_host + flat, p.m + k, n);
+    r.ops->Download(v_host + flat, p.v + k, n);
+  });
 }
 
 Status ReplicatedFragment::ForwardReplica(Replica& r, int slot, const int32_t* tokens,
@@ -452,48 +441,25 @@ void ReplicatedFragment::CombineTiedGrads() {
 std::vector<double> ReplicatedFragment::GradSliceSums() const {
   std::vector<double> sums = primary().GradSliceSums();
   // A sharded layer's slices: the sums of their pieces in each replica's part.
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsGradients(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      const Replica& r = replicas_[i];
-      const float* part = r.parts[static_cast<size_t>(l - options_.begin)].grads;
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor t, int64_t at, int64_t, int64_t n) {
-        sums[layout().model().SliceIndex(t, l)] += r.ops->SumSquares(part + (at - off[i]), n);
-      });
-    }
-  }
+  ForEachPartPiece(false, [&](const Replica& r, const LayerPart& p, int l, Tensor t, int64_t k,
+                              int64_t, int64_t n) {
+    sums[layout().model().SliceIndex(t, l)] += r.ops->SumSquares(p.grads + k, n);
+  });
   return sums;
 }
 
 void ReplicatedFragment::GetGradients(float* host) const {
   primary().GetGradients(host);
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsGradients(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      const Replica& r = replicas_[i];
-      const float* part = r.parts[static_cast<size_t>(l - options_.begin)].grads;
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
-        r.ops->Download(host + flat, part + (at - off[i]), n);
-      });
-    }
-  }
+  ForEachPartPiece(false,
+                   [&](const Replica& r, const LayerPart& p, int, Tensor, int64_t k, int64_t flat,
+                       int64_t n) { r.ops->Download(host + flat, p.grads + k, n); });
 }
 
 void ReplicatedFragment::SetGradients(const float* host) {
   for (auto& r : replicas_) r.fragment->SetGradients(host);
-  for (int l = options_.begin; l < options_.end; ++l) {
-    if (!ShardsGradients(mode(l))) continue;
-    const std::vector<size_t> off = PartOffsets(l);
-    for (size_t i = 0; i < replicas_.size(); ++i) {
-      Replica& r = replicas_[i];
-      float* part = r.parts[static_cast<size_t>(l - options_.begin)].grads;
-      ForEachPiece(l, off[i], off[i + 1], [&](Tensor, int64_t at, int64_t flat, int64_t n) {
-        r.ops->Upload(part + (at - off[i]), host + flat, n);
-      });
-    }
-  }
+  ForEachPartPiece(false,
+                   [&](const Replica& r, const LayerPart& p, int, Tensor, int64_t k, int64_t flat,
+                       int64_t n) { r.ops->Upload(p.grads + k, host + flat, n); });
 }
 
 Status ReplicatedFragment::Step(const OptimizerOptions& options, float lr, float grad_scale,

@@ -58,6 +58,9 @@ class ReplicatedFragment {
   // the working buffers), one report per replica; the same options as Create.
   static std::vector<MemoryReport> EstimateMemory(const ModelConfig& config,
                                                   const FragmentOptions& options, int replicas);
+  // Bytes of one replica's staging buffer for received activations and gradients, for
+  // `options.batch_size` rows (in EstimateMemory's shared bytes; the cost model's too).
+  static int64_t StagingBytes(const ModelConfig& config, const FragmentOptions& options);
 
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
   const Fragment& primary() const { return *replicas_[0].fragment; }
@@ -159,6 +162,11 @@ class ReplicatedFragment {
   // of [begin, end) of the layer's block, split where its tensors' slices meet.
   template <typename Fn>
   void ForEachPiece(int layer, int64_t begin, int64_t end, Fn fn) const;
+  // Calls fn(replica, its part, layer, tensor, offset in the part, offset in the flat layout,
+  // floats) for every piece of every replica's part of each zero3 layer (zero3_only) or each
+  // zero2 and zero3 layer.
+  template <typename Fn>
+  void ForEachPartPiece(bool zero3_only, Fn fn) const;
   // The per-replica halves of the passes: stage the rows, then run (all layers, or the first
   // part when the layers run one at a time).
   Status ForwardReplica(Replica& r, int slot, const int32_t* tokens, const float* activations,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/fragment.h"
 #include "model/layout.h"
+#include "model/replicated_fragment.h"
 #include "scheduler/in_flight.h"
 #include "scheduler/schedule.h"
 #include "scheduler/shard_plan.h"
@@ -110,7 +111,8 @@ StatusOr<CostModel> CostModel::Create(const model::ModelConfig& model, const Pip
         model::FragmentOptions fo;
         fo.begin = begin, fo.end = end, fo.batch_size = B, fo.seq_len = T, fo.slots = slots;
         m.memory_[(static_cast<size_t>(n) * 4 + pos) * m.max_slots_ + slots - 1] =
-            model::Fragment::EstimateMemory(model, fo).total();
+            model::Fragment::EstimateMemory(model, fo).total() +
+            model::ReplicatedFragment::StagingBytes(model, fo);
       }
     }
   }

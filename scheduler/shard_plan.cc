@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/fragment.h"
 #include "model/layout.h"
+#include "model/replicated_fragment.h"
 #include "scheduler/profiles.h"
 
 namespace longhaul::scheduler {
@@ -156,7 +157,8 @@ int64_t FixedBytes(const StageShape& s, const SiteDevices& d) {
   fo.slots = s.slots;
   const model::MemoryReport r = model::Fragment::EstimateMemory(s.config, fo);
   const int64_t floats = model::FragmentLayout(s.config, s.layer_begin, s.layer_end).total();
-  return r.activations_per_slot * r.slots + r.shared + (r.gradients - kFloat * floats);
+  return r.activations_per_slot * r.slots + r.shared + (r.gradients - kFloat * floats) +
+         model::ReplicatedFragment::StagingBytes(s.config, fo);
 }
 
 double ComputeSeconds(const StageShape& s, const SiteDevices& d) {

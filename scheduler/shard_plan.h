@@ -15,11 +15,11 @@
 // Each mode trades memory for collective bytes. The cost model prices, per device: the bytes
 // each group holds (fp32: 4 bytes per parameter, gradient and moment), the activations and
 // shared buffers model::Fragment::EstimateMemory gives for the device's rows (mode
-// independent), the sharded modes' working set (the whole gradient of the largest zero2 or
-// zero3 group before its reduce-scatter, and the gathered parameters of the largest zero3
-// group in use and of the next one prefetched: 4 and 8 bytes a parameter); the compute of M
-// microbatches of the device's rows (profiles.h's FLOP conventions), each group's AdamW step, and
-// each group's collectives as ring collectives
+// independent; and the replica's staging buffer for received tensors), the sharded modes' working
+// set (the whole gradient of the largest zero2 or zero3 group before its reduce-scatter, and the
+// gathered parameters of the largest zero3 group in use and of the next one prefetched: 4 and 8
+// bytes a parameter); the compute of M microbatches of the device's rows (profiles.h's FLOP
+// conventions), each group's AdamW step, and each group's collectives as ring collectives
 // ((D-1)/D of the bytes per device for a reduce-scatter or an all-gather, twice that for an
 // all-reduce) at the devices' collective bandwidth plus a latency each. Collectives are not
 // assumed to overlap compute: the step is compute + optimizer + collectives, an upper bound

@@ -1,6 +1,6 @@
 // The cost model against step times worked out by hand: a compute-only pipeline takes
 // (M + S - 1) stage times, wire time and latency add where the 1F1B schedule exposes them,
-// the codec is the one the controller itself picks, memory is Fragment::EstimateMemory with
+// the codec is the one the controller itself picks, memory is the stage runner's estimate with
 // the stage runner's slots, and the bottleneck names the slow stage or link.
 #include "scheduler/cost_model.h"
 
@@ -10,6 +10,7 @@
 
 #include "model/fragment.h"
 #include "model/layout.h"
+#include "model/replicated_fragment.h"
 #include "scheduler/shard_plan.h"
 #include "test/scheduler/test_util.h"
 
@@ -221,7 +222,7 @@ TEST_CASE("under noise: the codec is where the controller ends up when estimates
   CHECK(checked >= 20);
 }
 
-TEST_CASE("memory is Fragment::EstimateMemory with the stage runner's slots") {
+TEST_CASE("memory is the stage runner's estimate (one device) with its slots") {
   const auto config = SmallModel(8);
   auto profiles = Mesh({1e12, 1e12, 1e12}, 1e9, 0.01);
   const CostModel m = MakeModel(config, Workload(8), profiles);
@@ -234,7 +235,8 @@ TEST_CASE("memory is Fragment::EstimateMemory with the stage runner's slots") {
     fo.batch_size = 4;
     fo.seq_len = 128;
     fo.slots = std::min(8, 3 - i);
-    CHECK(e->stages[i].memory_bytes == model::Fragment::EstimateMemory(config, fo).total());
+    CHECK(e->stages[i].memory_bytes ==
+          model::ReplicatedFragment::EstimateMemory(config, fo, 1)[0].total());
     CHECK(e->stages[i].slots == fo.slots);
   }
   CHECK(e->fits_memory);
@@ -336,7 +338,7 @@ TEST_CASE("llama: FLOPs, parameters and memory from the family's widths and layo
       model::FragmentOptions fo;
       fo.begin = st.layer_begin, fo.end = st.layer_end, fo.batch_size = 4, fo.seq_len = 128;
       fo.slots = 3 - i;
-      CHECK(st.memory_bytes == model::Fragment::EstimateMemory(config, fo).total());
+      CHECK(st.memory_bytes == model::ReplicatedFragment::EstimateMemory(config, fo, 1)[0].total());
       CHECK(st.forward_seconds >=
             m.Forward(profiles.SiteIndex(st.site), st.layer_end - st.layer_begin, i == 2));
     }

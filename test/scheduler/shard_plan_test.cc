@@ -9,6 +9,7 @@
 
 #include "model/fragment.h"
 #include "model/layout.h"
+#include "model/replicated_fragment.h"
 #include "test/scheduler/test_util.h"
 
 namespace longhaul::scheduler {
@@ -68,7 +69,7 @@ TEST_CASE("the groups cover the fragment: embeddings, one per layer, the head's 
   CHECK(whole->at(2).name == "layer 0");
 }
 
-TEST_CASE("replicated memory is Fragment::EstimateMemory's for each device's rows") {
+TEST_CASE("replicated memory is the stage runner's estimate for each device's rows") {
   const auto config = SmallLlama(6, false);
   for (int D : {1, 2, 4}) {
     for (auto [b, e] : {std::pair{0, 3}, {3, 6}, {0, 6}}) {
@@ -78,7 +79,8 @@ TEST_CASE("replicated memory is Fragment::EstimateMemory's for each device's row
       model::FragmentOptions fo;
       fo.begin = b, fo.end = e, fo.batch_size = 8 / D, fo.seq_len = 32, fo.slots = 2;
       INFO("D " << D << " layers " << b << ".." << e);
-      CHECK(plan->estimate.peak_bytes == model::Fragment::EstimateMemory(config, fo).total());
+      CHECK(plan->estimate.peak_bytes ==
+            model::ReplicatedFragment::EstimateMemory(config, fo, 1)[0].total());
       CHECK(plan->estimate.working_bytes == 0);
     }
   }
@@ -95,7 +97,8 @@ TEST_CASE("zero1 memory is the stage runner's sharded replica's, to a float per 
     fo.begin = 0, fo.end = 3, fo.batch_size = (8 + D - 1) / D, fo.seq_len = 32, fo.slots = 2;
     fo.optimizer_begin = 0;  // replica 0's part, the largest when D does not divide
     fo.optimizer_end = (floats + D - 1) / D;
-    const int64_t runner = model::Fragment::EstimateMemory(config, fo).total();
+    const int64_t runner = model::Fragment::EstimateMemory(config, fo).total() +
+                           model::ReplicatedFragment::StagingBytes(config, fo);
     INFO("D " << D);
     CHECK(plan->estimate.peak_bytes >= runner);
     CHECK(plan->estimate.peak_bytes <= runner + 8 * int64_t(plan->groups.size()));

@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   std::vector<scheduler::StagePlan> plan;
   std::string placement;
   double predicted = 0;
-  std::map<std::string, int64_t> site_memory;
+  std::map<std::string, scheduler::SiteProfile> site_limits;
   int replicas = spec.replicas;
   std::vector<int> microbatches;  // by replica: the planner's pacing, else the job's
   std::vector<int> replica_of;    // by stage
@@ -45,7 +45,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     plan = planned->stages;
     placement = planned->summary;
     predicted = planned->predicted_step_seconds;
-    site_memory = planned->memory_limits;
+    site_limits = planned->site_limits;
     replicas = planned->replicas;
     ring = planned->ring;
     microbatches = planned->microbatches;
@@ -109,7 +109,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     MutexLock lock(c->mu_);  // uncontended: no other thread knows c yet
     c->record_ = std::move(r);
     c->placement_ = placement;
-    c->replanner_.set_site_memory(site_memory);
+    c->replanner_.set_site_limits(site_limits);
     c->PersistLocked();
   }
   // The first assignment is synchronous, so that a job no site can run (too large for a

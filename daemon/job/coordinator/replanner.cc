@@ -74,12 +74,20 @@ StatusOr<scheduler::Profiles> MeasuredProfiles(
     const scheduler::PlacementRequest& request, const std::vector<scheduler::StagePlan>& current,
     const std::vector<scheduler::StageMeasurement>& recent,
     const std::map<std::pair<std::string, std::string>, v1::LinkUsage>& links,
-    const std::map<std::string, int64_t>& memory) {
+    const std::map<std::string, scheduler::SiteProfile>& limits) {
   constexpr double kNominalFlops = 1e12;
   scheduler::Profiles nominal;
   for (const auto& site : request.sites) {
-    auto m = memory.find(site);  // the sites' limits as profiled at submit (0: none known)
-    nominal.sites.push_back({site, kNominalFlops, m == memory.end() ? 0 : m->second, 0});
+    // The sites' memory and devices as profiled at submit (none known: no limit, one device).
+    scheduler::SiteProfile p{site, kNominalFlops, 0, 0};
+    if (auto it = limits.find(site); it != limits.end()) {
+      p.memory_bytes = it->second.memory_bytes;
+      p.devices = it->second.devices;
+      p.device_memory_bytes = it->second.device_memory_bytes;
+      p.device_link_bytes_per_second = it->second.device_link_bytes_per_second;
+      p.device_link_latency_seconds = it->second.device_link_latency_seconds;
+    }
+    nominal.sites.push_back(p);
   }
   for (const auto& from : request.sites) {
     for (const auto& to : request.sites) {
@@ -118,7 +126,7 @@ Replanner::Snapshot Replanner::Take(const v1::JobStatus& record, const JobSpec& 
   s.request = PlacementRequestFor(spec, sites);
   s.request.workload.coordinator = coordinator;
   s.links = links_;
-  s.memory = memory_;
+  s.limits = limits_;
   return s;
 }
 
@@ -129,7 +137,7 @@ std::optional<Replanner::Move> Replanner::Plan(const Snapshot& snap) const {
   scheduler::StepEstimate now;
   Status planned = [&]() -> Status {
     ASSIGN_OR_RETURN(const scheduler::Profiles measured,
-                     MeasuredProfiles(snap.request, current, snap.recent, snap.links, snap.memory));
+                     MeasuredProfiles(snap.request, current, snap.recent, snap.links, snap.limits));
     scheduler::PlannerOptions options;
     options.keep_order = true;
     options.time_budget_seconds = 1;

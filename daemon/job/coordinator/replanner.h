@@ -22,6 +22,7 @@
 #include "daemon/job/spec/job_spec.h"
 #include "proto/longhaul.pb.h"
 #include "scheduler/placement.h"
+#include "scheduler/profiles.h"
 #include "scheduler/replan.h"
 #include "scheduler/straggler.h"
 
@@ -33,8 +34,10 @@ class Replanner {
   Replanner(bool enabled, std::shared_ptr<spdlog::logger> log)
       : enabled_(enabled), log_(std::move(log)) {}
 
-  // The sites' memory limits as profiled at submit (a plan must fit them).
-  void set_site_memory(std::map<std::string, int64_t> memory) { memory_ = std::move(memory); }
+  // The sites' memory limits and devices as profiled at submit (a plan must fit them).
+  void set_site_limits(std::map<std::string, scheduler::SiteProfile> limits) {
+    limits_ = std::move(limits);
+  }
 
   // One step's reports (stage -> report) of the job `record` describes.
   void Observe(const std::map<uint32_t, v1::StepReport>& reports, const v1::JobStatus& record);
@@ -53,7 +56,7 @@ class Replanner {
     std::vector<scheduler::StageMeasurement> recent;
     scheduler::PlacementRequest request;
     std::map<std::pair<std::string, std::string>, v1::LinkUsage> links;
-    std::map<std::string, int64_t> memory;
+    std::map<std::string, scheduler::SiteProfile> limits;
   };
   Snapshot Take(const v1::JobStatus& record, const JobSpec& spec, const std::string& coordinator);
 
@@ -75,7 +78,7 @@ class Replanner {
  private:
   const bool enabled_;
   const std::shared_ptr<spdlog::logger> log_;
-  std::map<std::string, int64_t> memory_;
+  std::map<std::string, scheduler::SiteProfile> limits_;
   std::vector<scheduler::ChangeDetector> detectors_;
   std::vector<std::vector<double>> recent_compute_;  // per stage, the last few steps
   std::map<std::pair<std::string, std::string>, v1::LinkUsage> links_;  // latest reports

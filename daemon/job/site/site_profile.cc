@@ -3,6 +3,7 @@
 #include "daemon/job/site/site_profile.h"
 
 #include <chrono>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -95,7 +96,11 @@ StatusOr<scheduler::Profiles> ProfilesFromReplies(const std::vector<v1::SiteProf
   for (const auto& r : replies) {
     scheduler::SiteProfile site{r.site(), r.flops(), static_cast<int64_t>(r.memory_limit_bytes()),
                                 r.optimizer_params_per_second()};
-    if (r.devices() > 1) {
+    // Device figures a profile would refuse (no or a bad device link) count as one device: a
+    // peer's odd claim costs it its sharded capacity, not the job its placement.
+    const double link = r.device_link_bytes_per_second();
+    if (r.devices() > 1 && link > 0 && std::isfinite(link) &&
+        r.device_link_latency_seconds() >= 0 && std::isfinite(r.device_link_latency_seconds())) {
       site.devices = static_cast<int>(std::min<uint32_t>(r.devices(), scheduler::kMaxSiteDevices));
       site.device_memory_bytes =
           static_cast<int64_t>(std::min<uint64_t>(r.device_memory_bytes(), uint64_t{1} << 62));
@@ -134,7 +139,7 @@ namespace {
 StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
                                                    const scheduler::Planner& planner,
                                                    const scheduler::PlacementRequest& request,
-                                                   const std::vector<v1::SiteProfileReply>& replies,
+                                                   const scheduler::Profiles& profiles,
                                                    const std::vector<std::string>& notes) {
   ASSIGN_OR_RETURN(const scheduler::ReplicaPlanRequest r, ReplicaPlanRequestFor(spec, request));
   auto fleet = PlanJobReplicas(spec, planner, request);
@@ -155,9 +160,7 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
     parts.push_back(scheduler::PlanDebugString(replica.stages));
   }
   p.predicted_step_seconds = fleet->step_seconds;
-  for (const auto& reply : replies) {
-    p.memory_limits[reply.site()] = static_cast<int64_t>(reply.memory_limit_bytes());
-  }
+  for (const auto& site : profiles.sites) p.site_limits[site.name] = site;
   p.summary = absl::StrCat(
       "planned ", p.replicas, spec.replicas == 0 ? " replicas (auto)" : " replicas", " of ",
       absl::StrJoin(stage_counts, ", "), " stage(s): ", absl::StrJoin(parts, " | "), ": predicted ",
@@ -232,15 +235,13 @@ StatusOr<PlannedPlacement> PlanPlacement(
   // Token files live on the first listed site: keep it first, and the order with it.
   options.keep_order = data_on_first;
   const scheduler::Planner planner(profiles, options);
-  if (spec.replicas != 1) return PlanReplicatedPlacement(spec, planner, request, replies, notes);
+  if (spec.replicas != 1) return PlanReplicatedPlacement(spec, planner, request, profiles, notes);
   auto plan = planner.Plan(request);
   if (!plan.ok()) return Annotate(plan.status(), "placing the job");
   PlannedPlacement p;
   p.stages = plan->stages;
   p.predicted_step_seconds = plan->estimate.step_seconds;
-  for (const auto& r : replies) {
-    p.memory_limits[r.site()] = static_cast<int64_t>(r.memory_limit_bytes());
-  }
+  for (const auto& site : profiles.sites) p.site_limits[site.name] = site;
   p.summary = absl::StrCat("planned ", scheduler::PlanDebugString(p.stages), ": predicted ",
                            absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step (",
                            plan->estimate.bottleneck_description, ")");

@@ -71,8 +71,10 @@ struct PlannedPlacement {
   bool ring = false;  // the planner priced the syncs as rings (sync.reduce ring, or auto's pick)
   std::vector<int> microbatches;  // by replica, when paced (replica_microbatches: paced)
   double predicted_step_seconds = 0;
-  std::string summary;                           // one line for the job's detail and the log
-  std::map<std::string, int64_t> memory_limits;  // per profiled site (0: none)
+  std::string summary;  // one line for the job's detail and the log
+  // Per profiled site as it answered: its memory limit (0: none) and devices, which a re-plan
+  // must respect (its compute and links it measures again).
+  std::map<std::string, scheduler::SiteProfile> site_limits;
 };
 
 // Asks every site of spec.sites for its profile (ProfileSite) and plans the job over them,

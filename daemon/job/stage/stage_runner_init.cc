@@ -79,9 +79,13 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   // CPU replicas share the machine's memory: the stage's layers are sharded between them
   // (model/shard_mode.h), zero1 unless the job says otherwise or the site's memory asks for
   // more. GPU replicas keep everything whole until the sharded path has run on GPUs.
+  // Activation slots: one per microbatch in flight, warm-ups + 1 (scheduler/in_flight.h).
   warmup_ = scheduler::StandardWarmup(pos_, num_stages_, M_);
+  if (ctx_.spec.extra_in_flight > 0) {
+    warmup_ = scheduler::ExtraWarmups(num_stages_, M_, ctx_.spec.extra_in_flight)[pos_];
+  }
   std::string sharding_why;
-  if (gpu && ctx_.spec.sharding.has_value() &&
+  if (gpu && R > 1 && ctx_.spec.sharding.has_value() &&
       *ctx_.spec.sharding != model::ShardMode::kReplicate) {
     return absl::FailedPreconditionError(
         "job " + a.job_id() + ": sharding: " + model::ShardModeName(*ctx_.spec.sharding) +
@@ -96,12 +100,9 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
     fo.layer_modes = std::move(sharding.layer_modes);
     sharding_why = std::move(sharding.why);
   }
-  // Activation slots: one per microbatch in flight, warm-ups + 1 (scheduler/in_flight.h).
+  // Auto in flight: extra slots as memory allows, with the layers held as chosen above.
   max_warmup_ = warmup_;
-  if (ctx_.spec.extra_in_flight > 0) {
-    warmup_ = scheduler::ExtraWarmups(num_stages_, M_, ctx_.spec.extra_in_flight)[pos_];
-    max_warmup_ = warmup_;
-  } else if (ctx_.spec.extra_in_flight == JobSpec::kAutoInFlight && pos_ + 1 < num_stages_) {
+  if (ctx_.spec.extra_in_flight == JobSpec::kAutoInFlight && pos_ + 1 < num_stages_) {
     // Up to one slot per microbatch, the coordinator choosing each step how many it uses;
     // the extra slots may take as much again as the plain schedule's stage, or 1 GiB if that
     // is more, within what the site leaves (in_flight_memory_bytes; 0 on GPUs without a

@@ -45,11 +45,23 @@ StatusOr<StageSharding> ChooseStageSharding(const std::optional<model::ShardMode
   shape.slots = fo.slots;
   const scheduler::SiteDevices d =
       scheduler::NominalCpuDevices(devices, memory_limit_bytes / devices);
+  // The uniform mode of least memory (working buffers can make zero3 the dearest).
+  auto least = [&] {
+    std::vector<model::ShardMode> best;
+    int64_t best_bytes = -1;
+    for (int k = 0; k < model::kNumShardModes; ++k) {
+      o.layer_modes.assign(layers, model::ShardMode(k));
+      const int64_t bytes = CpuReplicaBytes(config, o, devices);
+      if (best_bytes < 0 || bytes < best_bytes) best = o.layer_modes, best_bytes = bytes;
+    }
+    return best;
+  };
   auto plan = scheduler::ChooseSharding(shape, d);
   if (!plan.ok()) {
-    // Nothing fits: the least memory (every layer zero3), which the memory check refuses.
-    out.layer_modes.assign(layers, model::ShardMode::kZero3);
-    out.why = absl::StrCat("zero3 (auto; nothing fits: ", plan.status().message(), ")");
+    // Nothing fits: the least memory, which the memory check refuses, naming the need.
+    out.layer_modes = least();
+    out.why = absl::StrCat(model::ShardModeName(out.layer_modes.front()),
+                           " (auto; nothing fits: ", plan.status().message(), ")");
     return out;
   }
   out.layer_modes.clear();
@@ -62,8 +74,9 @@ StatusOr<StageSharding> ChooseStageSharding(const std::optional<model::ShardMode
                    memory_limit_bytes >> 20, " MiB): ", plan->Summary());
   if (CpuReplicaBytes(config, o, devices) > memory_limit_bytes) {
     // The plan's devices are even shares of the memory; the replicas' rows need not be.
-    out.layer_modes.assign(layers, model::ShardMode::kZero3);
-    out.why += "; zero3 for every layer, the plan over the memory";
+    out.layer_modes = least();
+    out.why = absl::StrCat(out.why, "; over the memory by the replicas' uneven rows, so ",
+                           model::ShardModeName(out.layer_modes.front()), " for every layer");
   }
   return out;
 }

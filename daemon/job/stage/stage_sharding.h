@@ -26,7 +26,7 @@ struct StageSharding {
 
 // `fo`: the stage's layers, rows, sequence length and slots; `devices` > 1 CPU devices;
 // `microbatches` a step; `memory_limit_bytes` the site's (0: none). Where nothing fits, the
-// least memory the cost model finds (the caller's memory check then refuses the stage).
+// uniform mode of least memory (the caller's memory check then refuses the stage).
 StatusOr<StageSharding> ChooseStageSharding(const std::optional<model::ShardMode>& sharding,
                                             const model::ModelConfig& config,
                                             const model::FragmentOptions& fo, int devices,
