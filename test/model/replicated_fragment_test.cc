@@ -33,9 +33,20 @@ struct Run {
 };
 
 // `modes`: the two layers' sharding (model/shard_mode.h), one a stage; empty: as `shard` says.
+// A llama of the same size (grouped-query attention, SwiGLU, no biases; tied head).
+ModelConfig Llama() {
+  ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
+  c.family = Family::kLlama;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.intermediate_size = 48;
+  c.tied_embeddings = true;
+  return c;
+}
+
 Run Train(int replicas, int steps, bool shard = false, std::vector<ShardMode> modes = {},
-          int microbatches = kM) {
-  const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
+          int microbatches = kM, bool llama = false) {
+  const ModelConfig c = llama ? Llama() : MakeConfig(2, 32, 4, 67, 16);
   std::vector<std::unique_ptr<kernels::Ops>> owned;
   std::vector<kernels::Ops*> a, b;
   for (int i = 0; i < replicas; ++i) {
@@ -271,6 +282,22 @@ TEST_CASE("zero2 and zero3 layers: the replicated step, bit for bit with one mic
       CHECK(MaxAbsDiff(two.first_params, replicated2.first_params) < 2e-4f);
       CHECK(MaxAbsDiff(two.last_params, replicated2.last_params) < 2e-4f);
     }
+  }
+}
+
+TEST_CASE("a llama's zero2 and zero3 layers: the replicated step bit for bit, one microbatch") {
+  REQUIRE(ValidateConfig(Llama()).ok());
+  const Run replicated = Train(2, 3, false, {}, 1, /*llama=*/true);
+  const Run sharded = Train(2, 3, false, {ShardMode::kZero3, ShardMode::kZero2}, 1, /*llama=*/true);
+  CHECK(sharded.losses == replicated.losses);
+  CHECK(sharded.first_params == replicated.first_params);
+  CHECK(sharded.last_params == replicated.last_params);
+  CHECK(sharded.first_m == replicated.first_m);
+  const Run two = Train(2, 3, false, {ShardMode::kZero3, ShardMode::kZero2}, 2, /*llama=*/true);
+  const Run replicated2 = Train(2, 3, false, {}, 2, /*llama=*/true);
+  for (size_t i = 0; i < two.losses.size(); ++i) {
+    CHECK(std::fabs(two.losses[i] - replicated2.losses[i]) <=
+          1e-5f * std::fabs(replicated2.losses[i]));
   }
 }
 
