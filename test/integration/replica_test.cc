@@ -859,7 +859,9 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
           if (e.kind() == "site_added") join_at = e.step();
         }
         attempt = s.attempt();
-        return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING;
+        // joined_replica cleared: every stage of the new replica assigned.
+        return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING &&
+               s.joined_replica() == 0;
       },
       120s));
   {
@@ -967,6 +969,7 @@ TEST_CASE("a site that cannot join is sent away; a removal frees a job waiting f
     CHECK_THAT(s.detail(), Catch::Contains("replica 2 could not join"));
     CHECK(s.removed_replicas_size() == 1);
     CHECK(s.removed_replicas(0) == 2);
+    CHECK(s.joined_replica() == 0);  // the join is settled (sent away)
   }
   c.daemons[3].reset();  // delta: the job waits for it (on_site_loss: wait)
   REQUIRE(testing::WaitFor(

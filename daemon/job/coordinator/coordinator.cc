@@ -182,7 +182,7 @@ bool Coordinator::AssignAll() {
   }
   MutexLock lock(mu_);
   need_assign_ = false;
-  joined_ = -1;  // a replica that joined took its stages
+  record_.clear_joined_replica();  // a replica that joined took its stages
   failed_checks_ = 0;
   record_.set_state(v1::JOB_STATE_RUNNING);
   // How the job was placed (empty for an even placement), or the last replica drop or rejoin.

@@ -123,10 +123,10 @@ class Coordinator {
   // Notes `leave` as removed for good (dropped, no longer rejoining), counts them; returns
   // every dropped replica now.
   ReplicaList RecordRemovalLocked(const ReplicaList& leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A stage of the assignment that adds replica joined_ could not be assigned (`stage`,
-  // `why`): the new replica leaves again for good and the others restart without it (a site
-  // that is not a peer of the job's sites, say, never fails the job). False when no replica
-  // is joining.
+  // A stage of the assignment that adds the joined replica (record_.joined_replica, kept
+  // across a coordinator restart) could not be assigned (`stage`, `why`): the new replica
+  // leaves again for good and the others restart without it (a site that is not a peer of the
+  // job's sites, say, never fails the job). False when no replica is joining.
   bool UndoJoinLocked(int stage, const Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
@@ -207,7 +207,6 @@ class Coordinator {
   // By replica: dropped again while rejoining.
   std::map<uint32_t, int> rejoin_failures_ ABSL_GUARDED_BY(mu_);
   // The replica AddSites added, until an assignment with it succeeds (-1: none).
-  int joined_ ABSL_GUARDED_BY(mu_) = -1;
   std::string membership_note_ ABSL_GUARDED_BY(mu_);  // the last drop or rejoin, kept in the detail
   // Validation losses reported by the live replicas' last stages, by step and stage, until
   // every live replica's is in.

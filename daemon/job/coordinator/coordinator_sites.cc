@@ -152,9 +152,12 @@ ReplicaList Coordinator::RecordRemovalLocked(const ReplicaList& leave) {
 }
 
 bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
-  if (joined_ < 0) return false;
-  const ReplicaList replica = {static_cast<uint32_t>(joined_)};
-  joined_ = -1;
+  if (record_.joined_replica() == 0 ||
+      static_cast<int>(record_.joined_replica()) >= GridLocked().replicas) {
+    return false;
+  }
+  const ReplicaList replica = {record_.joined_replica()};
+  record_.clear_joined_replica();
   RecordRemovalLocked(replica);
   membership_note_ = ReplicaNames(replica) + " could not join (stage " + std::to_string(stage) +
                      " on site " + record_.stages(stage).site() + ": " +
@@ -195,7 +198,7 @@ void Coordinator::AddSites(const std::vector<std::string>& sites) {
     // sync (it trained nothing before it).
     const ReplicaList rejoining = Union(RejoiningLocked(), {replica});
     *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
-    joined_ = static_cast<int>(replica);
+    record_.set_joined_replica(replica);
     record_.set_replicas_added(record_.replicas_added() + 1);
     record_.clear_joining_sites();
     const int source = RejoinSource(GridLocked(), DroppedLocked(), RejoiningLocked());
