@@ -253,5 +253,26 @@ TEST_CASE("job spec: extra_in_flight is auto, a count, or a clear error") {
   CHECK_THAT(std::string(negative.status().message()), Catch::Contains("extra_in_flight"));
 }
 
+TEST_CASE("job spec: sharding is auto, a mode for every layer, or a clear error") {
+  const std::string dir = testing::TempDir("sharding_spec");
+  auto parse = [&](const std::string& line) { return ParseJobSpec(kJob + line, "job.yaml", dir); };
+  auto plain = ParseJobSpec(kJob, "job.yaml", dir);
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain->sharding.has_value());
+  auto autos = parse("sharding: auto\n");
+  REQUIRE(autos.ok());
+  CHECK_FALSE(autos->sharding.has_value());
+  auto zero3 = parse("sharding: zero3\n");
+  REQUIRE(zero3.ok());
+  CHECK(zero3->sharding == model::ShardMode::kZero3);
+  auto bad = parse("sharding: zero4\n");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Contains("job.yaml:") && Catch::Contains("expected auto, replicate, zero1") &&
+                 Catch::Contains("'zero4'"));
+  auto list = parse("sharding: [zero1]\n");
+  REQUIRE_FALSE(list.ok());
+}
+
 }  // namespace
 }  // namespace longhaul::daemon
