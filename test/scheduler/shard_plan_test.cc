@@ -105,6 +105,34 @@ TEST_CASE("zero1 memory is the stage runner's sharded replica's, to a float per 
   }
 }
 
+TEST_CASE("every uniform mode's memory is the runtime's estimate a device, within 0.1%") {
+  // The runtime's estimate (ReplicatedFragment::EstimateMemory) is what each device's measured
+  // peak equals (replicated_fragment_test); the cost model prices the same buffers, its parts
+  // rounded up per group where the runtime splits each layer's block (and the held tensors as
+  // one range).
+  for (const auto& config : {SmallModel(6), SmallLlama(6, false)}) {
+    for (int D : {2, 4}) {
+      for (auto [b, e] : {std::pair{0, 3}, {3, 6}, {0, 6}}) {
+        for (int k = 0; k < kNumShardModes; ++k) {
+          const ShardMode mode = ShardMode(k);
+          const StageShape s = Shape(config, b, e);
+          auto plan = UniformSharding(s, Devices(D), mode);
+          REQUIRE(plan.ok());
+          model::FragmentOptions fo;
+          fo.begin = b, fo.end = e, fo.batch_size = 8, fo.seq_len = 32, fo.slots = 2;
+          fo.layer_modes.assign(static_cast<size_t>(e - b), mode);
+          const int64_t runtime =
+              model::ReplicatedFragment::EstimateMemory(s.config, fo, D)[0].total();
+          INFO(model::FamilyName(config.family)
+               << " D " << D << " layers " << b << ".." << e << " " << ShardModeName(mode)
+               << ": cost model " << plan->estimate.peak_bytes << ", runtime " << runtime);
+          CHECK(std::fabs(double(plan->estimate.peak_bytes - runtime)) <= 1e-3 * runtime);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("collective bytes are the ring formulas; one device sends nothing") {
   const StageShape s = Shape(SmallModel(4), 1, 3, 8, 5);
   auto groups = StageGroups(s);
