@@ -13,39 +13,15 @@ LONGHAUL=${LONGHAUL:-tools/cli/longhaul}
 LINKEM=${LINKEM:-tools/linkem/linkem}
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
 declare -A pid port
-# On failure: each daemon's last lines, and any sanitizer report whole (they are long).
-fail() {
-  echo "FAIL: $*" >&2
-  for n in alpha beta gamma; do
-    echo "--- $n.log" >&2
-    grep -A80 -m1 "Sanitizer" "$work/$n.log" >&2 || tail -20 "$work/$n.log" >&2 || true
-  done
-  exit 1
-}
-cleanup() { for n in "${!pid[@]}"; do kill -9 "${pid[$n]}" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
 sites=(alpha beta gamma)
 read -r port[alpha] port[beta] port[gamma] linkem_port linkem_control cport \
   <<<"$(/usr/bin/python3 tools/free_ports.py 6)"
 echo fault-test-token-0123456789 >"$work/token"
 chmod 600 "$work/token"
-for n in "${sites[@]}"; do
-  {
-    echo "site: $n"
-    echo "listen: {peer: \"127.0.0.1:${port[$n]}\", control: \"127.0.0.1:0\", status: \"127.0.0.1:0\"}"
-    echo "peers:"
-    for o in "${sites[@]}"; do
-      [ "$o" = "$n" ] && continue
-      p=${port[$o]}
-      [ "$n$o" = alphabeta ] && p=$linkem_port  # alpha reaches beta through linkem
-      echo "  - {name: $o, address: \"127.0.0.1:$p\"}"
-    done
-    echo "data_dir: data-$n"
-    echo "auth: {token_file: token}"
-    echo "links: {heartbeat_interval_seconds: 0.2, reconnect_initial_seconds: 0.1, reconnect_max_seconds: 1}"
-  } >"$work/$n.yaml"
-done
+# alpha reaches beta through linkem.
+peer_port() { if [ "$1$2" = alphabeta ]; then echo "$linkem_port"; else echo "${port[$2]}"; fi; }
+source test/integration/daemon_sites.sh
+write_site_configs "${sites[@]}"
 # The CLI needs a fixed control port for alpha.
 sed -i "s/control: \"127.0.0.1:0\"/control: \"127.0.0.1:$cport\"/" "$work/alpha.yaml"
 cat >"$work/job.yaml" <<'YAML'
@@ -67,9 +43,6 @@ compression: {mode: off}
 replan: off   # the drop scenario checks that no attempt restarts
 YAML
 
-start() { "$LONGHAULD" --config "$work/$1.yaml" --log-level info 2>>"$work/$1.log" & pid[$1]=$!; }
-cli() { "$LONGHAUL" --config "$work/alpha.yaml" --timeout 3 "$@"; }
-field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
 
 "$LINKEM" --listen "127.0.0.1:$linkem_port" --target "127.0.0.1:${port[beta]}" --rate 100mbit \
   --delay 2ms --control "127.0.0.1:$linkem_control" 2>>"$work/linkem.log" &

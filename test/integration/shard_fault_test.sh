@@ -4,43 +4,21 @@
 # turn (the job's sharding, model/shard_mode.h). In each mode one run goes uninterrupted; then
 # beta is killed with SIGKILL at a random step and restarted with the same devices: the job
 # completes with the uninterrupted run's losses bit for bit. Then (zero3) beta is killed again
-# and comes back with two devices: the job
-# resumes from its last checkpoint on the new device count and completes, its losses the
-# uninterrupted run's within float rounding (only the order of beta's gradient sums changed).
+# and comes back with two devices: the job resumes from its last checkpoint on the new device
+# count and completes, its losses the uninterrupted run's within float rounding (only the
+# order of beta's gradient sums changed).
 set -euo pipefail
 LONGHAULD=${LONGHAULD:-daemon/longhauld}
 LONGHAUL=${LONGHAUL:-tools/cli/longhaul}
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/shard_fault.XXXXXX")
 declare -A pid port
 
-fail() {
-  echo "FAIL: $*" >&2
-  for n in alpha beta gamma; do
-    echo "--- $n.log" >&2
-    tail -20 "$work/$n.log" >&2 || true
-  done
-  exit 1
-}
-cleanup() { for n in "${!pid[@]}"; do kill -9 "${pid[$n]}" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
 sites=(alpha beta gamma)
 read -r port[alpha] port[beta] port[gamma] cport <<<"$(/usr/bin/python3 tools/free_ports.py 4)"
 echo shard-fault-token-0123456789 >"$work/token"
 chmod 600 "$work/token"
-for n in "${sites[@]}"; do
-  {
-    echo "site: $n"
-    echo "listen: {peer: \"127.0.0.1:${port[$n]}\", control: \"127.0.0.1:0\", status: \"127.0.0.1:0\"}"
-    echo "peers:"
-    for o in "${sites[@]}"; do
-      [ "$o" = "$n" ] || echo "  - {name: $o, address: \"127.0.0.1:${port[$o]}\"}"
-    done
-    echo "data_dir: data-$n"
-    echo "auth: {token_file: token}"
-    echo "links: {heartbeat_interval_seconds: 0.2, reconnect_initial_seconds: 0.1, reconnect_max_seconds: 1}"
-  } >"$work/$n.yaml"
-done
+source test/integration/daemon_sites.sh
+write_site_configs "${sites[@]}"
 sed -i "s/control: \"127.0.0.1:0\"/control: \"127.0.0.1:$cport\"/" "$work/alpha.yaml"
 cp "$work/beta.yaml" "$work/beta-base.yaml"
 echo "devices: [cpu:0, cpu:1, cpu:2, cpu:3]" >>"$work/beta.yaml"
@@ -64,9 +42,6 @@ replan: off
 sharding: zero3
 YAML
 
-start() { "$LONGHAULD" --config "$work/$1.yaml" --log-level info 2>>"$work/$1.log" & pid[$1]=$!; }
-cli() { "$LONGHAUL" --config "$work/alpha.yaml" --timeout 3 "$@"; }
-field() { /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d.get('$1', ''))"; }
 
 for n in "${sites[@]}"; do start "$n"; done
 for _ in $(seq 1 100); do cli node status >/dev/null 2>&1 && break; sleep 0.1; done
