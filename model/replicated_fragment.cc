@@ -35,8 +35,30 @@ FragmentOptions ReplicaOptions(const ModelConfig& config, const FragmentOptions&
   return o;
 }
 
-// Floats of replica i's part of an n-float block split R ways.
-int64_t PartFloats(int64_t n, int R, int i) { return n * (i + 1) / R - n * i / R; }
+// Replica i's (of R) buffers beyond its fragment, in floats: its part of each zero2 / zero3
+// layer's block (0 for the others), and the working buffers: the largest such layer's whole
+// gradient, and the largest zero3 layer's parameters (two of those). `o`: the replica's
+// options (ReplicaOptions).
+struct PartSizes {
+  std::vector<int64_t> part;  // by layer - begin
+  int64_t layer_grad = 0, gathered = 0;
+};
+
+PartSizes PartSizesOf(const ModelConfig& config, const FragmentOptions& o, int R, int i) {
+  PartSizes s;
+  if (!o.training || !AnyBound(o)) return s;
+  const FragmentLayout layout(config, o.begin, o.end);
+  s.part.assign(o.layer_modes.size(), 0);
+  for (size_t k = 0; k < o.layer_modes.size(); ++k) {
+    const ShardMode m = o.layer_modes[k];
+    if (!ShardsGradients(m)) continue;
+    const int64_t n = layout.layer_floats(o.begin + static_cast<int>(k));
+    s.part[k] = n * (i + 1) / R - n * i / R;
+    s.layer_grad = std::max(s.layer_grad, n);
+    if (ShardsParameters(m)) s.gathered = std::max(s.gathered, n);
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -45,24 +67,17 @@ std::vector<MemoryReport> ReplicatedFragment::EstimateMemory(const ModelConfig& 
                                                              int replicas) {
   std::vector<MemoryReport> out;
   const std::vector<int> rows = ReplicaRows(options.batch_size, replicas);
-  const FragmentLayout layout(config, options.begin, options.end);
   for (int i = 0; i < replicas; ++i) {
     const FragmentOptions o = ReplicaOptions(config, options, replicas, i, std::max(1, rows[i]));
     MemoryReport r = Fragment::EstimateMemory(config, o);
     const int64_t f = sizeof(float);
-    int64_t layer_grad = 0, gathered = 0;
-    for (size_t k = 0; o.training && k < o.layer_modes.size(); ++k) {
-      const ShardMode m = o.layer_modes[k];
-      if (!ShardsGradients(m)) continue;
-      const int64_t n = layout.layer_floats(o.begin + static_cast<int>(k));
-      const int64_t part = PartFloats(n, replicas, i);
-      r.gradients += part * f;
-      r.optimizer += 2 * part * f;
-      if (ShardsParameters(m)) r.parameters += part * f;
-      layer_grad = std::max(layer_grad, n);
-      if (ShardsParameters(m)) gathered = std::max(gathered, n);
+    const PartSizes sizes = PartSizesOf(config, o, replicas, i);
+    for (size_t k = 0; k < sizes.part.size(); ++k) {
+      r.gradients += sizes.part[k] * f;
+      r.optimizer += 2 * sizes.part[k] * f;
+      if (ShardsParameters(o.layer_modes[k])) r.parameters += sizes.part[k] * f;
     }
-    r.shared += (layer_grad + 2 * gathered) * f;  // the working buffers
+    r.shared += (sizes.layer_grad + 2 * sizes.gathered) * f;  // the working buffers
     r.shared += StagingBytes(config, o);
     out.push_back(r);
   }
@@ -94,9 +109,7 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
   std::unique_ptr<ReplicatedFragment> f(new ReplicatedFragment());
   f->config_ = config;
   f->options_ = ReplicaOptions(config, options, R, 0, options.batch_size);
-  f->options_.batch_size = options.batch_size;
   f->bound_ = R > 1 && options.training && AnyBound(options);
-  const FragmentLayout layout(config, options.begin, options.end);
   const std::vector<int> rows = ReplicaRows(options.batch_size, R);
   int row = 0;
   for (int i = 0; i < R; ++i) {
@@ -105,32 +118,26 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
     r.row_begin = row;
     r.rows = rows[i];
     row += r.rows;
-    ASSIGN_OR_RETURN(
-        r.fragment, Fragment::Create(config, ReplicaOptions(config, options, R, i, r.rows), r.ops));
+    const FragmentOptions o = ReplicaOptions(config, options, R, i, r.rows);
+    ASSIGN_OR_RETURN(r.fragment, Fragment::Create(config, o, r.ops));
     // Holds the input activations, and later the output's gradient.
-    r.in = r.ops->Alloc(static_cast<size_t>(r.rows) * options.seq_len *
-                        std::max(r.fragment->input_width(), r.fragment->output_width()));
-    if (f->bound_) {
-      // Its parts of the zero2 / zero3 layers, and the working buffers.
-      r.parts.resize(options.layer_modes.size());
-      int64_t layer_grad = 0, gathered = 0;
-      for (int l = options.begin; l < options.end; ++l) {
-        const ShardMode m = f->mode(l);
-        if (!ShardsGradients(m)) continue;
-        const int64_t n = layout.layer_floats(l), part = PartFloats(n, R, i);
-        LayerPart& p = r.parts[static_cast<size_t>(l - options.begin)];
-        if (ShardsParameters(m)) p.params = r.ops->Alloc(part);
-        p.grads = r.ops->Alloc(part);
-        p.m = r.ops->Alloc(part);
-        p.v = r.ops->Alloc(part);
-        layer_grad = std::max(layer_grad, n);
-        if (ShardsParameters(m)) gathered = std::max(gathered, n);
-      }
-      r.layer_grad = r.ops->Alloc(layer_grad);
-      if (gathered > 0) {
-        r.gathered[0] = r.ops->Alloc(gathered);
-        r.gathered[1] = r.ops->Alloc(gathered);
-      }
+    r.in = r.ops->Alloc(static_cast<size_t>(StagingBytes(config, o)) / sizeof(float));
+    // Its parts of the zero2 / zero3 layers, and the working buffers (none unsharded).
+    const PartSizes sizes = PartSizesOf(config, o, R, i);
+    r.parts.resize(sizes.part.size());
+    for (size_t k = 0; k < sizes.part.size(); ++k) {
+      LayerPart& p = r.parts[k];
+      if (!ShardsGradients(o.layer_modes[k])) continue;
+      p.floats = sizes.part[k];
+      if (ShardsParameters(o.layer_modes[k])) p.params = r.ops->Alloc(p.floats);
+      p.grads = r.ops->Alloc(p.floats);
+      p.m = r.ops->Alloc(p.floats);
+      p.v = r.ops->Alloc(p.floats);
+    }
+    r.layer_grad = r.ops->Alloc(sizes.layer_grad);
+    if (sizes.gathered > 0) {
+      r.gathered[0] = r.ops->Alloc(sizes.gathered);
+      r.gathered[1] = r.ops->Alloc(sizes.gathered);
     }
     f->replicas_.push_back(std::move(r));
   }
@@ -393,11 +400,8 @@ void ReplicatedFragment::InputGrad(float* host) const {
 void ReplicatedFragment::ZeroGrads() {
   for (auto& r : replicas_) {
     r.fragment->ZeroGrads();
-    for (int l = options_.begin; l < options_.end; ++l) {
-      if (!ShardsGradients(mode(l))) continue;
-      const std::vector<size_t> off = PartOffsets(l);
-      const size_t i = static_cast<size_t>(&r - replicas_.data());
-      r.ops->Zero(r.parts[static_cast<size_t>(l - options_.begin)].grads, off[i + 1] - off[i]);
+    for (const LayerPart& p : r.parts) {
+      if (p.floats > 0) r.ops->Zero(p.grads, static_cast<size_t>(p.floats));
     }
   }
 }

@@ -137,6 +137,7 @@ class ReplicatedFragment {
  private:
   // A replica's part of one zero2 or zero3 layer's block (FragmentLayout::layer_floats).
   struct LayerPart {
+    int64_t floats = 0;       // of the layer's block (0: a held layer, or an empty part)
     float* params = nullptr;  // zero3: the part's parameters
     float* grads = nullptr;   // the part of the summed gradient
     float *m = nullptr, *v = nullptr;

@@ -102,43 +102,36 @@ StatusOr<CostModel> CostModel::Create(const model::ModelConfig& model, const Pip
   m.max_slots_ = std::min(M, L);
   m.memory_.assign(static_cast<size_t>(L + 1) * 4 * m.max_slots_, -1);
   m.params_.assign(static_cast<size_t>(L + 1) * 4, -1);
+  // Sites of several devices: the least a device needs, each stage sharded across them.
+  for (const SiteProfile& site : profiles.sites) {
+    if (site.devices > 1) m.sharded_memory_[site.devices].assign(m.memory_.size(), -1);
+  }
   for (int n = 1; n <= L; ++n) {
     for (int pos = 0; pos < 4; ++pos) {
       int begin = 0, end = 0;
       if (!Range(L, n, pos & 1, pos & 2, &begin, &end)) continue;
       m.params_[n * 4 + pos] = model::FragmentLayout(model, begin, end).total();
+      const size_t row = (static_cast<size_t>(n) * 4 + pos) * m.max_slots_;
       for (int slots = 1; slots <= m.max_slots_; ++slots) {
         model::FragmentOptions fo;
         fo.begin = begin, fo.end = end, fo.batch_size = B, fo.seq_len = T, fo.slots = slots;
-        m.memory_[(static_cast<size_t>(n) * 4 + pos) * m.max_slots_ + slots - 1] =
-            model::Fragment::EstimateMemory(model, fo).total() +
-            model::ReplicatedFragment::StagingBytes(model, fo);
+        m.memory_[row + slots - 1] =
+            model::ReplicatedFragment::EstimateMemory(model, fo, 1)[0].total();
       }
-    }
-  }
-
-  // Sites of several devices: the least a device needs, each stage sharded across them.
-  for (const SiteProfile& site : profiles.sites) {
-    if (site.devices <= 1 || m.sharded_memory_.count(site.devices) > 0) continue;
-    std::vector<int64_t>& table = m.sharded_memory_[site.devices];
-    table.assign(m.memory_.size(), -1);
-    for (int n = 1; n <= L; ++n) {
-      for (int pos = 0; pos < 4; ++pos) {
-        int begin = 0, end = 0;
-        if (!Range(L, n, pos & 1, pos & 2, &begin, &end)) continue;
+      for (auto& [devices, table] : m.sharded_memory_) {
         // Each slot adds one microbatch's activations, the same bytes in every mode: the
         // least grows by a fixed step, so two slots' figures give the rest exactly.
-        const size_t row = (static_cast<size_t>(n) * 4 + pos) * m.max_slots_;
         ASSIGN_OR_RETURN(const int64_t one,
-                         LeastShardedBytes({model, begin, end, B, T, M, 1}, site.devices));
+                         LeastShardedBytes({model, begin, end, B, T, M, 1}, devices));
         int64_t step = 0;
         if (m.max_slots_ >= 2) {
           ASSIGN_OR_RETURN(const int64_t two,
-                           LeastShardedBytes({model, begin, end, B, T, M, 2}, site.devices));
+                           LeastShardedBytes({model, begin, end, B, T, M, 2}, devices));
           step = two - one;
         }
-        for (int slots = 1; slots <= m.max_slots_; ++slots)
+        for (int slots = 1; slots <= m.max_slots_; ++slots) {
           table[row + slots - 1] = one + (slots - 1) * step;
+        }
       }
     }
   }

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <deque>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -21,6 +22,18 @@ std::vector<int32_t> Tokens(int seed) {
   for (int i = 0; i < kB * kT; ++i) t[i] = (i * 7 + seed * 13) % 67;
   return t;
 }
+
+// `n` cpu-ref backends, one a replica (a site's CPU devices).
+struct Devices {
+  explicit Devices(int n) {
+    for (int i = 0; i < n; ++i) {
+      owned.push_back(*kernels::MakeOps("cpu-ref", 1));
+      ops.push_back(owned.back().get());
+    }
+  }
+  std::vector<std::unique_ptr<kernels::Ops>> owned;
+  std::vector<kernels::Ops*> ops;
+};
 
 // A two-stage pipeline, each stage replicated `replicas` times on cpu-ref, trained for
 // `steps` steps of kM microbatches; returns the losses and both stages' final parameters.
@@ -47,14 +60,7 @@ ModelConfig Llama() {
 Run Train(int replicas, int steps, bool shard = false, std::vector<ShardMode> modes = {},
           int microbatches = kM, bool llama = false) {
   const ModelConfig c = llama ? Llama() : MakeConfig(2, 32, 4, 67, 16);
-  std::vector<std::unique_ptr<kernels::Ops>> owned;
-  std::vector<kernels::Ops*> a, b;
-  for (int i = 0; i < replicas; ++i) {
-    owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-    a.push_back(owned.back().get());
-    owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-    b.push_back(owned.back().get());
-  }
+  Devices a(replicas), b(replicas);
   FragmentOptions fa{.begin = 0, .end = 1, .batch_size = kB, .seq_len = kT, .slots = 1};
   FragmentOptions fb{.begin = 1, .end = 2, .batch_size = kB, .seq_len = kT, .slots = 1};
   fa.shard_optimizer = fb.shard_optimizer = shard;
@@ -62,8 +68,8 @@ Run Train(int replicas, int steps, bool shard = false, std::vector<ShardMode> mo
     fa.layer_modes = {modes[0]};
     fb.layer_modes = {modes[1]};
   }
-  auto first = ReplicatedFragment::Create(c, fa, a);
-  auto last = ReplicatedFragment::Create(c, fb, b);
+  auto first = ReplicatedFragment::Create(c, fa, a.ops);
+  auto last = ReplicatedFragment::Create(c, fb, b.ops);
   REQUIRE(first.ok());
   REQUIRE(last.ok());
   (*first)->InitParameters(5);
@@ -224,21 +230,16 @@ TEST_CASE("each replica's memory, in every sharding mode, is the cost model's wi
     for (int k = 0; k < kNumShardModes; ++k) {
       const ShardMode mode = ShardMode(k);
       INFO(replicas << " replicas, layers " << ShardModeName(mode));
-      std::vector<std::unique_ptr<kernels::Ops>> owned;
-      std::vector<kernels::Ops*> ops;
-      for (int i = 0; i < replicas; ++i) {
-        owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-        ops.push_back(owned.back().get());
-      }
+      Devices devices(replicas);
       FragmentOptions o{.begin = 0, .end = 2, .batch_size = 4, .seq_len = 16, .slots = 2};
       o.layer_modes = {mode, mode};
-      auto f = ReplicatedFragment::Create(c, o, ops);
+      auto f = ReplicatedFragment::Create(c, o, devices.ops);
       REQUIRE(f.ok());
       const std::vector<MemoryReport> predicted =
           ReplicatedFragment::EstimateMemory(c, o, replicas);
       for (int i = 0; i < replicas; ++i) {
         const int64_t want = predicted[static_cast<size_t>(i)].total();
-        const int64_t measured = ops[static_cast<size_t>(i)]->peak_allocated_bytes();
+        const int64_t measured = devices.ops[static_cast<size_t>(i)]->peak_allocated_bytes();
         INFO("replica " << i << ": measured " << measured << " bytes, predicted " << want);
         CHECK(measured > 0);
         CHECK(std::fabs(static_cast<double>(measured - want)) <= 0.10 * want);
@@ -306,16 +307,12 @@ TEST_CASE("a sharded stage's state moves to another device count and mode whole"
   // replicas, zero2 or replicated, read back the same, and the next steps' losses are the
   // uninterrupted run's within float rounding.
   const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
-  std::vector<std::unique_ptr<kernels::Ops>> owned;
+  std::deque<Devices> owned;  // outlives the fragments made on them
   auto make = [&](int replicas, std::vector<ShardMode> modes) {
-    std::vector<kernels::Ops*> ops;
-    for (int i = 0; i < replicas; ++i) {
-      owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-      ops.push_back(owned.back().get());
-    }
+    owned.emplace_back(replicas);
     FragmentOptions o{.begin = 0, .end = 2, .batch_size = kB, .seq_len = kT, .slots = 1};
     o.layer_modes = std::move(modes);
-    auto f = ReplicatedFragment::Create(c, o, ops);
+    auto f = ReplicatedFragment::Create(c, o, owned.back().ops);
     REQUIRE(f.ok());
     return std::move(*f);
   };
@@ -368,12 +365,8 @@ TEST_CASE("a sharded stage's state moves to another device count and mode whole"
 // The sharded gradients' reduce-scatter: each replica's part holds the sum over the replicas
 // in replica order; bad parts are refused as the all-gather refuses them.
 TEST_CASE("the host reducer's reduce-scatter sums each part into its owner") {
-  std::vector<std::unique_ptr<kernels::Ops>> owned;
-  std::vector<kernels::Ops*> ops;
-  for (int i = 0; i < 3; ++i) {
-    owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-    ops.push_back(owned.back().get());
-  }
+  Devices devices(3);
+  const std::vector<kernels::Ops*>& ops = devices.ops;
   auto reducer = kernels::MakeReplicaReducer(ops);
   REQUIRE(reducer.ok());
   constexpr size_t kN = 10;
@@ -405,14 +398,9 @@ TEST_CASE("the host reducer's reduce-scatter sums each part into its owner") {
 
 TEST_CASE("more replicas than sequences is refused, saying why") {
   const ModelConfig c = MakeConfig(2, 32, 4, 67, 16);
-  std::vector<std::unique_ptr<kernels::Ops>> owned;
-  std::vector<kernels::Ops*> r;
-  for (int i = 0; i < 3; ++i) {
-    owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-    r.push_back(owned.back().get());
-  }
+  Devices devices(3);
   FragmentOptions o{.begin = 0, .end = 2, .batch_size = 2, .seq_len = kT, .slots = 1};
-  auto f = ReplicatedFragment::Create(c, o, r);
+  auto f = ReplicatedFragment::Create(c, o, devices.ops);
   REQUIRE_FALSE(f.ok());
   CHECK_THAT(std::string(f.status().message()), Catch::Contains("3 replicas"));
   CHECK_THAT(std::string(f.status().message()), Catch::Contains("microbatch of 2"));
@@ -421,12 +409,8 @@ TEST_CASE("more replicas than sequences is refused, saying why") {
 // The sharded step's gather (kernels/replica_reducer.h): each replica's own part reaches every
 // other replica, nothing else is written; parts may be empty; bad parts are refused, naming why.
 TEST_CASE("the host reducer's all-gather copies each replica's part to the others") {
-  std::vector<std::unique_ptr<kernels::Ops>> owned;
-  std::vector<kernels::Ops*> ops;
-  for (int i = 0; i < 3; ++i) {
-    owned.push_back(*kernels::MakeOps("cpu-ref", 1));
-    ops.push_back(owned.back().get());
-  }
+  Devices devices(3);
+  const std::vector<kernels::Ops*>& ops = devices.ops;
   auto reducer = kernels::MakeReplicaReducer(ops);
   REQUIRE(reducer.ok());
   constexpr size_t kN = 10;

@@ -35,14 +35,8 @@ StatusOr<StageSharding> ChooseStageSharding(const std::optional<model::ShardMode
   out.layer_modes = o.layer_modes;
   out.why = "zero1 (auto)";
   if (memory_limit_bytes <= 0 || zero1 <= memory_limit_bytes) return out;
-  scheduler::StageShape shape;
-  shape.config = config;
-  shape.layer_begin = fo.begin;
-  shape.layer_end = fo.end;
-  shape.microbatch_size = fo.batch_size;
-  shape.seq_len = fo.seq_len;
-  shape.microbatches = microbatches;
-  shape.slots = fo.slots;
+  const scheduler::StageShape shape{config,     fo.begin,     fo.end,  fo.batch_size,
+                                    fo.seq_len, microbatches, fo.slots};
   const scheduler::SiteDevices d =
       scheduler::NominalCpuDevices(devices, memory_limit_bytes / devices);
   // The uniform mode of least memory (working buffers can make zero3 the dearest).
