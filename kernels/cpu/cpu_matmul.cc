@@ -13,9 +13,9 @@
 namespace longhaul::kernels {
 namespace {
 
-constexpr int kMaxTileRows = 256;
-constexpr int kMaxTileCols = 2048;
-constexpr int kMinTileRows = 64;
+constexpr int kMaxTileRows = 1024;
+constexpr int kMaxTileCols = 4096;
+constexpr int kMinTileRows = 128;
 constexpr int kMinTileCols = 256;
 // Enough tiles to balance a few threads (and to absorb a descheduled one).
 constexpr int kTargetTiles = 8;
