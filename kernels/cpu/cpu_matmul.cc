@@ -1,9 +1,11 @@
-// "cpu" backend matmuls: each product is cut into output tiles of a few hundred rows by a
-// thousand-odd columns, and each tile is one single-threaded OpenBLAS sgemm over the whole
-// inner dimension, run as a task on the backend's pool. Tiles depend only on the shape, and
-// each output element is one sgemm's dot product, so results do not depend on the thread
-// count; and a core taken by another process slows the op instead of stalling it (see
-// thread_pool.h). The bias gradient is a column-split loop with rows summed in order.
+// "cpu" backend matmuls: each product is cut into output tiles of up to 1024 rows by 4096
+// columns (at least 8 tiles where the shape allows), and each tile is one single-threaded
+// OpenBLAS sgemm over the whole inner dimension, run as a task on the backend's pool. Each
+// tile packs its rows of one operand and its columns of the other, so larger tiles pack less
+// twice: 256 x 2048 tiles spent 6-10% more on a Llama step's matmuls. Tiles depend only on
+// the shape, and each output element is one sgemm's dot product, so results do not depend on
+// the thread count; and a core taken by another process slows the op instead of stalling it
+// (see thread_pool.h). The bias gradient is a column-split loop with rows summed in order.
 #include <cblas.h>
 
 #include <algorithm>
