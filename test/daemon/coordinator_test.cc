@@ -76,7 +76,7 @@ struct Fixture {
   std::unique_ptr<Coordinator> c;
 
   // `file_env`: the job record's disk and clock (a FakeClockEnv sets its times).
-  explicit Fixture(FileEnv* file_env = FileEnv::Default()) {
+  explicit Fixture(FileEnv* file_env = FileEnv::Default(), const std::string& job = kJob) {
     CoordinatorEnv env;
     env.file_env = file_env;
     env.site = "alpha";
@@ -87,7 +87,7 @@ struct Fixture {
     };
     env.job_dir = testing::TempDir("coordinator");
     env.log = spdlog::default_logger();
-    auto spec = ParseJobSpec(kJob, "job.yaml", env.job_dir);
+    auto spec = ParseJobSpec(job, "job.yaml", env.job_dir);
     REQUIRE(spec.ok());
     auto submitted = Coordinator::Submit(env, *spec, "unit-000001");
     INFO(submitted.status().ToString());
@@ -181,6 +181,41 @@ TEST_CASE("coordinator: a failed stage rolls every stage back to the committed s
   auto d = f.c->OnReport(old, "alpha");
   REQUIRE(d.ok());
   CHECK(d->stop());
+}
+
+TEST_CASE("coordinator: a gossip attempt draws its graphs from the links the stages measured") {
+  // Two replicas of one stage each, alpha and beta, gossiping. The first attempt knows no
+  // link (no planner profiled them), so its graphs count every link alike; once the stages
+  // have reported their links' estimates, the next attempt carries them, by replica.
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) +
+                "replicas: 2\nsync: {mode: local, every: 2, reduce: gossip, on_site_loss: wait}\n");
+  REQUIRE(f.alpha.assignments().size() == 1);
+  CHECK(f.alpha.assignments()[0].gossip_links_size() == 0);
+  auto report = [&](uint32_t stage, uint64_t step, const std::string& to, double bw) {
+    v1::StepReport r = f.Report(stage, step, step >= 1 ? 2 : 0);
+    r.set_loss(5.0f);
+    v1::LinkUsage* l = r.add_links();
+    l->set_from_site(stage == 0 ? "alpha" : "beta");
+    l->set_to_site(to);
+    l->set_bandwidth_bytes_per_second(bw);
+    REQUIRE(f.c->OnReport(r, stage == 0 ? "alpha" : "beta").ok());
+  };
+  for (uint64_t step = 0; step < 2; ++step) {
+    report(0, step, "beta", 1.25e6);  // 10 Mbit/s
+    report(1, step, "alpha", 125e6);  // 1 Gbit/s
+  }
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).committed_step() == 2; }, 30s));
+  f.beta.Fail("out of memory on beta");
+  REQUIRE(testing::WaitFor([&] { return f.beta.assignments().size() >= 2; }, 30s));
+  for (const v1::StageAssignment& a : {f.alpha.assignments().back(), f.beta.assignments().back()}) {
+    CHECK(a.attempt() == 2);
+    REQUIRE(a.gossip_links_size() == 4);
+    CHECK(a.gossip_links(0) == 0);
+    CHECK(a.gossip_links(1) == 1.25e6);  // replica 0 -> 1: alpha -> beta
+    CHECK(a.gossip_links(2) == 125e6);   // replica 1 -> 0: beta -> alpha
+    CHECK(a.gossip_links(3) == 0);
+  }
 }
 
 TEST_CASE("coordinator: the job completes once every stage ran its last step") {

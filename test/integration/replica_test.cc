@@ -140,8 +140,10 @@ struct Oracle {
 
 // With `replicas` and `fragments` given (a planned job: the plan says them), those instead of
 // the job's even placement; with `microbatches` (a paced plan's, by replica), those.
+// `links`: gossip's link matrix, row-major by replica (a job status's gossip_links).
 Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
-                  const std::vector<int>& microbatches = {}) {
+                  const std::vector<int>& microbatches = {},
+                  const std::vector<double>& links = {}) {
   auto spec = daemon::ParseJobSpec(yaml, "job", ".");
   INFO(spec.status().ToString());
   REQUIRE(spec.ok());
@@ -166,6 +168,11 @@ Oracle TrainFleet(const std::string& yaml, int replicas = 0, int fragments = 0,
   o.replica_microbatches = spec->replica_microbatches;
   o.seed = job.seed;
   o.sync = spec->sync;
+  const size_t n = static_cast<size_t>(spec->replicas);
+  if (links.size() == n * n) {
+    o.bandwidth.assign(n, std::vector<double>(n));
+    for (size_t i = 0; i < n * n; ++i) o.bandwidth[i / n][i % n] = links[i];
+  }
   auto fl = fleet::LocalFleet::Create(
       job.model, [&job] { return model::JobTrainWindows(job, job.seq_len); }, o, ops);
   INFO(fl.status().ToString());
@@ -1108,6 +1115,60 @@ TEST_CASE("replica jobs are checked when submitted") {
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("overlap 0"));
+}
+
+TEST_CASE("a planned gossip job draws its graphs from the links the planner measured") {
+  // Four single-stage replicas: alpha and beta joined at 1 GB/s, gamma and delta too, 1 MB/s
+  // between the pairs. The first attempt's graphs come from the profiles' links (the status
+  // shows them, by replica): a slow link is drawn a thousandth as often as a fast one. The
+  // fleet drawing from the same matrix is the oracle, bit for bit.
+  Cluster c([&](daemon::transport::LoopbackNetwork& net) {
+    for (size_t a = 0; a < 2; ++a) {
+      for (size_t b = 2; b < 4; ++b) {
+        net.SetRate(kSites[a], kSites[b], 1e6);
+        net.SetRate(kSites[b], kSites[a], 1e6);
+      }
+    }
+  });
+  REQUIRE(testing::WaitFor(
+      [&] {
+        for (size_t i = 0; i < kSites.size(); ++i) {
+          const v1::ListLinksResponse links = c.at(i).Links();
+          for (const auto& l : links.links()) {
+            const double bw = l.outbound().bandwidth_bytes_per_second();
+            const bool between = (i < 2) == (l.peer() == "gamma" || l.peer() == "delta");
+            if (bw <= 0 || (between && bw > 1e7)) return false;
+          }
+        }
+        return true;
+      },
+      60s));
+  std::string yaml = JobYaml("sync: {mode: local, every: 2, reduce: gossip}\n", 6);
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  REQUIRE(s.stages_size() == 4);
+  REQUIRE(s.gossip_links_size() == 16);
+  auto pair = [&](int r) { return s.stages(r).site() == "alpha" || s.stages(r).site() == "beta"; };
+  for (int r = 0; r < 4; ++r) {
+    CHECK(s.stages(r).replica() == static_cast<uint32_t>(r));
+    for (int q = 0; q < 4; ++q) {
+      INFO("replica " << r << " on " << s.stages(r).site() << " -> " << q << " on "
+                      << s.stages(q).site());
+      const double bw = s.gossip_links(r * 4 + q);
+      if (r == q) {
+        CHECK(bw == 0);
+      } else if (pair(r) == pair(q)) {
+        CHECK(bw > 1e8);
+      } else {
+        CHECK(bw < 1e7);
+      }
+    }
+  }
+  const std::vector<double> links(s.gossip_links().begin(), s.gossip_links().end());
+  CheckAgainst(TrainFleet(yaml, 4, 1, {}, links), s, c.Export(id));
 }
 
 TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the fleet's model") {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/layer_range.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/status_pages.h"
 #include "model/job_file_paths.h"
 #include "tools/cli/format.h"
@@ -165,6 +166,12 @@ void PrintDetails(const v1::JobStatus& j) {
                                             : "-"});
     }
     std::cout << groups.str();
+  }
+  if (j.gossip_links_size() > 0) {
+    // The measured links this attempt's gossip graphs are drawn from (fast ones more often).
+    std::vector<double> links(j.gossip_links().begin(), j.gossip_links().end());
+    std::cout << "gossip links (Mbit/s, replica -> replica): "
+              << daemon::GossipLinksDebugString(links) << "\n";
   }
 }
 

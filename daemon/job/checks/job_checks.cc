@@ -6,6 +6,7 @@
 
 #include "common/layer_range.h"
 #include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
 #include "daemon/job/sync/sync_routes.h"
 
@@ -150,6 +151,15 @@ Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::s
              ? std::string("the job's sync.reduce is gather")
              : std::string("the plan's replicas hold the tied embedding differently (one stage "
                            "against two or more): no ring agrees")));
+  }
+  if (a.gossip_links_size() > 0) {
+    if (spec.sync.reduce != fleet::SyncReduce::kGossip) {
+      return absl::InvalidArgumentError(job + ": gossip_links, but the job's sync.reduce is " +
+                                        std::string(fleet::SyncReduceName(spec.sync.reduce)));
+    }
+    const StageGrid grid = StageGrid::OfPlan(
+        a.replicas() > 0 ? static_cast<int>(a.replicas()) : spec.replicas, a.stages());
+    RETURN_IF_ERROR(Annotate(CheckGossipLinks(a.gossip_links(), grid.replicas), job));
   }
   return CheckReplicaMembership(a, spec, job);
 }

@@ -81,6 +81,7 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
   const ReplicaList dropped(assignment.dropped_replicas().begin(),
                             assignment.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) live_.push_back(!Contains(dropped, r));
+  gossip_links_.assign(assignment.gossip_links().begin(), assignment.gossip_links().end());
   // Its replica's microbatches, training and validation.
   M_ = AttemptMicrobatches(
            spec, grid_.replicas, assignment.stages(),
@@ -271,7 +272,8 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
             " bytes, announced " + std::to_string(first.encoded_size()) + ")");
       }
     } else {
-      const fleet::GossipGraph g = GossipRoundGraph(sync_, live_, seed_, first.step());
+      const fleet::GossipGraph g =
+          GossipRoundGraph(sync_, live_, seed_, first.step(), gossip_links_);
       const std::vector<int>& out = g.out[static_cast<size_t>(from_replica)];
       valid = first.microbatch() == static_cast<uint32_t>(from_replica) &&
               std::find(out.begin(), out.end(), grid_.replica(self)) != out.end();

@@ -59,13 +59,14 @@ class StageAdmission {
   int layer_begin_ = 0, layer_end_ = 0;
   // M: this replica's microbatch ids per step, the validation pass's included.
   int64_t B_ = 0, T_ = 0, C_ = 0, Vp_ = 0, M_ = 0, steps_ = 0;
-  model::ModelConfig model_;       // cut widths and what the targets frame holds
-  std::vector<SyncRoute> routes_;  // the fragment's sync slices (with replicas)
-  size_t slices_ = 0;              // the model's parameter slices (a grad-sums frame's count)
-  std::vector<bool> live_;         // by replica: not dropped in this attempt
-  bool ring_ = false;              // syncs go around rings (sync.reduce: ring)
-  fleet::SyncOptions sync_;        // when each slice syncs
-  uint64_t seed_ = 0;              // the job's: gossip rounds' graphs (gossip_round.h)
+  model::ModelConfig model_;          // cut widths and what the targets frame holds
+  std::vector<SyncRoute> routes_;     // the fragment's sync slices (with replicas)
+  size_t slices_ = 0;                 // the model's parameter slices (a grad-sums frame's count)
+  std::vector<bool> live_;            // by replica: not dropped in this attempt
+  bool ring_ = false;                 // syncs go around rings (sync.reduce: ring)
+  fleet::SyncOptions sync_;           // when each slice syncs
+  uint64_t seed_ = 0;                 // the job's: gossip rounds' graphs (gossip_round.h)
+  std::vector<double> gossip_links_;  // the assignment's measured links (gossip_round.h)
 };
 
 }  // namespace longhaul::daemon

@@ -9,6 +9,7 @@
 
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/coordinator/job_record.h"
+#include "daemon/job/sync/gossip_round.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -63,6 +64,29 @@ void Coordinator::SetState(v1::JobState state, const std::string& detail) {
   cv_.notify_all();
 }
 
+std::vector<double> Coordinator::GossipLinksLocked(const StageGrid& grid) const {
+  if (spec_.sync.reduce != fleet::SyncReduce::kGossip || grid.replicas < 2) return {};
+  std::map<std::pair<std::string, std::string>, double> reported;
+  for (const v1::LinkUsage& l : record_.links()) {
+    if (l.bandwidth_bytes_per_second() > 0) {
+      reported[{l.from_site(), l.to_site()}] = l.bandwidth_bytes_per_second();
+    }
+  }
+  const ReplicaList dropped = DroppedLocked();
+  std::vector<bool> live;
+  for (int r = 0; r < grid.replicas; ++r) live.push_back(!Contains(dropped, r));
+  return GossipLinkMatrix(grid, record_.stages(), live,
+                          [&](const std::string& from, const std::string& to) {
+                            using Links = std::map<std::pair<std::string, std::string>, double>;
+                            const Links* sources[] = {&reported, &submit_links_};
+                            for (const Links* m : sources) {
+                              const auto it = m->find({from, to});
+                              if (it != m->end()) return it->second;
+                            }
+                            return 0.0;
+                          });
+}
+
 bool Coordinator::AssignAll() {
   v1::StageAssignment a;
   {
@@ -85,6 +109,13 @@ bool Coordinator::AssignAll() {
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
     a.set_sync_ring(record_.sync_ring());
     a.set_replicas(record_.replicas());
+    const std::vector<double> links = GossipLinksLocked(GridLocked());
+    *a.mutable_gossip_links() = {links.begin(), links.end()};
+    *record_.mutable_gossip_links() = a.gossip_links();
+    if (!links.empty()) {
+      env_.log->info("job {}: attempt {} gossips over the measured links (Mbit/s, by replica): {}",
+                     record_.job_id(), record_.attempt(), GossipLinksDebugString(links));
+    }
     attempt_start_ = record_.committed_step();
     barrier_.NewAssignment();
   }

@@ -172,6 +172,12 @@ class Coordinator {
   // Files a last stage's validation loss; once every live replica's is in, their mean.
   void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A gossip attempt's link matrix (StageAssignment.gossip_links) from the newest link
+  // estimates: the stages' last reports, else the planner's at submit; empty when some link
+  // is unknown or the job does not gossip.
+  std::vector<double> GossipLinksLocked(const StageGrid& grid) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Notes an event at the committed step, keeping the newest kMaxJobEvents.
   void AddEventLocked(const std::string& kind, const std::string& detail)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -195,6 +201,9 @@ class Coordinator {
   StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   double last_step_time_ ABSL_GUARDED_BY(mu_) = 0;
   std::string placement_ ABSL_GUARDED_BY(mu_);  // the planner's summary, kept in the detail
+  // The links the planner measured at submit, (from, to) -> bytes/s: a gossip job's graphs
+  // until the stages report their own estimates (GossipLinksLocked).
+  std::map<std::pair<std::string, std::string>, double> submit_links_ ABSL_GUARDED_BY(mu_);
   // The plan before the move.
   google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_ ABSL_GUARDED_BY(mu_);
   uint64_t migrate_step_ ABSL_GUARDED_BY(mu_) = 0;

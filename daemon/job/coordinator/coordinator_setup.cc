@@ -35,6 +35,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
   std::string placement;
   double predicted = 0;
   std::map<std::string, scheduler::SiteProfile> site_limits;
+  std::vector<scheduler::LinkProfile> submit_links;  // the planner's measured links
   int replicas = spec.replicas;
   std::vector<int> microbatches;  // by replica: the planner's pacing, else the job's
   std::vector<int> replica_of;    // by stage
@@ -46,6 +47,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     placement = planned->summary;
     predicted = planned->predicted_step_seconds;
     site_limits = planned->site_limits;
+    submit_links = planned->links;
     replicas = planned->replicas;
     ring = planned->ring;
     microbatches = planned->microbatches;
@@ -110,6 +112,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     c->record_ = std::move(r);
     c->placement_ = placement;
     c->replanner_.set_site_limits(site_limits);
+    for (const scheduler::LinkProfile& l : submit_links) {
+      c->submit_links_[{l.from, l.to}] = l.bandwidth_bytes_per_second;
+    }
     c->PersistLocked();
   }
   // The first assignment is synchronous, so that a job no site can run (too large for a

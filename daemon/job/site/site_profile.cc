@@ -161,6 +161,7 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
   }
   p.predicted_step_seconds = fleet->step_seconds;
   for (const auto& site : profiles.sites) p.site_limits[site.name] = site;
+  p.links = profiles.links;
   p.summary = absl::StrCat(
       "planned ", p.replicas, spec.replicas == 0 ? " replicas (auto)" : " replicas", " of ",
       absl::StrJoin(stage_counts, ", "), " stage(s): ", absl::StrJoin(parts, " | "), ": predicted ",
@@ -242,6 +243,7 @@ StatusOr<PlannedPlacement> PlanPlacement(
   p.stages = plan->stages;
   p.predicted_step_seconds = plan->estimate.step_seconds;
   for (const auto& site : profiles.sites) p.site_limits[site.name] = site;
+  p.links = profiles.links;
   p.summary = absl::StrCat("planned ", scheduler::PlanDebugString(p.stages), ": predicted ",
                            absl::StrFormat("%.3f", p.predicted_step_seconds), " s/step (",
                            plan->estimate.bottleneck_description, ")");

@@ -75,6 +75,9 @@ struct PlannedPlacement {
   // Per profiled site as it answered: its memory limit (0: none) and devices, which a re-plan
   // must respect (its compute and links it measures again).
   std::map<std::string, scheduler::SiteProfile> site_limits;
+  // The links between the profiled sites as measured (an unmeasured one assumed at 1 Gbit/s):
+  // a gossip job's first graphs are drawn from them (daemon/job/sync/gossip_round.h).
+  std::vector<scheduler::LinkProfile> links;
 };
 
 // Asks every site of spec.sites for its profile (ProfileSite) and plans the job over them,

@@ -2,6 +2,10 @@
 #include "daemon/job/sync/gossip_round.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
 
 namespace longhaul::daemon {
 
@@ -10,14 +14,103 @@ uint64_t GossipRoundOf(const fleet::SyncOptions& sync, uint64_t step) {
 }
 
 fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::vector<bool>& live,
-                                    uint64_t seed, uint64_t step) {
+                                    uint64_t seed, uint64_t step,
+                                    const std::vector<double>& measured) {
   const size_t n = live.size();
   std::vector<std::vector<double>> links(n, std::vector<double>(n, 1.0));
+  if (measured.size() == n * n) {
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t q = 0; q < n; ++q) links[r][q] = measured[r * n + q];
+    }
+  }
   for (size_t r = 0; r < n; ++r) {
     if (live[r]) continue;
     for (size_t q = 0; q < n; ++q) links[r][q] = links[q][r] = 0;
   }
   return fleet::ChooseGossipGraph(links, sync.fanout, seed, GossipRoundOf(sync, step));
+}
+
+namespace {
+
+// Whether stages a and b (of different replicas) exchange sync frames: they hold some of the
+// same layers, or the embedding (both first) or the head (both last).
+bool Partners(const StageGrid& grid, int a, int b) {
+  if (grid.first(a) && grid.first(b)) return true;
+  if (grid.last(a) && grid.last(b)) return true;
+  if (grid.layers.empty()) return grid.position(a) == grid.position(b);
+  const auto& la = grid.layers[static_cast<size_t>(a)];
+  const auto& lb = grid.layers[static_cast<size_t>(b)];
+  return la.first < lb.second && lb.first < la.second;
+}
+
+}  // namespace
+
+std::vector<double> GossipLinkMatrix(
+    const StageGrid& grid, const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+    const std::vector<bool>& live,
+    const std::function<double(const std::string& from, const std::string& to)>& bandwidth) {
+  const int n = grid.replicas;
+  if (n < 2 || grid.size() != stages.size() || live.size() != static_cast<size_t>(n)) return {};
+  constexpr double kUnlimited = std::numeric_limits<double>::infinity();
+  std::vector<double> m(static_cast<size_t>(n) * n, 0.0);
+  double fastest = 0;
+  for (int r = 0; r < n; ++r) {
+    for (int q = 0; q < n; ++q) {
+      if (r == q || !live[static_cast<size_t>(r)] || !live[static_cast<size_t>(q)]) continue;
+      double slowest = kUnlimited;
+      for (int a = grid.start[r]; a < grid.start[r + 1]; ++a) {
+        for (int b = grid.start[q]; b < grid.start[q + 1]; ++b) {
+          const std::string& from = stages[a].site();
+          const std::string& to = stages[b].site();
+          if (!Partners(grid, a, b) || from == to) continue;
+          const double bw = bandwidth(from, to);
+          if (!(bw > 0) || !std::isfinite(bw)) return {};  // unknown: every link alike
+          slowest = std::min(slowest, bw);
+        }
+      }
+      m[static_cast<size_t>(r) * n + q] = slowest;
+      if (slowest < kUnlimited) fastest = std::max(fastest, slowest);
+    }
+  }
+  for (double& v : m) {
+    if (v == kUnlimited) v = fastest > 0 ? fastest : 1.0;
+  }
+  return m;
+}
+
+std::string GossipLinksDebugString(const std::vector<double>& links) {
+  const size_t n = static_cast<size_t>(std::llround(std::sqrt(static_cast<double>(links.size()))));
+  std::string out;
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t q = 0; q < n; ++q) {
+      const double bw = r * n + q < links.size() ? links[r * n + q] : 0;
+      if (r == q || bw <= 0) continue;
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s%zu->%zu %.4g", out.empty() ? "" : ", ", r, q,
+                    bw * 8 / 1e6);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, int replicas) {
+  if (links.empty()) return Status();
+  const int64_t want = int64_t{replicas} * replicas;
+  if (links.size() != want) {
+    return absl::InvalidArgumentError("gossip_links: " + std::to_string(links.size()) +
+                                      " values for " + std::to_string(replicas) +
+                                      " replicas (want " + std::to_string(want) + ")");
+  }
+  for (int i = 0; i < links.size(); ++i) {
+    if (!std::isfinite(links[i]) || links[i] < 0) {
+      return absl::InvalidArgumentError(
+          "gossip_links: the link from replica " + std::to_string(i / replicas) + " to replica " +
+          std::to_string(i % replicas) + " is " + std::to_string(links[i]) +
+          " (want a finite bandwidth >= 0)");
+    }
+  }
+  return Status();
 }
 
 }  // namespace longhaul::daemon

@@ -50,6 +50,7 @@ Status ReplicaSync::Init() {
     union_microbatches_ += o_.microbatches[static_cast<size_t>(r)];
   }
   token_weights_ = fleet::TokenWeights(o_.microbatches, live_);
+  gossip_links_.assign(a.gossip_links().begin(), a.gossip_links().end());
 
   SyncExchangeOptions so;
   so.site = o_.site;
@@ -228,7 +229,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
   }
   const uint64_t round = GossipRoundOf(o_.sync, step);
-  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step);
+  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, gossip_links_);
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
   const std::vector<int> from = graph.In(me);
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());

@@ -140,6 +140,7 @@ class ReplicaSync {
   std::unique_ptr<SyncExchange> exchange_;
   std::vector<SyncRoute> routes_;            // this stage's slices and their holders
   std::vector<bool> live_;                   // by replica: not dropped in this attempt
+  std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip
   std::optional<SyncCodecChooser> codec_;    // sync: {codec: adaptive}
   fleet::OuterOptimizer outer_;              // local mode
