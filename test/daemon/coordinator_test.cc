@@ -207,7 +207,9 @@ TEST_CASE("coordinator: a gossip attempt draws its graphs from the links the sta
   }
   REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).committed_step() == 2; }, 30s));
   f.beta.Fail("out of memory on beta");
-  REQUIRE(testing::WaitFor([&] { return f.beta.assignments().size() >= 2; }, 30s));
+  // The last stage is assigned first: wait for both.
+  REQUIRE(testing::WaitFor(
+      [&] { return f.beta.assignments().size() >= 2 && f.alpha.assignments().size() >= 2; }, 30s));
   for (const v1::StageAssignment& a : {f.alpha.assignments().back(), f.beta.assignments().back()}) {
     CHECK(a.attempt() == 2);
     REQUIRE(a.gossip_links_size() == 4);

@@ -1,11 +1,13 @@
 // The daemons' gossip rounds (daemon/job/sync/gossip_round.h): the link matrix a gossip
 // attempt draws its graphs from (each replica pair's slowest link between stages that sync the
-// same layers, unknown links making it empty), the graphs drawn from it (a link that is down
+// same layers, a slow link raised to a tenth of its row's fastest, unknown links making it
+// empty), the graphs drawn from it (a link that is down
 // never, fast links more often than slow ones, the same graph for every caller), and the
 // checks a site makes of an assignment's matrix.
 #include "daemon/job/sync/gossip_round.h"
 
 #include <catch2/catch.hpp>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -63,8 +65,12 @@ TEST_CASE("a replica pair's link is its slowest stage link", "[gossip]") {
   // Two replicas of two stages: a|b and c|d. Stage 0 syncs with stage 0, stage 1 with 1.
   const Stages plan = Plan({{"a", "b"}, {"c", "d"}});
   const Links links = AllLinks({"a", "b", "c", "d"}, 100,
-                               {{{"a", "c"}, 50}, {{"b", "d"}, 20}, {{"c", "a"}, 70},
-                                {{"d", "b"}, 90}, {{"a", "d"}, 1}, {{"b", "c"}, 1}});
+                               {{{"a", "c"}, 50},
+                                {{"b", "d"}, 20},
+                                {{"c", "a"}, 70},
+                                {{"d", "b"}, 90},
+                                {{"a", "d"}, 1},
+                                {{"b", "c"}, 1}});
   const std::vector<double> m = Matrix(plan, 2, links);
   REQUIRE(m.size() == 4);
   CHECK(m[0] == 0);
@@ -101,20 +107,26 @@ TEST_CASE("an unknown link leaves every link alike", "[gossip]") {
   CHECK(m[7] == 0);
 }
 
-TEST_CASE("stages on one site do not limit their pair", "[gossip]") {
-  // Replicas 0 and 1 share site b for their second stages; 0 and 2 share nothing.
-  const Stages plan = Plan({{"a", "b"}, {"c", "b"}, {"e", "f"}});
+TEST_CASE("a slow link counts at least a tenth of its row's fastest", "[gossip]") {
+  // Replica 0 on a reaches b at 1000 and c at 1: c is drawn a tenth as often as b, not a
+  // thousandth (push-sum would starve c of weight). Rows whose links are close stay as measured.
+  const Stages plan = Plan({{"a"}, {"b"}, {"c"}});
   const std::vector<double> m =
-      Matrix(plan, 3, AllLinks({"a", "b", "c", "e", "f"}, 100, {{{"a", "c"}, 10}}));
+      Matrix(plan, 3, AllLinks({"a", "b", "c"}, 50, {{{"a", "b"}, 1000}, {{"a", "c"}, 1}}));
   REQUIRE(m.size() == 9);
-  CHECK(m[1] == 10);  // only a -> c limits it
-  // Two replicas wholly on the same sites: nothing limits them; they get the fastest link.
-  const Stages same = Plan({{"a"}, {"a"}, {"e"}});
-  const std::vector<double> s = Matrix(same, 3, AllLinks({"a", "e"}, 7, {{{"e", "a"}, 9}}));
-  REQUIRE(s.size() == 9);
-  CHECK(s[1] == 9);
-  CHECK(s[3] == 9);
-  CHECK(s[2] == 7);
+  CHECK(m[1] == 1000);
+  CHECK(m[2] == 100);
+  CHECK(m[3] == 50);
+  CHECK(m[5] == 50);
+  // A reported figure beyond kMaxGossipLinkBandwidth is held to it.
+  const std::vector<double> huge =
+      Matrix(plan, 3, AllLinks({"a", "b", "c"}, 50, {{{"b", "a"}, 1e300}}));
+  REQUIRE(huge.size() == 9);
+  CHECK(huge[3] == kMaxGossipLinkBandwidth);
+  CHECK(huge[5] == kMaxGossipLinkBandwidth * kGossipLinkFloor);  // hence the coordinator's bound
+  CHECK_FALSE(UsableLinkEstimate(1e300));
+  CHECK_FALSE(UsableLinkEstimate(0));
+  CHECK(UsableLinkEstimate(1.25e6));
 }
 
 TEST_CASE("graphs drawn from measured links favour fast links and skip down ones", "[gossip]") {
@@ -148,7 +160,6 @@ TEST_CASE("graphs drawn from measured links favour fast links and skip down ones
   CHECK(drawn[2] > 25);
   CHECK(drawn[2] < 90);
   CHECK(drawn[3] < 20);
-  CHECK(drawn[1] + drawn[2] + drawn[3] == 600);
   // Without a matrix every link is alike: replica 0 reaches 3 about as often as 1.
   std::vector<int> alike(4, 0);
   for (uint64_t step = 0; step < 600; ++step) {
@@ -170,8 +181,8 @@ TEST_CASE("a site checks an assignment's gossip links", "[gossip]") {
       "name: g\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
       "data: {train: builtin}\nsteps: 10\nbatch_size: 4\nmicrobatch_size: 2\nseq_len: 32\n"
       "sites: [a, b, c, d]\nplacement: even\nreplicas: 2\ncheckpoint: {every: 2}\n";
-  auto gossip = ParseJobSpec(job + "sync: {mode: local, every: 2, reduce: gossip}\n", "job.yaml",
-                             ".");
+  auto gossip =
+      ParseJobSpec(job + "sync: {mode: local, every: 2, reduce: gossip}\n", "job.yaml", ".");
   REQUIRE(gossip.ok());
   auto ring = ParseJobSpec(job + "sync: {mode: local, every: 2, reduce: ring}\n", "job.yaml", ".");
   REQUIRE(ring.ok());
@@ -191,11 +202,14 @@ TEST_CASE("a site checks an assignment's gossip links", "[gossip]") {
   CHECK_THAT(refused(*ring), Catch::Contains("sync.reduce is ring"));
   a.set_gossip_links(2, -1);
   CHECK_THAT(refused(*gossip), Catch::Contains("from replica 1 to replica 0"));
-  a.set_gossip_links(2, std::numeric_limits<double>::quiet_NaN());
-  CHECK_THAT(refused(*gossip), Catch::Contains("want a finite bandwidth"));
-  a.set_gossip_links(2, std::numeric_limits<double>::infinity());
-  CHECK_THAT(refused(*gossip), Catch::Contains("want a finite bandwidth"));
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(),
+                     std::numeric_limits<double>::infinity(), 2e15, 0.0}) {
+    a.set_gossip_links(2, bad);
+    CHECK_THAT(refused(*gossip), Catch::Contains("want a bandwidth in (0, 1e15]"));
+  }
   a.set_gossip_links(2, 1);
+  a.set_gossip_links(0, 3);  // the diagonal is never drawn: any figure in range
+  CHECK(CheckAssignment(a, *gossip, "c").ok());
   a.add_gossip_links(3);
   CHECK_THAT(refused(*gossip), Catch::Contains("5 values for 2 replicas (want 4)"));
 }

@@ -17,11 +17,18 @@
 # loss on the held-out text (`longhaul eval`: after the last sync, or gossip's final average)
 # and the sync bytes each run put on the links.
 #
-#   tools/bench/gossip_run.sh                     # all three runs (about 6 minutes)
+# With STAGES=2 the replicas are pipelines of two stages on eight daemons (alpha-beta,
+# gamma-delta, epsilon-zeta, eta-theta): 1 Gbit/s within a replica, 100 Mbit/s between
+# replicas 0-1 and 2-3, 10 Mbit/s otherwise, replica 3's two sites throttled to SLOW.
+#
+#   tools/bench/gossip_run.sh                     # all four runs (about 6 minutes)
 #   RUNS="gather gossip" STEPS=20 tools/bench/gossip_run.sh
+#   STAGES=2 RUNS="ring gossip" tools/bench/gossip_run.sh   # 8 daemons, 4 x 2
 #
 # Settings (environment):
-#   THROTTLE=0.02 SLOW=0.06   extra seconds of compute per layer and microbatch (delta: SLOW)
+#   STAGES=1                  stages per replica: 1 (four daemons) or 2 (eight)
+#   THROTTLE=0.02 SLOW=0.06   extra seconds of compute per layer and microbatch (the slow
+#                             replica's sites, delta or eta-theta: SLOW)
 #   DELAY=25ms                one-way delay on every link
 #   LAYERS=4 CHANNELS=64 HEADS=4 STEPS=40 BATCH=8 MICROBATCH=4 SEQ=64 LR=2e-3 EVERY=5
 #   GATHER_CODEC=topk:0.03+q4 GOSSIP_CODEC=topk:0.03 FANOUT=1
@@ -35,7 +42,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
-SITES=(alpha beta gamma delta)
+STAGES=${STAGES:-1}
+case "$STAGES" in
+  1) SITES=(alpha beta gamma delta) ;;
+  2) SITES=(alpha beta gamma delta epsilon zeta eta theta) ;;
+  *) echo "gossip_run: STAGES is 1 or 2, not '$STAGES'" >&2; exit 2 ;;
+esac
 DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02} SLOW=${SLOW:-0.06}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-40}
 BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
@@ -50,14 +62,26 @@ source "$ROOT/tools/wan_sites.sh"
 
 wan_begin longhaul-gossip-run
 
-rate_of() {  # rate_of FROM TO (symmetric)
-  case "$1-$2" in
-    alpha-beta | beta-alpha | gamma-delta | delta-gamma) echo 1gbit ;;
-    alpha-gamma | gamma-alpha | beta-delta | delta-beta) echo 100mbit ;;
-    *) echo 10mbit ;;
-  esac
+replica_of() {  # replica_of SITE: its replica (STAGES sites each, in SITES order)
+  local i
+  for i in "${!SITES[@]}"; do [ "${SITES[$i]}" = "$1" ] && echo $((i / STAGES)); done
 }
-throttle_of() { if [ "$1" = delta ]; then echo "$SLOW"; else echo "$THROTTLE"; fi; }
+rate_of() {  # rate_of FROM TO (symmetric)
+  if [ "$STAGES" = 1 ]; then
+    case "$1-$2" in
+      alpha-beta | beta-alpha | gamma-delta | delta-gamma) echo 1gbit ;;
+      alpha-gamma | gamma-alpha | beta-delta | delta-beta) echo 100mbit ;;
+      *) echo 10mbit ;;
+    esac
+    return
+  fi
+  local a b
+  a=$(replica_of "$1") b=$(replica_of "$2")
+  if [ "$a" = "$b" ]; then echo 1gbit
+  elif [ $((a / 2)) = $((b / 2)) ]; then echo 100mbit
+  else echo 10mbit; fi
+}
+throttle_of() { if [ "$(replica_of "$1")" = 3 ]; then echo "$SLOW"; else echo "$THROTTLE"; fi; }
 
 write_job() {  # write_job FILE KIND
   local sync
@@ -68,7 +92,7 @@ write_job() {  # write_job FILE KIND
     step) sync="{mode: step, codec: exact}" ;;
   esac
   {
-    wan_job_head "gossip-run-$2" 10 alpha beta gamma delta
+    wan_job_head "gossip-run-$2" 10 "${SITES[@]}"
     cat <<JOB
 replicas: 4
 sync: $([ "$2" = step ] && echo "$sync" || echo "{outer: {lr: 1, momentum: 0}, ${sync#\{}")
@@ -94,7 +118,7 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   for s in "${SITES[@]}"; do
     $LONGHAUL --config "$dir/$s.yaml" debug throttle "$(throttle_of "$s")" >/dev/null
   done
-  echo "== $kind: throttle ${THROTTLE}s per layer and microbatch (delta ${SLOW}s)"
+  echo "== $kind: 4 replicas x $STAGES stages, throttle ${THROTTLE}s per layer and microbatch (replica 3 ${SLOW}s)"
   $PY "$BENCH" follow --cli "$LONGHAUL" --config "$dir/alpha.yaml" --job "$dir/job.yaml" \
     --out "$OUT/$kind.json" --label "$kind" --progress --timeout "$RUN_TIMEOUT" &
   follower=$!
@@ -138,4 +162,15 @@ for kind in sys.argv[5:]:
         held = m.group(1) if m else "?"
     print(f"| {kind} | {final.get('state', '?').replace('JOB_STATE_', '').lower()} | {wall:.1f} | "
           f"{tokens / wall:.0f} | {float(final.get('loss', 0)):.4f} | {held} | {wire} | {syncs} |")
+# The training loss (the mean of the replicas' own) at equal tokens: every tenth step.
+marks = list(range(10, steps + 1, 10)) or [steps]
+print("\n| run | " + " | ".join(f"loss at step {m}" for m in marks) + " |")
+print("| --- |" + " --- |" * len(marks))
+for kind in sys.argv[5:]:
+    path = os.path.join(out, kind + ".json")
+    if not os.path.exists(path):
+        continue
+    losses = (json.load(open(path))["final"] or {}).get("losses", [])
+    cells = [f"{float(losses[m - 1]):.4f}" if m - 1 < len(losses) else "-" for m in marks]
+    print(f"| {kind} | " + " | ".join(cells) + " |")
 PY

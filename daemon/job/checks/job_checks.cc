@@ -159,7 +159,10 @@ Status CheckAssignment(const v1::StageAssignment& a, const JobSpec& spec, std::s
     }
     const StageGrid grid = StageGrid::OfPlan(
         a.replicas() > 0 ? static_cast<int>(a.replicas()) : spec.replicas, a.stages());
-    RETURN_IF_ERROR(Annotate(CheckGossipLinks(a.gossip_links(), grid.replicas), job));
+    const ReplicaList dropped(a.dropped_replicas().begin(), a.dropped_replicas().end());
+    std::vector<bool> live;
+    for (int r = 0; r < grid.replicas; ++r) live.push_back(!Contains(dropped, r));
+    RETURN_IF_ERROR(Annotate(CheckGossipLinks(a.gossip_links(), grid.replicas, live), job));
   }
   return CheckReplicaMembership(a, spec, job);
 }

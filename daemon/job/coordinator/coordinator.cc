@@ -66,10 +66,10 @@ void Coordinator::SetState(v1::JobState state, const std::string& detail) {
 
 std::vector<double> Coordinator::GossipLinksLocked(const StageGrid& grid) const {
   if (spec_.sync.reduce != fleet::SyncReduce::kGossip || grid.replicas < 2) return {};
-  std::map<std::pair<std::string, std::string>, double> reported;
+  std::map<std::pair<std::string, std::string>, double> links = known_links_;
   for (const v1::LinkUsage& l : record_.links()) {
-    if (l.bandwidth_bytes_per_second() > 0) {
-      reported[{l.from_site(), l.to_site()}] = l.bandwidth_bytes_per_second();
+    if (UsableLinkEstimate(l.bandwidth_bytes_per_second())) {
+      links[{l.from_site(), l.to_site()}] = l.bandwidth_bytes_per_second();
     }
   }
   const ReplicaList dropped = DroppedLocked();
@@ -77,13 +77,8 @@ std::vector<double> Coordinator::GossipLinksLocked(const StageGrid& grid) const 
   for (int r = 0; r < grid.replicas; ++r) live.push_back(!Contains(dropped, r));
   return GossipLinkMatrix(grid, record_.stages(), live,
                           [&](const std::string& from, const std::string& to) {
-                            using Links = std::map<std::pair<std::string, std::string>, double>;
-                            const Links* sources[] = {&reported, &submit_links_};
-                            for (const Links* m : sources) {
-                              const auto it = m->find({from, to});
-                              if (it != m->end()) return it->second;
-                            }
-                            return 0.0;
+                            const auto it = links.find({from, to});
+                            return it == links.end() ? 0.0 : it->second;
                           });
 }
 
@@ -112,6 +107,7 @@ bool Coordinator::AssignAll() {
     const std::vector<double> links = GossipLinksLocked(GridLocked());
     *a.mutable_gossip_links() = {links.begin(), links.end()};
     *record_.mutable_gossip_links() = a.gossip_links();
+    PersistLocked();
     if (!links.empty()) {
       env_.log->info("job {}: attempt {} gossips over the measured links (Mbit/s, by replica): {}",
                      record_.job_id(), record_.attempt(), GossipLinksDebugString(links));

@@ -173,8 +173,8 @@ class Coordinator {
   void NoteValLossLocked(const v1::StepReport& rep, const StageGrid& grid, uint32_t live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A gossip attempt's link matrix (StageAssignment.gossip_links) from the newest link
-  // estimates: the stages' last reports, else the planner's at submit; empty when some link
-  // is unknown or the job does not gossip.
+  // estimates (the record's last reported links, else known_links_); empty when some link is
+  // unknown or the job does not gossip.
   std::vector<double> GossipLinksLocked(const StageGrid& grid) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -201,9 +201,10 @@ class Coordinator {
   StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
   double last_step_time_ ABSL_GUARDED_BY(mu_) = 0;
   std::string placement_ ABSL_GUARDED_BY(mu_);  // the planner's summary, kept in the detail
-  // The links the planner measured at submit, (from, to) -> bytes/s: a gossip job's graphs
-  // until the stages report their own estimates (GossipLinksLocked).
-  std::map<std::pair<std::string, std::string>, double> submit_links_ ABSL_GUARDED_BY(mu_);
+  // The newest estimate of each site link, (from, to) -> bytes/s: the planner's at submit, then
+  // each decided step's reports (a stage's own links only), kept when a stage stops reporting
+  // (a dropped replica's): a gossip attempt's link matrix (GossipLinksLocked).
+  std::map<std::pair<std::string, std::string>, double> known_links_ ABSL_GUARDED_BY(mu_);
   // The plan before the move.
   google::protobuf::RepeatedPtrField<v1::StageInfo> migrate_from_ ABSL_GUARDED_BY(mu_);
   uint64_t migrate_step_ ABSL_GUARDED_BY(mu_) = 0;

@@ -11,6 +11,7 @@
 #include "daemon/job/coordinator/data_sources.h"
 #include "daemon/job/coordinator/job_record.h"
 #include "daemon/job/coordinator/step_schedule.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/sync_groups.h"
 #include "daemon/job/sync/sync_routes.h"
 
@@ -160,7 +161,14 @@ void Coordinator::FileStepLocked(const v1::StepReport& rep, const StageGrid& gri
       s->set_compute_seconds(r.compute_seconds());
       s->set_wait_seconds(r.wait_seconds());
       s->set_step_seconds(r.step_seconds());
-      for (const auto& l : r.links()) *record_.add_links() = l;
+      for (const auto& l : r.links()) {
+        // A stage speaks for its own site's links only.
+        if (l.from_site() != s->site()) continue;
+        *record_.add_links() = l;
+        if (UsableLinkEstimate(l.bandwidth_bytes_per_second())) {
+          known_links_[{l.from_site(), l.to_site()}] = l.bandwidth_bytes_per_second();
+        }
+      }
     }
     SetSyncGroups(*reports, SyncGroupsOf(grid, spec_.job.model),
                   spec_.sync.reduce == fleet::SyncReduce::kGossip, &record_);

@@ -113,7 +113,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     c->placement_ = placement;
     c->replanner_.set_site_limits(site_limits);
     for (const scheduler::LinkProfile& l : submit_links) {
-      c->submit_links_[{l.from, l.to}] = l.bandwidth_bytes_per_second;
+      c->known_links_[{l.from, l.to}] = l.bandwidth_bytes_per_second;
     }
     c->PersistLocked();
   }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <string>
 
 namespace longhaul::daemon {
@@ -43,6 +42,10 @@ bool Partners(const StageGrid& grid, int a, int b) {
   return la.first < lb.second && lb.first < la.second;
 }
 
+bool Live(const std::vector<bool>& live, int r) {
+  return static_cast<size_t>(r) >= live.size() || live[static_cast<size_t>(r)];
+}
+
 }  // namespace
 
 std::vector<double> GossipLinkMatrix(
@@ -51,29 +54,30 @@ std::vector<double> GossipLinkMatrix(
     const std::function<double(const std::string& from, const std::string& to)>& bandwidth) {
   const int n = grid.replicas;
   if (n < 2 || grid.size() != stages.size() || live.size() != static_cast<size_t>(n)) return {};
-  constexpr double kUnlimited = std::numeric_limits<double>::infinity();
   std::vector<double> m(static_cast<size_t>(n) * n, 0.0);
-  double fastest = 0;
   for (int r = 0; r < n; ++r) {
+    if (!live[static_cast<size_t>(r)]) continue;
+    double fastest = 0;
     for (int q = 0; q < n; ++q) {
-      if (r == q || !live[static_cast<size_t>(r)] || !live[static_cast<size_t>(q)]) continue;
-      double slowest = kUnlimited;
+      if (r == q || !live[static_cast<size_t>(q)]) continue;
+      // Every pair has partners (their first stages at least), each on its own site (a plan
+      // puts no two stages on one site).
+      double slowest = kMaxGossipLinkBandwidth;
       for (int a = grid.start[r]; a < grid.start[r + 1]; ++a) {
         for (int b = grid.start[q]; b < grid.start[q + 1]; ++b) {
-          const std::string& from = stages[a].site();
-          const std::string& to = stages[b].site();
-          if (!Partners(grid, a, b) || from == to) continue;
-          const double bw = bandwidth(from, to);
+          if (!Partners(grid, a, b)) continue;
+          const double bw = bandwidth(stages[a].site(), stages[b].site());
           if (!(bw > 0) || !std::isfinite(bw)) return {};  // unknown: every link alike
           slowest = std::min(slowest, bw);
         }
       }
       m[static_cast<size_t>(r) * n + q] = slowest;
-      if (slowest < kUnlimited) fastest = std::max(fastest, slowest);
+      fastest = std::max(fastest, slowest);
     }
-  }
-  for (double& v : m) {
-    if (v == kUnlimited) v = fastest > 0 ? fastest : 1.0;
+    for (int q = 0; q < n; ++q) {
+      double& v = m[static_cast<size_t>(r) * n + q];
+      if (v > 0) v = std::max(v, fastest * kGossipLinkFloor);
+    }
   }
   return m;
 }
@@ -94,7 +98,8 @@ std::string GossipLinksDebugString(const std::vector<double>& links) {
   return out;
 }
 
-Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, int replicas) {
+Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, int replicas,
+                        const std::vector<bool>& live) {
   if (links.empty()) return Status();
   const int64_t want = int64_t{replicas} * replicas;
   if (links.size() != want) {
@@ -103,11 +108,13 @@ Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, in
                                       " replicas (want " + std::to_string(want) + ")");
   }
   for (int i = 0; i < links.size(); ++i) {
-    if (!std::isfinite(links[i]) || links[i] < 0) {
+    const int r = i / replicas, q = i % replicas;
+    const bool pair = r != q && Live(live, r) && Live(live, q);
+    if (!(links[i] >= 0) || links[i] > kMaxGossipLinkBandwidth || (pair && links[i] == 0)) {
       return absl::InvalidArgumentError(
-          "gossip_links: the link from replica " + std::to_string(i / replicas) + " to replica " +
-          std::to_string(i % replicas) + " is " + std::to_string(links[i]) +
-          " (want a finite bandwidth >= 0)");
+          "gossip_links: the link from replica " + std::to_string(r) + " to replica " +
+          std::to_string(q) + " is " + std::to_string(links[i]) + " (want " +
+          (pair ? "a bandwidth in (0, 1e15] between live replicas" : "0 to 1e15") + ")");
     }
   }
   return Status();

@@ -28,13 +28,23 @@ fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::v
                                     uint64_t seed, uint64_t step,
                                     const std::vector<double>& links = {});
 
+// The most bandwidth a link of the matrix may claim (bytes/s: 8 Pbit/s); more is refused.
+inline constexpr double kMaxGossipLinkBandwidth = 1e15;
+// Whether a reported link estimate (bytes/s) may go into the matrix: positive, finite and
+// within kMaxGossipLinkBandwidth.
+inline bool UsableLinkEstimate(double bw) { return bw > 0 && bw <= kMaxGossipLinkBandwidth; }
+// Each link of a replica's row counts at least this fraction of the row's fastest: a slow link
+// is drawn less often, never almost never. Push-sum needs it: a replica that sends every round
+// but is rarely sent to would see its weights halve round after round towards underflow.
+inline constexpr double kGossipLinkFloor = 0.1;
+
 // The measured link matrix a gossip attempt draws its graphs from (StageAssignment.gossip_links),
 // replicas x replicas, row-major. Link r -> q is the slowest link from a stage of r to a stage of
 // q it sends sync frames to (the same layers, or both first, or both last), since r's round
-// waits for every one of them; two such stages on one site do not limit it, and a pair with no
-// limit at all gets the fastest link of the matrix. `bandwidth(from, to)`: a site link's
-// measured bytes per second, 0 when unknown. Empty when a link a live pair needs is unknown:
-// the graphs then count every link alike. A dropped replica's row and column are 0.
+// waits for every one of them, raised to kGossipLinkFloor of row r's fastest.
+// `bandwidth(from, to)`: a site link's measured bytes per second, 0 when unknown. Empty when a
+// link a live pair needs is unknown: the graphs then count every link alike. A dropped
+// replica's row and column are 0.
 std::vector<double> GossipLinkMatrix(
     const StageGrid& grid, const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
     const std::vector<bool>& live,
@@ -43,8 +53,11 @@ std::vector<double> GossipLinkMatrix(
 // "0->1 1000, 0->2 10, ..." (Mbit/s) for the log: each live link of a GossipLinkMatrix.
 std::string GossipLinksDebugString(const std::vector<double>& links);
 
-// Whether `links` is a matrix GossipRoundGraph can draw from for `replicas`: empty, or
-// replicas x replicas finite values >= 0. An error naming the entry otherwise.
-Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, int replicas);
+// Whether `links` is a matrix GossipRoundGraph can draw from for `replicas` (`live`: by
+// replica, not dropped; missing entries live): empty, or replicas x replicas values in
+// [0, kMaxGossipLinkBandwidth], positive between live replicas (a zero column would starve a
+// replica of push-sum weight). An error naming the entry otherwise.
+Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, int replicas,
+                        const std::vector<bool>& live);
 
 }  // namespace longhaul::daemon
