@@ -55,6 +55,10 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
     replica_of.resize(plan.size(), replica_of.empty() ? 0 : replica_of.back());
     env.log->info("job {}: {}", job_id, placement);
   } else {
+    // A gossip job draws its first graphs from the links as the sites measure them now.
+    if (spec.sync.reduce == fleet::SyncReduce::kGossip && spec.replicas > 1) {
+      submit_links = MeasuredLinks(spec, env.channel);
+    }
     // Replica r on its stages' count of the listed sites, after the replicas before it,
     // its layers split evenly over them.
     for (int r = 0; r < spec.replicas; ++r) {

@@ -286,6 +286,12 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
 StatusOr<v1::SiteProfileReply> JobHost::ProfileSite(const v1::ProfileSiteRequest& req,
                                                     const std::string& caller) {
   ASSIGN_OR_RETURN(JobSpec spec, ParseJob(req.job_yaml(), "job from site '" + caller + "'"));
+  if (req.links_only()) {
+    v1::SiteProfileReply r;
+    r.set_site(options_.site);
+    for (const auto& [name, address] : options_.peers) *r.add_links() = monitor_->Outbound(name);
+    return r;
+  }
   // A calibration runs one layer on this site's devices: refuse shapes whose layer does not
   // fit the site's memory limit (or, without one, half its memory) before allocating.
   const model::Job& job = spec.job;

@@ -199,6 +199,28 @@ StatusOr<PlannedPlacement> PlanReplicatedPlacement(const JobSpec& spec,
 
 }  // namespace
 
+std::vector<scheduler::LinkProfile> MeasuredLinks(
+    const JobSpec& spec, const std::function<transport::Link*(const std::string&)>& channel) {
+  constexpr double kTimeoutSeconds = 10;
+  v1::ProfileSiteRequest req;
+  req.set_job_yaml(spec.yaml);
+  req.set_links_only(true);
+  std::vector<scheduler::LinkProfile> links;
+  for (const auto& site : spec.sites) {
+    transport::Link* ch = channel(site);
+    if (ch == nullptr) continue;
+    auto r = ch->ProfileSite(req, kTimeoutSeconds);
+    if (!r.ok() || r->site() != site) continue;
+    for (const v1::LinkEstimate& e : r->links()) {
+      const double bw = e.bandwidth_bytes_per_second();
+      if (bw > 0 && std::isfinite(bw) && !e.to_site().empty() && e.to_site() != site) {
+        links.push_back({site, e.to_site(), bw, std::max(0.0, e.rtt_seconds())});
+      }
+    }
+  }
+  return links;
+}
+
 StatusOr<PlannedPlacement> PlanPlacement(
     const JobSpec& spec, const std::string& coordinator,
     const std::function<transport::Link*(const std::string&)>& channel) {

@@ -80,6 +80,12 @@ struct PlannedPlacement {
   std::vector<scheduler::LinkProfile> links;
 };
 
+// Each site of spec.sites's estimates of its outbound links (ProfileSite, links only: no
+// calibration), measured ones only; a site that does not answer, or answers as another, adds
+// none. For a gossip job placed by hand, whose first graphs are drawn from them.
+std::vector<scheduler::LinkProfile> MeasuredLinks(
+    const JobSpec& spec, const std::function<transport::Link*(const std::string&)>& channel);
+
 // Asks every site of spec.sites for its profile (ProfileSite) and plans the job over them,
 // coordinated by `coordinator`. A site that cannot be profiled (unreachable, busy, an older
 // daemon) is left out and named in the summary. Training data other than `builtin` lives on
