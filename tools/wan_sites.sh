@@ -3,6 +3,29 @@
 # associative array P with ports: P[SITE.peer], P[SITE.control], P[SITE.status] for each
 # site and P[link.FROM-TO] for each directed pair's proxy (its listening port).
 
+# wan_replica_of SITE PER SITE...: SITE's replica when the listed sites form replicas of PER
+# consecutive sites each.
+wan_replica_of() {
+  local site=$1 per=$2 i=0 s
+  shift 2
+  for s in "$@"; do
+    [ "$s" = "$site" ] && { echo $((i / per)); return; }
+    i=$((i + 1))
+  done
+}
+
+# wan_replica_rate FROM TO PER SITE...: the uneven links of the gossip benchmarks between two
+# sites of such replicas: 1gbit within a replica, 100mbit between replicas 0-1, 2-3 and so on
+# in pairs, 10mbit otherwise.
+wan_replica_rate() {
+  local from=$1 to=$2 per=$3 a b
+  shift 3
+  a=$(wan_replica_of "$from" "$per" "$@") b=$(wan_replica_of "$to" "$per" "$@")
+  if [ "$a" = "$b" ]; then echo 1gbit
+  elif [ $((a / 2)) = $((b / 2)) ]; then echo 100mbit
+  else echo 10mbit; fi
+}
+
 # wan_site_configs DIR SITE...: DIR/SITE.yaml for each site (peers reached through the
 # proxies), DIR/certs (mutual TLS) and DIR/token.
 wan_site_configs() {

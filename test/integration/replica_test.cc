@@ -202,14 +202,45 @@ void CheckAgainst(const Oracle& oracle, const v1::JobStatus& s, const std::vecto
   CHECK(differ == 0);  // bit for bit
 }
 
+// A gossip job's link matrix as its status shows it (empty: every link alike), for TrainFleet.
+std::vector<double> GossipLinks(const v1::JobStatus& s) {
+  return {s.gossip_links().begin(), s.gossip_links().end()};
+}
+
 // `yaml` trained by the daemons of `c` and checked against the in-process fleet (every loss,
-// the model bit for bit): its id and final status.
+// the model bit for bit): its id and final status. A gossip job's fleet draws its graphs from
+// the matrix the job's status shows: the links the sites had measured when it was submitted
+// (none yet: every link alike).
 std::pair<std::string, v1::JobStatus> JobAgainstFleet(Cluster& c, const std::string& yaml) {
-  const Oracle oracle = TrainFleet(yaml);
   const std::string id = c.Submit(yaml);
   const v1::JobStatus s = c.WaitCompleted(id);
-  CheckAgainst(oracle, s, c.Export(id));
+  CheckAgainst(TrainFleet(yaml, 0, 0, {}, GossipLinks(s)), s, c.Export(id));
   return {id, s};
+}
+
+// Sets the links between the pairs {alpha, beta} and {gamma, delta} to `rate` bytes/s both
+// ways (what their probes report).
+void SetRateBetweenPairs(daemon::transport::LoopbackNetwork& net, double rate) {
+  for (size_t a = 0; a < 2; ++a) {
+    for (size_t b = 2; b < 4; ++b) {
+      net.SetRate(kSites[a], kSites[b], rate);
+      net.SetRate(kSites[b], kSites[a], rate);
+    }
+  }
+}
+
+// Whether every site has measured all its links, those between the pairs at most `most`
+// bytes/s (SetRateBetweenPairs; probes every 5 s).
+bool LinksMeasured(Cluster& c, double most) {
+  for (size_t i = 0; i < kSites.size(); ++i) {
+    const v1::ListLinksResponse links = c.at(i).Links();
+    for (const auto& l : links.links()) {
+      const double bw = l.outbound().bandwidth_bytes_per_second();
+      const bool between = (i < 2) == (l.peer() == "gamma" || l.peer() == "delta");
+      if (bw <= 0 || (between && bw > most)) return false;
+    }
+  }
+  return true;
 }
 
 TEST_CASE("replicas in sync mode step train the union batch, as the in-process fleet does") {
@@ -1124,27 +1155,8 @@ TEST_CASE("a gossip job draws its graphs from the links the sites measured") {
   // shows them, by replica): a slow link is drawn a tenth as often as a fast one (the floor
   // that keeps every replica's push-sum weight up). The fleet drawing from the same matrix is
   // the oracle, bit for bit.
-  Cluster c([&](daemon::transport::LoopbackNetwork& net) {
-    for (size_t a = 0; a < 2; ++a) {
-      for (size_t b = 2; b < 4; ++b) {
-        net.SetRate(kSites[a], kSites[b], 1e6);
-        net.SetRate(kSites[b], kSites[a], 1e6);
-      }
-    }
-  });
-  REQUIRE(testing::WaitFor(
-      [&] {
-        for (size_t i = 0; i < kSites.size(); ++i) {
-          const v1::ListLinksResponse links = c.at(i).Links();
-          for (const auto& l : links.links()) {
-            const double bw = l.outbound().bandwidth_bytes_per_second();
-            const bool between = (i < 2) == (l.peer() == "gamma" || l.peer() == "delta");
-            if (bw <= 0 || (between && bw > 1e7)) return false;
-          }
-        }
-        return true;
-      },
-      60s));
+  Cluster c([&](daemon::transport::LoopbackNetwork& net) { SetRateBetweenPairs(net, 1e6); });
+  REQUIRE(testing::WaitFor([&] { return LinksMeasured(c, 1e7); }, 60s));
   std::string yaml = JobYaml("sync: {mode: local, every: 2, reduce: gossip}\n", 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
   const std::string placement = GENERATE(std::string("planned"), std::string("even"));
@@ -1173,16 +1185,15 @@ TEST_CASE("a gossip job draws its graphs from the links the sites measured") {
       }
     }
   }
-  const std::vector<double> links(s.gossip_links().begin(), s.gossip_links().end());
-  CheckAgainst(TrainFleet(yaml, 4, 1, {}, links), s, c.Export(id));
+  CheckAgainst(TrainFleet(yaml, 4, 1, {}, GossipLinks(s)), s, c.Export(id));
 }
 
 TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the fleet's model") {
   // Four single-stage replicas, one out-neighbour each per round drawn from the job's seed
-  // (a different graph every round), a quarter of each slice sent: after steps 2 and 4 a
-  // sparse round, after step 6 a round and the exact average. Then two replicas of two stages
-  // (the tied embedding's copies on both ends mix alike), every coordinate sent. The fleet
-  // with reduce gossip is the oracle, bit for bit.
+  // and the links the sites had measured at submit (a different graph every round), a quarter of
+  // each slice sent: after steps 2 and 4 a sparse round, after step 6 a round and the exact
+  // average. Then two replicas of two stages (the tied embedding's copies on both ends mix alike),
+  // every coordinate sent. The fleet with reduce gossip is the oracle, bit for bit.
   const std::string sync =
       GENERATE(std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, fanout: 2}\n"));
@@ -1195,7 +1206,7 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
   CHECK(s.sync_groups(0).reduce() == "gossip");
   // The consensus distance the status shows, estimated from the stages' sketches, is the
   // fleet's exact one before that round, to the sketch's precision.
-  const Oracle oracle = TrainFleet(yaml);
+  const Oracle oracle = TrainFleet(yaml, 0, 0, {}, GossipLinks(s));
   const v1::SyncGroupStatus& group = s.sync_groups(0);
   REQUIRE(group.consensus_step() > 0);
   REQUIRE(group.consensus_step() <= oracle.consensus.size());
@@ -1211,8 +1222,8 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
   // A round's frame from a replica that is not an in-neighbour of that round is refused.
   auto spec = daemon::ParseJobSpec(yaml, "job", ".");
   REQUIRE(spec.ok());
-  const fleet::GossipGraph g =
-      daemon::GossipRoundGraph(spec->sync, std::vector<bool>(4, true), spec->job.seed, 1);
+  const fleet::GossipGraph g = daemon::GossipRoundGraph(spec->sync, std::vector<bool>(4, true),
+                                                        spec->job.seed, 1, GossipLinks(s));
   int from = -1, to = -1;
   for (int j = 0; j < 4 && from < 0; ++j) {
     for (int i = 0; i < 4; ++i) {
@@ -1250,7 +1261,7 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
   Cluster c2;
   const std::string yaml2 = JobYaml(sync, 6);
   const auto [id2, s2] = JobAgainstFleet(c2, yaml2);
-  const Oracle oracle2 = TrainFleet(yaml2);
+  const Oracle oracle2 = TrainFleet(yaml2, 0, 0, {}, GossipLinks(s2));
   REQUIRE(s2.sync_groups_size() == 2);
   double squares = 0;
   for (const auto& g : s2.sync_groups()) {
@@ -1270,28 +1281,10 @@ TEST_CASE("the adaptive sync codec follows the measured links") {
   for (const bool slow : {false, true}) {
     INFO((slow ? "slow" : "fast") << " links between the replicas");
     Cluster c([&](daemon::transport::LoopbackNetwork& net) {
-      if (!slow) return;
-      for (size_t a = 0; a < 2; ++a) {
-        for (size_t b = 2; b < 4; ++b) {
-          net.SetRate(kSites[a], kSites[b], 1e4);
-          net.SetRate(kSites[b], kSites[a], 1e4);
-        }
-      }
+      if (slow) SetRateBetweenPairs(net, 1e4);
     });
     // Every site has measured its links at the rates set (probes every 5 s).
-    REQUIRE(testing::WaitFor(
-        [&] {
-          for (size_t i = 0; i < kSites.size(); ++i) {
-            const v1::ListLinksResponse links = c.at(i).Links();
-            for (const auto& l : links.links()) {
-              const double bw = l.outbound().bandwidth_bytes_per_second();
-              const bool between = (i < 2) == (l.peer() == "gamma" || l.peer() == "delta");
-              if (bw <= 0 || (slow && between && bw > 1e5)) return false;
-            }
-          }
-          return true;
-        },
-        60s));
+    REQUIRE(testing::WaitFor([&] { return LinksMeasured(c, slow ? 1e5 : 1e300); }, 60s));
     // Compute stretched to 400 ms a step (1 layer x 2 microbatches x 200 ms), so that the
     // budget, a tenth of the compute between syncs (80 ms), dwarfs a loopback round trip even
     // under a sanitizer on a loaded machine (the prediction adds half the measured RTT, a

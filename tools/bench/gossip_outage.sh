@@ -38,18 +38,10 @@ source "$ROOT/tools/wan_sites.sh"
 
 wan_begin longhaul-gossip-outage
 
-replica_of() {  # replica_of SITE: its replica (sites in pairs, in SITES order)
-  local i
-  for i in "${!SITES[@]}"; do [ "${SITES[$i]}" = "$1" ] && echo $((i / 2)); done
+rate_of() { wan_replica_rate "$1" "$2" 2 "${SITES[@]}"; }  # rate_of FROM TO (symmetric)
+throttle_of() {
+  if [ "$(wan_replica_of "$1" 2 "${SITES[@]}")" = 3 ]; then echo "$SLOW"; else echo "$THROTTLE"; fi
 }
-rate_of() {  # rate_of FROM TO (symmetric)
-  local a b
-  a=$(replica_of "$1") b=$(replica_of "$2")
-  if [ "$a" = "$b" ]; then echo 1gbit
-  elif [ $((a / 2)) = $((b / 2)) ]; then echo 100mbit
-  else echo 10mbit; fi
-}
-throttle_of() { if [ "$(replica_of "$1")" = 3 ]; then echo "$SLOW"; else echo "$THROTTLE"; fi; }
 
 dir=$OUT/run
 rm -rf "$dir" && mkdir -p "$dir"

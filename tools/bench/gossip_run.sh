@@ -62,26 +62,20 @@ source "$ROOT/tools/wan_sites.sh"
 
 wan_begin longhaul-gossip-run
 
-replica_of() {  # replica_of SITE: its replica (STAGES sites each, in SITES order)
-  local i
-  for i in "${!SITES[@]}"; do [ "${SITES[$i]}" = "$1" ] && echo $((i / STAGES)); done
-}
 rate_of() {  # rate_of FROM TO (symmetric)
-  if [ "$STAGES" = 1 ]; then
-    case "$1-$2" in
-      alpha-beta | beta-alpha | gamma-delta | delta-gamma) echo 1gbit ;;
-      alpha-gamma | gamma-alpha | beta-delta | delta-beta) echo 100mbit ;;
-      *) echo 10mbit ;;
-    esac
+  if [ "$STAGES" = 2 ]; then
+    wan_replica_rate "$1" "$2" 2 "${SITES[@]}"
     return
   fi
-  local a b
-  a=$(replica_of "$1") b=$(replica_of "$2")
-  if [ "$a" = "$b" ]; then echo 1gbit
-  elif [ $((a / 2)) = $((b / 2)) ]; then echo 100mbit
-  else echo 10mbit; fi
+  case "$1-$2" in
+    alpha-beta | beta-alpha | gamma-delta | delta-gamma) echo 1gbit ;;
+    alpha-gamma | gamma-alpha | beta-delta | delta-beta) echo 100mbit ;;
+    *) echo 10mbit ;;
+  esac
 }
-throttle_of() { if [ "$(replica_of "$1")" = 3 ]; then echo "$SLOW"; else echo "$THROTTLE"; fi; }
+throttle_of() {
+  if [ "$(wan_replica_of "$1" "$STAGES" "${SITES[@]}")" = 3 ]; then echo "$SLOW"; else echo "$THROTTLE"; fi
+}
 
 write_job() {  # write_job FILE KIND
   local sync
