@@ -7,8 +7,9 @@
 namespace longhaul::fleet {
 
 GossipMixer::GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices,
-                         double keep)
-    : nodes_(static_cast<size_t>(replicas), GossipNode(std::move(slices), parameters, keep)) {}
+                         double keep, bool tracking)
+    : nodes_(static_cast<size_t>(replicas),
+             GossipNode(std::move(slices), parameters, keep, tracking)) {}
 
 void GossipMixer::Reset(std::span<const float> params) {
   for (GossipNode& node : nodes_) node.Reset(params);
@@ -25,6 +26,7 @@ StatusOr<uint64_t> GossipMixer::Round(const GossipGraph& graph,
   std::vector<std::vector<GossipFrame>> frames(n);
   std::vector<double> share(n);
   uint64_t bytes = 0;
+  for (size_t j = 0; j < n; ++j) nodes_[j].BeginRound((*params)[j]);
   for (size_t j = 0; j < n; ++j) {
     const size_t d = graph.out[j].size();
     share[j] = 1.0 / (1.0 + static_cast<double>(d));
@@ -35,8 +37,9 @@ StatusOr<uint64_t> GossipMixer::Round(const GossipGraph& graph,
       picked[j][k] = nodes_[j].Pick(k, x, rounds_);
       const std::vector<uint8_t> wire = nodes_[j].Frame(k, picked[j][k], x);
       bytes += wire.size() * d;
-      ASSIGN_OR_RETURN(GossipFrame f, DecodeGossipFrame(wire, static_cast<uint32_t>(s.index),
-                                                        static_cast<uint64_t>(s.size)));
+      ASSIGN_OR_RETURN(GossipFrame f,
+                       DecodeGossipFrame(wire, static_cast<uint32_t>(s.index),
+                                         static_cast<uint64_t>(s.size), nodes_[j].tracking()));
       frames[j].push_back(std::move(f));
     }
   }

@@ -21,7 +21,8 @@
 // runs: every sender's frames are encoded and decoded as they would cross a link (per picked
 // coordinate its index, value and weight, fp32 each: 12 bytes, or 8 when a frame carries the
 // whole slice, after a 16-byte header per slice), and each receiver applies them in sender
-// order.
+// order. With tracking (gossip_node.h) every frame carries the sender's drifts too (4 bytes more
+// a coordinate), and each local step applies the replica's correction (Correct).
 #pragma once
 
 #include <cstddef>
@@ -39,11 +40,22 @@ namespace longhaul::fleet {
 class GossipMixer {
  public:
   // `replicas` replicas of `parameters` parameters cut into `slices` (covering them);
-  // `keep` in (0, 1]: the fraction of each slice a sender picks.
-  GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices, double keep);
+  // `keep` in (0, 1]: the fraction of each slice a sender picks; `tracking`: gradient tracking.
+  GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices, double keep,
+              bool tracking = false);
 
   // Starts every replica's reference at `params` (the common initial parameters).
   void Reset(std::span<const float> params);
+
+  bool tracking() const { return nodes_[0].tracking(); }
+  const std::vector<float>& corrections(int r) const {
+    return nodes_[static_cast<size_t>(r)].corrections();
+  }
+  // Tracking: replica r's local step with learning rate `lr` has moved `x`; its correction
+  // moves it on (GossipNode::Correct).
+  void Correct(int r, std::span<float> x, double lr) {
+    nodes_[static_cast<size_t>(r)].Correct(x, lr);
+  }
 
   // One round over `graph` (graph.nodes() == replicas) on `params[r]` (each `parameters`
   // long), in place. Returns the bytes the round's frames put on the links, or a frame's

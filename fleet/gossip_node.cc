@@ -15,6 +15,7 @@ namespace {
 constexpr uint8_t kMagic[4] = {'L', 'H', 'G', 'S'};
 constexpr uint8_t kVersion = 1;
 constexpr uint8_t kDense = 1;
+constexpr uint8_t kTracked = 2;
 
 void Put32(std::vector<uint8_t>* out, uint32_t v) {
   const size_t at = out->size();
@@ -32,19 +33,21 @@ std::string SliceName(uint32_t slice) { return "gossip frame of slice " + std::t
 
 }  // namespace
 
-uint64_t GossipFrameBytes(uint64_t count, uint64_t slice_size) {
-  const uint64_t per = count == slice_size ? 8 : 12;  // dense frames carry no indices
+uint64_t GossipFrameBytes(uint64_t count, uint64_t slice_size, bool tracked) {
+  // Dense frames carry no indices; tracked ones a drift per coordinate.
+  const uint64_t per = (count == slice_size ? 8 : 12) + (tracked ? 4 : 0);
   return kGossipHeaderBytes + count * per + kGossipChecksumBytes;
 }
 
 std::vector<uint8_t> EncodeGossipFrame(uint32_t slice, std::span<const uint32_t> picked,
-                                       std::span<const float> x, std::span<const float> w) {
-  const bool dense = picked.size() == x.size();
+                                       std::span<const float> x, std::span<const float> w,
+                                       std::span<const float> z) {
+  const bool dense = picked.size() == x.size(), tracked = !z.empty();
   std::vector<uint8_t> out;
-  out.reserve(GossipFrameBytes(picked.size(), x.size()));
+  out.reserve(GossipFrameBytes(picked.size(), x.size(), tracked));
   out.insert(out.end(), kMagic, kMagic + 4);
   out.push_back(kVersion);
-  out.push_back(dense ? kDense : 0);
+  out.push_back(static_cast<uint8_t>((dense ? kDense : 0) | (tracked ? kTracked : 0)));
   out.push_back(0);
   out.push_back(0);
   Put32(&out, slice);
@@ -61,6 +64,7 @@ std::vector<uint8_t> EncodeGossipFrame(uint32_t slice, std::span<const uint32_t>
   };
   put_floats(x);
   put_floats(w);
+  if (tracked) put_floats(z);
   const uint64_t sum = XXH64(out.data(), out.size(), 0);
   Put32(&out, static_cast<uint32_t>(sum));
   Put32(&out, static_cast<uint32_t>(sum >> 32));
@@ -68,14 +72,14 @@ std::vector<uint8_t> EncodeGossipFrame(uint32_t slice, std::span<const uint32_t>
 }
 
 Status CheckGossipFrameHeader(std::span<const uint8_t> prefix, uint32_t slice, uint64_t slice_size,
-                              uint64_t frame_bytes) {
+                              uint64_t frame_bytes, bool tracked) {
   const std::string what = SliceName(slice);
   if (prefix.size() < kGossipHeaderBytes) {
     return absl::InvalidArgumentError(what + ": " + std::to_string(prefix.size()) +
                                       " bytes, shorter than its 16-byte header");
   }
   if (std::memcmp(prefix.data(), kMagic, 4) != 0 || prefix[4] != kVersion ||
-      (prefix[5] & ~kDense) != 0 || prefix[6] != 0 || prefix[7] != 0) {
+      (prefix[5] & ~(kDense | kTracked)) != 0 || prefix[6] != 0 || prefix[7] != 0) {
     return absl::InvalidArgumentError(what +
                                       ": not a version-1 gossip frame (magic, version or "
                                       "flags)");
@@ -83,6 +87,10 @@ Status CheckGossipFrameHeader(std::span<const uint8_t> prefix, uint32_t slice, u
   const uint32_t got_slice = Get32(prefix.data() + 8);
   const uint64_t count = Get32(prefix.data() + 12);
   const bool dense = (prefix[5] & kDense) != 0;
+  if (((prefix[5] & kTracked) != 0) != tracked) {
+    return absl::InvalidArgumentError(what + (tracked ? ": no drifts in a frame of a tracked job"
+                                                      : ": drifts in a frame of an untracked job"));
+  }
   if (got_slice != slice) {
     return absl::InvalidArgumentError(what + ": the frame names slice " +
                                       std::to_string(got_slice));
@@ -92,17 +100,18 @@ Status CheckGossipFrameHeader(std::span<const uint8_t> prefix, uint32_t slice, u
                                       (dense ? " (dense)" : "") + " of a slice of " +
                                       std::to_string(slice_size));
   }
-  if (GossipFrameBytes(count, slice_size) != frame_bytes) {
+  if (GossipFrameBytes(count, slice_size, tracked) != frame_bytes) {
     return absl::InvalidArgumentError(what + ": " + std::to_string(frame_bytes) + " bytes for " +
                                       std::to_string(count) + " coordinates (expected " +
-                                      std::to_string(GossipFrameBytes(count, slice_size)) + ")");
+                                      std::to_string(GossipFrameBytes(count, slice_size, tracked)) +
+                                      ")");
   }
   return absl::OkStatus();
 }
 
 StatusOr<GossipFrame> DecodeGossipFrame(std::span<const uint8_t> bytes, uint32_t slice,
-                                        uint64_t slice_size) {
-  RETURN_IF_ERROR(CheckGossipFrameHeader(bytes, slice, slice_size, bytes.size()));
+                                        uint64_t slice_size, bool tracked) {
+  RETURN_IF_ERROR(CheckGossipFrameHeader(bytes, slice, slice_size, bytes.size(), tracked));
   const std::string what = SliceName(slice);
   const size_t body = bytes.size() - kGossipChecksumBytes;
   const uint64_t sum = Get32(bytes.data() + body) | uint64_t{Get32(bytes.data() + body + 4)} << 32;
@@ -129,7 +138,16 @@ StatusOr<GossipFrame> DecodeGossipFrame(std::span<const uint8_t> bytes, uint32_t
   f.w.resize(count);
   std::memcpy(f.x.data(), p, count * 4);
   std::memcpy(f.w.data(), p + count * 4, count * 4);
+  if (tracked) {
+    f.z.resize(count);
+    std::memcpy(f.z.data(), p + count * 8, count * 4);
+  }
   for (size_t n = 0; n < count; ++n) {
+    if (tracked && !std::isfinite(f.z[n])) {
+      return absl::InvalidArgumentError(what + ": coordinate " + std::to_string(f.at(n)) +
+                                        " has drift " + std::to_string(f.z[n]) +
+                                        " (drifts finite)");
+    }
     if (!std::isfinite(f.x[n]) || !std::isfinite(f.w[n]) || !(f.w[n] > 0)) {
       return absl::InvalidArgumentError(what + ": coordinate " + std::to_string(f.at(n)) +
                                         " has value " + std::to_string(f.x[n]) + " and weight " +
@@ -140,16 +158,46 @@ StatusOr<GossipFrame> DecodeGossipFrame(std::span<const uint8_t> bytes, uint32_t
   return f;
 }
 
-GossipNode::GossipNode(std::vector<SyncSlice> slices, size_t parameters, double keep)
+GossipNode::GossipNode(std::vector<SyncSlice> slices, size_t parameters, double keep, bool tracking)
     : slices_(std::move(slices)),
       parameters_(parameters),
       keep_(std::clamp(keep, 1e-9, 1.0)),
+      tracking_(tracking),
       weights_(parameters, 1.0f),
-      refs_(parameters, 0.0f) {}
+      refs_(parameters, 0.0f) {
+  if (tracking_) {
+    correction_.assign(parameters, 0.0f);
+    anchor_.assign(parameters, 0.0f);
+    drift_.assign(parameters, 0.0f);
+  }
+}
 
 void GossipNode::Reset(std::span<const float> params) {
   std::copy(params.begin(), params.end(), refs_.begin());
   std::fill(weights_.begin(), weights_.end(), 1.0f);
+  if (tracking_) {
+    std::copy(params.begin(), params.end(), anchor_.begin());
+    std::fill(correction_.begin(), correction_.end(), 0.0f);
+    std::fill(drift_.begin(), drift_.end(), 0.0f);
+    lr_sum_ = 0;
+  }
+}
+
+void GossipNode::Correct(std::span<float> x, double lr) {
+  if (!tracking_) return;
+  const float step = static_cast<float>(lr);
+  for (size_t c = 0; c < parameters_; ++c) x[c] -= step * correction_[c];
+  lr_sum_ += lr;
+}
+
+void GossipNode::BeginRound(std::span<const float> x) {
+  if (!tracking_) return;
+  // No local step since the last round (two rounds in a row): no drift.
+  const double inv = lr_sum_ > 0 ? 1.0 / lr_sum_ : 0.0;
+  for (size_t c = 0; c < parameters_; ++c) {
+    drift_[c] = static_cast<float>((static_cast<double>(anchor_[c]) - x[c]) * inv);
+  }
+  lr_sum_ = 0;
 }
 
 Status GossipNode::Restore(std::vector<float> weights, std::vector<float> refs) {
@@ -213,14 +261,19 @@ std::vector<uint8_t> GossipNode::Frame(size_t k, std::span<const uint32_t> picke
                                        std::span<const float> x) const {
   const SyncSlice& s = slices_[k];
   const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
-  return EncodeGossipFrame(static_cast<uint32_t>(s.index), picked, x.subspan(at, size),
-                           std::span<const float>(weights_).subspan(at, size));
+  return EncodeGossipFrame(
+      static_cast<uint32_t>(s.index), picked, x.subspan(at, size),
+      std::span<const float>(weights_).subspan(at, size),
+      tracking_ ? std::span<const float>(drift_).subspan(at, size) : std::span<const float>());
 }
 
 std::vector<uint8_t> GossipNode::DenseFrame(size_t k, std::span<const float> x) const {
-  std::vector<uint32_t> all(static_cast<size_t>(slices_[k].size));
+  const SyncSlice& s = slices_[k];
+  const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
+  std::vector<uint32_t> all(size);
   for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
-  return Frame(k, all, x);
+  return EncodeGossipFrame(static_cast<uint32_t>(s.index), all, x.subspan(at, size),
+                           std::span<const float>(weights_).subspan(at, size));
 }
 
 void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_share,
@@ -229,14 +282,17 @@ void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_sh
   const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
   float* xs = x.data() + at;
   float* ws = weights_.data() + at;
-  std::vector<double> value(size), weight(size);
+  float* zs = tracking_ ? drift_.data() + at : nullptr;
+  std::vector<double> value(size), weight(size), drift(tracking_ ? size : 0);
   for (size_t c = 0; c < size; ++c) {
     weight[c] = ws[c];
     value[c] = static_cast<double>(ws[c]) * xs[c];
+    if (zs != nullptr) drift[c] = zs[c];
   }
   for (uint32_t c : picked) {  // sent coordinates: it keeps one share
     weight[c] *= own_share;
     value[c] *= own_share;
+    if (zs != nullptr) drift[c] *= own_share;
   }
   for (const Received& r : received) {
     const GossipFrame& f = *r.frame;
@@ -245,14 +301,23 @@ void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_sh
       const double sw = r.share * static_cast<double>(f.w[n]);
       weight[c] += sw;
       value[c] += sw * f.x[n];
+      if (zs != nullptr) drift[c] += r.share * f.z[n];
     }
   }
   // Where nothing moved, w x / w is x again: the product of two floats is exact in a double.
+  // A coordinate neither sent nor taken keeps its drift whole: its correction moves by 0.
   for (size_t c = 0; c < size; ++c) {
     ws[c] = static_cast<float>(weight[c]);
     xs[c] = static_cast<float>(value[c] / weight[c]);
   }
   for (uint32_t c : picked) refs_[at + c] = xs[c];
+  if (zs != nullptr) {
+    float* cs = correction_.data() + at;
+    for (size_t c = 0; c < size; ++c) {
+      cs[c] = static_cast<float>(cs[c] + (drift[c] - zs[c]));
+      anchor_[at + c] = xs[c];
+    }
+  }
 }
 
 Status GossipNode::Average(size_t k, std::span<const GossipFrame* const> replicas,

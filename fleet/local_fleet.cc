@@ -16,10 +16,34 @@ namespace longhaul::fleet {
 StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(
     const model::ModelConfig& config, std::shared_ptr<const model::TokenData> train,
     const LocalFleetOptions& options, const std::vector<kernels::Ops*>& ops) {
-  return Create(
+  if (!options.skewed_shards) {
+    return CreateWith(
+        config,
+        [&](int) {
+          return model::MemoryWindows(train, options.seq_len, /*shuffle=*/true, options.seed);
+        },
+        options, ops);
+  }
+  // Replica r: the r-th contiguous part of the stream, its windows shuffled.
+  const size_t size = train->tokens.size(), n = static_cast<size_t>(std::max(options.replicas, 1));
+  return CreateWith(
       config,
-      [&]() {
-        return model::MemoryWindows(train, options.seq_len, /*shuffle=*/true, options.seed);
+      [&](int r) -> StatusOr<std::unique_ptr<model::WindowSource>> {
+        const size_t begin = size * static_cast<size_t>(r) / n;
+        const size_t end = size * (static_cast<size_t>(r) + 1) / n;
+        if (end - begin < static_cast<size_t>(options.seq_len) + 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "fleet: skewed shards of ", train->source, ": replica ", r, "'s part has ",
+              end - begin, " tokens, fewer than a window's ", options.seq_len + 1));
+        }
+        auto part = std::make_shared<model::TokenData>();
+        part->source = absl::StrCat(train->source, " (part ", r + 1, " of ", n, ")");
+        part->format = train->format;
+        part->tokens.assign(train->tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                            train->tokens.begin() + static_cast<std::ptrdiff_t>(end));
+        part->max_token = train->max_token;
+        return model::MemoryWindows(std::move(part), options.seq_len, /*shuffle=*/true,
+                                    options.seed);
       },
       options, ops);
 }
@@ -28,6 +52,16 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(const model::ModelConfi
                                                          const WindowFactory& windows,
                                                          const LocalFleetOptions& options,
                                                          const std::vector<kernels::Ops*>& ops) {
+  if (options.skewed_shards) {
+    return absl::InvalidArgumentError("fleet: skewed shards need the token stream itself");
+  }
+  return CreateWith(
+      config, [&](int) { return windows(); }, options, ops);
+}
+
+StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::CreateWith(
+    const model::ModelConfig& config, const ReplicaWindows& windows,
+    const LocalFleetOptions& options, const std::vector<kernels::Ops*>& ops) {
   if (options.replicas < 1 || static_cast<int>(ops.size()) != options.replicas) {
     return absl::InvalidArgumentError(
         absl::StrCat("fleet: ", options.replicas, " replicas on ", ops.size(), " backends"));
@@ -71,7 +105,8 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(const model::ModelConfi
   if (options.sync.reduce == SyncReduce::kGossip) {
     ASSIGN_OR_RETURN(const double keep, GossipKeep(options.sync));
     fleet->gossip_ = std::make_unique<GossipMixer>(
-        options.replicas, static_cast<size_t>(model::NumParameters(config)), fleet->slices_, keep);
+        options.replicas, static_cast<size_t>(model::NumParameters(config)), fleet->slices_, keep,
+        options.sync.tracking);
   }
   for (const SyncSlice& slice : fleet->slices_) {
     fleet->phases_.push_back(SlicePhase(whole.model(), slice.index, options.sync.stagger));
@@ -91,8 +126,8 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::Create(const model::ModelConfi
     for (int q = 0; q < options.replicas; ++q) {
       blocks.push_back(static_cast<int64_t>(options.batch_size) * options.microbatches_of(q));
     }
-    model::SetShard(blocks, r, &lo);
-    ASSIGN_OR_RETURN(auto source, windows());
+    if (!options.skewed_shards) model::SetShard(blocks, r, &lo);
+    ASSIGN_OR_RETURN(auto source, windows(r));
     ASSIGN_OR_RETURN(rep.loader, model::DataLoader::Create(std::move(source), lo));
     for (size_t k = 0; k < fleet->slices_.size(); ++k) {
       ASSIGN_OR_RETURN(auto encoder, ContributionEncoder::Create(options.sync.codec));
@@ -215,6 +250,12 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
     Replica& rep = replicas_[r];
     ASSIGN_OR_RETURN(const model::StepResult s, rep.chain->TrainStep(*rep.loader, microbatches[r],
                                                                      optimizer, step, total_steps));
+    if (gossip_ != nullptr && gossip_->tracking()) {  // the step's correction
+      std::vector<float> x(static_cast<size_t>(model::NumParameters(config_)));
+      rep.chain->StoreIntoModel(x.data());
+      gossip_->Correct(static_cast<int>(r), x, s.lr);
+      rep.chain->LoadFromModel(x.data());
+    }
     // The mean over every replica's microbatches (each step's loss is over its own).
     loss_sum += static_cast<double>(s.loss) * microbatches[r];
     all += microbatches[r];

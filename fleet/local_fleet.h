@@ -30,7 +30,9 @@
 //          the link matrix (gossip_mixer.h: a sparse push-sum round, the codec's top-k
 //          fraction of each slice sent as fp32 shares), so the replicas stay close, not equal;
 //          after the last step one exact average (an all-gather of the parameters, counted)
-//          leaves them equal.
+//          leaves them equal. With sync.tracking each replica's local steps also apply its
+//          correction, and the rounds mix the replicas' drifts beside their parameters
+//          (gradient tracking, gossip_node.h).
 #pragma once
 
 #include <cstdint>
@@ -74,6 +76,11 @@ struct LocalFleetOptions {
   // `seed`: a graph that changes from round to round).
   std::vector<std::vector<double>> bandwidth;
   double missing_links = 0;
+  // Skewed shards (the Create that takes the token stream): replica r reads only the r-th of
+  // N equal contiguous parts of the stream (its windows shuffled), not its share of every
+  // block of one permutation: replicas on different data, as sites with their own corpora
+  // are. Every part needs seq_len + 1 tokens.
+  bool skewed_shards = false;
 };
 
 struct FleetStepResult {
@@ -124,6 +131,12 @@ class LocalFleet {
   float MaxDivergence() const;
 
  private:
+  // Replica r's windows: `windows(r)`, sharded as the options say (skewed: read whole).
+  using ReplicaWindows = std::function<StatusOr<std::unique_ptr<model::WindowSource>>(int)>;
+  static StatusOr<std::unique_ptr<LocalFleet>> CreateWith(const model::ModelConfig& config,
+                                                          const ReplicaWindows& windows,
+                                                          const LocalFleetOptions& options,
+                                                          const std::vector<kernels::Ops*>& ops);
   struct Replica {
     std::unique_ptr<model::FragmentChain> chain;
     std::unique_ptr<model::DataLoader> loader;

@@ -147,6 +147,11 @@ Status ValidateSyncOptions(const SyncOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("sync.fanout must be >= 1, not ", o.fanout));
   }
   if (o.reduce == SyncReduce::kGossip) RETURN_IF_ERROR(GossipKeep(o).status());
+  if (o.tracking && o.reduce != SyncReduce::kGossip) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync.tracking corrects gossip's local steps: it needs sync.reduce gossip, not ",
+        SyncReduceName(o.reduce)));
+  }
   return absl::OkStatus();
 }
 

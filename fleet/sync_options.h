@@ -69,6 +69,10 @@ struct SyncOptions {
   SyncReduce reduce = SyncReduce::kGather;
   int stagger = 1;  // local: phases of a sync round (1: everything at once); <= every
   int fanout = 1;   // gossip: out-neighbours per member and round; >= 1
+  // Gossip: gradient tracking (gossip_node.h), a correction per replica that its local steps
+  // apply so that replicas on different data move as their mean does. The fleet simulator
+  // runs it; the job spec does not take it yet (the daemons' stages do not keep the state).
+  bool tracking = false;
 };
 
 // A LocalSyncAction's phase when a sync covers every slice (the last step's, or stagger 1).
@@ -112,7 +116,7 @@ inline bool InPhase(int slice_phase, int phase) {
 // every >= 1, 1 <= stagger <= every (stagger > 1 only in local mode), 0 <= overlap <
 // every / stagger (overlap > 0 only in local mode: one sync in flight at a time), the outer
 // options' ranges, a codec that is "exact", "adaptive" or parses, and gossip's conditions
-// (see SyncReduce) with fanout >= 1.
+// (see SyncReduce) with fanout >= 1, and tracking only with gossip.
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The fraction of each slice a gossip round sends (1 for codec exact, F for topk:F), or the

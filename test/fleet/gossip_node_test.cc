@@ -164,5 +164,75 @@ TEST_CASE("a node's picks: the turning window and the largest moves, the same fo
   CHECK(node.Restore(w, x).code() == absl::StatusCode::kDataLoss);
 }
 
+TEST_CASE("tracked gossip frames carry drifts; a receiver refuses the other kind") {
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 3.5f}, w = {1.0f, 0.5f, 0.25f, 2.0f};
+  const std::vector<float> z = {0.1f, -0.2f, 0.3f, -0.4f};
+  const std::vector<uint32_t> some = {1, 3};
+  const std::vector<uint8_t> tracked = EncodeGossipFrame(7, some, x, w, z);
+  CHECK(tracked.size() == GossipFrameBytes(2, 4, true));
+  CHECK(tracked.size() == 16 + 2 * 16 + 8);
+  auto f = DecodeGossipFrame(tracked, 7, 4, true);
+  REQUIRE(f.ok());
+  CHECK(f->x == std::vector<float>{-1.0f, 3.5f});
+  CHECK(f->w == std::vector<float>{0.5f, 2.0f});
+  CHECK(f->z == std::vector<float>{-0.2f, -0.4f});
+  CHECK_THAT(Error(tracked, 7, 4), Catch::Contains("drifts in a frame of an untracked job"));
+  auto untracked = DecodeGossipFrame(EncodeGossipFrame(7, some, x, w), 7, 4, true);
+  REQUIRE(!untracked.ok());
+  CHECK_THAT(std::string(untracked.status().message()),
+             Catch::Contains("no drifts in a frame of a tracked job"));
+  // A drift that is not finite, checksum recomputed: refused by name.
+  std::vector<float> bad_z = z;
+  bad_z[3] = std::numeric_limits<float>::infinity();
+  auto bad = DecodeGossipFrame(EncodeGossipFrame(7, some, x, w, bad_z), 7, 4, true);
+  REQUIRE(!bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("coordinate 3 has drift inf"));
+}
+
+TEST_CASE("tracking: the correction moves by the mixed drift less the own, and steps apply it") {
+  // One slice of 4 parameters, every coordinate sent to one neighbour (share 1/2), which sends
+  // every coordinate back (share 1/2). Two local steps of learning rate 0.25 each moved this
+  // node by -z_own x 0.5.
+  GossipNode node({{0, 0, 4}}, 4, 1.0, /*tracking=*/true);
+  const std::vector<float> start = {1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<float> x = start;
+  node.Reset(x);
+  node.Correct(x, 0.25);  // the correction is 0: nothing moves
+  node.Correct(x, 0.25);
+  CHECK(x == start);
+  const std::vector<float> z_own = {0.5f, -1.0f, 0.0f, 2.0f}, z_peer = {1.5f, -1.0f, 1.0f, 0.0f};
+  for (size_t c = 0; c < 4; ++c) x[c] = start[c] - 0.5f * z_own[c];
+  node.BeginRound(x);
+  const std::vector<uint32_t> all = {0, 1, 2, 3};
+  // The node's frame carries its drift.
+  auto mine = DecodeGossipFrame(node.Frame(0, all, x), 0, 4, true);
+  REQUIRE(mine.ok());
+  CHECK(mine->z == z_own);
+  const std::vector<float> peer_x = {0, 0, 0, 0}, ones(4, 1.0f);
+  auto f = DecodeGossipFrame(EncodeGossipFrame(0, all, peer_x, ones, z_peer), 0, 4, true);
+  REQUIRE(f.ok());
+  const std::vector<GossipNode::Received> received = {{0.5, &*f}};
+  node.Apply(0, all, 0.5, received, x);
+  // c = (z_own + z_peer) / 2 - z_own = (z_peer - z_own) / 2.
+  const std::vector<float> c = {0.5f, 0.0f, 0.5f, -1.0f};
+  CHECK(node.corrections() == c);
+  // A step of learning rate 0.1 then moves x by -0.1 c, and the next drift is measured from
+  // the mixed x.
+  const std::vector<float> mixed = x;
+  node.Correct(x, 0.1);
+  for (size_t k = 0; k < 4; ++k) CHECK(x[k] == mixed[k] - 0.1f * c[k]);
+  node.BeginRound(x);
+  auto next = DecodeGossipFrame(node.Frame(0, all, x), 0, 4, true);
+  REQUIRE(next.ok());
+  for (size_t k = 0; k < 4; ++k) CHECK(next->z[k] == Approx(c[k]).margin(1e-6));
+  // An untracked node sends no drifts and its steps move nothing.
+  GossipNode plain({{0, 0, 4}}, 4, 1.0);
+  plain.Reset(start);
+  std::vector<float> y = start;
+  plain.Correct(y, 1.0);
+  CHECK(y == start);
+  CHECK(DecodeGossipFrame(plain.Frame(0, all, y), 0, 4).ok());
+}
+
 }  // namespace
 }  // namespace longhaul::fleet

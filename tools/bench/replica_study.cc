@@ -15,7 +15,10 @@
 // --stagger P syncs the layers in P phases at staggered steps (sync.overlap, sync.stagger).
 // --reduce gossip mixes each replica's parameters with --fanout others per round instead of
 // any collective (fleet/gossip_mixer.h; --missing-links drops a fraction of the links each
-// round), and its line gives the replicas' mean consensus distance before a round.
+// round), and its line gives the replicas' mean consensus distance before a round; --tracking
+// on runs it with gradient tracking too ("+gt": a correction per replica, gossip_node.h).
+// --skewed-shards gives replica r the r-th contiguous part of the training text instead of its
+// share of one shuffled stream (replicas on different data: what tracking is for).
 //
 // Runs are independent and deterministic (one backend thread each); --jobs only changes the
 // wall time.
@@ -62,6 +65,8 @@ struct Flags {
   std::vector<std::string> reduce = {"gather"};  // sync.reduce of the local-mode runs
   int fanout = 1;                                // gossip: out-neighbours per round
   double missing_links = 0;                      // gossip: links down in each round
+  std::vector<std::string> tracking = {"off"};   // gossip: gradient tracking, "off" and/or "on"
+  bool skewed_shards = false;                    // replica r: the r-th part of the text
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
   int steps = 0;  // 0: the job's
@@ -98,7 +103,8 @@ struct RunSpec {
       case fleet::SyncReduce::kGossip:
         return absl::StrCat(
             " gossip/", sync.fanout,
-            missing_links > 0 ? absl::StrFormat(" -%.0f%%", 100 * missing_links) : "");
+            missing_links > 0 ? absl::StrFormat(" -%.0f%%", 100 * missing_links) : "",
+            sync.tracking ? " +gt" : "");
       default:
         return "";
     }
@@ -157,6 +163,7 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
   o.missing_links = r->spec.missing_links;
+  o.skewed_shards = f.skewed_shards;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
   if (!fl.ok()) return fail(fl.status());
   (*fl)->InitParameters(r->spec.seed);
@@ -288,6 +295,11 @@ int Run(Flags f) {
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
                   if (!fleet::GossipKeep(r.spec.sync).ok()) continue;
+                  for (const std::string& t : f.tracking) {
+                    r.spec.sync.tracking = t == "on";
+                    results.push_back(r);
+                  }
+                  continue;
                 }
                 results.push_back(r);
               }
@@ -300,13 +312,14 @@ int Run(Flags f) {
   absl::PrintF(
       "replica study: %s (%s): L=%d C=%d V=%d T=%d, %.2fM parameters; %d steps x %d "
       "microbatches of %d per replica, lr %g; outer lr %g momentum %g (Nesterov); %zu runs, %d "
-      "at once%s\n",
+      "at once%s%s\n",
       f.job, job.name, c.num_layers, c.channels, c.vocab_size, job.seq_len,
       model::NumParameters(c) / 1e6, job.steps, job.microbatches(), job.microbatch_size,
       job.optimizer.lr, f.outer_lr, f.outer_momentum, results.size(), f.jobs,
       f.replica_microbatches.empty()
           ? std::string()
-          : "; microbatches per replica " + absl::StrJoin(f.replica_microbatches, "/"));
+          : "; microbatches per replica " + absl::StrJoin(f.replica_microbatches, "/"),
+      f.skewed_shards ? "; skewed shards (replica r: the r-th part of the text)" : "");
   std::fflush(stdout);
   Printer printer;
   std::atomic<size_t> next{0};
@@ -464,6 +477,15 @@ int main(int argc, char** argv) {
                  "Gossip: the fraction of links missing in each round (a changing graph)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--tracking", f.tracking,
+                 "Gossip: gradient tracking off and/or on (each a run; on: a correction per "
+                 "replica that its local steps apply, the drifts mixed beside the parameters)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"off", "on"}));
+  app.add_flag("--skewed-shards", f.skewed_shards,
+               "Replica r reads the r-th of N contiguous parts of the training text (its "
+               "windows shuffled), every run the step/exact reference included: replicas on "
+               "different data");
   app.add_flag("--no-baseline", f.no_baseline,
                "Skip the step/exact runs (deterministic: one run gives a seed's baseline for "
                "good); the table then has no comparisons, each run's line its losses");
