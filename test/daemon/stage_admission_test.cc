@@ -249,6 +249,19 @@ TEST_CASE("a stage admits sync frames only from the replica stages its routes na
     CHECK(absl::IsPermissionDenied(s));
     CHECK(Names(s, "dropped"));
   }
+  SECTION("a replica removed mid-attempt: its frames refused, the admission otherwise alike") {
+    auto removed = admission.WithRemoved(std::vector<uint32_t>{1});
+    REQUIRE(removed.ok());
+    Status s = Check(**removed, sync(3, sync_step, 1, slice.size), "d");
+    CHECK(absl::IsPermissionDenied(s));
+    CHECK(Names(s, "replica 1 (removed from the job)"));
+    // Its own replica's pipeline neighbour is still admitted, and the original is unchanged.
+    CHECK(Check(**removed, Make(v1::TENSOR_KIND_ACTIVATION, 0, 1, {2, 32, 32}), "a").ok());
+    CHECK(Check(admission, sync(3, sync_step, 1, slice.size), "d").ok());
+    // A replica outside the plan, or the stage's own, is no removal it takes.
+    CHECK(absl::IsInvalidArgument(admission.WithRemoved(std::vector<uint32_t>{2}).status()));
+    CHECK(absl::IsInvalidArgument(admission.WithRemoved(std::vector<uint32_t>{0}).status()));
+  }
 }
 
 }  // namespace

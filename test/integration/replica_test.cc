@@ -944,6 +944,26 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
                    Catch::Contains("longhaul_stage_syncs{"));
     auto page = testing::HttpGet(c.at(0).status_port(), "/status");
     CHECK_THAT(page.body, Catch::Contains("\"membership\": \"removed\""));
+    if (gossip) {
+      // The stages that go on were told (JobCommand.KIND_REMOVE_REPLICAS): a sync frame of
+      // this attempt from gamma's stage is refused as the removed replica's, whether or not
+      // gamma's stage stopped.
+      REQUIRE(s.stages(2).site() == "gamma");
+      v1::TensorFrame frame;
+      frame.set_job_id(id);
+      frame.set_attempt(s.attempt());
+      frame.set_kind(v1::TENSOR_KIND_SYNC);
+      frame.set_from_stage(2);
+      frame.set_to_stage(0);
+      frame.set_microbatch(1);
+      frame.set_tensor_id(1);
+      frame.set_step(s.stages(0).step());
+      const std::vector<uint8_t> payload(64, 0);
+      frame.set_encoded_size(payload.size());
+      const Status d = c.at(0).jobs().Deliver(frame, payload, "gamma");
+      CHECK(d.code() == absl::StatusCode::kPermissionDenied);
+      CHECK_THAT(std::string(d.message()), Catch::Contains("replica 1 (removed from the job)"));
+    }
   }
   for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
   const v1::JobStatus s = c.WaitCompleted(id);

@@ -81,6 +81,7 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
   const ReplicaList dropped(assignment.dropped_replicas().begin(),
                             assignment.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) live_.push_back(!Contains(dropped, r));
+  removed_.assign(live_.size(), false);
   gossip_links_.assign(assignment.gossip_links().begin(), assignment.gossip_links().end());
   // Its replica's microbatches, training and validation.
   M_ = AttemptMicrobatches(
@@ -91,6 +92,21 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
   slices_ = static_cast<size_t>(model::ParameterLayout(model_).num_slices());
 }
 
+StatusOr<std::shared_ptr<const StageAdmission>> StageAdmission::WithRemoved(
+    std::span<const uint32_t> removed) const {
+  auto next = std::make_shared<StageAdmission>(*this);
+  for (uint32_t r : removed) {
+    if (r >= removed_.size() || static_cast<int>(r) == grid_.replica(self_)) {
+      return absl::InvalidArgumentError(
+          "job '" + job_id_ + "' on site '" + site_ + "': cannot remove replica " +
+          std::to_string(r) + " (" + std::to_string(removed_.size()) + " replicas, this stage's " +
+          std::to_string(grid_.replica(self_)) + ")");
+    }
+    next->removed_[r] = true;
+  }
+  return std::shared_ptr<const StageAdmission>(std::move(next));
+}
+
 Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8_t> head,
                              const std::string& caller) const {
   const std::string& id = job_id_;
@@ -99,6 +115,11 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
   const uint32_t from = first.from_stage();
   const int self = self_, sender = static_cast<int>(from);
   const std::string from_site = from < n ? assignment_.stages(static_cast<int>(from)).site() : "";
+  if (from < n && removed_[static_cast<size_t>(grid_.replica(sender))]) {
+    return RoleDenied(caller, id,
+                      "send frames for replica " + std::to_string(grid_.replica(sender)) +
+                          " (removed from the job)");
+  }
   if (first.kind() == v1::TENSOR_KIND_SYNC) {
     // A sync frame of the next attempt is checked against that attempt's plan and members
     // (a ring changes with them): Unavailable until this site has it, and the sender retries.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,13 @@ class StageAdmission {
                  const JobSpec& spec);
 
   uint32_t attempt() const { return attempt_; }
+
+  // This admission with the replicas `removed` out of the job for good (the coordinator's
+  // KIND_REMOVE_REPLICAS, mid-attempt): every frame from one of their stages is refused. The
+  // gossip rounds' graphs stay the attempt's (every stage draws them alike; a removed replica
+  // is gone in them). INVALID_ARGUMENT for a replica outside the plan or this stage's own.
+  StatusOr<std::shared_ptr<const StageAdmission>> WithRemoved(
+      std::span<const uint32_t> removed) const;
   int64_t steps() const { return steps_; }
 
   // The tensor whose first chunk `head` (the start of its payload: the compression frame's
@@ -63,6 +71,7 @@ class StageAdmission {
   std::vector<SyncRoute> routes_;     // the fragment's sync slices (with replicas)
   size_t slices_ = 0;                 // the model's parameter slices (a grad-sums frame's count)
   std::vector<bool> live_;            // by replica: not dropped in this attempt
+  std::vector<bool> removed_;         // by replica: removed from the job since (WithRemoved)
   bool ring_ = false;                 // syncs go around rings (sync.reduce: ring)
   fleet::SyncOptions sync_;           // when each slice syncs
   uint64_t seed_ = 0;                 // the job's: gossip rounds' graphs (gossip_round.h)

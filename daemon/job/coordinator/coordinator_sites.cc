@@ -222,6 +222,7 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
   std::vector<std::string> leave_sites;
   const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
   v1::JobCommand stop;
+  std::vector<std::string> staying;  // gossip: the live stages' sites, each once
   {
     MutexLock lock(mu_);
     const StageGrid grid = GridLocked();
@@ -244,8 +245,32 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
     }
     stop.set_job_id(job_id_);
     stop.set_attempt(record_.attempt());
+    const ReplicaList dropped = DroppedLocked();
+    for (int i = 0; i < record_.stages_size(); ++i) {
+      const int replica = grid.replica(i);
+      const std::string& site = record_.stages(i).site();
+      if (Contains(dropped, replica) || Contains(leave, replica) ||
+          std::find(staying.begin(), staying.end(), site) != staying.end()) {
+        continue;
+      }
+      staying.push_back(site);
+    }
   }
   if (gossip) {
+    // The live stages refuse the leaving replicas' frames from now on and count them gone in
+    // their rounds (JobCommand.KIND_REMOVE_REPLICAS), whether or not the stops below arrive.
+    v1::JobCommand remove = stop;
+    remove.set_kind(v1::JobCommand::KIND_REMOVE_REPLICAS);
+    *remove.mutable_removed_replicas() = {leave.begin(), leave.end()};
+    for (const auto& site : staying) {
+      transport::Link* c = env_.channel(site);
+      auto r = c ? c->ControlJob(remove, 3)
+                 : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
+      if (!r.ok()) {
+        env_.log->warn("job {}: could not tell site '{}' that {} left: {}", job_id_, site,
+                       ReplicaNames(leave), std::string(r.status().message()));
+      }
+    }
     // Only the leaving replicas stop; the others' rounds go on without them (a peer whose
     // stage stopped in this attempt is gone, PeerStatus).
     stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);

@@ -17,6 +17,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +104,9 @@ class StageRunner {
   // The kernel backends of the replicas, e.g. "cpu" or "cuda:0, cuda:1".
   const std::string& devices() const { return devices_; }
   uint32_t attempt() const { return ctx_.assignment.attempt(); }
+  // Gossip: `removed` replicas left the job for good while this attempt runs (the
+  // coordinator's KIND_REMOVE_REPLICAS): their stages count as gone from now on, unasked.
+  void RemoveReplicas(std::span<const uint32_t> removed) ABSL_LOCKS_EXCLUDED(peers_mu_);
 
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
@@ -141,7 +146,8 @@ class StageRunner {
   Status CheckpointSync(uint64_t step);
   // Gossip: how stage `stage` of this job stands (PeerStatus), from a ping of its site: gone
   // when it stopped in this attempt, runs a later one, did not answer kPingsToGone pings in a
-  // row, or runs no stage of this attempt kStartupGraceSeconds after this stage started.
+  // row, or runs no stage of this attempt kStartupGraceSeconds after this stage started; at
+  // once when its replica was removed (RemoveReplicas).
   PeerStatus PeerStatusOf(int stage) ABSL_LOCKS_EXCLUDED(peers_mu_);
   static constexpr int kPingsToGone = 3;
   static constexpr double kStartupGraceSeconds = 120;
@@ -203,9 +209,10 @@ class StageRunner {
   StageRunnerStatus status_ ABSL_GUARDED_BY(mu_);
   double started_at_ = 0;  // Start's time (Now)
   // PeerStatusOf's: by stage, the pings in a row its site did not answer (asked from the
-  // stage's thread and a gossip exchange's receiver).
+  // stage's thread and a gossip exchange's receiver), and the replicas removed mid-attempt.
   Mutex peers_mu_;
   std::map<int, int> unanswered_pings_ ABSL_GUARDED_BY(peers_mu_);
+  std::set<uint32_t> removed_replicas_ ABSL_GUARDED_BY(peers_mu_);
 };
 
 }  // namespace longhaul::daemon

@@ -105,8 +105,19 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
   return absl::OkStatus();
 }
 
+void StageRunner::RemoveReplicas(std::span<const uint32_t> removed) {
+  MutexLock lock(peers_mu_);
+  removed_replicas_.insert(removed.begin(), removed.end());
+}
+
 PeerStatus StageRunner::PeerStatusOf(int stage) {
   const v1::StageAssignment& a = ctx_.assignment;
+  if (stage >= 0 && stage < grid_.size()) {
+    MutexLock lock(peers_mu_);
+    if (removed_replicas_.count(static_cast<uint32_t>(grid_.replica(stage))) > 0) {
+      return PeerStatus::kGone;
+    }
+  }
   StatusOr<v1::JobCommandResponse> r = absl::NotFoundError("no link");
   if (stage >= 0 && stage < a.stages_size() && ctx_.channel) {
     if (transport::Link* link = ctx_.channel(a.stages(stage).site())) {
