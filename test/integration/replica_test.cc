@@ -202,6 +202,22 @@ void CheckAgainst(const Oracle& oracle, const v1::JobStatus& s, const std::vecto
   CHECK(differ == 0);  // bit for bit
 }
 
+// A sync frame's metadata of job `id`'s attempt `attempt`: wpe (slice 1) from stage `from` to
+// stage `to`, microbatch (the sender's replica, or a ring hop's tag) and step as given.
+v1::TensorFrame SyncFrame(const std::string& id, uint32_t attempt, uint32_t from, uint32_t to,
+                          uint32_t microbatch, uint64_t step) {
+  v1::TensorFrame frame;
+  frame.set_job_id(id);
+  frame.set_attempt(attempt);
+  frame.set_kind(v1::TENSOR_KIND_SYNC);
+  frame.set_from_stage(from);
+  frame.set_to_stage(to);
+  frame.set_microbatch(microbatch);
+  frame.set_tensor_id(1);
+  frame.set_step(step);
+  return frame;
+}
+
 // A gossip job's link matrix as its status shows it (empty: every link alike), for TrainFleet.
 std::vector<double> GossipLinks(const v1::JobStatus& s) {
   return {s.gossip_links().begin(), s.gossip_links().end()};
@@ -291,14 +307,9 @@ TEST_CASE("replicas in sync mode step train the union batch, as the in-process f
 
   // Sync tensors come only from the stage of another replica holding the slice (split alike
   // here: the same stage), for a slice this stage holds.
-  v1::TensorFrame frame;
-  frame.set_job_id(id);
-  frame.set_attempt(s.attempt());  // the job's attempt: an older one is stale, dropped first
-  frame.set_kind(v1::TENSOR_KIND_SYNC);
-  frame.set_from_stage(1);  // beta: replica 0's second stage, not in gamma's group
-  frame.set_to_stage(2);
-  frame.set_microbatch(0);
-  frame.set_tensor_id(1);  // wpe
+  // From beta (replica 0's second stage, not in gamma's group), of the job's attempt (an
+  // older one is stale, dropped first).
+  v1::TensorFrame frame = SyncFrame(id, s.attempt(), 1, 2, 0, 0);
   std::vector<uint8_t> payload = testing::ZeroFrame({32 * 32});
   frame.set_encoded_size(payload.size());
   auto d = c.at(2).jobs().Deliver(frame, payload, "beta");
@@ -398,15 +409,9 @@ TEST_CASE("sync.reduce ring: four replicas around a ring, the fleet's model bit 
   CHECK(s.sync_groups(0).syncs() > 0);
   // Each hop's frame comes from the ring's previous stage only, with that hop's chunk: wpe
   // (slice 1, 1024 values) reaches gamma (position 2) in hop 0 as chunk 1, values [256, 512).
-  v1::TensorFrame frame;
-  frame.set_job_id(id);
-  frame.set_attempt(s.attempt());  // the job's attempt: an older one is stale, dropped first
-  frame.set_kind(v1::TENSOR_KIND_SYNC);
-  frame.set_from_stage(0);  // alpha: a member, but not gamma's predecessor
-  frame.set_to_stage(2);
-  frame.set_microbatch(0);
-  frame.set_tensor_id(1);
-  frame.set_step(1);  // a sync step in both modes (after step 2)
+  // From alpha (a member, but not gamma's predecessor), after step 2 (a sync step in both
+  // modes), of the job's attempt (an older one is stale, dropped first).
+  v1::TensorFrame frame = SyncFrame(id, s.attempt(), 0, 2, 0, 1);
   std::vector<uint8_t> payload = testing::ZeroFrame({256});
   frame.set_encoded_size(payload.size());
   CHECK(c.at(2).jobs().Deliver(frame, payload, "alpha").code() ==
@@ -468,15 +473,7 @@ TEST_CASE("staggered syncs: each phase of the layers at its own steps, the fleet
   CheckAgainst(oracle, s, c.Export(id));
   // A frame of a phase-0 slice (wpe, slice 1: alpha to gamma) at a phase-1 step is refused at
   // the door; at a phase-0 step it passes the sync checks.
-  v1::TensorFrame frame;
-  frame.set_job_id(id);
-  frame.set_attempt(s.attempt());
-  frame.set_kind(v1::TENSOR_KIND_SYNC);
-  frame.set_from_stage(0);
-  frame.set_to_stage(2);
-  frame.set_microbatch(0);
-  frame.set_tensor_id(1);
-  frame.set_step(1);  // after step 2: phase 1's
+  v1::TensorFrame frame = SyncFrame(id, s.attempt(), 0, 2, 0, 1);  // after step 2: phase 1's
   const bool ring = sync.find("ring") != std::string::npos;
   std::vector<uint8_t> payload = testing::ZeroFrame({ring ? 512 : 1024});  // hop 0's chunk of 2
   frame.set_encoded_size(payload.size());
@@ -584,14 +581,7 @@ TEST_CASE("replicas split differently: each slice syncs with its holders, the fl
       std::vector<std::string>{"alpha", "beta", "gamma"});
   CHECK(s.sync_groups(0).syncs() > 0);
   // gamma takes wpe (slice 1) from alpha only, which holds it; beta does not.
-  v1::TensorFrame frame;
-  frame.set_job_id(id);
-  frame.set_attempt(s.attempt());  // the job's attempt: an older one is stale, dropped first
-  frame.set_kind(v1::TENSOR_KIND_SYNC);
-  frame.set_from_stage(1);
-  frame.set_to_stage(2);
-  frame.set_microbatch(0);
-  frame.set_tensor_id(1);
+  v1::TensorFrame frame = SyncFrame(id, s.attempt(), 1, 2, 0, 0);
   const std::vector<uint8_t> payload = testing::ZeroFrame({32 * 32});
   frame.set_encoded_size(payload.size());
   CHECK(c.at(2).jobs().Deliver(frame, payload, "beta").code() ==
@@ -949,15 +939,7 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
       // this attempt from gamma's stage is refused as the removed replica's, whether or not
       // gamma's stage stopped.
       REQUIRE(s.stages(2).site() == "gamma");
-      v1::TensorFrame frame;
-      frame.set_job_id(id);
-      frame.set_attempt(s.attempt());
-      frame.set_kind(v1::TENSOR_KIND_SYNC);
-      frame.set_from_stage(2);
-      frame.set_to_stage(0);
-      frame.set_microbatch(1);
-      frame.set_tensor_id(1);
-      frame.set_step(s.stages(0).step());
+      v1::TensorFrame frame = SyncFrame(id, s.attempt(), 2, 0, 1, s.stages(0).step());
       const std::vector<uint8_t> payload(64, 0);
       frame.set_encoded_size(payload.size());
       const Status d = c.at(0).jobs().Deliver(frame, payload, "gamma");
@@ -1256,15 +1238,9 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
     }
   }
   if (from >= 0) {  // fanout 2 of 3 leaves each replica one it does not send to
-    v1::TensorFrame frame;
-    frame.set_job_id(id);
-    frame.set_attempt(s.attempt());
-    frame.set_kind(v1::TENSOR_KIND_SYNC);
-    frame.set_from_stage(static_cast<uint32_t>(from));
-    frame.set_to_stage(static_cast<uint32_t>(to));
-    frame.set_microbatch(static_cast<uint32_t>(from));
-    frame.set_tensor_id(1);  // wpe (1024 values)
-    frame.set_step(1);       // the sync after the second step: round 0
+    // wpe (1024 values) in the sync after the second step: round 0.
+    v1::TensorFrame frame = SyncFrame(id, s.attempt(), static_cast<uint32_t>(from),
+                                      static_cast<uint32_t>(to), static_cast<uint32_t>(from), 1);
     const std::vector<float> x(1024, 0.0f), w(1024, 1.0f);
     std::vector<uint32_t> all(1024);
     for (uint32_t k = 0; k < 1024; ++k) all[k] = k;

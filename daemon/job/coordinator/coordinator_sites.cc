@@ -257,33 +257,28 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
     }
   }
   if (gossip) {
+    // Each command to each of its sites, failures logged (`what` failed on the site).
+    auto send = [&](const v1::JobCommand& command, const std::vector<std::string>& to,
+                    const std::string& what) {
+      for (const auto& site : to) {
+        transport::Link* c = env_.channel(site);
+        auto r = c ? c->ControlJob(command, 3)
+                   : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
+        if (!r.ok()) {
+          env_.log->warn("job {}: could not {} on site '{}': {}", job_id_, what, site,
+                         std::string(r.status().message()));
+        }
+      }
+    };
     // The live stages refuse the leaving replicas' frames from now on and count them gone in
     // their rounds (JobCommand.KIND_REMOVE_REPLICAS), whether or not the stops below arrive.
     v1::JobCommand remove = stop;
     remove.set_kind(v1::JobCommand::KIND_REMOVE_REPLICAS);
     *remove.mutable_removed_replicas() = {leave.begin(), leave.end()};
-    for (const auto& site : staying) {
-      transport::Link* c = env_.channel(site);
-      auto r = c ? c->ControlJob(remove, 3)
-                 : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
-      if (!r.ok()) {
-        env_.log->warn("job {}: could not tell site '{}' that {} left: {}", job_id_, site,
-                       ReplicaNames(leave), std::string(r.status().message()));
-      }
-    }
-    // Only the leaving replicas stop; the others' rounds go on without them (a peer whose
-    // stage stopped in this attempt is gone, PeerStatus).
+    send(remove, staying, "tell the stage that " + ReplicaNames(leave) + " left");
+    // Only the leaving replicas stop; the others' rounds go on without them.
     stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
-    for (const auto& site : leave_sites) {
-      transport::Link* c = env_.channel(site);
-      auto r = c ? c->ControlJob(stop, 3)
-                 : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
-      if (!r.ok()) {
-        // Its peers find it gone once it answers no ping; until then they ask each round.
-        env_.log->warn("job {}: could not stop the stage on leaving site '{}': {}", job_id_, site,
-                       std::string(r.status().message()));
-      }
-    }
+    send(stop, leave_sites, "stop the leaving stage");
   } else {
     StopAttempt();
   }
