@@ -183,6 +183,29 @@ void GossipNode::Reset(std::span<const float> params) {
   }
 }
 
+Status GossipNode::RestoreTracking(std::vector<float> corrections, std::vector<float> anchor,
+                                   double lr_sum) {
+  if (!tracking_) return absl::FailedPreconditionError("gossip state: a node that does not track");
+  if (corrections.size() != parameters_ || anchor.size() != parameters_ || !std::isfinite(lr_sum) ||
+      lr_sum < 0) {
+    return absl::DataLossError("gossip tracking state: " + std::to_string(corrections.size()) +
+                               " corrections, an anchor of " + std::to_string(anchor.size()) +
+                               " and a learning-rate sum of " + std::to_string(lr_sum) + " for " +
+                               std::to_string(parameters_) + " parameters");
+  }
+  for (size_t c = 0; c < parameters_; ++c) {
+    if (!std::isfinite(corrections[c]) || !std::isfinite(anchor[c])) {
+      return absl::DataLossError("gossip tracking state: parameter " + std::to_string(c) +
+                                 " has correction " + std::to_string(corrections[c]) +
+                                 " and anchor " + std::to_string(anchor[c]) + " (finite)");
+    }
+  }
+  correction_ = std::move(corrections);
+  anchor_ = std::move(anchor);
+  lr_sum_ = lr_sum;
+  return absl::OkStatus();
+}
+
 void GossipNode::Correct(std::span<float> x, double lr) {
   if (!tracking_) return;
   const float step = static_cast<float>(lr);

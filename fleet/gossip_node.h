@@ -98,6 +98,12 @@ class GossipNode {
   const std::vector<SyncSlice>& slices() const { return slices_; }
   bool tracking() const { return tracking_; }
   const std::vector<float>& corrections() const { return correction_; }
+  // Tracking: x after the last round, and the learning rates of the steps since, summed.
+  const std::vector<float>& drift_anchor() const { return anchor_; }
+  double lr_sum() const { return lr_sum_; }
+  // Tracking: a checkpoint's corrections, anchor and learning-rate sum (the first two
+  // `parameters` long and finite, the sum finite and not negative; DataLoss otherwise).
+  Status RestoreTracking(std::vector<float> corrections, std::vector<float> anchor, double lr_sum);
 
   // Tracking: a local step with learning rate `lr` has moved `x` (the whole parameter array);
   // the correction moves it on, x -= lr c. Nothing without tracking.

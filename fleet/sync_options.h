@@ -70,8 +70,8 @@ struct SyncOptions {
   int stagger = 1;  // local: phases of a sync round (1: everything at once); <= every
   int fanout = 1;   // gossip: out-neighbours per member and round; >= 1
   // Gossip: gradient tracking (gossip_node.h), a correction per replica that its local steps
-  // apply so that replicas on different data move as their mean does. The fleet simulator
-  // runs it; the job spec does not take it yet (the daemons' stages do not keep the state).
+  // apply so that replicas on different data move as their mean does (`sync: {tracking:
+  // true}`; the fleet simulator and the daemons alike).
   bool tracking = false;
 };
 

@@ -21,6 +21,7 @@
 #include "daemon/job/state/sync_checkpoint.h"
 #include "daemon/job/sync/sync_codec.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "model/durable_file.h"
 #include "model/layout.h"
 #include "test/daemon/test_util.h"
 
@@ -535,6 +536,57 @@ TEST_CASE("sync state files of version 2 (before the durable-file shape) still l
   std::ofstream(path, std::ios::binary | std::ios::trunc) << v2;
   CHECK(ReadSyncState(*FileEnv::Default(), path, 3, 2, {1}, 1).status().code() ==
         absl::StatusCode::kDataLoss);
+}
+
+TEST_CASE("sync state files keep gossip's tracking state; version 1 files still load",
+          "[replicas]") {
+  const std::string dir = testing::TempDir("sync-state-tracking");
+  const std::string path = SyncCheckpointPath(dir, 4, 0, 1);
+  SyncState s;
+  s.step = 4;
+  s.anchor = {1, 2, 3};
+  s.momentum = {1, 0.5f, 2};
+  s.corrections = {0.1f, -0.2f, 0.3f};
+  s.drift_anchor = {1.5f, 2.5f, 3.5f};
+  s.lr_sum = 0.0075;
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, s).ok());
+  auto back = ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0);
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(back->corrections == s.corrections);
+  CHECK(back->drift_anchor == s.drift_anchor);
+  CHECK(back->lr_sum == s.lr_sum);
+  CHECK(back->anchor == s.anchor);
+  // Tracking state of another fragment's size, or a learning-rate sum below 0: refused.
+  s.corrections.push_back(0);
+  s.drift_anchor.push_back(0);
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, s).ok());
+  CHECK(ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0).status().code() ==
+        absl::StatusCode::kDataLoss);
+  s.corrections.pop_back();
+  s.drift_anchor.pop_back();
+  s.lr_sum = -1;
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, s).ok());
+  CHECK_THAT(std::string(ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0).status().message()),
+             Catch::Contains("learning-rate sum of -1"));
+  // The previous build's durable file (version 1: no tracking fields) loads without them.
+  std::string head;
+  for (uint64_t x : {uint64_t{4}, uint64_t{3}, uint64_t{3}, uint64_t{0}, uint64_t{0}}) {
+    head.append(reinterpret_cast<const char*>(&x), 8);
+  }
+  std::string floats;
+  for (float f : {1.0f, 2.0f, 3.0f, 1.0f, 0.5f, 2.0f}) {
+    floats.append(reinterpret_cast<const char*>(&f), 4);
+  }
+  model::DurableFormat v1{{'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 1, UINT64_MAX, "sync state"};
+  REQUIRE(model::WriteDurableFile(*FileEnv::Default(), path, v1, {head, floats}).ok());
+  auto old = ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0);
+  INFO(old.status().ToString());
+  REQUIRE(old.ok());
+  CHECK(old->anchor == std::vector<float>{1, 2, 3});
+  CHECK(old->momentum == std::vector<float>{1, 0.5f, 2});
+  CHECK(old->corrections.empty());
+  CHECK(old->lr_sum == 0);
 }
 
 TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {

@@ -26,8 +26,9 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   fleet::SyncOptions& sync = spec->sync;
   bool codec_given = false, loss_given = false, lr_given = false, momentum_given = false;
   if (entry != nullptr) {
-    ASSIGN_OR_RETURN(auto fields, w.Map(*entry, {"mode", "every", "overlap", "outer", "codec",
-                                                 "on_site_loss", "reduce", "stagger", "fanout"}));
+    ASSIGN_OR_RETURN(auto fields,
+                     w.Map(*entry, {"mode", "every", "overlap", "outer", "codec", "on_site_loss",
+                                    "reduce", "stagger", "fanout", "tracking"}));
     if (auto it = fields.find("stagger"); it != fields.end()) {
       ASSIGN_OR_RETURN(const int64_t stagger, w.Int(it->second, 1, 1000000));
       if (stagger > spec->job.model.num_layers) {
@@ -48,6 +49,9 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
     if (auto it = fields.find("fanout"); it != fields.end()) {
       ASSIGN_OR_RETURN(const int64_t fanout, w.Int(it->second, 1, 1000));
       sync.fanout = static_cast<int>(fanout);
+    }
+    if (auto it = fields.find("tracking"); it != fields.end()) {
+      ASSIGN_OR_RETURN(sync.tracking, w.Bool(it->second));
     }
     if (auto it = fields.find("on_site_loss"); it != fields.end()) {
       ASSIGN_OR_RETURN(std::string text, w.String(it->second));

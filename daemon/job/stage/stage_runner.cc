@@ -283,7 +283,8 @@ Status StageRunner::RunStep(uint64_t step) {
   if (reporter_) reporter_->Add(std::move(report));  // the step taken: reported behind it
   fragment_->Synchronize();
   compute_acc_ += Now() - step_start;
-  if (replicas_) {  // local mode, at a sync step
+  if (replicas_) {           // local mode, at a sync step
+    replicas_->Correct(lr);  // gossip with gradient tracking
     RETURN_IF_ERROR(replicas_->OuterStep(step, compute_acc_));
     wait_acc_ += replicas_->wait_seconds() - sync_waited;
   }

@@ -1,13 +1,16 @@
 // Stages' carried state files (see sync_checkpoint.h), in the durable-file shape
-// (model/durable_file.h, magic "LHSYNCST", version 1) whose payload is, little-endian: u64 step,
-// u64 anchor floats, u64 momentum floats, u64 residual count, u64 tied residual floats, u64 size
-// of each residual, then the floats in that order (the tied residual last). Files of earlier
-// builds are read too: magic "LHSYNC02", the same fields, then u64 XXH64 of all before it;
-// "LHSYNC01", the same without the tied residual's count and floats.
+// (model/durable_file.h, magic "LHSYNCST", version 2) whose payload is, little-endian: u64 step,
+// u64 anchor floats, u64 momentum floats, u64 residual count, u64 tied residual floats, u64
+// tracking floats (each of corrections and drift anchor), f64 learning-rate sum, u64 size of
+// each residual, then the floats in that order (the tied residual, then the corrections and
+// the drift anchor, last). Version 1 is the same without the tracking fields and floats. Files
+// of earlier builds are read too: magic "LHSYNC02", version 1's fields, then u64 XXH64 of all
+// before it; "LHSYNC01", the same without the tied residual's count and floats.
 #include "daemon/job/state/sync_checkpoint.h"
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -19,7 +22,7 @@ namespace longhaul::daemon {
 namespace {
 
 constexpr model::DurableFormat kFormat{
-    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 1, 0, "sync state"};
+    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 2, 0, "sync state"};
 constexpr char kMagicV2[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '2'};
 constexpr char kMagicV1[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '1'};
 
@@ -46,6 +49,10 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
   AppendU64(&head, s.momentum.size());
   AppendU64(&head, s.residuals.size());
   AppendU64(&head, s.tied_residual.size());
+  AppendU64(&head, s.corrections.size());
+  uint64_t lr_bits;
+  std::memcpy(&lr_bits, &s.lr_sum, 8);
+  AppendU64(&head, lr_bits);
   for (const auto& r : s.residuals) AppendU64(&head, r.size());
   auto bytes = [](const std::vector<float>& v) {
     return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -53,6 +60,8 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
   std::vector<std::string_view> parts = {head, bytes(s.anchor), bytes(s.momentum)};
   for (const auto& r : s.residuals) parts.push_back(bytes(r));
   parts.push_back(bytes(s.tied_residual));
+  parts.push_back(bytes(s.corrections));
+  parts.push_back(bytes(s.drift_anchor));
   model::DurableFormat format = kFormat;
   format.max_bytes = UINT64_MAX;
   return model::WriteDurableFile(env, path, format, parts);
@@ -67,9 +76,9 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   };
   // The most a state of this fragment can hold; nothing larger is read.
   const uint64_t n = static_cast<uint64_t>(fragment_floats);
-  uint64_t most_floats = 2 * n + static_cast<uint64_t>(tied_floats);
+  uint64_t most_floats = 4 * n + static_cast<uint64_t>(tied_floats);
   for (int64_t size : slice_sizes) most_floats += static_cast<uint64_t>(size);
-  const uint64_t most_bytes = 5 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float);
+  const uint64_t most_bytes = 7 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float);
   // The fields and floats, after the magic (and, in the durable shape, its checks).
   std::string body;
   int fields = 5;
@@ -79,6 +88,7 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableOrEarlier(env, path, format));
   if (p.version > 0) {
     body = std::move(p.bytes);
+    fields = p.version >= 2 ? 7 : 5;
   } else {  // an earlier build's: magic, fields, floats, XXH64 of all before it
     const std::string& all = p.bytes;
     const size_t size = all.size();
@@ -95,10 +105,12 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   }
   const size_t fixed = static_cast<size_t>(fields) * 8;
   if (body.size() < fixed) return bad("shorter than its header");
-  uint64_t head[5] = {0, 0, 0, 0, 0};
+  uint64_t head[7] = {0, 0, 0, 0, 0, 0, 0};
   std::memcpy(head, body.data(), fixed);
   const uint64_t file_step = head[0], anchor = head[1], momentum = head[2], count = head[3];
-  const uint64_t tied = head[4];
+  const uint64_t tied = head[4], tracking = head[5];
+  double lr_sum = 0;
+  std::memcpy(&lr_sum, &head[6], 8);
   if (file_step != step) {
     return bad("holds step " + std::to_string(file_step) + ", not " + std::to_string(step));
   }
@@ -108,6 +120,11 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
                " floats and " + std::to_string(count) + " residuals for a fragment of " +
                std::to_string(n) + " floats in " + std::to_string(slice_sizes.size()) + " slices");
   }
+  if ((tracking != 0 && tracking != n) || !std::isfinite(lr_sum) || lr_sum < 0) {
+    return bad("tracking state of " + std::to_string(tracking) + " floats and a learning-rate " +
+               "sum of " + std::to_string(lr_sum) + " for a fragment of " + std::to_string(n) +
+               " floats");
+  }
   if (tied != 0 && tied != static_cast<uint64_t>(tied_floats)) {
     return bad("tied-embedding residual of " + std::to_string(tied) + " floats, the part has " +
                std::to_string(tied_floats));
@@ -115,7 +132,7 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   if (body.size() < fixed + count * 8) return bad("shorter than its residual sizes");
   std::vector<uint64_t> sizes(count);
   if (count > 0) std::memcpy(sizes.data(), body.data() + fixed, count * 8);
-  uint64_t floats = anchor + momentum + tied;
+  uint64_t floats = anchor + momentum + tied + 2 * tracking;
   for (uint64_t k = 0; k < count; ++k) {
     if (sizes[k] != 0 && sizes[k] != static_cast<uint64_t>(slice_sizes[k])) {
       return bad("residual " + std::to_string(k) + " of " + std::to_string(sizes[k]) +
@@ -142,6 +159,9 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   s.residuals.resize(count);
   for (uint64_t k = 0; k < count; ++k) take(&s.residuals[k], sizes[k]);
   take(&s.tied_residual, tied);
+  take(&s.corrections, tracking);
+  take(&s.drift_anchor, tracking);
+  s.lr_sum = lr_sum;
   return s;
 }
 

@@ -89,13 +89,14 @@ Status ReplicaSync::Init() {
   if (gossip()) {
     so.peer_status = o_.peer_status;
     so.gossip_grace_seconds = 5 * o_.heartbeat_seconds;
+    so.gossip_tracking = o_.sync.tracking;
   }
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
   if (gossip()) {
     ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
     std::vector<fleet::SyncSlice> slices;
     for (const SyncRoute& route : routes_) slices.push_back(route.slice);
-    gossip_.emplace(std::move(slices), static_cast<size_t>(layout.total()), keep);
+    gossip_.emplace(std::move(slices), static_cast<size_t>(layout.total()), keep, o_.sync.tracking);
   }
   return absl::OkStatus();
 }
@@ -125,8 +126,19 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
                                  (gossip_ ? "gossip weights" : "outer-step anchor"));
     }
     if (gossip_) {
-      RETURN_IF_ERROR(Annotate(gossip_->Restore(std::move(state.momentum), std::move(state.anchor)),
-                               Where() + ", step " + std::to_string(step)));
+      const std::string where = Where() + ", step " + std::to_string(step);
+      RETURN_IF_ERROR(
+          Annotate(gossip_->Restore(std::move(state.momentum), std::move(state.anchor)), where));
+      if (gossip_->tracking()) {
+        if (state.corrections.empty()) {
+          return absl::DataLossError(where + ": the sync state has no gradient-tracking state " +
+                                     "(sync.tracking)");
+        }
+        RETURN_IF_ERROR(
+            Annotate(gossip_->RestoreTracking(std::move(state.corrections),
+                                              std::move(state.drift_anchor), state.lr_sum),
+                     where));
+      }
     } else {
       RETURN_IF_ERROR(RestoreOuter(std::move(state.anchor), std::move(state.momentum)));
     }
@@ -156,6 +168,11 @@ void ReplicaSync::Save(SyncState* state) const {
   if (gossip_) {
     state->anchor = gossip_->refs();
     state->momentum = gossip_->weights();
+    if (gossip_->tracking()) {
+      state->corrections = gossip_->corrections();
+      state->drift_anchor = gossip_->drift_anchor();
+      state->lr_sum = gossip_->lr_sum();
+    }
   } else if (local()) {
     state->anchor = outer_.anchor();
     state->momentum = outer_.momentum();
@@ -176,6 +193,14 @@ Status ReplicaSync::SyncGradients(uint64_t step, double compute_seconds) {
   RETURN_IF_ERROR(exchange_->AllGather(step, grads, ones, sum));
   o_.fragment->SetGradients(sum.data());
   return absl::OkStatus();
+}
+
+void ReplicaSync::Correct(float lr) {
+  if (!gossip_ || !gossip_->tracking()) return;
+  std::vector<float> params(static_cast<size_t>(o_.fragment->layout().total()));
+  o_.fragment->GetParameters(params.data());
+  gossip_->Correct(params, lr);
+  o_.fragment->SetParameters(params.data());
 }
 
 Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
@@ -252,6 +277,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     sketch_ = std::move(sketch);
     sketch_step_ = step + 1;
   }
+  gossip_->BeginRound(params);  // tracking: the drift since the last round
   const size_t slices = routes_.size();
   std::vector<std::vector<uint32_t>> picked(slices);
   std::vector<std::vector<uint8_t>> frames(slices);

@@ -105,6 +105,9 @@ class ReplicaSync {
   // Sync mode step: the fragment's gradients become the live replicas' sum.
   // `compute_seconds`: this step's compute (the adaptive codec's budget).
   Status SyncGradients(uint64_t step, double compute_seconds);
+  // Gossip with sync.tracking, after each optimizer step (of learning rate `lr`), before
+  // OuterStep: the replica's correction moves the fragment on (fleet::GossipNode::Correct).
+  void Correct(float lr);
   // Local mode, after the optimizer step of `step` that took `compute_seconds` of compute.
   Status OuterStep(uint64_t step, double compute_seconds);
   // Local mode with sync.overlap, after the checkpoint of `step`. `resumed`: started again by

@@ -507,7 +507,8 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
   }
   const fleet::SyncSlice& slice = o_.routes[k].slice;
   auto f = fleet::DecodeGossipFrame(t.payload, static_cast<uint32_t>(slice.index),
-                                    static_cast<uint64_t>(slice.size));
+                                    static_cast<uint64_t>(slice.size),
+                                    o_.gossip_tracking && gossip_tag_ == 0);
   if (!f.ok()) {
     return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
                                          ": " + std::string(f.status().message()));

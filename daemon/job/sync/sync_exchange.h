@@ -82,6 +82,9 @@ struct SyncExchangeOptions {
   // until stopped.
   std::function<PeerStatus(int stage)> peer_status;
   double gossip_grace_seconds = 5;
+  // Gossip with sync.tracking: a round's frames carry the sender's drifts (fleet/gossip_node.h;
+  // the final average's do not).
+  bool gossip_tracking = false;
 };
 
 class SyncExchange {
