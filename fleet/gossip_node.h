@@ -38,6 +38,7 @@
 // tracker - own drift) diverged with sparse picks (a low weight amplifies the own change).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -104,6 +105,10 @@ class GossipNode {
   // Tracking: a checkpoint's corrections, anchor and learning-rate sum (the first two
   // `parameters` long and finite, the sum finite and not negative; DataLoss otherwise).
   Status RestoreTracking(std::vector<float> corrections, std::vector<float> anchor, double lr_sum);
+  // Tracking: every correction 0 again (the drift's anchor and sum kept), as every replica
+  // does when the replicas taking part change: their corrections sum to 0 only among the
+  // same replicas.
+  void ZeroCorrections() { std::fill(correction_.begin(), correction_.end(), 0.0f); }
 
   // Tracking: a local step with learning rate `lr` has moved `x` (the whole parameter array);
   // the correction moves it on, x -= lr c. Nothing without tracking.

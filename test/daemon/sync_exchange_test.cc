@@ -691,5 +691,28 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
                          std::chrono::seconds(30)));
 }
 
+TEST_CASE("sync exchange: a replica removed from the job is neither sent to nor waited for") {
+  // Two single-stage replicas, each sending to and taking from the other; replica 1 removed
+  // (its stage answers kGone, as a removed replica's does). Replica 0's round ends at once with
+  // nothing sent and nothing taken: its share stays (unsent), no grace is waited out.
+  testing::SyncGroup g({.replicas = 2});
+  SyncExchangeOptions o = g.Options(0);
+  o.gossip_grace_seconds = 3600;  // a wait for replica 1 would outlast the test
+  o.peer_status = [](int stage) { return stage == 1 ? PeerStatus::kGone : PeerStatus::kRunning; };
+  o.removed = [](int replica) { return replica == 1; };
+  auto made = SyncExchange::Create(std::move(o));
+  REQUIRE(made.ok());
+  g.x[0] = std::move(*made);
+  std::vector<std::vector<fleet::GossipFrame>> got;
+  std::vector<int> senders, unsent;
+  const Status s = g.x[0]->Gossip(1, 0, GossipFrames(g, 0), std::vector<int>{1},
+                                  std::vector<int>{1}, &got, &senders, &unsent);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  CHECK(senders.empty());
+  CHECK(unsent == std::vector<int>{1});
+  CHECK(g.link(0, 1).attempts() == 0);
+}
+
 }  // namespace
 }  // namespace longhaul::daemon

@@ -708,11 +708,14 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
   const int steps = 60;
   // Staggered too: layer 0 syncs after even steps, layer 1 after odd ones; the rejoining
   // replica starts from the live one's parameters. Gossip: rounds with no live neighbour
-  // while replica 1 is out, the rejoined one from the live one's parameters with weight 1.
+  // while replica 1 is out, the rejoined one from the live one's parameters with weight 1
+  // (with tracking, every replica's corrections from 0 at the drop's and the rejoin's
+  // attempts).
   const std::string reduce =
       GENERATE(std::string("codec: q8, reduce: gather"), std::string("codec: q8, reduce: ring"),
                std::string("codec: q8, reduce: gather, stagger: 2"),
-               std::string("codec: topk:0.25, reduce: gossip"));
+               std::string("codec: topk:0.25, reduce: gossip"),
+               std::string("codec: topk:0.25, reduce: gossip, tracking: true"));
   INFO("reduce " << reduce);
   const std::string yaml = JobYaml("sync: {mode: local, every: 2, " + reduce + "}\n", steps);
   Cluster c;

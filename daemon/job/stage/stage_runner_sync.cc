@@ -33,6 +33,11 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.file_env = ctx_.env.files;
     // A gossip round goes on without a replica whose stage is gone: its site is asked.
     o.peer_status = [this](int stage) { return PeerStatusOf(stage); };
+    // ...and sends nothing to, nor waits for, a replica removed from the job.
+    o.removed = [this](int replica) {
+      MutexLock lock(peers_mu_);
+      return removed_replicas_.count(static_cast<uint32_t>(replica)) > 0;
+    };
     ASSIGN_OR_RETURN(replicas_, ReplicaSync::Create(std::move(o)));
   }
   if (!replicas_ && !tied_codec_) return absl::OkStatus();

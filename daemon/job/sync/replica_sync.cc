@@ -88,6 +88,7 @@ Status ReplicaSync::Init() {
   so.file_env = o_.file_env;
   if (gossip()) {
     so.peer_status = o_.peer_status;
+    so.removed = o_.removed;
     so.gossip_grace_seconds = 5 * o_.heartbeat_seconds;
     so.gossip_tracking = o_.sync.tracking;
   }
@@ -138,6 +139,13 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
             Annotate(gossip_->RestoreTracking(std::move(state.corrections),
                                               std::move(state.drift_anchor), state.lr_sum),
                      where));
+        // A replica out of this attempt (dropped, removed) took its share of the corrections'
+        // zero sum with it, and one rejoining brings none: every stage of such an attempt
+        // starts the corrections again from 0 (a rejoining one's are 0 already, Fresh).
+        if (o_.assignment.dropped_replicas_size() > 0 ||
+            o_.assignment.rejoining_replicas_size() > 0) {
+          gossip_->ZeroCorrections();
+        }
       }
     } else {
       RETURN_IF_ERROR(RestoreOuter(std::move(state.anchor), std::move(state.momentum)));

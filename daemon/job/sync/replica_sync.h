@@ -76,6 +76,8 @@ struct ReplicaSyncOptions {
   // Gossip: how a peer stage stands (SyncExchangeOptions::peer_status), asked after five
   // heartbeats without its frames. Null: the rounds wait for every frame.
   std::function<PeerStatus(int stage)> peer_status;
+  // Gossip: a replica removed mid-attempt (SyncExchangeOptions::removed).
+  std::function<bool(int replica)> removed;
 };
 
 class ReplicaSync {

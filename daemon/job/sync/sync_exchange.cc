@@ -398,6 +398,9 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   gossip_skipped_.clear();
   unsent->clear();
   lost_.resize(static_cast<size_t>(o_.grid.replicas), false);
+  for (int r = 0; o_.removed && r < o_.grid.replicas; ++r) {
+    if (o_.removed(r)) lost_[static_cast<size_t>(r)] = true;  // its stages answer kGone
+  }
   gossip_from_.assign(from.begin(), from.end());
   gossip_in_.assign(o_.routes.size(), std::vector<std::optional<fleet::GossipFrame>>(from.size()));
   std::vector<TensorKey> wanted;

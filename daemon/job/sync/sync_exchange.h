@@ -81,6 +81,10 @@ struct SyncExchangeOptions {
   // replica found lost before, at once. Null: never asked; the exchange waits for every frame
   // until stopped.
   std::function<PeerStatus(int stage)> peer_status;
+  // Gossip: whether a replica was removed from the job mid-attempt (no ping: the stage's own
+  // record). Each exchange counts such a replica lost from its start: sent nothing (its share
+  // stays here) and not waited for. Null: none is.
+  std::function<bool(int replica)> removed;
   double gossip_grace_seconds = 5;
   // Gossip with sync.tracking: a round's frames carry the sender's drifts (fleet/gossip_node.h;
   // the final average's do not).
