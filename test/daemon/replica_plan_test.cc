@@ -557,6 +557,25 @@ TEST_CASE("sync state files keep gossip's tracking state; version 1 files still 
   CHECK(back->drift_anchor == s.drift_anchor);
   CHECK(back->lr_sum == s.lr_sum);
   CHECK(back->anchor == s.anchor);
+  // Written as version 2 with a tracking state, as version 1 (what builds before read)
+  // without one.
+  auto version = [&] {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes(std::istreambuf_iterator<char>(in), {});
+    uint32_t v = 0;
+    if (bytes.size() >= 12) std::memcpy(&v, bytes.data() + 8, 4);
+    return v;
+  };
+  CHECK(version() == 2);
+  SyncState plain = s;
+  plain.corrections.clear();
+  plain.drift_anchor.clear();
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, plain).ok());
+  CHECK(version() == 1);
+  auto untracked = ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0);
+  REQUIRE(untracked.ok());
+  CHECK(untracked->corrections.empty());
+  CHECK(untracked->anchor == s.anchor);
   // Tracking state of another fragment's size, or a learning-rate sum below 0: refused.
   s.corrections.push_back(0);
   s.drift_anchor.push_back(0);

@@ -3,7 +3,8 @@
 // u64 anchor floats, u64 momentum floats, u64 residual count, u64 tied residual floats, u64
 // tracking floats (each of corrections and drift anchor), f64 learning-rate sum, u64 size of
 // each residual, then the floats in that order (the tied residual, then the corrections and
-// the drift anchor, last). Version 1 is the same without the tracking fields and floats. Files
+// the drift anchor, last). Version 1, written when there is no tracking state, is the same
+// without the tracking fields and floats. Files
 // of earlier builds are read too: magic "LHSYNC02", version 1's fields, then u64 XXH64 of all
 // before it; "LHSYNC01", the same without the tied residual's count and floats.
 #include "daemon/job/state/sync_checkpoint.h"
@@ -49,10 +50,15 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
   AppendU64(&head, s.momentum.size());
   AppendU64(&head, s.residuals.size());
   AppendU64(&head, s.tied_residual.size());
-  AppendU64(&head, s.corrections.size());
-  uint64_t lr_bits;
-  std::memcpy(&lr_bits, &s.lr_sum, 8);
-  AppendU64(&head, lr_bits);
+  // Version 2's fields only with a tracking state: a state without one stays readable by
+  // builds before version 2.
+  const bool tracking = !s.corrections.empty();
+  if (tracking) {
+    AppendU64(&head, s.corrections.size());
+    uint64_t lr_bits;
+    std::memcpy(&lr_bits, &s.lr_sum, 8);
+    AppendU64(&head, lr_bits);
+  }
   for (const auto& r : s.residuals) AppendU64(&head, r.size());
   auto bytes = [](const std::vector<float>& v) {
     return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -60,9 +66,12 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
   std::vector<std::string_view> parts = {head, bytes(s.anchor), bytes(s.momentum)};
   for (const auto& r : s.residuals) parts.push_back(bytes(r));
   parts.push_back(bytes(s.tied_residual));
-  parts.push_back(bytes(s.corrections));
-  parts.push_back(bytes(s.drift_anchor));
+  if (tracking) {
+    parts.push_back(bytes(s.corrections));
+    parts.push_back(bytes(s.drift_anchor));
+  }
   model::DurableFormat format = kFormat;
+  format.version = tracking ? 2 : 1;
   format.max_bytes = UINT64_MAX;
   return model::WriteDurableFile(env, path, format, parts);
 }

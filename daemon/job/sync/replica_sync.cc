@@ -263,6 +263,15 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   }
   const uint64_t round = GossipRoundOf(o_.sync, step);
   const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, gossip_links_);
+  // A replica removed since the last round took its share of the corrections' zero sum:
+  // every live stage starts its corrections again from 0 at its first round after it learns
+  // of the removal (near the same round everywhere: the coordinator tells them all at once).
+  int removed = 0;
+  for (int r = 0; o_.removed && r < N; ++r) removed += o_.removed(r) ? 1 : 0;
+  if (removed > removed_seen_) {
+    removed_seen_ = removed;
+    if (gossip_->tracking()) gossip_->ZeroCorrections();
+  }
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
   const std::vector<int> from = graph.In(me);
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());

@@ -143,8 +143,9 @@ class ReplicaSync {
   int union_microbatches_ = 1;
   std::vector<float> token_weights_;  // local mode's pseudo-gradient weights, by replica
   std::unique_ptr<SyncExchange> exchange_;
-  std::vector<SyncRoute> routes_;            // this stage's slices and their holders
-  std::vector<bool> live_;                   // by replica: not dropped in this attempt
+  std::vector<SyncRoute> routes_;  // this stage's slices and their holders
+  std::vector<bool> live_;         // by replica: not dropped in this attempt
+  int removed_seen_ = 0;  // gossip: replicas removed mid-attempt, as the last round saw them
   std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip
   std::optional<SyncCodecChooser> codec_;    // sync: {codec: adaptive}
