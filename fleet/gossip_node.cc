@@ -282,21 +282,23 @@ std::vector<uint32_t> GossipNode::Pick(size_t k, std::span<const float> x, uint6
 
 std::vector<uint8_t> GossipNode::Frame(size_t k, std::span<const uint32_t> picked,
                                        std::span<const float> x) const {
+  return Encode(k, picked, x, tracking_);
+}
+
+std::vector<uint8_t> GossipNode::DenseFrame(size_t k, std::span<const float> x) const {
+  std::vector<uint32_t> all(static_cast<size_t>(slices_[k].size));
+  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
+  return Encode(k, all, x, /*drifts=*/false);
+}
+
+std::vector<uint8_t> GossipNode::Encode(size_t k, std::span<const uint32_t> picked,
+                                        std::span<const float> x, bool drifts) const {
   const SyncSlice& s = slices_[k];
   const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
   return EncodeGossipFrame(
       static_cast<uint32_t>(s.index), picked, x.subspan(at, size),
       std::span<const float>(weights_).subspan(at, size),
-      tracking_ ? std::span<const float>(drift_).subspan(at, size) : std::span<const float>());
-}
-
-std::vector<uint8_t> GossipNode::DenseFrame(size_t k, std::span<const float> x) const {
-  const SyncSlice& s = slices_[k];
-  const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
-  std::vector<uint32_t> all(size);
-  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
-  return EncodeGossipFrame(static_cast<uint32_t>(s.index), all, x.subspan(at, size),
-                           std::span<const float>(weights_).subspan(at, size));
+      drifts ? std::span<const float>(drift_).subspan(at, size) : std::span<const float>());
 }
 
 void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_share,

@@ -147,6 +147,10 @@ class GossipNode {
   Status Average(size_t k, std::span<const GossipFrame* const> replicas, std::span<float> x);
 
  private:
+  // Slice k's frame of `picked` of `x`, with this node's drifts when `drifts`.
+  std::vector<uint8_t> Encode(size_t k, std::span<const uint32_t> picked, std::span<const float> x,
+                              bool drifts) const;
+
   std::vector<SyncSlice> slices_;
   size_t parameters_;
   double keep_;

@@ -212,11 +212,8 @@ Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const 
   if (first.kind() == v1::TENSOR_KIND_SYNC && sync_.reduce == fleet::SyncReduce::kGossip) {
     for (const SyncRoute& r : routes_) {
       if (static_cast<uint32_t>(r.slice.index) != first.tensor_id()) continue;
-      // A round's frame carries drifts with sync.tracking; the final average's never.
-      const bool tracked =
-          sync_.tracking && first.microbatch() < static_cast<uint64_t>(grid_.replicas);
       const auto f = fleet::DecodeGossipFrame(payload, static_cast<uint32_t>(r.slice.index),
-                                              static_cast<uint64_t>(r.slice.size), tracked);
+                                              static_cast<uint64_t>(r.slice.size), Tracked(first));
       if (f.ok()) return absl::OkStatus();
       return Status(f.status().code(), what + std::string(f.status().message()));
     }
@@ -316,10 +313,9 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
   }
   if (sync_.reduce == fleet::SyncReduce::kGossip) {
     return Annotate(
-        fleet::CheckGossipFrameHeader(
-            head, static_cast<uint32_t>(slice->index), static_cast<uint64_t>(slice->size),
-            first.encoded_size(),
-            sync_.tracking && first.microbatch() < static_cast<uint64_t>(grid_.replicas)),
+        fleet::CheckGossipFrameHeader(head, static_cast<uint32_t>(slice->index),
+                                      static_cast<uint64_t>(slice->size), first.encoded_size(),
+                                      Tracked(first)),
         "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller);
   }
   RETURN_IF_ERROR(CheckFrameHead(

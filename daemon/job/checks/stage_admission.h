@@ -58,6 +58,11 @@ class StageAdmission {
  private:
   Status CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
                    const std::string& caller, const std::string& from_site) const;
+  // Whether a gossip sync frame carries drifts: a round's (microbatch below the replicas) of
+  // a job with sync.tracking; the final average's never.
+  bool Tracked(const v1::TensorFrame& first) const {
+    return sync_.tracking && first.microbatch() < static_cast<uint64_t>(grid_.replicas);
+  }
 
   std::string site_, job_id_;
   uint32_t attempt_ = 0;

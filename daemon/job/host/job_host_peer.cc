@@ -280,7 +280,7 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
     case v1::JobCommand::KIND_REMOVE_REPLICAS: {
       // Removed replicas' frames refused from now on, and gone in the stage's rounds. A stage
       // of another attempt already has (or will have) them in its assignment's dropped list.
-      const std::vector<uint32_t> removed(c.removed_replicas().begin(), c.removed_replicas().end());
+      const ReplicaList removed(c.removed_replicas().begin(), c.removed_replicas().end());
       MutexLock lock(mu_);
       if (!stage->runner || !stage->admission || stage->runner->attempt() != c.attempt() ||
           stage->admission->attempt() != c.attempt()) {
@@ -288,10 +288,7 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
       }
       ASSIGN_OR_RETURN(stage->admission, stage->admission->WithRemoved(removed));
       stage->runner->RemoveReplicas(removed);
-      std::string names;
-      for (uint32_t x : c.removed_replicas())
-        names += (names.empty() ? "" : ", ") + std::to_string(x);
-      log_->info("job {}: replica(s) {} removed; their frames are refused", c.job_id(), names);
+      log_->info("job {}: {} removed; their frames are refused", c.job_id(), ReplicaNames(removed));
       return r;
     }
     default:
