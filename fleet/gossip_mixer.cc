@@ -7,9 +7,9 @@
 namespace longhaul::fleet {
 
 GossipMixer::GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices,
-                         double keep, bool tracking)
+                         double keep, bool tracking, const OuterOptions& outer)
     : nodes_(static_cast<size_t>(replicas),
-             GossipNode(std::move(slices), parameters, keep, tracking)) {}
+             GossipNode(std::move(slices), parameters, keep, tracking, outer)) {}
 
 void GossipMixer::Reset(std::span<const float> params) {
   for (GossipNode& node : nodes_) node.Reset(params);

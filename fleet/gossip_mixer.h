@@ -42,7 +42,7 @@ class GossipMixer {
   // `replicas` replicas of `parameters` parameters cut into `slices` (covering them);
   // `keep` in (0, 1]: the fraction of each slice a sender picks; `tracking`: gradient tracking.
   GossipMixer(int replicas, size_t parameters, std::vector<SyncSlice> slices, double keep,
-              bool tracking = false);
+              bool tracking = false, const OuterOptions& outer = kPlainAveraging);
 
   // Starts every replica's reference at `params` (the common initial parameters).
   void Reset(std::span<const float> params);

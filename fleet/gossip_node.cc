@@ -158,11 +158,13 @@ StatusOr<GossipFrame> DecodeGossipFrame(std::span<const uint8_t> bytes, uint32_t
   return f;
 }
 
-GossipNode::GossipNode(std::vector<SyncSlice> slices, size_t parameters, double keep, bool tracking)
+GossipNode::GossipNode(std::vector<SyncSlice> slices, size_t parameters, double keep, bool tracking,
+                       const OuterOptions& outer)
     : slices_(std::move(slices)),
       parameters_(parameters),
       keep_(std::clamp(keep, 1e-9, 1.0)),
       tracking_(tracking),
+      outer_(outer),
       weights_(parameters, 1.0f),
       refs_(parameters, 0.0f) {
   if (tracking_) {
@@ -175,6 +177,7 @@ GossipNode::GossipNode(std::vector<SyncSlice> slices, size_t parameters, double 
 void GossipNode::Reset(std::span<const float> params) {
   std::copy(params.begin(), params.end(), refs_.begin());
   std::fill(weights_.begin(), weights_.end(), 1.0f);
+  if (outer_step()) outer_state_.Reset(params);
   if (tracking_) {
     std::copy(params.begin(), params.end(), anchor_.begin());
     std::fill(correction_.begin(), correction_.end(), 0.0f);
@@ -213,14 +216,38 @@ void GossipNode::Correct(std::span<float> x, double lr) {
   lr_sum_ += lr;
 }
 
-void GossipNode::BeginRound(std::span<const float> x) {
-  if (!tracking_) return;
-  // No local step since the last round (two rounds in a row): no drift.
-  const double inv = lr_sum_ > 0 ? 1.0 / lr_sum_ : 0.0;
-  for (size_t c = 0; c < parameters_; ++c) {
-    drift_[c] = static_cast<float>((static_cast<double>(anchor_[c]) - x[c]) * inv);
+void GossipNode::BeginRound(std::span<float> x) {
+  if (tracking_) {
+    // No local step since the last round (two rounds in a row): no drift.
+    const double inv = lr_sum_ > 0 ? 1.0 / lr_sum_ : 0.0;
+    for (size_t c = 0; c < parameters_; ++c) {
+      drift_[c] = static_cast<float>((static_cast<double>(anchor_[c]) - x[c]) * inv);
+    }
+    lr_sum_ = 0;
   }
-  lr_sum_ = 0;
+  if (outer_step()) {
+    std::vector<float> delta(parameters_);
+    outer_state_.PseudoGradient(x.first(parameters_), delta);
+    outer_state_.Step(outer_, delta);
+    std::copy(outer_state_.anchor().begin(), outer_state_.anchor().end(), x.begin());
+  }
+}
+
+Status GossipNode::RestoreOuter(std::vector<float> anchor, std::vector<float> momentum) {
+  if (!outer_step()) return absl::FailedPreconditionError("gossip state: no outer step");
+  if (anchor.size() != parameters_ || momentum.size() != parameters_) {
+    return absl::DataLossError("gossip outer state: an anchor of " + std::to_string(anchor.size()) +
+                               " and a momentum of " + std::to_string(momentum.size()) + " for " +
+                               std::to_string(parameters_) + " parameters");
+  }
+  for (size_t c = 0; c < parameters_; ++c) {
+    if (!std::isfinite(anchor[c]) || !std::isfinite(momentum[c])) {
+      return absl::DataLossError("gossip outer state: parameter " + std::to_string(c) +
+                                 " has anchor " + std::to_string(anchor[c]) + " and momentum " +
+                                 std::to_string(momentum[c]) + " (finite)");
+    }
+  }
+  return outer_state_.Restore(std::move(anchor), std::move(momentum));
 }
 
 Status GossipNode::Restore(std::vector<float> weights, std::vector<float> refs) {
@@ -336,6 +363,7 @@ void GossipNode::Apply(size_t k, std::span<const uint32_t> picked, double own_sh
     xs[c] = static_cast<float>(value[c] / weight[c]);
   }
   for (uint32_t c : picked) refs_[at + c] = xs[c];
+  if (outer_step()) outer_state_.MoveAnchorPart(at, std::span<const float>(xs, size));
   if (zs != nullptr) {
     float* cs = correction_.data() + at;
     for (size_t c = 0; c < size; ++c) {
@@ -369,6 +397,7 @@ Status GossipNode::Average(size_t k, std::span<const GossipFrame* const> replica
     weights_[at + c] = 1.0f;
     refs_[at + c] = x[at + c];
   }
+  if (outer_step()) outer_state_.MoveAnchorPart(at, x.subspan(at, size));
   return absl::OkStatus();
 }
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "fleet/outer_optimizer.h"
 #include "fleet/sync_slices.h"
 
 namespace longhaul::fleet {
@@ -86,8 +87,9 @@ class GossipNode {
  public:
   // A replica's `parameters` cut into `slices` (covering them, offsets into the same array);
   // `keep` in (0, 1]: the fraction of each slice it picks; `tracking`: gradient tracking (see
-  // above).
-  GossipNode(std::vector<SyncSlice> slices, size_t parameters, double keep, bool tracking = false);
+  // above); `outer`: the outer step each round starts with (see BeginRound).
+  GossipNode(std::vector<SyncSlice> slices, size_t parameters, double keep, bool tracking = false,
+             const OuterOptions& outer = kPlainAveraging);
 
   // Every weight 1 and every reference (a coordinate's value when last sent) at `params`;
   // tracking: every correction 0, the drift measured from `params`.
@@ -113,9 +115,20 @@ class GossipNode {
   // Tracking: a local step with learning rate `lr` has moved `x` (the whole parameter array);
   // the correction moves it on, x -= lr c. Nothing without tracking.
   void Correct(std::span<float> x, double lr);
-  // Tracking: the drift since the last round, from `x` before this round (call before its
-  // frames). Nothing without tracking.
-  void BeginRound(std::span<const float> x);
+  // The round's start, on `x` before this round (call before its frames). Tracking: the drift
+  // since the last round. An outer step other than plain averaging (sync.outer): x moves from
+  // where the last round left it by the outer step on its own pseudo-gradient, the DiLoCo step
+  // of outer_optimizer.h with this node's momentum, x = a - lr (d + m buf) with d = a - x;
+  // the round then mixes what each node sent, and the mixed x is the next a. With exact,
+  // all-to-all rounds every node holds the same a and the mean of the buffers follows the
+  // ring's recurrence, so the mix is the ring's outer step; with sparse rounds each node steps
+  // on its own and the mixing averages the steps.
+  void BeginRound(std::span<float> x);
+  // The outer step's state (when not plain averaging): the anchor a and the momentum buffer.
+  bool outer_step() const { return !IsPlainAveraging(outer_); }
+  const OuterOptimizer& outer_state() const { return outer_state_; }
+  // A checkpoint's outer anchor and momentum (each `parameters` long and finite).
+  Status RestoreOuter(std::vector<float> anchor, std::vector<float> momentum);
 
   // The coordinates a sender picks of a slice of `size` (at least 1).
   size_t Picked(size_t size) const;
@@ -155,6 +168,8 @@ class GossipNode {
   size_t parameters_;
   double keep_;
   bool tracking_;
+  OuterOptions outer_;
+  OuterOptimizer outer_state_;  // outer_step(): the anchor is x after the last round
   std::vector<float> weights_, refs_;
   // Tracking: by parameter, c, x after the last round, and z this round; the learning rates
   // of the local steps since the last round, summed.

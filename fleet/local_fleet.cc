@@ -106,7 +106,7 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::CreateWith(
     ASSIGN_OR_RETURN(const double keep, GossipKeep(options.sync));
     fleet->gossip_ = std::make_unique<GossipMixer>(
         options.replicas, static_cast<size_t>(model::NumParameters(config)), fleet->slices_, keep,
-        options.sync.tracking);
+        options.sync.tracking, options.sync.outer);
   }
   for (const SyncSlice& slice : fleet->slices_) {
     fleet->phases_.push_back(SlicePhase(whole.model(), slice.index, options.sync.stagger));

@@ -1,7 +1,9 @@
 // The DiLoCo outer step (see outer_optimizer.h).
 #include "fleet/outer_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 #include "absl/strings/str_cat.h"
 
@@ -61,6 +63,10 @@ void OuterOptimizer::RebasePart(size_t offset, std::span<const float> started,
                                 std::span<float> params) const {
   const float* anchor = anchor_.data() + offset;
   for (size_t i = 0; i < params.size(); ++i) params[i] = anchor[i] + (params[i] - started[i]);
+}
+
+void OuterOptimizer::MoveAnchorPart(size_t offset, std::span<const float> values) {
+  std::copy(values.begin(), values.end(), anchor_.begin() + static_cast<std::ptrdiff_t>(offset));
 }
 
 }  // namespace longhaul::fleet

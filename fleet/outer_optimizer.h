@@ -27,6 +27,10 @@ struct OuterOptions {
   bool nesterov = true;
 };
 
+// lr 1 and no momentum: the new anchor is the plain average (gossip's default).
+inline constexpr OuterOptions kPlainAveraging{1.0f, 0.0f, true};
+inline bool IsPlainAveraging(const OuterOptions& o) { return o.lr == 1.0f && o.momentum == 0.0f; }
+
 // Ranges: lr finite and > 0, momentum in [0, 1); messages name the field.
 Status ValidateOuterOptions(const OuterOptions& options);
 
@@ -51,6 +55,10 @@ class OuterOptimizer {
   // REQUIRES: offset + delta.size() (started.size(), params.size()) <= size().
   void StepPart(const OuterOptions& options, size_t offset, std::span<const float> delta);
   void RebasePart(size_t offset, std::span<const float> started, std::span<float> params) const;
+  // The anchor from `offset` on becomes `values` (a gossip round's mixed parameters, which the
+  // next round's pseudo-gradient is measured from); the momentum stays.
+  // REQUIRES: offset + values.size() <= size().
+  void MoveAnchorPart(size_t offset, std::span<const float> values);
 
   size_t size() const { return anchor_.size(); }
   const std::vector<float>& anchor() const { return anchor_; }

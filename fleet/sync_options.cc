@@ -161,12 +161,6 @@ StatusOr<double> GossipKeep(const SyncOptions& o) {
         absl::StrCat("sync.reduce gossip needs mode local with stagger 1 and overlap 0 (mode ",
                      SyncModeName(o.mode), ", stagger ", o.stagger, ", overlap ", o.overlap, ")"));
   }
-  if (o.outer.lr != 1.0f || o.outer.momentum != 0.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sync.reduce gossip mixes the parameters themselves (plain averaging): sync.outer lr "
-        "must be 1 and momentum 0, not lr ",
-        o.outer.lr, " momentum ", o.outer.momentum));
-  }
   if (o.codec == "exact") return 1.0;
   const auto spec = FixedSyncCodec(o.codec);
   if (spec.ok() && spec->topk.enabled && spec->value.format == compression::ValueFormat::kFp32 &&

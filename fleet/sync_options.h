@@ -54,8 +54,10 @@ enum class SiteLoss { kDrop, kWait };
 //   gossip: no collective: at each sync every member mixes its parameters with `fanout`
 //           out-neighbours drawn that round (gossip.h, gossip_mixer.h: sparse push-sum), so the
 //           members stay close rather than equal. Mode local with stagger 1 and overlap 0,
-//           with plain averaging (outer lr 1, momentum 0) and codec exact or topk:F. The fleet
-//           simulator (local_fleet.h) runs it; the daemons do not carry it yet.
+//           codec exact or topk:F; an outer step other than plain averaging is each member's
+//           own, on its pseudo-gradient since its last round, before the mix
+//           (GossipNode::BeginRound). The fleet simulator (local_fleet.h) and the daemons
+//           (daemon/job/sync/replica_sync.h) run the same rounds.
 enum class SyncReduce { kGather, kRing, kAuto, kGossip };
 
 struct SyncOptions {

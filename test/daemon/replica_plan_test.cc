@@ -606,6 +606,32 @@ TEST_CASE("sync state files keep gossip's tracking state; version 1 files still 
   CHECK(old->momentum == std::vector<float>{1, 0.5f, 2});
   CHECK(old->corrections.empty());
   CHECK(old->lr_sum == 0);
+  // A gossip outer step's anchor and momentum: version 3, with tracking and without; one of
+  // another fragment's size is refused.
+  s.lr_sum = 0.0075;
+  s.gossip_outer_anchor = {0.5f, 1.5f, 2.5f};
+  s.gossip_outer_momentum = {0.01f, -0.02f, 0.03f};
+  for (const bool tracked : {true, false}) {
+    SyncState o = s;
+    if (!tracked) {
+      o.corrections.clear();
+      o.drift_anchor.clear();
+    }
+    REQUIRE(WriteSyncState(*FileEnv::Default(), path, o).ok());
+    CHECK(version() == 3);
+    auto with_outer = ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0);
+    INFO(with_outer.status().ToString());
+    REQUIRE(with_outer.ok());
+    CHECK(with_outer->gossip_outer_anchor == o.gossip_outer_anchor);
+    CHECK(with_outer->gossip_outer_momentum == o.gossip_outer_momentum);
+    CHECK(with_outer->corrections == o.corrections);
+    CHECK(with_outer->anchor == o.anchor);
+  }
+  s.gossip_outer_anchor.push_back(0);
+  s.gossip_outer_momentum.push_back(0);
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, s).ok());
+  CHECK_THAT(std::string(ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0).status().message()),
+             Catch::Contains("gossip outer state of 4 floats"));
 }
 
 TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {

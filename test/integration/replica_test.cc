@@ -633,13 +633,15 @@ uint64_t NewestStageCheckpoint(Cluster& c, size_t site, const std::string& id) {
 TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at the end") {
   // on_site_loss: wait: every replica rolls back and waits for the site. With gossip the
   // rounds' references and push-sum weights come back from the sync state too, and with
-  // gradient tracking the corrections, the drift's anchor and its learning-rate sum.
+  // gradient tracking and an outer step the corrections, the drift's anchor and its
+  // learning-rate sum, and each node's outer anchor and momentum.
   const std::string sync =
       GENERATE(std::string("sync: {mode: local, every: 2, codec: q8, on_site_loss: wait}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
                            "on_site_loss: wait}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
-                           "tracking: true, on_site_loss: wait}\n"));
+                           "tracking: true, outer: {lr: 1, momentum: 0.5}, "
+                           "on_site_loss: wait}\n"));
   INFO(sync);
   const std::string yaml = JobYaml(sync, 10);
   const Oracle oracle = TrainFleet(yaml);
@@ -1213,11 +1215,13 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
   // and the links the sites had measured at submit (a different graph every round), a quarter of
   // each slice sent: after steps 2 and 4 a sparse round, after step 6 a round and the exact
   // average. Then two replicas of two stages (the tied embedding's copies on both ends mix alike),
-  // every coordinate sent. The fleet with reduce gossip is the oracle, bit for bit; with
-  // gradient tracking too (each step's correction, the drifts in the rounds' frames).
+  // every coordinate sent, each replica's outer step before its mix. The fleet with reduce
+  // gossip is the oracle, bit for bit; with gradient tracking too (each step's correction, the
+  // drifts in the rounds' frames).
   const std::string sync =
       GENERATE(std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25}\n"),
-               std::string("sync: {mode: local, every: 2, reduce: gossip, fanout: 2}\n"),
+               std::string("sync: {mode: local, every: 2, reduce: gossip, fanout: 2, "
+                           "outer: {lr: 0.9, momentum: 0.5}}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
                            "tracking: true}\n"));
   INFO(sync);

@@ -69,7 +69,8 @@ struct Flags {
   bool skewed_shards = false;                    // replica r: the r-th part of the text
   float outer_lr = 0.7f;
   float outer_momentum = 0.9f;
-  int steps = 0;  // 0: the job's
+  bool outer_given = false;  // --outer-lr or --outer-momentum: gossip takes them too
+  int steps = 0;             // 0: the job's
   int seeds = 3;
   int jobs = 2;
   int last = 10;
@@ -288,10 +289,12 @@ int Run(Flags f) {
                 r.spec.sync.codec = codec;
                 r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
                 if (r.spec.sync.reduce == fleet::SyncReduce::kGossip) {
-                  // Gossip mixes parameters (plain averaging); stagger and overlap do not
-                  // apply, and its codec sends the top-k fraction as fp32 shares.
+                  // Gossip mixes parameters (plain averaging unless --outer-lr or
+                  // --outer-momentum is given: then each replica's outer step before the mix);
+                  // stagger and overlap do not apply, and its codec sends the top-k fraction
+                  // as fp32 shares.
                   if (stagger > 1 || overlap > 0) continue;
-                  r.spec.sync.outer = {1.0f, 0.0f, true};
+                  if (!f.outer_given) r.spec.sync.outer = fleet::kPlainAveraging;
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
                   if (!fleet::GossipKeep(r.spec.sync).ok()) continue;
@@ -467,8 +470,9 @@ int main(int argc, char** argv) {
                  "How the local-mode runs' syncs sum (sync.reduce): gather (every frame to "
                  "every replica), ring (chunks around a ring, re-encoded with error feedback at "
                  "each hop), gossip (each replica mixes its parameters with --fanout others "
-                 "drawn each round: plain averaging, codecs exact and topk:F only, the others "
-                 "skipped; the step/exact reference always gathers)")
+                 "drawn each round: plain averaging unless --outer-lr or --outer-momentum is "
+                 "given, codecs exact and topk:F only, the others skipped; the step/exact "
+                 "reference always gathers)")
       ->capture_default_str();
   app.add_option("--fanout", f.fanout, "Gossip: out-neighbours per replica and round")
       ->capture_default_str()
@@ -506,5 +510,6 @@ int main(int argc, char** argv) {
   app.add_option("--markdown", f.markdown, "Also write the table to this file");
   app.add_option("--curves", f.curves, "Write every step's loss as CSV to this file");
   CLI11_PARSE(app, argc, argv);
+  f.outer_given = app.count("--outer-lr") + app.count("--outer-momentum") > 0;
   return Run(f);
 }

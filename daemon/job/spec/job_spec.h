@@ -94,8 +94,10 @@
 //                                    # `fanout` others drawn that round from the job's seed
 //                                    # (sparse push-sum, fleet/gossip_node.h; codec exact,
 //                                    # the default, or topk:F: the fraction of each slice
-//                                    # sent; the outer step is plain averaging), and after
-//                                    # the last step one exact average
+//                                    # sent; the outer step defaults to plain averaging, and
+//                                    # a given one each replica takes on its own
+//                                    # pseudo-gradient before its mix), and after the last
+//                                    # step one exact average
 //     fanout: 1                      # gossip: out-neighbours per replica and round, >= 1
 //     on_site_loss: drop             # a replica's site lost: drop (local mode's default, with
 //                                    # checkpoint.every > 0): the other replicas go on from the

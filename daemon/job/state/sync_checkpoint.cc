@@ -1,10 +1,13 @@
 // Stages' carried state files (see sync_checkpoint.h), in the durable-file shape
-// (model/durable_file.h, magic "LHSYNCST", version 2) whose payload is, little-endian: u64 step,
+// (model/durable_file.h, magic "LHSYNCST", version 3) whose payload is, little-endian: u64 step,
 // u64 anchor floats, u64 momentum floats, u64 residual count, u64 tied residual floats, u64
-// tracking floats (each of corrections and drift anchor), f64 learning-rate sum, u64 size of
-// each residual, then the floats in that order (the tied residual, then the corrections and
-// the drift anchor, last). Version 1, written when there is no tracking state, is the same
-// without the tracking fields and floats. Files
+// tracking floats (each of corrections and drift anchor), f64 learning-rate sum, u64 gossip
+// outer floats (each of its anchor and momentum), u64 size of each residual, then the floats
+// in that order (the tied residual, the corrections and the drift anchor, then the gossip
+// outer anchor and momentum, last). Each state is written in the lowest version that holds
+// it, so builds before a version still read what they can: version 2, without a gossip outer
+// state, lacks its field and floats; version 1, without tracking either, the tracking fields
+// and floats too. Files
 // of earlier builds are read too: magic "LHSYNC02", version 1's fields, then u64 XXH64 of all
 // before it; "LHSYNC01", the same without the tied residual's count and floats.
 #include "daemon/job/state/sync_checkpoint.h"
@@ -23,7 +26,7 @@ namespace longhaul::daemon {
 namespace {
 
 constexpr model::DurableFormat kFormat{
-    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 2, 0, "sync state"};
+    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 3, 0, "sync state"};
 constexpr char kMagicV2[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '2'};
 constexpr char kMagicV1[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '1'};
 
@@ -50,15 +53,17 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
   AppendU64(&head, s.momentum.size());
   AppendU64(&head, s.residuals.size());
   AppendU64(&head, s.tied_residual.size());
-  // Version 2's fields only with a tracking state: a state without one stays readable by
-  // builds before version 2.
-  const bool tracking = !s.corrections.empty();
+  // Version 2's fields only with a tracking or gossip outer state, version 3's only with the
+  // latter: a state without them stays readable by the builds before.
+  const bool outer = !s.gossip_outer_anchor.empty();
+  const bool tracking = !s.corrections.empty() || outer;
   if (tracking) {
     AppendU64(&head, s.corrections.size());
     uint64_t lr_bits;
     std::memcpy(&lr_bits, &s.lr_sum, 8);
     AppendU64(&head, lr_bits);
   }
+  if (outer) AppendU64(&head, s.gossip_outer_anchor.size());
   for (const auto& r : s.residuals) AppendU64(&head, r.size());
   auto bytes = [](const std::vector<float>& v) {
     return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -70,8 +75,12 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
     parts.push_back(bytes(s.corrections));
     parts.push_back(bytes(s.drift_anchor));
   }
+  if (outer) {
+    parts.push_back(bytes(s.gossip_outer_anchor));
+    parts.push_back(bytes(s.gossip_outer_momentum));
+  }
   model::DurableFormat format = kFormat;
-  format.version = tracking ? 2 : 1;
+  format.version = outer ? 3 : tracking ? 2 : 1;
   format.max_bytes = UINT64_MAX;
   return model::WriteDurableFile(env, path, format, parts);
 }
@@ -85,9 +94,9 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   };
   // The most a state of this fragment can hold; nothing larger is read.
   const uint64_t n = static_cast<uint64_t>(fragment_floats);
-  uint64_t most_floats = 4 * n + static_cast<uint64_t>(tied_floats);
+  uint64_t most_floats = 6 * n + static_cast<uint64_t>(tied_floats);
   for (int64_t size : slice_sizes) most_floats += static_cast<uint64_t>(size);
-  const uint64_t most_bytes = 7 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float);
+  const uint64_t most_bytes = 8 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float);
   // The fields and floats, after the magic (and, in the durable shape, its checks).
   std::string body;
   int fields = 5;
@@ -97,7 +106,7 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableOrEarlier(env, path, format));
   if (p.version > 0) {
     body = std::move(p.bytes);
-    fields = p.version >= 2 ? 7 : 5;
+    fields = p.version >= 3 ? 8 : p.version >= 2 ? 7 : 5;
   } else {  // an earlier build's: magic, fields, floats, XXH64 of all before it
     const std::string& all = p.bytes;
     const size_t size = all.size();
@@ -114,10 +123,10 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   }
   const size_t fixed = static_cast<size_t>(fields) * 8;
   if (body.size() < fixed) return bad("shorter than its header");
-  uint64_t head[7] = {0, 0, 0, 0, 0, 0, 0};
+  uint64_t head[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::memcpy(head, body.data(), fixed);
   const uint64_t file_step = head[0], anchor = head[1], momentum = head[2], count = head[3];
-  const uint64_t tied = head[4], tracking = head[5];
+  const uint64_t tied = head[4], tracking = head[5], outer = head[7];
   double lr_sum = 0;
   std::memcpy(&lr_sum, &head[6], 8);
   if (file_step != step) {
@@ -134,6 +143,10 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
                "sum of " + std::to_string(lr_sum) + " for a fragment of " + std::to_string(n) +
                " floats");
   }
+  if (outer != 0 && outer != n) {
+    return bad("gossip outer state of " + std::to_string(outer) + " floats for a fragment of " +
+               std::to_string(n) + " floats");
+  }
   if (tied != 0 && tied != static_cast<uint64_t>(tied_floats)) {
     return bad("tied-embedding residual of " + std::to_string(tied) + " floats, the part has " +
                std::to_string(tied_floats));
@@ -141,7 +154,7 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   if (body.size() < fixed + count * 8) return bad("shorter than its residual sizes");
   std::vector<uint64_t> sizes(count);
   if (count > 0) std::memcpy(sizes.data(), body.data() + fixed, count * 8);
-  uint64_t floats = anchor + momentum + tied + 2 * tracking;
+  uint64_t floats = anchor + momentum + tied + 2 * tracking + 2 * outer;
   for (uint64_t k = 0; k < count; ++k) {
     if (sizes[k] != 0 && sizes[k] != static_cast<uint64_t>(slice_sizes[k])) {
       return bad("residual " + std::to_string(k) + " of " + std::to_string(sizes[k]) +
@@ -170,6 +183,8 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   take(&s.tied_residual, tied);
   take(&s.corrections, tracking);
   take(&s.drift_anchor, tracking);
+  take(&s.gossip_outer_anchor, outer);
+  take(&s.gossip_outer_momentum, outer);
   s.lr_sum = lr_sum;
   return s;
 }

@@ -27,6 +27,9 @@ struct SyncState {
   // the last round, and the learning rates of the steps since, summed; empty otherwise.
   std::vector<float> corrections, drift_anchor;
   double lr_sum = 0;
+  // Gossip with an outer step other than plain averaging (fleet/gossip_node.h, BeginRound):
+  // the node's outer anchor and momentum; empty otherwise.
+  std::vector<float> gossip_outer_anchor, gossip_outer_momentum;
 };
 
 std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
@@ -34,10 +37,10 @@ std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_
 
 // Written and read through `env` (the stage's, StageRunnerContext::env.files).
 Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& state);
-// `fragment_floats`: the fragment's parameter count (what anchor and momentum, and corrections
-// and drift anchor, must hold, when present); `slice_sizes`: its slices' sizes (what the residuals
-// must hold, when present); `tied_floats`: wte's size (what the tied residual must hold, when
-// present).
+// `fragment_floats`: the fragment's parameter count (what anchor and momentum, corrections and
+// drift anchor, and the gossip outer anchor and momentum must hold, when present); `slice_sizes`:
+// its slices' sizes (what the residuals must hold, when present); `tied_floats`: wte's size (what
+// the tied residual must hold, when present).
 StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_t step,
                                   int64_t fragment_floats, const std::vector<int64_t>& slice_sizes,
                                   int64_t tied_floats);

@@ -97,7 +97,8 @@ Status ReplicaSync::Init() {
     ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
     std::vector<fleet::SyncSlice> slices;
     for (const SyncRoute& route : routes_) slices.push_back(route.slice);
-    gossip_.emplace(std::move(slices), static_cast<size_t>(layout.total()), keep, o_.sync.tracking);
+    gossip_.emplace(std::move(slices), static_cast<size_t>(layout.total()), keep, o_.sync.tracking,
+                    o_.sync.outer);
   }
   return absl::OkStatus();
 }
@@ -147,6 +148,15 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
           gossip_->ZeroCorrections();
         }
       }
+      if (gossip_->outer_step()) {
+        if (state.gossip_outer_anchor.empty()) {
+          return absl::DataLossError(where + ": the sync state has no outer-step state (" +
+                                     "sync.outer with gossip)");
+        }
+        RETURN_IF_ERROR(Annotate(gossip_->RestoreOuter(std::move(state.gossip_outer_anchor),
+                                                       std::move(state.gossip_outer_momentum)),
+                                 where));
+      }
     } else {
       RETURN_IF_ERROR(RestoreOuter(std::move(state.anchor), std::move(state.momentum)));
     }
@@ -180,6 +190,10 @@ void ReplicaSync::Save(SyncState* state) const {
       state->corrections = gossip_->corrections();
       state->drift_anchor = gossip_->drift_anchor();
       state->lr_sum = gossip_->lr_sum();
+    }
+    if (gossip_->outer_step()) {
+      state->gossip_outer_anchor = gossip_->outer_state().anchor();
+      state->gossip_outer_momentum = gossip_->outer_state().momentum();
     }
   } else if (local()) {
     state->anchor = outer_.anchor();
@@ -294,7 +308,8 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     sketch_ = std::move(sketch);
     sketch_step_ = step + 1;
   }
-  gossip_->BeginRound(params);  // tracking: the drift since the last round
+  // Tracking: the drift since the last round; an outer step: params move by it (what is sent).
+  gossip_->BeginRound(params);
   const size_t slices = routes_.size();
   std::vector<std::vector<uint32_t>> picked(slices);
   std::vector<std::vector<uint8_t>> frames(slices);

@@ -10,16 +10,17 @@
 //   local mode:      OuterStep after the optimizer step (a streaming sync due to finish, then
 //                    a blocking sync at a sync step); StartSync after the step's checkpoint
 //                    (a streaming sync, sync.overlap).
-//   gossip:          OuterStep at a sync step runs a push-sum round instead of the outer step
-//                    (fleet/gossip_node.h): the round's graph from the job's seed and the
+//   gossip:          OuterStep at a sync step runs a push-sum round instead of the group's
+//                    outer step (fleet/gossip_node.h; a given sync.outer is each replica's own
+//                    before its mix): the round's graph from the job's seed and the
 //                    round, this stage's frames to its out-neighbours' stages, theirs from its
 //                    in-neighbours, and after the last step one exact average over the live
 //                    replicas, as the fleet simulator does (fleet/local_fleet.h).
 //
 // Its durable part goes into the sync state beside each stage checkpoint (Save; Restore, or
 // Fresh when nothing is carried: a first step, a layer move, a rejoin). A gossip stage keeps
-// no outer step: the state's anchor holds each coordinate's value when last sent and its
-// momentum the push-sum weights.
+// no group outer step: the state's anchor holds each coordinate's value when last sent and its
+// momentum the push-sum weights (its own outer step, tracking: fields of their own).
 #pragma once
 
 #include <spdlog/logger.h>
