@@ -214,6 +214,19 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   auto one_paced = planned("replica_microbatches: paced\n");
   REQUIRE_FALSE(one_paced.ok());
   CHECK_THAT(std::string(one_paced.status().message()), Catch::Contains("paced needs replicas"));
+  // The planner prices a gossip sync by its frames' bytes: fp32 value and push-sum weight of
+  // every coordinate (8), a quarter of them with indices (12) and drifts (16).
+  auto bytes_per_value = [&](const std::string& sync) {
+    auto spec = planned("replicas: 2\nsync: " + sync + "\n");
+    INFO(sync << ": " << spec.status().ToString());
+    REQUIRE(spec.ok());
+    return ReplicaPlanRequestFor(*spec, PlacementRequestFor(*spec, spec->sites))
+        ->sync.bytes_per_value;
+  };
+  CHECK(bytes_per_value("{mode: local, reduce: gossip}") == Approx(8.0).epsilon(1e-4));
+  CHECK(bytes_per_value("{mode: local, reduce: gossip, codec: topk:0.25, tracking: true}") ==
+        Approx(4.0).epsilon(1e-4));
+  CHECK(bytes_per_value("{mode: local, codec: q4}") == Approx(0.5625).epsilon(0.01));
   auto pauto = planned("replicas: auto\n");
   REQUIRE(pauto.ok());
   CHECK(pauto->replicas == 0);

@@ -3,6 +3,7 @@
 // file is job_spec_parse.cc.
 #include "daemon/job/spec/job_spec.h"
 
+#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -11,6 +12,7 @@
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
 #include "compression/controller.h"
+#include "fleet/gossip_node.h"
 #include "model/tied_exchange.h"
 
 namespace longhaul::daemon {
@@ -158,10 +160,19 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
       : spec.sync.reduce == fleet::SyncReduce::kGossip ? scheduler::SyncReduceCost::kGossip
                                                        : scheduler::SyncReduceCost::kGather;
   r.sync.fanout = spec.sync.fanout;
+  constexpr uint64_t kValues = uint64_t{1} << 20;
+  if (spec.sync.reduce == fleet::SyncReduce::kGossip) {
+    // A gossip frame carries each picked coordinate's fp32 value and push-sum weight, its index
+    // when not every one is sent, and with tracking its drift (fleet/gossip_node.h).
+    ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(spec.sync));
+    const auto picked = static_cast<uint64_t>(std::ceil(keep * static_cast<double>(kValues)));
+    r.sync.bytes_per_value =
+        static_cast<double>(fleet::GossipFrameBytes(picked, kValues, spec.sync.tracking)) / kValues;
+    return r;
+  }
   // adaptive is priced at its floor, the codec it falls to on a slow link.
   ASSIGN_OR_RETURN(const compression::CodecSpec codec,
                    fleet::FixedSyncCodec(spec.sync.codec == "adaptive" ? "q4" : spec.sync.codec));
-  constexpr uint64_t kValues = uint64_t{1} << 20;
   r.sync.bytes_per_value =
       static_cast<double>(compression::EstimateEncodedSize(codec, kValues)) / kValues;
   return r;
