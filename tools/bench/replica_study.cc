@@ -63,6 +63,8 @@ struct Flags {
   std::vector<int> stagger = {1};  // sync.stagger: phases of a round
   std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
   std::vector<std::string> reduce = {"gather"};  // sync.reduce of the local-mode runs
+  std::vector<std::string> step_codecs;          // step-mode runs with these codecs (gather, ring)
+  bool step_only = false;                        // no local-mode runs
   int fanout = 1;                                // gossip: out-neighbours per round
   double missing_links = 0;                      // gossip: links down in each round
   std::vector<std::string> tracking = {"off"};   // gossip: gradient tracking, "off" and/or "on"
@@ -91,7 +93,7 @@ struct RunSpec {
   double missing_links = 0;  // gossip
   std::string label() const {
     return sync.mode == fleet::SyncMode::kStep
-               ? absl::StrCat("N=", replicas, " step ", sync.codec)
+               ? absl::StrCat("N=", replicas, " step ", sync.codec, Reduce())
                : absl::StrCat("N=", replicas, " local/", sync.every,
                               sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "",
                               sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "", " ",
@@ -270,7 +272,18 @@ int Run(Flags f) {
       base.spec.sync.mode = fleet::SyncMode::kStep;
       base.spec.sync.codec = "exact";
       if (!f.no_baseline) results.push_back(base);
+      // Step mode with a lossy codec: every step's gradients through it (error feedback).
+      for (const std::string& codec : f.step_codecs) {
+        for (const std::string& reduce : f.reduce) {
+          RunResult r = base;
+          r.spec.sync.codec = codec;
+          r.spec.sync.reduce = *fleet::ParseSyncReduce(reduce);
+          if (r.spec.sync.reduce == fleet::SyncReduce::kGossip) continue;
+          results.push_back(r);
+        }
+      }
       for (int every : f.every) {
+        if (f.step_only) break;
         for (int stagger : f.stagger) {
           for (int overlap : f.overlap) {
             // Only valid schedules: a phase's sync ends before the next phase's starts.
@@ -357,7 +370,8 @@ int Run(Flags f) {
       const RunResult* base = nullptr;
       for (const RunResult& b : results) {
         if (b.spec.replicas == x.spec.replicas && b.spec.seed == x.spec.seed &&
-            b.spec.sync.mode == fleet::SyncMode::kStep && b.error.empty()) {
+            b.spec.sync.mode == fleet::SyncMode::kStep && b.spec.sync.codec == "exact" &&
+            b.spec.sync.reduce == fleet::SyncReduce::kGather && b.error.empty()) {
           base = &b;
         }
       }
@@ -402,7 +416,7 @@ int Run(Flags f) {
       continue;
     }
     // The baseline's own row, or a run with no baseline to compare with (--no-baseline).
-    const bool base = r.label.find(" step ") != std::string::npos || !r.compared;
+    const bool base = r.label.find(" step exact") != std::string::npos || !r.compared;
     table.push_back(absl::StrFormat(
         "| %s%s | %.4f | %s | %.4f | %s | %s | %.2f | %s |", r.label,
         r.failed > 0 ? absl::StrCat(" (", r.failed, " seeds failed)") : "", r.train,
@@ -474,6 +488,12 @@ int main(int argc, char** argv) {
                  "given, codecs exact and topk:F only, the others skipped; the step/exact "
                  "reference always gathers)")
       ->capture_default_str();
+  app.add_option("--step-codecs", f.step_codecs,
+                 "Also step-mode runs whose every step's gradients go through each of these "
+                 "codecs (error feedback on lossy ones), once per --reduce gather or ring: "
+                 "compressed every-step sync against step/exact")
+      ->capture_default_str();
+  app.add_flag("--step-only", f.step_only, "No local-mode runs (the step-mode ones only)");
   app.add_option("--fanout", f.fanout, "Gossip: out-neighbours per replica and round")
       ->capture_default_str()
       ->check(CLI::Range(1, 63));
