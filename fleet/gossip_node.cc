@@ -31,7 +31,27 @@ uint32_t Get32(const uint8_t* p) {
 
 std::string SliceName(uint32_t slice) { return "gossip frame of slice " + std::to_string(slice); }
 
+// A checkpoint's two per-parameter arrays (of equal size) finite, or DataLoss naming `what`
+// and the first parameter that is not, with both its values.
+Status CheckFinite(const char* what, const char* a_name, const std::vector<float>& a,
+                   const char* b_name, const std::vector<float>& b) {
+  for (size_t c = 0; c < a.size(); ++c) {
+    if (!std::isfinite(a[c]) || !std::isfinite(b[c])) {
+      return absl::DataLossError(std::string(what) + ": parameter " + std::to_string(c) + " has " +
+                                 a_name + " " + std::to_string(a[c]) + " and " + b_name + " " +
+                                 std::to_string(b[c]) + " (finite)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+size_t GossipPicked(double keep, size_t size) {
+  if (keep >= 1.0) return size;
+  return std::clamp<size_t>(static_cast<size_t>(std::ceil(keep * static_cast<double>(size))), 1,
+                            size);
+}
 
 uint64_t GossipFrameBytes(uint64_t count, uint64_t slice_size, bool tracked) {
   // Dense frames carry no indices; tracked ones a drift per coordinate.
@@ -196,13 +216,8 @@ Status GossipNode::RestoreTracking(std::vector<float> corrections, std::vector<f
                                " and a learning-rate sum of " + std::to_string(lr_sum) + " for " +
                                std::to_string(parameters_) + " parameters");
   }
-  for (size_t c = 0; c < parameters_; ++c) {
-    if (!std::isfinite(corrections[c]) || !std::isfinite(anchor[c])) {
-      return absl::DataLossError("gossip tracking state: parameter " + std::to_string(c) +
-                                 " has correction " + std::to_string(corrections[c]) +
-                                 " and anchor " + std::to_string(anchor[c]) + " (finite)");
-    }
-  }
+  RETURN_IF_ERROR(
+      CheckFinite("gossip tracking state", "correction", corrections, "anchor", anchor));
   correction_ = std::move(corrections);
   anchor_ = std::move(anchor);
   lr_sum_ = lr_sum;
@@ -240,13 +255,7 @@ Status GossipNode::RestoreOuter(std::vector<float> anchor, std::vector<float> mo
                                " and a momentum of " + std::to_string(momentum.size()) + " for " +
                                std::to_string(parameters_) + " parameters");
   }
-  for (size_t c = 0; c < parameters_; ++c) {
-    if (!std::isfinite(anchor[c]) || !std::isfinite(momentum[c])) {
-      return absl::DataLossError("gossip outer state: parameter " + std::to_string(c) +
-                                 " has anchor " + std::to_string(anchor[c]) + " and momentum " +
-                                 std::to_string(momentum[c]) + " (finite)");
-    }
-  }
+  RETURN_IF_ERROR(CheckFinite("gossip outer state", "anchor", anchor, "momentum", momentum));
   return outer_state_.Restore(std::move(anchor), std::move(momentum));
 }
 
@@ -265,12 +274,6 @@ Status GossipNode::Restore(std::vector<float> weights, std::vector<float> refs) 
   weights_ = std::move(weights);
   refs_ = std::move(refs);
   return absl::OkStatus();
-}
-
-size_t GossipNode::Picked(size_t size) const {
-  if (keep_ >= 1.0) return size;
-  return std::clamp<size_t>(static_cast<size_t>(std::ceil(keep_ * static_cast<double>(size))), 1,
-                            size);
 }
 
 std::vector<uint32_t> GossipNode::Pick(size_t k, std::span<const float> x, uint64_t round) const {

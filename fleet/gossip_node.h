@@ -63,6 +63,10 @@ struct GossipFrame {
 inline constexpr size_t kGossipHeaderBytes = 16;
 inline constexpr size_t kGossipChecksumBytes = 8;
 
+// The coordinates a sender keeping `keep` in (0, 1] of a slice picks of its `size`: every one
+// when keep is 1, else ceil(keep size), at least 1.
+size_t GossipPicked(double keep, size_t size);
+
 // The bytes of a frame of `count` coordinates of a slice of `slice_size` (`tracked`: with
 // drifts).
 uint64_t GossipFrameBytes(uint64_t count, uint64_t slice_size, bool tracked = false);
@@ -130,8 +134,8 @@ class GossipNode {
   // A checkpoint's outer anchor and momentum (each `parameters` long and finite).
   Status RestoreOuter(std::vector<float> anchor, std::vector<float> momentum);
 
-  // The coordinates a sender picks of a slice of `size` (at least 1).
-  size_t Picked(size_t size) const;
+  // The coordinates a sender picks of a slice of `size` (GossipPicked).
+  size_t Picked(size_t size) const { return GossipPicked(keep_, size); }
   // What this node sends of slice k in round `round` (slice-relative, ascending): every
   // coordinate when keep is 1; else half a window that turns with the rounds (the same on
   // every replica) and half the largest moves |x - ref| outside it, equal moves by index.

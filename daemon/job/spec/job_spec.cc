@@ -3,7 +3,6 @@
 // file is job_spec_parse.cc.
 #include "daemon/job/spec/job_spec.h"
 
-#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -165,7 +164,7 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
     // A gossip frame carries each picked coordinate's fp32 value and push-sum weight, its index
     // when not every one is sent, and with tracking its drift (fleet/gossip_node.h).
     ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(spec.sync));
-    const auto picked = static_cast<uint64_t>(std::ceil(keep * static_cast<double>(kValues)));
+    const uint64_t picked = fleet::GossipPicked(keep, kValues);
     r.sync.bytes_per_value =
         static_cast<double>(fleet::GossipFrameBytes(picked, kValues, spec.sync.tracking)) / kValues;
     return r;
