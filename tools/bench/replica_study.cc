@@ -99,6 +99,11 @@ struct RunSpec {
                               sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "", " ",
                               sync.codec, Reduce());
   }
+  // The step/exact reference every other run of its N and seed is compared with.
+  bool baseline() const {
+    return sync.mode == fleet::SyncMode::kStep && sync.codec == "exact" &&
+           sync.reduce == fleet::SyncReduce::kGather;
+  }
   std::string Reduce() const {
     switch (sync.reduce) {
       case fleet::SyncReduce::kRing:
@@ -358,20 +363,21 @@ int Run(Flags f) {
     int ok = 0, failed = 0;
     std::string error;
     double train = 0, val = 0, d_train = 0, d_val = 0, worst = -1e30, bytes = 0, ratio = 0;
-    bool compared = true;  // false: --no-baseline, the losses and bytes alone
+    bool compared = true;   // false: --no-baseline, the losses and bytes alone
+    bool baseline = false;  // the step/exact reference's own row
   };
   std::vector<Row> rows;
   for (const RunResult& r : results) {
     if (r.spec.seed != job.seed) continue;  // one row per configuration
     Row row;
     row.label = r.spec.label();
+    row.baseline = r.spec.baseline();
     for (const RunResult& x : results) {
       if (x.spec.label() != row.label) continue;
       const RunResult* base = nullptr;
       for (const RunResult& b : results) {
-        if (b.spec.replicas == x.spec.replicas && b.spec.seed == x.spec.seed &&
-            b.spec.sync.mode == fleet::SyncMode::kStep && b.spec.sync.codec == "exact" &&
-            b.spec.sync.reduce == fleet::SyncReduce::kGather && b.error.empty()) {
+        if (b.spec.replicas == x.spec.replicas && b.spec.seed == x.spec.seed && b.spec.baseline() &&
+            b.error.empty()) {
           base = &b;
         }
       }
@@ -416,7 +422,7 @@ int Run(Flags f) {
       continue;
     }
     // The baseline's own row, or a run with no baseline to compare with (--no-baseline).
-    const bool base = r.label.find(" step exact") != std::string::npos || !r.compared;
+    const bool base = r.baseline || !r.compared;
     table.push_back(absl::StrFormat(
         "| %s%s | %.4f | %s | %.4f | %s | %s | %.2f | %s |", r.label,
         r.failed > 0 ? absl::StrCat(" (", r.failed, " seeds failed)") : "", r.train,
