@@ -262,6 +262,22 @@ TEST_CASE("a stage admits sync frames only from the replica stages its routes na
     CHECK(absl::IsInvalidArgument(admission.WithRemoved(std::vector<uint32_t>{2}).status()));
     CHECK(absl::IsInvalidArgument(admission.WithRemoved(std::vector<uint32_t>{0}).status()));
   }
+  SECTION("a replica removed as of a step: its frames of earlier steps still count") {
+    // A gather or ring job's removal (JobCommand.from_step): the sync of that step and every
+    // later one leave it out; one before it still waits for its frames.
+    auto later = admission.WithRemoved(std::vector<uint32_t>{1}, sync_step + 1);
+    REQUIRE(later.ok());
+    CHECK(Check(**later, sync(3, sync_step, 1, slice.size), "d").ok());
+    auto at = admission.WithRemoved(std::vector<uint32_t>{1}, sync_step);
+    REQUIRE(at.ok());
+    Status s = Check(**at, sync(3, sync_step, 1, slice.size), "d");
+    CHECK(absl::IsPermissionDenied(s));
+    CHECK(Names(s, "replica 1 (removed from the job)"));
+    // Removed twice: the earlier step stands.
+    auto again = (*at)->WithRemoved(std::vector<uint32_t>{1}, sync_step + 1);
+    REQUIRE(again.ok());
+    CHECK(absl::IsPermissionDenied(Check(**again, sync(3, sync_step, 1, slice.size), "d")));
+  }
 }
 
 }  // namespace

@@ -363,6 +363,39 @@ TEST_CASE("sync exchange: a dropped replica is neither sent to nor waited for") 
   if (ring) CHECK(g.x[0]->SentShare() == 1.0);  // a ring of two
 }
 
+TEST_CASE("sync exchange: a replica that leaves at a step is out of that sync and every later") {
+  // Three replicas sync once; replica 1 leaves (StepDecision.removed_replicas): the others'
+  // next syncs are the two's, gathered or around the ring of two, as if it had been dropped.
+  const bool ring = GENERATE(false, true);
+  INFO((ring ? "ring" : "gather"));
+  SyncGroup g({.replicas = 3, .ring = ring});
+  const std::vector<float> weights = Weights(3);
+  const Gathered first = AllGatherAll(g, 0, weights);
+  for (int i = 0; i < 3; ++i) REQUIRE(first.status[i].ok());
+  // What no stage takes: its own replica, one outside the grid.
+  CHECK(absl::IsInvalidArgument(g.x[0]->Leave(std::vector<uint32_t>{0})));
+  CHECK(absl::IsInvalidArgument(g.x[0]->Leave(std::vector<uint32_t>{3})));
+  for (int i : {0, 2}) REQUIRE(g.x[i]->Leave(std::vector<uint32_t>{1}).ok());
+  g.live = {true, false, true};
+  const uint64_t sent_to_1 = g.link(0, 1).attempts() + g.link(2, 1).attempts();
+  const std::vector<float> two = {0.25f, 0.0f, 0.75f};
+  const Gathered r = AllGatherAll(g, 1, two);
+  for (int i : {0, 2}) {
+    INFO("stage " << i);
+    REQUIRE(r.status[i].ok());
+    CHECK(SameBits(r.out[i], ring ? RingSum(g, i, two) : GatherSum(g, i, two)));
+    CHECK(g.x[i]->SendsTo() == std::vector<int>{2 - i});
+    // The usage names the stages sent to now (a ring's next member changed).
+    const std::vector<OutboundUsage> usage = g.x[i]->Usage();
+    REQUIRE(usage.size() == 1);
+    CHECK(usage[0].to_site == SyncSite(2 - i));
+    CHECK(g.x[i]->Report().syncs() == 2);
+  }
+  CHECK(SameBits(r.out[0], r.out[2]));
+  CHECK(g.link(0, 1).attempts() + g.link(2, 1).attempts() == sent_to_1);  // nothing more to it
+  if (ring) CHECK(g.x[0]->SentShare() == 1.0);                            // a ring of two
+}
+
 TEST_CASE("sync exchange: a send that may heal is retried and the sync completes") {
   SyncGroup g({.replicas = 2});
   g.link(0, 1).Script(

@@ -851,9 +851,9 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   // A 2 x 2 job; epsilon, a peer of every site but not in the job, joins it as a third
   // replica of one stage (all layers) and takes a live replica's state at the committed step;
   // its first sync shows in the status within one outer step. Then gamma leaves, taking
-  // replica 1 out for good: in a gossip job the others go on without a restart (nothing is
-  // redone); a gathered job restarts them from the committed step without it. The replicas
-  // left end with one model, the new one's included.
+  // replica 1 out for good, and the others go on without a restart (nothing is redone): a
+  // gossip job's rounds at once, a gathered job's syncs from the next step's decision on. The
+  // replicas left end with one model, the new one's included.
   // Gossip with and without gradient tracking (a removal mid-attempt restarts the live
   // corrections from 0), and gather.
   const std::string reduce =
@@ -935,8 +935,9 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
     INFO(s.detail());
     CHECK(s.removed_replicas_size() == 1);
     CHECK(s.dropped_replicas_size() == 1);
-    // Gossip: no new attempt, nobody went back; gather: one restart without it.
-    CHECK(s.attempt() == (gossip ? attempt : attempt + 1));
+    // No new attempt: nobody went back.
+    CHECK(s.attempt() == attempt);
+    CHECK_THAT(s.detail(), Catch::Contains("the others went on"));
     auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
     CHECK_THAT(metrics.body,
                Catch::Contains("longhaul_job_replicas_added_total{job=\"" + id + "\"} 1") &&
@@ -980,6 +981,68 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   std::vector<float> from_model(static_cast<size_t>(whole.total()));
   whole.ExtractFromModel(model.data(), from_model.data());
   CHECK(CheckpointParams(c, 4, id, steps, 0, 2) == from_model);
+}
+
+TEST_CASE("a replica leaves a running ring job at a step: the rings close without it") {
+  // Three replicas of two stages syncing around rings; gamma leaves, taking replica 1 (gamma,
+  // delta) out for good. The attempt goes on (no rollback): the next step's decision names
+  // replica 1, the stages left sync around the rings of replicas 0 and 2 from that step on,
+  // and a sync frame of that step from gamma's stage is refused. Replicas 0 and 2 end with
+  // one model, bit for bit.
+  const int steps = 40;
+  std::string yaml = JobYaml("sync: {mode: local, every: 2, reduce: ring, codec: q8}\n", steps);
+  const std::vector<std::string> sites = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"sites: [alpha, beta, gamma, delta]",
+            "sites: [alpha, beta, gamma, delta, epsilon, zeta]"},
+           {"replicas: 2", "replicas: 3"}}) {
+    const size_t at = yaml.find(from);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, from.size(), to);
+  }
+  Cluster c({}, {}, sites);
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  const uint32_t attempt = c.Status(id).attempt();
+  auto left = ChangeSites(c, id, {}, {"gamma"});
+  INFO(left.status().ToString());
+  REQUIRE(left.ok());
+  REQUIRE(left->replicas_size() == 1);
+  CHECK(left->replicas(0) == 1);
+  CHECK_THAT(left->detail(), Catch::Contains("go on without it from the next step"));
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replicas_removed() == 1; }, 120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.attempt() == attempt);
+    CHECK(s.sync_ring());
+    const std::string marker = "left at step ";
+    const size_t at = s.detail().find(marker);
+    REQUIRE(at != std::string::npos);
+    const uint64_t leave_step = std::stoull(s.detail().substr(at + marker.size()));
+    CHECK(leave_step >= 2);
+    // Gamma's sync frames of the step it left at are refused by the stages left (told before
+    // that step's decision), whether or not gamma's stage has stopped yet.
+    REQUIRE(s.stages(2).site() == "gamma");
+    v1::TensorFrame frame = SyncFrame(id, s.attempt(), 2, 0, 0, leave_step);
+    const std::vector<uint8_t> payload(64, 0);
+    frame.set_encoded_size(payload.size());
+    const Status d = c.at(0).jobs().Deliver(frame, payload, "gamma");
+    CHECK(d.code() == absl::StatusCode::kPermissionDenied);
+    CHECK_THAT(std::string(d.message()), Catch::Contains("replica 1 (removed from the job)"));
+  }
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  std::vector<std::string> kinds;
+  for (const auto& e : s.events()) kinds.push_back(e.kind());
+  CHECK(kinds == std::vector<std::string>{"site_removed"});  // no rollback
+  CHECK(s.attempt() == attempt);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+  CHECK(CheckpointParams(c, 0, id, steps, 0, 1) == CheckpointParams(c, 4, id, steps, 0, 1));
+  CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 5, id, steps, 1, 2));
 }
 
 TEST_CASE("a site that cannot join is sent away; a removal frees a job waiting for a lost site") {

@@ -81,7 +81,7 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
   const ReplicaList dropped(assignment.dropped_replicas().begin(),
                             assignment.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) live_.push_back(!Contains(dropped, r));
-  removed_.assign(live_.size(), false);
+  removed_from_.assign(live_.size(), UINT64_MAX);
   gossip_links_.assign(assignment.gossip_links().begin(), assignment.gossip_links().end());
   // Its replica's microbatches, training and validation.
   M_ = AttemptMicrobatches(
@@ -93,18 +93,25 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
 }
 
 StatusOr<std::shared_ptr<const StageAdmission>> StageAdmission::WithRemoved(
-    std::span<const uint32_t> removed) const {
+    std::span<const uint32_t> removed, uint64_t from_step) const {
   auto next = std::make_shared<StageAdmission>(*this);
   for (uint32_t r : removed) {
-    if (r >= removed_.size() || static_cast<int>(r) == grid_.replica(self_)) {
+    if (r >= removed_from_.size() || static_cast<int>(r) == grid_.replica(self_)) {
       return absl::InvalidArgumentError(
           "job '" + job_id_ + "' on site '" + site_ + "': cannot remove replica " +
-          std::to_string(r) + " (" + std::to_string(removed_.size()) + " replicas, this stage's " +
-          std::to_string(grid_.replica(self_)) + ")");
+          std::to_string(r) + " (" + std::to_string(removed_from_.size()) +
+          " replicas, this stage's " + std::to_string(grid_.replica(self_)) + ")");
     }
-    next->removed_[r] = true;
+    next->removed_from_[r] = std::min(next->removed_from_[r], from_step);
   }
   return std::shared_ptr<const StageAdmission>(std::move(next));
+}
+
+std::vector<bool> StageAdmission::LiveAt(uint64_t step) const {
+  std::vector<bool> live = live_;
+  for (size_t r = 0; r < live.size(); ++r)
+    live[r] = live[r] && !RemovedAt(static_cast<int>(r), step);
+  return live;
 }
 
 Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8_t> head,
@@ -115,7 +122,7 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
   const uint32_t from = first.from_stage();
   const int self = self_, sender = static_cast<int>(from);
   const std::string from_site = from < n ? assignment_.stages(static_cast<int>(from)).site() : "";
-  if (from < n && removed_[static_cast<size_t>(grid_.replica(sender))]) {
+  if (from < n && RemovedAt(grid_.replica(sender), first.step())) {
     return RoleDenied(caller, id,
                       "send frames for replica " + std::to_string(grid_.replica(sender)) +
                           " (removed from the job)");
@@ -244,7 +251,7 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
   const bool known = first.from_stage() < static_cast<uint32_t>(grid_.size());
   const int from_replica = known ? grid_.replica(from) : -1;
   RingPlace place;
-  if (ring_ && route != nullptr) place = RingOf(*route, live_, self);
+  if (ring_ && route != nullptr) place = RingOf(*route, LiveAt(first.step()), self);
   const bool member =
       grid_.replicas > 1 && known && from != self && from_replica != grid_.replica(self) &&
       (route == nullptr || route->source[static_cast<size_t>(from_replica)] == from) &&

@@ -33,11 +33,13 @@ class StageAdmission {
   uint32_t attempt() const { return attempt_; }
 
   // This admission with the replicas `removed` out of the job for good (the coordinator's
-  // KIND_REMOVE_REPLICAS, mid-attempt): every frame from one of their stages is refused. The
-  // gossip rounds' graphs stay the attempt's (every stage draws them alike; a removed replica
-  // is gone in them). INVALID_ARGUMENT for a replica outside the plan or this stage's own.
-  StatusOr<std::shared_ptr<const StageAdmission>> WithRemoved(
-      std::span<const uint32_t> removed) const;
+  // KIND_REMOVE_REPLICAS, mid-attempt): every frame of a step from `from_step` on from one of
+  // their stages is refused (from 0: every frame), and a ring's sync frames of those steps go
+  // around the rings of the replicas left. The gossip rounds' graphs stay the attempt's (every
+  // stage draws them alike; a removed replica is gone in them). A replica removed before keeps
+  // the earlier step. INVALID_ARGUMENT for a replica outside the plan or this stage's own.
+  StatusOr<std::shared_ptr<const StageAdmission>> WithRemoved(std::span<const uint32_t> removed,
+                                                              uint64_t from_step = 0) const;
   int64_t steps() const { return steps_; }
 
   // The tensor whose first chunk `head` (the start of its payload: the compression frame's
@@ -72,11 +74,18 @@ class StageAdmission {
   int layer_begin_ = 0, layer_end_ = 0;
   // M: this replica's microbatch ids per step, the validation pass's included.
   int64_t B_ = 0, T_ = 0, C_ = 0, Vp_ = 0, M_ = 0, steps_ = 0;
-  model::ModelConfig model_;          // cut widths and what the targets frame holds
-  std::vector<SyncRoute> routes_;     // the fragment's sync slices (with replicas)
-  size_t slices_ = 0;                 // the model's parameter slices (a grad-sums frame's count)
-  std::vector<bool> live_;            // by replica: not dropped in this attempt
-  std::vector<bool> removed_;         // by replica: removed from the job since (WithRemoved)
+  model::ModelConfig model_;       // cut widths and what the targets frame holds
+  std::vector<SyncRoute> routes_;  // the fragment's sync slices (with replicas)
+  size_t slices_ = 0;              // the model's parameter slices (a grad-sums frame's count)
+  std::vector<bool> live_;         // by replica: not dropped in this attempt
+  // By replica: removed from the job as of this step (WithRemoved); UINT64_MAX: not removed.
+  std::vector<uint64_t> removed_from_;
+  // Whether replica r's frames of `step` are refused as a removed replica's.
+  bool RemovedAt(int r, uint64_t step) const {
+    return step >= removed_from_[static_cast<size_t>(r)];
+  }
+  // The replicas in the syncs of `step`: live in this attempt and not removed as of it.
+  std::vector<bool> LiveAt(uint64_t step) const;
   bool ring_ = false;                 // syncs go around rings (sync.reduce: ring)
   fleet::SyncOptions sync_;           // when each slice syncs
   uint64_t seed_ = 0;                 // the job's: gossip rounds' graphs (gossip_round.h)

@@ -339,6 +339,7 @@ void Coordinator::Run() {
         return;
       }
       if (problem.empty()) {
+        StopLeftStages();
         ApplySiteChanges(/*healthy=*/true);
         MaybeRejoin();
         bool replan = false;

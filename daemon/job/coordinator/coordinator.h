@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,7 +130,26 @@ class Coordinator {
   // job's sites, say, never fails the job). False when no replica is joining.
   bool UndoJoinLocked(int stage, const Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
-  void RemoveSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
+  // `healthy`: the attempt runs (a gather or ring job's replicas then leave at a step, the
+  // others going on; see LeaveAtStep). Else, and with streaming syncs, the others restart from
+  // the committed step.
+  void RemoveSites(const std::vector<std::string>& sites, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  // A gather or ring job's replicas `leave` (their stages `gone`, flat; their sites) leave
+  // the running attempt without a rollback: their removal goes into the decision of the next
+  // step, which no waiter gets before every staying stage (on `staying`) was told to refuse
+  // their frames from that step on (JobCommand.KIND_REMOVE_REPLICAS with from_step); the
+  // stages left drop them from that step's sync (StepDecision.removed_replicas). A staying
+  // stage that cannot be told: the attempt restarts from the committed step without them.
+  void LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
+                   const std::vector<std::string>& leave_sites,
+                   const std::vector<std::string>& staying) ABSL_LOCKS_EXCLUDED(mu_);
+  // Once the step of a LeaveAtStep is decided (the others finished the syncs before it), the
+  // leaving stages still running are stopped.
+  void StopLeftStages() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a report of (attempt, step) waits for LeaveAtStep's staying stages to be told.
+  bool LeaveHeldLocked(uint32_t attempt, uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return leaving_ && leaving_->held && leaving_->attempt == attempt && step >= leaving_->step;
+  }
   // The plan with a new replica on `sites`, checked as every site will check it.
   StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanJoinLocked(
       const std::vector<std::string>& sites) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -216,6 +236,17 @@ class Coordinator {
   uint64_t rejoin_after_ ABSL_GUARDED_BY(mu_) = 0;
   // By replica: dropped again while rejoining.
   std::map<uint32_t, int> rejoin_failures_ ABSL_GUARDED_BY(mu_);
+  // A gather or ring job's replicas leaving the running attempt at a step (LeaveAtStep):
+  // named in the decision of `step` of `attempt`, whose waiters are held while `held`; their
+  // stages on `sites` are stopped once it is decided (StopLeftStages).
+  struct Leaving {
+    uint32_t attempt = 0;
+    uint64_t step = 0;
+    ReplicaList replicas;
+    std::vector<std::string> sites;
+    bool held = true;
+  };
+  std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
   // The replica AddSites added, until an assignment with it succeeds (-1: none).
   std::string membership_note_ ABSL_GUARDED_BY(mu_);  // the last drop or rejoin, kept in the detail
   // Validation losses reported by the live replicas' last stages, by step and stage, until

@@ -52,9 +52,10 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   const StageGrid grid = GridLocked();
   const ReplicaList dropped = DroppedLocked();
-  if (Contains(dropped, grid.replica(static_cast<int>(rep.stage())))) {
-    stop.set_detail("replica " + std::to_string(grid.replica(static_cast<int>(rep.stage()))) +
-                    " is dropped");
+  if (const int replica = grid.replica(static_cast<int>(rep.stage())); Contains(dropped, replica)) {
+    stop.set_detail(
+        "replica " + std::to_string(replica) +
+        (Contains(RemovedLocked(), replica) ? " was removed from the job" : " is dropped"));
     return stop;
   }
   const uint32_t live_replicas =
@@ -87,14 +88,22 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   if (gossip && grid.replicas > 1) return filed();
   v1::StepDecision decision;
   StepBarrier::State state;
+  // A decided step is held while replicas leave at it (LeaveAtStep) until the stages left
+  // refuse the leavers' frames of it.
   cv_.wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     state = barrier_.Lookup(rep.attempt(), rep.step(), &decision);
     return shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
-           stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kGathering;
+           stopped_attempt_ == rep.attempt() ||
+           (state != StepBarrier::State::kGathering && !LeaveHeldLocked(rep.attempt(), rep.step()));
   });
   if (shutdown_ || record_.attempt() != rep.attempt() || TerminalState(record_.state()) ||
       stopped_attempt_ == rep.attempt() || state != StepBarrier::State::kDecided) {
     stop.set_detail("attempt ended");
+    return stop;
+  }
+  if (const int replica = grid.replica(static_cast<int>(rep.stage()));
+      Contains(DroppedLocked(), replica)) {  // it left while this report waited
+    stop.set_detail("replica " + std::to_string(replica) + " was removed from the job");
     return stop;
   }
   return decision;
@@ -176,6 +185,10 @@ void Coordinator::FileStepLocked(const v1::StepReport& rep, const StageGrid& gri
     // The next step's schedule from this step's measurements (step_schedule.h): the
     // WAN-aware warm-ups, and the adaptive controllers' budgets priced on that schedule.
     if (v1::StepDecision* d = barrier_.MutableDecision(rep.attempt(), rep.step())) {
+      // Replicas leaving at this step (LeaveAtStep): the stages left drop them from its sync.
+      if (leaving_ && leaving_->attempt == rep.attempt() && leaving_->step == rep.step()) {
+        for (uint32_t r : leaving_->replicas) d->add_removed_replicas(r);
+      }
       std::vector<std::string> sites;
       for (const auto& s : record_.stages()) sites.push_back(s.site());
       // Built once for both decisions, and only when one of them needs it.

@@ -5,11 +5,13 @@
 //   replica's state at the committed step, as a rejoining replica does (replica_membership.h):
 //   every stage is assigned again from the committed step, the new replica syncing from its
 //   first outer step on, its data a shard of its own (the job's data cut one way more).
-// - A removed site's replica leaves for good (dropped, never to rejoin). A gossip job's other
-//   replicas are not stopped: the leaving replica's stages stop, and the others' rounds go on
-//   without them as without any replica that is gone (nothing is redone). A gather or ring
-//   job's syncs wait for every member, so the others restart from the committed step without
-//   it.
+// - A removed site's replica leaves for good (dropped, never to rejoin), and the others are
+//   not stopped (nothing is redone). A gossip job's leaving stages stop, and the others' rounds
+//   go on without them as without any replica that is gone. A gather or ring job's syncs wait
+//   for every member, so the leavers go at a step that every stage left learns alike: the
+//   next step's decision (LeaveAtStep). With streaming syncs (sync.overlap, one in flight
+//   across steps), or while the attempt is down, the others restart from the committed step
+//   without it instead.
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/coordinator/job_record.h"
@@ -111,7 +113,10 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
         ReplicaNames(leave) + " leave" + (leave.size() == 1 ? "s" : "") + " for good" +
         (spec_.sync.reduce == fleet::SyncReduce::kGossip
              ? ": the other replicas go on without stopping"
-             : ": the other replicas start again from the committed step without it"));
+         : spec_.sync.overlap == 0
+             ? ": the other replicas go on without it from the next step"
+             : ": the other replicas start again from the committed step without it (their "
+               "syncs stream across steps)"));
   }
   PersistLocked();
   cv_.notify_all();
@@ -127,7 +132,7 @@ bool Coordinator::ApplySiteChanges(bool healthy) {
     leaving = Strings(record_.leaving_sites());
   }
   if (!leaving.empty()) {
-    RemoveSites(leaving);
+    RemoveSites(leaving, healthy);
     return true;
   }
   if (!joining.empty() && healthy) {
@@ -216,13 +221,14 @@ void Coordinator::AddSites(const std::vector<std::string>& sites) {
   AssignAll();
 }
 
-void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
+void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool healthy) {
   ReplicaList leave;
   std::vector<uint32_t> gone;  // the leaving replicas' stages (flat indices)
   std::vector<std::string> leave_sites;
   const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
+  bool at_step = false;  // a gather or ring job's running attempt goes on (LeaveAtStep)
   v1::JobCommand stop;
-  std::vector<std::string> staying;  // gossip: the live stages' sites, each once
+  std::vector<std::string> staying;  // the live stages' sites, each once
   {
     MutexLock lock(mu_);
     const StageGrid grid = GridLocked();
@@ -255,6 +261,12 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
       }
       staying.push_back(site);
     }
+    at_step = !gossip && healthy && spec_.sync.overlap == 0 && !need_assign_ &&
+              record_.state() == v1::JOB_STATE_RUNNING && record_.step() < record_.total_steps();
+  }
+  if (at_step) {
+    LeaveAtStep(leave, gone, leave_sites, staying);
+    return;
   }
   if (gossip) {
     // Each command to each of its sites, failures logged (`what` failed on the site).
@@ -314,6 +326,108 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites) {
     env_.log->warn("job {}: {}", job_id_, membership_note_);
   }
   if (!gossip) AssignAll();
+}
+
+}  // namespace longhaul::daemon
+
+namespace longhaul::daemon {
+
+void Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
+                              const std::vector<std::string>& leave_sites,
+                              const std::vector<std::string>& staying) {
+  v1::JobCommand tell;
+  {
+    MutexLock lock(mu_);
+    if (TerminalState(record_.state())) return;
+    // The next step to decide: the stages left run its sync without the leaving replicas.
+    // Its reports wait (LeaveHeldLocked) until every staying stage refuses their frames of it:
+    // a ring's frames of that step go around the shorter ring, which the receivers check.
+    const uint64_t at = record_.step();
+    const uint32_t attempt = record_.attempt();
+    leaving_ = Leaving{attempt, at, leave, leave_sites, /*held=*/true};
+    const ReplicaList dropped = RecordRemovalLocked(leave);
+    record_.clear_leaving_sites();
+    const StageGrid grid = GridLocked();
+    barrier_.Forget(gone);
+    for (auto& [step, losses] : val_pending_) {
+      for (uint32_t stage : gone) losses.erase(stage);
+    }
+    // A step that waited only for the leaving stages is decided now (its decision names them).
+    const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
+    for (const v1::StepReport& rep : barrier_.Complete(attempt, n)) FileStepLocked(rep, grid, n);
+    NoteCommittedLocked(barrier_.Committed(n));
+    membership_note_ = ReplicaNames(leave) + " (" + SiteNames(leave_sites) + ") left at step " +
+                       std::to_string(at) + "; the others went on";
+    AddEventLocked("site_removed", membership_note_);
+    record_.set_detail(membership_note_);
+    PersistLocked();
+    env_.log->warn("job {}: {}", job_id_, membership_note_);
+    tell.set_job_id(job_id_);
+    tell.set_attempt(attempt);
+    tell.set_kind(v1::JobCommand::KIND_REMOVE_REPLICAS);
+    *tell.mutable_removed_replicas() = {leave.begin(), leave.end()};
+    tell.set_from_step(at);
+  }
+  std::string failed;  // the first staying site that could not be told, and why
+  for (const auto& site : staying) {
+    Status s = absl::NotFoundError("not a peer");
+    for (int tries = 0; tries < 3 && !s.ok(); ++tries) {
+      transport::Link* c = env_.channel(site);
+      s = c ? c->ControlJob(tell, 3).status() : absl::NotFoundError("not a peer");
+    }
+    if (!s.ok() && failed.empty()) failed = "site '" + site + "': " + std::string(s.message());
+  }
+  if (failed.empty()) {
+    MutexLock lock(mu_);
+    if (leaving_) leaving_->held = false;
+    cv_.notify_all();  // the held reports return with the decision naming the leavers
+    return;
+  }
+  // A stage left not knowing would refuse the shorter ring's frames or wait for the leavers':
+  // everyone restarts from the committed step without them instead.
+  env_.log->warn("job {}: could not tell {} that {} left; restarting from the committed step",
+                 job_id_, failed, ReplicaNames(leave));
+  StopAttempt();  // every site's, the leaving ones' too
+  {
+    MutexLock lock(mu_);
+    leaving_.reset();
+    if (TerminalState(record_.state())) return;
+    RestartFromCommittedLocked(
+        "rollback", ReplicaNames(leave) + " left, but " + failed + " could not be told: attempt " +
+                        std::to_string(record_.attempt() + 1) + " resumes from step " +
+                        std::to_string(record_.committed_step()));
+    PersistLocked();
+    cv_.notify_all();
+  }
+  AssignAll();
+}
+
+void Coordinator::StopLeftStages() {
+  v1::JobCommand stop;
+  std::vector<std::string> sites;
+  {
+    MutexLock lock(mu_);
+    if (!leaving_ || leaving_->held) return;
+    // Not before the step is decided: the leavers' part in the syncs before it may still run.
+    if (record_.attempt() == leaving_->attempt && record_.step() <= leaving_->step &&
+        !TerminalState(record_.state())) {
+      return;
+    }
+    stop.set_job_id(job_id_);
+    stop.set_attempt(leaving_->attempt);
+    stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
+    sites = std::move(leaving_->sites);
+    leaving_.reset();
+  }
+  for (const auto& site : sites) {
+    transport::Link* c = env_.channel(site);
+    auto r = c ? c->ControlJob(stop, 3)
+               : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
+    if (!r.ok()) {
+      env_.log->warn("job {}: could not stop the leaving stage on site '{}': {}", job_id_, site,
+                     std::string(r.status().message()));
+    }
+  }
 }
 
 }  // namespace longhaul::daemon

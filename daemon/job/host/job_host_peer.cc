@@ -278,17 +278,21 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
       return r;
     }
     case v1::JobCommand::KIND_REMOVE_REPLICAS: {
-      // Removed replicas' frames refused from now on, and gone in the stage's rounds. A stage
-      // of another attempt already has (or will have) them in its assignment's dropped list.
+      // Removed replicas' frames refused from from_step on (gossip: at once, and gone in the
+      // stage's rounds; gather and ring: their syncs from that step's decision on). A stage of
+      // another attempt already has (or will have) them in its assignment's dropped list.
       const ReplicaList removed(c.removed_replicas().begin(), c.removed_replicas().end());
       MutexLock lock(mu_);
       if (!stage->runner || !stage->admission || stage->runner->attempt() != c.attempt() ||
           stage->admission->attempt() != c.attempt()) {
         return r;
       }
-      ASSIGN_OR_RETURN(stage->admission, stage->admission->WithRemoved(removed));
-      stage->runner->RemoveReplicas(removed);
-      log_->info("job {}: {} removed; their frames are refused", c.job_id(), ReplicaNames(removed));
+      ASSIGN_OR_RETURN(stage->admission, stage->admission->WithRemoved(removed, c.from_step()));
+      if (c.from_step() == 0) stage->runner->RemoveReplicas(removed);
+      log_->info("job {}: {} removed; their frames {} are refused", c.job_id(),
+                 ReplicaNames(removed),
+                 c.from_step() == 0 ? std::string("from now on")
+                                    : "of step " + std::to_string(c.from_step()) + " on");
       return r;
     }
     default:

@@ -13,6 +13,7 @@
 #include "compression/frame.h"
 #include "daemon/job/spec/input_errors.h"
 #include "daemon/job/state/stage_checkpoint.h"
+#include "daemon/job/sync/replica_membership.h"
 #include "model/layout.h"
 #include "model/optimizer.h"
 #include "model/targets_frame.h"
@@ -126,6 +127,31 @@ void StageRunner::Run() {
     }
   }
   reporter_.reset();  // its thread ends within one call to the coordinator (a short timeout)
+}
+
+Status StageRunner::TakeLeaving(const v1::StepDecision& decision) {
+  if (decision.removed_replicas_size() == 0) return absl::OkStatus();
+  const std::vector<uint32_t> left(decision.removed_replicas().begin(),
+                                   decision.removed_replicas().end());
+  const uint32_t own = static_cast<uint32_t>(grid_.replica(stage_));
+  if (std::find(left.begin(), left.end(), own) != left.end()) {
+    // Stopped as by the coordinator's KIND_STOP_ATTEMPT: not a failure of the stage.
+    ctx_.log->info("job {}: stage {}: replica {} was removed from the job; stopping",
+                   ctx_.assignment.job_id(), stage_, own);
+    stop_ = true;
+    return absl::AbortedError("coordinator: replica " + std::to_string(own) +
+                              " was removed from the job");
+  }
+  if (!replicas_) {
+    return absl::InvalidArgumentError("job " + ctx_.assignment.job_id() + " stage " +
+                                      std::to_string(stage_) +
+                                      ": the step decision removes replicas from a stage that "
+                                      "syncs with none");
+  }
+  RETURN_IF_ERROR(replicas_->Leave(left));
+  ctx_.log->info("job {}: stage {}: {} left the job; its syncs go on without them",
+                 ctx_.assignment.job_id(), stage_, ReplicaNames(left));
+  return absl::OkStatus();
 }
 
 Status StageRunner::TakeWarmups(const v1::StepDecision& decision) {
@@ -267,6 +293,7 @@ Status StageRunner::RunStep(uint64_t step) {
   wait_acc_ += Now() - barrier_start;
   val_step_ = 0;  // reported
   if (decision->stop()) return absl::AbortedError("coordinator: " + decision->detail());
+  RETURN_IF_ERROR(TakeLeaving(*decision));
   RETURN_IF_ERROR(TakeWarmups(*decision));
   if (decision->act_budgets_size() == grid_.size() &&
       decision->grad_budgets_size() == grid_.size()) {

@@ -162,6 +162,9 @@ class StageRunner {
   // extra_in_flight auto: this stage's warm-ups for the next step from the step decision,
   // checked against its slots.
   Status TakeWarmups(const v1::StepDecision& decision);
+  // Replicas the step decision removes (gather and ring jobs): this stage's own stops it
+  // (Aborted), others leave its syncs from this step on (ReplicaSync::Leave).
+  Status TakeLeaving(const v1::StepDecision& decision);
 
   StageRunnerContext ctx_;
   // stage_: the flat index in the plan (stage_grid.h); pos_: the position in its replica of

@@ -164,6 +164,19 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
   return exchange_->RestoreResiduals(std::move(state.residuals));
 }
 
+Status ReplicaSync::Leave(std::span<const uint32_t> left) {
+  if (!local() || gossip()) {
+    return absl::FailedPreconditionError(
+        Where() +
+        ": replicas leave a gather or ring job in local mode at a step (a gossip "
+        "job's leave its rounds at once; a step-mode job's restart)");
+  }
+  RETURN_IF_ERROR(Annotate(exchange_->Leave(left), Where()));
+  for (uint32_t r : left) live_[r] = false;
+  token_weights_ = fleet::TokenWeights(o_.microbatches, live_);
+  return absl::OkStatus();
+}
+
 Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> momentum) {
   if (!local()) return absl::OkStatus();
   if (gossip_) {

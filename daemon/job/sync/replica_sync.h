@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,11 @@ class ReplicaSync {
   // an attempt resuming from that checkpoint (a rejoining replica's zero pseudo-gradient
   // then does not count).
   Status StartSync(uint64_t step, double compute_seconds, bool resumed);
+  // Gather and ring, local mode: the replicas `left` are out of this step's sync and every
+  // later one (StepDecision.removed_replicas, applied before OuterStep): the pseudo-gradient
+  // weights are the replicas left's, the rings theirs. FailedPrecondition for a gossip or
+  // step-mode job, or with a streaming sync in flight.
+  Status Leave(std::span<const uint32_t> left);
   // Ends a streaming sync in flight (its receiver too).
   void Cancel();
 

@@ -39,42 +39,78 @@ StatusOr<std::unique_ptr<SyncExchange>> SyncExchange::Create(SyncExchangeOptions
     }
   }
   std::unique_ptr<SyncExchange> x(new SyncExchange(std::move(options)));
-  if (x->o_.ring) {
-    for (const SyncRoute& route : x->o_.routes) {
-      RingPlace place = RingOf(route, x->o_.live, x->o_.stage);
-      if (place.position < 0) {
-        return absl::FailedPreconditionError("sync exchange: stage " + std::to_string(x->o_.stage) +
-                                             " is not on the ring of slice " +
-                                             std::to_string(route.slice.index));
-      }
-      if (place.size() > 1 && x->o_.to_stage.count(place.next()) == 0) {
-        return absl::FailedPreconditionError(
-            "sync exchange: no sender to stage " + std::to_string(place.next()) +
-            ", next on the ring of slice " + std::to_string(route.slice.index));
-      }
-      x->places_.push_back(std::move(place));
-    }
-  }
-  ASSIGN_OR_RETURN(const compression::CodecSpec spec, fleet::FixedSyncCodec(x->o_.codec));
+  RETURN_IF_ERROR(x->PlaceRings());
+  RETURN_IF_ERROR(fleet::FixedSyncCodec(x->o_.codec).status());
   for (size_t k = 0; k < x->o_.routes.size(); ++k) {
     ASSIGN_OR_RETURN(auto encoder, fleet::ContributionEncoder::Create(x->o_.codec));
     x->encoders_.push_back(std::move(encoder));
   }
-  const std::vector<int> sends_to = x->SendsTo();
-  {
-    MutexLock lock(x->mu_);  // uncontended: no other thread knows x yet
-    for (const auto& [stage, sender] : x->o_.to_stage) {
-      if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
-      OutboundUsage& u = x->usage_[stage];
-      const auto site = x->o_.stage_sites.find(stage);
-      u.to_site = site == x->o_.stage_sites.end() ? "" : site->second;
-      u.codec = spec.ToString();
-      u.reason = std::string(x->o_.ring ? "sync around a ring" : "sync") + " (replica " +
-                 std::to_string(x->o_.grid.replica(stage)) + "'s stage " + std::to_string(stage) +
-                 ")";
+  x->NoteUsage();
+  return x;
+}
+
+Status SyncExchange::PlaceRings() {
+  if (!o_.ring) return absl::OkStatus();
+  std::vector<RingPlace> places;
+  for (const SyncRoute& route : o_.routes) {
+    RingPlace place = RingOf(route, o_.live, o_.stage);
+    if (place.position < 0) {
+      return absl::FailedPreconditionError("sync exchange: stage " + std::to_string(o_.stage) +
+                                           " is not on the ring of slice " +
+                                           std::to_string(route.slice.index));
+    }
+    if (place.size() > 1 && o_.to_stage.count(place.next()) == 0) {
+      return absl::FailedPreconditionError(
+          "sync exchange: no sender to stage " + std::to_string(place.next()) +
+          ", next on the ring of slice " + std::to_string(route.slice.index));
+    }
+    places.push_back(std::move(place));
+  }
+  places_ = std::move(places);
+  return absl::OkStatus();
+}
+
+void SyncExchange::NoteUsage() {
+  const std::vector<int> sends_to = SendsTo();
+  const std::string codec = fleet::FixedSyncCodec(o_.codec)->ToString();
+  MutexLock lock(mu_);
+  for (auto it = usage_.begin(); it != usage_.end();) {  // a stage no longer sent to
+    const bool sent = std::find(sends_to.begin(), sends_to.end(), it->first) != sends_to.end();
+    it = sent ? std::next(it) : usage_.erase(it);
+  }
+  for (const auto& [stage, sender] : o_.to_stage) {
+    if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
+    if (usage_.count(stage) > 0) continue;  // its bytes so far stay
+    OutboundUsage& u = usage_[stage];
+    const auto site = o_.stage_sites.find(stage);
+    u.to_site = site == o_.stage_sites.end() ? "" : site->second;
+    u.codec = codec;
+    u.reason = std::string(o_.ring ? "sync around a ring" : "sync") + " (replica " +
+               std::to_string(o_.grid.replica(stage)) + "'s stage " + std::to_string(stage) + ")";
+  }
+}
+
+Status SyncExchange::Leave(std::span<const uint32_t> left) {
+  if (in_flight()) {
+    return absl::FailedPreconditionError("sync exchange: replicas cannot leave a sync in flight");
+  }
+  const int me = o_.grid.replica(o_.stage);
+  for (uint32_t r : left) {
+    if (r >= o_.live.size() || static_cast<int>(r) == me) {
+      return absl::InvalidArgumentError("sync exchange of stage " + std::to_string(o_.stage) +
+                                        ": replica " + std::to_string(r) + " cannot leave (" +
+                                        std::to_string(o_.live.size()) +
+                                        " replicas, this stage's " + std::to_string(me) + ")");
     }
   }
-  return x;
+  const std::vector<bool> before = o_.live;
+  for (uint32_t r : left) o_.live[r] = false;
+  if (Status s = PlaceRings(); !s.ok()) {
+    o_.live = before;
+    return s;
+  }
+  NoteUsage();
+  return absl::OkStatus();
 }
 
 Status SyncExchange::SendError() const {

@@ -130,6 +130,12 @@ class SyncExchange {
                 std::vector<int>* unsent);
   // Replicas found lost by gossip exchanges so far (each counted once per time it was lost).
   uint64_t gossip_losses() const { return gossip_losses_; }
+  // Gather and ring: the replicas `left` are out of every later sync (a removal at a step
+  // every member applies alike: StepDecision.removed_replicas). Each ring is the live
+  // replicas' again, and this stage sends to their holders no more. FailedPrecondition while a
+  // sync is in flight; InvalidArgument for this stage's own replica, one outside the grid, or
+  // a ring whose next stage has no sender.
+  Status Leave(std::span<const uint32_t> left);
   // Ends a sync in flight (its receiver stops within a heartbeat) and drops what it received.
   void Cancel();
   ~SyncExchange();
@@ -174,6 +180,10 @@ class SyncExchange {
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
   Status TakeRing(const TensorKey& key, ReceivedTensor t);
   Status TakeGossip(const TensorKey& key, const ReceivedTensor& t);
+  // Each route's ring over the live replicas (places_), and the usage of each stage a sync
+  // sends to (usage_: others dropped). FailedPrecondition for a ring without its next sender.
+  Status PlaceRings();
+  void NoteUsage() ABSL_LOCKS_EXCLUDED(mu_);
   // peer_status of `stage` (kRunning without it).
   PeerStatus StatusOf(int stage) const;
   // The receiver's look at the senders it still waits for (gossip): the gone ones' keys out
