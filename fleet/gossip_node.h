@@ -173,7 +173,8 @@ class GossipNode {
   double keep_;
   bool tracking_;
   OuterOptions outer_;
-  OuterOptimizer outer_state_;  // outer_step(): the anchor is x after the last round
+  OuterOptimizer outer_state_;      // outer_step(): the anchor is x after the last round
+  std::vector<float> outer_delta_;  // outer_step(): BeginRound's pseudo-gradient (scratch)
   std::vector<float> weights_, refs_;
   // Tracking: by parameter, c, x after the last round, and z this round; the learning rates
   // of the local steps since the last round, summed.

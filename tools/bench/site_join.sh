@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# A site joining and another leaving a running gossip job over emulated WAN links
+# A site joining and another leaving a running job over emulated WAN links
 # (docs/BENCHMARKS.md "Sites joining and leaving a running job"): five site daemons on this
 # machine joined by tools/linkem proxies; alpha..delta run one job as two pipeline replicas of
-# two stages (alpha-beta, gamma-delta; alpha coordinates), sync.reduce gossip; epsilon, a peer
+# two stages (alpha-beta, gamma-delta; alpha coordinates), sync.reduce REDUCE; epsilon, a peer
 # of every site, is in no job. Links: 1 Gbit/s within a replica, 100 Mbit/s between the
 # replicas and to epsilon, DELAY one way on every link; compute stretched with the debug
 # throttle. Once JOIN_AT steps are committed, `longhaul job add-site JOB epsilon`: the report
 # gives the seconds and steps until epsilon's stage (all layers, a third replica) counts its
 # first sync. Then `longhaul job remove-site JOB gamma`: the other stages' steps before and
-# after, the attempt (a gossip removal restarts no one), and the job's end.
+# after, the attempt (a removal restarts no one: gossip at once, gather at the next step), and
+# the job's end.
 #
 #   tools/bench/site_join.sh                      # about 3 minutes
 #
 # Settings (environment):
 #   THROTTLE=0.02 DELAY=25ms LAYERS=4 CHANNELS=64 HEADS=4 STEPS=60 BATCH=8 MICROBATCH=4 SEQ=64
 #   LR=2e-3 EVERY=5 CODEC=topk:0.03 JOIN_AT=10
+#   REDUCE=gossip             or gather (ring: the one-site new replica would not fit the rings)
 #   DATA=FILE                 an llm.c token file to train on (byte vocabulary); default built-in
 #   SKIP_BUILD=1              use the binaries already in bazel-bin
 #   OUT=/tmp/longhaul-site-join.XXXX   the run, logs and the report
@@ -26,7 +28,7 @@ SITES=(alpha beta gamma delta epsilon)
 DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-60}
 BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
-CODEC=${CODEC:-topk:0.03} JOIN_AT=${JOIN_AT:-10}
+CODEC=${CODEC:-topk:0.03} JOIN_AT=${JOIN_AT:-10} REDUCE=${REDUCE:-gossip}
 DATA=${DATA:-builtin}
 PY=/usr/bin/python3
 source "$ROOT/tools/wan_sites.sh"
@@ -47,7 +49,7 @@ wan_data_roots "$dir" "$DATA" "${SITES[@]}"
   wan_job_head site-join "$EVERY" alpha beta gamma delta
   cat <<JOB
 replicas: 2
-sync: {mode: local, every: $EVERY, codec: $CODEC, reduce: gossip, outer: {lr: 1, momentum: 0}}
+sync: {mode: local, every: $EVERY, codec: $CODEC, reduce: $REDUCE, outer: {lr: 1, momentum: 0}}
 JOB
 } >"$dir/job.yaml"
 
@@ -61,7 +63,7 @@ for s in "${SITES[@]}"; do
   $LONGHAUL --config "$dir/$s.yaml" debug throttle "$THROTTLE" >/dev/null
 done
 id=$($LONGHAUL --config "$dir/alpha.yaml" submit "$dir/job.yaml" | sed -n 's/^submitted job \([^ ]*\).*/\1/p')
-echo "== job $id: 2 replicas x 2 stages, gossip $CODEC every $EVERY; epsilon joins at committed step $JOIN_AT"
+echo "== job $id: 2 replicas x 2 stages, $REDUCE $CODEC every $EVERY; epsilon joins at committed step $JOIN_AT"
 
 $PY - "$LONGHAUL" "$dir" "$id" "$JOIN_AT" "$EVERY" "$OUT/join.json" <<'PY'
 import json, subprocess, sys, time

@@ -285,9 +285,9 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
     }
   } else if (valid && sync_.reduce == fleet::SyncReduce::kGossip) {
     // A round's frame from an in-neighbour of this round (the microbatch names the sender's
-    // replica), or after the job's last step the final average's (the replica + replicas).
-    const uint32_t replicas = static_cast<uint32_t>(grid_.replicas);
-    if (first.microbatch() == replicas + static_cast<uint32_t>(from_replica)) {
+    // replica), or after the job's last step the final average's (GossipFinalTag + it).
+    if (first.microbatch() ==
+        GossipFinalTag(grid_.replicas) + static_cast<uint32_t>(from_replica)) {
       if (first.step() + 1 != static_cast<uint64_t>(steps_) ||
           first.encoded_size() != fleet::GossipFrameBytes(static_cast<uint64_t>(slice->size),
                                                           static_cast<uint64_t>(slice->size))) {

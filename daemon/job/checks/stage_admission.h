@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/spec/stage_grid.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/sync_routes.h"
 #include "fleet/sync_options.h"
 #include "model/config.h"
@@ -60,10 +61,9 @@ class StageAdmission {
  private:
   Status CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
                    const std::string& caller, const std::string& from_site) const;
-  // Whether a gossip sync frame carries drifts: a round's (microbatch below the replicas) of
-  // a job with sync.tracking; the final average's never.
+  // Whether a gossip sync frame carries drifts (GossipFrameTracked).
   bool Tracked(const v1::TensorFrame& first) const {
-    return sync_.tracking && first.microbatch() < static_cast<uint64_t>(grid_.replicas);
+    return GossipFrameTracked(sync_.tracking, first.microbatch(), grid_.replicas);
   }
 
   std::string site_, job_id_;

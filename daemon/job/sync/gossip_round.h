@@ -16,6 +16,17 @@
 
 namespace longhaul::daemon {
 
+// The key tags of a gossip sync's frames, whose microbatch is the tag plus the sender's
+// replica: a round's, and the job's final average's after its last step (the replicas).
+inline constexpr uint32_t kGossipRoundTag = 0;
+inline uint32_t GossipFinalTag(int replicas) { return static_cast<uint32_t>(replicas); }
+// Whether a gossip frame whose key carries `microbatch` carries the sender's drifts: a round's
+// frame (below the final tag) of a job with sync.tracking; the final average's never. The
+// sender (ReplicaSync), the receiver (SyncExchange) and the admission read it alike.
+inline bool GossipFrameTracked(bool tracking, uint64_t microbatch, int replicas) {
+  return tracking && microbatch < GossipFinalTag(replicas);
+}
+
 // The round of the sync after `step` (0-based): how many syncs came before it, one every
 // `every` steps and one after the job's last step.
 uint64_t GossipRoundOf(const fleet::SyncOptions& sync, uint64_t step);

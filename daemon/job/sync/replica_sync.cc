@@ -337,8 +337,9 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   std::vector<std::vector<fleet::GossipFrame>> received;
   std::vector<int> senders;  // the in-neighbours whose frames came (a lost one's did not)
   std::vector<int> unsent;   // the out-neighbours sent nothing (lost): their shares stay here
-  RETURN_IF_ERROR(
-      Annotate(exchange_->Gossip(step, 0, frames, out, from, &received, &senders, &unsent), where));
+  RETURN_IF_ERROR(Annotate(
+      exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &received, &senders, &unsent),
+      where));
   const double own_share =
       (1.0 + static_cast<double>(unsent.size())) / (1.0 + static_cast<double>(out.size()));
   std::vector<fleet::GossipNode::Received> in;
@@ -354,8 +355,8 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     // The job's end: one exact average over the live replicas, each slice's values and weights
     // to every other (keys tagged past the round's).
     for (size_t k = 0; k < slices; ++k) frames[k] = gossip_->DenseFrame(k, params);
-    RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, static_cast<uint32_t>(N), frames, others,
-                                               others, &received, &senders, &unsent),
+    RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
+                                               &received, &senders, &unsent),
                              where + ", final average"));
     others = senders;  // over the replicas still there
     for (size_t k = 0; k < slices; ++k) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "compression/frame.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "fleet/sync_options.h"
 
 namespace longhaul::daemon {
@@ -545,9 +546,9 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
     return absl::InternalError("gossip: unexpected tensor " + key.DebugString());
   }
   const fleet::SyncSlice& slice = o_.routes[k].slice;
-  auto f = fleet::DecodeGossipFrame(t.payload, static_cast<uint32_t>(slice.index),
-                                    static_cast<uint64_t>(slice.size),
-                                    o_.gossip_tracking && gossip_tag_ == 0);
+  auto f = fleet::DecodeGossipFrame(
+      t.payload, static_cast<uint32_t>(slice.index), static_cast<uint64_t>(slice.size),
+      GossipFrameTracked(o_.gossip_tracking, key.microbatch, o_.grid.replicas));
   if (!f.ok()) {
     return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
                                          ": " + std::string(f.status().message()));
