@@ -210,6 +210,20 @@ TEST_CASE("sites joining a running job form a new replica; leaving ones take the
              Catch::Contains("'g' is named twice"));
   CHECK_FALSE(PlanAddedReplica(plan, {}, 4, 0).ok());
   CHECK_FALSE(PlanAddedReplica(plan, {"g", "h", "i", "j", "k"}, 4, 0).ok());
+  // The planner's split (placement: planned): each site's stage ends where it says.
+  auto planned = PlanAddedReplica(plan, {"h", "g"}, 4, 0, {3, 4});
+  REQUIRE(planned.ok());
+  CHECK(planned->Get(6).site() == "h");
+  CHECK(std::make_pair(planned->Get(6).layer_begin(), planned->Get(6).layer_end()) ==
+        std::make_pair(0u, 3u));
+  CHECK(std::make_pair(planned->Get(7).layer_begin(), planned->Get(7).layer_end()) ==
+        std::make_pair(3u, 4u));
+  // Ends that are no split of the layers: one short, an empty stage, one per site missing.
+  for (const std::vector<int>& ends : {std::vector<int>{3, 3}, std::vector<int>{2, 3},
+                                       std::vector<int>{0, 4}, std::vector<int>{4}}) {
+    CHECK_THAT(std::string(PlanAddedReplica(plan, {"g", "h"}, 4, 0, ends).status().message()),
+               Catch::Contains("split the model's 4 layers"));
+  }
 
   const StageGrid grid = StageGrid::Of(3, 6);
   CHECK(*ReplicasToRemove(grid, plan, {}, {}, {}, {"d"}) == ReplicaList{1});

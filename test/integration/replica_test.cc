@@ -983,6 +983,57 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   CHECK(CheckpointParams(c, 4, id, steps, 0, 2) == from_model);
 }
 
+TEST_CASE("placement: planned: the planner places a joining replica over the sites given") {
+  // A planned job of two replicas; epsilon and zeta are asked to join, zeta's compute ten
+  // times slower (the debug throttle, which its profile counts): the planner places the new
+  // replica on epsilon alone, all layers, and says it left zeta out. The job then trains
+  // three replicas to its end.
+  const int steps = 24;
+  std::string yaml = JobYaml("sync: {mode: local, every: 2, reduce: gather, codec: q8}\n", steps);
+  yaml.replace(yaml.find("placement: even"), 15, "placement: planned");
+  std::vector<std::string> sites = kSites;
+  sites.push_back("epsilon");
+  sites.push_back("zeta");
+  Cluster c({}, {}, sites);
+  for (size_t i = 0; i < sites.size(); ++i) {
+    c.at(i).jobs().set_throttle(sites[i] == "zeta" ? 10 * kDropThrottle : kDropThrottle);
+  }
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  const int before = c.Status(id).stages_size();
+  auto joined = ChangeSites(c, id, {"epsilon", "zeta"}, {});
+  INFO(joined.status().ToString());
+  REQUIRE(joined.ok());
+  CHECK_THAT(joined->detail(), Catch::Contains("site epsilon joins as replica 2") &&
+                                   Catch::Contains("planned") && Catch::Contains("left out zeta"));
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const v1::JobStatus s = c.Status(id);
+        return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING &&
+               s.joined_replica() == 0;
+      },
+      120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.replicas() == 3);
+    CHECK(s.joining_plan_size() == 0);  // made
+    REQUIRE(s.stages_size() == before + 1);
+    const v1::StageInfo& added = s.stages(before);
+    CHECK(added.site() == "epsilon");
+    CHECK(added.replica() == 2);
+    CHECK(added.layer_begin() == 0);
+    CHECK(added.layer_end() == 2);
+    for (const auto& st : s.stages()) CHECK(st.site() != "zeta");
+  }
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.replicas_added() == 1);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+}
+
 TEST_CASE("a replica leaves a running ring job at a step: the rings close without it") {
   // Three replicas of two stages syncing around rings; gamma leaves, taking replica 1 (gamma,
   // delta) out for good. The attempt goes on (no rollback): the next step's decision names

@@ -475,20 +475,23 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
   job->require_subcommand(1);
   auto* add_site = job->add_subcommand(
       "add-site",
-      "Add sites to a running job with pipeline replicas (sync.mode local) as one new replica, "
-      "the model's layers split evenly among them in the order given: every stage starts again "
-      "from the committed step, the new replica from a live replica's state, and it syncs from "
-      "its first outer step on. The sites must be peers of the coordinator and of the job's "
-      "sites");
+      "Add sites to a running job with pipeline replicas (sync.mode local) as one new replica: "
+      "with placement: planned the planner places it over them (each site profiled: the order, "
+      "the split of the layers, a site that would slow it left out, as the answer says); "
+      "otherwise the model's layers split evenly among them in the order given. Every stage "
+      "starts again from the committed step, the new replica from a live replica's state, and "
+      "it syncs from its first outer step on. The sites must be peers of the coordinator and of "
+      "the job's sites");
   add_site->add_option("job", job_id, "Job id")->required();
   add_site->add_option("sites", sites, "Sites of the new replica, in pipeline order")->required();
   add_site->callback(
       [&options, exit_code] { *exit_code = ChangeSites(options, job_id, sites, {}); });
   auto* remove_site = job->add_subcommand(
       "remove-site",
-      "Take a site's replica out of a running job for good. Gossip jobs: the other replicas go "
-      "on without stopping; gather and ring jobs: they start again from the committed step "
-      "without it");
+      "Take a site's replica out of a running job for good; the other replicas go on without "
+      "stopping (gossip jobs at once, gather and ring jobs from the next step; with streaming "
+      "syncs, sync.overlap, or while the job recovers they start again from the committed "
+      "step without it)");
   remove_site->add_option("job", job_id, "Job id")->required();
   remove_site->add_option("sites", sites, "Sites whose replicas leave")->required();
   remove_site->callback(

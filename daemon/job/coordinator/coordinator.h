@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "daemon/job/coordinator/replanner.h"
 #include "daemon/job/coordinator/step_barrier.h"
+#include "daemon/job/site/site_profile.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/sync/replica_membership.h"
 #include "daemon/transport/link.h"
@@ -150,9 +151,15 @@ class Coordinator {
   bool LeaveHeldLocked(uint32_t attempt, uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return leaving_ && leaving_->held && leaving_->attempt == attempt && step >= leaving_->step;
   }
-  // The plan with a new replica on `sites`, checked as every site will check it.
+  // The plan with a new replica on `sites` (in that order), checked as every site will check
+  // it: with `ends` (one per site) the planner's split, else the layers split evenly.
   StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanJoinLocked(
-      const std::vector<std::string>& sites) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      const std::vector<std::string>& sites, const std::vector<int>& ends = {}) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // placement: planned: the joining replica over `sites` as the planner places one pipeline
+  // (each site profiled for the job's shapes: the order, the split, the sites left out).
+  StatusOr<PlannedPlacement> PlaceJoiningReplica(const std::vector<std::string>& sites) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Notes `drop` (replicas not dropped yet) as dropped, counts the drops and a rejoin failed
   // for each of them that was rejoining; returns every dropped replica now.
   ReplicaList RecordDropLocked(const ReplicaList& drop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

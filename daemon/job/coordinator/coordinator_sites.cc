@@ -1,7 +1,9 @@
 // Coordinator: sites joining and leaving a running job (`longhaul job add-site`,
 // `remove-site`; ChangeJobSitesRequest). ChangeSites checks the change and persists it;
 // the monitor thread makes it at its next check of a healthy attempt (ApplySiteChanges):
-// - Added sites form one new replica (layers split evenly among them) that takes a live
+// - Added sites form one new replica (layers split evenly among them in the order given, or
+//   with placement: planned as the planner places one pipeline over them, each profiled for
+//   the job: its order, its split, a site left out that would slow it) that takes a live
 //   replica's state at the committed step, as a rejoining replica does (replica_membership.h):
 //   every stage is assigned again from the committed step, the new replica syncing from its
 //   first outer step on, its data a shard of its own (the job's data cut one way more).
@@ -33,8 +35,23 @@ std::vector<std::string> Strings(const List& list) {
 
 }  // namespace
 
-StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> Coordinator::PlanJoinLocked(
+StatusOr<PlannedPlacement> Coordinator::PlaceJoiningReplica(
     const std::vector<std::string>& sites) const {
+  JobSpec spec = spec_;  // the new replica alone: one pipeline over the joining sites
+  spec.sites = sites;
+  spec.replicas = 1;
+  spec.replica_stages.clear();
+  spec.replica_microbatches.clear();
+  spec.paced = false;
+  // The coordinator is no candidate and busy with the job: the planner prices the barrier
+  // as if the new replica's first site coordinated ("").
+  auto p = PlanPlacement(spec, "", env_.channel);
+  if (!p.ok()) return Annotate(p.status(), "placing the new replica");
+  return p;
+}
+
+StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> Coordinator::PlanJoinLocked(
+    const std::vector<std::string>& sites, const std::vector<int>& ends) const {
   const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages = record_.stages();
   // The new replica's microbatches: the job's for it, or a paced job's first replica's.
   const StageGrid grid = GridLocked();
@@ -42,7 +59,7 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> Coordinator::PlanJoi
   const uint32_t microbatches =
       first == 0 || spec_.paced ? first : static_cast<uint32_t>(spec_.microbatches(grid.replicas));
   ASSIGN_OR_RETURN(auto plan,
-                   PlanAddedReplica(stages, sites, spec_.job.model.num_layers, microbatches));
+                   PlanAddedReplica(stages, sites, spec_.job.model.num_layers, microbatches, ends));
   JobSpec spec = spec_;
   spec.replicas = grid.replicas + 1;
   RETURN_IF_ERROR(CheckPlan(plan, spec, "the plan with " + SiteNames(sites)));
@@ -79,6 +96,21 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
                                  env_.site + "' (add it to the peers of every site of the job)");
     }
   }
+  // placement: planned: the planner places the new replica over the sites given (profiling
+  // them takes a calibration run each: before the lock, which the stages' reports need).
+  std::vector<std::string> join_sites = add;  // the new replica's, in pipeline order
+  std::vector<int> join_ends;                 // their stages' last layers (empty: even)
+  std::string placed;                         // the planner's summary
+  if (!add.empty() && spec_.planned) {
+    auto p = PlaceJoiningReplica(add);
+    if (!p.ok()) return Annotate(p.status(), job);
+    join_sites.clear();
+    for (const scheduler::StagePlan& st : p->stages) {
+      join_sites.push_back(st.site);
+      join_ends.push_back(st.layer_end);
+    }
+    placed = p->summary;
+  }
   MutexLock lock(mu_);
   if (TerminalState(record_.state())) {
     return absl::FailedPreconditionError(job + " is " + v1::JobState_Name(record_.state()) +
@@ -95,13 +127,21 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   const StageGrid grid = GridLocked();
   v1::ChangeJobSitesResponse response;
   if (!add.empty()) {
-    if (auto plan = PlanJoinLocked(add); !plan.ok()) return Annotate(plan.status(), job);
+    auto plan = PlanJoinLocked(join_sites, join_ends);
+    if (!plan.ok()) return Annotate(plan.status(), job);
     *record_.mutable_joining_sites() = {add.begin(), add.end()};
+    record_.clear_joining_plan();
+    if (!join_ends.empty()) {  // the planner's: kept for AddSites (and a restart before it)
+      for (int i = plan->size() - static_cast<int>(join_sites.size()); i < plan->size(); ++i) {
+        *record_.add_joining_plan() = plan->Get(i);
+      }
+    }
     response.add_replicas(static_cast<uint32_t>(grid.replicas));
-    response.set_detail(SiteNames(add) + (add.size() == 1 ? " joins" : " join") + " as replica " +
-                        std::to_string(grid.replicas) +
+    response.set_detail(SiteNames(join_sites) + (join_sites.size() == 1 ? " joins" : " join") +
+                        " as replica " + std::to_string(grid.replicas) +
                         ": every stage starts again from the committed step, the new replica "
-                        "from a live replica's state");
+                        "from a live replica's state" +
+                        (placed.empty() ? std::string() : " (" + placed + ")"));
   } else {
     auto r = ReplicasToRemove(grid, record_.stages(), DroppedLocked(), RejoiningLocked(),
                               RemovedLocked(), remove);
@@ -177,13 +217,23 @@ bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
   return true;
 }
 
-void Coordinator::AddSites(const std::vector<std::string>& sites) {
+void Coordinator::AddSites(const std::vector<std::string>& asked) {
   google::protobuf::RepeatedPtrField<v1::StageInfo> plan;
+  std::vector<std::string> sites = asked;  // the new replica's: the planner's where it placed it
   {
     MutexLock lock(mu_);
-    auto p = PlanJoinLocked(sites);
+    std::vector<int> ends;
+    if (record_.joining_plan_size() > 0) {
+      sites.clear();
+      for (const v1::StageInfo& st : record_.joining_plan()) {
+        sites.push_back(st.site());
+        ends.push_back(static_cast<int>(st.layer_end()));
+      }
+    }
+    auto p = PlanJoinLocked(sites, ends);
     if (!p.ok()) {  // the job changed since it was asked (a replan, say)
       record_.clear_joining_sites();
+      record_.clear_joining_plan();
       AddEventLocked("site_added",
                      SiteNames(sites) + " could not join: " + std::string(p.status().message()));
       PersistLocked();
@@ -206,6 +256,7 @@ void Coordinator::AddSites(const std::vector<std::string>& sites) {
     record_.set_joined_replica(replica);
     record_.set_replicas_added(record_.replicas_added() + 1);
     record_.clear_joining_sites();
+    record_.clear_joining_plan();
     const int source = RejoinSource(GridLocked(), DroppedLocked(), RejoiningLocked());
     membership_note_ =
         SiteNames(sites) + " joined as replica " + std::to_string(replica) + " at step " +

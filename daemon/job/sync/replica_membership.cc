@@ -88,8 +88,19 @@ int RejoinSource(const StageGrid& grid, const ReplicaList& dropped, const Replic
 
 StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
     const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
-    const std::vector<std::string>& sites, int layers, uint32_t microbatches) {
+    const std::vector<std::string>& sites, int layers, uint32_t microbatches,
+    const std::vector<int>& ends) {
   if (sites.empty()) return absl::InvalidArgumentError("no site to add");
+  if (!ends.empty()) {
+    bool split = ends.size() == sites.size() && ends.back() == layers;
+    for (size_t k = 0; split && k < ends.size(); ++k) split = ends[k] > (k ? ends[k - 1] : 0);
+    if (!split) {
+      return absl::InvalidArgumentError(
+          "a new replica's stages on " + std::to_string(sites.size()) +
+          " sites must split the model's " + std::to_string(layers) +
+          " layers in order, each at least one (" + std::to_string(ends.size()) + " ends given)");
+    }
+  }
   if (static_cast<int64_t>(sites.size()) > layers) {
     return absl::InvalidArgumentError(std::to_string(sites.size()) +
                                       " sites for a new replica of a model of " +
@@ -113,7 +124,7 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
   const int n = static_cast<int>(sites.size()), per = layers / n, extra = layers % n;
   int begin = 0;
   for (int k = 0; k < n; ++k) {
-    const int end = begin + per + (k < extra ? 1 : 0);
+    const int end = ends.empty() ? begin + per + (k < extra ? 1 : 0) : ends[static_cast<size_t>(k)];
     v1::StageInfo* s = plan.Add();
     s->set_index(static_cast<uint32_t>(plan.size() - 1));
     s->set_site(sites[static_cast<size_t>(k)]);

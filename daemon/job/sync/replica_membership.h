@@ -49,13 +49,15 @@ ReplicaList Union(const ReplicaList& a, const ReplicaList& b);
 // Sites joining and leaving a running job (`longhaul job add-site`, `remove-site`).
 //
 // The plan with one more replica on `sites`, in that order: the model's `layers` split evenly
-// among them (the first ones a layer more where they do not divide), every stage of it with
+// among them (the first ones a layer more where they do not divide), or with `ends` (one per
+// site) each site's stage ending at its layer (the planner's split), every stage of it with
 // `microbatches` and the next flat indices. Errors name the site: none given, more sites than
 // layers, a site named twice or running a stage of the job already (a removed replica's too:
-// its stage stays in the plan).
+// its stage stays in the plan), or ends that are not a split of the layers.
 StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
     const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
-    const std::vector<std::string>& sites, int layers, uint32_t microbatches);
+    const std::vector<std::string>& sites, int layers, uint32_t microbatches,
+    const std::vector<int>& ends = {});
 // The replicas leaving `sites` takes out for good: each site's replica, ascending. Errors
 // name the site: not in the plan, its replica removed already, or no replica left that is
 // neither dropped, rejoining nor leaving (the job would have no one to train it).
