@@ -39,7 +39,8 @@ class FakeSite final : public testing::FakeLink {
   }
   StatusOr<v1::JobCommandResponse> ControlJob(const v1::JobCommand& c, double) override {
     std::lock_guard<std::mutex> lock(mu_);
-    commands_.push_back(c.kind());
+    commands_.push_back(c);
+    if (c.kind() == refuse_) return absl::UnavailableError(site() + " refuses the command");
     v1::JobCommandResponse r;
     if (c.kind() == v1::JobCommand::KIND_PING) {
       r.set_running(true);
@@ -57,11 +58,26 @@ class FakeSite final : public testing::FakeLink {
     std::lock_guard<std::mutex> lock(mu_);
     return assignments_;
   }
+  // The commands of `kind` it took (or refused).
+  std::vector<v1::JobCommand> commands(v1::JobCommand::Kind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<v1::JobCommand> out;
+    for (const auto& c : commands_) {
+      if (c.kind() == kind) out.push_back(c);
+    }
+    return out;
+  }
+  // Commands of `kind` fail from now on (the fault seam of a site that cannot be told).
+  void Refuse(v1::JobCommand::Kind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    refuse_ = kind;
+  }
 
  private:
   std::mutex mu_;
   std::vector<v1::StageAssignment> assignments_;
-  std::vector<int> commands_;
+  std::vector<v1::JobCommand> commands_;
+  v1::JobCommand::Kind refuse_ = v1::JobCommand::KIND_UNSPECIFIED;
   uint32_t running_attempt_ = 0;
   std::string error_;
 };
@@ -218,6 +234,62 @@ TEST_CASE("coordinator: a gossip attempt draws its graphs from the links the sta
     CHECK(a.gossip_links(2) == 125e6);   // replica 1 -> 0: beta -> alpha
     CHECK(a.gossip_links(3) == 0);
   }
+}
+
+TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one restarting") {
+  // Two replicas of one stage each, alpha and beta, gathering every 2 steps; beta is removed
+  // after step 0. The next step decided (1) names replica 1: alpha's decision carries it, alpha
+  // was told first to refuse replica 1's frames from step 1 on, beta's own report of step 1 is
+  // told to stop, and once step 1 is decided beta's stage is stopped. The attempt stays 1.
+  // If alpha cannot be told (its site refuses the command), the job restarts from the
+  // committed step without beta instead.
+  const bool told = GENERATE(true, false);
+  INFO((told ? "alpha told" : "alpha cannot be told"));
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
+  f.Step(0, 0);
+  if (!told) f.alpha.Refuse(v1::JobCommand::KIND_REMOVE_REPLICAS);
+  auto change = f.c->ChangeSites({}, {"beta"});
+  REQUIRE(change.ok());
+  CHECK_THAT(change->detail(), Catch::Contains("go on without it from the next step"));
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).replicas_removed() == 1; }, 30s));
+  if (!told) {
+    REQUIRE(testing::WaitFor([&] { return f.alpha.assignments().size() >= 2; }, 30s));
+    const v1::StageAssignment again = f.alpha.assignments().back();
+    CHECK(again.attempt() == 2);
+    CHECK(again.dropped_replicas_size() == 1);
+    const v1::JobStatus s = f.c->GetStatus(1);
+    CHECK(s.attempt() == 2);
+    CHECK_THAT(s.events(s.events_size() - 1).detail(), Catch::Contains("could not be told"));
+    return;
+  }
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
+  const v1::JobCommand tell = f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS)[0];
+  CHECK(tell.from_step() == 1);
+  REQUIRE(tell.removed_replicas_size() == 1);
+  CHECK(tell.removed_replicas(0) == 1);
+  CHECK(f.beta.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty());
+  auto d = f.c->OnReport(f.Report(0, 1, 2), "alpha");  // alone at the barrier now
+  REQUIRE(d.ok());
+  CHECK_FALSE(d->stop());
+  REQUIRE(d->removed_replicas_size() == 1);
+  CHECK(d->removed_replicas(0) == 1);
+  auto gone = f.c->OnReport(f.Report(1, 1, 2), "beta");
+  REQUIRE(gone.ok());
+  CHECK(gone->stop());
+  CHECK_THAT(gone->detail(), Catch::Contains("replica 1 was removed from the job"));
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  CHECK(f.alpha.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty());
+  // The next decision names no one; the job goes on in attempt 1, committing alpha's steps.
+  auto next = f.c->OnReport(f.Report(0, 2, 2), "alpha");
+  REQUIRE(next.ok());
+  CHECK(next->removed_replicas_size() == 0);
+  const v1::JobStatus s = f.c->GetStatus(1);
+  CHECK(s.attempt() == 1);
+  CHECK(s.committed_step() == 2);
+  CHECK(f.alpha.assignments().size() == 1);
 }
 
 TEST_CASE("coordinator: the job completes once every stage ran its last step") {
