@@ -34,6 +34,7 @@ class FakeSite final : public testing::FakeLink {
     std::lock_guard<std::mutex> lock(mu_);
     assignments_.push_back(a);
     running_attempt_ = a.attempt();
+    running_ = true;
     error_.clear();  // a fresh stage
     return v1::AssignResponse{};
   }
@@ -43,7 +44,7 @@ class FakeSite final : public testing::FakeLink {
     if (c.kind() == refuse_) return absl::UnavailableError(site() + " refuses the command");
     v1::JobCommandResponse r;
     if (c.kind() == v1::JobCommand::KIND_PING) {
-      r.set_running(true);
+      r.set_running(running_);
       r.set_attempt(running_attempt_);
       r.set_error(error_);
     }
@@ -53,6 +54,11 @@ class FakeSite final : public testing::FakeLink {
   void Fail(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = why;
+  }
+  // The stage is gone (its daemon restarted): its pings say nothing runs.
+  void Lose() {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
   }
   std::vector<v1::StageAssignment> assignments() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -79,6 +85,7 @@ class FakeSite final : public testing::FakeLink {
   std::vector<v1::JobCommand> commands_;
   v1::JobCommand::Kind refuse_ = v1::JobCommand::KIND_UNSPECIFIED;
   uint32_t running_attempt_ = 0;
+  bool running_ = true;
   std::string error_;
 };
 
@@ -89,11 +96,11 @@ const char kJob[] =
 
 struct Fixture {
   FakeSite alpha{"alpha"}, beta{"beta"};
+  CoordinatorEnv env;
   std::unique_ptr<Coordinator> c;
 
   // `file_env`: the job record's disk and clock (a FakeClockEnv sets its times).
   explicit Fixture(FileEnv* file_env = FileEnv::Default(), const std::string& job = kJob) {
-    CoordinatorEnv env;
     env.file_env = file_env;
     env.site = "alpha";
     env.channel = [this](const std::string& s) -> transport::Link* {
@@ -110,7 +117,18 @@ struct Fixture {
     REQUIRE(submitted.ok());
     c = std::move(*submitted);
   }
-  ~Fixture() { c->Shutdown(); }
+  ~Fixture() {
+    if (c) c->Shutdown();
+  }
+  // The coordinator's daemon restarts: a new coordinator from the persisted record.
+  void Restart() {
+    c->Shutdown();
+    c.reset();
+    auto restored = Coordinator::Restore(env);
+    INFO(restored.status().ToString());
+    REQUIRE(restored.ok());
+    c = std::move(*restored);
+  }
 
   v1::StepReport Report(uint32_t stage, uint64_t step, uint64_t checkpoint_step) {
     v1::StepReport r;
@@ -290,6 +308,34 @@ TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one
   CHECK(s.attempt() == 1);
   CHECK(s.committed_step() == 2);
   CHECK(f.alpha.assignments().size() == 1);
+}
+
+TEST_CASE(
+    "coordinator: restarted, a gossip job's coordinator tells the replicas left who dropped") {
+  // Two gossip replicas, alpha and beta. The coordinator's daemon restarts while alpha's stage
+  // is gone and beta's runs on: beta's replica is adopted (no new attempt), alpha's is dropped,
+  // and beta's site is told replica 0 is out of the attempt as a removal is
+  // (KIND_REMOVE_REPLICAS): its frames refused, its share of the tracking corrections gone.
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) +
+                "replicas: 2\nsync: {mode: local, every: 2, reduce: gossip, tracking: true, "
+                "on_site_loss: drop}\n");
+  f.alpha.Lose();
+  f.Restart();
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).replica_drops() == 1; }, 30s));
+  const v1::JobStatus s = f.c->GetStatus(1);
+  CHECK(s.attempt() == 1);
+  REQUIRE(s.dropped_replicas_size() == 1);
+  CHECK(s.dropped_replicas(0) == 0);
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.beta.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
+  const v1::JobCommand told = f.beta.commands(v1::JobCommand::KIND_REMOVE_REPLICAS)[0];
+  CHECK(told.attempt() == 1);
+  CHECK(told.from_step() == 0);
+  REQUIRE(told.removed_replicas_size() == 1);
+  CHECK(told.removed_replicas(0) == 0);
+  CHECK(f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty());
+  CHECK_FALSE(f.alpha.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty());
 }
 
 TEST_CASE("coordinator: the job completes once every stage ran its last step") {

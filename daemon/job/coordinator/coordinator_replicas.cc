@@ -110,7 +110,10 @@ bool Coordinator::AdoptRunningAttempt() {
     if (all) checkpointed = std::min(checkpointed, least);
   }
   if (whole.empty()) return false;
-  // What is left of a lost replica stops; the whole ones are not told anything.
+  // What is left of a lost replica stops. The whole ones go on, told that the lost ones are
+  // out of this attempt as a removal is (KIND_REMOVE_REPLICAS: their frames refused, counted
+  // gone in the rounds, and with gradient tracking the corrections started again from 0 at
+  // the next round, the lost replicas having taken their share of the zero sum with them).
   v1::JobCommand stop;
   stop.set_job_id(ping.job_id());
   stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
@@ -118,6 +121,22 @@ bool Coordinator::AdoptRunningAttempt() {
   for (uint32_t r : lost) {
     for (const std::string& site : sites[r]) {
       if (transport::Link* c = env_.channel(site)) (void)c->ControlJob(stop, 3);
+    }
+  }
+  if (!lost.empty()) {
+    v1::JobCommand out = stop;
+    out.set_kind(v1::JobCommand::KIND_REMOVE_REPLICAS);
+    *out.mutable_removed_replicas() = {lost.begin(), lost.end()};
+    for (uint32_t r : whole) {
+      for (const std::string& site : sites[r]) {
+        transport::Link* c = env_.channel(site);
+        auto told = c ? c->ControlJob(out, 3)
+                      : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
+        if (!told.ok()) {  // it finds them lost by its own pings; only its corrections lag
+          env_.log->warn("job {}: could not tell site '{}' that {} dropped out: {}", ping.job_id(),
+                         site, ReplicaNames(lost), std::string(told.status().message()));
+        }
+      }
     }
   }
   MutexLock lock(mu_);
