@@ -847,6 +847,27 @@ StatusOr<v1::ChangeJobSitesResponse> ChangeSites(Cluster& c, const std::string& 
   return c.at(0).jobs().ChangeSites(req);
 }
 
+// The job's events' kinds, in order.
+std::vector<std::string> EventKinds(const v1::JobStatus& s) {
+  std::vector<std::string> kinds;
+  for (const auto& e : s.events()) kinds.push_back(e.kind());
+  return kinds;
+}
+
+// A sync frame of `step` from gamma's stage (2, replica 1, removed from job `id`) to alpha's
+// (0) is refused by alpha as the removed replica's (`microbatch`: the gather sender's replica
+// or the ring hop), whether or not gamma's stage has stopped yet.
+void CheckRemovedFrameRefused(Cluster& c, const std::string& id, const v1::JobStatus& s,
+                              uint32_t microbatch, uint64_t step) {
+  REQUIRE(s.stages(2).site() == "gamma");
+  v1::TensorFrame frame = SyncFrame(id, s.attempt(), 2, 0, microbatch, step);
+  const std::vector<uint8_t> payload(64, 0);
+  frame.set_encoded_size(payload.size());
+  const Status d = c.at(0).jobs().Deliver(frame, payload, "gamma");
+  CHECK(d.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(d.message()), Catch::Contains("replica 1 (removed from the job)"));
+}
+
 TEST_CASE("sites join and leave a running job: a new replica from a live one, one out for good") {
   // A 2 x 2 job; epsilon, a peer of every site but not in the job, joins it as a third
   // replica of one stage (all layers) and takes a live replica's state at the committed step;
@@ -949,21 +970,13 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
       // The stages that go on were told (JobCommand.KIND_REMOVE_REPLICAS): a sync frame of
       // this attempt from gamma's stage is refused as the removed replica's, whether or not
       // gamma's stage stopped.
-      REQUIRE(s.stages(2).site() == "gamma");
-      v1::TensorFrame frame = SyncFrame(id, s.attempt(), 2, 0, 1, s.stages(0).step());
-      const std::vector<uint8_t> payload(64, 0);
-      frame.set_encoded_size(payload.size());
-      const Status d = c.at(0).jobs().Deliver(frame, payload, "gamma");
-      CHECK(d.code() == absl::StatusCode::kPermissionDenied);
-      CHECK_THAT(std::string(d.message()), Catch::Contains("replica 1 (removed from the job)"));
+      CheckRemovedFrameRefused(c, id, s, 1, s.stages(0).step());
     }
   }
   for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
   const v1::JobStatus s = c.WaitCompleted(id);
   INFO(s.detail());
-  std::vector<std::string> kinds;
-  for (const auto& e : s.events()) kinds.push_back(e.kind());
-  CHECK(kinds == std::vector<std::string>{"site_added", "site_removed"});  // no rollback
+  CHECK(EventKinds(s) == std::vector<std::string>{"site_added", "site_removed"});  // no rollback
   CHECK(s.replica_drops() == 0);
   REQUIRE(s.losses_size() == steps);
   for (double loss : s.losses()) CHECK(std::isfinite(loss));
@@ -1075,20 +1088,12 @@ TEST_CASE("a replica leaves a running ring job at a step: the rings close withou
     CHECK(leave_step >= 2);
     // Gamma's sync frames of the step it left at are refused by the stages left (told before
     // that step's decision), whether or not gamma's stage has stopped yet.
-    REQUIRE(s.stages(2).site() == "gamma");
-    v1::TensorFrame frame = SyncFrame(id, s.attempt(), 2, 0, 0, leave_step);
-    const std::vector<uint8_t> payload(64, 0);
-    frame.set_encoded_size(payload.size());
-    const Status d = c.at(0).jobs().Deliver(frame, payload, "gamma");
-    CHECK(d.code() == absl::StatusCode::kPermissionDenied);
-    CHECK_THAT(std::string(d.message()), Catch::Contains("replica 1 (removed from the job)"));
+    CheckRemovedFrameRefused(c, id, s, 0, leave_step);
   }
   for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
   const v1::JobStatus s = c.WaitCompleted(id);
   INFO(s.detail());
-  std::vector<std::string> kinds;
-  for (const auto& e : s.events()) kinds.push_back(e.kind());
-  CHECK(kinds == std::vector<std::string>{"site_removed"});  // no rollback
+  CHECK(EventKinds(s) == std::vector<std::string>{"site_removed"});  // no rollback
   CHECK(s.attempt() == attempt);
   REQUIRE(s.losses_size() == steps);
   for (double loss : s.losses()) CHECK(std::isfinite(loss));
