@@ -847,6 +847,11 @@ StatusOr<v1::ChangeJobSitesResponse> ChangeSites(Cluster& c, const std::string& 
   return c.at(0).jobs().ChangeSites(req);
 }
 
+// One replica joined and running: joined_replica cleared once every stage of it is assigned.
+bool JoinMade(const v1::JobStatus& s) {
+  return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING && s.joined_replica() == 0;
+}
+
 // The job's events' kinds, in order.
 std::vector<std::string> EventKinds(const v1::JobStatus& s) {
   std::vector<std::string> kinds;
@@ -918,9 +923,7 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
           if (e.kind() == "site_added") join_at = e.step();
         }
         attempt = s.attempt();
-        // joined_replica cleared: every stage of the new replica assigned.
-        return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING &&
-               s.joined_replica() == 0;
+        return JoinMade(s);
       },
       120s));
   {
@@ -1019,13 +1022,7 @@ TEST_CASE("placement: planned: the planner places a joining replica over the sit
   REQUIRE(joined.ok());
   CHECK_THAT(joined->detail(), Catch::Contains("site epsilon joins as replica 2") &&
                                    Catch::Contains("planned") && Catch::Contains("left out zeta"));
-  REQUIRE(testing::WaitFor(
-      [&] {
-        const v1::JobStatus s = c.Status(id);
-        return s.replicas_added() == 1 && s.state() == v1::JOB_STATE_RUNNING &&
-               s.joined_replica() == 0;
-      },
-      120s));
+  REQUIRE(testing::WaitFor([&] { return JoinMade(c.Status(id)); }, 120s));
   {
     const v1::JobStatus s = c.Status(id);
     INFO(s.detail());
