@@ -297,6 +297,9 @@ TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one
   REQUIRE(gone.ok());
   CHECK(gone->stop());
   CHECK_THAT(gone->detail(), Catch::Contains("replica 1 was removed from the job"));
+  // Named, so that its stage stops as told rather than as failed.
+  CHECK(std::vector<uint32_t>(gone->removed_replicas().begin(), gone->removed_replicas().end()) ==
+        std::vector<uint32_t>{1});
   REQUIRE(testing::WaitFor(
       [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
   CHECK(f.alpha.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty());

@@ -53,9 +53,11 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   const StageGrid grid = GridLocked();
   const ReplicaList dropped = DroppedLocked();
   if (const int replica = grid.replica(static_cast<int>(rep.stage())); Contains(dropped, replica)) {
-    stop.set_detail(
-        "replica " + std::to_string(replica) +
-        (Contains(RemovedLocked(), replica) ? " was removed from the job" : " is dropped"));
+    const bool removed = Contains(RemovedLocked(), replica);
+    stop.set_detail("replica " + std::to_string(replica) +
+                    (removed ? " was removed from the job" : " is dropped"));
+    // A removed replica's stage stops as told to, not as failed (StageRunner::TakeLeaving).
+    if (removed) stop.add_removed_replicas(static_cast<uint32_t>(replica));
     return stop;
   }
   const uint32_t live_replicas =
@@ -104,6 +106,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   if (const int replica = grid.replica(static_cast<int>(rep.stage()));
       Contains(DroppedLocked(), replica)) {  // it left while this report waited
     stop.set_detail("replica " + std::to_string(replica) + " was removed from the job");
+    stop.add_removed_replicas(static_cast<uint32_t>(replica));
     return stop;
   }
   return decision;

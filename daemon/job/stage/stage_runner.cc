@@ -142,6 +142,7 @@ Status StageRunner::TakeLeaving(const v1::StepDecision& decision) {
     return absl::AbortedError("coordinator: replica " + std::to_string(own) +
                               " was removed from the job");
   }
+  if (decision.stop()) return absl::OkStatus();  // stopped anyway: the caller says why
   if (!replicas_) {
     return absl::InvalidArgumentError("job " + ctx_.assignment.job_id() + " stage " +
                                       std::to_string(stage_) +
@@ -291,9 +292,9 @@ Status StageRunner::RunStep(uint64_t step) {
     }
   }
   wait_acc_ += Now() - barrier_start;
-  val_step_ = 0;  // reported
+  val_step_ = 0;                            // reported
+  RETURN_IF_ERROR(TakeLeaving(*decision));  // this stage's replica removed: stops it first
   if (decision->stop()) return absl::AbortedError("coordinator: " + decision->detail());
-  RETURN_IF_ERROR(TakeLeaving(*decision));
   RETURN_IF_ERROR(TakeWarmups(*decision));
   if (decision->act_budgets_size() == grid_.size() &&
       decision->grad_budgets_size() == grid_.size()) {

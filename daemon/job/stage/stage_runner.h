@@ -163,7 +163,8 @@ class StageRunner {
   // checked against its slots.
   Status TakeWarmups(const v1::StepDecision& decision);
   // Replicas the step decision removes (gather and ring jobs): this stage's own stops it
-  // (Aborted), others leave its syncs from this step on (ReplicaSync::Leave).
+  // (Aborted, as a stop it was told: not a failure), others leave its syncs from this step on
+  // (ReplicaSync::Leave).
   Status TakeLeaving(const v1::StepDecision& decision);
 
   StageRunnerContext ctx_;
