@@ -981,6 +981,12 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   INFO(s.detail());
   CHECK(EventKinds(s) == std::vector<std::string>{"site_added", "site_removed"});  // no rollback
   CHECK(s.replica_drops() == 0);
+  // The sync groups' sites are the replicas left's: alpha, beta and epsilon.
+  REQUIRE(s.sync_groups_size() > 0);
+  for (const auto& g : s.sync_groups()) {
+    for (const auto& site : g.sites()) CHECK((site != "gamma" && site != "delta"));
+    CHECK(std::find(g.sites().begin(), g.sites().end(), "epsilon") != g.sites().end());
+  }
   REQUIRE(s.losses_size() == steps);
   for (double loss : s.losses()) CHECK(std::isfinite(loss));
   // The replicas left hold one model: replica 0's stages and epsilon's whole one.

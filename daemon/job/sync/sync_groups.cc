@@ -63,7 +63,12 @@ void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
     g->set_reduce(gossip ? "gossip" : record->sync_ring() ? "ring" : "gather");
     bool first = true;
     for (int member : groups[index]) {
-      if (member < record->stages_size()) g->add_sites(record->stages(member).site());
+      // A replica removed for good is no member any more (a dropped one, which may rejoin, is).
+      if (member < record->stages_size() &&
+          std::find(record->removed_replicas().begin(), record->removed_replicas().end(),
+                    record->stages(member).replica()) == record->removed_replicas().end()) {
+        g->add_sites(record->stages(member).site());
+      }
       auto it = reports.find(static_cast<uint32_t>(member));
       if (it == reports.end() || !it->second.has_sync()) continue;
       const v1::SyncReport& s = it->second.sync();

@@ -11,7 +11,8 @@
 
 namespace longhaul::daemon {
 
-// Replaces record->sync_groups with `groups` (none for a single pipeline): bytes
+// Replaces record->sync_groups with `groups` (none for a single pipeline): their sites but
+// those of replicas removed from the job (record->removed_replicas), bytes
 // summed over the members, syncs the fewest any member completed, exposed time the largest
 // total any member spent in syncs (its own sync work and its wait for the others, which in
 // lockstep includes waiting for a replica that computes slower). `gossip`: the job's syncs
