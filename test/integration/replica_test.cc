@@ -1056,8 +1056,13 @@ TEST_CASE("a replica leaves a running ring job at a step: the rings close withou
   // replica 1, the stages left sync around the rings of replicas 0 and 2 from that step on,
   // and a sync frame of that step from gamma's stage is refused. Replicas 0 and 2 end with
   // one model, bit for bit.
+  // Blocking syncs all at once, and staggered (each layer's phase its own step: the leave
+  // lands between one phase's sync and the other's).
+  const std::string stagger = GENERATE(std::string(""), std::string(", stagger: 2"));
+  INFO("sync" << stagger);
   const int steps = 40;
-  std::string yaml = JobYaml("sync: {mode: local, every: 2, reduce: ring, codec: q8}\n", steps);
+  std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, reduce: ring, codec: q8" + stagger + "}\n", steps);
   const std::vector<std::string> sites = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
            {"sites: [alpha, beta, gamma, delta]",
