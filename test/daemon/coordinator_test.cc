@@ -259,10 +259,15 @@ TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one
   // after step 0. The next step decided (1) names replica 1: alpha's decision carries it, alpha
   // was told first to refuse replica 1's frames from step 1 on, beta's own report of step 1 is
   // told to stop, and once step 1 is decided beta's stage is stopped. The attempt stays 1.
-  // If alpha cannot be told (its site refuses the command), the job restarts from the
+  // If alpha cannot be told (its site refuses the command), or beta fails before step 1 is
+  // decided (the others' syncs before it would wait for it), the job restarts from the
   // committed step without beta instead.
-  const bool told = GENERATE(true, false);
-  INFO((told ? "alpha told" : "alpha cannot be told"));
+  enum class Case { kTold, kRefused, kLeaverFails };
+  const Case what = GENERATE(Case::kTold, Case::kRefused, Case::kLeaverFails);
+  const bool told = what != Case::kRefused;
+  INFO((what == Case::kTold      ? "alpha told"
+        : what == Case::kRefused ? "alpha cannot be told"
+                                 : "beta fails while leaving"));
   Fixture f(FileEnv::Default(),
             std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
   f.Step(0, 0);
@@ -271,6 +276,14 @@ TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one
   REQUIRE(change.ok());
   CHECK_THAT(change->detail(), Catch::Contains("go on without it from the next step"));
   REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).replicas_removed() == 1; }, 30s));
+  if (what == Case::kLeaverFails) {
+    f.beta.Fail("killed while leaving");
+    REQUIRE(testing::WaitFor([&] { return f.alpha.assignments().size() >= 2; }, 30s));
+    CHECK(f.alpha.assignments().back().attempt() == 2);
+    CHECK(f.alpha.assignments().back().dropped_replicas_size() == 1);
+    CHECK(f.beta.assignments().size() == 1);  // removed: never assigned again
+    return;
+  }
   if (!told) {
     REQUIRE(testing::WaitFor([&] { return f.alpha.assignments().size() >= 2; }, 30s));
     const v1::StageAssignment again = f.alpha.assignments().back();
@@ -288,6 +301,15 @@ TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one
   REQUIRE(tell.removed_replicas_size() == 1);
   CHECK(tell.removed_replicas(0) == 1);
   CHECK(f.beta.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty());
+  // Until step 1 is decided: one change at a time; and beta's report of step 0 sent again (its
+  // answer lost) gets step 0's decision, its part in that sync still counting.
+  auto second = f.c->ChangeSites({}, {"alpha"});
+  CHECK(second.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(second.status().message()),
+             Catch::Contains("replica 1 leaving at step 1"));
+  auto again = f.c->OnReport(f.Report(1, 0, 0), "beta");
+  REQUIRE(again.ok());
+  CHECK_FALSE(again->stop());
   auto d = f.c->OnReport(f.Report(0, 1, 2), "alpha");  // alone at the barrier now
   REQUIRE(d.ok());
   CHECK_FALSE(d->stop());

@@ -291,6 +291,32 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
     std::string& first = is_gone ? first_gone : first_failed;
     if (first.empty()) first = problem;
   }
+  // Replicas leaving at a step (LeaveAtStep) until it is decided: the others' syncs before it
+  // still wait for them, so a leaver gone or failed meanwhile is a problem too (stopped as
+  // told, its stage answers for the attempt without an error, which is none).
+  std::vector<std::string> leaving;
+  {
+    MutexLock lock(mu_);
+    if (leaving_ && leaving_->attempt == attempt) leaving = leaving_->sites;
+  }
+  for (const auto& site : leaving) {
+    transport::Link* c = env_.channel(site);
+    auto r = c ? c->ControlJob(ping, 3)
+               : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("unknown site"));
+    std::string problem;
+    if (!r.ok()) {
+      problem = "leaving site '" + site + "' is unreachable: " + std::string(r.status().message());
+    } else if (!r->error().empty()) {
+      problem = "leaving site '" + site + "' failed: " + r->error();
+    } else if (r->attempt() != attempt) {
+      problem = "leaving site '" + site + "' lost its stage (restarted?)";
+    } else {
+      continue;
+    }
+    *all_finished = false;
+    gone.push_back(site);
+    if (first_gone.empty()) first_gone = problem;
+  }
   *lost = gone.empty() ? failed : gone;
   return first_gone.empty() ? first_failed : first_gone;
 }
@@ -417,6 +443,7 @@ void Coordinator::Run() {
 
 void Coordinator::RestartFromCommittedLocked(const std::string& kind, const std::string& detail) {
   record_.set_attempt(record_.attempt() + 1);
+  leaving_.reset();  // leavers of the old attempt: its stop reaches every site (AllSites)
   // Steps after the committed one are redone; forget their losses and times.
   const uint64_t keep = record_.committed_step() - record_.losses_offset();
   while (static_cast<uint64_t>(record_.losses_size()) > keep)

@@ -141,7 +141,9 @@ class Coordinator {
   // their frames from that step on (JobCommand.KIND_REMOVE_REPLICAS with from_step); the
   // stages left drop them from that step's sync (StepDecision.removed_replicas). A staying
   // stage that cannot be told: the attempt restarts from the committed step without them.
-  void LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
+  // False, nothing done, when the attempt no longer runs or has no step left to decide (the
+  // caller restarts the others without them).
+  bool LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
                    const std::vector<std::string>& leave_sites,
                    const std::vector<std::string>& staying) ABSL_LOCKS_EXCLUDED(mu_);
   // Once the step of a LeaveAtStep is decided (the others finished the syncs before it), the
@@ -150,6 +152,14 @@ class Coordinator {
   // Whether a report of (attempt, step) waits for LeaveAtStep's staying stages to be told.
   bool LeaveHeldLocked(uint32_t attempt, uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return leaving_ && leaving_->held && leaving_->attempt == attempt && step >= leaving_->step;
+  }
+  // Whether `rep` is a leaving replica's (LeaveAtStep, not stopped yet) of a step before the
+  // one it leaves at: its part in the syncs before it still counts, so it gets that step's
+  // decision, not a stop.
+  bool LeaverBeforeItsStepLocked(const v1::StepReport& rep, int replica) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return leaving_ && leaving_->attempt == rep.attempt() && rep.step() < leaving_->step &&
+           Contains(leaving_->replicas, replica);
   }
   // The plan with a new replica on `sites` (in that order), checked as every site will check
   // it: with `ends` (one per site) the planner's split, else the layers split evenly.

@@ -53,6 +53,13 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   const StageGrid grid = GridLocked();
   const ReplicaList dropped = DroppedLocked();
   if (const int replica = grid.replica(static_cast<int>(rep.stage())); Contains(dropped, replica)) {
+    // A leaver's report sent again for a step before the one it leaves at (its answer was
+    // lost): that step's decision, decided already, so that it does its part in the sync.
+    v1::StepDecision before;
+    if (LeaverBeforeItsStepLocked(rep, replica) &&
+        barrier_.Lookup(rep.attempt(), rep.step(), &before) == StepBarrier::State::kDecided) {
+      return before;
+    }
     const bool removed = Contains(RemovedLocked(), replica);
     stop.set_detail("replica " + std::to_string(replica) +
                     (removed ? " was removed from the job" : " is dropped"));
@@ -103,8 +110,10 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
     stop.set_detail("attempt ended");
     return stop;
   }
+  // It left while this report waited, at this step or one before (a leaver's report of an
+  // earlier step gets its decision: the others' sync of that step waits for it).
   if (const int replica = grid.replica(static_cast<int>(rep.stage()));
-      Contains(DroppedLocked(), replica)) {  // it left while this report waited
+      Contains(DroppedLocked(), replica) && !LeaverBeforeItsStepLocked(rep, replica)) {
     stop.set_detail("replica " + std::to_string(replica) + " was removed from the job");
     stop.add_removed_replicas(static_cast<uint32_t>(replica));
     return stop;

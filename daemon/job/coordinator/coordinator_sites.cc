@@ -102,6 +102,17 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   std::vector<int> join_ends;                 // their stages' last layers (empty: even)
   std::string placed;                         // the planner's summary
   if (!add.empty() && spec_.planned) {
+    {  // what refuses the join anyway, before each site's calibration run (asked again below)
+      MutexLock lock(mu_);
+      if (TerminalState(record_.state()) || leaving_ || record_.joining_sites_size() > 0 ||
+          record_.leaving_sites_size() > 0) {
+        return absl::FailedPreconditionError(
+            job + " is " + v1::JobState_Name(record_.state()) +
+            (TerminalState(record_.state()) ? ": no site joins it"
+                                            : " with a change under way already; ask again once "
+                                              "it shows in the job's events"));
+      }
+    }
     auto p = PlaceJoiningReplica(add);
     if (!p.ok()) return Annotate(p.status(), job);
     join_sites.clear();
@@ -115,6 +126,12 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   if (TerminalState(record_.state())) {
     return absl::FailedPreconditionError(job + " is " + v1::JobState_Name(record_.state()) +
                                          ": no site joins or leaves it");
+  }
+  if (leaving_ && !TerminalState(record_.state())) {
+    return absl::FailedPreconditionError(job + ": a change is under way already (" +
+                                         ReplicaNames(leaving_->replicas) + " leaving at step " +
+                                         std::to_string(leaving_->step) +
+                                         "); ask again once that step is decided");
   }
   if (record_.joining_sites_size() > 0 || record_.leaving_sites_size() > 0) {
     return absl::FailedPreconditionError(
@@ -223,12 +240,18 @@ void Coordinator::AddSites(const std::vector<std::string>& asked) {
   {
     MutexLock lock(mu_);
     std::vector<int> ends;
-    if (record_.joining_plan_size() > 0) {
+    if (record_.joining_plan_size() > 0) {  // the planner's, of the sites asked for only
       sites.clear();
       for (const v1::StageInfo& st : record_.joining_plan()) {
+        if (std::find(asked.begin(), asked.end(), st.site()) == asked.end()) {
+          sites.clear();  // not this join's: split the sites asked for evenly
+          ends.clear();
+          break;
+        }
         sites.push_back(st.site());
         ends.push_back(static_cast<int>(st.layer_end()));
       }
+      if (sites.empty()) sites = asked;
     }
     auto p = PlanJoinLocked(sites, ends);
     if (!p.ok()) {  // the job changed since it was asked (a replan, say)
@@ -315,10 +338,7 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool health
     at_step = !gossip && healthy && spec_.sync.overlap == 0 && !need_assign_ &&
               record_.state() == v1::JOB_STATE_RUNNING && record_.step() < record_.total_steps();
   }
-  if (at_step) {
-    LeaveAtStep(leave, gone, leave_sites, staying);
-    return;
-  }
+  if (at_step && LeaveAtStep(leave, gone, leave_sites, staying)) return;
   if (gossip) {
     // Each command to each of its sites, failures logged (`what` failed on the site).
     auto send = [&](const v1::JobCommand& command, const std::vector<std::string>& to,
@@ -383,13 +403,19 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool health
 
 namespace longhaul::daemon {
 
-void Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
+bool Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
                               const std::vector<std::string>& leave_sites,
                               const std::vector<std::string>& staying) {
   v1::JobCommand tell;
   {
     MutexLock lock(mu_);
-    if (TerminalState(record_.state())) return;
+    if (TerminalState(record_.state())) return true;
+    // Still running with a step left to decide (the stages may have reported on since
+    // RemoveSites looked): else the others restart without the leavers (false).
+    if (record_.state() != v1::JOB_STATE_RUNNING || need_assign_ ||
+        stopped_attempt_ == record_.attempt() || record_.step() >= record_.total_steps()) {
+      return false;
+    }
     // The next step to decide: the stages left run its sync without the leaving replicas.
     // Its reports wait (LeaveHeldLocked) until every staying stage refuses their frames of it:
     // a ring's frames of that step go around the shorter ring, which the receivers check.
@@ -407,6 +433,7 @@ void Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
     const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
     for (const v1::StepReport& rep : barrier_.Complete(attempt, n)) FileStepLocked(rep, grid, n);
     NoteCommittedLocked(barrier_.Committed(n));
+    MaybeCompleteLocked(n);
     membership_note_ = ReplicaNames(leave) + " (" + SiteNames(leave_sites) + ") left at step " +
                        std::to_string(at) + "; the others went on";
     AddEventLocked("site_removed", membership_note_);
@@ -432,7 +459,7 @@ void Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
     MutexLock lock(mu_);
     if (leaving_) leaving_->held = false;
     cv_.notify_all();  // the held reports return with the decision naming the leavers
-    return;
+    return true;
   }
   // A stage left not knowing would refuse the shorter ring's frames or wait for the leavers':
   // everyone restarts from the committed step without them instead.
@@ -442,7 +469,7 @@ void Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
   {
     MutexLock lock(mu_);
     leaving_.reset();
-    if (TerminalState(record_.state())) return;
+    if (TerminalState(record_.state())) return true;
     RestartFromCommittedLocked(
         "rollback", ReplicaNames(leave) + " left, but " + failed + " could not be told: attempt " +
                         std::to_string(record_.attempt() + 1) + " resumes from step " +
@@ -451,6 +478,7 @@ void Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
     cv_.notify_all();
   }
   AssignAll();
+  return true;
 }
 
 void Coordinator::StopLeftStages() {

@@ -75,10 +75,8 @@ void SyncExchange::NoteUsage() {
   const std::vector<int> sends_to = SendsTo();
   const std::string codec = fleet::FixedSyncCodec(o_.codec)->ToString();
   MutexLock lock(mu_);
-  for (auto it = usage_.begin(); it != usage_.end();) {  // a stage no longer sent to
-    const bool sent = std::find(sends_to.begin(), sends_to.end(), it->first) != sends_to.end();
-    it = sent ? std::next(it) : usage_.erase(it);
-  }
+  // A stage no longer sent to (a replica left) keeps its entry: the bytes sent to it stay
+  // counted in the usage and the sync report.
   for (const auto& [stage, sender] : o_.to_stage) {
     if (std::find(sends_to.begin(), sends_to.end(), stage) == sends_to.end()) continue;
     if (usage_.count(stage) > 0) continue;  // its bytes so far stay
