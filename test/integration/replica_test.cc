@@ -1109,6 +1109,35 @@ TEST_CASE("a replica leaves a running ring job at a step: the rings close withou
   CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 5, id, steps, 1, 2));
 }
 
+TEST_CASE("a leaving site killed right after remove-site: the job goes on without it") {
+  // A gathered 2 x 2 job; gamma is removed and its daemon killed at once (the coordinator
+  // may find it gone before it makes the change: the others restart without it), or once the
+  // removal shows, maybe before its replica did its part in the syncs before the step it
+  // leaves at. The replica left must not wait for it for good: the leave completes, or the
+  // coordinator sees the leaver gone and restarts replica 0 from the committed step. Either way
+  // the job ends, replica 1 removed.
+  const bool shown = GENERATE(false, true);
+  INFO((shown ? "killed once the removal shows" : "killed at once"));
+  const int steps = 30;
+  const std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, reduce: gather, codec: q8}\n", steps);
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  REQUIRE(ChangeSites(c, id, {}, {"gamma"}).ok());
+  if (!shown) c.daemons[2].reset();  // gamma
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replicas_removed() == 1; }, 120s));
+  if (shown) c.daemons[2].reset();
+  for (size_t i : {0, 1, 3}) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.replicas_removed() == 1);
+  CHECK(s.removed_replicas_size() == 1);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+}
+
 TEST_CASE("a site that cannot join is sent away; a removal frees a job waiting for a lost site") {
   // Epsilon is a peer of the coordinator (alpha) only: the job's other sites cannot reach it,
   // so their assignments with it fail; the new replica leaves again and the job goes on.
