@@ -14,6 +14,8 @@
 //   next step's decision (LeaveAtStep). With streaming syncs (sync.overlap, one in flight
 //   across steps), or while the attempt is down, the others restart from the committed step
 //   without it instead.
+#include <thread>
+
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/coordinator/job_record.h"
@@ -446,14 +448,26 @@ bool Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
     *tell.mutable_removed_replicas() = {leave.begin(), leave.end()};
     tell.set_from_step(at);
   }
-  std::string failed;  // the first staying site that could not be told, and why
-  for (const auto& site : staying) {
-    Status s = absl::NotFoundError("not a peer");
-    for (int tries = 0; tries < 3 && !s.ok(); ++tries) {
-      transport::Link* c = env_.channel(site);
-      s = c ? c->ControlJob(tell, 3).status() : absl::NotFoundError("not a peer");
+  // Every staying site at once (their reports of the step wait meanwhile), each tried three
+  // times.
+  std::vector<Status> told(staying.size());
+  {
+    std::vector<std::thread> tellers;
+    for (size_t k = 0; k < staying.size(); ++k) {
+      tellers.emplace_back([this, &tell, &staying, &told, k] {
+        Status s = absl::NotFoundError("not a peer");
+        for (int tries = 0; tries < 3 && !s.ok(); ++tries) {
+          transport::Link* c = env_.channel(staying[k]);
+          s = c ? c->ControlJob(tell, 3).status() : absl::NotFoundError("not a peer");
+        }
+        told[k] = std::move(s);
+      });
     }
-    if (!s.ok() && failed.empty()) failed = "site '" + site + "': " + std::string(s.message());
+    for (std::thread& t : tellers) t.join();
+  }
+  std::string failed;  // the first staying site that could not be told, and why
+  for (size_t k = 0; k < staying.size() && failed.empty(); ++k) {
+    if (!told[k].ok()) failed = "site '" + staying[k] + "': " + std::string(told[k].message());
   }
   if (failed.empty()) {
     MutexLock lock(mu_);
