@@ -246,6 +246,23 @@ void Coordinator::StopAttempt() {
   }
 }
 
+StatusOr<v1::JobCommandResponse> Coordinator::ControlSite(const std::string& site,
+                                                          const v1::JobCommand& command) const {
+  transport::Link* c = env_.channel(site);
+  if (c == nullptr) return absl::NotFoundError("site '" + site + "' is not a peer");
+  return c->ControlJob(command, 3);
+}
+
+void Coordinator::ControlSites(const v1::JobCommand& command, const std::vector<std::string>& sites,
+                               const std::string& what) const {
+  for (const auto& site : sites) {
+    if (auto r = ControlSite(site, command); !r.ok()) {
+      env_.log->warn("job {}: could not {} on site '{}': {}", job_id_, what, site,
+                     std::string(r.status().message()));
+    }
+  }
+}
+
 std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string>* lost,
                                      bool* permanent) {
   *permanent = false;
@@ -300,9 +317,7 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
     if (leaving_ && leaving_->attempt == attempt) leaving = leaving_->sites;
   }
   for (const auto& site : leaving) {
-    transport::Link* c = env_.channel(site);
-    auto r = c ? c->ControlJob(ping, 3)
-               : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("unknown site"));
+    const auto r = ControlSite(site, ping);
     std::string problem;
     if (!r.ok()) {
       problem = "leaving site '" + site + "' is unreachable: " + std::string(r.status().message());

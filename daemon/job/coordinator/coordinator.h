@@ -107,6 +107,12 @@ class Coordinator {
   std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent)
       ABSL_LOCKS_EXCLUDED(mu_);
   void StopAttempt() ABSL_LOCKS_EXCLUDED(mu_);
+  // `command` to `site`'s daemon, 3 s at most (NotFound when it is no peer of this one).
+  StatusOr<v1::JobCommandResponse> ControlSite(const std::string& site,
+                                               const v1::JobCommand& command) const;
+  // `command` to each of `sites`, each failure logged: "could not `what` on site ...".
+  void ControlSites(const v1::JobCommand& command, const std::vector<std::string>& sites,
+                    const std::string& what) const;
   void SetState(v1::JobState state, const std::string& detail) ABSL_LOCKS_EXCLUDED(mu_);
   // The sites of the live replicas' stages.
   std::vector<std::string> StageSites() ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,6 +128,15 @@ class Coordinator {
   // Makes the change ChangeSites persisted: RemoveSites, or AddSites when the attempt is
   // `healthy` (a join waits for one). Whether it made one.
   bool ApplySiteChanges(bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  // The stages `gone` (flat) left the running attempt (`dropped`: every dropped replica now):
+  // forgotten in the barrier and the pending validation losses, and the steps and checkpoint
+  // that waited only for them decided and committed over the others (the job completed if
+  // they were all it waited for).
+  void ForgetStagesLocked(const std::vector<uint32_t>& gone, const ReplicaList& dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why no site may join or leave job `job` now (it ended, or a change is under way: one at a
+  // time), FailedPrecondition; else OK.
+  Status ChangeRefusedLocked(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes `leave` as removed for good (dropped, no longer rejoining), counts them; returns
   // every dropped replica now.
   ReplicaList RecordRemovalLocked(const ReplicaList& leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -99,9 +99,7 @@ bool Coordinator::AdoptRunningAttempt() {
     bool all = true;
     uint64_t least = UINT64_MAX;
     for (const std::string& site : sites[r]) {
-      transport::Link* c = env_.channel(site);
-      auto p = c ? c->ControlJob(ping, 3)
-                 : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("unknown site " + site));
+      const auto p = ControlSite(site, ping);
       all = all && p.ok() && p->attempt() == attempt && (p->running() || p->finished());
       if (!all) break;
       least = std::min<uint64_t>(least, p->checkpoint_step());
@@ -127,16 +125,9 @@ bool Coordinator::AdoptRunningAttempt() {
     v1::JobCommand out = stop;
     out.set_kind(v1::JobCommand::KIND_REMOVE_REPLICAS);
     *out.mutable_removed_replicas() = {lost.begin(), lost.end()};
+    // A site not told finds them lost by its own pings; only its corrections lag.
     for (uint32_t r : whole) {
-      for (const std::string& site : sites[r]) {
-        transport::Link* c = env_.channel(site);
-        auto told = c ? c->ControlJob(out, 3)
-                      : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
-        if (!told.ok()) {  // it finds them lost by its own pings; only its corrections lag
-          env_.log->warn("job {}: could not tell site '{}' that {} dropped out: {}", ping.job_id(),
-                         site, ReplicaNames(lost), std::string(told.status().message()));
-        }
-      }
+      ControlSites(out, sites[r], "tell the stage that " + ReplicaNames(lost) + " dropped out");
     }
   }
   MutexLock lock(mu_);

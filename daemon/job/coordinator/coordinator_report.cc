@@ -52,7 +52,17 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   const StageGrid grid = GridLocked();
   const ReplicaList dropped = DroppedLocked();
-  if (const int replica = grid.replica(static_cast<int>(rep.stage())); Contains(dropped, replica)) {
+  // The stop a dropped replica's report gets. A removed replica's names it, so that its stage
+  // stops as told to, not as failed (StageRunner::TakeLeaving).
+  const int replica = grid.replica(static_cast<int>(rep.stage()));
+  auto out = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool removed = Contains(RemovedLocked(), replica);
+    stop.set_detail("replica " + std::to_string(replica) +
+                    (removed ? " was removed from the job" : " is dropped"));
+    if (removed) stop.add_removed_replicas(static_cast<uint32_t>(replica));
+    return stop;
+  };
+  if (Contains(dropped, replica)) {
     // A leaver's report sent again for a step before the one it leaves at (its answer was
     // lost): that step's decision, decided already, so that it does its part in the sync.
     v1::StepDecision before;
@@ -60,12 +70,7 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
         barrier_.Lookup(rep.attempt(), rep.step(), &before) == StepBarrier::State::kDecided) {
       return before;
     }
-    const bool removed = Contains(RemovedLocked(), replica);
-    stop.set_detail("replica " + std::to_string(replica) +
-                    (removed ? " was removed from the job" : " is dropped"));
-    // A removed replica's stage stops as told to, not as failed (StageRunner::TakeLeaving).
-    if (removed) stop.add_removed_replicas(static_cast<uint32_t>(replica));
-    return stop;
+    return out();
   }
   const uint32_t live_replicas =
       static_cast<uint32_t>(grid.replicas) - static_cast<uint32_t>(dropped.size());
@@ -112,11 +117,8 @@ StatusOr<v1::StepDecision> Coordinator::OnReport(const v1::StepReport& rep,
   }
   // It left while this report waited, at this step or one before (a leaver's report of an
   // earlier step gets its decision: the others' sync of that step waits for it).
-  if (const int replica = grid.replica(static_cast<int>(rep.stage()));
-      Contains(DroppedLocked(), replica) && !LeaverBeforeItsStepLocked(rep, replica)) {
-    stop.set_detail("replica " + std::to_string(replica) + " was removed from the job");
-    stop.add_removed_replicas(static_cast<uint32_t>(replica));
-    return stop;
+  if (Contains(DroppedLocked(), replica) && !LeaverBeforeItsStepLocked(rep, replica)) {
+    return out();
   }
   return decision;
 }

@@ -14,6 +14,7 @@
 //   next step's decision (LeaveAtStep). With streaming syncs (sync.overlap, one in flight
 //   across steps), or while the attempt is down, the others restart from the committed step
 //   without it instead.
+#include <algorithm>
 #include <thread>
 
 #include "daemon/job/checks/job_checks.h"
@@ -75,6 +76,43 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> Coordinator::PlanJoi
   return plan;
 }
 
+Status Coordinator::ChangeRefusedLocked(const std::string& job) const {
+  if (TerminalState(record_.state())) {
+    return absl::FailedPreconditionError(job + " is " + v1::JobState_Name(record_.state()) +
+                                         ": no site joins or leaves it");
+  }
+  if (leaving_) {
+    return absl::FailedPreconditionError(job + ": a change is under way already (" +
+                                         ReplicaNames(leaving_->replicas) + " leaving at step " +
+                                         std::to_string(leaving_->step) +
+                                         "); ask again once that step is decided");
+  }
+  if (record_.joining_sites_size() > 0 || record_.leaving_sites_size() > 0) {
+    return absl::FailedPreconditionError(
+        job + ": a change is under way already (" +
+        (record_.joining_sites_size() > 0
+             ? SiteNames(Strings(record_.joining_sites())) + " joining"
+             : SiteNames(Strings(record_.leaving_sites())) + " leaving") +
+        "); ask again once it shows in the job's events");
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::ForgetStagesLocked(const std::vector<uint32_t>& gone,
+                                     const ReplicaList& dropped) {
+  const StageGrid grid = GridLocked();
+  barrier_.Forget(gone);
+  for (auto& [step, losses] : val_pending_) {
+    for (uint32_t stage : gone) losses.erase(stage);
+  }
+  const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
+  for (const v1::StepReport& rep : barrier_.Complete(record_.attempt(), n)) {
+    FileStepLocked(rep, grid, n);
+  }
+  NoteCommittedLocked(barrier_.Committed(n));
+  MaybeCompleteLocked(n);
+}
+
 StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     const std::vector<std::string>& add, const std::vector<std::string>& remove) {
   const std::string job = "job " + job_id_;
@@ -106,14 +144,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   if (!add.empty() && spec_.planned) {
     {  // what refuses the join anyway, before each site's calibration run (asked again below)
       MutexLock lock(mu_);
-      if (TerminalState(record_.state()) || leaving_ || record_.joining_sites_size() > 0 ||
-          record_.leaving_sites_size() > 0) {
-        return absl::FailedPreconditionError(
-            job + " is " + v1::JobState_Name(record_.state()) +
-            (TerminalState(record_.state()) ? ": no site joins it"
-                                            : " with a change under way already; ask again once "
-                                              "it shows in the job's events"));
-      }
+      RETURN_IF_ERROR(ChangeRefusedLocked(job));
     }
     auto p = PlaceJoiningReplica(add);
     if (!p.ok()) return Annotate(p.status(), job);
@@ -125,24 +156,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     placed = p->summary;
   }
   MutexLock lock(mu_);
-  if (TerminalState(record_.state())) {
-    return absl::FailedPreconditionError(job + " is " + v1::JobState_Name(record_.state()) +
-                                         ": no site joins or leaves it");
-  }
-  if (leaving_ && !TerminalState(record_.state())) {
-    return absl::FailedPreconditionError(job + ": a change is under way already (" +
-                                         ReplicaNames(leaving_->replicas) + " leaving at step " +
-                                         std::to_string(leaving_->step) +
-                                         "); ask again once that step is decided");
-  }
-  if (record_.joining_sites_size() > 0 || record_.leaving_sites_size() > 0) {
-    return absl::FailedPreconditionError(
-        job + ": a change is under way already (" +
-        (record_.joining_sites_size() > 0
-             ? SiteNames(Strings(record_.joining_sites())) + " joining"
-             : SiteNames(Strings(record_.leaving_sites())) + " leaving") +
-        "); ask again once it shows in the job's events");
-  }
+  RETURN_IF_ERROR(ChangeRefusedLocked(job));
   const StageGrid grid = GridLocked();
   v1::ChangeJobSitesResponse response;
   if (!add.empty()) {
@@ -241,19 +255,21 @@ void Coordinator::AddSites(const std::vector<std::string>& asked) {
   std::vector<std::string> sites = asked;  // the new replica's: the planner's where it placed it
   {
     MutexLock lock(mu_);
+    // The planner's plan (ChangeSites), when it places the sites asked for only; else they
+    // split the layers evenly.
+    std::vector<std::string> planned;
     std::vector<int> ends;
-    if (record_.joining_plan_size() > 0) {  // the planner's, of the sites asked for only
-      sites.clear();
-      for (const v1::StageInfo& st : record_.joining_plan()) {
-        if (std::find(asked.begin(), asked.end(), st.site()) == asked.end()) {
-          sites.clear();  // not this join's: split the sites asked for evenly
-          ends.clear();
-          break;
-        }
-        sites.push_back(st.site());
-        ends.push_back(static_cast<int>(st.layer_end()));
-      }
-      if (sites.empty()) sites = asked;
+    for (const v1::StageInfo& st : record_.joining_plan()) {
+      planned.push_back(st.site());
+      ends.push_back(static_cast<int>(st.layer_end()));
+    }
+    const bool ours = std::all_of(planned.begin(), planned.end(), [&](const std::string& s) {
+      return std::find(asked.begin(), asked.end(), s) != asked.end();
+    });
+    if (!planned.empty() && ours) {
+      sites = std::move(planned);
+    } else {
+      ends.clear();
     }
     auto p = PlanJoinLocked(sites, ends);
     if (!p.ok()) {  // the job changed since it was asked (a replan, say)
@@ -302,7 +318,6 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool health
   std::vector<uint32_t> gone;  // the leaving replicas' stages (flat indices)
   std::vector<std::string> leave_sites;
   const bool gossip = spec_.sync.reduce == fleet::SyncReduce::kGossip;
-  bool at_step = false;  // a gather or ring job's running attempt goes on (LeaveAtStep)
   v1::JobCommand stop;
   std::vector<std::string> staying;  // the live stages' sites, each once
   {
@@ -337,33 +352,20 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool health
       }
       staying.push_back(site);
     }
-    at_step = !gossip && healthy && spec_.sync.overlap == 0 && !need_assign_ &&
-              record_.state() == v1::JOB_STATE_RUNNING && record_.step() < record_.total_steps();
   }
+  // Whether the attempt still runs with a step left to decide, LeaveAtStep sees under its lock.
+  const bool at_step = !gossip && healthy && spec_.sync.overlap == 0;
   if (at_step && LeaveAtStep(leave, gone, leave_sites, staying)) return;
   if (gossip) {
-    // Each command to each of its sites, failures logged (`what` failed on the site).
-    auto send = [&](const v1::JobCommand& command, const std::vector<std::string>& to,
-                    const std::string& what) {
-      for (const auto& site : to) {
-        transport::Link* c = env_.channel(site);
-        auto r = c ? c->ControlJob(command, 3)
-                   : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
-        if (!r.ok()) {
-          env_.log->warn("job {}: could not {} on site '{}': {}", job_id_, what, site,
-                         std::string(r.status().message()));
-        }
-      }
-    };
     // The live stages refuse the leaving replicas' frames from now on and count them gone in
     // their rounds (JobCommand.KIND_REMOVE_REPLICAS), whether or not the stops below arrive.
     v1::JobCommand remove = stop;
     remove.set_kind(v1::JobCommand::KIND_REMOVE_REPLICAS);
     *remove.mutable_removed_replicas() = {leave.begin(), leave.end()};
-    send(remove, staying, "tell the stage that " + ReplicaNames(leave) + " left");
+    ControlSites(remove, staying, "tell the stage that " + ReplicaNames(leave) + " left");
     // Only the leaving replicas stop; the others' rounds go on without them.
     stop.set_kind(v1::JobCommand::KIND_STOP_ATTEMPT);
-    send(stop, leave_sites, "stop the leaving stage");
+    ControlSites(stop, leave_sites, "stop the leaving stage");
   } else {
     StopAttempt();
   }
@@ -377,19 +379,8 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool health
                        (gossip ? "; the others went on" : "; the others resume from it");
     if (gossip) {
       AddEventLocked("site_removed", membership_note_);
-      // The attempt goes on without the leaving stages: the steps and the checkpoint they
-      // held back are decided and committed over the others.
-      const StageGrid grid = GridLocked();
-      barrier_.Forget(gone);
-      for (auto& [step, losses] : val_pending_) {
-        for (uint32_t stage : gone) losses.erase(stage);
-      }
-      const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
-      for (const v1::StepReport& rep : barrier_.Complete(record_.attempt(), n)) {
-        FileStepLocked(rep, grid, n);
-      }
-      NoteCommittedLocked(barrier_.Committed(n));
-      MaybeCompleteLocked(n);
+      // The attempt goes on without the leaving stages.
+      ForgetStagesLocked(gone, dropped);
     } else {
       RestartFromCommittedLocked("site_removed", membership_note_);
     }
@@ -400,10 +391,6 @@ void Coordinator::RemoveSites(const std::vector<std::string>& sites, bool health
   }
   if (!gossip) AssignAll();
 }
-
-}  // namespace longhaul::daemon
-
-namespace longhaul::daemon {
 
 bool Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32_t>& gone,
                               const std::vector<std::string>& leave_sites,
@@ -424,18 +411,9 @@ bool Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
     const uint64_t at = record_.step();
     const uint32_t attempt = record_.attempt();
     leaving_ = Leaving{attempt, at, leave, leave_sites, /*held=*/true};
-    const ReplicaList dropped = RecordRemovalLocked(leave);
     record_.clear_leaving_sites();
-    const StageGrid grid = GridLocked();
-    barrier_.Forget(gone);
-    for (auto& [step, losses] : val_pending_) {
-      for (uint32_t stage : gone) losses.erase(stage);
-    }
     // A step that waited only for the leaving stages is decided now (its decision names them).
-    const uint32_t n = static_cast<uint32_t>(LiveStages(grid, dropped).size());
-    for (const v1::StepReport& rep : barrier_.Complete(attempt, n)) FileStepLocked(rep, grid, n);
-    NoteCommittedLocked(barrier_.Committed(n));
-    MaybeCompleteLocked(n);
+    ForgetStagesLocked(gone, RecordRemovalLocked(leave));
     membership_note_ = ReplicaNames(leave) + " (" + SiteNames(leave_sites) + ") left at step " +
                        std::to_string(at) + "; the others went on";
     AddEventLocked("site_removed", membership_note_);
@@ -455,12 +433,10 @@ bool Coordinator::LeaveAtStep(const ReplicaList& leave, const std::vector<uint32
     std::vector<std::thread> tellers;
     for (size_t k = 0; k < staying.size(); ++k) {
       tellers.emplace_back([this, &tell, &staying, &told, k] {
-        Status s = absl::NotFoundError("not a peer");
-        for (int tries = 0; tries < 3 && !s.ok(); ++tries) {
-          transport::Link* c = env_.channel(staying[k]);
-          s = c ? c->ControlJob(tell, 3).status() : absl::NotFoundError("not a peer");
+        for (int tries = 0; tries < 3; ++tries) {
+          told[k] = ControlSite(staying[k], tell).status();
+          if (told[k].ok()) break;
         }
-        told[k] = std::move(s);
       });
     }
     for (std::thread& t : tellers) t.join();
@@ -512,15 +488,7 @@ void Coordinator::StopLeftStages() {
     sites = std::move(leaving_->sites);
     leaving_.reset();
   }
-  for (const auto& site : sites) {
-    transport::Link* c = env_.channel(site);
-    auto r = c ? c->ControlJob(stop, 3)
-               : StatusOr<v1::JobCommandResponse>(absl::NotFoundError("not a peer"));
-    if (!r.ok()) {
-      env_.log->warn("job {}: could not stop the leaving stage on site '{}': {}", job_id_, site,
-                     std::string(r.status().message()));
-    }
-  }
+  ControlSites(stop, sites, "stop the leaving stage");
 }
 
 }  // namespace longhaul::daemon

@@ -180,9 +180,11 @@ class SyncExchange {
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
   Status TakeRing(const TensorKey& key, ReceivedTensor t);
   Status TakeGossip(const TensorKey& key, const ReceivedTensor& t);
-  // Each route's ring over the live replicas (places_), and the usage of each stage a sync
-  // sends to (usage_: others dropped). FailedPrecondition for a ring without its next sender.
+  // Each route's ring over the live replicas (places_). FailedPrecondition for a ring without
+  // its next sender.
   Status PlaceRings();
+  // A usage entry (usage_) for each stage a sync sends to that has none yet; a stage no longer
+  // sent to keeps its own, with the bytes it was sent.
   void NoteUsage() ABSL_LOCKS_EXCLUDED(mu_);
   // peer_status of `stage` (kRunning without it).
   PeerStatus StatusOf(int stage) const;
