@@ -249,7 +249,7 @@ void Coordinator::StopAttempt() {
 StatusOr<v1::JobCommandResponse> Coordinator::ControlSite(const std::string& site,
                                                           const v1::JobCommand& command) const {
   transport::Link* c = env_.channel(site);
-  if (c == nullptr) return absl::NotFoundError("site '" + site + "' is not a peer");
+  if (c == nullptr) return absl::NotFoundError("not a peer");
   return c->ControlJob(command, 3);
 }
 

@@ -107,7 +107,8 @@ class Coordinator {
   std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent)
       ABSL_LOCKS_EXCLUDED(mu_);
   void StopAttempt() ABSL_LOCKS_EXCLUDED(mu_);
-  // `command` to `site`'s daemon, 3 s at most (NotFound when it is no peer of this one).
+  // `command` to `site`'s daemon, 3 s at most (NotFound "not a peer" for a site it cannot
+  // reach: the caller names the site).
   StatusOr<v1::JobCommandResponse> ControlSite(const std::string& site,
                                                const v1::JobCommand& command) const;
   // `command` to each of `sites`, each failure logged: "could not `what` on site ...".
