@@ -274,7 +274,7 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
   const size_t P = outer_.size();
   std::vector<float> params(P);
   if (action.finish) {  // the streaming sync started `overlap` steps ago
-    OuterStep(pending_phase_, pending_mean_);
+    OuterStep(action.started, pending_phase_, pending_mean_);
     for (size_t r = 0; r < n; ++r) {
       replicas_[r].chain->StoreIntoModel(params.data());
       for (size_t k = 0; k < slices_.size(); ++k) {
@@ -307,7 +307,7 @@ StatusOr<FleetStepResult> LocalFleet::LocalMode(const model::OptimizerOptions& o
     pending_phase_ = action.phase;
     return result;
   }
-  OuterStep(action.phase, mean);
+  OuterStep(static_cast<uint64_t>(step) + 1, action.phase, mean);
   for (Replica& r : replicas_) {
     if (action.phase == kEveryPhase) {
       r.chain->LoadFromModel(outer_.anchor().data());
@@ -380,16 +380,17 @@ Status LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* re
   return absl::OkStatus();
 }
 
-void LocalFleet::OuterStep(int phase, const std::vector<float>& mean) {
+void LocalFleet::OuterStep(uint64_t done, int phase, const std::vector<float>& mean) {
+  const OuterOptions outer = OuterStepAt(options_.sync, done);
   if (phase == kEveryPhase) {
-    outer_.Step(options_.sync.outer, mean);
+    outer_.Step(outer, mean);
     return;
   }
   for (size_t k = 0; k < slices_.size(); ++k) {
     if (!InPhase(phases_[k], phase)) continue;
     const size_t offset = static_cast<size_t>(slices_[k].offset);
     outer_.StepPart(
-        options_.sync.outer, offset,
+        outer, offset,
         std::span<const float>(mean.data() + offset, static_cast<size_t>(slices_[k].size)));
   }
 }

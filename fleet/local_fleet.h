@@ -157,8 +157,9 @@ class LocalFleet {
   Status Reduce(const std::vector<std::vector<float>>& contributions,
                 const std::vector<float>& weights, uint64_t seed, int phase,
                 std::vector<float>* sum);
-  // The outer step with `mean` on the slices of `phase`.
-  void OuterStep(int phase, const std::vector<float>& mean);
+  // The outer step of the sync after step `done` (OuterStepAt) with `mean` on the slices of
+  // `phase`.
+  void OuterStep(uint64_t done, int phase, const std::vector<float>& mean);
   std::vector<int> Microbatches() const;  // by replica
 
   model::ModelConfig config_;

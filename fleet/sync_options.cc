@@ -85,6 +85,11 @@ LocalSyncAction LocalSyncAt(const SyncOptions& o, uint64_t done, uint64_t total)
   const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
   const uint64_t overlap = static_cast<uint64_t>(std::max(0, o.overlap));
   if (done == 0) return a;
+  const uint64_t warmup = static_cast<uint64_t>(std::max(0, o.warmup));
+  if (done <= warmup) {
+    a.blocking = true;
+    return a;
+  }
   const int phase = PhaseAt(o, done);
   if (overlap == 0) {
     a.blocking = phase != kEveryPhase || done == total;
@@ -93,7 +98,7 @@ LocalSyncAction LocalSyncAt(const SyncOptions& o, uint64_t done, uint64_t total)
   }
   // The one sync that can be in flight (overlap < every / stagger, the closest two phases'
   // distance): the last sync step before `done`, if it started within `overlap` steps or
-  // this is the last step.
+  // this is the last step. A sync step within the warm-up blocked.
   uint64_t last_start = 0;
   int last_phase = 0;
   for (int p = 0; p < std::max(1, o.stagger); ++p) {
@@ -105,7 +110,7 @@ LocalSyncAction LocalSyncAt(const SyncOptions& o, uint64_t done, uint64_t total)
       last_phase = p;
     }
   }
-  if (last_start > 0 && last_start < total &&
+  if (last_start > warmup && last_start < total &&
       (last_start + overlap == done || (done == total && last_start + overlap > done))) {
     a.finish = true;
     a.started = last_start;
@@ -115,6 +120,10 @@ LocalSyncAction LocalSyncAt(const SyncOptions& o, uint64_t done, uint64_t total)
   a.phase = a.start && o.stagger > 1 ? phase : kEveryPhase;
   a.blocking = done == total;
   return a;
+}
+
+OuterOptions OuterStepAt(const SyncOptions& o, uint64_t done) {
+  return done <= static_cast<uint64_t>(std::max(0, o.warmup)) ? kPlainAveraging : o.outer;
 }
 
 Status ValidateSyncOptions(const SyncOptions& o) {
@@ -151,6 +160,15 @@ Status ValidateSyncOptions(const SyncOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sync.tracking corrects gossip's local steps: it needs sync.reduce gossip, not ",
         SyncReduceName(o.reduce)));
+  }
+  if (o.warmup < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sync.warmup must be >= 0, not ", o.warmup));
+  }
+  if (o.warmup > 0 && (o.mode != SyncMode::kLocal || o.reduce == SyncReduce::kGossip)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync.warmup syncs an outer step's anchor every step at the start: it needs mode local "
+        "with reduce gather, ring or auto, not mode ",
+        SyncModeName(o.mode), " with reduce ", SyncReduceName(o.reduce)));
   }
   return absl::OkStatus();
 }

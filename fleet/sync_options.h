@@ -75,6 +75,11 @@ struct SyncOptions {
   // apply so that replicas on different data move as their mean does (`sync: {tracking:
   // true}`; the fleet simulator and the daemons alike).
   bool tracking = false;
+  // Local mode, gather or ring: the first `warmup` steps each end in a blocking sync of every
+  // slice with plain averaging; the cadence (`every`, `stagger`, `overlap`) and the outer step
+  // take over after them. The replicas then train apart only once the first, fastest phase of
+  // training is behind them (post-local SGD); 0: none (the replica study in BENCHMARKS.md).
+  int warmup = 0;
 };
 
 // A LocalSyncAction's phase when a sync covers every slice (the last step's, or stagger 1).
@@ -106,7 +111,11 @@ struct LocalSyncAction {
   int finish_phase = 0;     // with finish: the phase it syncs (kEveryPhase: every slice)
   int phase = kEveryPhase;  // with start or blocking: the phase whose slices sync
 };
+// Within the warm-up (done <= warmup) every step's sync blocks and covers every slice.
 LocalSyncAction LocalSyncAt(const SyncOptions& options, uint64_t done, uint64_t total);
+// The outer step of the sync after step `done`: plain averaging within the warm-up, the
+// options' outer step after it.
+OuterOptions OuterStepAt(const SyncOptions& options, uint64_t done);
 // Phase p's first sync step within a round of `every`: p every / stagger (phase 0: 0, that is
 // every). REQUIRES: 0 <= p < stagger.
 uint64_t PhaseOffset(const SyncOptions& options, int phase);
@@ -118,7 +127,8 @@ inline bool InPhase(int slice_phase, int phase) {
 // every >= 1, 1 <= stagger <= every (stagger > 1 only in local mode), 0 <= overlap <
 // every / stagger (overlap > 0 only in local mode: one sync in flight at a time), the outer
 // options' ranges, a codec that is "exact", "adaptive" or parses, and gossip's conditions
-// (see SyncReduce) with fanout >= 1, and tracking only with gossip.
+// (see SyncReduce) with fanout >= 1, tracking only with gossip, and warmup >= 0 (> 0 only in
+// local mode with gather or ring).
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The fraction of each slice a gossip round sends (1 for codec exact, F for topk:F), or the

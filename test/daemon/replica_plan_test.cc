@@ -154,6 +154,18 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {mode: step, stagger: 2}\n"),
              Catch::Contains("needs mode local"));
   CHECK_THAT(error("sync: {stagger: 2}\n"), Catch::Contains("needs replicas"));
+  // A warm-up: every step synced at the start, in local mode around rings or gathered.
+  CHECK(two->sync.warmup == 0);
+  auto warm = ParseJobSpec(Job("replicas: 2\nsync: {every: 8, warmup: 20, reduce: ring}\n"),
+                           "job.yaml", ".");
+  INFO(warm.status().ToString());
+  REQUIRE(warm.ok());
+  CHECK(warm->sync.warmup == 20);
+  CHECK_THAT(error("replicas: 2\nsync: {warmup: -1}\n"), Catch::Contains("warmup"));
+  CHECK_THAT(error("replicas: 2\nsync: {warmup: 5, reduce: gossip}\n"),
+             Catch::Contains("sync.warmup syncs an outer step's anchor every step"));
+  CHECK_THAT(error("replicas: 2\nsync: {mode: step, warmup: 5}\n"),
+             Catch::Contains("not mode step"));
   // Phase 1 starts after step 4 and streams until 7.
   CHECK_THAT(ScheduleError("{every: 8, stagger: 2, overlap: 3}", 10, 6),
              Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "

@@ -316,6 +316,85 @@ TEST_CASE("the streaming sync schedule: start, finish `overlap` steps later, the
   CHECK(!ValidInStepMode(sync));
 }
 
+TEST_CASE("the warm-up schedule: every step at the start, then the cadence", "[fleet]") {
+  SyncOptions sync = Local(4);
+  sync.warmup = 5;
+  const uint64_t total = 14;
+  std::vector<uint64_t> blocks;
+  for (uint64_t done = 1; done <= total; ++done) {
+    const LocalSyncAction a = LocalSyncAt(sync, done, total);
+    if (a.blocking) blocks.push_back(done);
+    CHECK(a.phase == kEveryPhase);
+    // Plain averaging within the warm-up, the outer step after it.
+    CHECK(IsPlainAveraging(OuterStepAt(sync, done)) == (done <= 5));
+  }
+  CHECK(blocks == std::vector<uint64_t>{1, 2, 3, 4, 5, 8, 12, 14});
+  // Streamed after it: the warm-up's syncs block, none of them finishes later.
+  sync.overlap = 2;
+  std::vector<uint64_t> starts, finishes;
+  blocks.clear();
+  for (uint64_t done = 1; done <= total; ++done) {
+    const LocalSyncAction a = LocalSyncAt(sync, done, total);
+    if (a.start) starts.push_back(done);
+    if (a.finish) finishes.push_back(done);
+    if (a.blocking) blocks.push_back(done);
+  }
+  CHECK(blocks == std::vector<uint64_t>{1, 2, 3, 4, 5, 14});
+  CHECK(starts == std::vector<uint64_t>{8, 12});
+  CHECK(finishes == std::vector<uint64_t>{10, 14});
+  // Staggered after it: every phase in the warm-up, each at its own step after it.
+  sync.overlap = 0;
+  sync.stagger = 2;
+  CHECK(LocalSyncAt(sync, 2, total).phase == kEveryPhase);
+  CHECK(LocalSyncAt(sync, 6, total).phase == 1);
+  CHECK(LocalSyncAt(sync, 8, total).phase == 0);
+  // Checked: >= 0, local mode, not gossip.
+  CHECK(ValidateSyncOptions(sync).ok());
+  sync.warmup = -1;
+  CHECK(!ValidateSyncOptions(sync).ok());
+  sync.warmup = 3;
+  sync.stagger = 1;
+  CHECK(!ValidInStepMode(sync));
+  sync.reduce = SyncReduce::kGossip;
+  sync.codec = "exact";
+  CHECK_THAT(std::string(ValidateSyncOptions(sync).message()),
+             Catch::Contains("not mode local "
+                             "with reduce gossip"));
+}
+
+TEST_CASE("a warm-up trains as plain averaging after every step, then takes the outer step",
+          "[fleet]") {
+  // With the DiLoCo outer step (Nesterov, lr 0.7, momentum 0.9) and a warm-up of 4 steps, the
+  // first 4 steps are those of plain averaging after every step, bit for bit; after them the
+  // replicas train apart until the next multiple of `every` and the outer step makes them
+  // differ.
+  SyncOptions warm = Local(3, "q8");
+  warm.reduce = GENERATE(SyncReduce::kGather, SyncReduce::kRing);
+  warm.warmup = 4;
+  SyncOptions plain = warm;
+  plain.warmup = 0;
+  plain.every = 1;
+  plain.outer = kPlainAveraging;
+  Fleet a = MakeFleet(2, warm), b = MakeFleet(2, plain);
+  const int steps = 10;
+  for (int s = 0; s < steps; ++s) {
+    auto ra = a.fleet->TrainStep(Optimizer(), s, steps);
+    auto rb = b.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(ra.ok());
+    REQUIRE(rb.ok());
+    INFO("step " << s);
+    CHECK(ra->synced == (s < 4 || (s + 1) % 3 == 0 || s + 1 == steps));
+    if (s < 4) {
+      CHECK(ra->loss == rb->loss);
+      CHECK(Params(a.fleet->replica(0)) == Params(b.fleet->replica(0)));
+      CHECK(a.fleet->MaxDivergence() == 0.0f);
+    }
+    if (s + 1 == 5) CHECK(a.fleet->MaxDivergence() > 0.0f);  // apart until step 6's sync
+  }
+  CHECK(Params(a.fleet->replica(0)) != Params(b.fleet->replica(0)));
+  CHECK(a.fleet->traffic().syncs == 7);  // 1, 2, 3, 4, then 6, 9 (every 3) and the last
+}
+
 TEST_CASE("local mode with streaming syncs: the outer step lands `overlap` steps later",
           "[fleet]") {
   const SyncOptions sync = Local(3, "q8");

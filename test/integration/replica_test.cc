@@ -452,6 +452,27 @@ TEST_CASE("streaming syncs: the outer step lands `overlap` steps later, the flee
   }
 }
 
+TEST_CASE("a sync warm-up: every step synced at the start, then the cadence, the fleet's model") {
+  // Plain averaging after steps 1 to 3, then the outer step after 4 and 8 and the last, around
+  // rings or gathered: the daemons' stages against the fleet, bit for bit.
+  const std::string reduce = GENERATE(std::string("gather"), std::string("ring"));
+  const std::string yaml = JobYaml(
+      "sync: {mode: local, every: 4, warmup: 3, codec: q4, outer: {lr: 0.7}, reduce: " + reduce +
+          "}\n",
+      10);
+  const Oracle oracle = TrainFleet(yaml);
+  const Oracle cold = TrainFleet(JobYaml(
+      "sync: {mode: local, every: 4, codec: q4, outer: {lr: 0.7}, reduce: " + reduce + "}\n", 10));
+  CHECK(oracle.params != cold.params);
+  Cluster c;
+  const std::string id = c.Submit(yaml);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  CheckAgainst(oracle, s, c.Export(id));
+  REQUIRE(s.sync_groups_size() == 2);
+  // 1, 2, 3, 4, 8 and 10 (the status may trail the last); without the warm-up 3 in all.
+  for (const auto& group : s.sync_groups()) CHECK(group.syncs() >= 4);
+}
+
 TEST_CASE("staggered syncs: each phase of the layers at its own steps, the fleet's model") {
   // stagger 2 on 2 layers: layer 0, wte and wpe sync after steps 4 and 8 (phase 0), layer 1
   // and the final layernorm after 2 and 6 (phase 1), everything after the last. Stage 0 holds

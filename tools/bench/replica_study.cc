@@ -61,6 +61,7 @@ struct Flags {
   std::vector<int> every = {10, 50};
   std::vector<int> overlap = {0};  // sync.overlap: inner steps a sync streams behind
   std::vector<int> stagger = {1};  // sync.stagger: phases of a round
+  std::vector<int> warmup = {0};   // sync.warmup: steps synced every step at the start
   std::vector<std::string> codecs = {"q4", "topk:0.03+q4", "topk:0.01+q8"};
   std::vector<std::string> reduce = {"gather"};  // sync.reduce of the local-mode runs
   std::vector<std::string> step_codecs;          // step-mode runs with these codecs (gather, ring)
@@ -96,7 +97,8 @@ struct RunSpec {
                ? absl::StrCat("N=", replicas, " step ", sync.codec, Reduce())
                : absl::StrCat("N=", replicas, " local/", sync.every,
                               sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "",
-                              sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "", " ",
+                              sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "",
+                              sync.warmup > 0 ? absl::StrCat(" warm ", sync.warmup) : "", " ",
                               sync.codec, Reduce());
   }
   // The step/exact reference every other run of its N and seed is compared with.
@@ -322,7 +324,10 @@ int Run(Flags f) {
                   }
                   continue;
                 }
-                results.push_back(r);
+                for (int warmup : f.warmup) {
+                  r.spec.sync.warmup = warmup;
+                  results.push_back(r);
+                }
               }
             }
           }
@@ -468,6 +473,10 @@ int main(int argc, char** argv) {
                  "Each replica's microbatches per step, for the runs with that many replicas "
                  "(all modes: the same union batch); default: the job's for each")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--warmup", f.warmup,
+                 "sync.warmup of the gather and ring runs: the first steps each sync with plain "
+                 "averaging before --every takes over (several: one run each)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--every", f.every, "Inner steps per outer step (local mode)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));

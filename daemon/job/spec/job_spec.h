@@ -69,6 +69,12 @@
 //     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
 //                                    # (with a top-k codec the defaults are lr 1, momentum
 //                                    # 0: plain averaging)
+//     warmup: 0                      # local, gather or ring: the first `warmup` steps each
+//                                    # end in a blocking sync of every slice with plain
+//                                    # averaging; `every` and the outer step take over after
+//                                    # them (the replicas train apart once training's first,
+//                                    # fastest phase is behind them; 5% of the steps took a
+//                                    # point off the q4 ring on real text, BENCHMARKS.md)
 //     codec: q4                      # what crosses between replicas, with error feedback on
 //                                    # lossy codecs: exact | bf16 | q8 | q4 | q2 |
 //                                    # topk:F+CODEC ... (its outer step defaults to plain

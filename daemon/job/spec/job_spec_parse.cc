@@ -28,7 +28,11 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   if (entry != nullptr) {
     ASSIGN_OR_RETURN(auto fields,
                      w.Map(*entry, {"mode", "every", "overlap", "outer", "codec", "on_site_loss",
-                                    "reduce", "stagger", "fanout", "tracking"}));
+                                    "reduce", "stagger", "fanout", "tracking", "warmup"}));
+    if (auto it = fields.find("warmup"); it != fields.end()) {
+      ASSIGN_OR_RETURN(const int64_t warmup, w.Int(it->second, 0, 1000000000));
+      sync.warmup = static_cast<int>(warmup);
+    }
     if (auto it = fields.find("stagger"); it != fields.end()) {
       ASSIGN_OR_RETURN(const int64_t stagger, w.Int(it->second, 1, 1000000));
       if (stagger > spec->job.model.num_layers) {

@@ -257,7 +257,8 @@ Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
     o_.fragment->GetParameters(params.data());
     for (const fleet::SyncSlice& slice : PhaseSlices(action.finish_phase)) {
       const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
-      outer_.StepPart(o_.sync.outer, at, std::span<const float>(mean).subspan(at, size));
+      outer_.StepPart(fleet::OuterStepAt(o_.sync, action.started), at,
+                      std::span<const float>(mean).subspan(at, size));
       outer_.RebasePart(at, std::span<const float>(started_).subspan(at, size),
                         std::span<float>(params).subspan(at, size));
     }
@@ -268,14 +269,16 @@ Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
   std::vector<float> delta(n), mean(n);
   o_.fragment->GetParameters(params.data());
   outer_.PseudoGradient(params, delta);
-  RETURN_IF_ERROR(ChooseCodec(ComputeUntilNextSync(compute_seconds), action.phase));
+  RETURN_IF_ERROR(ChooseCodec(ComputeUntilNextSync(step, compute_seconds), action.phase));
   // Each live replica's pseudo-gradient weighs by the tokens it trained since the last sync:
   // its microbatches of theirs (fleet::TokenWeights; equal when every replica trains as many).
   RETURN_IF_ERROR(exchange_->AllGather(step, delta, token_weights_, mean, action.phase));
-  // The phase's slices take the outer step and continue from the new anchor.
+  // The phase's slices take the outer step (plain averaging within the warm-up) and continue
+  // from the new anchor.
+  const fleet::OuterOptions outer = fleet::OuterStepAt(o_.sync, step + 1);
   for (const fleet::SyncSlice& slice : PhaseSlices(action.phase)) {
     const size_t at = static_cast<size_t>(slice.offset), size = static_cast<size_t>(slice.size);
-    outer_.StepPart(o_.sync.outer, at, std::span<const float>(mean).subspan(at, size));
+    outer_.StepPart(outer, at, std::span<const float>(mean).subspan(at, size));
     std::copy_n(outer_.anchor().begin() + slice.offset, size, params.begin() + slice.offset);
   }
   o_.fragment->SetParameters(params.data());
@@ -389,7 +392,7 @@ Status ReplicaSync::StartSync(uint64_t step, double compute_seconds, bool resume
   std::vector<float> params(n), delta(n);
   o_.fragment->GetParameters(params.data());
   outer_.PseudoGradient(params, delta);
-  RETURN_IF_ERROR(ChooseCodec(ComputeUntilNextSync(compute_seconds), action.phase));
+  RETURN_IF_ERROR(ChooseCodec(ComputeUntilNextSync(step, compute_seconds), action.phase));
   std::vector<float> weights = token_weights_;
   const v1::StageAssignment& a = o_.assignment;
   if (resumed && a.rejoining_replicas_size() > 0) {
@@ -425,8 +428,10 @@ v1::SyncReport ReplicaSync::Report() const {
   return r;
 }
 
-double ReplicaSync::ComputeUntilNextSync(double step_compute_seconds) const {
-  // `every` steps of this step's compute, shared by the phases of a staggered round.
+double ReplicaSync::ComputeUntilNextSync(uint64_t step, double step_compute_seconds) const {
+  // Within the warm-up the next step's; after it `every` steps of this step's compute, shared
+  // by the phases of a staggered round.
+  if (step + 1 < static_cast<uint64_t>(std::max(0, o_.sync.warmup))) return step_compute_seconds;
   return static_cast<double>(o_.sync.every) / std::max(1, o_.sync.stagger) * step_compute_seconds;
 }
 

@@ -137,7 +137,7 @@ class ReplicaSync {
   // compute until the one after (sync_codec.h).
   Status ChooseCodec(double compute_seconds, int phase);
   // The inner steps' compute until the next sync, from one step's.
-  double ComputeUntilNextSync(double step_compute_seconds) const;
+  double ComputeUntilNextSync(uint64_t step, double step_compute_seconds) const;
   // Gossip: the sketch of the parameters (Report's), the push-sum round of the sync after
   // `step`, then, after the job's last step, the exact average.
   Status GossipSync(uint64_t step);
