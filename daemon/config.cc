@@ -27,6 +27,7 @@ using config_internal::CheckDevice;
 using config_internal::CheckLogLevel;
 using config_internal::CheckReadableFile;
 using config_internal::CheckSiteName;
+using config_internal::CheckVolunteerJob;
 using config_internal::HostPort;
 using config_internal::ParseHostPort;
 using config_internal::ParseNumber;
@@ -38,10 +39,11 @@ using Entry = YamlWalker::Entry;
 using Fields = YamlWalker::Fields;
 
 const std::vector<absl::string_view> kTopKeys = {
-    "site", "listen",   "peers", "data_dir",  "data_roots", "devices",
-    "tls",  "insecure", "auth",  "log_level", "links",      "memory_limit_mb"};
+    "site",     "listen", "peers",     "data_dir", "data_roots",      "devices",  "tls",
+    "insecure", "auth",   "log_level", "links",    "memory_limit_mb", "volunteer"};
 const std::vector<absl::string_view> kListenKeys = {"peer", "control", "status"};
 const std::vector<absl::string_view> kPeerKeys = {"name", "address"};
+const std::vector<absl::string_view> kVolunteerKeys = {"job", "coordinator"};
 const std::vector<absl::string_view> kTlsKeys = {"ca", "cert", "key", "control"};
 const std::vector<absl::string_view> kAuthKeys = {"token_file"};
 const std::vector<absl::string_view> kLinkKeys = {
@@ -144,7 +146,38 @@ class ConfigParser {
       }
       config.memory_limit_bytes = static_cast<int64_t>(*value) << 20;
     }
+    if (auto it = top.find("volunteer"); it != top.end() && !it->second.value.IsNull()) {
+      RETURN_IF_ERROR(ParseVolunteer(it->second, &config));
+    }
     return config;
+  }
+
+  // volunteer: [{job: NAME_OR_ID, coordinator: PEER}, ...]: each job once, its coordinator a
+  // configured peer (parsed above).
+  Status ParseVolunteer(const Entry& list, SiteConfig* config) const {
+    ASSIGN_OR_RETURN(std::vector<Entry> items, w_.List(list));
+    for (const Entry& item : items) {
+      ASSIGN_OR_RETURN(Fields fields, w_.Map(item, kVolunteerKeys));
+      VolunteerConfig v;
+      ASSIGN_OR_RETURN(v.job, RequiredString(fields, item, "job"));
+      RETURN_IF_ERROR(Check(CheckVolunteerJob(v.job), fields.at("job")));
+      for (const VolunteerConfig& other : config->volunteer) {
+        if (other.job == v.job) {
+          return Error(fields.at("job"), absl::StrCat("job '", v.job, "' is listed twice"));
+        }
+      }
+      ASSIGN_OR_RETURN(v.coordinator, RequiredString(fields, item, "coordinator"));
+      const bool peer = std::any_of(config->peers.begin(), config->peers.end(),
+                                    [&](const PeerConfig& p) { return p.name == v.coordinator; });
+      if (!peer) {
+        return Error(fields.at("coordinator"),
+                     absl::StrCat("'", v.coordinator,
+                                  "' is not one of this site's peers (the coordinator is asked "
+                                  "over the peer link: add it under peers)"));
+      }
+      config->volunteer.push_back(std::move(v));
+    }
+    return absl::OkStatus();
   }
 
   Status ParseListen(const Fields& top, const Entry& root, SiteConfig* config) const {

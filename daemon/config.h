@@ -47,6 +47,13 @@ struct LinkConfig {
   double reconnect_max_seconds = 10.0;      // >= initial, <= 3600
 };
 
+// A running job this site asks to join as a new replica (`volunteer:`; the job's file must
+// list the site under `volunteers`): daemon/job/host/volunteer.h.
+struct VolunteerConfig {
+  std::string job;          // the job's id, or the name of its running job at the coordinator
+  std::string coordinator;  // the site that coordinates it: a configured peer
+};
+
 struct SiteConfig {
   std::string source;             // path the config was read from (or the name given)
   std::string site;               // [a-z0-9][a-z0-9-]{0,62}; also the TLS cert name
@@ -70,6 +77,7 @@ struct SiteConfig {
   std::string log_level = "info";  // trace|debug|info|warn|error
   int64_t memory_limit_bytes = 0;  // memory_limit_mb: what job stages may allocate (0: no limit)
   LinkConfig links;
+  std::vector<VolunteerConfig> volunteer;  // may be empty
 };
 
 // Parses and validates YAML text. `source` names the text in error messages; `base_dir`

@@ -69,6 +69,16 @@ Status CheckSiteName(absl::string_view name) {
                    "': use 1-63 lowercase letters, digits and '-', not starting with '-'"));
 }
 
+Status CheckVolunteerJob(absl::string_view job) {
+  bool ok = !job.empty() && job.size() <= 128 && absl::ascii_isalnum(job.front());
+  for (char c : job) ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid job '", job.substr(0, 64),
+                   "': a job's id or name is 1-128 letters, digits, '.', '_' and '-', starting "
+                   "with a letter or digit"));
+}
+
 StatusOr<HostPort> ParseHostPort(absl::string_view text, bool allow_port_zero) {
   HostPort result;
   absl::string_view port;

@@ -16,6 +16,10 @@ namespace longhaul::daemon::config_internal {
 // A site or peer name: [a-z0-9][a-z0-9-]{0,62} (it is also a TLS certificate name).
 Status CheckSiteName(absl::string_view name);
 
+// A job a site volunteers for: its id or name, 1-128 of [A-Za-z0-9._-] starting with a
+// letter or digit (what job ids are made of).
+Status CheckVolunteerJob(absl::string_view job);
+
 // A parsed "host:port".
 struct HostPort {
   std::string host;  // lowercased name, or the IP address in canonical form (no brackets)

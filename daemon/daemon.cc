@@ -241,6 +241,13 @@ Status Daemon::StartAll() {
     links_.push_back(std::make_unique<PeerLink>(o, monitor_.get(), log_));
     links_.back()->Start();
   }
+  if (!config_.volunteer.empty()) {
+    VolunteerOptions vo;
+    vo.jobs = config_.volunteer;
+    volunteer_ = std::make_unique<VolunteerLoop>(
+        std::move(vo), [this](const std::string& site) { return jobs_->Channel(site); }, log_);
+    volunteer_->Start();
+  }
   log_->info(
       "serving: peer {} (tls {}), control {} (tls {}), status page http://{}/ (JSON at /status); "
       "{} peer(s)",
@@ -254,6 +261,7 @@ Status Daemon::StartAll() {
 void Daemon::Shutdown(double grace_seconds) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (volunteer_) volunteer_->Stop();
   for (auto& l : links_) l->Stop();
   if (jobs_) jobs_->Shutdown();
   // No call into this site is left running once Detach returns (the job host released the
@@ -292,6 +300,9 @@ v1::NodeStatus Daemon::NodeStatus() const {
   for (const auto& l : monitor_->Snapshot()) up += l.state == v1::LINK_STATE_UP;
   s.set_peers_up(up);
   s.set_peers_total(config_.peers.size());
+  if (volunteer_) {
+    for (v1::VolunteerStatus& v : volunteer_->Snapshot()) *s.add_volunteers() = std::move(v);
+  }
   return s;
 }
 

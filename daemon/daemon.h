@@ -20,6 +20,7 @@
 #include "daemon/control_service.h"
 #include "daemon/http/status_server.h"
 #include "daemon/job/host/job_host.h"
+#include "daemon/job/host/volunteer.h"
 #include "daemon/job/site/runtime_env.h"
 #include "daemon/link_monitor.h"
 #include "daemon/peer_link.h"
@@ -89,6 +90,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> control_server_;
   std::unique_ptr<http::StatusServer> status_server_;
   std::vector<std::unique_ptr<PeerLink>> links_;
+  std::unique_ptr<VolunteerLoop> volunteer_;  // with config.volunteer
   // gRPC sets these two before either server serves a request.
   int peer_port_ = 0, control_port_ = 0;
   // Known only once the status server runs, which (and the control server) may already be

@@ -259,6 +259,16 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
   if (!node.warning().empty()) j["warning"] = node.warning();
   j["peers_up"] = node.peers_up();
   j["peers_total"] = node.peers_total();
+  if (node.volunteers_size() > 0) {
+    j["volunteers"] = nlohmann::json::array();
+    for (const auto& v : node.volunteers()) {
+      j["volunteers"].push_back({{"job", v.job()},
+                                 {"coordinator", v.coordinator()},
+                                 {"state", v.state()},
+                                 {"detail", v.detail()},
+                                 {"asked", v.asked()}});
+    }
+  }
   j["links"] = nlohmann::json::array();
   for (const auto& link : links.links()) {
     nlohmann::json l = {{"peer", link.peer()},

@@ -392,5 +392,36 @@ TEST_CASE("data_roots default to data_dir and resolve like it") {
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("data_roots[0]"));
 }
 
+TEST_CASE("volunteer: the jobs a site asks to join, each at a peer that coordinates it") {
+  const std::string peers = Peers("  - {name: beta, address: '127.0.0.1:7201'}\n");
+  StatusOr<SiteConfig> config = Parse(peers);
+  REQUIRE(config.ok());
+  CHECK(config->volunteer.empty());
+  config = Parse(peers +
+                 "volunteer:\n  - {job: tiny, coordinator: beta}\n"
+                 "  - {job: big-1a2b.3, coordinator: beta}\n");
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  REQUIRE(config->volunteer.size() == 2);
+  CHECK(config->volunteer[0].job == "tiny");
+  CHECK(config->volunteer[0].coordinator == "beta");
+  CHECK(config->volunteer[1].job == "big-1a2b.3");
+  auto error = [&](const std::string& list) {
+    StatusOr<SiteConfig> bad = Parse(peers + "volunteer:\n" + list);
+    return bad.ok() ? std::string("(parsed)") : std::string(bad.status().message());
+  };
+  CHECK_THAT(error("  - {job: tiny, coordinator: gamma}\n"),
+             Catch::Contains("alpha.yaml:8:") &&
+                 Catch::Contains("volunteer[0].coordinator: 'gamma' is not one of this site's "
+                                 "peers"));
+  CHECK_THAT(error("  - {job: tiny, coordinator: beta}\n  - {job: tiny, coordinator: beta}\n"),
+             Catch::Contains("volunteer[1].job: job 'tiny' is listed twice"));
+  CHECK_THAT(error("  - {job: ../etc, coordinator: beta}\n"),
+             Catch::Contains("volunteer[0].job: invalid job '../etc'"));
+  CHECK_THAT(error("  - {coordinator: beta}\n"), Catch::Contains("missing required key"));
+  CHECK_THAT(error("  - {job: tiny, coordinator: beta, site: x}\n"),
+             Catch::Contains("unknown key 'site'"));
+}
+
 }  // namespace
 }  // namespace longhaul::daemon

@@ -154,6 +154,22 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK_THAT(error("replicas: 2\nsync: {mode: step, stagger: 2}\n"),
              Catch::Contains("needs mode local"));
   CHECK_THAT(error("sync: {stagger: 2}\n"), Catch::Contains("needs replicas"));
+  // Volunteers: sites that may join by themselves, not the job's own, in local mode.
+  CHECK(two->volunteers.empty());
+  auto volunteers =
+      ParseJobSpec(Job("replicas: 2\nvolunteers: [epsilon, zeta]\n"), "job.yaml", ".");
+  INFO(volunteers.status().ToString());
+  REQUIRE(volunteers.ok());
+  CHECK(volunteers->volunteers == std::vector<std::string>{"epsilon", "zeta"});
+  CHECK_THAT(error("replicas: 2\nvolunteers: [epsilon, epsilon]\n"),
+             Catch::Contains("'epsilon' is listed twice"));
+  CHECK_THAT(error("replicas: 2\nvolunteers: [Eps]\n"), Catch::Contains("invalid site name"));
+  CHECK_THAT(error("replicas: 2\nvolunteers: [c]\n"),
+             Catch::Contains("'c' is one of the job's sites already"));
+  CHECK_THAT(error("replicas: 2\nvolunteers: epsilon\n"),
+             Catch::Contains("expected a list of site names"));
+  CHECK_THAT(error("replicas: 2\nsync: {mode: step}\nvolunteers: [epsilon]\n"),
+             Catch::Contains("sync.mode local"));
   // A warm-up: every step synced at the start, in local mode around rings or gathered.
   CHECK(two->sync.warmup == 0);
   auto warm = ParseJobSpec(Job("replicas: 2\nsync: {every: 8, warmup: 20, reduce: ring}\n"),

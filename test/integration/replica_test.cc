@@ -1026,6 +1026,57 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   CHECK(CheckpointParams(c, 4, id, steps, 0, 2) == from_model);
 }
 
+TEST_CASE("a site whose config volunteers for a running job joins it; one not listed is refused") {
+  // epsilon's and zeta's configs volunteer for the job named "tiny" at alpha, before it is
+  // submitted (they ask again until it is); its file lists epsilon under volunteers, so
+  // epsilon joins as a third replica, as `longhaul job add-site` would add it, and zeta is
+  // refused for good, the refusal naming it, in both sites' node status.
+  std::vector<std::string> sites = kSites;
+  sites.push_back("epsilon");
+  sites.push_back("zeta");
+  Cluster c(
+      {},
+      [](daemon::SiteConfig& config) {
+        if (config.site == "epsilon" || config.site == "zeta") {
+          config.volunteer = {{"tiny", "alpha"}};
+        }
+      },
+      sites);
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id =
+      c.Submit(JobYaml("sync: {mode: local, every: 2, codec: q8}\nvolunteers: [epsilon]\n", 40));
+  REQUIRE(testing::WaitFor([&] { return JoinMade(c.Status(id)); }, 120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.replicas() == 3);
+    REQUIRE(s.stages_size() == 5);
+    CHECK(s.stages(4).site() == "epsilon");
+    CHECK(s.stages(4).replica() == 2);
+  }
+  auto volunteer = [&](size_t site) {
+    const v1::NodeStatus n = c.at(site).NodeStatus();
+    REQUIRE(n.volunteers_size() == 1);
+    return n.volunteers(0);
+  };
+  REQUIRE(testing::WaitFor([&] { return volunteer(4).state() == "joined"; }, 60s));
+  CHECK(volunteer(4).job() == "tiny");
+  CHECK(volunteer(4).coordinator() == "alpha");
+  CHECK_THAT(volunteer(4).detail(), Catch::Contains("site epsilon joins as replica 2"));
+  REQUIRE(testing::WaitFor([&] { return volunteer(5).state() == "refused"; }, 60s));
+  CHECK_THAT(volunteer(5).detail(),
+             Catch::Contains("site 'zeta' is not one of the job's volunteers (volunteers: "
+                             "epsilon)"));
+  const uint32_t asked = volunteer(5).asked();
+  CHECK(c.Status(id).stages_size() == 5);  // zeta is in no stage
+  auto page = testing::HttpGet(c.at(5).status_port(), "/status");
+  CHECK_THAT(page.body, Catch::Contains("\"state\": \"refused\""));
+  for (size_t i = 0; i < sites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus done = c.WaitCompleted(id);
+  CHECK(done.stages_size() == 5);
+  CHECK(volunteer(5).asked() == asked);  // refused for good: not asked again
+}
+
 TEST_CASE("placement: planned: the planner places a joining replica over the sites given") {
   // A planned job of two replicas; epsilon and zeta are asked to join, zeta's compute ten
   // times slower (the debug throttle, which its profile counts): the planner places the new

@@ -31,6 +31,11 @@ int NodeStatus(const ClientOptions& options) {
             "http://" + s.status_listen() + "/ (JSON: http://" + s.status_listen() + "/status)"});
   t.AddRow({"devices", devices});
   t.AddRow({"peers up", std::to_string(s.peers_up()) + " of " + std::to_string(s.peers_total())});
+  // The jobs its config volunteers for: "tiny at alpha: joined (site epsilon joins as ...)".
+  for (const auto& v : s.volunteers()) {
+    t.AddRow({"volunteer", v.job() + " at " + v.coordinator() + ": " + v.state() +
+                               (v.detail().empty() ? "" : " (" + v.detail() + ")")});
+  }
   std::cout << t.str();
   return kExitOk;
 }

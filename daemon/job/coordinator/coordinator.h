@@ -83,6 +83,14 @@ class Coordinator {
   StatusOr<v1::ChangeJobSitesResponse> ChangeSites(const std::vector<std::string>& add,
                                                    const std::vector<std::string>& remove)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Site `site` (the authenticated caller) volunteers for the job (JobCommand.KIND_VOLUNTEER):
+  // if the job file lists it under `volunteers`, it joins as ChangeSites({site}) adds it, or
+  // is in the job already. Returns what was done. PermissionDenied: not a volunteer of the
+  // job; FailedPrecondition: the job ended, or the site's replica was removed from it
+  // (neither is worth asking again); Unavailable: another change is under way (ask again).
+  StatusOr<std::string> Volunteer(const std::string& site) ABSL_LOCKS_EXCLUDED(mu_);
+  const std::string& id() const { return job_id_; }
+  const std::string& name() const { return spec_.job.name; }
   // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // Releases every caller waiting at the step barrier (they are told to stop) and tells the

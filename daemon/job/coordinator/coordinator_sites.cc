@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/strings/str_join.h"
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/coordinator/job_record.h"
@@ -195,6 +196,46 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   cv_.notify_all();
   env_.log->info("{}: {}", job, response.detail());
   return response;
+}
+
+StatusOr<std::string> Coordinator::Volunteer(const std::string& site) {
+  const std::string job = "job " + job_id_;
+  RETURN_IF_ERROR(CheckSiteNameField(site, job + ": volunteer"));
+  if (std::find(spec_.volunteers.begin(), spec_.volunteers.end(), site) == spec_.volunteers.end()) {
+    return absl::PermissionDeniedError(
+        job + ": site '" + site + "' is not one of the job's volunteers (" +
+        (spec_.volunteers.empty() ? std::string("its file lists none")
+                                  : "volunteers: " + absl::StrJoin(spec_.volunteers, ", ")) +
+        ")");
+  }
+  // A change under way, the site's own join included, is worth asking again after.
+  auto again = [&](const Status& s) { return absl::UnavailableError(std::string(s.message())); };
+  {
+    MutexLock lock(mu_);
+    const StageGrid grid = GridLocked();
+    for (int i = 0; i < grid.size() && i < record_.stages_size(); ++i) {
+      if (record_.stages(i).site() != site) continue;
+      const int replica = grid.replica(i);
+      if (Contains(RemovedLocked(), replica)) {
+        return absl::FailedPreconditionError(job + ": site '" + site + "' left it (replica " +
+                                             std::to_string(replica) +
+                                             " was removed) and does not join it again");
+      }
+      return "site '" + site + "' runs a stage of replica " + std::to_string(replica) + " of " +
+             job + " already";
+    }
+    const Status refused = ChangeRefusedLocked(job);
+    if (!refused.ok()) return TerminalState(record_.state()) ? refused : again(refused);
+  }
+  auto r = ChangeSites({site}, {});
+  if (!r.ok()) {
+    if (r.status().code() == absl::StatusCode::kFailedPrecondition && !finished()) {
+      return again(r.status());  // another change came first
+    }
+    return r.status();
+  }
+  env_.log->info("{}: site '{}' volunteered: {}", job, site, r->detail());
+  return r->detail();
 }
 
 bool Coordinator::ApplySiteChanges(bool healthy) {

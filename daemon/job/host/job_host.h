@@ -119,6 +119,12 @@ class JobHost {
   // link), for the status pages and `longhaul links`.
   std::vector<v1::LinkUsage> LocalLinkUsage() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // KIND_VOLUNTEER from `caller` for `job` (an id, or the name of one running job here):
+  // Coordinator::Volunteer; NotFound when no running job here has that id or name (the
+  // volunteer asks again: the job may not be submitted yet).
+  StatusOr<v1::JobCommandResponse> Volunteer(const std::string& job, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // The link to `site` (this daemon or a configured peer); null when unknown.
   transport::Link* Channel(const std::string& site) ABSL_LOCKS_EXCLUDED(mu_);
   // Fault injection: extra compute seconds per layer and microbatch of this site's stages,

@@ -7,6 +7,7 @@
 
 #include <new>
 
+#include "absl/strings/str_join.h"
 #include "common/layer_range.h"
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/host/job_host.h"
@@ -220,9 +221,45 @@ StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const st
   return c->OnReport(r, caller);
 }
 
+StatusOr<v1::JobCommandResponse> JobHost::Volunteer(const std::string& job,
+                                                    const std::string& caller) {
+  // The job by its id, else the one job of that name coordinated here that has not ended.
+  std::shared_ptr<Coordinator> c = FindCoordinator(job);
+  if (c == nullptr) {
+    std::vector<std::shared_ptr<Coordinator>> named;
+    {
+      MutexLock lock(mu_);
+      for (const auto& [id, co] : coordinators_) {
+        if (co->name() == job) named.push_back(co);
+      }
+    }
+    std::vector<std::string> running;
+    for (const auto& co : named) {
+      if (co->finished()) continue;
+      c = co;
+      running.push_back(co->id());
+    }
+    if (running.size() > 1) {
+      return absl::FailedPreconditionError(
+          "site '" + options_.site + "' runs " + std::to_string(running.size()) + " jobs named '" +
+          job + "' (" + absl::StrJoin(running, ", ") + "): volunteer for one by its id");
+    }
+    if (c == nullptr) {
+      return absl::NotFoundError("site '" + options_.site + "' coordinates no running job '" + job +
+                                 "' (by id or name)" +
+                                 (named.empty() ? "" : ": the jobs of that name have ended"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::string detail, c->Volunteer(caller));
+  v1::JobCommandResponse r;
+  r.set_detail(detail);
+  return r;
+}
+
 StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
                                                      const std::string& caller) {
   RETURN_IF_ERROR(CheckJobId(c.job_id()));
+  if (c.kind() == v1::JobCommand::KIND_VOLUNTEER) return Volunteer(c.job_id(), caller);
   std::shared_ptr<Stage> stage = FindStage(c.job_id());
   v1::JobCommandResponse r;
   if (!stage) return r;  // nothing here (for a ping: not running)

@@ -113,6 +113,11 @@
 //                                    # microbatches meanwhile (the union batch kept,
 //                                    # RedistributeMicrobatches) | wait (step mode's default):
 //                                    # all roll back and wait
+//   volunteers: [epsilon]            # sites that may join the running job by themselves,
+//                                    # each as a new replica (its site config's volunteer:
+//                                    # names this job and its coordinator; the coordinator
+//                                    # adds it as `longhaul job add-site` would); sync mode
+//                                    # local, peers of the job's sites, not in `sites`
 //
 // A job with replicas (or auto) is not re-planned (a straggler's layers would have to move in
 // every replica). The planner places replicas for the built-in data only: token files live on
@@ -162,6 +167,9 @@ struct JobSpec {
   model::Job job;
   std::string yaml;  // the job file as submitted
   std::vector<std::string> sites;
+  // volunteers: sites that may join the running job by themselves (their site config's
+  // `volunteer:`), each then as `longhaul job add-site` would add it; sync mode local only.
+  std::vector<std::string> volunteers;
   CompressionMode compression = CompressionMode::kAdaptive;
   std::string codec = "q8";  // kFixed
   std::string floor = "q4";  // kAdaptive

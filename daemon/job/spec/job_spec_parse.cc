@@ -219,6 +219,37 @@ Status ParseReplicas(const YamlWalker& w, const Entry& /*root*/, const Entry* e,
   return absl::OkStatus();
 }
 
+// volunteers: site names, none listed twice or in `sites`; sync mode local (where sites join).
+Status ParseVolunteers(const YamlWalker& w, const Entry& /*root*/, const Entry* e, JobSpec* spec) {
+  if (e == nullptr || e->value.IsNull()) return absl::OkStatus();
+  if (!e->value.IsSequence()) return w.Error(*e, "expected a list of site names");
+  if (spec->sync.mode != fleet::SyncMode::kLocal) {
+    return w.Error(*e,
+                   "sites join a job with pipeline replicas in sync.mode local (this one runs "
+                   "sync.mode step, where a replica more would change every step's batch)");
+  }
+  ASSIGN_OR_RETURN(const std::vector<Entry> items, w.List(*e));
+  for (const Entry& item : items) {
+    ASSIGN_OR_RETURN(std::string site, w.String(item));
+    bool name = !site.empty() && site.size() <= 63 && site.front() != '-';
+    for (char c : site)
+      name = name && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+    if (!name) {
+      return w.Error(item, "invalid site name '" + site.substr(0, 64) +
+                               "': use 1-63 lowercase letters, digits and '-'");
+    }
+    if (std::find(spec->sites.begin(), spec->sites.end(), site) != spec->sites.end()) {
+      return w.Error(item, "site '" + site + "' is one of the job's sites already");
+    }
+    if (std::find(spec->volunteers.begin(), spec->volunteers.end(), site) !=
+        spec->volunteers.end()) {
+      return w.Error(item, "site '" + site + "' is listed twice");
+    }
+    spec->volunteers.push_back(std::move(site));
+  }
+  return absl::OkStatus();
+}
+
 // replica_microbatches: paced, or one count per replica.
 Status ParseReplicaMicrobatches(const YamlWalker& w, const Entry& /*root*/, const Entry* e,
                                 JobSpec* spec) {
@@ -474,6 +505,7 @@ constexpr PipelineKey kPipelineKeys[] = {
     {"sites", ParseSites},
     {"replicas", ParseReplicas},
     {"sync", ParseSync},
+    {"volunteers", ParseVolunteers},
     {"replica_microbatches", ParseReplicaMicrobatches},
     {"replica_stages", ParseReplicaStages},
     {"extra_in_flight", ParseInFlight},
