@@ -164,6 +164,12 @@ Status Daemon::StartAll() {
   jo.devices = config_.devices;
   jo.env = options_.env;
   jobs_ = std::make_unique<JobHost>(jo, monitor_.get(), log_);
+  if (!config_.volunteer.empty()) {  // before the servers answer NodeStatus; started last
+    VolunteerOptions vo;
+    vo.jobs = config_.volunteer;
+    volunteer_ = std::make_unique<VolunteerLoop>(
+        std::move(vo), [this](const std::string& site) { return jobs_->Channel(site); }, log_);
+  }
 
   // Peer server: what other sites reach, over gRPC or the loopback.
   SitePeerHandlerOptions ho;
@@ -241,13 +247,7 @@ Status Daemon::StartAll() {
     links_.push_back(std::make_unique<PeerLink>(o, monitor_.get(), log_));
     links_.back()->Start();
   }
-  if (!config_.volunteer.empty()) {
-    VolunteerOptions vo;
-    vo.jobs = config_.volunteer;
-    volunteer_ = std::make_unique<VolunteerLoop>(
-        std::move(vo), [this](const std::string& site) { return jobs_->Channel(site); }, log_);
-    volunteer_->Start();
-  }
+  if (volunteer_) volunteer_->Start();
   log_->info(
       "serving: peer {} (tls {}), control {} (tls {}), status page http://{}/ (JSON at /status); "
       "{} peer(s)",

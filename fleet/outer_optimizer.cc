@@ -46,6 +46,12 @@ void OuterOptimizer::Step(const OuterOptions& o, std::span<const float> delta) {
 void OuterOptimizer::StepPart(const OuterOptions& o, size_t offset, std::span<const float> delta) {
   const float mu = o.momentum;
   float* anchor = anchor_.data() + offset;
+  if (mu == 0.0f) {
+    // Plain averaging (a job's, or sync.warmup's): no momentum is kept, so the outer step
+    // after a warm-up starts with none.
+    for (size_t i = 0; i < delta.size(); ++i) anchor[i] -= o.lr * delta[i];
+    return;
+  }
   float* momentum = momentum_.data() + offset;
   for (size_t i = 0; i < delta.size(); ++i) {
     const float buf = mu * momentum[i] + delta[i];

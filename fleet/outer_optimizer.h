@@ -44,7 +44,8 @@ class OuterOptimizer {
   // This replica's pseudo-gradient, anchor - params, into `out`.
   // REQUIRES: params.size() == out.size() == size().
   void PseudoGradient(std::span<const float> params, std::span<float> out) const;
-  // The outer step with the group's mean pseudo-gradient. REQUIRES: delta.size() == size().
+  // The outer step with the group's mean pseudo-gradient. With momentum 0 (plain averaging)
+  // the momentum buffer is left as it is. REQUIRES: delta.size() == size().
   void Step(const OuterOptions& options, std::span<const float> delta);
   // A streaming sync's end (sync_options.h, overlap): params = anchor + (params - started),
   // `started` being the parameters when the sync started; what the inner steps since then

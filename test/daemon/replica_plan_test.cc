@@ -182,6 +182,20 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
              Catch::Contains("sync.warmup syncs an outer step's anchor every step"));
   CHECK_THAT(error("replicas: 2\nsync: {mode: step, warmup: 5}\n"),
              Catch::Contains("not mode step"));
+  // A checkpoint after a warm-up sync is outside any streaming sync (that sync blocked); one
+  // inside a streaming sync after the warm-up is still refused.
+  {
+    std::string yaml = Job("replicas: 2\nsync: {every: 10, overlap: 3, warmup: 20}\n");
+    yaml.replace(yaml.find("steps: 10"), 9, "steps: 30\ncheckpoint: {every: 21}");
+    const auto parsed = ParseJobSpec(yaml, "job.yaml", ".");
+    INFO(parsed.status().ToString());
+    CHECK(parsed.ok());
+  }
+  CHECK_THAT(ScheduleError("{every: 10, overlap: 3}", 30, 21),
+             Catch::Contains("checkpoint step 21 (every 21) falls inside"));
+  CHECK_THAT(ScheduleError("{every: 10, overlap: 3, warmup: 20}", 100, 21),
+             Catch::Contains("checkpoint step 42 (every 21) falls inside the streaming sync "
+                             "started at step 40"));
   // Phase 1 starts after step 4 and streams until 7.
   CHECK_THAT(ScheduleError("{every: 8, stagger: 2, overlap: 3}", 10, 6),
              Catch::Contains("checkpoint step 6 (every 6) falls inside the streaming sync started "

@@ -1065,8 +1065,10 @@ TEST_CASE("a site whose config volunteers for a running job joins it; one not li
   CHECK_THAT(volunteer(4).detail(), Catch::Contains("site epsilon joins as replica 2"));
   REQUIRE(testing::WaitFor([&] { return volunteer(5).state() == "refused"; }, 60s));
   CHECK_THAT(volunteer(5).detail(),
-             Catch::Contains("site 'zeta' is not one of the job's volunteers (volunteers: "
-                             "epsilon)"));
+             Catch::Contains("site 'zeta' is not one of the volunteers of job 'tiny' at site "
+                             "'alpha'"));
+  // A site the job does not take learns nothing of who it does take.
+  CHECK_THAT(volunteer(5).detail(), !Catch::Contains("epsilon"));
   const uint32_t asked = volunteer(5).asked();
   CHECK(c.Status(id).stages_size() == 5);  // zeta is in no stage
   auto page = testing::HttpGet(c.at(5).status_port(), "/status");

@@ -481,7 +481,8 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       "otherwise the model's layers split evenly among them in the order given. Every stage "
       "starts again from the committed step, the new replica from a live replica's state, and "
       "it syncs from its first outer step on. The sites must be peers of the coordinator and of "
-      "the job's sites");
+      "the job's sites. (A site may also ask by itself: its config's volunteer: names the job "
+      "and its coordinator, and the job file lists it under volunteers:)");
   add_site->add_option("job", job_id, "Job id")->required();
   add_site->add_option("sites", sites, "Sites of the new replica, in pipeline order")->required();
   add_site->callback(

@@ -12,11 +12,13 @@
 
 #include <spdlog/logger.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +93,11 @@ class Coordinator {
   StatusOr<std::string> Volunteer(const std::string& site) ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& id() const { return job_id_; }
   const std::string& name() const { return spec_.job.name; }
+  // Whether the job file lists `site` under `volunteers`.
+  bool TakesVolunteer(const std::string& site) const {
+    return std::find(spec_.volunteers.begin(), spec_.volunteers.end(), site) !=
+           spec_.volunteers.end();
+  }
   // Stops the monitor thread (daemon shutdown); the job stays persisted as it is.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // Releases every caller waiting at the step barrier (they are told to stop) and tells the
@@ -288,6 +295,9 @@ class Coordinator {
     bool held = true;
   };
   std::optional<Leaving> leaving_ ABSL_GUARDED_BY(mu_);
+  // Sites a planned join is profiling and placing (ChangeSites, before the change is
+  // persisted): a second join of them waits until it ends.
+  std::set<std::string> placing_ ABSL_GUARDED_BY(mu_);
   // The replica AddSites added, until an assignment with it succeeds (-1: none).
   std::string membership_note_ ABSL_GUARDED_BY(mu_);  // the last drop or rejoin, kept in the detail
   // Validation losses reported by the live replicas' last stages, by step and stage, until

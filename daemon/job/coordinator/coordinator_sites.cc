@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "absl/strings/str_join.h"
 #include "daemon/job/checks/job_checks.h"
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/coordinator/job_record.h"
@@ -146,8 +145,19 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     {  // what refuses the join anyway, before each site's calibration run (asked again below)
       MutexLock lock(mu_);
       RETURN_IF_ERROR(ChangeRefusedLocked(job));
+      for (const auto& site : add) {
+        if (placing_.count(site) > 0) {
+          return absl::FailedPreconditionError(job + ": a change is under way already (site '" +
+                                               site + "' is being profiled to join)");
+        }
+      }
+      placing_.insert(add.begin(), add.end());
     }
     auto p = PlaceJoiningReplica(add);
+    {
+      MutexLock lock(mu_);
+      for (const auto& site : add) placing_.erase(site);
+    }
     if (!p.ok()) return Annotate(p.status(), job);
     join_sites.clear();
     for (const scheduler::StagePlan& st : p->stages) {
@@ -201,12 +211,10 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
 StatusOr<std::string> Coordinator::Volunteer(const std::string& site) {
   const std::string job = "job " + job_id_;
   RETURN_IF_ERROR(CheckSiteNameField(site, job + ": volunteer"));
-  if (std::find(spec_.volunteers.begin(), spec_.volunteers.end(), site) == spec_.volunteers.end()) {
-    return absl::PermissionDeniedError(
-        job + ": site '" + site + "' is not one of the job's volunteers (" +
-        (spec_.volunteers.empty() ? std::string("its file lists none")
-                                  : "volunteers: " + absl::StrJoin(spec_.volunteers, ", ")) +
-        ")");
+  if (!TakesVolunteer(site)) {
+    // Not the job's list: a peer learns no more of the job than that.
+    return absl::PermissionDeniedError(job + ": site '" + site +
+                                       "' is not one of the job's volunteers");
   }
   // A change under way, the site's own join included, is worth asking again after.
   auto again = [&](const Status& s) { return absl::UnavailableError(std::string(s.message())); };
@@ -226,13 +234,22 @@ StatusOr<std::string> Coordinator::Volunteer(const std::string& site) {
     }
     const Status refused = ChangeRefusedLocked(job);
     if (!refused.ok()) return TerminalState(record_.state()) ? refused : again(refused);
+    if (!placing_.empty()) {
+      return absl::UnavailableError(
+          job + ": a change is under way already (" +
+          SiteNames(std::vector<std::string>(placing_.begin(), placing_.end())) +
+          " being profiled to join)");
+    }
   }
   auto r = ChangeSites({site}, {});
   if (!r.ok()) {
-    if (r.status().code() == absl::StatusCode::kFailedPrecondition && !finished()) {
+    MutexLock lock(mu_);
+    if (!TerminalState(record_.state()) && (!placing_.empty() || !ChangeRefusedLocked(job).ok())) {
       return again(r.status());  // another change came first
     }
-    return r.status();
+    // Anything else (not a peer of the coordinator, a plan that cannot hold it, a calibration
+    // that failed) is this join's answer: asking again would only redo it.
+    return absl::FailedPreconditionError(std::string(r.status().message()));
   }
   env_.log->info("{}: site '{}' volunteered: {}", job, site, r->detail());
   return r->detail();

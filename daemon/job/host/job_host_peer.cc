@@ -223,7 +223,8 @@ StatusOr<v1::StepDecision> JobHost::ReportStep(const v1::StepReport& r, const st
 
 StatusOr<v1::JobCommandResponse> JobHost::Volunteer(const std::string& job,
                                                     const std::string& caller) {
-  // The job by its id, else the one job of that name coordinated here that has not ended.
+  // The job by its id, else the running job of that name that lists the caller among its
+  // volunteers (what a peer learns of other jobs: that one runs under that name).
   std::shared_ptr<Coordinator> c = FindCoordinator(job);
   if (c == nullptr) {
     std::vector<std::shared_ptr<Coordinator>> named;
@@ -233,21 +234,29 @@ StatusOr<v1::JobCommandResponse> JobHost::Volunteer(const std::string& job,
         if (co->name() == job) named.push_back(co);
       }
     }
-    std::vector<std::string> running;
+    bool running = false;
+    std::vector<std::string> taking;
     for (const auto& co : named) {
       if (co->finished()) continue;
+      running = true;
+      if (!co->TakesVolunteer(caller)) continue;
       c = co;
-      running.push_back(co->id());
+      taking.push_back(co->id());
     }
-    if (running.size() > 1) {
+    if (taking.size() > 1) {
       return absl::FailedPreconditionError(
-          "site '" + options_.site + "' runs " + std::to_string(running.size()) + " jobs named '" +
-          job + "' (" + absl::StrJoin(running, ", ") + "): volunteer for one by its id");
+          "site '" + options_.site + "' runs " + std::to_string(taking.size()) + " jobs named '" +
+          job + "' that take site '" + caller + "' (" + absl::StrJoin(taking, ", ") +
+          "): volunteer for one by its id");
+    }
+    if (c == nullptr && running) {
+      return absl::PermissionDeniedError("site '" + caller +
+                                         "' is not one of the volunteers of job '" + job +
+                                         "' at site '" + options_.site + "'");
     }
     if (c == nullptr) {
       return absl::NotFoundError("site '" + options_.site + "' coordinates no running job '" + job +
-                                 "' (by id or name)" +
-                                 (named.empty() ? "" : ": the jobs of that name have ended"));
+                                 "' (by id or name)");
     }
   }
   ASSIGN_OR_RETURN(std::string detail, c->Volunteer(caller));

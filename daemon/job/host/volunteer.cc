@@ -8,7 +8,9 @@ namespace longhaul::daemon {
 
 namespace {
 
-constexpr double kAskTimeoutSeconds = 30;  // a join may profile the site first (planned jobs)
+// A planned join profiles the site first, which may take longer: the coordinator goes on with
+// it, and the next ask learns how it ended (a change under way meanwhile).
+constexpr double kAskTimeoutSeconds = 10;
 
 }  // namespace
 
@@ -74,7 +76,15 @@ void VolunteerLoop::Ask(size_t i) {
   const std::string detail = r.ok() ? r->detail() : std::string(r.status().message());
   const bool changed = detail != s.detail();
   s.set_detail(detail);
-  if (r.ok()) {
+  if (r.ok() && r->detail().empty()) {
+    // A coordinator that does not know KIND_VOLUNTEER answers as to a command for a stage it
+    // does not run: an empty answer.
+    s.set_state("refused");
+    s.set_detail("site '" + v.coordinator +
+                 "' did not take the request (a daemon of a version without volunteers?)");
+    log_->error("volunteering for job {} at site '{}' refused: {}", v.job, v.coordinator,
+                s.detail());
+  } else if (r.ok()) {
     s.set_state("joined");
     log_->info("volunteered for job {} at site '{}': {}", v.job, v.coordinator, detail);
   } else if (Settled(r.status())) {

@@ -144,15 +144,17 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   if (sync.overlap > 1 && every > 0) {
     // The checkpoints' places in the round repeat every `period` checkpoints; the first round
     // (before every phase has started a sync) is skipped by each phase's own test below, so
-    // the scan goes one round further.
+    // the scan goes one round further. The warm-up's syncs block: the scan starts after it.
     const int64_t period = sync.every / std::gcd(every, sync.every);
     const int64_t rounds = period + (sync.every + every - 1) / every;
-    for (int64_t k = 1; k <= rounds && k * every < spec->job.steps; ++k) {
+    const int64_t first = std::max(0, sync.warmup) / every + 1;
+    for (int64_t k = first; k < first + rounds && k * every < spec->job.steps; ++k) {
       int64_t into = 0;
       for (int p = 0; p < sync.stagger && (into < 1 || into >= sync.overlap); ++p) {
         const int64_t offset = static_cast<int64_t>(fleet::PhaseOffset(sync, p));
         into = k * every >= offset ? (k * every - offset) % sync.every : 0;
-        if (k * every - into < 1) into = 0;  // no sync started before this checkpoint
+        // No sync started before this checkpoint, or the one before it blocked (warm-up).
+        if (k * every - into < 1 || k * every - into <= sync.warmup) into = 0;
       }
       if (into >= 1 && into < sync.overlap) {
         return w.Error(*entry, "checkpoint step " + std::to_string(k * every) + " (every " +
