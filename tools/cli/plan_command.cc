@@ -167,7 +167,11 @@ std::string ModelLine(const model::ModelConfig& c) {
 std::string SyncEvery(const daemon::JobSpec& spec) {
   return spec.sync.mode == fleet::SyncMode::kStep
              ? "every step (mode step)"
-             : absl::StrCat("every ", spec.sync.every, " steps (mode local)");
+             : absl::StrCat("every ", spec.sync.every, " steps (mode local)",
+                            spec.sync.warmup > 0
+                                ? absl::StrCat(", every step for the first ", spec.sync.warmup,
+                                               " (sync.warmup, not in the estimate)")
+                                : "");
 }
 
 json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
