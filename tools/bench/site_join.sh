@@ -13,6 +13,12 @@
 #
 #   tools/bench/site_join.sh                      # about 3 minutes
 #
+# With VOLUNTEER=1 nobody runs add-site: epsilon's config volunteers for the job
+# (`volunteer: [{job: site-join, coordinator: alpha}]`) and the job file lists it under
+# `volunteers`, so epsilon asks alpha from its start (again until the job runs) and joins; the
+# report gives the seconds from the submit to the join and to epsilon's first sync, and
+# epsilon's node status.
+#
 # Settings (environment):
 #   THROTTLE=0.02 DELAY=25ms LAYERS=4 CHANNELS=64 HEADS=4 STEPS=60 BATCH=8 MICROBATCH=4 SEQ=64
 #   LR=2e-3 EVERY=5 CODEC=topk:0.03 JOIN_AT=10
@@ -28,7 +34,7 @@ SITES=(alpha beta gamma delta epsilon)
 DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-60}
 BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
-CODEC=${CODEC:-topk:0.03} JOIN_AT=${JOIN_AT:-10} REDUCE=${REDUCE:-gossip}
+CODEC=${CODEC:-topk:0.03} JOIN_AT=${JOIN_AT:-10} REDUCE=${REDUCE:-gossip} VOLUNTEER=${VOLUNTEER:-0}
 DATA=${DATA:-builtin}
 PY=/usr/bin/python3
 source "$ROOT/tools/wan_sites.sh"
@@ -45,12 +51,16 @@ declare -A P=()
 wan_ports "${SITES[@]}"
 wan_site_configs "$dir" "${SITES[@]}"
 wan_data_roots "$dir" "$DATA" "${SITES[@]}"
+if [ "$VOLUNTEER" = 1 ]; then
+  printf 'volunteer:\n  - {job: site-join, coordinator: alpha}\n' >>"$dir/epsilon.yaml"
+fi
 {
   wan_job_head site-join "$EVERY" alpha beta gamma delta
   cat <<JOB
 replicas: 2
 sync: {mode: local, every: $EVERY, codec: $CODEC, reduce: $REDUCE, outer: {lr: 1, momentum: 0}}
 JOB
+  if [ "$VOLUNTEER" = 1 ]; then echo "volunteers: [epsilon]"; fi
 } >"$dir/job.yaml"
 
 wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
@@ -62,12 +72,17 @@ wan_wait_links "$LONGHAUL" "$dir" "${SITES[@]}"
 for s in "${SITES[@]}"; do
   $LONGHAUL --config "$dir/$s.yaml" debug throttle "$THROTTLE" >/dev/null
 done
+submitted=$(date +%s.%N)
 id=$($LONGHAUL --config "$dir/alpha.yaml" submit "$dir/job.yaml" | sed -n 's/^submitted job \([^ ]*\).*/\1/p')
-echo "== job $id: 2 replicas x 2 stages, $REDUCE $CODEC every $EVERY; epsilon joins at committed step $JOIN_AT"
+if [ "$VOLUNTEER" = 1 ]; then
+  echo "== job $id: 2 replicas x 2 stages, $REDUCE $CODEC every $EVERY; epsilon volunteers"
+else
+  echo "== job $id: 2 replicas x 2 stages, $REDUCE $CODEC every $EVERY; epsilon joins at committed step $JOIN_AT"
+fi
 
-$PY - "$LONGHAUL" "$dir" "$id" "$JOIN_AT" "$EVERY" "$OUT/join.json" <<'PY'
+$PY - "$LONGHAUL" "$dir" "$id" "$JOIN_AT" "$EVERY" "$OUT/join.json" "$VOLUNTEER" "$submitted" <<'PY'
 import json, subprocess, sys, time
-cli, d, job, join_at, every, out = sys.argv[1:7]
+cli, d, job, join_at, every, out, volunteer, submitted = sys.argv[1:9]
 def status():
     r = subprocess.run([cli, "--config", f"{d}/alpha.yaml", "status", job, "-o", "json"],
                        capture_output=True, text=True)
@@ -89,9 +104,12 @@ def wait(pred, what, limit=600):
         time.sleep(0.2)
 def steps(st):
     return {s["site"]: int(s.get("step", 0)) for s in st["stages"]}
-wait(lambda s: int(s.get("committed_step", 0)) >= int(join_at), "the join step")
-t0 = time.time()
-change("add-site", "epsilon")
+if volunteer == "1":
+    t0 = float(submitted)  # epsilon asks by itself: from the submit on
+else:
+    wait(lambda s: int(s.get("committed_step", 0)) >= int(join_at), "the join step")
+    t0 = time.time()
+    change("add-site", "epsilon")
 joined = wait(lambda s: int(s.get("replicas_added", 0)) == 1 and s.get("state") == "JOB_STATE_RUNNING",
               "the join")
 t_joined = time.time()
@@ -100,8 +118,14 @@ first = wait(lambda s: len(s["stages"]) == 5 and int(s["stages"][4].get("syncs",
              "epsilon's first sync")
 t_sync = time.time()
 eps = first["stages"][4]
-print(f"  joined at step {at} ({t_joined - t0:.1f} s after add-site); first sync counted at its "
-      f"step {eps.get('step')} ({t_sync - t0:.1f} s after add-site; outer steps every {every})")
+since = "the submit" if volunteer == "1" else "add-site"
+print(f"  joined at step {at} ({t_joined - t0:.1f} s after {since}); first sync counted at its "
+      f"step {eps.get('step')} ({t_sync - t0:.1f} s after {since}; outer steps every {every})")
+if volunteer == "1":
+    r = subprocess.run([cli, "--config", f"{d}/epsilon.yaml", "status"], capture_output=True,
+                       text=True)
+    print("  epsilon's node status: " +
+          "; ".join(l.strip() for l in r.stdout.splitlines() if "volunteer" in l))
 before = steps(first)
 attempt = int(first.get("attempt", 0))
 t1 = time.time()
