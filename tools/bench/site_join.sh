@@ -122,8 +122,8 @@ since = "the submit" if volunteer == "1" else "add-site"
 print(f"  joined at step {at} ({t_joined - t0:.1f} s after {since}); first sync counted at its "
       f"step {eps.get('step')} ({t_sync - t0:.1f} s after {since}; outer steps every {every})")
 if volunteer == "1":
-    r = subprocess.run([cli, "--config", f"{d}/epsilon.yaml", "status"], capture_output=True,
-                       text=True)
+    r = subprocess.run([cli, "--config", f"{d}/epsilon.yaml", "node", "status"],
+                       capture_output=True, text=True)
     print("  epsilon's node status: " +
           "; ".join(l.strip() for l in r.stdout.splitlines() if "volunteer" in l))
 before = steps(first)

@@ -73,8 +73,9 @@
 //                                    # end in a blocking sync of every slice with plain
 //                                    # averaging; `every` and the outer step take over after
 //                                    # them (the replicas train apart once training's first,
-//                                    # fastest phase is behind them; 5% of the steps took a
-//                                    # point off the q4 ring on real text, BENCHMARKS.md)
+//                                    # fastest phase is behind them; 2.5% of the steps took
+//                                    # 0.3 points off the q4 ring's gap on real text,
+//                                    # BENCHMARKS.md)
 //     codec: q4                      # what crosses between replicas, with error feedback on
 //                                    # lossy codecs: exact | bf16 | q8 | q4 | q2 |
 //                                    # topk:F+CODEC ... (its outer step defaults to plain
