@@ -126,6 +126,15 @@ OuterOptions OuterStepAt(const SyncOptions& o, uint64_t done) {
   return done <= static_cast<uint64_t>(std::max(0, o.warmup)) ? kPlainAveraging : o.outer;
 }
 
+uint64_t SyncsBefore(const SyncOptions& o, uint64_t done) {
+  const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
+  const uint64_t warmup = static_cast<uint64_t>(std::max(0, o.warmup));
+  if (done <= warmup) return done - 1;
+  // The warm-up's syncs, then the multiples of `every` past it before `done`.
+  const uint64_t cadence = (done - 1) / every - std::min((done - 1) / every, warmup / every);
+  return warmup + cadence;
+}
+
 Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.every < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.every must be >= 1, not ", o.every));
@@ -164,11 +173,17 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.warmup < 0) {
     return absl::InvalidArgumentError(absl::StrCat("sync.warmup must be >= 0, not ", o.warmup));
   }
-  if (o.warmup > 0 && (o.mode != SyncMode::kLocal || o.reduce == SyncReduce::kGossip)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sync.warmup syncs an outer step's anchor every step at the start: it needs mode local "
-        "with reduce gather, ring or auto, not mode ",
-        SyncModeName(o.mode), " with reduce ", SyncReduceName(o.reduce)));
+  if (o.warmup > 0 && o.mode != SyncMode::kLocal) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.warmup syncs every step at the start of local steps: it needs mode "
+                     "local, not mode ",
+                     SyncModeName(o.mode)));
+  }
+  if (o.warmup > 0 && o.reduce == SyncReduce::kGossip && !IsPlainAveraging(o.outer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.warmup with gossip mixes plain averages every step at the start: it "
+                     "needs no outer step of its own (outer lr 1, momentum 0), not lr ",
+                     o.outer.lr, ", momentum ", o.outer.momentum));
   }
   return absl::OkStatus();
 }

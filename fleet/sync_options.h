@@ -75,10 +75,11 @@ struct SyncOptions {
   // apply so that replicas on different data move as their mean does (`sync: {tracking:
   // true}`; the fleet simulator and the daemons alike).
   bool tracking = false;
-  // Local mode, gather or ring: the first `warmup` steps each end in a blocking sync of every
-  // slice with plain averaging; the cadence (`every`, `stagger`, `overlap`) and the outer step
-  // take over after them. The replicas then train apart only once the first, fastest phase of
-  // training is behind them (post-local SGD); 0: none (the replica study in BENCHMARKS.md).
+  // Local mode: the first `warmup` steps each end in a blocking sync of every slice with plain
+  // averaging (gossip: a round each); the cadence (`every`, `stagger`, `overlap`) and the
+  // outer step take over after them. The replicas then train apart only once the first, fastest
+  // phase of training is behind them (post-local SGD); 0: none (the replica study in
+  // BENCHMARKS.md).
   int warmup = 0;
 };
 
@@ -116,6 +117,10 @@ LocalSyncAction LocalSyncAt(const SyncOptions& options, uint64_t done, uint64_t 
 // The outer step of the sync after step `done`: plain averaging within the warm-up, the
 // options' outer step after it.
 OuterOptions OuterStepAt(const SyncOptions& options, uint64_t done);
+// How many syncs came before the one after step `done` (>= 1) with stagger 1 and overlap 0
+// (gossip's rounds): one after each warm-up step, then one every `every` steps, and one after
+// the job's last step.
+uint64_t SyncsBefore(const SyncOptions& options, uint64_t done);
 // Phase p's first sync step within a round of `every`: p every / stagger (phase 0: 0, that is
 // every). REQUIRES: 0 <= p < stagger.
 uint64_t PhaseOffset(const SyncOptions& options, int phase);
@@ -128,7 +133,7 @@ inline bool InPhase(int slice_phase, int phase) {
 // every / stagger (overlap > 0 only in local mode: one sync in flight at a time), the outer
 // options' ranges, a codec that is "exact", "adaptive" or parses, and gossip's conditions
 // (see SyncReduce) with fanout >= 1, tracking only with gossip, and warmup >= 0 (> 0 only in
-// local mode with gather or ring).
+// local mode, with gossip only with plain averaging).
 Status ValidateSyncOptions(const SyncOptions& options);
 
 // The fraction of each slice a gossip round sends (1 for codec exact, F for topk:F), or the

@@ -178,8 +178,12 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   REQUIRE(warm.ok());
   CHECK(warm->sync.warmup == 20);
   CHECK_THAT(error("replicas: 2\nsync: {warmup: -1}\n"), Catch::Contains("warmup"));
-  CHECK_THAT(error("replicas: 2\nsync: {warmup: 5, reduce: gossip}\n"),
-             Catch::Contains("sync.warmup syncs an outer step's anchor every step"));
+  auto gossip_warm =
+      ParseJobSpec(Job("replicas: 2\nsync: {warmup: 5, reduce: gossip}\n"), "job.yaml", ".");
+  INFO(gossip_warm.status().ToString());
+  CHECK(gossip_warm.ok());  // gossip's plain averaging, a round after each warm-up step
+  CHECK_THAT(error("replicas: 2\nsync: {warmup: 5, reduce: gossip, outer: {momentum: 0.5}}\n"),
+             Catch::Contains("needs no outer step of its own"));
   CHECK_THAT(error("replicas: 2\nsync: {mode: step, warmup: 5}\n"),
              Catch::Contains("not mode step"));
   // A checkpoint after a warm-up sync is outside any streaming sync (that sync blocked); one

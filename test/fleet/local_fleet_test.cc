@@ -329,6 +329,10 @@ TEST_CASE("the warm-up schedule: every step at the start, then the cadence", "[f
     CHECK(IsPlainAveraging(OuterStepAt(sync, done)) == (done <= 5));
   }
   CHECK(blocks == std::vector<uint64_t>{1, 2, 3, 4, 5, 8, 12, 14});
+  // Gossip numbers its rounds by the syncs before them.
+  std::vector<uint64_t> before;
+  for (uint64_t done : blocks) before.push_back(SyncsBefore(sync, done));
+  CHECK(before == std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7});
   // Streamed after it: the warm-up's syncs block, none of them finishes later.
   sync.overlap = 2;
   std::vector<uint64_t> starts, finishes;
@@ -348,7 +352,7 @@ TEST_CASE("the warm-up schedule: every step at the start, then the cadence", "[f
   CHECK(LocalSyncAt(sync, 2, total).phase == kEveryPhase);
   CHECK(LocalSyncAt(sync, 6, total).phase == 1);
   CHECK(LocalSyncAt(sync, 8, total).phase == 0);
-  // Checked: >= 0, local mode, not gossip.
+  // Checked: >= 0, local mode, with gossip plain averaging only.
   CHECK(ValidateSyncOptions(sync).ok());
   sync.warmup = -1;
   CHECK(!ValidateSyncOptions(sync).ok());
@@ -358,8 +362,27 @@ TEST_CASE("the warm-up schedule: every step at the start, then the cadence", "[f
   sync.reduce = SyncReduce::kGossip;
   sync.codec = "exact";
   CHECK_THAT(std::string(ValidateSyncOptions(sync).message()),
-             Catch::Contains("not mode local "
-                             "with reduce gossip"));
+             Catch::Contains("needs no outer step of its own"));
+  sync.outer = kPlainAveraging;
+  CHECK(ValidateSyncOptions(sync).ok());
+}
+
+TEST_CASE("gossip with a warm-up: a round after each warm-up step, then every `every`", "[fleet]") {
+  SyncOptions sync = Local(2, "topk:0.25");
+  sync.reduce = SyncReduce::kGossip;
+  sync.outer = kPlainAveraging;
+  sync.warmup = 3;
+  Fleet f = MakeFleet(3, sync);
+  const int steps = 8;
+  std::vector<int> rounds;
+  for (int s = 0; s < steps; ++s) {
+    auto r = f.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(r.ok());
+    if (r->synced) rounds.push_back(s + 1);
+  }
+  CHECK(rounds == std::vector<int>{1, 2, 3, 4, 6, 8});
+  CHECK(f.fleet->traffic().syncs == 6);
+  CHECK(f.fleet->MaxDivergence() == 0.0f);  // the last round's exact average
 }
 
 TEST_CASE("a warm-up trains as plain averaging after every step, then takes the outer step",

@@ -1453,7 +1453,10 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
                std::string("sync: {mode: local, every: 2, reduce: gossip, fanout: 2, "
                            "outer: {lr: 0.9, momentum: 0.5}}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
-                           "tracking: true}\n"));
+                           "tracking: true}\n"),
+               // A warm-up: rounds after steps 1, 2 and 3, then 4 and 6 (round 4).
+               std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
+                           "warmup: 3}\n"));
   INFO(sync);
   std::string yaml = JobYaml(sync, 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");

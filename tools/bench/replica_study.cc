@@ -320,7 +320,10 @@ int Run(Flags f) {
                   if (!fleet::GossipKeep(r.spec.sync).ok()) continue;
                   for (const std::string& t : f.tracking) {
                     r.spec.sync.tracking = t == "on";
-                    results.push_back(r);
+                    for (int warmup : f.warmup) {
+                      r.spec.sync.warmup = warmup;
+                      if (fleet::ValidateSyncOptions(r.spec.sync).ok()) results.push_back(r);
+                    }
                   }
                   continue;
                 }
@@ -474,8 +477,9 @@ int main(int argc, char** argv) {
                  "(all modes: the same union batch); default: the job's for each")
       ->check(CLI::Range(1, 4096));
   app.add_option("--warmup", f.warmup,
-                 "sync.warmup of the gather and ring runs: the first steps each sync with plain "
-                 "averaging before --every takes over (several: one run each)")
+                 "sync.warmup: the first steps each sync with plain averaging (gossip: a round "
+                 "each, without an outer step of its own) before --every takes over (several: "
+                 "one run each)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--every", f.every, "Inner steps per outer step (local mode)")
       ->capture_default_str()

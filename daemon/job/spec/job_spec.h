@@ -69,9 +69,10 @@
 //     outer: {lr: 0.7, momentum: 0.9, nesterov: true}   # local: the outer Nesterov SGD
 //                                    # (with a top-k codec the defaults are lr 1, momentum
 //                                    # 0: plain averaging)
-//     warmup: 0                      # local, gather or ring: the first `warmup` steps each
-//                                    # end in a blocking sync of every slice with plain
-//                                    # averaging; `every` and the outer step take over after
+//     warmup: 0                      # local: the first `warmup` steps each end in a
+//                                    # blocking sync of every slice with plain averaging (a
+//                                    # gossip round each, gossip without an outer step of
+//                                    # its own); `every` and the outer step take over after
 //                                    # them (the replicas train apart once training's first,
 //                                    # fastest phase is behind them; 2.5% of the steps took
 //                                    # 0.3 points off the q4 ring's gap on real text,

@@ -9,7 +9,7 @@
 namespace longhaul::daemon {
 
 uint64_t GossipRoundOf(const fleet::SyncOptions& sync, uint64_t step) {
-  return step / static_cast<uint64_t>(std::max(1, sync.every));
+  return fleet::SyncsBefore(sync, step + 1);
 }
 
 fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::vector<bool>& live,

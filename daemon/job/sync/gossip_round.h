@@ -27,8 +27,9 @@ inline bool GossipFrameTracked(bool tracking, uint64_t microbatch, int replicas)
   return tracking && microbatch < GossipFinalTag(replicas);
 }
 
-// The round of the sync after `step` (0-based): how many syncs came before it, one every
-// `every` steps and one after the job's last step.
+// The round of the sync after `step` (0-based): how many syncs came before it
+// (fleet::SyncsBefore: one after each warm-up step, then one every `every` steps, and one
+// after the job's last step).
 uint64_t GossipRoundOf(const fleet::SyncOptions& sync, uint64_t step);
 
 // That round's graph over the replicas, drawn from the job's `seed` (fleet::ChooseGossipGraph):
