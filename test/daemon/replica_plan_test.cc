@@ -163,7 +163,7 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   CHECK(volunteers->volunteers == std::vector<std::string>{"epsilon", "zeta"});
   CHECK_THAT(error("replicas: 2\nvolunteers: [epsilon, epsilon]\n"),
              Catch::Contains("'epsilon' is listed twice"));
-  CHECK_THAT(error("replicas: 2\nvolunteers: [Eps]\n"), Catch::Contains("invalid site name"));
+  CHECK_THAT(error("replicas: 2\nvolunteers: [Eps]\n"), Catch::Contains("invalid name 'Eps'"));
   CHECK_THAT(error("replicas: 2\nvolunteers: [c]\n"),
              Catch::Contains("'c' is one of the job's sites already"));
   CHECK_THAT(error("replicas: 2\nvolunteers: epsilon\n"),

@@ -216,7 +216,16 @@ StatusOr<std::string> Coordinator::Volunteer(const std::string& site) {
     return absl::PermissionDeniedError(job + ": site '" + site +
                                        "' is not one of the job's volunteers");
   }
-  // A change under way, the site's own join included, is worth asking again after.
+  // A change under way (ChangeRefusedLocked's, or a planned join being profiled), the site's
+  // own included, is worth asking again after: why, or OK when none is.
+  auto busy = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    RETURN_IF_ERROR(ChangeRefusedLocked(job));
+    if (placing_.empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        job + ": a change is under way already (" +
+        SiteNames(std::vector<std::string>(placing_.begin(), placing_.end())) +
+        " being profiled to join)");
+  };
   auto again = [&](const Status& s) { return absl::UnavailableError(std::string(s.message())); };
   {
     MutexLock lock(mu_);
@@ -232,19 +241,13 @@ StatusOr<std::string> Coordinator::Volunteer(const std::string& site) {
       return "site '" + site + "' runs a stage of replica " + std::to_string(replica) + " of " +
              job + " already";
     }
-    const Status refused = ChangeRefusedLocked(job);
+    const Status refused = busy();
     if (!refused.ok()) return TerminalState(record_.state()) ? refused : again(refused);
-    if (!placing_.empty()) {
-      return absl::UnavailableError(
-          job + ": a change is under way already (" +
-          SiteNames(std::vector<std::string>(placing_.begin(), placing_.end())) +
-          " being profiled to join)");
-    }
   }
   auto r = ChangeSites({site}, {});
   if (!r.ok()) {
     MutexLock lock(mu_);
-    if (!TerminalState(record_.state()) && (!placing_.empty() || !ChangeRefusedLocked(job).ok())) {
+    if (!TerminalState(record_.state()) && !busy().ok()) {
       return again(r.status());  // another change came first
     }
     // Anything else (not a peer of the coordinator, a plan that cannot hold it, a calibration

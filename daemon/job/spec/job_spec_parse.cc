@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "common/yaml_walker.h"
 #include "compression/codec_spec.h"
+#include "daemon/config_checks.h"
 #include "daemon/job/spec/job_spec.h"
 #include "model/tied_exchange.h"
 
@@ -233,13 +234,7 @@ Status ParseVolunteers(const YamlWalker& w, const Entry& /*root*/, const Entry* 
   ASSIGN_OR_RETURN(const std::vector<Entry> items, w.List(*e));
   for (const Entry& item : items) {
     ASSIGN_OR_RETURN(std::string site, w.String(item));
-    bool name = !site.empty() && site.size() <= 63 && site.front() != '-';
-    for (char c : site)
-      name = name && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
-    if (!name) {
-      return w.Error(item, "invalid site name '" + site.substr(0, 64) +
-                               "': use 1-63 lowercase letters, digits and '-'");
-    }
+    RETURN_IF_ERROR(w.Locate(config_internal::CheckSiteName(site), item));
     if (std::find(spec->sites.begin(), spec->sites.end(), site) != spec->sites.end()) {
       return w.Error(item, "site '" + site + "' is one of the job's sites already");
     }
