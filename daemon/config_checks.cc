@@ -15,6 +15,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 
 namespace longhaul::daemon::config_internal {
 namespace {
@@ -59,20 +60,14 @@ std::string CanonicalIp(int af, const std::string& text, bool* wildcard) {
 }  // namespace
 
 Status CheckSiteName(absl::string_view name) {
-  bool ok = !name.empty() && name.size() <= 63 && name.front() != '-';
-  for (char c : name) {
-    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-') ok = false;
-  }
-  if (ok) return absl::OkStatus();
+  if (IsSiteName({name.data(), name.size()})) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("invalid name '", name,
                    "': use 1-63 lowercase letters, digits and '-', not starting with '-'"));
 }
 
 Status CheckVolunteerJob(absl::string_view job) {
-  bool ok = !job.empty() && job.size() <= 128 && absl::ascii_isalnum(job.front());
-  for (char c : job) ok = ok && (absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-');
-  if (ok) return absl::OkStatus();
+  if (IsJobId({job.data(), job.size()})) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("invalid job '", job.substr(0, 64),
                    "': a job's id or name is 1-128 letters, digits, '.', '_' and '-', starting "

@@ -3,6 +3,8 @@
 // that names the exact file:line:column and key path.
 #include "daemon/config.h"
 
+#include "common/names.h"
+
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -425,3 +427,29 @@ TEST_CASE("volunteer: the jobs a site asks to join, each at a peer that coordina
 
 }  // namespace
 }  // namespace longhaul::daemon
+
+TEST_CASE("the site-name and job-id rules, at their edges", "[config]") {
+  using longhaul::IsJobId;
+  using longhaul::IsSiteName;
+  CHECK(IsSiteName("a"));
+  CHECK(IsSiteName("eu-west-2"));
+  CHECK(IsSiteName(std::string(63, 'a')));
+  CHECK_FALSE(IsSiteName(std::string(64, 'a')));
+  CHECK_FALSE(IsSiteName(""));
+  CHECK_FALSE(IsSiteName("-alpha"));
+  CHECK_FALSE(IsSiteName("Alpha"));
+  CHECK_FALSE(IsSiteName("al_pha"));
+  CHECK_FALSE(IsSiteName("al.pha"));
+  CHECK_FALSE(IsSiteName(std::string("al\0pha", 6)));
+  CHECK(IsJobId("job-1.A_b"));
+  CHECK(IsJobId("7"));
+  CHECK(IsJobId(std::string(128, 'j')));
+  CHECK_FALSE(IsJobId(std::string(129, 'j')));
+  CHECK_FALSE(IsJobId(""));
+  CHECK_FALSE(IsJobId(".hidden"));
+  CHECK_FALSE(IsJobId("-x"));
+  CHECK_FALSE(IsJobId("_x"));
+  CHECK_FALSE(IsJobId("../etc"));
+  CHECK_FALSE(IsJobId("a/b"));
+  CHECK_FALSE(IsJobId("a b"));
+}

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/layer_range.h"
+#include "common/names.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
@@ -12,10 +13,6 @@
 
 namespace longhaul::daemon {
 namespace {
-
-bool Alnum(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
 
 // At most `n` characters of `s`, for messages about hostile values.
 std::string Clip(std::string_view s, size_t n = 64) {
@@ -40,18 +37,14 @@ bool Showable(std::string_view s, size_t max) {
 }  // namespace
 
 Status CheckJobId(std::string_view id) {
-  bool ok = !id.empty() && id.size() <= 128 && Alnum(id.front());
-  for (char c : id) ok = ok && (Alnum(c) || c == '.' || c == '_' || c == '-');
-  if (ok) return absl::OkStatus();
+  if (IsJobId(id)) return absl::OkStatus();
   return absl::InvalidArgumentError("invalid job id '" + Clip(id) + "' (" + Str(id.size()) +
                                     " bytes): use 1-128 letters, digits, '.', '_' and '-', "
                                     "starting with a letter or digit");
 }
 
 Status CheckSiteNameField(std::string_view name, std::string_view field) {
-  bool ok = !name.empty() && name.size() <= 63 && name.front() != '-';
-  for (char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
-  if (ok) return absl::OkStatus();
+  if (IsSiteName(name)) return absl::OkStatus();
   return absl::InvalidArgumentError(std::string(field) + ": invalid site name '" + Clip(name) +
                                     "': use 1-63 lowercase letters, digits and '-'");
 }
