@@ -3,13 +3,13 @@
 // that names the exact file:line:column and key path.
 #include "daemon/config.h"
 
-#include "common/names.h"
-
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "common/names.h"
 
 namespace longhaul::daemon {
 namespace {
