@@ -37,7 +37,28 @@
 
 namespace longhaul::fleet {
 
-class GossipMixer {
+// What the fleet simulator asks of a gossip sync, whichever frames its rounds send: this file's
+// fp32 shares (GossipMixer, the daemons' rounds) or each link's compressed differences
+// (gossip_links.h, the simulator's only).
+class GossipRounds {
+ public:
+  virtual ~GossipRounds() = default;
+  // Every replica starts at `params` (the common initial parameters).
+  virtual void Reset(std::span<const float> params) = 0;
+  virtual bool tracking() const = 0;
+  // Tracking: replica r's local step with learning rate `lr` has moved `x` (the whole
+  // parameter array); its correction moves it on.
+  virtual void Correct(int r, std::span<float> x, double lr) = 0;
+  // One round over `graph` (graph.nodes() == replicas) on `params[r]`, in place. Returns the
+  // bytes the round's frames put on the links, or a frame's error.
+  virtual StatusOr<uint64_t> Round(const GossipGraph& graph,
+                                   std::vector<std::vector<float>>* params) = 0;
+  // The exact average at the job's end: every replica's parameters become the push-sum
+  // average (the caller counts the all-gather).
+  virtual Status Average(std::vector<std::vector<float>>* params) = 0;
+};
+
+class GossipMixer : public GossipRounds {
  public:
   // `replicas` replicas of `parameters` parameters cut into `slices` (covering them);
   // `keep` in (0, 1]: the fraction of each slice a sender picks; `tracking`: gradient tracking.
@@ -45,27 +66,28 @@ class GossipMixer {
               bool tracking = false, const OuterOptions& outer = kPlainAveraging);
 
   // Starts every replica's reference at `params` (the common initial parameters).
-  void Reset(std::span<const float> params);
+  void Reset(std::span<const float> params) override;
 
-  bool tracking() const { return nodes_[0].tracking(); }
+  bool tracking() const override { return nodes_[0].tracking(); }
   const std::vector<float>& corrections(int r) const {
     return nodes_[static_cast<size_t>(r)].corrections();
   }
   // Tracking: replica r's local step with learning rate `lr` has moved `x`; its correction
   // moves it on (GossipNode::Correct).
-  void Correct(int r, std::span<float> x, double lr) {
+  void Correct(int r, std::span<float> x, double lr) override {
     nodes_[static_cast<size_t>(r)].Correct(x, lr);
   }
 
   // One round over `graph` (graph.nodes() == replicas) on `params[r]` (each `parameters`
   // long), in place. Returns the bytes the round's frames put on the links, or a frame's
   // error (a parameter that is not finite: what a daemon would refuse from a peer).
-  StatusOr<uint64_t> Round(const GossipGraph& graph, std::vector<std::vector<float>>* params);
+  StatusOr<uint64_t> Round(const GossipGraph& graph,
+                           std::vector<std::vector<float>>* params) override;
 
   // The exact average: every replica's parameters become sum_r v_r / sum_r w_r per
   // coordinate and every weight 1 (the job's end: one all-gather of the parameters, which
   // the caller counts).
-  Status Average(std::vector<std::vector<float>>* params);
+  Status Average(std::vector<std::vector<float>>* params) override;
 
   // The coordinates a sender picks of a slice of `size` (at least 1).
   size_t Picked(size_t size) const { return nodes_[0].Picked(size); }

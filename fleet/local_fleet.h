@@ -32,15 +32,19 @@
 //          after the last step one exact average (an all-gather of the parameters, counted)
 //          leaves them equal. With sync.tracking each replica's local steps also apply its
 //          correction, and the rounds mix the replicas' drifts beside their parameters
-//          (gradient tracking, gossip_node.h).
+//          (gradient tracking, gossip_node.h). With gossip_link_codec the rounds send every
+//          coordinate as each link's compressed difference instead (gossip_links.h; the
+//          simulator's only).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "fleet/gossip_links.h"
 #include "fleet/gossip_mixer.h"
 #include "fleet/outer_optimizer.h"
 #include "fleet/sync_options.h"
@@ -76,6 +80,11 @@ struct LocalFleetOptions {
   // `seed`: a graph that changes from round to round).
   std::vector<std::vector<double>> bandwidth;
   double missing_links = 0;
+  // Gossip: a dense lossy codec (q4, ...) for rounds over compressed links (gossip_links.h:
+  // every coordinate's difference from what the link carried before), in place of the fp32
+  // shares of sync.codec's picks (which must then be exact); empty: the fp32 shares. The
+  // simulator's only: the daemons' gossip sends fp32 shares.
+  std::string gossip_link_codec;
   // Skewed shards (the Create that takes the token stream): replica r reads only the r-th of
   // N equal contiguous parts of the stream (its windows shuffled), not its share of every
   // block of one permutation: replicas on different data, as sites with their own corpora
@@ -174,7 +183,7 @@ class LocalFleet {
   std::vector<float> pending_mean_;
   int pending_phase_ = kEveryPhase;
   FleetTraffic traffic_;
-  std::unique_ptr<GossipMixer> gossip_;  // sync.reduce gossip
+  std::unique_ptr<GossipRounds> gossip_;  // sync.reduce gossip
   uint64_t gossip_rounds_ = 0;
 };
 

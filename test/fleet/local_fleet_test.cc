@@ -45,7 +45,8 @@ struct Fleet {
 };
 
 Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1,
-                std::vector<int> replica_microbatches = {}, bool skewed_shards = false) {
+                std::vector<int> replica_microbatches = {}, bool skewed_shards = false,
+                std::string gossip_link_codec = "") {
   Fleet f;
   std::vector<kernels::Ops*> raw;
   for (int r = 0; r < replicas; ++r) {
@@ -64,6 +65,7 @@ Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1,
   o.seed = 3;
   o.sync = sync;
   o.skewed_shards = skewed_shards;
+  o.gossip_link_codec = std::move(gossip_link_codec);
   auto fleet = LocalFleet::Create(Config(), Data(), o, raw);
   INFO(fleet.status().ToString());
   REQUIRE(fleet.ok());
@@ -680,6 +682,45 @@ TEST_CASE("gossip over a changing graph with links missing still trains", "[flee
   CHECK(!LocalFleet::Create(Config(), Data(), o, raw).ok());
 }
 
+TEST_CASE("gossip over compressed links: every coordinate in q4, a ninth of fp32 shares' bytes",
+          "[fleet]") {
+  // The same rounds every 2 steps as dense fp32 gossip above, each link's differences in q4
+  // (gossip_links.h): the replicas close but apart after each round, equal after the last;
+  // the rounds' bytes far below the fp32 shares' (8 bytes a coordinate) and the losses close.
+  SyncOptions sync = Local(2, "exact");
+  sync.reduce = SyncReduce::kGossip;
+  sync.outer = {1.0f, 0.0f, true};
+  const bool tracking = GENERATE(false, true);
+  sync.tracking = tracking;
+  Fleet dense = MakeFleet(4, sync);
+  Fleet links = MakeFleet(4, sync, 1, {}, false, "q4");
+  const int steps = 12;
+  float dense_last = 0, first = 0, last = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto d = dense.fleet->TrainStep(Optimizer(), s, steps);
+    auto r = links.fleet->TrainStep(Optimizer(), s, steps);
+    REQUIRE(d.ok());
+    REQUIRE(r.ok());
+    INFO("step " << s << " tracking " << tracking);
+    CHECK(r->synced == ((s + 1) % 2 == 0));
+    if (r->synced && s + 1 < steps) CHECK(links.fleet->MaxDivergence() > 0.0f);
+    if (s == 0) first = r->loss;
+    last = r->loss;
+    dense_last = d->loss;
+  }
+  CHECK(links.fleet->MaxDivergence() == 0.0f);
+  CHECK(last < first);
+  CHECK(std::fabs(last - dense_last) < 0.05f * dense_last);
+  const FleetTraffic& td = dense.fleet->traffic();
+  const FleetTraffic& tl = links.fleet->traffic();
+  CHECK(tl.raw_bytes == td.raw_bytes);
+  CHECK(tl.final_bytes == td.final_bytes);  // the job's end: the same exact average
+  const uint64_t rounds_dense = td.wire_bytes - td.final_bytes;
+  const uint64_t rounds_links = tl.wire_bytes - tl.final_bytes;
+  INFO("round bytes: fp32 shares " << rounds_dense << ", q4 links " << rounds_links);
+  CHECK(rounds_links * 6 < rounds_dense);
+}
+
 TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   auto ops = kernels::MakeOps("cpu", 1);
   REQUIRE(ops.ok());
@@ -726,6 +767,24 @@ TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   o.sync.fanout = 1;
   o.missing_links = 1;  // every link down every round
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  // Compressed links: a dense lossy codec, with codec exact, plain averaging and gossip.
+  o.missing_links = 0;
+  o.gossip_link_codec = "q4";
+  CHECK(LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.gossip_link_codec = "topk:0.1+q4";
+  CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
+             Catch::Contains("dense lossy codec"));
+  o.gossip_link_codec = "q4";
+  o.sync.codec = "topk:0.05";
+  CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.codec = "exact";
+  o.sync.outer = {0.7f, 0.9f, true};
+  CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
+             Catch::Contains("plain averaging"));
+  o.sync.outer = {1.0f, 0.0f, true};
+  o.sync.reduce = SyncReduce::kRing;
+  CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
+             Catch::Contains("needs sync.reduce gossip"));
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 // any collective (fleet/gossip_mixer.h; --missing-links drops a fraction of the links each
 // round), and its line gives the replicas' mean consensus distance before a round; --tracking
 // on runs it with gradient tracking too ("+gt": a correction per replica, gossip_node.h).
+// With a dense lossy codec (--codecs q4) gossip sends every coordinate as each link's
+// compressed difference ("q4 links": fleet/gossip_links.h, not yet a daemon's sync).
 // --skewed-shards gives replica r the r-th contiguous part of the training text instead of its
 // share of one shuffled stream (replicas on different data: what tracking is for).
 //
@@ -92,6 +94,10 @@ struct RunSpec {
   uint64_t seed = 0;
   fleet::SyncOptions sync;
   double missing_links = 0;  // gossip
+  // Gossip over compressed links (fleet/gossip_links.h): each link's differences in this dense
+  // codec (sync.codec is then exact); empty: fp32 shares of sync.codec's top-k.
+  std::string link_codec;
+  std::string Codec() const { return link_codec.empty() ? sync.codec : link_codec + " links"; }
   std::string label() const {
     return sync.mode == fleet::SyncMode::kStep
                ? absl::StrCat("N=", replicas, " step ", sync.codec, Reduce())
@@ -99,7 +105,7 @@ struct RunSpec {
                               sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "",
                               sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "",
                               sync.warmup > 0 ? absl::StrCat(" warm ", sync.warmup) : "", " ",
-                              sync.codec, Reduce());
+                              Codec(), Reduce());
   }
   // The step/exact reference every other run of its N and seed is compared with.
   bool baseline() const {
@@ -173,6 +179,7 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
   o.missing_links = r->spec.missing_links;
+  o.gossip_link_codec = r->spec.link_codec;
   o.skewed_shards = f.skewed_shards;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
   if (!fl.ok()) return fail(fl.status());
@@ -312,12 +319,21 @@ int Run(Flags f) {
                   // Gossip mixes parameters (plain averaging unless --outer-lr or
                   // --outer-momentum is given: then each replica's outer step before the mix);
                   // stagger and overlap do not apply, and its codec sends the top-k fraction
-                  // as fp32 shares.
+                  // as fp32 shares; a dense lossy codec (q4, ...) sends every coordinate's
+                  // difference over each link (fleet/gossip_links.h, plain averaging only).
                   if (stagger > 1 || overlap > 0) continue;
                   if (!f.outer_given) r.spec.sync.outer = fleet::kPlainAveraging;
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
-                  if (!fleet::GossipKeep(r.spec.sync).ok()) continue;
+                  if (!fleet::GossipKeep(r.spec.sync).ok()) {
+                    const auto spec = fleet::FixedSyncCodec(codec);
+                    if (!spec.ok() || spec->topk.enabled || spec->lossless() ||
+                        !fleet::IsPlainAveraging(r.spec.sync.outer)) {
+                      continue;
+                    }
+                    r.spec.link_codec = codec;
+                    r.spec.sync.codec = "exact";
+                  }
                   for (const std::string& t : f.tracking) {
                     r.spec.sync.tracking = t == "on";
                     for (int warmup : f.warmup) {
@@ -504,7 +520,9 @@ int main(int argc, char** argv) {
                  "every replica), ring (chunks around a ring, re-encoded with error feedback at "
                  "each hop), gossip (each replica mixes its parameters with --fanout others "
                  "drawn each round: plain averaging unless --outer-lr or --outer-momentum is "
-                 "given, codecs exact and topk:F only, the others skipped; the step/exact "
+                 "given; codecs exact and topk:F as fp32 shares, a dense lossy codec (q4, q8, "
+                 "bf16, q2) as each link's compressed differences with plain averaging "
+                 "(fleet/gossip_links.h, the simulator's only), the others skipped; the step/exact "
                  "reference always gathers)")
       ->capture_default_str();
   app.add_option("--step-codecs", f.step_codecs,
