@@ -61,6 +61,7 @@ void LinkGossipMixer::Reset(std::span<const float> params) {
     }
   }
   rounds_ = 0;
+  reset_ = true;
 }
 
 void LinkGossipMixer::Correct(int r, std::span<float> x, double lr) {
@@ -91,10 +92,27 @@ StatusOr<uint64_t> LinkGossipMixer::Send(std::span<const float> values, uint64_t
 StatusOr<uint64_t> LinkGossipMixer::Round(const GossipGraph& graph,
                                           std::vector<std::vector<float>>* params) {
   const size_t n = static_cast<size_t>(replicas_);
+  if (!reset_) {
+    return absl::FailedPreconditionError("gossip round over compressed links before Reset");
+  }
   if (graph.nodes() != replicas_ || params->size() != n) {
     return absl::InvalidArgumentError("gossip round: a graph of " + std::to_string(graph.nodes()) +
                                       " nodes and " + std::to_string(params->size()) +
                                       " parameter arrays for " + std::to_string(n) + " replicas");
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if ((*params)[j].size() != parameters_) {
+      return absl::InvalidArgumentError("gossip round: replica " + std::to_string(j) + " has " +
+                                        std::to_string((*params)[j].size()) + " parameters, not " +
+                                        std::to_string(parameters_));
+    }
+    for (int i : graph.out[j]) {
+      if (i < 0 || i >= replicas_ || static_cast<size_t>(i) == j) {
+        return absl::InvalidArgumentError("gossip round: replica " + std::to_string(j) +
+                                          " sends to " + std::to_string(i) + " of " +
+                                          std::to_string(n) + " replicas");
+      }
+    }
   }
   std::vector<double> share(n);
   for (size_t j = 0; j < n; ++j) share[j] = 1.0 / (1.0 + static_cast<double>(graph.out[j].size()));
@@ -119,18 +137,22 @@ StatusOr<uint64_t> LinkGossipMixer::Round(const GossipGraph& graph,
     const std::vector<float>& x = (*params)[j];
     for (const SyncSlice& s : slices_) {
       const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
-      const uint64_t seed = (rounds_ * n + j) * slices_.size() + static_cast<uint64_t>(s.index);
+      // Stochastic rounding (q4:sr) draws apart on every frame: the round, the sender, the
+      // slice, and the receiver (the drift's frame: receiver n).
+      const uint64_t base =
+          ((rounds_ * n + j) * slices_.size() + static_cast<uint64_t>(s.index)) * (n + 1);
       scratch_.resize(size);
       uint64_t drift_bytes = 0;
       if (tracking_) {
-        ASSIGN_OR_RETURN(drift_bytes, Send(std::span<const float>(drift[j]).subspan(at, size), seed,
-                                           std::span<float>(sent_drift[j]).subspan(at, size)));
+        ASSIGN_OR_RETURN(drift_bytes,
+                         Send(std::span<const float>(drift[j]).subspan(at, size), base + n,
+                              std::span<float>(sent_drift[j]).subspan(at, size)));
       }
       for (int i : graph.out[j]) {
         std::vector<float>& copy = copies_[Index(static_cast<int>(j), i)];
         std::vector<float> delta(size);
         for (size_t c = 0; c < size; ++c) delta[c] = x[at + c] - copy[at + c];
-        ASSIGN_OR_RETURN(const uint64_t b, Send(delta, seed, scratch_));
+        ASSIGN_OR_RETURN(const uint64_t b, Send(delta, base + static_cast<uint64_t>(i), scratch_));
         for (size_t c = 0; c < size; ++c) copy[at + c] += scratch_[c];
         bytes += b + drift_bytes + kLinkFrameOverhead;
       }

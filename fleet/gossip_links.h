@@ -1,5 +1,6 @@
 // Push-sum gossip whose frames carry compressed differences, one reference per directed link:
-// the fleet simulator's `--gossip-codec` (tools/bench/replica_study), not yet a daemon's sync.
+// the fleet simulator's gossip with a dense lossy codec (`replica_study --reduce gossip
+// --codecs q4`, LocalFleetOptions::gossip_link_codec), not yet a daemon's sync.
 //
 // GossipMixer (gossip_mixer.h) sends fp32 values and weights of the coordinates it picks: 8
 // bytes a coordinate dense, 12 sparse, so at the ring's bytes it can send only a twentieth of
@@ -17,7 +18,9 @@
 //   s_j w_j). Mass leaves j exactly as it arrives elsewhere, so every coordinate's sums of
 //   values and weights over the replicas never change in a round (as GossipMixer's), while
 //   j's own value moves only by what its links' copies lag behind it.
-// - Every coordinate of a slice takes the same weights, so a weight is one fp32 a slice.
+// - Every coordinate of a slice takes the same weights, so a frame needs one weight a slice
+//   (counted as an fp32; the simulator keeps them in double, so a daemon that sends fp32
+//   weights would round where it does not).
 // - Tracking (gossip_node.h's K-GT): each frame also carries the sender's drift z in the same
 //   codec (no reference: a drift is a new value each round), and the sender keeps z minus the
 //   shares it sent as decoded, so the corrections still sum to zero.
@@ -73,6 +76,7 @@ class LinkGossipMixer : public GossipRounds {
   // Encodes `values` into a frame, decodes it as a receiver would into `out`; the frame's bytes.
   StatusOr<uint64_t> Send(std::span<const float> values, uint64_t seed, std::span<float> out);
 
+  bool reset_ = false;  // Reset has set every link's copy
   int replicas_;
   size_t parameters_;
   std::vector<SyncSlice> slices_;

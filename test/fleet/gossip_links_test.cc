@@ -214,7 +214,22 @@ TEST_CASE("compressed links take dense lossy codecs only") {
   std::vector<std::vector<float>> x(kN - 1, std::vector<float>(kP, 0.0f));
   auto m = Mixer("q8");
   m->Reset(x[0]);
-  CHECK_FALSE(m->Round(ChooseGossipGraph(AllLinks(), 1, 1, 0), &x).ok());
+  CHECK_FALSE(m->Round(ChooseGossipGraph(AllLinks(), 1, 1, 0), &x).ok());  // 4 arrays for 5
+  // Before Reset no link has a copy; a graph that sends to itself or outside the replicas, or
+  // a replica's array of another size, is refused before anything moves.
+  auto fresh = Mixer("q4");
+  auto y = Start(6);
+  CHECK(fresh->Round(ChooseGossipGraph(AllLinks(), 1, 1, 0), &y).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  fresh->Reset(y[0]);
+  GossipGraph self;
+  self.out.assign(kN, {});
+  self.out[2] = {2};
+  CHECK_FALSE(fresh->Round(self, &y).ok());
+  self.out[2] = {kN};
+  CHECK_FALSE(fresh->Round(self, &y).ok());
+  y[1].pop_back();
+  CHECK_FALSE(fresh->Round(ChooseGossipGraph(AllLinks(), 1, 1, 0), &y).ok());
 }
 
 }  // namespace longhaul::fleet
