@@ -135,6 +135,14 @@ uint64_t SyncsBefore(const SyncOptions& o, uint64_t done) {
   return warmup + cadence;
 }
 
+double StepsToNextSync(const SyncOptions& o, uint64_t done) {
+  if (done < static_cast<uint64_t>(std::max(0, o.warmup))) return 1;
+  const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
+  const uint64_t next = (done / every + 1) * every;  // the next multiple of every after done
+  return std::min(static_cast<double>(next - done),
+                  static_cast<double>(every) / std::max(1, o.stagger));
+}
+
 Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.every < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.every must be >= 1, not ", o.every));

@@ -121,6 +121,11 @@ OuterOptions OuterStepAt(const SyncOptions& options, uint64_t done);
 // (gossip's rounds): one after each warm-up step, then one every `every` steps, and one after
 // the job's last step.
 uint64_t SyncsBefore(const SyncOptions& options, uint64_t done);
+// The inner steps from the sync after step `done` (>= 1) to the next one of any phase: 1
+// within the warm-up; after it to the next multiple of `every`, or `every / stagger` when a
+// staggered round's next phase comes sooner (the last warm-up step's next sync may be closer
+// than `every`). What the adaptive codec prices a sync's time against.
+double StepsToNextSync(const SyncOptions& options, uint64_t done);
 // Phase p's first sync step within a round of `every`: p every / stagger (phase 0: 0, that is
 // every). REQUIRES: 0 <= p < stagger.
 uint64_t PhaseOffset(const SyncOptions& options, int phase);

@@ -369,6 +369,27 @@ TEST_CASE("the warm-up schedule: every step at the start, then the cadence", "[f
   CHECK(ValidateSyncOptions(sync).ok());
 }
 
+TEST_CASE("the steps to the next sync: through the warm-up, at its end, staggered", "[fleet]") {
+  SyncOptions o = Local(10, "q4");
+  CHECK(StepsToNextSync(o, 10) == 10.0);
+  CHECK(StepsToNextSync(o, 7) == 3.0);
+  o.warmup = 30;
+  CHECK(StepsToNextSync(o, 1) == 1.0);
+  CHECK(StepsToNextSync(o, 29) == 1.0);
+  CHECK(StepsToNextSync(o, 30) == 10.0);
+  CHECK(StepsToNextSync(o, 40) == 10.0);
+  o.warmup = 35;  // the last warm-up step's next sync is the cadence's step 40
+  CHECK(StepsToNextSync(o, 34) == 1.0);
+  CHECK(StepsToNextSync(o, 35) == 5.0);
+  CHECK(StepsToNextSync(o, 40) == 10.0);
+  o.warmup = 0;
+  o.stagger = 2;  // phases every 5 steps
+  CHECK(StepsToNextSync(o, 10) == 5.0);
+  CHECK(StepsToNextSync(o, 15) == 5.0);
+  o.stagger = 4;  // every 2.5 steps on average
+  CHECK(StepsToNextSync(o, 20) == 2.5);
+}
+
 TEST_CASE("gossip with a warm-up: a round after each warm-up step, then every `every`", "[fleet]") {
   SyncOptions sync = Local(2, "topk:0.25");
   sync.reduce = SyncReduce::kGossip;

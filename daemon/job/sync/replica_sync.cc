@@ -429,10 +429,9 @@ v1::SyncReport ReplicaSync::Report() const {
 }
 
 double ReplicaSync::ComputeUntilNextSync(uint64_t step, double step_compute_seconds) const {
-  // Within the warm-up the next step's; after it `every` steps of this step's compute, shared
-  // by the phases of a staggered round.
-  if (step + 1 < static_cast<uint64_t>(std::max(0, o_.sync.warmup))) return step_compute_seconds;
-  return static_cast<double>(o_.sync.every) / std::max(1, o_.sync.stagger) * step_compute_seconds;
+  // The steps to the next sync (fleet::StepsToNextSync: the next step's within the warm-up)
+  // of this step's compute.
+  return fleet::StepsToNextSync(o_.sync, step + 1) * step_compute_seconds;
 }
 
 std::vector<fleet::SyncSlice> ReplicaSync::PhaseSlices(int phase) const {
