@@ -211,7 +211,9 @@ StatusOr<double> GossipKeep(const SyncOptions& o) {
   return absl::InvalidArgumentError(
       absl::StrCat("sync.reduce gossip sends fp32 shares of the coordinates it picks: sync.codec "
                    "exact or topk:F, not '",
-                   o.codec, "'"));
+                   o.codec,
+                   "' (each link's differences in a dense codec such as q4 run in the fleet "
+                   "simulator only: replica_study --reduce gossip --codecs q4)"));
 }
 
 }  // namespace longhaul::fleet

@@ -1384,6 +1384,7 @@ TEST_CASE("replica jobs are checked when submitted") {
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("exact or topk:F, not 'q4'"));
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("fleet simulator only"));
   req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, overlap: 1}\n", 4));
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
