@@ -13,6 +13,7 @@
 
 #include "common/splitmix64.h"
 #include "compression/codec.h"
+#include "test/fleet/gossip_test_util.h"
 
 namespace longhaul::fleet {
 namespace {
@@ -22,18 +23,9 @@ constexpr size_t kP = 200;
 
 std::vector<SyncSlice> Slices() { return {{0, 0, 72}, {1, 72, 128}}; }
 
-std::vector<std::vector<float>> Start(uint64_t seed) {
-  SplitMix64 rng(seed);
-  std::vector<std::vector<float>> x(kN, std::vector<float>(kP));
-  for (auto& row : x) {
-    for (float& v : row) v = static_cast<float>(rng.Uniform());
-  }
-  return x;
-}
+std::vector<std::vector<float>> Start(uint64_t seed) { return testing::UniformStart(kN, kP, seed); }
 
-std::vector<std::vector<double>> AllLinks() {
-  return std::vector<std::vector<double>>(kN, std::vector<double>(kN, 1.0));
-}
+std::vector<std::vector<double>> AllLinks() { return testing::AllLinks(kN); }
 
 // Per coordinate: the sum over replicas of w x (the push-sum value), and of w.
 std::pair<std::vector<double>, std::vector<double>> Mass(const LinkGossipMixer& m,
@@ -57,19 +49,8 @@ std::unique_ptr<LinkGossipMixer> Mixer(const std::string& codec, bool tracking =
   return std::move(*m);
 }
 
-double Distance(const std::vector<std::vector<float>>& x) {
-  std::vector<std::vector<double>> d(x.size());
-  for (size_t r = 0; r < x.size(); ++r) d[r].assign(x[r].begin(), x[r].end());
-  return ConsensusDistance(d);
-}
-
-std::vector<double> Mean(const std::vector<std::vector<float>>& x) {
-  std::vector<double> mean(kP, 0.0);
-  for (const auto& row : x) {
-    for (size_t c = 0; c < kP; ++c) mean[c] += row[c] / double(kN);
-  }
-  return mean;
-}
+using testing::Distance;
+using testing::Mean;
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/splitmix64.h"
+#include "test/fleet/gossip_test_util.h"
 
 namespace longhaul::fleet {
 namespace {
@@ -19,18 +20,9 @@ constexpr size_t kP = 96;
 
 std::vector<SyncSlice> Slices() { return {{0, 0, 40}, {1, 40, 56}}; }
 
-std::vector<std::vector<float>> Start(uint64_t seed) {
-  SplitMix64 rng(seed);
-  std::vector<std::vector<float>> x(kN, std::vector<float>(kP));
-  for (auto& row : x) {
-    for (float& v : row) v = static_cast<float>(rng.Uniform());
-  }
-  return x;
-}
+std::vector<std::vector<float>> Start(uint64_t seed) { return testing::UniformStart(kN, kP, seed); }
 
-std::vector<std::vector<double>> AllLinks() {
-  return std::vector<std::vector<double>>(kN, std::vector<double>(kN, 1.0));
-}
+std::vector<std::vector<double>> AllLinks() { return testing::AllLinks(kN); }
 
 // Per coordinate: sum over replicas of w x (the push-sum value) and of w.
 std::pair<std::vector<double>, std::vector<double>> Mass(const GossipMixer& m,
@@ -45,19 +37,8 @@ std::pair<std::vector<double>, std::vector<double>> Mass(const GossipMixer& m,
   return {v, w};
 }
 
-double Distance(const std::vector<std::vector<float>>& x) {
-  std::vector<std::vector<double>> d(x.size());
-  for (size_t r = 0; r < x.size(); ++r) d[r].assign(x[r].begin(), x[r].end());
-  return ConsensusDistance(d);
-}
-
-std::vector<double> Mean(const std::vector<std::vector<float>>& x) {
-  std::vector<double> mean(kP, 0.0);
-  for (const auto& row : x) {
-    for (size_t c = 0; c < kP; ++c) mean[c] += row[c] / double(kN);
-  }
-  return mean;
-}
+using testing::Distance;
+using testing::Mean;
 
 TEST_CASE("a sparse round moves mass per coordinate and never makes or loses it") {
   auto x = Start(1);
