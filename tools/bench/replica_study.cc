@@ -458,10 +458,17 @@ int Run(Flags f) {
                                  r.worst <= f.tolerance && r.ratio >= 100 ? " ✓" : "")));
   }
   std::printf("\nall runs done in %.1f s\n\n%s\n", wall, absl::StrJoin(table, "\n").c_str());
-  std::printf(
-      "\n✓: within %.1f%% of step/exact on every seed (train and val) at >= 100x fewer "
-      "bytes per token\n",
-      f.tolerance);
+  // The mark's legend where a row could carry it (--no-baseline compares nothing).
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.compared; })) {
+    std::printf(
+        "\n✓: within %.1f%% of step/exact on every seed (train and val) at >= 100x fewer "
+        "bytes per token\n",
+        f.tolerance);
+  } else {
+    std::printf(
+        "\nno step/exact runs (--no-baseline): compare each line with its seed's step/exact from "
+        "another run\n");
+  }
   if (!f.markdown.empty()) {
     std::ofstream md(f.markdown);
     md << absl::StrJoin(table, "\n") << "\n";
