@@ -18,8 +18,16 @@ StatusOr<std::unique_ptr<LinkGossipMixer>> LinkGossipMixer::Create(int replicas,
   if (spec.topk.enabled || spec.lossless()) {
     return absl::InvalidArgumentError(
         "gossip over compressed links sends every coordinate's difference in a dense lossy codec "
-        "(bf16, q8, q4, q2), not '" +
+        "(bf16, fp16, q8, q4), not '" +
         std::string(codec) + "'");
+  }
+  if (spec.value.format == compression::ValueFormat::kQ2) {
+    // The sender keeps each link's rounding (its value moves by what its links' copies lag
+    // behind it): 2-bit rounding made Moby-Dick runs diverge with one and two out-neighbours
+    // (docs/BENCHMARKS.md, "Gossip over compressed links").
+    return absl::InvalidArgumentError("gossip over compressed links: '" + std::string(codec) +
+                                      "' rounds too coarsely to keep the replicas stable (q2 "
+                                      "diverged on real text); use q4 or finer");
   }
   if (replicas < 1) {
     return absl::InvalidArgumentError("gossip over compressed links: " + std::to_string(replicas) +

@@ -48,7 +48,8 @@ inline constexpr uint64_t kLinkFrameOverhead = 20;
 class LinkGossipMixer : public GossipRounds {
  public:
   // `replicas` replicas of `parameters` parameters cut into `slices` (covering them); `codec`:
-  // a dense lossy codec spec (bf16, q8, q4, q2; no top-k), else InvalidArgument naming it.
+  // a dense lossy codec spec of 4 bits or more (bf16, fp16, q8, q4; no top-k, not q2, which
+  // diverged), else InvalidArgument naming it.
   static StatusOr<std::unique_ptr<LinkGossipMixer>> Create(int replicas, size_t parameters,
                                                            std::vector<SyncSlice> slices,
                                                            std::string_view codec, bool tracking);

@@ -1,9 +1,9 @@
 // Push-sum over compressed links (fleet/gossip_links.h): a round moves mass per coordinate and
-// never makes or loses it, whatever the codec rounds away; changing graphs bring the replicas to
-// the average they started from, closer than one frame's rounding, because each link's copy
-// carries its error into the next frame; tracking keeps the corrections' sum at zero and meets
-// at the minimizer of the sum; the final average is the push-sum average; the bytes are the
-// frames'; codecs that are not dense and lossy are refused.
+// never makes or loses it, whatever the codec rounds away (q4, q8, bf16; q2 is refused); changing
+// graphs bring the replicas to the average they started from, closer than one frame's rounding,
+// because each link's copy carries its error into the next frame; tracking keeps the corrections'
+// sum at zero and meets at the minimizer of the sum; the final average is the push-sum average; the
+// bytes are the frames'; codecs that are not dense and lossy are refused.
 #include "fleet/gossip_links.h"
 
 #include <catch2/catch.hpp>
@@ -55,7 +55,7 @@ using testing::Mean;
 }  // namespace
 
 TEST_CASE("a round over compressed links moves mass and never makes or loses it") {
-  for (const std::string codec : {"q4", "q2", "bf16"}) {
+  for (const std::string codec : {"q4", "q8", "bf16"}) {
     INFO(codec);
     auto x = Start(1);
     auto m = Mixer(codec);
@@ -185,7 +185,8 @@ TEST_CASE("the final average over compressed links is the push-sum average, weig
 }
 
 TEST_CASE("compressed links take dense lossy codecs only") {
-  for (const std::string codec : {"exact", "fp32", "topk:0.1", "topk:0.1+q4", "adaptive", "q9"}) {
+  for (const std::string codec :
+       {"exact", "fp32", "topk:0.1", "topk:0.1+q4", "adaptive", "q9", "q2", "q2:32"}) {
     INFO(codec);
     auto m = LinkGossipMixer::Create(kN, kP, Slices(), codec, false);
     REQUIRE_FALSE(m.ok());

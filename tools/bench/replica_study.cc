@@ -528,7 +528,7 @@ int main(int argc, char** argv) {
                  "each hop), gossip (each replica mixes its parameters with --fanout others "
                  "drawn each round: plain averaging unless --outer-lr or --outer-momentum is "
                  "given; codecs exact and topk:F as fp32 shares, a dense lossy codec (q4, q8, "
-                 "bf16, q2) as each link's compressed differences with plain averaging "
+                 "bf16) as each link's compressed differences with plain averaging "
                  "(fleet/gossip_links.h, the simulator's only), the others skipped; the step/exact "
                  "reference always gathers)")
       ->capture_default_str();
