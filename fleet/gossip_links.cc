@@ -10,10 +10,7 @@
 
 namespace longhaul::fleet {
 
-StatusOr<std::unique_ptr<LinkGossipMixer>> LinkGossipMixer::Create(int replicas, size_t parameters,
-                                                                   std::vector<SyncSlice> slices,
-                                                                   std::string_view codec,
-                                                                   bool tracking) {
+StatusOr<compression::CodecSpec> GossipLinkCodec(std::string_view codec) {
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, FixedSyncCodec(codec));
   if (spec.topk.enabled || spec.lossless()) {
     return absl::InvalidArgumentError(
@@ -29,6 +26,14 @@ StatusOr<std::unique_ptr<LinkGossipMixer>> LinkGossipMixer::Create(int replicas,
                                       "' rounds too coarsely to keep the replicas stable (q2 "
                                       "diverged on real text); use q4 or finer");
   }
+  return spec;
+}
+
+StatusOr<std::unique_ptr<LinkGossipMixer>> LinkGossipMixer::Create(int replicas, size_t parameters,
+                                                                   std::vector<SyncSlice> slices,
+                                                                   std::string_view codec,
+                                                                   bool tracking) {
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, GossipLinkCodec(codec));
   if (replicas < 1) {
     return absl::InvalidArgumentError("gossip over compressed links: " + std::to_string(replicas) +
                                       " replicas (1 or more)");
@@ -158,9 +163,9 @@ StatusOr<uint64_t> LinkGossipMixer::Round(const GossipGraph& graph,
       }
       for (int i : graph.out[j]) {
         std::vector<float>& copy = copies_[Index(static_cast<int>(j), i)];
-        std::vector<float> delta(size);
-        for (size_t c = 0; c < size; ++c) delta[c] = x[at + c] - copy[at + c];
-        ASSIGN_OR_RETURN(const uint64_t b, Send(delta, base + static_cast<uint64_t>(i), scratch_));
+        delta_.resize(size);
+        for (size_t c = 0; c < size; ++c) delta_[c] = x[at + c] - copy[at + c];
+        ASSIGN_OR_RETURN(const uint64_t b, Send(delta_, base + static_cast<uint64_t>(i), scratch_));
         for (size_t c = 0; c < size; ++c) copy[at + c] += scratch_[c];
         bytes += b + drift_bytes + kLinkFrameOverhead;
       }
@@ -178,7 +183,7 @@ StatusOr<uint64_t> LinkGossipMixer::Round(const GossipGraph& graph,
       const SyncSlice& s = slices_[k];
       const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
       const double w = weights_[i][k];
-      double weight = to.empty() ? w : share[i] * w;
+      double weight = share[i] * w;  // share 1 without out-links: it keeps everything
       for (int j : from)
         weight += share[static_cast<size_t>(j)] * weights_[static_cast<size_t>(j)][k];
       next[i][k] = weight;

@@ -37,6 +37,7 @@
 
 #include "common/status.h"
 #include "compression/codec.h"
+#include "compression/codec_spec.h"
 #include "fleet/gossip.h"
 #include "fleet/gossip_mixer.h"
 #include "fleet/sync_slices.h"
@@ -45,11 +46,14 @@ namespace longhaul::fleet {
 
 inline constexpr uint64_t kLinkFrameOverhead = 20;
 
+// The spec of `codec` when compressed links can send in it: a dense lossy codec of 4 bits or
+// more (bf16, fp16, q8, q4); else InvalidArgument naming it (top-k, lossless, q2: it diverged).
+StatusOr<compression::CodecSpec> GossipLinkCodec(std::string_view codec);
+
 class LinkGossipMixer : public GossipRounds {
  public:
   // `replicas` replicas of `parameters` parameters cut into `slices` (covering them); `codec`:
-  // a dense lossy codec spec of 4 bits or more (bf16, fp16, q8, q4; no top-k, not q2, which
-  // diverged), else InvalidArgument naming it.
+  // one GossipLinkCodec takes, else its error.
   static StatusOr<std::unique_ptr<LinkGossipMixer>> Create(int replicas, size_t parameters,
                                                            std::vector<SyncSlice> slices,
                                                            std::string_view codec, bool tracking);
@@ -90,7 +94,7 @@ class LinkGossipMixer : public GossipRounds {
   // since it.
   std::vector<std::vector<float>> correction_, anchor_;
   std::vector<double> lr_sum_;
-  std::vector<float> scratch_;
+  std::vector<float> scratch_, delta_;  // Round's: one frame's decoded values, its difference
 };
 
 }  // namespace longhaul::fleet

@@ -184,13 +184,18 @@ TEST_CASE("the final average over compressed links is the push-sum average, weig
   }
 }
 
-TEST_CASE("compressed links take dense lossy codecs only") {
+TEST_CASE("compressed links take dense lossy codecs of 4 bits or more only") {
   for (const std::string codec :
        {"exact", "fp32", "topk:0.1", "topk:0.1+q4", "adaptive", "q9", "q2", "q2:32"}) {
     INFO(codec);
     auto m = LinkGossipMixer::Create(kN, kP, Slices(), codec, false);
     REQUIRE_FALSE(m.ok());
     CHECK(m.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(m.status() == GossipLinkCodec(codec).status());
+  }
+  for (const std::string codec : {"q4", "q8", "bf16", "fp16", "q4:32"}) {
+    INFO(codec);
+    CHECK(GossipLinkCodec(codec).ok());
   }
   CHECK_FALSE(LinkGossipMixer::Create(0, kP, Slices(), "q4", false).ok());
   std::vector<std::vector<float>> x(kN - 1, std::vector<float>(kP, 0.0f));

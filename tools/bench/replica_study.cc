@@ -45,6 +45,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/job/spec/job_spec.h"
+#include "fleet/gossip_links.h"
 #include "fleet/local_fleet.h"
 #include "fleet/sync_options.h"
 #include "kernels/ops.h"
@@ -326,8 +327,7 @@ int Run(Flags f) {
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
                   if (!fleet::GossipKeep(r.spec.sync).ok()) {
-                    const auto spec = fleet::FixedSyncCodec(codec);
-                    if (!spec.ok() || spec->topk.enabled || spec->lossless() ||
+                    if (!fleet::GossipLinkCodec(codec).ok() ||
                         !fleet::IsPlainAveraging(r.spec.sync.outer)) {
                       continue;
                     }
