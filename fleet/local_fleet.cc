@@ -102,7 +102,14 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::CreateWith(
   std::unique_ptr<LocalFleet> fleet(new LocalFleet(config, options));
   const model::FragmentLayout whole(config, 0, config.num_layers);
   fleet->slices_ = SyncSlices(whole);
-  if (options.sync.reduce == SyncReduce::kGossip && !options.gossip_link_codec.empty()) {
+  if (GossipSendsLinks(options.sync)) {
+    // The job's own spelling (sync: {reduce: gossip, codec: q4}); ValidateSyncOptions has
+    // checked it.
+    ASSIGN_OR_RETURN(
+        fleet->gossip_,
+        LinkGossipMixer::Create(options.replicas, static_cast<size_t>(model::NumParameters(config)),
+                                fleet->slices_, options.sync.codec, options.sync.tracking));
+  } else if (options.sync.reduce == SyncReduce::kGossip && !options.gossip_link_codec.empty()) {
     if (options.sync.codec != "exact" || !IsPlainAveraging(options.sync.outer)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "fleet: gossip over compressed links (", options.gossip_link_codec,

@@ -81,9 +81,9 @@ struct LocalFleetOptions {
   std::vector<std::vector<double>> bandwidth;
   double missing_links = 0;
   // Gossip: a dense lossy codec (q4, ...) for rounds over compressed links (gossip_links.h:
-  // every coordinate's difference from what the link carried before), in place of the fp32
-  // shares of sync.codec's picks (which must then be exact); empty: the fp32 shares. The
-  // simulator's only: the daemons' gossip sends fp32 shares.
+  // every coordinate's difference from what the link carried before), with sync.codec exact;
+  // empty: sync.codec decides (a job's `codec: q4` with gossip is the same rounds,
+  // GossipSendsLinks; exact or topk:F the fp32 shares).
   std::string gossip_link_codec;
   // Skewed shards (the Create that takes the token stream): replica r reads only the r-th of
   // N equal contiguous parts of the stream (its windows shuffled), not its share of every

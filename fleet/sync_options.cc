@@ -172,7 +172,18 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.fanout < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.fanout must be >= 1, not ", o.fanout));
   }
-  if (o.reduce == SyncReduce::kGossip) RETURN_IF_ERROR(GossipKeep(o).status());
+  if (GossipSendsLinks(o)) {
+    RETURN_IF_ERROR(GossipShape(o));
+    if (!IsPlainAveraging(o.outer)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sync.reduce gossip over compressed links (codec ", o.codec,
+          ") mixes plain averages: it takes no outer step of its own (outer lr 1, momentum 0), "
+          "not lr ",
+          o.outer.lr, ", momentum ", o.outer.momentum));
+    }
+  } else if (o.reduce == SyncReduce::kGossip) {
+    RETURN_IF_ERROR(GossipKeep(o).status());
+  }
   if (o.tracking && o.reduce != SyncReduce::kGossip) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sync.tracking corrects gossip's local steps: it needs sync.reduce gossip, not ",
@@ -196,24 +207,60 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   return absl::OkStatus();
 }
 
-StatusOr<double> GossipKeep(const SyncOptions& o) {
+Status GossipShape(const SyncOptions& o) {
   if (o.mode != SyncMode::kLocal || o.stagger != 1 || o.overlap != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sync.reduce gossip needs mode local with stagger 1 and overlap 0 (mode ",
                      SyncModeName(o.mode), ", stagger ", o.stagger, ", overlap ", o.overlap, ")"));
   }
+  return absl::OkStatus();
+}
+
+StatusOr<compression::CodecSpec> GossipLinkCodec(std::string_view codec) {
+  ASSIGN_OR_RETURN(const compression::CodecSpec spec, FixedSyncCodec(codec));
+  if (spec.topk.enabled || spec.lossless()) {
+    return absl::InvalidArgumentError(
+        "gossip over compressed links sends every coordinate's difference in a dense lossy codec "
+        "(bf16, fp16, q8, q4), not '" +
+        std::string(codec) + "'");
+  }
+  if (spec.value.format == compression::ValueFormat::kQ2) {
+    // The sender keeps each link's rounding (its value moves by what its links' copies lag
+    // behind it): 2-bit rounding made Moby-Dick runs diverge with one and two out-neighbours
+    // (docs/BENCHMARKS.md, "Gossip over compressed links").
+    return absl::InvalidArgumentError("gossip over compressed links: '" + std::string(codec) +
+                                      "' rounds too coarsely to keep the replicas stable (q2 "
+                                      "diverged on real text); use q4 or finer");
+  }
+  return spec;
+}
+
+bool GossipSendsLinks(const SyncOptions& o) {
+  return o.reduce == SyncReduce::kGossip && o.codec != "exact" && GossipLinkCodec(o.codec).ok();
+}
+
+StatusOr<double> GossipKeep(const SyncOptions& o) {
+  RETURN_IF_ERROR(GossipShape(o));
   if (o.codec == "exact") return 1.0;
   const auto spec = FixedSyncCodec(o.codec);
   if (spec.ok() && spec->topk.enabled && spec->value.format == compression::ValueFormat::kFp32 &&
       !spec->zstd.enabled) {
     return spec->topk.fraction;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("sync.reduce gossip sends fp32 shares of the coordinates it picks: sync.codec "
-                   "exact or topk:F, not '",
-                   o.codec,
-                   "' (each link's differences in a dense codec such as q4 run in the fleet "
-                   "simulator only: replica_study --reduce gossip --codecs q4)"));
+  if (GossipSendsLinks(o)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sync.reduce gossip with codec ", o.codec,
+                     " sends every coordinate's difference over each link (gossip_links.h), not "
+                     "a fraction of fp32 shares"));
+  }
+  if (spec.ok() && !spec->topk.enabled && !spec->lossless()) {
+    return GossipLinkCodec(o.codec).status();  // q2: why it is refused
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "sync.reduce gossip sends fp32 shares of the coordinates it picks (sync.codec exact or "
+      "topk:F) or every coordinate's difference over each link in a dense codec of 4 bits or "
+      "more (bf16, fp16, q8, q4), not '",
+      o.codec, "'"));
 }
 
 }  // namespace longhaul::fleet

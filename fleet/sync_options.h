@@ -141,9 +141,22 @@ inline bool InPhase(int slice_phase, int phase) {
 // local mode, with gossip only with plain averaging).
 Status ValidateSyncOptions(const SyncOptions& options);
 
-// The fraction of each slice a gossip round sends (1 for codec exact, F for topk:F), or the
-// error naming which of gossip's conditions (see SyncReduce) `options` breaks.
+// Gossip's shape: mode local, stagger 1, overlap 0; else the error naming the field.
+Status GossipShape(const SyncOptions& options);
+
+// The fraction of each slice a gossip round sends as fp32 shares (1 for codec exact, F for
+// topk:F), or the error naming which of gossip's conditions (see SyncReduce) `options` breaks
+// (a codec of compressed links among them: GossipSendsLinks).
 StatusOr<double> GossipKeep(const SyncOptions& options);
+
+// The spec of `codec` when compressed links can send in it (fleet/gossip_links.h): a dense
+// lossy codec of 4 bits or more (bf16, fp16, q8, q4); else InvalidArgument naming it (top-k,
+// lossless, q2: it diverged).
+StatusOr<compression::CodecSpec> GossipLinkCodec(std::string_view codec);
+
+// Whether a sync is gossip over compressed links: sync.reduce gossip with a codec
+// GossipLinkCodec takes (exact and topk:F send fp32 shares instead, GossipKeep).
+bool GossipSendsLinks(const SyncOptions& options);
 
 // The codec spec of a fixed sync codec ("exact" is fp32); "adaptive" and unparsable specs
 // are errors naming the value.

@@ -564,17 +564,18 @@ namespace longhaul::daemon {
 namespace {
 
 // Stage i's gossip frames of `values` (every coordinate, weight 1), by route.
-std::vector<std::vector<uint8_t>> GossipFrames(const testing::SyncGroup& g, int i) {
-  std::vector<std::vector<uint8_t>> frames;
+// Each route's one frame for every out-neighbour.
+std::vector<std::vector<std::vector<uint8_t>>> GossipFrames(const testing::SyncGroup& g, int i) {
+  std::vector<std::vector<std::vector<uint8_t>>> frames;
   for (const SyncRoute& route : g.routes[i]) {
     const fleet::SyncSlice& s = route.slice;
     std::vector<uint32_t> all(static_cast<size_t>(s.size));
     for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
     const std::vector<float> ones(all.size(), 1.0f);
-    frames.push_back(fleet::EncodeGossipFrame(
+    frames.push_back({fleet::EncodeGossipFrame(
         static_cast<uint32_t>(s.index), all,
         std::span<const float>(g.values[i]).subspan(static_cast<size_t>(s.offset), all.size()),
-        ones));
+        ones)});
   }
   return frames;
 }
@@ -626,13 +627,13 @@ TEST_CASE(
 TEST_CASE("sync exchange: a gossip frame that is not its slice's is refused, naming the sender") {
   testing::SyncGroup g({.replicas = 2});
   // Replica 1's "frames": each slice's frame names slice 0's index and size.
-  const std::vector<std::vector<uint8_t>> frames = GossipFrames(g, 1);
+  const auto frames = GossipFrames(g, 1);
   for (size_t k = 0; k < g.routes[0].size(); ++k) {
-    Inject(g.inbox(0), 2, 1, g.routes[0][k].slice.index, "beta", frames[0]);
+    Inject(g.inbox(0), 2, 1, g.routes[0][k].slice.index, "beta", frames[0][0]);
   }
   std::vector<std::vector<fleet::GossipFrame>> got;
   std::vector<int> senders, unsent;
-  const std::vector<std::vector<uint8_t>> none(g.routes[0].size());
+  const std::vector<std::vector<std::vector<uint8_t>>> none(g.routes[0].size());
   const Status s =
       g.x[0]->Gossip(2, 0, none, std::vector<int>{}, std::vector<int>{1}, &got, &senders, &unsent);
   INFO(s.ToString());
@@ -719,9 +720,9 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
   std::vector<int> senders, unsent;
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    const std::vector<std::vector<uint8_t>> frames = GossipFrames(g, 2);
+    const auto frames = GossipFrames(g, 2);
     for (size_t k = 0; k < g.routes[0].size(); ++k) {
-      Inject(g.inbox(0), 4, 2, g.routes[0][k].slice.index, "gamma", frames[k]);
+      Inject(g.inbox(0), 4, 2, g.routes[0][k].slice.index, "gamma", frames[k][0]);
     }
   });
   const Status s = g.x[0]->Gossip(4, 0, GossipFrames(g, 0), std::vector<int>{2},

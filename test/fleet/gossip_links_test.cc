@@ -114,7 +114,7 @@ TEST_CASE("the bytes are the frames': q4 sends 1.4 bytes a value fewer than bf16
   // in bf16 and about 0.56 in q4 (with its block scales), beside the same headers.
   const uint64_t values = uint64_t{kN} * 2 * kP;
   INFO("q4 " << *b4 << " bf16 " << *b16 << " for " << values << " values");
-  CHECK(*b4 > uint64_t{kN} * 2 * 2 * kLinkFrameOverhead + values / 2);
+  CHECK(*b4 > uint64_t{kN} * 2 * 2 * kLinkFrameFixedBytes + values / 2);
   CHECK(*b16 > *b4 + values * 13 / 10);
   CHECK(*b16 < *b4 + values * 3 / 2);
 }

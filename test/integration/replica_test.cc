@@ -1379,12 +1379,24 @@ TEST_CASE("replica jobs are checked when submitted") {
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()),
              Catch::Contains("sync.reduce must be gather, ring, auto or gossip, not 'tree'"));
-  // Gossip sends fp32 values and weights: a quantizing codec is refused, saying so.
-  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, codec: q4}\n", 4));
+  // Gossip sends fp32 shares or each link's differences in a dense codec of 4 bits or more:
+  // q2 is refused, saying why, and so is an outer step over compressed links (they mix plain
+  // averages) and a codec gossip cannot send.
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, codec: q2}\n", 4));
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
-  CHECK_THAT(std::string(r.status().message()), Catch::Contains("exact or topk:F, not 'q4'"));
-  CHECK_THAT(std::string(r.status().message()), Catch::Contains("fleet simulator only"));
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("q2 diverged on real text"));
+  req.set_job_yaml(
+      JobYaml("sync: {mode: local, reduce: gossip, codec: q4, outer: {momentum: 0.5}}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("over compressed links (codec q4) mixes plain averages"));
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, codec: topk:0.1+q4}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("exact or topk:F) or every coordinate's difference"));
   req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, overlap: 1}\n", 4));
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
@@ -1457,7 +1469,12 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
                            "tracking: true}\n"),
                // A warm-up: rounds after steps 1, 2 and 3, then 4 and 6 (round 4).
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
-                           "warmup: 3}\n"));
+                           "warmup: 3}\n"),
+               // Over compressed links: each out-neighbour its own q4 difference from the copy
+               // that link holds (the drifts in q4 too, tracked).
+               std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4}\n"),
+               std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4, "
+                           "tracking: true}\n"));
   INFO(sync);
   std::string yaml = JobYaml(sync, 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");

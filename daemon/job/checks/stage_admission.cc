@@ -10,6 +10,7 @@
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
+#include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "fleet/sync_ring.h"
 #include "fleet/sync_slices.h"
@@ -83,6 +84,9 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
   for (int r = 0; r < grid_.replicas; ++r) live_.push_back(!Contains(dropped, r));
   removed_from_.assign(live_.size(), UINT64_MAX);
   gossip_links_.assign(assignment.gossip_links().begin(), assignment.gossip_links().end());
+  if (fleet::GossipSendsLinks(sync_)) {
+    if (auto codec = fleet::GossipLinkCodec(sync_.codec); codec.ok()) link_codec_ = *codec;
+  }
   // Its replica's microbatches, training and validation.
   M_ = AttemptMicrobatches(
            spec, grid_.replicas, assignment.stages(),
@@ -219,10 +223,17 @@ Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const 
   if (first.kind() == v1::TENSOR_KIND_SYNC && sync_.reduce == fleet::SyncReduce::kGossip) {
     for (const SyncRoute& r : routes_) {
       if (static_cast<uint32_t>(r.slice.index) != first.tensor_id()) continue;
-      const auto f = fleet::DecodeGossipFrame(payload, static_cast<uint32_t>(r.slice.index),
-                                              static_cast<uint64_t>(r.slice.size), Tracked(first));
-      if (f.ok()) return absl::OkStatus();
-      return Status(f.status().code(), what + std::string(f.status().message()));
+      const Status checked =
+          LinkFrame(first)
+              ? fleet::DecodeLinkFrame(payload, static_cast<uint32_t>(r.slice.index),
+                                       static_cast<uint64_t>(r.slice.size), *link_codec_,
+                                       sync_.tracking)
+                    .status()
+              : fleet::DecodeGossipFrame(payload, static_cast<uint32_t>(r.slice.index),
+                                         static_cast<uint64_t>(r.slice.size), Tracked(first))
+                    .status();
+      if (checked.ok()) return absl::OkStatus();
+      return Status(checked.code(), what + std::string(checked.message()));
     }
     return absl::InvalidArgumentError(what + "a slice this stage does not hold");
   }
@@ -317,6 +328,22 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
              ? " is not from an in-neighbour of this gossip round"
              : " names another replica") +
         ", a slice this stage does not hold or a step at which that slice does not sync");
+  }
+  if (LinkFrame(first)) {
+    // A round's frame over compressed links: no larger than a key frame of the slice.
+    const std::string where =
+        "job " + id + ": sync slice " + std::to_string(slice->index) + " from " + caller;
+    ASSIGN_OR_RETURN(
+        const uint64_t most,
+        fleet::MaxLinkFrameBytes(*link_codec_, static_cast<uint64_t>(slice->size), sync_.tracking));
+    if (first.encoded_size() > most) {
+      return absl::InvalidArgumentError(
+          where + ": a gossip link frame of " + std::to_string(first.encoded_size()) +
+          " bytes, more than the slice's largest (" + std::to_string(most) + ")");
+    }
+    return Annotate(fleet::CheckLinkFrameHeader(head, static_cast<uint32_t>(slice->index),
+                                                static_cast<uint64_t>(slice->size), sync_.tracking),
+                    where);
   }
   if (sync_.reduce == fleet::SyncReduce::kGossip) {
     return Annotate(

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,6 +66,11 @@ class StageAdmission {
   bool Tracked(const v1::TensorFrame& first) const {
     return GossipFrameTracked(sync_.tracking, first.microbatch(), grid_.replicas);
   }
+  // Whether a gossip sync frame is a round's over compressed links (fleet/gossip_link_node.h;
+  // the final average's are fp32 gossip frames whatever the codec).
+  bool LinkFrame(const v1::TensorFrame& first) const {
+    return link_codec_.has_value() && first.microbatch() < GossipFinalTag(grid_.replicas);
+  }
 
   std::string site_, job_id_;
   uint32_t attempt_ = 0;
@@ -86,8 +92,10 @@ class StageAdmission {
   }
   // The replicas in the syncs of `step`: live in this attempt and not removed as of it.
   std::vector<bool> LiveAt(uint64_t step) const;
-  bool ring_ = false;                 // syncs go around rings (sync.reduce: ring)
-  fleet::SyncOptions sync_;           // when each slice syncs
+  bool ring_ = false;        // syncs go around rings (sync.reduce: ring)
+  fleet::SyncOptions sync_;  // when each slice syncs
+  // Gossip over compressed links: the codec of the rounds' differences (GossipSendsLinks).
+  std::optional<compression::CodecSpec> link_codec_;
   uint64_t seed_ = 0;                 // the job's: gossip rounds' graphs (gossip_round.h)
   std::vector<double> gossip_links_;  // the assignment's measured links (gossip_round.h)
 };

@@ -11,6 +11,7 @@
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
 #include "compression/controller.h"
+#include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "model/tied_exchange.h"
 
@@ -160,6 +161,17 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
                                                        : scheduler::SyncReduceCost::kGather;
   r.sync.fanout = spec.sync.fanout;
   constexpr uint64_t kValues = uint64_t{1} << 20;
+  if (fleet::GossipSendsLinks(spec.sync)) {
+    // Over compressed links every coordinate's difference goes in the codec, with a drift in
+    // it too when tracked (fleet/gossip_link_node.h; the key frames a lost frame costs aside).
+    ASSIGN_OR_RETURN(const compression::CodecSpec codec, fleet::GossipLinkCodec(spec.sync.codec));
+    r.sync.bytes_per_value =
+        static_cast<double>((spec.sync.tracking ? 2 : 1) *
+                                compression::EstimateEncodedSize(codec, kValues) +
+                            fleet::kLinkFrameFixedBytes) /
+        kValues;
+    return r;
+  }
   if (spec.sync.reduce == fleet::SyncReduce::kGossip) {
     // A gossip frame carries each picked coordinate's fp32 value and push-sum weight, its index
     // when not every one is sent, and with tracking its drift (fleet/gossip_node.h).

@@ -111,8 +111,9 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   const bool step = sync.mode == fleet::SyncMode::kStep;
   const bool gossip = sync.reduce == fleet::SyncReduce::kGossip;
   // Gossip sends fp32 values and weights of the coordinates it picks (all of them unless
-  // topk:F) and mixes the parameters themselves: plain averaging unless an outer step is given
-  // (each replica's own, before its mix).
+  // topk:F), or over compressed links every coordinate's difference in a dense codec such as
+  // q4, and mixes the parameters themselves: plain averaging unless an outer step is given
+  // (each replica's own, before its mix; none over compressed links).
   if (!codec_given) sync.codec = step || gossip ? "exact" : "q4";
   if (gossip) {
     if (!lr_given) sync.outer.lr = 1.0f;

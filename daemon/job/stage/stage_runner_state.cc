@@ -139,6 +139,9 @@ Status StageRunner::Rejoin(uint64_t step) {
   }
   const model::ModelConfig& config = ctx_.spec.job.model;
   const bool local = replicas_ != nullptr && replicas_->local();
+  // The outer step's state comes too, but not a gossip replica's: it starts its rounds afresh
+  // from the live replica's parameters (ReplicaSync::RestoreOuter).
+  const bool outer = local && !replicas_->gossip();
   const model::FragmentLayout& mine = fragment_->layout();
   // Parameters, m, v, and (local mode) the outer step's anchor and momentum. The source
   // replica may be split differently: this stage's layers come from each of its stages that
@@ -163,7 +166,7 @@ Status StageRunner::Rejoin(uint64_t step) {
     req.set_job_id(a.job_id());
     req.set_step(step);
     req.set_include_state(true);
-    req.set_include_sync_state(local);
+    req.set_include_sync_state(outer);
     req.set_layer_begin(static_cast<uint32_t>(b));
     req.set_layer_end(static_cast<uint32_t>(e));
     RETURN_IF_ERROR(ch->FetchFragment(req, [&](transport::WireTensor t) -> Status {
@@ -178,7 +181,7 @@ Status StageRunner::Rejoin(uint64_t step) {
       if (f.kind() == v1::TENSOR_KIND_PARAMETERS && f.tensor_id() == 0) which = 0;
       if (f.kind() == v1::TENSOR_KIND_OPTIMIZER_STATE && f.tensor_id() >= 1 && f.tensor_id() <= 4)
         which = static_cast<int>(f.tensor_id());
-      if (which < 0 || (which >= 3 && !local)) {
+      if (which < 0 || (which >= 3 && !outer)) {
         return absl::DataLossError("rejoin from " + site + ": unexpected " +
                                    v1::TensorKind_Name(f.kind()) + " tensor " +
                                    std::to_string(f.tensor_id()));
@@ -186,7 +189,7 @@ Status StageRunner::Rejoin(uint64_t step) {
       return PlaceSlice(t, &flat[which], site);
     }));
     const char* what[] = {"parameters", "AdamW m", "AdamW v", "outer anchor", "outer momentum"};
-    for (int k = 0; k < (local ? 5 : 3); ++k) {
+    for (int k = 0; k < (outer ? 5 : 3); ++k) {
       RETURN_IF_ERROR(CheckComplete(flat[k], site, what[k]));
       CopyOverlap(layout, flat[k].values.data(), mine, part[k].data());
     }

@@ -1,13 +1,14 @@
 // Stages' carried state files (see sync_checkpoint.h), in the durable-file shape
-// (model/durable_file.h, magic "LHSYNCST", version 3) whose payload is, little-endian: u64 step,
+// (model/durable_file.h, magic "LHSYNCST", version 4) whose payload is, little-endian: u64 step,
 // u64 anchor floats, u64 momentum floats, u64 residual count, u64 tied residual floats, u64
 // tracking floats (each of corrections and drift anchor), f64 learning-rate sum, u64 gossip
-// outer floats (each of its anchor and momentum), u64 size of each residual, then the floats
-// in that order (the tied residual, the corrections and the drift anchor, then the gossip
-// outer anchor and momentum, last). Each state is written in the lowest version that holds
-// it, so builds before a version still read what they can: version 2, without a gossip outer
-// state, lacks its field and floats; version 1, without tracking either, the tracking fields
-// and floats too. Files
+// outer floats (each of its anchor and momentum), u64 gossip link state bytes, u64 size of each
+// residual, then the floats in that order (the tied residual, the corrections and the drift
+// anchor, then the gossip outer anchor and momentum), and last the gossip link state's bytes.
+// Each state is written in the lowest version that holds it, so builds before a version still
+// read what they can: version 3, without a link state, lacks its field and bytes; version 2,
+// without a gossip outer state, its field and floats too; version 1, without tracking either,
+// the tracking fields and floats too. Files
 // of earlier builds are read too: magic "LHSYNC02", version 1's fields, then u64 XXH64 of all
 // before it; "LHSYNC01", the same without the tied residual's count and floats.
 #include "daemon/job/state/sync_checkpoint.h"
@@ -26,7 +27,7 @@ namespace longhaul::daemon {
 namespace {
 
 constexpr model::DurableFormat kFormat{
-    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 3, 0, "sync state"};
+    {'L', 'H', 'S', 'Y', 'N', 'C', 'S', 'T'}, 4, 0, "sync state"};
 constexpr char kMagicV2[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '2'};
 constexpr char kMagicV1[8] = {'L', 'H', 'S', 'Y', 'N', 'C', '0', '1'};
 
@@ -55,7 +56,8 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
   AppendU64(&head, s.tied_residual.size());
   // Version 2's fields only with a tracking or gossip outer state, version 3's only with the
   // latter: a state without them stays readable by the builds before.
-  const bool outer = !s.gossip_outer_anchor.empty();
+  const bool links = !s.gossip_links.empty();
+  const bool outer = !s.gossip_outer_anchor.empty() || links;
   const bool tracking = !s.corrections.empty() || outer;
   if (tracking) {
     AppendU64(&head, s.corrections.size());
@@ -64,6 +66,7 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
     AppendU64(&head, lr_bits);
   }
   if (outer) AppendU64(&head, s.gossip_outer_anchor.size());
+  if (links) AppendU64(&head, s.gossip_links.size());
   for (const auto& r : s.residuals) AppendU64(&head, r.size());
   auto bytes = [](const std::vector<float>& v) {
     return std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -79,15 +82,18 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& s)
     parts.push_back(bytes(s.gossip_outer_anchor));
     parts.push_back(bytes(s.gossip_outer_momentum));
   }
+  if (links) {
+    parts.emplace_back(reinterpret_cast<const char*>(s.gossip_links.data()), s.gossip_links.size());
+  }
   model::DurableFormat format = kFormat;
-  format.version = outer ? 3 : tracking ? 2 : 1;
+  format.version = links ? 4 : outer ? 3 : tracking ? 2 : 1;
   format.max_bytes = UINT64_MAX;
   return model::WriteDurableFile(env, path, format, parts);
 }
 
 StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_t step,
                                   int64_t fragment_floats, const std::vector<int64_t>& slice_sizes,
-                                  int64_t tied_floats) {
+                                  int64_t tied_floats, uint64_t max_link_bytes) {
   const std::string what = "sync state";
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(what + " '" + path + "': " + why);
@@ -96,7 +102,8 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   const uint64_t n = static_cast<uint64_t>(fragment_floats);
   uint64_t most_floats = 6 * n + static_cast<uint64_t>(tied_floats);
   for (int64_t size : slice_sizes) most_floats += static_cast<uint64_t>(size);
-  const uint64_t most_bytes = 8 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float);
+  const uint64_t most_bytes =
+      9 * 8 + slice_sizes.size() * 8 + most_floats * sizeof(float) + max_link_bytes;
   // The fields and floats, after the magic (and, in the durable shape, its checks).
   std::string body;
   int fields = 5;
@@ -106,7 +113,7 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   ASSIGN_OR_RETURN(model::DurablePayload p, model::ReadDurableOrEarlier(env, path, format));
   if (p.version > 0) {
     body = std::move(p.bytes);
-    fields = p.version >= 3 ? 8 : p.version >= 2 ? 7 : 5;
+    fields = p.version >= 4 ? 9 : p.version >= 3 ? 8 : p.version >= 2 ? 7 : 5;
   } else {  // an earlier build's: magic, fields, floats, XXH64 of all before it
     const std::string& all = p.bytes;
     const size_t size = all.size();
@@ -123,10 +130,10 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   }
   const size_t fixed = static_cast<size_t>(fields) * 8;
   if (body.size() < fixed) return bad("shorter than its header");
-  uint64_t head[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint64_t head[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   std::memcpy(head, body.data(), fixed);
   const uint64_t file_step = head[0], anchor = head[1], momentum = head[2], count = head[3];
-  const uint64_t tied = head[4], tracking = head[5], outer = head[7];
+  const uint64_t tied = head[4], tracking = head[5], outer = head[7], links = head[8];
   double lr_sum = 0;
   std::memcpy(&lr_sum, &head[6], 8);
   if (file_step != step) {
@@ -147,6 +154,10 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
     return bad("gossip outer state of " + std::to_string(outer) + " floats for a fragment of " +
                std::to_string(n) + " floats");
   }
+  if (links > max_link_bytes) {
+    return bad("gossip link state of " + std::to_string(links) + " bytes, this fragment's " +
+               "takes at most " + std::to_string(max_link_bytes));
+  }
   if (tied != 0 && tied != static_cast<uint64_t>(tied_floats)) {
     return bad("tied-embedding residual of " + std::to_string(tied) + " floats, the part has " +
                std::to_string(tied_floats));
@@ -162,7 +173,7 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
     }
     floats += sizes[k];
   }
-  const uint64_t expected = fixed + count * 8 + floats * sizeof(float);
+  const uint64_t expected = fixed + count * 8 + floats * sizeof(float) + links;
   if (body.size() != expected) {
     return bad(std::to_string(body.size()) + " bytes of fields and floats, its header describes " +
                std::to_string(expected) + " (truncated?)");
@@ -185,6 +196,8 @@ StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_
   take(&s.drift_anchor, tracking);
   take(&s.gossip_outer_anchor, outer);
   take(&s.gossip_outer_momentum, outer);
+  s.gossip_links.assign(body.begin() + static_cast<ptrdiff_t>(off),
+                        body.begin() + static_cast<ptrdiff_t>(off + links));
   s.lr_sum = lr_sum;
   return s;
 }

@@ -30,6 +30,9 @@ struct SyncState {
   // Gossip with an outer step other than plain averaging (fleet/gossip_node.h, BeginRound):
   // the node's outer anchor and momentum; empty otherwise.
   std::vector<float> gossip_outer_anchor, gossip_outer_momentum;
+  // Gossip over compressed links (fleet/gossip_link_node.h): the node's state as it saves it
+  // (weights, its links' copies, tracking's); empty otherwise.
+  std::vector<uint8_t> gossip_links;
 };
 
 std::string SyncCheckpointPath(const std::string& dir, uint64_t step, int layer_begin,
@@ -40,9 +43,10 @@ Status WriteSyncState(FileEnv& env, const std::string& path, const SyncState& st
 // `fragment_floats`: the fragment's parameter count (what anchor and momentum, corrections and
 // drift anchor, and the gossip outer anchor and momentum must hold, when present); `slice_sizes`:
 // its slices' sizes (what the residuals must hold, when present); `tied_floats`: wte's size (what
-// the tied residual must hold, when present).
+// the tied residual must hold, when present); `max_link_bytes`: the most a gossip link state of
+// this fragment can take (0: none may be there).
 StatusOr<SyncState> ReadSyncState(FileEnv& env, const std::string& path, uint64_t step,
                                   int64_t fragment_floats, const std::vector<int64_t>& slice_sizes,
-                                  int64_t tied_floats);
+                                  int64_t tied_floats, uint64_t max_link_bytes = 0);
 
 }  // namespace longhaul::daemon

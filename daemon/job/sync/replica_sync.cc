@@ -91,12 +91,22 @@ Status ReplicaSync::Init() {
     so.removed = o_.removed;
     so.gossip_grace_seconds = 5 * o_.heartbeat_seconds;
     so.gossip_tracking = o_.sync.tracking;
+    if (fleet::GossipSendsLinks(o_.sync)) {
+      ASSIGN_OR_RETURN(so.gossip_link_codec, fleet::GossipLinkCodec(o_.sync.codec));
+    }
   }
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
   if (gossip()) {
-    ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
     std::vector<fleet::SyncSlice> slices;
     for (const SyncRoute& route : routes_) slices.push_back(route.slice);
+    if (fleet::GossipSendsLinks(o_.sync)) {
+      ASSIGN_OR_RETURN(links_, fleet::LinkGossipNode::Create(o_.grid.replica(stage_),
+                                                             o_.grid.replicas, std::move(slices),
+                                                             static_cast<size_t>(layout.total()),
+                                                             o_.sync.codec, o_.sync.tracking));
+      return absl::OkStatus();
+    }
+    ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
     gossip_.emplace(std::move(slices), static_cast<size_t>(layout.total()), keep, o_.sync.tracking,
                     o_.sync.outer);
   }
@@ -113,6 +123,10 @@ void ReplicaSync::Fresh() {
   if (!local()) return;
   std::vector<float> params(static_cast<size_t>(o_.fragment->layout().total()));
   o_.fragment->GetParameters(params.data());
+  if (links_) {
+    links_->Reset(params);  // weights 1, every link's copy at the start
+    return;
+  }
   if (gossip_) {
     gossip_->Reset(params);  // weights 1, every coordinate sent last at its start
     return;
@@ -121,7 +135,19 @@ void ReplicaSync::Fresh() {
 }
 
 Status ReplicaSync::Restore(SyncState state, uint64_t step) {
-  if (local()) {
+  if (links_) {
+    const std::string where = Where() + ", step " + std::to_string(step);
+    if (state.gossip_links.empty()) {
+      return absl::DataLossError(where + ": the sync state has no gossip link state (sync.codec " +
+                                 o_.sync.codec + " with gossip)");
+    }
+    RETURN_IF_ERROR(Annotate(links_->Restore(state.gossip_links), where));
+    // As below: the corrections' zero sum holds only among the same replicas.
+    if (links_->tracking() && (o_.assignment.dropped_replicas_size() > 0 ||
+                               o_.assignment.rejoining_replicas_size() > 0)) {
+      links_->ZeroCorrections();
+    }
+  } else if (local()) {
     if (state.anchor.empty()) {
       return absl::DataLossError("job " + o_.assignment.job_id() + ": the sync state of step " +
                                  std::to_string(step) + " has no " +
@@ -179,10 +205,12 @@ Status ReplicaSync::Leave(std::span<const uint32_t> left) {
 
 Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> momentum) {
   if (!local()) return absl::OkStatus();
-  if (gossip_) {
+  if (gossip_ || links_) {
     // A copy of a live replica's parameters joins with weight 1 (its weights would count that
-    // replica's mass twice).
+    // replica's mass twice). Over compressed links its copies are not its peers': every link
+    // to and from it starts again from a key frame.
     Fresh();
+    if (links_) links_->ResyncAll();
     return absl::OkStatus();
   }
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
@@ -196,7 +224,9 @@ Status ReplicaSync::RestoreOuter(std::vector<float> anchor, std::vector<float> m
 }
 
 void ReplicaSync::Save(SyncState* state) const {
-  if (gossip_) {
+  if (links_) {
+    state->gossip_links = links_->Save();
+  } else if (gossip_) {
     state->anchor = gossip_->refs();
     state->momentum = gossip_->weights();
     if (gossip_->tracking()) {
@@ -231,17 +261,21 @@ Status ReplicaSync::SyncGradients(uint64_t step, double compute_seconds) {
 }
 
 void ReplicaSync::Correct(float lr) {
-  if (!gossip_ || !gossip_->tracking()) return;
+  if (!(gossip_ && gossip_->tracking()) && !(links_ && links_->tracking())) return;
   std::vector<float> params(static_cast<size_t>(o_.fragment->layout().total()));
   o_.fragment->GetParameters(params.data());
-  gossip_->Correct(params, lr);
+  if (links_) {
+    links_->Correct(params, lr);
+  } else {
+    gossip_->Correct(params, lr);
+  }
   o_.fragment->SetParameters(params.data());
 }
 
 Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
   if (!local()) return absl::OkStatus();
   const fleet::LocalSyncAction action = fleet::LocalSyncAt(o_.sync, step + 1, o_.steps);
-  if (gossip_) return action.blocking ? GossipSync(step) : absl::OkStatus();
+  if (gossip()) return action.blocking ? GossipSync(step) : absl::OkStatus();
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
   std::vector<float> params(n);
   if (action.finish) {
@@ -300,7 +334,8 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   for (int r = 0; o_.removed && r < N; ++r) removed += o_.removed(r) ? 1 : 0;
   if (removed > removed_seen_) {
     removed_seen_ = removed;
-    if (gossip_->tracking()) gossip_->ZeroCorrections();
+    if (links_ && links_->tracking()) links_->ZeroCorrections();
+    if (gossip_ && gossip_->tracking()) gossip_->ZeroCorrections();
   }
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
   const std::vector<int> from = graph.In(me);
@@ -324,19 +359,30 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     sketch_ = std::move(sketch);
     sketch_step_ = step + 1;
   }
+  const std::string where = Where() + ", gossip round " + std::to_string(round) + " after step " +
+                            std::to_string(step + 1);
+  if (links_) {
+    RETURN_IF_ERROR(LinkRound(step, round, graph, params, where));
+    if (step + 1 == o_.steps) {
+      std::vector<double> weights;
+      for (size_t k = 0; k < routes_.size(); ++k) weights.push_back(links_->weight(k));
+      RETURN_IF_ERROR(FinalAverage(step, weights, params, where));
+      links_->ResetWeights();
+    }
+    o_.fragment->SetParameters(params.data());
+    return absl::OkStatus();
+  }
   // Tracking: the drift since the last round; an outer step: params move by it (what is sent).
   gossip_->BeginRound(params);
   const size_t slices = routes_.size();
   std::vector<std::vector<uint32_t>> picked(slices);
-  std::vector<std::vector<uint8_t>> frames(slices);
+  std::vector<std::vector<std::vector<uint8_t>>> frames(slices);
   if (!out.empty()) {
     for (size_t k = 0; k < slices; ++k) {
       picked[k] = gossip_->Pick(k, params, round);
-      frames[k] = gossip_->Frame(k, picked[k], params);
+      frames[k] = {gossip_->Frame(k, picked[k], params)};
     }
   }
-  const std::string where = Where() + ", gossip round " + std::to_string(round) + " after step " +
-                            std::to_string(step + 1);
   std::vector<std::vector<fleet::GossipFrame>> received;
   std::vector<int> senders;  // the in-neighbours whose frames came (a lost one's did not)
   std::vector<int> unsent;   // the out-neighbours sent nothing (lost): their shares stay here
@@ -357,7 +403,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   if (step + 1 == o_.steps) {
     // The job's end: one exact average over the live replicas, each slice's values and weights
     // to every other (keys tagged past the round's).
-    for (size_t k = 0; k < slices; ++k) frames[k] = gossip_->DenseFrame(k, params);
+    for (size_t k = 0; k < slices; ++k) frames[k] = {gossip_->DenseFrame(k, params)};
     RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
                                                &received, &senders, &unsent),
                              where + ", final average"));
@@ -366,7 +412,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
       const fleet::SyncSlice& s = routes_[k].slice;
       // Its own frame through the same checks (a parameter that is not finite fails here).
       StatusOr<fleet::GossipFrame> own = fleet::DecodeGossipFrame(
-          frames[k], static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size));
+          frames[k][0], static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size));
       if (!own.ok()) return Annotate(own.status(), where + ", final average, this stage's frame");
       std::vector<const fleet::GossipFrame*> by_replica;
       size_t next = 0;
@@ -381,6 +427,112 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     }
   }
   o_.fragment->SetParameters(params.data());
+  return absl::OkStatus();
+}
+
+Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
+                              std::vector<float>& params, const std::string& where) {
+  const int me = o_.grid.replica(stage_);
+  const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
+  const std::vector<int> from = graph.In(me);
+  links_->BeginRound(params);
+  // A frame per out-neighbour, built on every stage that holds the slice even where another
+  // of this replica's stages is the one that sends it (the tied embedding's two holders keep
+  // the same copies).
+  const size_t slices = routes_.size();
+  std::vector<std::vector<std::vector<uint8_t>>> frames(slices);
+  for (size_t k = 0; k < slices && !out.empty(); ++k) {
+    frames[k].resize(static_cast<size_t>(o_.grid.replicas));
+    for (int q : out) {
+      ASSIGN_OR_RETURN(frames[k][static_cast<size_t>(q)], links_->Frame(k, q, round, params));
+    }
+  }
+  std::vector<std::vector<fleet::GossipFrame>> unused;
+  std::vector<std::vector<fleet::LinkFrame>> received;
+  std::vector<int> senders, unsent;
+  RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &unused,
+                                             &senders, &unsent, &received),
+                           where));
+  std::vector<int> sent;
+  for (int q : out) {
+    if (std::find(unsent.begin(), unsent.end(), q) == unsent.end()) sent.push_back(q);
+  }
+  std::vector<fleet::LinkGossipNode::Received> in;
+  for (size_t k = 0; k < slices; ++k) {
+    in.clear();
+    for (size_t i = 0; i < senders.size(); ++i) {
+      const double degree = static_cast<double>(graph.out[static_cast<size_t>(senders[i])].size());
+      in.push_back({senders[i], 1.0 / (1.0 + degree), &received[k][i]});
+    }
+    links_->Apply(k, sent, unsent, in, params);
+  }
+  if (links_->stale_frames() > stale_seen_ && o_.log) {
+    o_.log->warn(
+        "{}: {} frames skipped since the start: their links' copies differed (a frame "
+        "lost, a restart); key frames asked for",
+        where, links_->stale_frames());
+  }
+  stale_seen_ = links_->stale_frames();
+  return absl::OkStatus();
+}
+
+Status ReplicaSync::FinalAverage(uint64_t step, std::span<const double> weights,
+                                 std::vector<float>& params, const std::string& where) {
+  const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
+  std::vector<int> others;
+  for (int r = 0; r < N; ++r) {
+    if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
+  }
+  // Each slice's values and weight as a dense fp32 gossip frame (the weight rounded to fp32 in
+  // each coordinate's place), to every other live replica; keys tagged past the round's.
+  const size_t slices = routes_.size();
+  std::vector<std::vector<std::vector<uint8_t>>> frames(slices);
+  for (size_t k = 0; k < slices; ++k) {
+    const fleet::SyncSlice& s = routes_[k].slice;
+    const size_t size = static_cast<size_t>(s.size);
+    std::vector<uint32_t> all(size);
+    for (size_t c = 0; c < size; ++c) all[c] = static_cast<uint32_t>(c);
+    const std::vector<float> w(size, static_cast<float>(weights[k]));
+    frames[k] = {fleet::EncodeGossipFrame(
+        static_cast<uint32_t>(s.index), all,
+        std::span<const float>(params).subspan(static_cast<size_t>(s.offset), size), w)};
+  }
+  std::vector<std::vector<fleet::GossipFrame>> received;
+  std::vector<int> senders, unsent;
+  RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
+                                             &received, &senders, &unsent),
+                           where + ", final average"));
+  std::vector<double> w;
+  std::vector<std::span<const float>> x;
+  for (size_t k = 0; k < slices; ++k) {
+    const fleet::SyncSlice& s = routes_[k].slice;
+    const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
+    w.clear();
+    x.clear();
+    size_t next = 0;
+    for (int r = 0; r < N; ++r) {  // replica order, this stage's own among them
+      if (r == me) {
+        w.push_back(weights[k]);
+        x.push_back(std::span<const float>(params).subspan(at, size));
+        continue;
+      }
+      if (next >= senders.size() || senders[next] != r) continue;
+      const fleet::GossipFrame& f = received[k][next++];
+      for (size_t c = 1; c < f.w.size(); ++c) {
+        if (f.w[c] != f.w[0]) {
+          return absl::InvalidArgumentError(
+              where + ", final average: replica " + std::to_string(r) + "'s frame of slice " +
+              std::to_string(s.index) + " weighs its coordinates differently");
+        }
+      }
+      w.push_back(f.w[0]);
+      x.push_back(f.x);
+    }
+    // Into a copy: this stage's own values are among the inputs.
+    std::vector<float> mean(size);
+    fleet::AverageLinkSlice(w, x, mean);
+    std::copy(mean.begin(), mean.end(), params.begin() + s.offset);
+  }
   return absl::OkStatus();
 }
 

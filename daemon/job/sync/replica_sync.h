@@ -15,12 +15,17 @@
 //                    before its mix): the round's graph from the job's seed and the
 //                    round, this stage's frames to its out-neighbours' stages, theirs from its
 //                    in-neighbours, and after the last step one exact average over the live
-//                    replicas, as the fleet simulator does (fleet/local_fleet.h).
+//                    replicas, as the fleet simulator does (fleet/local_fleet.h). Over
+//                    compressed links (sync.codec q4 and the like, fleet::GossipSendsLinks)
+//                    each out-neighbour gets its own frame: the difference from the copy
+//                    that link holds (fleet/gossip_link_node.h).
 //
 // Its durable part goes into the sync state beside each stage checkpoint (Save; Restore, or
 // Fresh when nothing is carried: a first step, a layer move, a rejoin). A gossip stage keeps
 // no group outer step: the state's anchor holds each coordinate's value when last sent and its
-// momentum the push-sum weights (its own outer step, tracking: fields of their own).
+// momentum the push-sum weights (its own outer step, tracking: fields of their own); over
+// compressed links the node's whole state (its weights and its links' copies) goes in a field
+// of its own, the anchor and momentum empty.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -44,6 +49,8 @@
 #include "daemon/job/sync/sync_codec.h"
 #include "daemon/job/sync/sync_exchange.h"
 #include "daemon/link_monitor.h"
+#include "fleet/gossip.h"
+#include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "fleet/outer_optimizer.h"
 #include "fleet/sync_options.h"
@@ -95,6 +102,8 @@ class ReplicaSync {
   const std::vector<float>& token_weights() const { return token_weights_; }
   // The floats of each slice's error-feedback residual, as the sync state stores them.
   std::vector<int64_t> ResidualSizes() const;
+  // The bytes of the gossip link state the sync state stores (0 unless over compressed links).
+  uint64_t LinkStateBytes() const { return links_ ? links_->StateBytes() : 0; }
 
   // Nothing carried: local mode's first anchor is the fragment's parameters now.
   void Fresh();
@@ -141,6 +150,13 @@ class ReplicaSync {
   // Gossip: the sketch of the parameters (Report's), the push-sum round of the sync after
   // `step`, then, after the job's last step, the exact average.
   Status GossipSync(uint64_t step);
+  // GossipSync's round over compressed links, on `params` (the fragment's, in place).
+  Status LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
+                   std::vector<float>& params, const std::string& where);
+  // The job's end: the exact average of `params` over the live replicas, each slice's values
+  // and weight (`weights`, by route) to every other.
+  Status FinalAverage(uint64_t step, std::span<const double> weights, std::vector<float>& params,
+                      const std::string& where);
   // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
   std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
   std::string Where() const;
@@ -154,9 +170,12 @@ class ReplicaSync {
   std::vector<bool> live_;         // by replica: not dropped in this attempt
   int removed_seen_ = 0;  // gossip: replicas removed mid-attempt, as the last round saw them
   std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
-  std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip
-  std::optional<SyncCodecChooser> codec_;    // sync: {codec: adaptive}
-  fleet::OuterOptimizer outer_;              // local mode
+  std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip with fp32 shares
+  // sync.reduce gossip over compressed links (fleet::GossipSendsLinks), in place of gossip_.
+  std::unique_ptr<fleet::LinkGossipNode> links_;
+  uint64_t stale_seen_ = 0;                // links_'s stale frames already logged
+  std::optional<SyncCodecChooser> codec_;  // sync: {codec: adaptive}
+  fleet::OuterOptimizer outer_;            // local mode
   // A streaming sync in flight: the parameters at its start (its weights went with it to
   // SyncExchange::Start).
   std::vector<float> started_;

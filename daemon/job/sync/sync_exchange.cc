@@ -344,6 +344,7 @@ void SyncExchange::Cancel() {
   Join();
   decoded_.clear();
   gossip_in_.clear();
+  gossip_link_in_.clear();
   gossip_ = false;
   ring_.clear();
   early_.clear();
@@ -403,10 +404,16 @@ Status SyncExchange::Finish(std::span<float> out) {
 }
 
 Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
-                            std::span<const std::vector<uint8_t>> frames, std::span<const int> to,
-                            std::span<const int> from,
+                            std::span<const std::vector<std::vector<uint8_t>>> frames,
+                            std::span<const int> to, std::span<const int> from,
                             std::vector<std::vector<fleet::GossipFrame>>* received,
-                            std::vector<int>* senders, std::vector<int>* unsent) {
+                            std::vector<int>* senders, std::vector<int>* unsent,
+                            std::vector<std::vector<fleet::LinkFrame>>* links) {
+  const bool link = o_.gossip_link_codec.has_value() && tag == kGossipRoundTag;
+  if (link && links == nullptr) {
+    return absl::InvalidArgumentError("gossip of step " + std::to_string(step) +
+                                      ": a round over compressed links needs room for its frames");
+  }
   if (in_flight()) {
     return absl::FailedPreconditionError("gossip of step " + std::to_string(step) +
                                          ": a sync is in flight");
@@ -427,6 +434,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
       x->gossip_ = false;
       x->gossip_from_.clear();
       x->gossip_in_.clear();
+      x->gossip_link_in_.clear();
     }
   } reset{this};
   gossip_tag_ = tag;
@@ -438,6 +446,10 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   }
   gossip_from_.assign(from.begin(), from.end());
   gossip_in_.assign(o_.routes.size(), std::vector<std::optional<fleet::GossipFrame>>(from.size()));
+  if (link) {
+    gossip_link_in_.assign(o_.routes.size(),
+                           std::vector<std::optional<fleet::LinkFrame>>(from.size()));
+  }
   std::vector<TensorKey> wanted;
   for (size_t k = 0; k < o_.routes.size(); ++k) {
     const SyncRoute& route = o_.routes[k];
@@ -446,6 +458,12 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
                         static_cast<uint32_t>(route.slice.index)});
     }
     if (frames[k].empty()) continue;
+    if (frames[k].size() != 1 && frames[k].size() != static_cast<size_t>(o_.grid.replicas)) {
+      return absl::InvalidArgumentError("gossip of step " + std::to_string(step) + ": slice " +
+                                        std::to_string(route.slice.index) + " has " +
+                                        std::to_string(frames[k].size()) + " frames for " +
+                                        std::to_string(o_.grid.replicas) + " replicas");
+    }
     for (int d : route.to) {
       const int r = o_.grid.replica(d);
       if (!o_.live[r] || std::find(to.begin(), to.end(), r) == to.end()) continue;
@@ -459,7 +477,14 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
         }
         lost_[static_cast<size_t>(r)] = false;
       }
-      RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frames[k]));
+      const std::vector<uint8_t>& frame = frames[k][frames[k].size() == 1 ? 0 : r];
+      if (frame.empty()) {
+        return absl::InvalidArgumentError("gossip of step " + std::to_string(step) +
+                                          ": no frame of slice " +
+                                          std::to_string(route.slice.index) + " for replica " +
+                                          std::to_string(r) + ", an out-neighbour");
+      }
+      RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frame));
     }
   }
   std::sort(unsent->begin(), unsent->end());
@@ -473,6 +498,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   wait_seconds_ += o_.file_env->NowSeconds() - wait_start;
   RETURN_IF_ERROR(receive_status_);
   received->assign(o_.routes.size(), {});
+  if (links != nullptr) links->assign(o_.routes.size(), {});
   senders->clear();
   for (int r : gossip_from_) {
     if (std::find(gossip_skipped_.begin(), gossip_skipped_.end(), r) == gossip_skipped_.end()) {
@@ -486,7 +512,11 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
           gossip_skipped_.end()) {
         continue;  // lost: what came of it is left out whole
       }
-      if (!f) {
+      if (link && gossip_link_in_[k][i]) {
+        (*links)[k].push_back(std::move(*gossip_link_in_[k][i]));
+        continue;
+      }
+      if (!f || link) {
         return absl::InternalError(
             "gossip of step " + std::to_string(step) + " (tag " + std::to_string(tag) +
             "): slice " + std::to_string(o_.routes[k].slice.index) + "'s frame from " + "replica " +
@@ -544,6 +574,18 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
     return absl::InternalError("gossip: unexpected tensor " + key.DebugString());
   }
   const fleet::SyncSlice& slice = o_.routes[k].slice;
+  const size_t i = static_cast<size_t>(at - gossip_from_.begin());
+  if (!gossip_link_in_.empty()) {  // a round over compressed links
+    auto f = fleet::DecodeLinkFrame(t.payload, static_cast<uint32_t>(slice.index),
+                                    static_cast<uint64_t>(slice.size), *o_.gossip_link_codec,
+                                    o_.gossip_tracking);
+    if (!f.ok()) {
+      return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
+                                           ": " + std::string(f.status().message()));
+    }
+    gossip_link_in_[k][i] = std::move(*f);
+    return absl::OkStatus();
+  }
   auto f = fleet::DecodeGossipFrame(
       t.payload, static_cast<uint32_t>(slice.index), static_cast<uint64_t>(slice.size),
       GossipFrameTracked(o_.gossip_tracking, key.microbatch, o_.grid.replicas));
@@ -557,7 +599,7 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
         ": a final average's frame of slice " + std::to_string(slice.index) + " with " +
         std::to_string(f->count()) + " of its " + std::to_string(slice.size) + " coordinates");
   }
-  gossip_in_[k][static_cast<size_t>(at - gossip_from_.begin())] = std::move(*f);
+  gossip_in_[k][i] = std::move(*f);
   return absl::OkStatus();
 }
 

@@ -47,6 +47,7 @@
 #include "daemon/job/exchange/stage_exchange.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "fleet/sync_options.h"
 #include "fleet/sync_reduce.h"
@@ -89,6 +90,10 @@ struct SyncExchangeOptions {
   // Gossip with sync.tracking: a round's frames carry the sender's drifts (fleet/gossip_node.h;
   // the final average's do not).
   bool gossip_tracking = false;
+  // Gossip over compressed links (fleet::GossipSendsLinks): the codec of the rounds'
+  // differences; a round's frames are link frames (fleet/gossip_link_node.h), the final
+  // average's fp32 gossip frames as ever. None: every frame is a gossip frame.
+  std::optional<compression::CodecSpec> gossip_link_codec;
 };
 
 class SyncExchange {
@@ -108,12 +113,15 @@ class SyncExchange {
                int phase = fleet::kEveryPhase);
   Status Finish(std::span<float> out);
   bool in_flight() const { return receiver_.joinable(); }
-  // One gossip exchange of the sync of `step` (blocking): frames[k], route k's gossip frame
-  // (empty: none sent), goes to the stages of the replicas in `to` that take the slice from
-  // this stage; each slice's frame comes from the replicas in `from` (ascending), from the
-  // stage this stage adds the slice from, checked for the slice. The frames' keys carry `tag`
-  // + the sender's replica (a round and the job's final average in the same step differ by
-  // it).
+  // One gossip exchange of the sync of `step` (blocking): frames[k], route k's gossip frames,
+  // go to the stages of the replicas in `to` that take the slice from this stage: one frame
+  // for every one of them, or one per replica (frames[k][r] to replica r; over compressed
+  // links each link has its own); none (empty) sends nothing. Each slice's frame comes from
+  // the replicas in `from` (ascending), from the stage this stage adds the slice from, checked
+  // for the slice. The frames' keys carry `tag` + the sender's replica (a round and the job's
+  // final average in the same step differ by it). Over compressed links a round's frames
+  // (tag kGossipRoundTag) come as link frames, into *links (by route, by sender as
+  // *received's), and *received holds none.
   //
   // Gossip goes on without a replica that is gone (issue 36: no replica waits for another
   // that cannot come, even with the coordinator down): with options.peer_status, a sender
@@ -124,10 +132,11 @@ class SyncExchange {
   // *unsent names those replicas of `to`, for the caller's push-sum weights).
   // *senders: the replicas of `from` whose frames came, ascending; (*received)[k][i] is
   // (*senders)[i]'s frame of route k.
-  Status Gossip(uint64_t step, uint32_t tag, std::span<const std::vector<uint8_t>> frames,
-                std::span<const int> to, std::span<const int> from,
-                std::vector<std::vector<fleet::GossipFrame>>* received, std::vector<int>* senders,
-                std::vector<int>* unsent);
+  Status Gossip(uint64_t step, uint32_t tag,
+                std::span<const std::vector<std::vector<uint8_t>>> frames, std::span<const int> to,
+                std::span<const int> from, std::vector<std::vector<fleet::GossipFrame>>* received,
+                std::vector<int>* senders, std::vector<int>* unsent,
+                std::vector<std::vector<fleet::LinkFrame>>* links = nullptr);
   // Replicas found lost by gossip exchanges so far (each counted once per time it was lost).
   uint64_t gossip_losses() const { return gossip_losses_; }
   // Gather and ring: the replicas `left` are out of every later sync (a removal at a step
@@ -206,6 +215,7 @@ class SyncExchange {
   uint32_t gossip_tag_ = 0;
   std::vector<int> gossip_from_;
   std::vector<std::vector<std::optional<fleet::GossipFrame>>> gossip_in_;
+  std::vector<std::vector<std::optional<fleet::LinkFrame>>> gossip_link_in_;  // link frames
   std::vector<int> gossip_skipped_;  // this exchange's senders found lost
   std::vector<bool> lost_;           // by replica: found lost by an exchange, not back since
   uint64_t gossip_losses_ = 0;
