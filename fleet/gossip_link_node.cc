@@ -244,10 +244,12 @@ void LinkGossipNode::Reset(std::span<const float> params) {
 }
 
 void LinkGossipNode::ResyncAll() {
-  for (int q = 0; q < replicas_; ++q) {
-    if (q == replica_) continue;
-    for (size_t k = 0; k < slices_.size(); ++k) key_owed_[Flag(q, k)] = key_wanted_[Flag(q, k)] = 1;
-  }
+  for (int q = 0; q < replicas_; ++q) ResyncWith(q);
+}
+
+void LinkGossipNode::ResyncWith(int q) {
+  if (q < 0 || q >= replicas_ || q == replica_) return;
+  for (size_t k = 0; k < slices_.size(); ++k) key_owed_[Flag(q, k)] = key_wanted_[Flag(q, k)] = 1;
 }
 
 void LinkGossipNode::ZeroCorrections() { std::fill(correction_.begin(), correction_.end(), 0.0f); }

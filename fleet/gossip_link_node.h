@@ -88,6 +88,8 @@ class LinkGossipNode {
   // parameters): its next frame on every out-link is a key frame, and its frames ask every
   // in-link for one.
   void ResyncAll();
+  // The same for the links to and from replica q alone (q rejoined from another's parameters).
+  void ResyncWith(int q);
   // The durable state (weights, copies, the key frames owed and asked for, tracking's), and a
   // checkpoint's: DataLoss naming what does not fit this node.
   std::vector<uint8_t> Save() const;

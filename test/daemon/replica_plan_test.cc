@@ -691,6 +691,22 @@ TEST_CASE("sync state files keep gossip's tracking state; version 1 files still 
   REQUIRE(WriteSyncState(*FileEnv::Default(), path, s).ok());
   CHECK_THAT(std::string(ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0).status().message()),
              Catch::Contains("gossip outer state of 4 floats"));
+  // A gossip link state (fleet/gossip_link_node.h) as its node saved it: version 4, read back
+  // byte for byte where the reader allows that much, refused where it allows less.
+  SyncState l;
+  l.step = 4;
+  l.residuals = {{0.5f, 0.25f, 0.125f}};
+  l.gossip_links = {'L', 'H', 'G', 'N', 1, 2, 3, 4, 5, 6, 7};
+  REQUIRE(WriteSyncState(*FileEnv::Default(), path, l).ok());
+  CHECK(version() == 4);
+  auto links = ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0, 64);
+  INFO(links.status().ToString());
+  REQUIRE(links.ok());
+  CHECK(links->gossip_links == l.gossip_links);
+  CHECK(links->residuals == l.residuals);
+  CHECK(links->anchor.empty());
+  const Status small = ReadSyncState(*FileEnv::Default(), path, 4, 3, {3}, 0, 10).status();
+  CHECK(small.code() == absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("sync state files: round trip, and nothing corrupt is loaded", "[replicas]") {

@@ -662,7 +662,11 @@ TEST_CASE("a replica's site restarting mid-job: rolled back, the same model at t
                            "on_site_loss: wait}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: topk:0.25, "
                            "tracking: true, outer: {lr: 1, momentum: 0.5}, "
-                           "on_site_loss: wait}\n"));
+                           "on_site_loss: wait}\n"),
+               // Over compressed links: every link's copies, the weights and the tracking
+               // state from the sync state, alike at both ends of each link.
+               std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4, "
+                           "tracking: true, on_site_loss: wait}\n"));
   INFO(sync);
   const std::string yaml = JobYaml(sync, 10);
   const Oracle oracle = TrainFleet(yaml);
@@ -733,12 +737,14 @@ TEST_CASE("a replica losing a site is dropped, the other goes on, and it rejoins
   // replica starts from the live one's parameters. Gossip: rounds with no live neighbour
   // while replica 1 is out, the rejoined one from the live one's parameters with weight 1
   // (with tracking, every replica's corrections from 0 at the drop's and the rejoin's
-  // attempts).
+  // attempts); over compressed links the rejoined replica's copies are not its peers', and
+  // the links to and from it start again from key frames.
   const std::string reduce =
       GENERATE(std::string("codec: q8, reduce: gather"), std::string("codec: q8, reduce: ring"),
                std::string("codec: q8, reduce: gather, stagger: 2"),
                std::string("codec: topk:0.25, reduce: gossip"),
-               std::string("codec: topk:0.25, reduce: gossip, tracking: true"));
+               std::string("codec: topk:0.25, reduce: gossip, tracking: true"),
+               std::string("codec: q4, reduce: gossip"));
   INFO("reduce " << reduce);
   const std::string yaml = JobYaml("sync: {mode: local, every: 2, " + reduce + "}\n", steps);
   Cluster c;

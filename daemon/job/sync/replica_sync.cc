@@ -142,6 +142,11 @@ Status ReplicaSync::Restore(SyncState state, uint64_t step) {
                                  o_.sync.codec + " with gossip)");
     }
     RETURN_IF_ERROR(Annotate(links_->Restore(state.gossip_links), where));
+    // A replica rejoining this attempt starts from another's parameters with copies of its
+    // own: the links to and from it start again from key frames, at both ends.
+    for (const uint32_t r : o_.assignment.rejoining_replicas()) {
+      links_->ResyncWith(static_cast<int>(r));
+    }
     // As below: the corrections' zero sum holds only among the same replicas.
     if (links_->tracking() && (o_.assignment.dropped_replicas_size() > 0 ||
                                o_.assignment.rejoining_replicas_size() > 0)) {

@@ -1,0 +1,284 @@
+// One replica's side of gossip over compressed links (fleet/gossip_link_node.h): a frame decodes
+// to what its sender's copy moved by; a frame from a peer is refused whole for every way it can
+// be wrong (checksum, slice, count, codec, weight, sizes, values); two ends whose copies differ
+// (a frame lost, a restart from an older state) never mix a difference built on the other's
+// copy: the receiver skips it, asks for a key frame, and the link holds the same copy at both
+// ends again after it; the state saves and restores whole and refuses what does not fit.
+#include "fleet/gossip_link_node.h"
+
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compression/frame.h"
+#include "test/fleet/gossip_test_util.h"
+
+namespace longhaul::fleet {
+namespace {
+
+constexpr size_t kP = 200;
+
+std::vector<SyncSlice> Slices() { return {{0, 0, 72}, {1, 72, 128}}; }
+
+std::unique_ptr<LinkGossipNode> Node(int r, int n = 2, const std::string& codec = "q4",
+                                     bool tracking = false) {
+  auto node = LinkGossipNode::Create(r, n, Slices(), kP, codec, tracking);
+  REQUIRE(node.ok());
+  return std::move(*node);
+}
+
+compression::CodecSpec Spec(const std::string& codec) {
+  auto s = GossipLinkCodec(codec);
+  REQUIRE(s.ok());
+  return *s;
+}
+
+std::vector<float> Params(uint64_t seed) { return testing::UniformStart(1, kP, seed)[0]; }
+
+// Rewrites a frame's trailing checksum to match its bytes (reaching the checks behind it).
+void Reseal(std::vector<uint8_t>* f) {
+  const uint64_t sum = XXH64(f->data(), f->size() - 8, 0);
+  std::memcpy(f->data() + f->size() - 8, &sum, 8);
+}
+
+StatusOr<LinkFrame> Decode(const std::vector<uint8_t>& f, size_t k, bool tracked = false) {
+  const SyncSlice s = Slices()[k];
+  return DecodeLinkFrame(f, static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size),
+                         Spec("q4"), tracked);
+}
+
+// One link a -> b for one round: a's frames of every slice to b, b's end of the round with
+// them (a keeps its share; neither receives anything else).
+void Send(LinkGossipNode& a, std::vector<float>& xa, LinkGossipNode& b, std::vector<float>& xb,
+          uint64_t round, bool delivered = true) {
+  const int to[1] = {b.replica()};
+  for (size_t k = 0; k < Slices().size(); ++k) {
+    auto f = a.Frame(k, b.replica(), round, xa);
+    REQUIRE(f.ok());
+    auto d = Decode(*f, k, a.tracking());
+    REQUIRE(d.ok());
+    a.Apply(k, to, {}, {}, xa);
+    if (!delivered) continue;
+    const LinkGossipNode::Received in[1] = {{a.replica(), 0.5, &*d}};
+    b.Apply(k, {}, {}, in, xb);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a link frame carries the difference from the link's copy, and both ends move alike") {
+  auto a = Node(0), b = Node(1);
+  std::vector<float> xa = Params(1), xb = Params(2);
+  a->Reset(xa);
+  b->Reset(xa);  // every replica starts from the same parameters
+  for (size_t c = 0; c < kP; ++c) xa[c] += 0.01f * static_cast<float>(c % 7);
+  auto f = a->Frame(0, 1, 0, xa);
+  REQUIRE(f.ok());
+  auto d = Decode(*f, 0);
+  REQUIRE(d.ok());
+  CHECK_FALSE(d->key);
+  CHECK(d->weight == 1.0);
+  REQUIRE(d->values.size() == 72);
+  // The copy moved by the decoded difference, close to x (q4's rounding of the difference).
+  for (size_t c = 0; c < 72; ++c) {
+    CHECK(a->out_copy(1)[c] == Approx(xa[c]).margin(0.01));
+  }
+  const LinkGossipNode::Received in[1] = {{0, 0.5, &*d}};
+  b->Apply(0, {}, {}, in, xb);
+  for (size_t c = 0; c < 72; ++c) CHECK(b->in_copy(0)[c] == a->out_copy(1)[c]);
+  CHECK(b->stale_frames() == 0);
+  // b's weight of slice 0: its own 1 and half of a's.
+  CHECK(b->weight(0) == 1.5);
+}
+
+TEST_CASE("a link frame from a peer is refused whole for every way it can be wrong") {
+  auto a = Node(0);
+  std::vector<float> x = Params(3);
+  a->Reset(x);
+  auto good = a->Frame(1, 1, 0, x);
+  REQUIRE(good.ok());
+  REQUIRE(Decode(*good, 1).ok());
+  auto refused = [&](std::vector<uint8_t> f, const std::string& says, size_t k = 1,
+                     bool tracked = false) {
+    const auto d = Decode(f, k, tracked);
+    INFO(d.status().ToString());
+    CHECK(d.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(d.status().message()), Catch::Contains(says));
+  };
+  std::vector<uint8_t> f = *good;
+  f[f.size() / 2] ^= 1;
+  refused(f, "checksum mismatch");
+  refused(*good, "names slice 1 of 128 coordinates, the slice has 72", 0);
+  refused(*good, "no drift in a frame of a tracked job", 1, true);
+  f = std::vector<uint8_t>(good->begin(), good->begin() + 30);
+  refused(f, "shorter than its 40-byte header");
+  f = *good;
+  f.pop_back();
+  refused(f, "bytes, its header describes");
+  f = *good;
+  f[0] = 'X';
+  refused(f, "not a version-1 gossip link frame");
+  for (const double w : {0.0, -1.0, std::nan("")}) {
+    f = *good;
+    std::memcpy(f.data() + 24, &w, 8);
+    Reseal(&f);
+    refused(f, "push-sum weight");
+  }
+  // A key frame names no copy to build on.
+  f = *good;
+  f[5] |= 1;
+  Reseal(&f);
+  refused(f, "a key frame that names a copy");
+  // A peer does not choose the codec: a q8 difference where the job's links send q4.
+  auto q8 = Node(0, 2, "q8");
+  q8->Reset(x);
+  auto other = q8->Frame(1, 1, 0, x);
+  REQUIRE(other.ok());
+  refused(*other, "the job's links send q4");
+  // A value that is not finite, behind both checksums.
+  auto key_node = Node(0);
+  key_node->Reset(x);
+  key_node->ResyncAll();  // its next frame is a key frame: x in fp32
+  auto key = key_node->Frame(1, 1, 0, x);
+  REQUIRE(key.ok());
+  auto kd = Decode(*key, 1);
+  REQUIRE(kd.ok());
+  CHECK(kd->key);
+  CHECK(kd->want_key);
+  f = *key;
+  const float nan = std::nanf("");
+  const size_t values_at = 40 + compression::FrameHeaderSize(1);
+  std::memcpy(f.data() + values_at + 4 * 5, &nan, 4);
+  compression::RecomputeFrameChecksum(std::span<uint8_t>(f).subspan(40, f.size() - 48));
+  Reseal(&f);
+  refused(f, "index 5 is NaN or infinite");
+}
+
+TEST_CASE("copies that differ are never mixed: the receiver skips, asks, and a key frame mends") {
+  auto a = Node(0), b = Node(1);
+  std::vector<float> start = Params(4), xa = Params(5), xb = Params(6);
+  a->Reset(start);
+  b->Reset(start);
+  Send(*a, xa, *b, xb, 0);
+  REQUIRE(b->stale_frames() == 0);
+  // A frame lost in transit: a's copy moved, b's did not.
+  for (float& v : xa) v += 0.05f;
+  Send(*a, xa, *b, xb, 1, /*delivered=*/false);
+  const std::vector<float> before = xb;
+  const double weight = b->weight(0);
+  for (float& v : xa) v += 0.05f;
+  Send(*a, xa, *b, xb, 2);
+  // Both slices' frames skipped whole: b's values and weights are its own.
+  CHECK(b->stale_frames() == 2);
+  CHECK(xb == before);
+  CHECK(b->weight(0) == weight);
+  // b's next frames to a ask for a key frame; a's next frames to b are key frames.
+  for (size_t k = 0; k < Slices().size(); ++k) {
+    auto f = b->Frame(k, 0, 3, xb);
+    REQUIRE(f.ok());
+    auto d = Decode(*f, k);
+    REQUIRE(d.ok());
+    CHECK(d->want_key);
+    const LinkGossipNode::Received in[1] = {{1, 0.5, &*d}};
+    a->Apply(k, {}, {}, in, xa);
+  }
+  const std::vector<float> sent = xa;
+  Send(*a, xa, *b, xb, 4);
+  CHECK(b->stale_frames() == 2);
+  CHECK(b->in_copy(0) == a->out_copy(1));
+  CHECK(b->in_copy(0) == sent);  // a key frame's copy is x itself, in fp32
+  // And the link runs on differences again, the two ends alike.
+  for (float& v : xa) v -= 0.02f;
+  Send(*a, xa, *b, xb, 5);
+  CHECK(b->stale_frames() == 2);
+  CHECK(b->in_copy(0) == a->out_copy(1));
+}
+
+TEST_CASE("a frame the sender knows did not go makes its next one a key frame") {
+  auto a = Node(0), b = Node(1);
+  std::vector<float> start = Params(7), xa = Params(8), xb = Params(9);
+  a->Reset(start);
+  b->Reset(start);
+  const int to[1] = {1};
+  for (size_t k = 0; k < Slices().size(); ++k) {
+    REQUIRE(a->Frame(k, 1, 0, xa).ok());
+    const std::vector<float> kept = xa;
+    a->Apply(k, {}, to, {}, xa);  // unsent: its share stays, nothing subtracted
+    CHECK(a->weight(k) == 1.0);
+    CHECK(xa == kept);
+  }
+  auto f = a->Frame(0, 1, 1, xa);
+  REQUIRE(f.ok());
+  auto d = Decode(*f, 0);
+  REQUIRE(d.ok());
+  CHECK(d->key);
+  CHECK_FALSE(d->want_key);
+  // A rejoining replica's links: key frames both ways, asked for and owed (ResyncWith), the
+  // other links untouched.
+  auto c = Node(0, 3);
+  c->Reset(start);
+  c->ResyncWith(2);
+  for (const int q : {1, 2}) {
+    auto g = c->Frame(1, q, 0, xa);
+    REQUIRE(g.ok());
+    auto e = Decode(*g, 1);
+    REQUIRE(e.ok());
+    CHECK(e->key == (q == 2));
+    CHECK(e->want_key == (q == 2));
+  }
+}
+
+TEST_CASE("a link node's state saves and restores whole, and refuses what does not fit") {
+  for (const bool tracking : {false, true}) {
+    INFO("tracking " << tracking);
+    auto a = Node(1, 3, "q4", tracking), b = Node(0, 3, "q4", tracking);
+    std::vector<float> start = Params(10), xa = Params(11), xb = Params(12);
+    a->Reset(start);
+    b->Reset(start);
+    a->Correct(xa, 0.1);
+    a->BeginRound(xa);
+    Send(*a, xa, *b, xb, 0);
+    const std::vector<uint8_t> saved = a->Save();
+    CHECK(saved.size() == a->StateBytes());
+    auto c = Node(1, 3, "q4", tracking);
+    REQUIRE(c->Restore(saved).ok());
+    CHECK(c->Save() == saved);
+    CHECK(c->out_copy(0) == a->out_copy(0));
+    CHECK(c->weight(0) == a->weight(0));
+    // Another replica's, another shape's, a truncation, a weight that is not positive.
+    auto other = Node(2, 3, "q4", tracking);
+    CHECK(other->Restore(saved).code() == absl::StatusCode::kDataLoss);
+    auto fewer = Node(1, 2, "q4", tracking);
+    CHECK(fewer->Restore(saved).code() == absl::StatusCode::kDataLoss);
+    std::vector<uint8_t> cut(saved.begin(), saved.end() - 1);
+    CHECK(c->Restore(cut).code() == absl::StatusCode::kDataLoss);
+    std::vector<uint8_t> bad = saved;
+    const double zero = 0;
+    std::memcpy(bad.data() + 25, &zero, 8);
+    const Status s = c->Restore(bad);
+    CHECK(s.code() == absl::StatusCode::kDataLoss);
+    CHECK_THAT(std::string(s.message()), Catch::Contains("push-sum weight"));
+    CHECK(c->Save() == saved);  // nothing changed by a refused state
+  }
+}
+
+TEST_CASE("a link node refuses frames it cannot build") {
+  auto a = Node(0, 3);
+  std::vector<float> x = Params(13);
+  a->Reset(x);
+  CHECK(a->Frame(0, 0, 0, x).status().code() == absl::StatusCode::kInvalidArgument);  // itself
+  CHECK(a->Frame(0, 3, 0, x).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(a->Frame(2, 1, 0, x).status().code() == absl::StatusCode::kInvalidArgument);
+  std::vector<float> short_x(kP - 1);
+  CHECK(a->Frame(0, 1, 0, short_x).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(LinkGossipNode::Create(0, 2, Slices(), kP, "q2", false).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(LinkGossipNode::Create(0, 2, {{0, 150, 72}}, kP, "q4", false).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace longhaul::fleet
