@@ -50,15 +50,14 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   const int64_t tied_floats =
       static_cast<int64_t>(ctx_.spec.job.model.padded_vocab_size) * ctx_.spec.job.model.channels;
   const auto& me = ctx_.assignment.stages(stage_);
-  ASSIGN_OR_RETURN(
-      SyncState state,
-      ReadSyncState(
-          *ctx_.env.files,
-          SyncCheckpointPath(ctx_.job_dir, resume_step, static_cast<int>(me.layer_begin()),
-                             static_cast<int>(me.layer_end())),
-          resume_step, fragment_->layout().total(),
-          replicas_ ? replicas_->ResidualSizes() : std::vector<int64_t>{}, tied_floats,
-          replicas_ ? replicas_->LinkStateBytes() : 0));
+  ASSIGN_OR_RETURN(SyncState state,
+                   ReadSyncState(*ctx_.env.files,
+                                 SyncCheckpointPath(ctx_.job_dir, resume_step,
+                                                    static_cast<int>(me.layer_begin()),
+                                                    static_cast<int>(me.layer_end())),
+                                 resume_step, fragment_->layout().total(),
+                                 replicas_ ? replicas_->ResidualSizes() : std::vector<int64_t>{},
+                                 tied_floats, replicas_ ? replicas_->LinkStateBytes() : 0));
   if (tied_codec_) {
     RETURN_IF_ERROR(tied_codec_->RestoreResidual(std::move(state.tied_residual),
                                                  static_cast<size_t>(tied_floats)));
