@@ -38,8 +38,8 @@
 namespace longhaul::fleet {
 
 // What the fleet simulator asks of a gossip sync, whichever frames its rounds send: this file's
-// fp32 shares (GossipMixer, the daemons' rounds) or each link's compressed differences
-// (gossip_links.h, the simulator's only).
+// fp32 shares (GossipMixer) or each link's compressed differences (gossip_links.h); the daemons
+// run the same nodes on the same frames.
 class GossipRounds {
  public:
   virtual ~GossipRounds() = default;

@@ -32,9 +32,10 @@
 //          after the last step one exact average (an all-gather of the parameters, counted)
 //          leaves them equal. With sync.tracking each replica's local steps also apply its
 //          correction, and the rounds mix the replicas' drifts beside their parameters
-//          (gradient tracking, gossip_node.h). With gossip_link_codec the rounds send every
-//          coordinate as each link's compressed difference instead (gossip_links.h; the
-//          simulator's only).
+//          (gradient tracking, gossip_node.h). With a dense lossy sync.codec (q4: a job's
+//          `reduce: gossip, codec: q4`) or gossip_link_codec the rounds send every coordinate
+//          as each link's compressed difference instead (gossip_links.h; the daemons' stages
+//          run the same nodes).
 #pragma once
 
 #include <cstdint>

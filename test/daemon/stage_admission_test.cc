@@ -15,6 +15,8 @@
 #include "daemon/job/exchange/grad_sums_frame.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "fleet/gossip_link_node.h"
+#include "fleet/gossip_node.h"
 #include "model/layout.h"
 
 namespace longhaul::daemon {
@@ -278,6 +280,78 @@ TEST_CASE("a stage admits sync frames only from the replica stages its routes na
     REQUIRE(again.ok());
     CHECK(absl::IsPermissionDenied(Check(**again, sync(3, sync_step, 1, slice.size), "d")));
   }
+}
+
+TEST_CASE("a gossip job over compressed links admits its peers' link frames, bounded and whole",
+          "[admission]") {
+  // Replica 1's stage 3 (site d) sends stage 1 (b) its q4 difference of each slice they share
+  // (two replicas: each is the other's one out-neighbour every round).
+  JobSpec spec = Spec();
+  spec.sync.reduce = fleet::SyncReduce::kGossip;
+  spec.sync.codec = "q4";
+  REQUIRE(fleet::GossipSendsLinks(spec.sync));
+  const v1::StageAssignment a = Assignment(1);
+  const StageAdmission admission("b", a, spec);
+  StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
+  const std::vector<SyncRoute> routes = SyncRoutes(grid, spec.job.model, 1, spec.sync.stagger);
+  REQUIRE_FALSE(routes.empty());
+  const fleet::SyncSlice slice = routes.front().slice;
+  const fleet::SyncSlice local{slice.index, 0, slice.size};
+  auto node =
+      fleet::LinkGossipNode::Create(1, 2, {local}, static_cast<size_t>(slice.size), "q4", false);
+  REQUIRE(node.ok());
+  std::vector<float> x(static_cast<size_t>(slice.size), 0.25f);
+  (*node)->Reset(x);
+  x[3] = 0.5f;
+  auto frame = (*node)->Frame(0, 0, 0, x);
+  REQUIRE(frame.ok());
+  Tensor t;
+  t.frame = *frame;
+  t.first.set_job_id("j-000001");
+  t.first.set_attempt(3);
+  t.first.set_step(kEvery - 1);
+  t.first.set_microbatch(1);  // the sender's replica: a round's frame
+  t.first.set_kind(v1::TENSOR_KIND_SYNC);
+  t.first.set_tensor_id(static_cast<uint32_t>(slice.index));
+  t.first.set_from_stage(3);
+  t.first.set_to_stage(1);
+  t.first.set_encoded_size(t.frame.size());
+  CHECK(Check(admission, t, "d").ok());
+  CHECK(admission.CheckWhole(t.first, t.frame, "d").ok());
+  // Announced larger than the slice's key frame can be: refused before it is buffered.
+  Tensor big = t;
+  big.first.set_encoded_size(uint64_t{1} << 30);
+  Status st = Check(admission, big, "d");
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK(Names(st, "more than the slice's largest"));
+  // An fp32 gossip frame in a q4 links job: larger than any link frame of the slice, and with
+  // another magic.
+  std::vector<uint32_t> all(static_cast<size_t>(slice.size));
+  for (size_t c = 0; c < all.size(); ++c) all[c] = static_cast<uint32_t>(c);
+  const std::vector<float> ones(all.size(), 1.0f);
+  Tensor fp32 = t;
+  fp32.frame = fleet::EncodeGossipFrame(static_cast<uint32_t>(slice.index), all, x, ones);
+  fp32.first.set_encoded_size(fp32.frame.size());
+  st = Check(admission, fp32, "d");
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK(Names(st, "more than the slice's largest"));
+  Tensor magic = t;
+  std::copy_n("LHGS", 4, magic.frame.begin());
+  st = Check(admission, magic, "d");
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK(Names(st, "not a version-1 gossip link frame"));
+  // The whole frame: a flipped byte in its difference.
+  Tensor flipped = t;
+  flipped.frame[flipped.frame.size() - 20] ^= 1;
+  st = admission.CheckWhole(flipped.first, flipped.frame, "d");
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK(Names(st, "checksum"));
+  // The final average's frames stay fp32 gossip frames of every coordinate.
+  Tensor final_avg = fp32;
+  final_avg.first.set_step(kSteps - 1);
+  final_avg.first.set_microbatch(2 + 1);  // GossipFinalTag(2) + the sender's replica
+  CHECK(Check(admission, final_avg, "d").ok());
+  CHECK(admission.CheckWhole(final_avg.first, final_avg.frame, "d").ok());
 }
 
 }  // namespace

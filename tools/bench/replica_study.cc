@@ -18,7 +18,8 @@
 // round), and its line gives the replicas' mean consensus distance before a round; --tracking
 // on runs it with gradient tracking too ("+gt": a correction per replica, gossip_node.h).
 // With a dense lossy codec (--codecs q4) gossip sends every coordinate as each link's
-// compressed difference ("q4 links": fleet/gossip_links.h, not yet a daemon's sync).
+// compressed difference ("q4 links": fleet/gossip_links.h; a job's `sync: {reduce: gossip,
+// codec: q4}`, which the daemons run too).
 // --skewed-shards gives replica r the r-th contiguous part of the training text instead of its
 // share of one shuffled stream (replicas on different data: what tracking is for).
 //
@@ -529,7 +530,7 @@ int main(int argc, char** argv) {
                  "drawn each round: plain averaging unless --outer-lr or --outer-momentum is "
                  "given; codecs exact and topk:F as fp32 shares, a dense lossy codec (q4, q8, "
                  "bf16) as each link's compressed differences with plain averaging "
-                 "(fleet/gossip_links.h, the simulator's only), the others skipped; the step/exact "
+                 "(fleet/gossip_links.h), the others skipped; the step/exact "
                  "reference always gathers)")
       ->capture_default_str();
   app.add_option("--step-codecs", f.step_codecs,
