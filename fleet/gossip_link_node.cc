@@ -110,9 +110,9 @@ Status CheckLinkFrameHeader(std::span<const uint8_t> prefix, uint32_t slice, uin
     return absl::InvalidArgumentError(what + ": a key frame that names a copy to build on");
   }
   const double weight = Get<double>(prefix.data() + 24);
-  if (!(weight > 0) || !std::isfinite(weight)) {
+  if (!(weight > 0) || !(weight <= kMaxLinkWeight)) {
     return absl::InvalidArgumentError(what + ": push-sum weight " + std::to_string(weight) +
-                                      " (positive and finite)");
+                                      " (positive, at most 1e6)");
   }
   return absl::OkStatus();
 }
@@ -321,7 +321,9 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
   for (double& w : weights) {
     w = Get<double>(state.data() + at);
     at += 8;
-    if (!(w > 0) || !std::isfinite(w)) return bad("a push-sum weight of " + std::to_string(w));
+    if (!(w > 0) || !(w <= kMaxLinkWeight)) {
+      return bad("a push-sum weight of " + std::to_string(w));
+    }
   }
   std::vector<uint8_t> owed(key_owed_.size()), wanted(key_owed_.size());
   for (size_t f = 0; f < owed.size(); ++f) {
@@ -484,11 +486,18 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
       std::copy(r.frame->values.begin(), r.frame->values.end(),
                 copy.begin() + static_cast<ptrdiff_t>(at));
       key_wanted_[f] = 0;
-    } else if (r.frame->base != in_hash_[f]) {
-      key_wanted_[f] = 1;
-      ++stale_;
-      continue;
     } else {
+      // A difference on another copy than this end's, or one that takes the copy past fp32's
+      // range (no honest sender's: its own copy moved by the same sum), is left out whole.
+      bool fits = r.frame->base == in_hash_[f];
+      for (size_t c = 0; fits && c < size; ++c) {
+        fits = std::isfinite(copy[at + c] + r.frame->values[c]);
+      }
+      if (!fits) {
+        key_wanted_[f] = 1;
+        ++stale_;
+        continue;
+      }
       for (size_t c = 0; c < size; ++c) copy[at + c] += r.frame->values[c];
     }
     in_hash_[f] = Hash(copy, k);

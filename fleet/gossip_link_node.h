@@ -27,7 +27,8 @@
 // codec, and a u64 XXH64 of everything before it. A frame from a peer is checked whole before
 // anything is applied: its size, its checksum, its slice and count, the codec of each
 // compression frame (the job's, or fp32 in a key frame: a peer does not choose), the weight
-// positive and finite, every decoded value finite.
+// positive and at most kMaxLinkWeight, every decoded value finite; and a difference that would
+// take the receiver's copy past fp32's range is skipped as one on another copy.
 #pragma once
 
 #include <algorithm>
@@ -48,6 +49,10 @@ namespace longhaul::fleet {
 
 // An untracked frame's bytes beside its compression frames: its header and checksum.
 inline constexpr uint64_t kLinkFrameFixedBytes = 48;
+// The largest push-sum weight a frame may carry. The weights of all replicas sum to at most
+// their count (frames lost only lose mass), so this is far above any a replica holds, and low
+// enough that no product of a weight and an fp32 value leaves double's range.
+inline constexpr double kMaxLinkWeight = 1e6;
 
 struct LinkFrame {
   uint32_t slice = 0;

@@ -122,7 +122,7 @@ TEST_CASE("a link frame from a peer is refused whole for every way it can be wro
   f = *good;
   f[0] = 'X';
   refused(f, "not a version-1 gossip link frame");
-  for (const double w : {0.0, -1.0, std::nan("")}) {
+  for (const double w : {0.0, -1.0, std::nan(""), 1e7}) {
     f = *good;
     std::memcpy(f.data() + 24, &w, 8);
     Reseal(&f);

@@ -12,6 +12,8 @@
 // decoder promises holds, and applied it leaves every parameter finite and every weight
 // positive and finite; a grad-sums frame (daemon/job/exchange/grad_sums_frame.h) decodes only
 // to sums that are not negative, and only when it is exactly what its sums encode to.
+#include <xxhash.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/state/fragment_slices.h"
 #include "daemon/transport/frame_assembler.h"
+#include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "google/protobuf/stubs/logging.h"
 
@@ -244,6 +247,67 @@ void Gossip(const uint8_t* d, size_t n) {
   }
 }
 
+// A gossip link frame (fleet/gossip_link_node.h) for slice 3 of 1..64 coordinates in q4,
+// tracked or not: decoded only when its header passes too, every value and drift finite, the
+// weight in range; a node that takes it keeps finite parameters and weights.
+void LinkGossip(const uint8_t* d, size_t n) {
+  if (n < 2) return;
+  const uint64_t size = 1 + d[0] % 64;
+  const bool tracked = (d[1] & 1) != 0;
+  std::span<const uint8_t> frame(d + 2, n - 2);
+  std::vector<uint8_t> built;
+  if ((d[1] & 2) != 0 && n >= 4) {
+    // A sender's own frame of parameters drawn from the input (a key frame with bit 2), then
+    // one byte changed (d[2] picks it, d[3] is the change) and, with bit 3, the trailing
+    // checksum made to match: reaching the checks behind the checksum and the codec's.
+    auto sender = fleet::LinkGossipNode::Create(1, 2, {{3, 0, static_cast<int64_t>(size)}}, size,
+                                                "q4", tracked);
+    if (!sender.ok()) std::abort();
+    std::vector<float> x(size);
+    for (size_t c = 0; c < size; ++c) x[c] = static_cast<float>(d[(4 + c) % n]) / 64.0f - 2.0f;
+    (*sender)->Reset(std::vector<float>(size, 0.0f));
+    if ((d[1] & 4) != 0) (*sender)->ResyncAll();
+    (*sender)->BeginRound(x);
+    auto f = (*sender)->Frame(0, 0, d[2], x);
+    if (!f.ok()) std::abort();
+    built = std::move(*f);
+    built[d[2] % built.size()] ^= d[3];
+    if ((d[1] & 8) != 0) {
+      const uint64_t sum = XXH64(built.data(), built.size() - 8, 0);
+      std::memcpy(built.data() + built.size() - 8, &sum, 8);
+    }
+    frame = built;
+  }
+  static const compression::CodecSpec q4 = *fleet::GossipLinkCodec("q4");
+  const auto f = fleet::DecodeLinkFrame(frame, 3, size, q4, tracked);
+  if (!f.ok()) return;
+  if (!fleet::CheckLinkFrameHeader(frame, 3, size, tracked).ok()) std::abort();
+  if (f->values.size() != size || f->drift.size() != (tracked ? size : 0) ||
+      !(f->weight > 0 && f->weight <= fleet::kMaxLinkWeight) || (f->key && f->base != 0)) {
+    std::abort();
+  }
+  for (float v : f->values) {
+    if (!std::isfinite(v)) std::abort();
+  }
+  for (float v : f->drift) {
+    if (!std::isfinite(v)) std::abort();
+  }
+  auto node = fleet::LinkGossipNode::Create(0, 2, {{3, 0, static_cast<int64_t>(size)}}, size, "q4",
+                                            tracked);
+  if (!node.ok()) std::abort();
+  std::vector<float> x(size, 0.25f);
+  (*node)->Reset(x);
+  (*node)->BeginRound(x);
+  for (int round = 0; round < 2; ++round) {  // twice: the copy moves by it again
+    const fleet::LinkGossipNode::Received in[1] = {{1, 0.5, &*f}};
+    (*node)->Apply(0, {}, {}, in, x);
+    for (size_t c = 0; c < size; ++c) {
+      if (!std::isfinite(x[c])) std::abort();
+    }
+    if (!((*node)->weight(0) > 0) || !std::isfinite((*node)->weight(0))) std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -253,7 +317,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* d = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 9) {
+  switch (data[0] % 10) {
     case 0:
       Assignment(d, n);
       break;
@@ -277,6 +341,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 8:
       GradSums(d, n);
+      break;
+    case 9:
+      LinkGossip(d, n);
       break;
     default:
       LoaderState(d, n);
