@@ -296,7 +296,9 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::ModelConfig& mo
   for (double share : shares) {
     exposed_round += std::max(0.0, p.sync_seconds * share - hidden);
   }
-  p.exposed_sync_per_step = exposed_round / every;
+  // A warm-up's steps each sync, blocking, the whole model (fleet::LocalSyncAt).
+  const double warm = std::clamp(sync.warmup_fraction, 0.0, 1.0);
+  p.exposed_sync_per_step = (1 - warm) * exposed_round / every + warm * p.sync_seconds;
   p.step_seconds = p.replica_step_seconds + p.exposed_sync_per_step;
   double all_microbatches = 0;
   for (size_t r = 0; r < p.replicas.size(); ++r) {
@@ -317,7 +319,11 @@ ReplicaPlan PriceReplicas(const Profiles& profiles, const model::ModelConfig& mo
   for (const PlanResult& r : p.replicas) {
     if (r.estimate.step_seconds > 0) paced += r.estimate.tokens_per_step / r.estimate.step_seconds;
   }
-  p.paced_tokens_per_second = interval > 0 ? paced * interval / (interval + exposed) : 0;
+  // Per step of the fastest: its step and its share of the exposed syncs, in the warm-up every
+  // step's whole sync.
+  const double per_step =
+      (1 - warm) * (interval + exposed) / every + warm * (fastest + p.sync_seconds);
+  p.paced_tokens_per_second = interval > 0 && per_step > 0 ? paced * fastest / per_step : 0;
   return p;
 }
 

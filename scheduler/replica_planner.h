@@ -49,6 +49,9 @@ struct SyncCostOptions {
   int fanout = 2;  // gossip: out-neighbours per round
   // A site's sync flows at once share its uplink (false: each flow has its link to itself).
   bool shared_uplink = true;
+  // The fraction of the job's steps in a sync warm-up (sync.warmup over the steps): each of
+  // them syncs, blocking, before the cadence above takes over.
+  double warmup_fraction = 0;
 };
 
 struct ReplicaPlanRequest {
@@ -79,10 +82,10 @@ struct ReplicaPlan {
   bool gossip = false;              // the syncs priced as gossip rounds (reduce: gossip)
   double gather_seconds = 0, ring_seconds = 0;  // one sync each way (one not priced: 0)
   double gossip_seconds = 0;                    // one gossip round (priced only for reduce: gossip)
-  int gossip_rounds = 0;  // rounds to bring the replicas within 1% of their mean
-  double exposed_sync_per_step = 0;
-  double step_seconds = 0;       // replica step + exposed sync per step
-  double tokens_per_second = 0;  // in lockstep: every replica at the slowest one's pace
+  int gossip_rounds = 0;             // rounds to bring the replicas within 1% of their mean
+  double exposed_sync_per_step = 0;  // over the job's steps, a warm-up's among them
+  double step_seconds = 0;           // replica step + exposed sync per step
+  double tokens_per_second = 0;      // in lockstep: every replica at the slowest one's pace
   // Each replica at its own pace, a sync every `every` steps of the fastest, pseudo-gradients
   // weighted by the tokens each trained (the design for local mode; the runtime steps the
   // replicas in lockstep today).

@@ -67,6 +67,17 @@ TEST_CASE("a sync is each stage's parameters over the slowest flow, hidden behin
                10));
   CHECK(streamed_halves.exposed_sync_per_step < halves.exposed_sync_per_step);
   sync.stagger = 1;
+  // A warm-up of a fifth of the steps (sync.warmup): each of them syncs the whole model,
+  // blocking; the rest every 10 steps as before. The same in the paced figure.
+  sync.overlap = 0;
+  sync.warmup_fraction = 0.2;
+  const ReplicaPlan warm = PriceReplicas(
+      p, config, w, {OneStage("s0", 4, 1.0, tokens), OneStage("s1", 4, 1.0, tokens)}, sync);
+  CHECK(warm.exposed_sync_per_step == Approx(0.8 * one_sync / 10 + 0.2 * one_sync));
+  CHECK(warm.tokens_per_second == Approx(2 * tokens / (1.0 + warm.exposed_sync_per_step)));
+  CHECK(warm.paced_tokens_per_second == Approx(warm.tokens_per_second));
+  CHECK(warm.tokens_per_second < b.tokens_per_second);
+  sync.warmup_fraction = 0;
 
   // One replica twice as slow: lockstep goes at its pace, paced adds each one's own rate.
   sync.overlap = sync.every;

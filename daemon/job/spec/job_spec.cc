@@ -160,6 +160,10 @@ StatusOr<scheduler::ReplicaPlanRequest> ReplicaPlanRequestFor(
       : spec.sync.reduce == fleet::SyncReduce::kGossip ? scheduler::SyncReduceCost::kGossip
                                                        : scheduler::SyncReduceCost::kGather;
   r.sync.fanout = spec.sync.fanout;
+  if (spec.sync.mode == fleet::SyncMode::kLocal && spec.job.steps > 0) {
+    r.sync.warmup_fraction =
+        std::min(1.0, static_cast<double>(spec.sync.warmup) / static_cast<double>(spec.job.steps));
+  }
   constexpr uint64_t kValues = uint64_t{1} << 20;
   if (fleet::GossipSendsLinks(spec.sync)) {
     // Over compressed links every coordinate's difference goes in the codec, with a drift in
