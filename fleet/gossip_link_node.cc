@@ -207,7 +207,9 @@ LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice>
   out_hash_.assign(flags, 0);
   in_hash_.assign(flags, 0);
   key_owed_.assign(flags, 0);
+  key_asked_.assign(flags, 0);
   key_wanted_.assign(flags, 0);
+  since_key_.assign(flags, UINT32_MAX);
   if (tracking_) {
     correction_.assign(parameters, 0.0f);
     anchor_.assign(parameters, 0.0f);
@@ -234,7 +236,9 @@ void LinkGossipNode::Reset(std::span<const float> params) {
     }
   }
   std::fill(key_owed_.begin(), key_owed_.end(), 0);
+  std::fill(key_asked_.begin(), key_asked_.end(), 0);
   std::fill(key_wanted_.begin(), key_wanted_.end(), 0);
+  std::fill(since_key_.begin(), since_key_.end(), UINT32_MAX);
   if (tracking_) {
     std::fill(correction_.begin(), correction_.end(), 0.0f);
     anchor_.assign(params.begin(), params.end());
@@ -264,7 +268,8 @@ std::vector<uint8_t> LinkGossipNode::Save() const {
   Put<uint8_t>(&out, tracking_ ? 1 : 0);
   for (double w : weights_) Put<double>(&out, w);
   for (size_t f = 0; f < key_owed_.size(); ++f) {
-    Put<uint8_t>(&out, static_cast<uint8_t>(key_owed_[f] | (key_wanted_[f] << 1)));
+    Put<uint8_t>(&out,
+                 static_cast<uint8_t>(key_owed_[f] | (key_wanted_[f] << 1) | (key_asked_[f] << 2)));
   }
   auto floats = [&](const std::vector<float>& v) {
     const auto* p = reinterpret_cast<const uint8_t*>(v.data());
@@ -325,12 +330,13 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
       return bad("a push-sum weight of " + std::to_string(w));
     }
   }
-  std::vector<uint8_t> owed(key_owed_.size()), wanted(key_owed_.size());
+  std::vector<uint8_t> owed(key_owed_.size()), wanted(key_owed_.size()), asked(key_owed_.size());
   for (size_t f = 0; f < owed.size(); ++f) {
     const uint8_t b = state[at++];
-    if (b > 3) return bad("key flags " + std::to_string(b));
+    if (b > 7) return bad("key flags " + std::to_string(b));
     owed[f] = b & 1;
     wanted[f] = (b >> 1) & 1;
+    asked[f] = (b >> 2) & 1;
   }
   auto floats = [&](std::vector<float>* v, const char* what) -> Status {
     v->resize(n);
@@ -363,6 +369,8 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
   weights_ = std::move(weights);
   key_owed_ = std::move(owed);
   key_wanted_ = std::move(wanted);
+  key_asked_ = std::move(asked);
+  std::fill(since_key_.begin(), since_key_.end(), UINT32_MAX);
   out_ = std::move(out);
   in_ = std::move(in);
   for (int q = 0; q < replicas_; ++q) {
@@ -434,7 +442,7 @@ StatusOr<std::vector<uint8_t>> LinkGossipNode::Frame(size_t k, int to, uint64_t 
     drift_round_[k] = round;
   }
   const size_t f = Flag(to, k);
-  const bool key = key_owed_[f] != 0;
+  const bool key = key_owed_[f] != 0 || (key_asked_[f] != 0 && since_key_[f] >= kKeyRequestFrames);
   std::vector<float>& copy = out_[static_cast<size_t>(to)];
   scratch_.resize(size);
   const std::span<const float> xs = x.subspan(at, size);
@@ -442,12 +450,14 @@ StatusOr<std::vector<uint8_t>> LinkGossipNode::Frame(size_t k, int to, uint64_t 
   if (key) {
     RETURN_IF_ERROR(Encode(*key_codec_, xs, 0, &values, scratch_));
     std::copy(scratch_.begin(), scratch_.end(), copy.begin() + static_cast<ptrdiff_t>(at));
-    key_owed_[f] = 0;
+    key_owed_[f] = key_asked_[f] = 0;
+    since_key_[f] = 0;
   } else {
     std::vector<float> delta(size);
     for (size_t c = 0; c < size; ++c) delta[c] = xs[c] - copy[at + c];
     RETURN_IF_ERROR(Encode(*codec_, delta, Seed(round, replica_, to, index), &values, scratch_));
     for (size_t c = 0; c < size; ++c) copy[at + c] += scratch_[c];
+    if (since_key_[f] < UINT32_MAX) ++since_key_[f];
   }
   const uint64_t base = key ? 0 : out_hash_[f];
   out_hash_[f] = Hash(copy, k);
@@ -480,7 +490,7 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
   std::vector<const Received*> usable;
   for (const Received& r : received) {
     const size_t f = Flag(r.from, k);
-    if (r.frame->want_key) key_owed_[f] = 1;
+    if (r.frame->want_key) key_asked_[f] = 1;
     std::vector<float>& copy = in_[static_cast<size_t>(r.from)];
     if (r.frame->key) {
       std::copy(r.frame->values.begin(), r.frame->values.end(),

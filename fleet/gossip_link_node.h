@@ -47,6 +47,11 @@
 
 namespace longhaul::fleet {
 
+// A peer's request for a key frame is honoured once this many frames have gone on its link since
+// the last key frame: a peer that asks every round gets a fifth of the bytes of fp32 frames, not
+// all of them (a key frame is about 7x a q4 difference).
+inline constexpr uint32_t kKeyRequestFrames = 8;
+
 // An untracked frame's bytes beside its compression frames: its header and checksum.
 inline constexpr uint64_t kLinkFrameFixedBytes = 48;
 // The largest push-sum weight a frame may carry. The weights of all replicas sum to at most
@@ -160,10 +165,14 @@ class LinkGossipNode {
   size_t parameters_;
   std::unique_ptr<compression::Codec> codec_, key_codec_;
   bool tracking_;
-  std::vector<double> weights_;                 // by slice
-  std::vector<std::vector<float>> out_, in_;    // by replica (this one's empty)
-  std::vector<uint64_t> out_hash_, in_hash_;    // by Flag(q, k)
-  std::vector<uint8_t> key_owed_, key_wanted_;  // by Flag(q, k)
+  std::vector<double> weights_;               // by slice
+  std::vector<std::vector<float>> out_, in_;  // by replica (this one's empty)
+  std::vector<uint64_t> out_hash_, in_hash_;  // by Flag(q, k)
+  // By Flag(q, k): a key frame owed (this end knows the copies differ), asked for by the peer
+  // (honoured at most once every kKeyRequestFrames frames of the link), asked of the peer; the
+  // link's frames since its last key frame.
+  std::vector<uint8_t> key_owed_, key_asked_, key_wanted_;
+  std::vector<uint32_t> since_key_;
   uint64_t stale_ = 0;
   // Tracking: the correction c, x after the last round, the learning rates summed since it,
   // this round's drift and its decoded frame (by slice: the round it was encoded in).

@@ -232,6 +232,47 @@ TEST_CASE("a frame the sender knows did not go makes its next one a key frame") 
   }
 }
 
+TEST_CASE("a peer that asks for a key frame every round gets one every kKeyRequestFrames frames") {
+  auto a = Node(0), b = Node(1);
+  std::vector<float> start = Params(14), xa = Params(15), xb = Params(16);
+  a->Reset(start);
+  b->Reset(start);
+  b->ResyncWith(0);  // its frames to a ask for a key frame until one comes
+  auto asking = b->Frame(0, 0, 0, xb);
+  REQUIRE(asking.ok());
+  auto d = Decode(*asking, 0);
+  REQUIRE(d.ok());
+  REQUIRE(d->want_key);
+  const int to[1] = {1};
+  int keys = 0;
+  std::vector<int> at;
+  for (int round = 0; round < 40; ++round) {
+    const LinkGossipNode::Received in[1] = {{1, 0.5, &*d}};  // the same request, every round
+    a->Apply(0, {}, {}, in, xa);
+    auto f = a->Frame(0, 1, static_cast<uint64_t>(round), xa);
+    REQUIRE(f.ok());
+    auto e = Decode(*f, 0);
+    REQUIRE(e.ok());
+    if (e->key) at.push_back(round);
+    keys += e->key ? 1 : 0;
+    a->Apply(0, to, {}, {}, xa);
+  }
+  // The first request at once, then one every kKeyRequestFrames + 1 frames.
+  REQUIRE(!at.empty());
+  CHECK(at[0] == 0);
+  for (size_t i = 1; i < at.size(); ++i) {
+    CHECK(at[i] - at[i - 1] == static_cast<int>(kKeyRequestFrames) + 1);
+  }
+  CHECK(keys == 5);
+  // What this end knows itself (a frame that did not go) is not held back.
+  a->Apply(0, {}, to, {}, xa);
+  auto f = a->Frame(0, 1, 40, xa);
+  REQUIRE(f.ok());
+  auto e = Decode(*f, 0);
+  REQUIRE(e.ok());
+  CHECK(e->key);
+}
+
 TEST_CASE("a link node's state saves and restores whole, and refuses what does not fit") {
   for (const bool tracking : {false, true}) {
     INFO("tracking " << tracking);
