@@ -79,6 +79,12 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
             "wait for the other members).");
   m->Family("longhaul_sync_group_hidden_seconds_total", "counter",
             "Sync time hidden behind the next inner steps.");
+  m->Family("longhaul_sync_group_key_frames_total", "counter",
+            "Gossip over compressed links: key frames the sync group's members sent (a link's "
+            "copy started again from the parameters in fp32).");
+  m->Family("longhaul_sync_group_frames_skipped_total", "counter",
+            "Gossip over compressed links: frames the sync group's members skipped because "
+            "their link's copies differed (a frame lost, a restart).");
   m->Family("longhaul_sync_group_consensus_distance", "gauge",
             "Gossip: how far apart the replicas' parameters of the sync group are before the "
             "latest round every member reported: the root mean square of their distances from "
@@ -119,6 +125,10 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
       m->Sample("longhaul_sync_group_syncs_total", group, g.syncs());
       m->Sample("longhaul_sync_group_exposed_seconds_total", group, g.exposed_seconds());
       m->Sample("longhaul_sync_group_hidden_seconds_total", group, g.hidden_seconds());
+      if (g.reduce() == "gossip") {
+        m->Sample("longhaul_sync_group_key_frames_total", group, g.key_frames());
+        m->Sample("longhaul_sync_group_frames_skipped_total", group, g.frames_skipped());
+      }
       if (g.consensus_step() > 0) {
         m->Sample("longhaul_sync_group_consensus_distance", group, g.consensus_distance());
       }
@@ -326,7 +336,9 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
            {"exposed_seconds", g.exposed_seconds()},
            {"hidden_seconds", g.hidden_seconds()},
            {"consensus_distance", g.consensus_distance()},
-           {"consensus_step", g.consensus_step()}});
+           {"consensus_step", g.consensus_step()},
+           {"key_frames", g.key_frames()},
+           {"frames_skipped", g.frames_skipped()}});
     }
     nlohmann::json sources = nlohmann::json::array();
     uint64_t source_tokens = 0;

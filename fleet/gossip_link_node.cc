@@ -452,6 +452,7 @@ StatusOr<std::vector<uint8_t>> LinkGossipNode::Frame(size_t k, int to, uint64_t 
     std::copy(scratch_.begin(), scratch_.end(), copy.begin() + static_cast<ptrdiff_t>(at));
     key_owed_[f] = key_asked_[f] = 0;
     since_key_[f] = 0;
+    ++key_frames_;
   } else {
     std::vector<float> delta(size);
     for (size_t c = 0; c < size; ++c) delta[c] = xs[c] - copy[at + c];

@@ -115,8 +115,9 @@ class LinkGossipNode {
   const std::vector<float>& out_copy(int q) const { return out_[static_cast<size_t>(q)]; }
   const std::vector<float>& in_copy(int q) const { return in_[static_cast<size_t>(q)]; }
   const std::vector<float>& corrections() const { return correction_; }
-  // Frames skipped because their link's copies differed (since Create).
+  // Frames skipped because their link's copies differed, and key frames built (since Create).
   uint64_t stale_frames() const { return stale_; }
+  uint64_t key_frames() const { return key_frames_; }
   // Tracking: every correction 0 again, as every replica does when the replicas taking part
   // change (their corrections sum to 0 only among the same replicas).
   void ZeroCorrections();
@@ -173,7 +174,7 @@ class LinkGossipNode {
   // link's frames since its last key frame.
   std::vector<uint8_t> key_owed_, key_asked_, key_wanted_;
   std::vector<uint32_t> since_key_;
-  uint64_t stale_ = 0;
+  uint64_t stale_ = 0, key_frames_ = 0;
   // Tracking: the correction c, x after the last round, the learning rates summed since it,
   // this round's drift and its decoded frame (by slice: the round it was encoded in).
   std::vector<float> correction_, anchor_, drift_, sent_drift_;

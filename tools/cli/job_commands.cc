@@ -150,9 +150,11 @@ void PrintDetails(const v1::JobStatus& j) {
     // position of every replica when they are split alike) exchanged, and the time
     // their syncs took (exposed: the replicas waited; hidden: behind the next inner steps).
     // Gossip: CONSENSUS is how far apart the replicas are before the latest round all of them
-    // reported (the root mean square of their distances from their mean), @ that round's step.
+    // reported (the root mean square of their distances from their mean), @ that round's step;
+    // over compressed links KEYS/SKIPPED counts the key frames sent and the frames skipped
+    // because a link's copies differed.
     Table groups({"SYNC GROUP", "SITES", "REDUCE", "CODEC", "RATIO", "SENT", "SYNCS", "EXPOSED",
-                  "HIDDEN", "CONSENSUS"});
+                  "HIDDEN", "CONSENSUS", "KEYS/SKIPPED"});
     for (const auto& g : j.sync_groups()) {
       std::string sites;
       for (const auto& s : g.sites()) sites += (sites.empty() ? "" : ",") + s;
@@ -163,7 +165,10 @@ void PrintDetails(const v1::JobStatus& j) {
                      Fixed(g.exposed_seconds(), 3) + " s", Fixed(g.hidden_seconds(), 3) + " s",
                      g.consensus_step() > 0 ? Fixed(g.consensus_distance(), 4) + " @" +
                                                   std::to_string(g.consensus_step())
-                                            : "-"});
+                                            : "-",
+                     g.key_frames() + g.frames_skipped() > 0
+                         ? std::to_string(g.key_frames()) + "/" + std::to_string(g.frames_skipped())
+                         : "-"});
     }
     std::cout << groups.str();
   }

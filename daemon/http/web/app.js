@@ -241,7 +241,9 @@
       h('td', {}, (g.wire_bytes / 1e6).toFixed(2)), h('td', {}, num(g.exposed_seconds, 2)),
       h('td', {}, num(g.hidden_seconds, 2)),
       h('td', {}, g.consensus_step > 0
-        ? `${num(g.consensus_distance, 4)} @ ${g.consensus_step}` : '\u2014'))));
+        ? `${num(g.consensus_distance, 4)} @ ${g.consensus_step}` : '\u2014'),
+      h('td', {}, (g.key_frames || 0) + (g.frames_skipped || 0) > 0
+        ? `${g.key_frames || 0} / ${g.frames_skipped || 0}` : '\u2014'))));
   }
 
   function newJobCard(id) {
@@ -254,7 +256,7 @@
       table('stages', ['stage', 'site', 'layers', 'compute s', 'wait s', 'step s', 'syncs', '']),
       h('div', {class: 'sync-block'}, h('h3', {}, 'Sync groups'),
         table('sync', ['group', 'sites', 'codec', 'ratio', 'syncs', 'MB sent', 'exposed s', 'hidden s',
-          'consensus'])),
+          'consensus', 'keys / skipped'])),
       h('div', {class: 'events-block'}, h('h3', {}, 'Timeline'), h('ul', {class: 'events'})));
     return card;
   }

@@ -478,6 +478,9 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
         where, links_->stale_frames());
   }
   stale_seen_ = links_->stale_frames();
+  MutexLock lock(sketch_mu_);
+  key_frames_ = links_->key_frames();
+  frames_skipped_ = links_->stale_frames();
   return absl::OkStatus();
 }
 
@@ -578,6 +581,8 @@ std::vector<OutboundUsage> ReplicaSync::Usage() const { return exchange_->Usage(
 v1::SyncReport ReplicaSync::Report() const {
   v1::SyncReport r = exchange_->Report();
   MutexLock lock(sketch_mu_);
+  r.set_key_frames(key_frames_);
+  r.set_frames_skipped(frames_skipped_);
   if (!sketch_.empty()) {
     *r.mutable_sketch() = {sketch_.begin(), sketch_.end()};
     r.set_sketch_step(sketch_step_);

@@ -184,6 +184,9 @@ class ReplicaSync {
   mutable Mutex sketch_mu_;
   std::vector<double> sketch_ ABSL_GUARDED_BY(sketch_mu_);
   uint64_t sketch_step_ ABSL_GUARDED_BY(sketch_mu_) = 0;
+  // Over compressed links: links_'s counts after its latest round (Report's, another thread's).
+  uint64_t key_frames_ ABSL_GUARDED_BY(sketch_mu_) = 0;
+  uint64_t frames_skipped_ ABSL_GUARDED_BY(sketch_mu_) = 0;
 };
 
 }  // namespace longhaul::daemon

@@ -78,6 +78,8 @@ void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
       g->set_syncs(first ? s.syncs() : std::min(g->syncs(), s.syncs()));
       g->set_exposed_seconds(std::max(g->exposed_seconds(), s.seconds()));
       g->set_hidden_seconds(std::max(g->hidden_seconds(), s.hidden_seconds()));
+      g->set_key_frames(g->key_frames() + s.key_frames());
+      g->set_frames_skipped(g->frames_skipped() + s.frames_skipped());
       first = false;
     }
     if (gossip) SetConsensus(reports, groups[index], g, *record);
