@@ -80,6 +80,23 @@ GossipGraph ChooseGossipGraph(const std::vector<std::vector<double>>& bandwidth,
   return g;
 }
 
+GossipGraph ExponentialGossipGraph(const std::vector<std::vector<double>>& bandwidth,
+                                   uint64_t round) {
+  const size_t n = bandwidth.size();
+  GossipGraph g;
+  g.out.resize(n);
+  if (n < 2) return g;
+  uint64_t hops = 0;  // ceil(log2 n): the offsets 1, 2, 4, ... below n
+  while ((uint64_t{1} << hops) < n) ++hops;
+  const size_t offset = size_t{1} << (round % hops);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t j = (i + offset) % n;
+    const double b = bandwidth[i][j];
+    if (j != i && b > 0 && std::isfinite(b)) g.out[i].push_back(static_cast<int>(j));
+  }
+  return g;
+}
+
 void PushSumRound(const GossipGraph& g, std::vector<std::vector<double>>* values,
                   std::vector<double>* weights) {
   *values = Mix(g, *values);

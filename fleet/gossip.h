@@ -53,6 +53,14 @@ struct GossipGraph {
 GossipGraph ChooseGossipGraph(const std::vector<std::vector<double>>& bandwidth, int fanout,
                               uint64_t seed, uint64_t round);
 
+// The one-peer exponential graph of round `round` (Ying, Yuan, Chen, Hu, Pan and Yin 2021):
+// node i sends to (i + 2^(round mod ceil(log2 n))) mod n alone, or to nobody when that link is
+// down (not a positive finite number in `bandwidth`). With n a power of two and every link up,
+// log2(n) rounds of push-sum give every node the exact average; a random graph's rounds only
+// come near it. REQUIRES: a square matrix.
+GossipGraph ExponentialGossipGraph(const std::vector<std::vector<double>>& bandwidth,
+                                   uint64_t round);
+
 // One push-sum round over every node's (value, weight), in place: node j keeps 1 / (1 + d_j) of
 // its value and weight and sends as much to each of its d_j out-neighbours; each node's new
 // value and weight are the sums of what it kept and received, added in node order (so every

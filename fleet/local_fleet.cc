@@ -375,8 +375,11 @@ Status LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* re
     std::copy(params[r].begin(), params[r].end(), estimates[r].begin());
   }
   result->consensus = ConsensusDistance(estimates);
-  const GossipGraph graph = ChooseGossipGraph(RoundLinks(gossip_rounds_), options_.sync.fanout,
-                                              options_.seed, gossip_rounds_);
+  const GossipGraph graph =
+      options_.exponential_graph
+          ? ExponentialGossipGraph(RoundLinks(gossip_rounds_), gossip_rounds_)
+          : ChooseGossipGraph(RoundLinks(gossip_rounds_), options_.sync.fanout, options_.seed,
+                              gossip_rounds_);
   ASSIGN_OR_RETURN(const uint64_t round_bytes, gossip_->Round(graph, &params));
   traffic_.wire_bytes += round_bytes;
   for (size_t r = 0; r < n; ++r) {

@@ -68,6 +68,43 @@ TEST_CASE("a gossip round's graph follows the measured links", "[gossip]") {
   CHECK(ChooseGossipGraph(isolated, 2, 1, 0).out[2].empty());
 }
 
+TEST_CASE("the one-peer exponential graph: log2(n) rounds of push-sum give the exact average",
+          "[gossip]") {
+  for (const size_t n : {size_t{4}, size_t{8}}) {
+    INFO(n << " nodes");
+    const Matrix links(n, std::vector<double>(n, 1.0));
+    std::vector<std::vector<double>> values(n);
+    std::vector<double> weights(n, 1.0);
+    double mean = 0;
+    for (size_t i = 0; i < n; ++i) {
+      values[i] = {static_cast<double>(i * i) + 0.5};
+      mean += values[i][0] / static_cast<double>(n);
+    }
+    const uint64_t hops = n == 4 ? 2 : 3;
+    for (uint64_t round = 0; round < hops; ++round) {
+      const GossipGraph g = ExponentialGossipGraph(links, round);
+      for (size_t i = 0; i < n; ++i) {
+        REQUIRE(g.out[i].size() == 1);
+        CHECK(g.out[i][0] == static_cast<int>((i + (size_t{1} << round)) % n));
+      }
+      PushSumRound(g, &values, &weights);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      CHECK(PushSumEstimate(values[i], weights[i])[0] == Approx(mean).epsilon(1e-12));
+    }
+    // The offsets come round again; a link that is down sends nothing that round.
+    Matrix down = links;
+    down[1][2] = 0;
+    const GossipGraph g = ExponentialGossipGraph(down, hops);
+    CHECK(g.out[1].empty());
+    CHECK(g.out[0] == std::vector<int>{1});
+  }
+  // Three nodes: offsets 1 and 2 (ceil(log2 3) = 2).
+  const GossipGraph three = ExponentialGossipGraph(Matrix(3, std::vector<double>(3, 1.0)), 1);
+  CHECK(three.out[0] == std::vector<int>{2});
+  CHECK(three.out[2] == std::vector<int>{1});
+}
+
 TEST_CASE("push-sum reaches the average over changing directed graphs", "[gossip]") {
   constexpr int kN = 8, kDim = 4;
   SplitMix64 rng(42);

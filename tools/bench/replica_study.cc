@@ -72,6 +72,7 @@ struct Flags {
   bool step_only = false;                        // no local-mode runs
   int fanout = 1;                                // gossip: out-neighbours per round
   double missing_links = 0;                      // gossip: links down in each round
+  std::string graph = "random";                  // gossip: random or exponential
   std::vector<std::string> tracking = {"off"};   // gossip: gradient tracking, "off" and/or "on"
   bool skewed_shards = false;                    // replica r: the r-th part of the text
   float outer_lr = 0.7f;
@@ -96,6 +97,7 @@ struct RunSpec {
   uint64_t seed = 0;
   fleet::SyncOptions sync;
   double missing_links = 0;  // gossip
+  bool exponential = false;  // gossip: the one-peer exponential graph
   // Gossip over compressed links (fleet/gossip_links.h): each link's differences in this dense
   // codec (sync.codec is then exact); empty: fp32 shares of sync.codec's top-k.
   std::string link_codec;
@@ -120,7 +122,7 @@ struct RunSpec {
         return " ring";
       case fleet::SyncReduce::kGossip:
         return absl::StrCat(
-            " gossip/", sync.fanout,
+            exponential ? " gossip/exp" : absl::StrCat(" gossip/", sync.fanout),
             missing_links > 0 ? absl::StrFormat(" -%.0f%%", 100 * missing_links) : "",
             sync.tracking ? " +gt" : "");
       default:
@@ -181,6 +183,7 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
   o.missing_links = r->spec.missing_links;
+  o.exponential_graph = r->spec.exponential;
   o.gossip_link_codec = r->spec.link_codec;
   o.skewed_shards = f.skewed_shards;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
@@ -327,6 +330,7 @@ int Run(Flags f) {
                   if (!f.outer_given) r.spec.sync.outer = fleet::kPlainAveraging;
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
+                  r.spec.exponential = f.graph == "exponential";
                   if (!fleet::GossipKeep(r.spec.sync).ok()) {
                     if (!fleet::GossipLinkCodec(codec).ok() ||
                         !fleet::IsPlainAveraging(r.spec.sync.outer)) {
@@ -542,6 +546,13 @@ int main(int argc, char** argv) {
   app.add_option("--fanout", f.fanout, "Gossip: out-neighbours per replica and round")
       ->capture_default_str()
       ->check(CLI::Range(1, 63));
+  app.add_option("--graph", f.graph,
+                 "Gossip: each round's graph drawn from the links (random: --fanout "
+                 "out-neighbours, fast links more often) or the one-peer exponential graph "
+                 "(exponential: offsets 1, 2, 4, ... in turn, one out-neighbour; "
+                 "fleet::ExponentialGossipGraph)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"random", "exponential"}));
   app.add_option("--missing-links", f.missing_links,
                  "Gossip: the fraction of links missing in each round (a changing graph)")
       ->capture_default_str()
