@@ -491,7 +491,9 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
   std::vector<const Received*> usable;
   for (const Received& r : received) {
     const size_t f = Flag(r.from, k);
-    if (r.frame->want_key) key_asked_[f] = 1;
+    // A request in a frame built before this node's key frame on the link arrived (the last
+    // frame on it was that key frame) asks for what it has: not counted.
+    if (r.frame->want_key && since_key_[f] != 0) key_asked_[f] = 1;
     std::vector<float>& copy = in_[static_cast<size_t>(r.from)];
     if (r.frame->key) {
       std::copy(r.frame->values.begin(), r.frame->values.end(),
@@ -531,7 +533,9 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
     for (size_t c = 0; c < size; ++c) {
       double z = drift_[at + c];
       if (!sent.empty()) z -= static_cast<double>(sent.size()) * share * sent_drift_[at + c];
-      for (const Received* r : usable) z += r->share * r->frame->drift[c];
+      // Every frame's drift that came, a skipped one's too: a drift is sent whole (no copy),
+      // and its sender has taken its share off already, so the corrections' sum stays 0.
+      for (const Received& r : received) z += r.share * r.frame->drift[c];
       correction_[at + c] = static_cast<float>(correction_[at + c] + (z - drift_[at + c]));
       anchor_[at + c] = x[at + c];
     }

@@ -8,6 +8,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -196,6 +197,25 @@ TEST_CASE("copies that differ are never mixed: the receiver skips, asks, and a k
   Send(*a, xa, *b, xb, 5);
   CHECK(b->stale_frames() == 2);
   CHECK(b->in_copy(0) == a->out_copy(1));
+}
+
+TEST_CASE("tracking: a skipped frame's drift still counts, so the corrections sum to zero") {
+  auto a = Node(0, 2, "q4", true), b = Node(1, 2, "q4", true);
+  std::vector<float> xa = Params(17), xb = Params(18);
+  a->Reset(xa);
+  b->Reset(Params(19));  // b's copy of link a -> b is not a's: a's differences are skipped
+  for (size_t c = 0; c < kP; ++c) xa[c] -= 0.01f * static_cast<float>(c % 5);
+  a->Correct(xa, 0.1);
+  a->BeginRound(xa);
+  b->BeginRound(xb);
+  Send(*a, xa, *b, xb, 0);
+  CHECK(b->stale_frames() == 2);
+  double largest = 0;
+  for (size_t c = 0; c < kP; ++c) {
+    largest = std::max(largest, std::abs(static_cast<double>(a->corrections()[c])));
+    CHECK(a->corrections()[c] + b->corrections()[c] == Approx(0.0).margin(1e-6));
+  }
+  CHECK(largest > 1e-3);  // the drifts moved the corrections
 }
 
 TEST_CASE("a frame the sender knows did not go makes its next one a key frame") {

@@ -44,7 +44,7 @@ Status StageRunner::InitSync(uint64_t resume_step) {
   if (resume_step == 0 || migrate_ || rejoin_) {
     // Nothing carried yet; a layer move starts the residuals afresh (a rejoin too, and it
     // takes the outer state from the live replica: Rejoin).
-    if (replicas_) replicas_->Fresh();
+    if (replicas_) replicas_->Fresh(/*resync=*/resume_step != 0);
     return absl::OkStatus();
   }
   const int64_t tied_floats =

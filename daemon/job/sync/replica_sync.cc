@@ -4,6 +4,7 @@
 #include "daemon/job/sync/replica_sync.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
@@ -119,12 +120,13 @@ std::vector<int64_t> ReplicaSync::ResidualSizes() const {
   return sizes;
 }
 
-void ReplicaSync::Fresh() {
+void ReplicaSync::Fresh(bool resync) {
   if (!local()) return;
   std::vector<float> params(static_cast<size_t>(o_.fragment->layout().total()));
   o_.fragment->GetParameters(params.data());
   if (links_) {
     links_->Reset(params);  // weights 1, every link's copy at the start
+    if (resync) links_->ResyncAll();
     return;
   }
   if (gossip_) {
@@ -470,6 +472,19 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
       in.push_back({senders[i], 1.0 / (1.0 + degree), &received[k][i]});
     }
     links_->Apply(k, sent, unsent, in, params);
+    // Frames are checked one by one; what they make together is checked here (values near
+    // fp32's range from a peer could still round past it): a round never leaves this stage
+    // with parameters that are not finite.
+    const fleet::SyncSlice& s = routes_[k].slice;
+    for (int64_t c = 0; c < s.size; ++c) {
+      if (!std::isfinite(params[static_cast<size_t>(s.offset + c)])) {
+        std::string from;
+        for (int r : senders) from += (from.empty() ? "" : ", ") + std::to_string(r);
+        return absl::InvalidArgumentError(
+            where + ": slice " + std::to_string(s.index) + " coordinate " + std::to_string(c) +
+            " is not finite after mixing the frames of replicas " + (from.empty() ? "none" : from));
+      }
+    }
   }
   if (links_->stale_frames() > stale_seen_ && o_.log) {
     o_.log->warn(
@@ -501,6 +516,13 @@ Status ReplicaSync::FinalAverage(uint64_t step, std::span<const double> weights,
     std::vector<uint32_t> all(size);
     for (size_t c = 0; c < size; ++c) all[c] = static_cast<uint32_t>(c);
     const std::vector<float> w(size, static_cast<float>(weights[k]));
+    for (size_t c = 0; c < size; ++c) {
+      if (!std::isfinite(params[static_cast<size_t>(s.offset) + c])) {
+        return absl::InvalidArgumentError(where + ", final average: this stage's slice " +
+                                          std::to_string(s.index) + " coordinate " +
+                                          std::to_string(c) + " is not finite");
+      }
+    }
     frames[k] = {fleet::EncodeGossipFrame(
         static_cast<uint32_t>(s.index), all,
         std::span<const float>(params).subspan(static_cast<size_t>(s.offset), size), w)};

@@ -105,8 +105,10 @@ class ReplicaSync {
   // The bytes of the gossip link state the sync state stores (0 unless over compressed links).
   uint64_t LinkStateBytes() const { return links_ ? links_->StateBytes() : 0; }
 
-  // Nothing carried: local mode's first anchor is the fragment's parameters now.
-  void Fresh();
+  // Nothing carried: local mode's first anchor is the fragment's parameters now. `resync`: not
+  // the job's start (a layer move): over compressed links the peers' copies of this stage's
+  // links are not its own, and every link starts again from key frames.
+  void Fresh(bool resync = false);
   // From the sync state of a stage checkpoint at `step`.
   Status Restore(SyncState state, uint64_t step);
   // A rejoining replica's outer state, taken from a live replica (its anchor and momentum).
