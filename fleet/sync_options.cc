@@ -172,6 +172,12 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   if (o.fanout < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sync.fanout must be >= 1, not ", o.fanout));
   }
+  if (o.exponential_graph && (o.reduce != SyncReduce::kGossip || o.fanout != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync.graph: exponential is gossip's one-peer graph: it needs sync.reduce gossip with "
+        "fanout 1, not ",
+        SyncReduceName(o.reduce), " with fanout ", o.fanout));
+  }
   if (GossipSendsLinks(o)) {
     RETURN_IF_ERROR(GossipShape(o));
     if (!IsPlainAveraging(o.outer)) {

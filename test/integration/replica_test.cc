@@ -1426,6 +1426,22 @@ TEST_CASE("replica jobs are checked when submitted") {
   CHECK(!r.ok());
   CHECK_THAT(std::string(r.status().message()),
              Catch::Contains("exact or topk:F) or every coordinate's difference"));
+  // The exponential graph is gossip's, with one out-neighbour; an unknown graph is named.
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: ring, graph: exponential}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("sync.graph: exponential is gossip's one-peer graph"));
+  req.set_job_yaml(
+      JobYaml("sync: {mode: local, reduce: gossip, fanout: 2, graph: exponential}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("with fanout 2"));
+  req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, graph: star}\n", 4));
+  r = c.at(0).jobs().Submit(req);
+  CHECK(!r.ok());
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("sync.graph must be random or exponential, not 'star'"));
   req.set_job_yaml(JobYaml("sync: {mode: local, reduce: gossip, overlap: 1}\n", 4));
   r = c.at(0).jobs().Submit(req);
   CHECK(!r.ok());
@@ -1503,7 +1519,10 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
                // that link holds (the drifts in q4 too, tracked).
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4, "
-                           "tracking: true}\n"));
+                           "tracking: true}\n"),
+               // The one-peer exponential graph: replica i to i + 1, then i + 2, in turn.
+               std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4, "
+                           "graph: exponential}\n"));
   INFO(sync);
   std::string yaml = JobYaml(sync, 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");

@@ -331,6 +331,8 @@ int Run(Flags f) {
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
                   r.spec.exponential = f.graph == "exponential";
+                  r.spec.sync.exponential_graph = r.spec.exponential;
+                  if (r.spec.exponential) r.spec.sync.fanout = 1;
                   if (!fleet::GossipKeep(r.spec.sync).ok()) {
                     if (!fleet::GossipLinkCodec(codec).ok() ||
                         !fleet::IsPlainAveraging(r.spec.sync.outer)) {

@@ -29,7 +29,14 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   if (entry != nullptr) {
     ASSIGN_OR_RETURN(auto fields,
                      w.Map(*entry, {"mode", "every", "overlap", "outer", "codec", "on_site_loss",
-                                    "reduce", "stagger", "fanout", "tracking", "warmup"}));
+                                    "reduce", "stagger", "fanout", "tracking", "warmup", "graph"}));
+    if (auto it = fields.find("graph"); it != fields.end()) {
+      ASSIGN_OR_RETURN(std::string graph, w.String(it->second));
+      if (graph != "random" && graph != "exponential") {
+        return w.Error(it->second, "sync.graph must be random or exponential, not '" + graph + "'");
+      }
+      sync.exponential_graph = graph == "exponential";
+    }
     if (auto it = fields.find("warmup"); it != fields.end()) {
       ASSIGN_OR_RETURN(const int64_t warmup, w.Int(it->second, 0, 1000000000));
       sync.warmup = static_cast<int>(warmup);

@@ -26,7 +26,9 @@ fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::v
     if (live[r]) continue;
     for (size_t q = 0; q < n; ++q) links[r][q] = links[q][r] = 0;
   }
-  return fleet::ChooseGossipGraph(links, sync.fanout, seed, GossipRoundOf(sync, step));
+  const uint64_t round = GossipRoundOf(sync, step);
+  if (sync.exponential_graph) return fleet::ExponentialGossipGraph(links, round);
+  return fleet::ChooseGossipGraph(links, sync.fanout, seed, round);
 }
 
 namespace {
