@@ -84,6 +84,14 @@ Status Check(const StageAdmission& admission, const Tensor& t, const std::string
   return admission.Check(t.first, t.frame, caller);
 }
 
+// Stage 1's sync routes in `spec`'s plan `a` (one at least).
+std::vector<SyncRoute> StageOneRoutes(const JobSpec& spec, const v1::StageAssignment& a) {
+  const StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
+  std::vector<SyncRoute> routes = SyncRoutes(grid, spec.job.model, 1, spec.sync.stagger);
+  REQUIRE_FALSE(routes.empty());
+  return routes;
+}
+
 bool Names(const Status& s, const std::string& what) {
   return std::string(s.message()).find(what) != std::string::npos;
 }
@@ -203,9 +211,7 @@ TEST_CASE("a stage admits sync frames only from the replica stages its routes na
   const JobSpec spec = Spec();
   const v1::StageAssignment a = Assignment(1);
   const StageAdmission admission("b", a, spec);
-  StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
-  const std::vector<SyncRoute> routes = SyncRoutes(grid, spec.job.model, 1, spec.sync.stagger);
-  REQUIRE_FALSE(routes.empty());
+  const std::vector<SyncRoute> routes = StageOneRoutes(spec, a);
   const fleet::SyncSlice slice = routes.front().slice;
   const uint64_t sync_step = kEvery - 1;  // local mode syncs after every 5th step
   auto sync = [&](int from, uint64_t step, uint32_t microbatch, int64_t size, uint32_t attempt = 3,
@@ -292,10 +298,7 @@ TEST_CASE("a gossip job over compressed links admits its peers' link frames, bou
   REQUIRE(fleet::GossipSendsLinks(spec.sync));
   const v1::StageAssignment a = Assignment(1);
   const StageAdmission admission("b", a, spec);
-  StageGrid grid = StageGrid::OfPlan(spec.replicas, a.stages());
-  const std::vector<SyncRoute> routes = SyncRoutes(grid, spec.job.model, 1, spec.sync.stagger);
-  REQUIRE_FALSE(routes.empty());
-  const fleet::SyncSlice slice = routes.front().slice;
+  const fleet::SyncSlice slice = StageOneRoutes(spec, a).front().slice;
   const fleet::SyncSlice local{slice.index, 0, slice.size};
   auto node =
       fleet::LinkGossipNode::Create(1, 2, {local}, static_cast<size_t>(slice.size), "q4", false);
