@@ -15,7 +15,12 @@
 // frame whole (value and weight, which push-sum survives as a lost frame) and asks for a key
 // frame: its next frame to that sender carries the request, and the sender's next frame on
 // that link carries x itself in fp32, which both ends take as the copy. A sender that knows its
-// frame did not go (the exchange's unsent) sends a key frame next without being asked.
+// frame did not go (the exchange's unsent) sends a key frame next without being asked, and an
+// attempt with a rejoining replica starts the links to and from it from key frames at both
+// ends (ResyncWith). A request needs the graph to draw the link back some round: the random
+// graph does; the exponential graph (sync.graph) does not for offsets that are not their own
+// reverse (1 of 4 replicas: replica 1 never sends to 0), so there a link whose copies came to
+// differ within an attempt by other means stays skipped until the next attempt.
 //
 // A link frame, little-endian: u32 magic "LHGL", u8 version 1, u8 flags (bit 0: key, the
 // values are x in fp32; bit 1: tracked, a drift frame follows; bit 2: the sender asks for a key
