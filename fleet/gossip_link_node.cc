@@ -209,6 +209,7 @@ LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice>
   key_owed_.assign(flags, 0);
   key_asked_.assign(flags, 0);
   key_wanted_.assign(flags, 0);
+  key_built_.assign(flags, 0);
   since_key_.assign(flags, UINT32_MAX);
   if (tracking_) {
     correction_.assign(parameters, 0.0f);
@@ -452,7 +453,7 @@ StatusOr<std::vector<uint8_t>> LinkGossipNode::Frame(size_t k, int to, uint64_t 
     std::copy(scratch_.begin(), scratch_.end(), copy.begin() + static_cast<ptrdiff_t>(at));
     key_owed_[f] = key_asked_[f] = 0;
     since_key_[f] = 0;
-    ++key_frames_;
+    key_built_[f] = 1;
   } else {
     std::vector<float> delta(size);
     for (size_t c = 0; c < size; ++c) delta[c] = xs[c] - copy[at + c];
@@ -487,6 +488,12 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
   const SyncSlice& s = slices_[k];
   const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
   for (int q : unsent) key_owed_[Flag(q, k)] = 1;  // its copy moved, the receiver's did not
+  for (int q : sent) {
+    key_frames_ += key_built_[Flag(q, k)];  // key frames that went
+  }
+  for (int q = 0; q < replicas_; ++q) {
+    if (q != replica_) key_built_[Flag(q, k)] = 0;
+  }
   // The in-links' copies move by what came; a frame whose copy differs is left out whole.
   std::vector<const Received*> usable;
   for (const Received& r : received) {

@@ -120,7 +120,8 @@ class LinkGossipNode {
   const std::vector<float>& out_copy(int q) const { return out_[static_cast<size_t>(q)]; }
   const std::vector<float>& in_copy(int q) const { return in_[static_cast<size_t>(q)]; }
   const std::vector<float>& corrections() const { return correction_; }
-  // Frames skipped because their link's copies differed, and key frames built (since Create).
+  // Frames skipped because their link's copies differed, and key frames sent (built and, as
+  // Apply was told, sent; since Create).
   uint64_t stale_frames() const { return stale_; }
   uint64_t key_frames() const { return key_frames_; }
   // Tracking: every correction 0 again, as every replica does when the replicas taking part
@@ -178,6 +179,7 @@ class LinkGossipNode {
   // (honoured at most once every kKeyRequestFrames frames of the link), asked of the peer; the
   // link's frames since its last key frame.
   std::vector<uint8_t> key_owed_, key_asked_, key_wanted_;
+  std::vector<uint8_t> key_built_;  // this round's frame on the link is a key frame
   std::vector<uint32_t> since_key_;
   uint64_t stale_ = 0, key_frames_ = 0;
   // Tracking: the correction c, x after the last round, the learning rates summed since it,

@@ -284,6 +284,7 @@ TEST_CASE("a peer that asks for a key frame every round gets one every kKeyReque
     CHECK(at[i] - at[i - 1] == static_cast<int>(kKeyRequestFrames) + 1);
   }
   CHECK(keys == 5);
+  CHECK(a->key_frames() == 5);  // each went (Apply was told so)
   // What this end knows itself (a frame that did not go) is not held back.
   a->Apply(0, {}, to, {}, xa);
   auto f = a->Frame(0, 1, 40, xa);
@@ -291,6 +292,8 @@ TEST_CASE("a peer that asks for a key frame every round gets one every kKeyReque
   auto e = Decode(*f, 0);
   REQUIRE(e.ok());
   CHECK(e->key);
+  a->Apply(0, {}, to, {}, xa);  // that one did not go either: not counted
+  CHECK(a->key_frames() == 5);
 }
 
 TEST_CASE("a link node's state saves and restores whole, and refuses what does not fit") {
