@@ -31,7 +31,9 @@
 #                             replica's sites, delta or eta-theta: SLOW)
 #   DELAY=25ms                one-way delay on every link
 #   LAYERS=4 CHANNELS=64 HEADS=4 STEPS=40 BATCH=8 MICROBATCH=4 SEQ=64 LR=2e-3 EVERY=5
-#   GATHER_CODEC=topk:0.03+q4 GOSSIP_CODEC=topk:0.03 FANOUT=1
+#   GATHER_CODEC=topk:0.03+q4 GOSSIP_CODEC=topk:0.03 FANOUT=1 GRAPH=random
+#                             (GOSSIP_CODEC=q4: every coordinate's difference over each
+#                             link; GRAPH=exponential: the one-peer exponential graph)
 #   DATA=FILE VAL=FILE        llm.c token files to train on and to evaluate the exported
 #                             model on (byte vocabulary, e.g. tools/bench/real_text.sh's
 #                             moby-dick-train.bin and moby-dick-val.bin); default: the
@@ -52,7 +54,7 @@ DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02} SLOW=${SLOW:-0.06}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-40}
 BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
 GATHER_CODEC=${GATHER_CODEC:-topk:0.03+q4} GOSSIP_CODEC=${GOSSIP_CODEC:-topk:0.03}
-FANOUT=${FANOUT:-1}
+FANOUT=${FANOUT:-1} GRAPH=${GRAPH:-random}
 DATA=${DATA:-builtin} VAL=${VAL:-builtin}
 RUNS=(${RUNS:-step gather ring gossip})
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
@@ -82,7 +84,7 @@ write_job() {  # write_job FILE KIND
   case "$2" in
     gather) sync="{mode: local, every: $EVERY, codec: $GATHER_CODEC, reduce: gather}" ;;
     ring) sync="{mode: local, every: $EVERY, codec: $GATHER_CODEC, reduce: ring}" ;;
-    gossip) sync="{mode: local, every: $EVERY, codec: $GOSSIP_CODEC, reduce: gossip, fanout: $FANOUT}" ;;
+    gossip) sync="{mode: local, every: $EVERY, codec: $GOSSIP_CODEC, reduce: gossip, fanout: $FANOUT, graph: $GRAPH}" ;;
     step) sync="{mode: step, codec: exact}" ;;
   esac
   {
