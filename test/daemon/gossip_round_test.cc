@@ -176,6 +176,34 @@ TEST_CASE("graphs drawn from measured links favour fast links and skip down ones
   }
 }
 
+TEST_CASE(
+    "sync.graph exponential: offsets 1, 2 in turn by the syncs before, a dropped replica's "
+    "links down",
+    "[gossip]") {
+  fleet::SyncOptions sync;
+  sync.reduce = fleet::SyncReduce::kGossip;
+  sync.every = 2;
+  sync.exponential_graph = true;
+  const std::vector<bool> live(4, true);
+  // The syncs after steps 2, 4, 6, ... are rounds 0, 1, 2, ...: offsets 1, 2, 1, ...
+  for (uint64_t step : {1u, 3u, 5u, 7u}) {
+    const uint64_t round = GossipRoundOf(sync, step);
+    const fleet::GossipGraph g = GossipRoundGraph(sync, live, 7, step);
+    for (size_t i = 0; i < 4; ++i) {
+      REQUIRE(g.out[i].size() == 1);
+      CHECK(g.out[i][0] == static_cast<int>((i + (round % 2 == 0 ? 1 : 2)) % 4));
+    }
+    // The seed and the measured rates do not move it: only links that are down.
+    CHECK(GossipRoundGraph(sync, live, 99, step, std::vector<double>(16, 5.0)).out == g.out);
+  }
+  // Replica 1 dropped: nothing goes to it or from it; the others keep their offsets.
+  const fleet::GossipGraph g = GossipRoundGraph(sync, {true, false, true, true}, 7, 1);
+  CHECK(g.out[0].empty());  // 0 -> 1, down
+  CHECK(g.out[1].empty());
+  CHECK(g.out[2] == std::vector<int>{3});
+  CHECK(g.out[3] == std::vector<int>{0});
+}
+
 TEST_CASE("a site checks an assignment's gossip links", "[gossip]") {
   const std::string job =
       "name: g\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"
