@@ -42,6 +42,12 @@ T Get(const uint8_t* p) {
   return v;
 }
 
+// A key frame's codec: x itself.
+const compression::CodecSpec& KeySpec() {
+  static const compression::CodecSpec spec = *compression::ParseCodecSpec("fp32");
+  return spec;
+}
+
 std::string Where(uint32_t slice) { return "gossip link frame of slice " + std::to_string(slice); }
 
 // A seed for stochastic rounding, distinct per round, sender, receiver and slice.
@@ -120,7 +126,7 @@ Status CheckLinkFrameHeader(std::span<const uint8_t> prefix, uint32_t slice, uin
 StatusOr<uint64_t> MaxLinkFrameBytes(const compression::CodecSpec& codec, uint64_t size,
                                      bool tracked) {
   ASSIGN_OR_RETURN(auto c, compression::MakeCodec(codec));
-  ASSIGN_OR_RETURN(auto key, compression::MakeCodec(*compression::ParseCodecSpec("fp32")));
+  ASSIGN_OR_RETURN(auto key, compression::MakeCodec(KeySpec()));
   const uint64_t part = compression::FrameHeaderSize(1);
   return HeaderBytes(tracked) + part +
          std::max(c->MaxEncodedSize(size), key->MaxEncodedSize(size)) +
@@ -154,8 +160,7 @@ StatusOr<LinkFrame> DecodeLinkFrame(std::span<const uint8_t> bytes, uint32_t sli
   f.want_key = (flags & kWantKey) != 0;
   f.base = Get<uint64_t>(bytes.data() + 16);
   f.weight = Get<double>(bytes.data() + 24);
-  static const compression::CodecSpec fp32 = *compression::ParseCodecSpec("fp32");
-  RETURN_IF_ERROR(DecodePart(bytes.subspan(head, values_bytes), size, f.key ? fp32 : codec,
+  RETURN_IF_ERROR(DecodePart(bytes.subspan(head, values_bytes), size, f.key ? KeySpec() : codec,
                              what + (f.key ? ", key values" : ", difference"), &f.values));
   if (tracked) {
     RETURN_IF_ERROR(DecodePart(bytes.subspan(head + values_bytes, drift_bytes), size, codec,
@@ -184,8 +189,7 @@ StatusOr<std::unique_ptr<LinkGossipNode>> LinkGossipNode::Create(int replica, in
     }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> c, compression::MakeCodec(spec));
-  ASSIGN_OR_RETURN(const compression::CodecSpec fp32, compression::ParseCodecSpec("fp32"));
-  ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> key, compression::MakeCodec(fp32));
+  ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> key, compression::MakeCodec(KeySpec()));
   return std::unique_ptr<LinkGossipNode>(new LinkGossipNode(
       replica, replicas, std::move(slices), parameters, std::move(c), std::move(key), tracking));
 }
@@ -209,7 +213,6 @@ LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice>
   key_owed_.assign(flags, 0);
   key_asked_.assign(flags, 0);
   key_wanted_.assign(flags, 0);
-  key_built_.assign(flags, 0);
   since_key_.assign(flags, UINT32_MAX);
   if (tracking_) {
     correction_.assign(parameters, 0.0f);
@@ -226,16 +229,24 @@ uint64_t LinkGossipNode::Hash(const std::vector<float>& copy, size_t k) const {
   return XXH64(copy.data() + s.offset, static_cast<size_t>(s.size) * sizeof(float), 0);
 }
 
+void LinkGossipNode::Rehash() {
+  for (int q = 0; q < replicas_; ++q) {
+    if (q == replica_) continue;
+    for (size_t k = 0; k < slices_.size(); ++k) {
+      out_hash_[Flag(q, k)] = Hash(out_[static_cast<size_t>(q)], k);
+      in_hash_[Flag(q, k)] = Hash(in_[static_cast<size_t>(q)], k);
+    }
+  }
+}
+
 void LinkGossipNode::Reset(std::span<const float> params) {
   std::fill(weights_.begin(), weights_.end(), 1.0);
   for (int q = 0; q < replicas_; ++q) {
     if (q == replica_) continue;
     out_[static_cast<size_t>(q)].assign(params.begin(), params.end());
     in_[static_cast<size_t>(q)].assign(params.begin(), params.end());
-    for (size_t k = 0; k < slices_.size(); ++k) {
-      out_hash_[Flag(q, k)] = in_hash_[Flag(q, k)] = Hash(out_[static_cast<size_t>(q)], k);
-    }
   }
+  Rehash();
   std::fill(key_owed_.begin(), key_owed_.end(), 0);
   std::fill(key_asked_.begin(), key_asked_.end(), 0);
   std::fill(key_wanted_.begin(), key_wanted_.end(), 0);
@@ -374,13 +385,7 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
   std::fill(since_key_.begin(), since_key_.end(), UINT32_MAX);
   out_ = std::move(out);
   in_ = std::move(in);
-  for (int q = 0; q < replicas_; ++q) {
-    if (q == replica_) continue;
-    for (size_t k = 0; k < slices_.size(); ++k) {
-      out_hash_[Flag(q, k)] = Hash(out_[static_cast<size_t>(q)], k);
-      in_hash_[Flag(q, k)] = Hash(in_[static_cast<size_t>(q)], k);
-    }
-  }
+  Rehash();
   if (tracking_) {
     correction_ = std::move(correction);
     anchor_ = std::move(anchor);
@@ -453,7 +458,6 @@ StatusOr<std::vector<uint8_t>> LinkGossipNode::Frame(size_t k, int to, uint64_t 
     std::copy(scratch_.begin(), scratch_.end(), copy.begin() + static_cast<ptrdiff_t>(at));
     key_owed_[f] = key_asked_[f] = 0;
     since_key_[f] = 0;
-    key_built_[f] = 1;
   } else {
     std::vector<float> delta(size);
     for (size_t c = 0; c < size; ++c) delta[c] = xs[c] - copy[at + c];
@@ -488,12 +492,9 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
   const SyncSlice& s = slices_[k];
   const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
   for (int q : unsent) key_owed_[Flag(q, k)] = 1;  // its copy moved, the receiver's did not
-  for (int q : sent) {
-    key_frames_ += key_built_[Flag(q, k)];  // key frames that went
-  }
-  for (int q = 0; q < replicas_; ++q) {
-    if (q != replica_) key_built_[Flag(q, k)] = 0;
-  }
+  // Key frames that went: this round's frame on each link that went (every out-neighbour's was
+  // built) is a key frame when none has followed it.
+  for (int q : sent) key_frames_ += since_key_[Flag(q, k)] == 0 ? 1 : 0;
   // The in-links' copies move by what came; a frame whose copy differs is left out whole.
   std::vector<const Received*> usable;
   for (const Received& r : received) {

@@ -162,6 +162,8 @@ class LinkGossipNode {
                  std::unique_ptr<compression::Codec> key_codec, bool tracking);
   size_t Flag(int q, size_t k) const { return static_cast<size_t>(q) * slices_.size() + k; }
   uint64_t Hash(const std::vector<float>& copy, size_t k) const;
+  // Every link's hashes from its copies.
+  void Rehash();
   // Encodes `values` with `codec` into the compression frame `out`, and decodes it as the
   // receiver will into `decoded`.
   Status Encode(const compression::Codec& codec, std::span<const float> values, uint64_t seed,
@@ -179,7 +181,6 @@ class LinkGossipNode {
   // (honoured at most once every kKeyRequestFrames frames of the link), asked of the peer; the
   // link's frames since its last key frame.
   std::vector<uint8_t> key_owed_, key_asked_, key_wanted_;
-  std::vector<uint8_t> key_built_;  // this round's frame on the link is a key frame
   std::vector<uint32_t> since_key_;
   uint64_t stale_ = 0, key_frames_ = 0;
   // Tracking: the correction c, x after the last round, the learning rates summed since it,
