@@ -328,10 +328,6 @@ Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
 
 Status ReplicaSync::GossipSync(uint64_t step) {
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
-  std::vector<int> others;  // the live replicas but this one
-  for (int r = 0; r < N; ++r) {
-    if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
-  }
   const uint64_t round = GossipRoundOf(o_.sync, step);
   const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, gossip_links_);
   // A replica removed since the last round took its share of the corrections' zero sum:
@@ -371,9 +367,38 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   if (links_) {
     RETURN_IF_ERROR(LinkRound(step, round, graph, params, where));
     if (step + 1 == o_.steps) {
-      std::vector<double> weights;
-      for (size_t k = 0; k < routes_.size(); ++k) weights.push_back(links_->weight(k));
-      RETURN_IF_ERROR(FinalAverage(step, weights, params, where));
+      // Each slice's values with its one weight (fp32, in each coordinate's place), averaged as
+      // the simulator's LinkGossipMixer::Average does.
+      auto frame = [&](size_t k) {
+        const fleet::SyncSlice& s = routes_[k].slice;
+        const size_t size = static_cast<size_t>(s.size);
+        std::vector<uint32_t> all(size);
+        for (size_t c = 0; c < size; ++c) all[c] = static_cast<uint32_t>(c);
+        const std::vector<float> w(size, static_cast<float>(links_->weight(k)));
+        return fleet::EncodeGossipFrame(
+            static_cast<uint32_t>(s.index), all,
+            std::span<const float>(params).subspan(static_cast<size_t>(s.offset), size), w);
+      };
+      auto average = [&](size_t k, std::span<const fleet::GossipFrame* const> by_replica) {
+        const fleet::SyncSlice& s = routes_[k].slice;
+        std::vector<double> w;
+        std::vector<std::span<const float>> x;
+        for (const fleet::GossipFrame* f : by_replica) {
+          for (size_t c = 1; c < f->w.size(); ++c) {
+            if (f->w[c] != f->w[0]) {
+              return absl::InvalidArgumentError(where + ", final average: a frame of slice " +
+                                                std::to_string(s.index) +
+                                                " weighs its coordinates differently");
+            }
+          }
+          w.push_back(f->w[0]);
+          x.push_back(f->x);
+        }
+        fleet::AverageLinkSlice(
+            w, x, std::span<float>(params).subspan(static_cast<size_t>(s.offset), x[0].size()));
+        return absl::OkStatus();
+      };
+      RETURN_IF_ERROR(FinalAverage(step, where, frame, average));
       links_->ResetWeights();
     }
     o_.fragment->SetParameters(params.data());
@@ -408,30 +433,11 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     gossip_->Apply(k, picked[k], own_share, in, params);
   }
   if (step + 1 == o_.steps) {
-    // The job's end: one exact average over the live replicas, each slice's values and weights
-    // to every other (keys tagged past the round's).
-    for (size_t k = 0; k < slices; ++k) frames[k] = {gossip_->DenseFrame(k, params)};
-    RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
-                                               &received, &senders, &unsent),
-                             where + ", final average"));
-    others = senders;  // over the replicas still there
-    for (size_t k = 0; k < slices; ++k) {
-      const fleet::SyncSlice& s = routes_[k].slice;
-      // Its own frame through the same checks (a parameter that is not finite fails here).
-      StatusOr<fleet::GossipFrame> own = fleet::DecodeGossipFrame(
-          frames[k][0], static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size));
-      if (!own.ok()) return Annotate(own.status(), where + ", final average, this stage's frame");
-      std::vector<const fleet::GossipFrame*> by_replica;
-      size_t next = 0;
-      for (int r = 0; r < N; ++r) {
-        if (r == me) {
-          by_replica.push_back(&*own);
-        } else if (next < others.size() && others[next] == r) {
-          by_replica.push_back(&received[k][next++]);
-        }
-      }
-      RETURN_IF_ERROR(Annotate(gossip_->Average(k, by_replica, params), where));
-    }
+    RETURN_IF_ERROR(FinalAverage(
+        step, where, [&](size_t k) { return gossip_->DenseFrame(k, params); },
+        [&](size_t k, std::span<const fleet::GossipFrame* const> by_replica) {
+          return Annotate(gossip_->Average(k, by_replica, params), where);
+        }));
   }
   o_.fragment->SetParameters(params.data());
   return absl::OkStatus();
@@ -499,69 +505,39 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
   return absl::OkStatus();
 }
 
-Status ReplicaSync::FinalAverage(uint64_t step, std::span<const double> weights,
-                                 std::vector<float>& params, const std::string& where) {
+Status ReplicaSync::FinalAverage(
+    uint64_t step, const std::string& where,
+    const std::function<std::vector<uint8_t>(size_t k)>& frame,
+    const std::function<Status(size_t k, std::span<const fleet::GossipFrame* const>)>& average) {
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
-  std::vector<int> others;
+  std::vector<int> others;  // the live replicas but this one
   for (int r = 0; r < N; ++r) {
     if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
   }
-  // Each slice's values and weight as a dense fp32 gossip frame (the weight rounded to fp32 in
-  // each coordinate's place), to every other live replica; keys tagged past the round's.
   const size_t slices = routes_.size();
   std::vector<std::vector<std::vector<uint8_t>>> frames(slices);
-  for (size_t k = 0; k < slices; ++k) {
-    const fleet::SyncSlice& s = routes_[k].slice;
-    const size_t size = static_cast<size_t>(s.size);
-    std::vector<uint32_t> all(size);
-    for (size_t c = 0; c < size; ++c) all[c] = static_cast<uint32_t>(c);
-    const std::vector<float> w(size, static_cast<float>(weights[k]));
-    for (size_t c = 0; c < size; ++c) {
-      if (!std::isfinite(params[static_cast<size_t>(s.offset) + c])) {
-        return absl::InvalidArgumentError(where + ", final average: this stage's slice " +
-                                          std::to_string(s.index) + " coordinate " +
-                                          std::to_string(c) + " is not finite");
-      }
-    }
-    frames[k] = {fleet::EncodeGossipFrame(
-        static_cast<uint32_t>(s.index), all,
-        std::span<const float>(params).subspan(static_cast<size_t>(s.offset), size), w)};
-  }
+  for (size_t k = 0; k < slices; ++k) frames[k] = {frame(k)};
   std::vector<std::vector<fleet::GossipFrame>> received;
   std::vector<int> senders, unsent;
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
                                              &received, &senders, &unsent),
                            where + ", final average"));
-  std::vector<double> w;
-  std::vector<std::span<const float>> x;
   for (size_t k = 0; k < slices; ++k) {
     const fleet::SyncSlice& s = routes_[k].slice;
-    const size_t at = static_cast<size_t>(s.offset), size = static_cast<size_t>(s.size);
-    w.clear();
-    x.clear();
+    // Its own frame through the same checks (a parameter that is not finite fails here).
+    StatusOr<fleet::GossipFrame> own = fleet::DecodeGossipFrame(
+        frames[k][0], static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size));
+    if (!own.ok()) return Annotate(own.status(), where + ", final average, this stage's frame");
+    std::vector<const fleet::GossipFrame*> by_replica;
     size_t next = 0;
-    for (int r = 0; r < N; ++r) {  // replica order, this stage's own among them
+    for (int r = 0; r < N; ++r) {  // over the replicas still there, in replica order
       if (r == me) {
-        w.push_back(weights[k]);
-        x.push_back(std::span<const float>(params).subspan(at, size));
-        continue;
+        by_replica.push_back(&*own);
+      } else if (next < senders.size() && senders[next] == r) {
+        by_replica.push_back(&received[k][next++]);
       }
-      if (next >= senders.size() || senders[next] != r) continue;
-      const fleet::GossipFrame& f = received[k][next++];
-      for (size_t c = 1; c < f.w.size(); ++c) {
-        if (f.w[c] != f.w[0]) {
-          return absl::InvalidArgumentError(
-              where + ", final average: replica " + std::to_string(r) + "'s frame of slice " +
-              std::to_string(s.index) + " weighs its coordinates differently");
-        }
-      }
-      w.push_back(f.w[0]);
-      x.push_back(f.x);
     }
-    // Into a copy: this stage's own values are among the inputs.
-    std::vector<float> mean(size);
-    fleet::AverageLinkSlice(w, x, mean);
-    std::copy(mean.begin(), mean.end(), params.begin() + s.offset);
+    RETURN_IF_ERROR(average(k, by_replica));
   }
   return absl::OkStatus();
 }

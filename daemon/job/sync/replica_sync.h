@@ -155,10 +155,14 @@ class ReplicaSync {
   // GossipSync's round over compressed links, on `params` (the fragment's, in place).
   Status LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
                    std::vector<float>& params, const std::string& where);
-  // The job's end: the exact average of `params` over the live replicas, each slice's values
-  // and weight (`weights`, by route) to every other.
-  Status FinalAverage(uint64_t step, std::span<const double> weights, std::vector<float>& params,
-                      const std::string& where);
+  // The job's end: one exact average over the live replicas. `frame(k)` is this stage's dense
+  // gossip frame of slice k (its values and weights); every live replica's goes to every other
+  // (keys tagged past the round's), and each slice's frames, this stage's own through the same
+  // checks, go in replica order to `average(k, frames)`.
+  Status FinalAverage(
+      uint64_t step, const std::string& where,
+      const std::function<std::vector<uint8_t>(size_t k)>& frame,
+      const std::function<Status(size_t k, std::span<const fleet::GossipFrame* const>)>& average);
   // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
   std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
   std::string Where() const;
