@@ -376,7 +376,7 @@ Status LocalFleet::GossipSync(uint64_t done, uint64_t total, FleetStepResult* re
   }
   result->consensus = ConsensusDistance(estimates);
   const GossipGraph graph =
-      options_.exponential_graph || options_.sync.exponential_graph
+      options_.sync.exponential_graph
           ? ExponentialGossipGraph(RoundLinks(gossip_rounds_), gossip_rounds_)
           : ChooseGossipGraph(RoundLinks(gossip_rounds_), options_.sync.fanout, options_.seed,
                               gossip_rounds_);

@@ -86,9 +86,6 @@ struct LocalFleetOptions {
   // empty: sync.codec decides (a job's `codec: q4` with gossip is the same rounds,
   // GossipSendsLinks; exact or topk:F the fp32 shares).
   std::string gossip_link_codec;
-  // Gossip: each round's graph the one-peer exponential graph (ExponentialGossipGraph: the
-  // offsets 1, 2, 4, ... in turn, sync.fanout unused) instead of ChooseGossipGraph's draw.
-  bool exponential_graph = false;
   // Skewed shards (the Create that takes the token stream): replica r reads only the r-th of
   // N equal contiguous parts of the stream (its windows shuffled), not its share of every
   // block of one permutation: replicas on different data, as sites with their own corpora

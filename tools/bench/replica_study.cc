@@ -97,7 +97,6 @@ struct RunSpec {
   uint64_t seed = 0;
   fleet::SyncOptions sync;
   double missing_links = 0;  // gossip
-  bool exponential = false;  // gossip: the one-peer exponential graph
   // Gossip over compressed links (fleet/gossip_links.h): each link's differences in this dense
   // codec (sync.codec is then exact); empty: fp32 shares of sync.codec's top-k.
   std::string link_codec;
@@ -122,7 +121,7 @@ struct RunSpec {
         return " ring";
       case fleet::SyncReduce::kGossip:
         return absl::StrCat(
-            exponential ? " gossip/exp" : absl::StrCat(" gossip/", sync.fanout),
+            sync.exponential_graph ? " gossip/exp" : absl::StrCat(" gossip/", sync.fanout),
             missing_links > 0 ? absl::StrFormat(" -%.0f%%", 100 * missing_links) : "",
             sync.tracking ? " +gt" : "");
       default:
@@ -183,7 +182,6 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
   o.missing_links = r->spec.missing_links;
-  o.exponential_graph = r->spec.exponential;
   o.gossip_link_codec = r->spec.link_codec;
   o.skewed_shards = f.skewed_shards;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
@@ -330,9 +328,8 @@ int Run(Flags f) {
                   if (!f.outer_given) r.spec.sync.outer = fleet::kPlainAveraging;
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
-                  r.spec.exponential = f.graph == "exponential";
-                  r.spec.sync.exponential_graph = r.spec.exponential;
-                  if (r.spec.exponential) r.spec.sync.fanout = 1;
+                  r.spec.sync.exponential_graph = f.graph == "exponential";
+                  if (r.spec.sync.exponential_graph) r.spec.sync.fanout = 1;
                   if (!fleet::GossipKeep(r.spec.sync).ok()) {
                     if (!fleet::GossipLinkCodec(codec).ok() ||
                         !fleet::IsPlainAveraging(r.spec.sync.outer)) {
