@@ -119,7 +119,7 @@ extra_check "the Debian package installs, upgrades and purges on a clean Debian 
 # daemons with timeouts not meant for TSan's slowdown.
 asan_targets=(//test/fuzz/... //test/kernels/... //test/compression/... //test/data/...
   //test/model/... //test/fleet/... //test/scheduler/... //test/linkem/...
-  //test/daemon:frame_assembler_test //test/daemon:config_test)
+  //test/daemon:frame_assembler_test //test/daemon:config_test //test/daemon:tied_round_test)
 extra_check "unit and fuzz tests under ASan+UBSan, fuzz targets under libFuzzer" \
   bazel test --config=asan --build_tests_only --test_tag_filters=-browser,-no_asan \
   --test_output=errors --noshow_progress "${asan_targets[@]}"

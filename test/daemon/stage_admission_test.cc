@@ -15,6 +15,7 @@
 #include "daemon/job/exchange/grad_sums_frame.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "daemon/job/sync/tied_round.h"
 #include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "model/layout.h"
@@ -204,6 +205,85 @@ TEST_CASE("a gossip replica's stages pass gradient sums along their own pipeline
   s = first.CheckWhole(t.first, t.frame, "b");
   CHECK(absl::IsInvalidArgument(s));
   CHECK(Names(s, "sum 3"));
+}
+
+// A tied-embedding view (tied_round.h) of the sync after `step` (0-based) from stage `from` to
+// stage `to` of Assignment's plan (replica 0: stages 0 and 1), saying replica 1's frame came.
+Tensor TiedView(int from, int to, uint64_t step, uint32_t kind = kTiedViewRound) {
+  Tensor t = Make(v1::TENSOR_KIND_TIED_ROUND, from, to, {1}, step, kind);  // the payload replaced
+  TiedRoundView v;
+  v.kind = kind;
+  v.step = step;
+  v.came = {1};
+  t.frame = EncodeTiedRoundView(v, 2, 0);
+  t.first.set_encoded_size(t.frame.size());
+  return t;
+}
+
+TEST_CASE("a gossip replica's first and last stage swap views of each sync, no other stage",
+          "[admission]") {
+  // Replica 0 is stages 0 (site a) and 1 (b), the tied embedding's two holders; every 5 of 10
+  // steps: syncs after steps 5 and 10 (0-based 4 and 9), the final average after 10.
+  JobSpec spec = Spec();
+  const int64_t C = 32, Vp = spec.job.model.padded_vocab_size;
+  SECTION("without gossip the kind is refused") {
+    const StageAdmission first("a", Assignment(0), spec);
+    const Status s = Check(first, TiedView(1, 0, 4), "b");
+    CHECK(absl::IsPermissionDenied(s));
+    CHECK(Names(s, "not a gossip job"));
+  }
+  spec.sync.reduce = fleet::SyncReduce::kGossip;
+  const StageAdmission first("a", Assignment(0), spec), last("b", Assignment(1), spec);
+  for (const Tensor& t :
+       {TiedView(1, 0, 4), TiedView(1, 0, 9), TiedView(1, 0, 9, kTiedViewFinal)}) {
+    CHECK(Check(first, t, "b").ok());
+    CHECK(first.CheckWhole(t.first, t.frame, "b").ok());
+  }
+  CHECK(Check(last, TiedView(0, 1, 4), "a").ok());
+  // Another replica's stage, another site, another stage of this one's.
+  CHECK(absl::IsPermissionDenied(Check(first, TiedView(3, 0, 4), "d")));
+  CHECK(absl::IsPermissionDenied(Check(first, TiedView(1, 0, 4), "c")));
+  CHECK(absl::IsPermissionDenied(Check(first, TiedView(2, 0, 4), "c")));
+  CHECK(absl::IsPermissionDenied(Check(first, TiedView(1, 2, 4), "b")));  // addressed elsewhere
+  // Not after a sync step; a final view before the last step; past the job; another size or
+  // tensor; a microbatch that is none of the kind's.
+  Status s = Check(first, TiedView(1, 0, 2), "b");
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(Names(s, "after a sync step"));
+  CHECK(absl::IsInvalidArgument(Check(first, TiedView(1, 0, 4, kTiedViewFinal), "b")));
+  CHECK(absl::IsInvalidArgument(Check(first, TiedView(1, 0, kSteps), "b")));
+  Tensor t = TiedView(1, 0, 4);
+  t.first.set_encoded_size(t.frame.size() + 1);
+  CHECK(absl::IsInvalidArgument(Check(first, t, "b")));
+  t = TiedView(1, 0, 4);
+  t.first.set_tensor_id(1);
+  CHECK(absl::IsInvalidArgument(Check(first, t, "b")));
+  t = TiedView(1, 0, 4);
+  t.first.set_microbatch(3);
+  s = Check(first, t, "b");
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(Names(s, "microbatch 3"));
+  // The whole view: a flipped byte; one that names another step than its key.
+  t = TiedView(1, 0, 4);
+  t.frame[12] ^= 1;
+  CHECK(absl::IsDataLoss(first.CheckWhole(t.first, t.frame, "b")));
+  t = TiedView(1, 0, 4);
+  t.first.set_step(9);
+  CHECK(Check(first, t, "b").ok());
+  s = first.CheckWhole(t.first, t.frame, "b");
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(Names(s, "after step 5"));
+  // The first stage's copy of the tied embedding, to the last only, after a sync step, in its
+  // shape.
+  const Tensor values = Make(v1::TENSOR_KIND_TIED_ROUND, 0, 1, {Vp, C}, 4, kTiedValues);
+  CHECK(Check(last, values, "a").ok());
+  CHECK(last.CheckWhole(values.first, values.frame, "a").ok());
+  CHECK(absl::IsInvalidArgument(
+      Check(first, Make(v1::TENSOR_KIND_TIED_ROUND, 1, 0, {Vp, C}, 4, kTiedValues), "b")));
+  CHECK(absl::IsInvalidArgument(
+      Check(last, Make(v1::TENSOR_KIND_TIED_ROUND, 0, 1, {Vp, C}, 3, kTiedValues), "a")));
+  CHECK(absl::IsInvalidArgument(
+      Check(last, Make(v1::TENSOR_KIND_TIED_ROUND, 0, 1, {Vp, C / 2}, 4, kTiedValues), "a")));
 }
 
 TEST_CASE("a stage admits sync frames only from the replica stages its routes name",

@@ -10,6 +10,7 @@
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/replica_membership.h"
+#include "daemon/job/sync/tied_round.h"
 #include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "fleet/sync_ring.h"
@@ -152,6 +153,7 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
     }
     return CheckSync(first, head, caller, from_site);
   }
+  if (first.kind() == v1::TENSOR_KIND_TIED_ROUND) return CheckTiedRound(first, head, caller);
   const bool tied =
       first.kind() == v1::TENSOR_KIND_WEIGHT_GRAD && from < n && grid_.tied(self) == sender;
   // A gossip replica's stages pass their gradient sums toward its first stage and the
@@ -216,10 +218,70 @@ Status StageAdmission::Check(const v1::TensorFrame& first, std::span<const uint8
   return absl::OkStatus();
 }
 
+Status StageAdmission::CheckTiedRound(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                                      const std::string& caller) const {
+  const std::string& id = job_id_;
+  const uint32_t n = static_cast<uint32_t>(assignment_.stages_size());
+  const int sender = static_cast<int>(first.from_stage());
+  // Only the tied embedding's other holder (this replica's other end) of a gossip job, from its
+  // own site.
+  const bool gossip = sync_.reduce == fleet::SyncReduce::kGossip && grid_.replicas > 1;
+  if (!gossip || first.from_stage() >= n || grid_.tied(self_) != sender ||
+      first.to_stage() != static_cast<uint32_t>(self_) ||
+      assignment_.stages(sender).site() != caller) {
+    return RoleDenied(caller, id,
+                      "send TENSOR_KIND_TIED_ROUND from stage " +
+                          std::to_string(first.from_stage()) + " to stage " +
+                          std::to_string(first.to_stage()) + " (this site runs stage " +
+                          std::to_string(self_) + " of " + std::to_string(n) +
+                          (gossip ? "" : ", not a gossip job") + ")");
+  }
+  const std::string what = "job " + id + ": " + KeyOf(first).DebugString() + " from " + caller;
+  const uint64_t step = first.step();
+  const bool in_job = step < static_cast<uint64_t>(steps_) && first.tensor_id() == 0;
+  const bool last_step = step + 1 == static_cast<uint64_t>(steps_);
+  const bool round =
+      in_job && fleet::LocalSyncAt(sync_, step + 1, static_cast<uint64_t>(steps_)).blocking;
+  switch (first.microbatch()) {
+    case kTiedViewRound:
+    case kTiedViewFinal: {
+      const bool due = first.microbatch() == kTiedViewFinal ? in_job && last_step : round;
+      const size_t bytes = TiedRoundViewBytes(grid_.replicas);
+      if (!due || first.encoded_size() != bytes) {
+        return absl::InvalidArgumentError(
+            what + " of " + std::to_string(first.encoded_size()) + " bytes: a view of " +
+            std::to_string(grid_.replicas) + " replicas is " + std::to_string(bytes) +
+            " bytes, tensor 0, after a sync step of the job's " + std::to_string(steps_));
+      }
+      return absl::OkStatus();
+    }
+    case kTiedValues:
+      // The first stage's copy, to the last only, after a sync.
+      if (!round || !grid_.first(sender)) {
+        return absl::InvalidArgumentError(
+            what +
+            ": the tied embedding goes from a replica's first stage to its last after a "
+            "sync step of the job's " +
+            std::to_string(steps_) + ", tensor 0");
+      }
+      return CheckFrameHead(first, head, {Vp_, C_}, what);
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(what + ": microbatch " + std::to_string(first.microbatch()) +
+                                    " is none of a view's (0, 1) or the tied embedding's (2)");
+}
+
 Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const uint8_t> payload,
                                   const std::string& caller) const {
   const std::string what =
       "job " + job_id_ + ": tensor " + KeyOf(first).DebugString() + " from " + caller + ": ";
+  if (first.kind() == v1::TENSOR_KIND_TIED_ROUND && first.microbatch() != kTiedValues) {
+    const auto view = DecodeTiedRoundView(payload, grid_.replicas, grid_.replica(self_),
+                                          static_cast<uint32_t>(first.microbatch()), first.step());
+    return view.ok() ? absl::OkStatus()
+                     : Status(view.status().code(), what + std::string(view.status().message()));
+  }
   if (first.kind() == v1::TENSOR_KIND_SYNC && sync_.reduce == fleet::SyncReduce::kGossip) {
     for (const SyncRoute& r : routes_) {
       if (static_cast<uint32_t>(r.slice.index) != first.tensor_id()) continue;

@@ -62,6 +62,11 @@ class StageAdmission {
  private:
   Status CheckSync(const v1::TensorFrame& first, std::span<const uint8_t> head,
                    const std::string& caller, const std::string& from_site) const;
+  // TENSOR_KIND_TIED_ROUND: from the tied embedding's other holder of a gossip job only, a
+  // view (daemon/job/sync/tied_round.h) of its exact size after a sync step, or the first
+  // stage's copy to the last.
+  Status CheckTiedRound(const v1::TensorFrame& first, std::span<const uint8_t> head,
+                        const std::string& caller) const;
   // Whether a gossip sync frame carries drifts (GossipFrameTracked).
   bool Tracked(const v1::TensorFrame& first) const {
     return GossipFrameTracked(sync_.tracking, first.microbatch(), grid_.replicas);

@@ -120,7 +120,9 @@ OutboundUsage* StageExchange::UsageOf(To to) {
 }
 
 int StageExchange::FromStage(v1::TensorKind kind) const {
-  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) return o_.tied_stage;
+  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD || kind == v1::TENSOR_KIND_TIED_ROUND) {
+    return o_.tied_stage;
+  }
   if (kind == v1::TENSOR_KIND_ACTIVATION_GRAD || kind == v1::TENSOR_KIND_GRAD_SUMS) {
     return o_.stage + 1;
   }
@@ -132,7 +134,9 @@ int StageExchange::ToStage(v1::TensorKind kind) const {
     return o_.stage - 1;
   }
   // Flat indices (stage_grid.h): the tied partner is the other end of this stage's replica.
-  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD) return o_.tied_stage;
+  if (kind == v1::TENSOR_KIND_WEIGHT_GRAD || kind == v1::TENSOR_KIND_TIED_ROUND) {
+    return o_.tied_stage;
+  }
   return o_.stage + 1;
 }
 

@@ -38,6 +38,27 @@ Status StageRunner::InitSync(uint64_t resume_step) {
       MutexLock lock(peers_mu_);
       return removed_replicas_.count(static_cast<uint32_t>(replica)) > 0;
     };
+    if (o.sync.reduce == fleet::SyncReduce::kGossip && grid_.tied(stage_) >= 0) {
+      // The tied embedding's two holders swap their views of each round over their link
+      // (tied_round.h), and the last takes the first's copy should they ever differ.
+      o.tied_view = [this](uint64_t step, uint32_t kind,
+                           std::vector<uint8_t> view) -> StatusOr<std::vector<uint8_t>> {
+        RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_TIED_ROUND,
+                                             step, static_cast<int>(kind), std::move(view), 0));
+        return exchange_->ReceiveFrame(v1::TENSOR_KIND_TIED_ROUND, step, static_cast<int>(kind));
+      };
+      o.tied_values = [this](uint64_t step, std::span<float> values) -> Status {
+        if (fragment_->is_first()) {
+          RETURN_IF_ERROR(exchange_->Send(StageExchange::To::kTied, v1::TENSOR_KIND_TIED_ROUND,
+                                          step, static_cast<int>(kTiedValues), values.data(),
+                                          values.size(),
+                                          {ctx_.spec.job.model.padded_vocab_size, C_}, false));
+          return exchange_->FinishPendingSend();
+        }
+        return exchange_->Receive(v1::TENSOR_KIND_TIED_ROUND, step, static_cast<int>(kTiedValues),
+                                  values.data(), values.size());
+      };
+    }
     ASSIGN_OR_RETURN(replicas_, ReplicaSync::Create(std::move(o)));
   }
   if (!replicas_ && !tied_codec_) return absl::OkStatus();

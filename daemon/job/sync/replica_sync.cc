@@ -62,6 +62,12 @@ Status ReplicaSync::Init() {
   so.live = live_;
   so.routes = SyncRoutes(o_.grid, o_.model, stage_, o_.sync.stagger);
   routes_ = so.routes;
+  if (gossip() && o_.tied_view && o_.tied_values && o_.grid.tied(stage_) >= 0) {
+    const int tied = o_.fragment->layout().model().SliceIndex(model::Tensor::kWte, 0);
+    for (size_t k = 0; k < routes_.size(); ++k) {
+      if (routes_[k].slice.index == tied) tied_k_ = static_cast<int>(k);
+    }
+  }
   so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
   // A dropped replica's stages sit out this attempt: no sender, no frames (SyncExchange).
   for (const auto& [peer, sender] : o_.to_stage) {
@@ -330,16 +336,9 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
   const uint64_t round = GossipRoundOf(o_.sync, step);
   const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, gossip_links_);
-  // A replica removed since the last round took its share of the corrections' zero sum:
-  // every live stage starts its corrections again from 0 at its first round after it learns
-  // of the removal (near the same round everywhere: the coordinator tells them all at once).
-  int removed = 0;
+  // The replicas removed as this stage knows them (TakeRemovals, after the exchange).
+  uint64_t removed = 0;
   for (int r = 0; o_.removed && r < N; ++r) removed += o_.removed(r) ? 1 : 0;
-  if (removed > removed_seen_) {
-    removed_seen_ = removed;
-    if (links_ && links_->tracking()) links_->ZeroCorrections();
-    if (gossip_ && gossip_->tracking()) gossip_->ZeroCorrections();
-  }
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
   const std::vector<int> from = graph.In(me);
   const size_t n = static_cast<size_t>(o_.fragment->layout().total());
@@ -365,7 +364,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   const std::string where = Where() + ", gossip round " + std::to_string(round) + " after step " +
                             std::to_string(step + 1);
   if (links_) {
-    RETURN_IF_ERROR(LinkRound(step, round, graph, params, where));
+    RETURN_IF_ERROR(LinkRound(step, round, graph, params, where, removed));
     if (step + 1 == o_.steps) {
       // Each slice's values with its one weight (fp32, in each coordinate's place), averaged as
       // the simulator's LinkGossipMixer::Average does.
@@ -398,12 +397,13 @@ Status ReplicaSync::GossipSync(uint64_t step) {
             w, x, std::span<float>(params).subspan(static_cast<size_t>(s.offset), x[0].size()));
         return absl::OkStatus();
       };
-      RETURN_IF_ERROR(FinalAverage(step, where, frame, average));
+      RETURN_IF_ERROR(FinalAverage(step, where, params, frame, average));
       links_->ResetWeights();
     }
     o_.fragment->SetParameters(params.data());
     return absl::OkStatus();
   }
+  const uint64_t tied_hash = TiedHashOf(params);
   // Tracking: the drift since the last round; an outer step: params move by it (what is sent).
   gossip_->BeginRound(params);
   const size_t slices = routes_.size();
@@ -421,20 +421,28 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   RETURN_IF_ERROR(Annotate(
       exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &received, &senders, &unsent),
       where));
-  const double own_share =
-      (1.0 + static_cast<double>(unsent.size())) / (1.0 + static_cast<double>(out.size()));
+  ASSIGN_OR_RETURN(const TiedAgreement agreed,
+                   AgreeTied(step, kTiedViewRound, tied_hash, senders, unsent, removed));
+  TakeRemovals(agreed.removed);
   std::vector<fleet::GossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
+    // The tied embedding's round: what both its holders took.
+    const bool both = static_cast<int>(k) == tied_k_;
+    const size_t kept = (both ? agreed.unsent : unsent).size();
+    const double own_share =
+        (1.0 + static_cast<double>(kept)) / (1.0 + static_cast<double>(out.size()));
     in.clear();
     for (size_t i = 0; i < senders.size(); ++i) {
+      if (both && !std::binary_search(agreed.came.begin(), agreed.came.end(), senders[i])) continue;
       const double degree = static_cast<double>(graph.out[static_cast<size_t>(senders[i])].size());
       in.push_back({1.0 / (1.0 + degree), &received[k][i]});
     }
     gossip_->Apply(k, picked[k], own_share, in, params);
   }
+  if (agreed.split) RETURN_IF_ERROR(MendTied(step, params, where));
   if (step + 1 == o_.steps) {
     RETURN_IF_ERROR(FinalAverage(
-        step, where, [&](size_t k) { return gossip_->DenseFrame(k, params); },
+        step, where, params, [&](size_t k) { return gossip_->DenseFrame(k, params); },
         [&](size_t k, std::span<const fleet::GossipFrame* const> by_replica) {
           return Annotate(gossip_->Average(k, by_replica, params), where);
         }));
@@ -444,10 +452,12 @@ Status ReplicaSync::GossipSync(uint64_t step) {
 }
 
 Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
-                              std::vector<float>& params, const std::string& where) {
+                              std::vector<float>& params, const std::string& where,
+                              uint64_t removed) {
   const int me = o_.grid.replica(stage_);
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
   const std::vector<int> from = graph.In(me);
+  const uint64_t tied_hash = TiedHashOf(params);
   links_->BeginRound(params);
   // A frame per out-neighbour, built on every stage that holds the slice even where another
   // of this replica's stages is the one that sends it (the tied embedding's two holders keep
@@ -466,18 +476,32 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &unused,
                                              &senders, &unsent, &received),
                            where));
-  std::vector<int> sent;
-  for (int q : out) {
-    if (std::find(unsent.begin(), unsent.end(), q) == unsent.end()) sent.push_back(q);
-  }
+  ASSIGN_OR_RETURN(const TiedAgreement tied,
+                   AgreeTied(step, kTiedViewRound, tied_hash, senders, unsent, removed));
+  TakeRemovals(tied.removed);
+  auto sent_of = [&](const std::vector<int>& kept) {
+    std::vector<int> sent;
+    for (int q : out) {
+      if (std::find(kept.begin(), kept.end(), q) == kept.end()) sent.push_back(q);
+    }
+    return sent;
+  };
+  const std::vector<int> sent = sent_of(unsent), tied_sent = sent_of(tied.unsent);
   std::vector<fleet::LinkGossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
+    // The tied embedding's round: what both its holders took.
+    const bool both = static_cast<int>(k) == tied_k_;
     in.clear();
     for (size_t i = 0; i < senders.size(); ++i) {
+      if (both && !std::binary_search(tied.came.begin(), tied.came.end(), senders[i])) continue;
       const double degree = static_cast<double>(graph.out[static_cast<size_t>(senders[i])].size());
       in.push_back({senders[i], 1.0 / (1.0 + degree), &received[k][i]});
     }
-    links_->Apply(k, sent, unsent, in, params);
+    if (both) {
+      links_->Apply(k, tied_sent, tied.unsent, in, params);
+    } else {
+      links_->Apply(k, sent, unsent, in, params);
+    }
     // Frames are checked one by one; what they make together is checked here (values near
     // fp32's range from a peer could still round past it): a round never leaves this stage
     // with parameters that are not finite.
@@ -492,6 +516,7 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
       }
     }
   }
+  if (tied.split) RETURN_IF_ERROR(MendTied(step, params, where));
   if (links_->stale_frames() > stale_seen_ && o_.log) {
     o_.log->warn(
         "{}: {} frames skipped since the start: their links' copies differed (a frame "
@@ -506,7 +531,7 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
 }
 
 Status ReplicaSync::FinalAverage(
-    uint64_t step, const std::string& where,
+    uint64_t step, const std::string& where, std::span<float> params,
     const std::function<std::vector<uint8_t>(size_t k)>& frame,
     const std::function<Status(size_t k, std::span<const fleet::GossipFrame* const>)>& average) {
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
@@ -515,6 +540,7 @@ Status ReplicaSync::FinalAverage(
     if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
   }
   const size_t slices = routes_.size();
+  const uint64_t tied_hash = TiedHashOf(params);
   std::vector<std::vector<std::vector<uint8_t>>> frames(slices);
   for (size_t k = 0; k < slices; ++k) frames[k] = {frame(k)};
   std::vector<std::vector<fleet::GossipFrame>> received;
@@ -522,6 +548,8 @@ Status ReplicaSync::FinalAverage(
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
                                              &received, &senders, &unsent),
                            where + ", final average"));
+  ASSIGN_OR_RETURN(const TiedAgreement tied,
+                   AgreeTied(step, kTiedViewFinal, tied_hash, senders, {}, removed_seen_));
   for (size_t k = 0; k < slices; ++k) {
     const fleet::SyncSlice& s = routes_[k].slice;
     // Its own frame through the same checks (a parameter that is not finite fails here).
@@ -534,12 +562,75 @@ Status ReplicaSync::FinalAverage(
       if (r == me) {
         by_replica.push_back(&*own);
       } else if (next < senders.size() && senders[next] == r) {
-        by_replica.push_back(&received[k][next++]);
+        // The tied embedding's average: the frames both its holders took.
+        const bool both = static_cast<int>(k) == tied_k_;
+        if (!both || std::binary_search(tied.came.begin(), tied.came.end(), r)) {
+          by_replica.push_back(&received[k][next]);
+        }
+        ++next;
       }
     }
     RETURN_IF_ERROR(average(k, by_replica));
   }
+  if (tied.split) RETURN_IF_ERROR(MendTied(step, params, where + ", final average"));
   return absl::OkStatus();
+}
+
+StatusOr<TiedAgreement> ReplicaSync::AgreeTied(uint64_t step, uint32_t kind, uint64_t hash,
+                                               const std::vector<int>& senders,
+                                               const std::vector<int>& unsent, uint64_t removed) {
+  TiedRoundView mine;
+  mine.kind = kind;
+  mine.step = step;
+  mine.removed = removed;
+  mine.hash = hash;
+  mine.came = senders;
+  mine.unsent = unsent;
+  std::sort(mine.came.begin(), mine.came.end());
+  std::sort(mine.unsent.begin(), mine.unsent.end());
+  if (tied_k_ < 0) return TiedAgreement{mine.came, mine.unsent, removed, false};
+  const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
+  const std::string where =
+      Where() + ": the tied embedding's view from stage " + std::to_string(o_.grid.tied(stage_));
+  StatusOr<std::vector<uint8_t>> bytes = o_.tied_view(step, kind, EncodeTiedRoundView(mine, N, me));
+  if (!bytes.ok()) return Annotate(bytes.status(), where);
+  StatusOr<TiedRoundView> theirs = DecodeTiedRoundView(*bytes, N, me, kind, step);
+  if (!theirs.ok()) return Annotate(theirs.status(), where);
+  return AgreeTiedRound(mine, *theirs);
+}
+
+uint64_t ReplicaSync::TiedHashOf(std::span<const float> params) const {
+  if (tied_k_ < 0) return 0;
+  const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
+  return TiedHash(params.subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.size)));
+}
+
+Status ReplicaSync::MendTied(uint64_t step, std::span<float> params, const std::string& where) {
+  const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
+  const bool first = o_.grid.first(stage_);
+  if (o_.log) {
+    o_.log->warn(
+        "{}: the tied embedding's copies on this stage and stage {} differed before the sync; "
+        "{} the first stage's copy",
+        where, o_.grid.tied(stage_), first ? "the last stage takes" : "this stage takes");
+  }
+  RETURN_IF_ERROR(Annotate(
+      o_.tied_values(step,
+                     params.subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.size))),
+      where + ": the tied embedding to or from stage " + std::to_string(o_.grid.tied(stage_))));
+  ++tied_mends_;
+  return absl::OkStatus();
+}
+
+void ReplicaSync::TakeRemovals(uint64_t removed) {
+  // A replica removed since the last round took its share of the corrections' zero sum: every
+  // live stage starts its corrections again from 0 at its first round after it learns of the
+  // removal (near the same round everywhere: the coordinator tells them all at once; the tied
+  // embedding's two holders at the same round, AgreeTied).
+  if (removed <= removed_seen_) return;
+  removed_seen_ = removed;
+  if (links_ && links_->tracking()) links_->ZeroCorrections();
+  if (gossip_ && gossip_->tracking()) gossip_->ZeroCorrections();
 }
 
 Status ReplicaSync::StartSync(uint64_t step, double compute_seconds, bool resumed) {

@@ -48,6 +48,7 @@
 #include "daemon/job/state/sync_checkpoint.h"
 #include "daemon/job/sync/sync_codec.h"
 #include "daemon/job/sync/sync_exchange.h"
+#include "daemon/job/sync/tied_round.h"
 #include "daemon/link_monitor.h"
 #include "fleet/gossip.h"
 #include "fleet/gossip_link_node.h"
@@ -87,6 +88,15 @@ struct ReplicaSyncOptions {
   std::function<PeerStatus(int stage)> peer_status;
   // Gossip: a replica removed mid-attempt (SyncExchangeOptions::removed).
   std::function<bool(int replica)> removed;
+  // Gossip on a multi-stage replica's first or last stage with a tied head: the link to the
+  // tied embedding's other holder (tied_round.h). `tied_view` sends this stage's view of the
+  // exchange of the sync after `step` (kTiedViewRound or kTiedViewFinal) and returns the
+  // other's as it came; `tied_values` sends the first stage's tied embedding to the last, or
+  // takes it there into `values`, after views whose hashes differed. Null: no other holder.
+  std::function<StatusOr<std::vector<uint8_t>>(uint64_t step, uint32_t kind,
+                                               std::vector<uint8_t> view)>
+      tied_view;
+  std::function<Status(uint64_t step, std::span<float> values)> tied_values;
 };
 
 class ReplicaSync {
@@ -153,16 +163,35 @@ class ReplicaSync {
   // `step`, then, after the job's last step, the exact average.
   Status GossipSync(uint64_t step);
   // GossipSync's round over compressed links, on `params` (the fragment's, in place).
+  // `removed`: the replicas removed as this stage knows them (TakeRemovals).
   Status LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
-                   std::vector<float>& params, const std::string& where);
+                   std::vector<float>& params, const std::string& where, uint64_t removed);
   // The job's end: one exact average over the live replicas. `frame(k)` is this stage's dense
   // gossip frame of slice k (its values and weights); every live replica's goes to every other
   // (keys tagged past the round's), and each slice's frames, this stage's own through the same
-  // checks, go in replica order to `average(k, frames)`.
+  // checks, go in replica order to `average(k, frames)` (the tied embedding's those both its
+  // holders took). `params`: the fragment's, which the average writes.
   Status FinalAverage(
-      uint64_t step, const std::string& where,
+      uint64_t step, const std::string& where, std::span<float> params,
       const std::function<std::vector<uint8_t>(size_t k)>& frame,
       const std::function<Status(size_t k, std::span<const fleet::GossipFrame* const>)>& average);
+  // Gossip: what this stage applies of the exchange of the sync after `step` (`kind`: a round
+  // or the final average), whose frames came from `senders` and did not go to `unsent`, with
+  // `removed` replicas removed as this stage sees them. With another holder of the tied
+  // embedding (tied_k_), its view and this one's swapped (tied_round.h): what both took;
+  // the tied embedding (in `params`) hashed before the exchange as `hash`. Without, this
+  // stage's own.
+  StatusOr<TiedAgreement> AgreeTied(uint64_t step, uint32_t kind, uint64_t hash,
+                                    const std::vector<int>& senders, const std::vector<int>& unsent,
+                                    uint64_t removed);
+  // The hash of the tied embedding in `params` (0 without another holder).
+  uint64_t TiedHashOf(std::span<const float> params) const;
+  // After a sync whose views' hashes differed: the first stage's tied embedding (in `params`)
+  // goes to the last, which takes it.
+  Status MendTied(uint64_t step, std::span<float> params, const std::string& where);
+  // Gossip with tracking: every correction 0 again once more replicas are removed than the
+  // last round saw (`removed`: as agreed with the tied embedding's other holder).
+  void TakeRemovals(uint64_t removed);
   // The fragment's slices that a sync of `phase` (fleet::LocalSyncAction) covers.
   std::vector<fleet::SyncSlice> PhaseSlices(int phase) const;
   std::string Where() const;
@@ -174,7 +203,11 @@ class ReplicaSync {
   std::unique_ptr<SyncExchange> exchange_;
   std::vector<SyncRoute> routes_;  // this stage's slices and their holders
   std::vector<bool> live_;         // by replica: not dropped in this attempt
-  int removed_seen_ = 0;  // gossip: replicas removed mid-attempt, as the last round saw them
+  uint64_t removed_seen_ = 0;      // gossip: replicas removed mid-attempt, as the last round saw
+  // Gossip with another holder of the tied embedding: its slice's index in routes_ (else -1),
+  // and the syncs after which the last stage took the first's copy (MendTied).
+  int tied_k_ = -1;
+  uint64_t tied_mends_ = 0;
   std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip with fp32 shares
   // sync.reduce gossip over compressed links (fleet::GossipSendsLinks), in place of gossip_.
