@@ -85,6 +85,9 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
   m->Family("longhaul_sync_group_frames_skipped_total", "counter",
             "Gossip over compressed links: frames the sync group's members skipped because "
             "their link's copies differed (a frame lost, a restart).");
+  m->Family("longhaul_sync_group_tied_mends_total", "counter",
+            "Gossip: rounds after which a replica's last stage took its first stage's copy of "
+            "the tied embedding because the two differed (none expected).");
   m->Family("longhaul_sync_group_consensus_distance", "gauge",
             "Gossip: how far apart the replicas' parameters of the sync group are before the "
             "latest round every member reported: the root mean square of their distances from "
@@ -128,6 +131,7 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
       if (g.reduce() == "gossip") {
         m->Sample("longhaul_sync_group_key_frames_total", group, g.key_frames());
         m->Sample("longhaul_sync_group_frames_skipped_total", group, g.frames_skipped());
+        m->Sample("longhaul_sync_group_tied_mends_total", group, g.tied_mends());
       }
       if (g.consensus_step() > 0) {
         m->Sample("longhaul_sync_group_consensus_distance", group, g.consensus_distance());
@@ -338,7 +342,8 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
            {"consensus_distance", g.consensus_distance()},
            {"consensus_step", g.consensus_step()},
            {"key_frames", g.key_frames()},
-           {"frames_skipped", g.frames_skipped()}});
+           {"frames_skipped", g.frames_skipped()},
+           {"tied_mends", g.tied_mends()}});
     }
     nlohmann::json sources = nlohmann::json::array();
     uint64_t source_tokens = 0;

@@ -6,6 +6,8 @@
 // a header that does not parse is refused with the status and the names the header promises.
 #include "daemon/job/checks/stage_admission.h"
 
+#include <xxhash.h>
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -209,10 +211,9 @@ TEST_CASE("a gossip replica's stages pass gradient sums along their own pipeline
 
 // A tied-embedding view (tied_round.h) of the sync after `step` (0-based) from stage `from` to
 // stage `to` of Assignment's plan (replica 0: stages 0 and 1), saying replica 1's frame came.
-Tensor TiedView(int from, int to, uint64_t step, uint32_t kind = kTiedViewRound) {
-  Tensor t = Make(v1::TENSOR_KIND_TIED_ROUND, from, to, {1}, step, kind);  // the payload replaced
+Tensor TiedView(int from, int to, uint64_t step) {
+  Tensor t = Make(v1::TENSOR_KIND_TIED_ROUND, from, to, {1}, step, kTiedView);  // payload replaced
   TiedRoundView v;
-  v.kind = kind;
   v.step = step;
   v.came = {1};
   t.frame = EncodeTiedRoundView(v, 2, 0);
@@ -220,10 +221,39 @@ Tensor TiedView(int from, int to, uint64_t step, uint32_t kind = kTiedViewRound)
   return t;
 }
 
-TEST_CASE("a gossip replica's first and last stage swap views of each sync, no other stage",
+// The frames of the tied embedding the first stage (0) took in the round after `step`: replica
+// 1's link frame (q4 over links) or gossip frame, from `to`'s replica's view.
+Tensor TiedFrames(int from, int to, uint64_t step, const JobSpec& spec, bool links) {
+  Tensor t = Make(v1::TENSOR_KIND_TIED_ROUND, from, to, {1}, step, kTiedFrames);
+  const model::ParameterLayout layout(spec.job.model);
+  const int wte = layout.SliceIndex(model::Tensor::kWte, 0);
+  const size_t size = static_cast<size_t>(spec.job.model.padded_vocab_size) * 32;
+  std::vector<float> x(size, 0.25f);
+  std::vector<uint8_t> frame;
+  if (links) {
+    auto node = fleet::LinkGossipNode::Create(1, 2, {{wte, 0, static_cast<int64_t>(size)}}, size,
+                                              "q4", false);
+    REQUIRE(node.ok());
+    (*node)->Reset(std::vector<float>(size, 0.0f));
+    (*node)->BeginRound(x);
+    auto f = (*node)->Frame(0, 0, 0, x);
+    REQUIRE(f.ok());
+    frame = std::move(*f);
+  } else {
+    std::vector<uint32_t> all(size);
+    for (size_t c = 0; c < size; ++c) all[c] = static_cast<uint32_t>(c);
+    frame = fleet::EncodeGossipFrame(static_cast<uint32_t>(wte), all, x,
+                                     std::vector<float>(size, 1.0f));
+  }
+  t.frame = EncodeTiedFrames(step, std::vector<TiedFrame>{{1, frame}});
+  t.first.set_encoded_size(t.frame.size());
+  return t;
+}
+
+TEST_CASE("a gossip replica's first stage sends its last the round of the tied embedding",
           "[admission]") {
   // Replica 0 is stages 0 (site a) and 1 (b), the tied embedding's two holders; every 5 of 10
-  // steps: syncs after steps 5 and 10 (0-based 4 and 9), the final average after 10.
+  // steps: rounds after steps 5 and 10 (0-based 4 and 9).
   JobSpec spec = Spec();
   const int64_t C = 32, Vp = spec.job.model.padded_vocab_size;
   SECTION("without gossip the kind is refused") {
@@ -233,24 +263,26 @@ TEST_CASE("a gossip replica's first and last stage swap views of each sync, no o
     CHECK(Names(s, "not a gossip job"));
   }
   spec.sync.reduce = fleet::SyncReduce::kGossip;
+  const bool links = GENERATE(false, true);
+  INFO((links ? "q4 links" : "fp32 frames"));
+  if (links) spec.sync.codec = "q4";
   const StageAdmission first("a", Assignment(0), spec), last("b", Assignment(1), spec);
-  for (const Tensor& t :
-       {TiedView(1, 0, 4), TiedView(1, 0, 9), TiedView(1, 0, 9, kTiedViewFinal)}) {
+  // Views both ways after a round.
+  for (const Tensor& t : {TiedView(1, 0, 4), TiedView(1, 0, 9)}) {
     CHECK(Check(first, t, "b").ok());
     CHECK(first.CheckWhole(t.first, t.frame, "b").ok());
   }
   CHECK(Check(last, TiedView(0, 1, 4), "a").ok());
-  // Another replica's stage, another site, another stage of this one's.
+  // Another replica's stage, another site, another stage of this one's, another addressee.
   CHECK(absl::IsPermissionDenied(Check(first, TiedView(3, 0, 4), "d")));
   CHECK(absl::IsPermissionDenied(Check(first, TiedView(1, 0, 4), "c")));
   CHECK(absl::IsPermissionDenied(Check(first, TiedView(2, 0, 4), "c")));
-  CHECK(absl::IsPermissionDenied(Check(first, TiedView(1, 2, 4), "b")));  // addressed elsewhere
-  // Not after a sync step; a final view before the last step; past the job; another size or
-  // tensor; a microbatch that is none of the kind's.
+  CHECK(absl::IsPermissionDenied(Check(first, TiedView(1, 2, 4), "b")));
+  // Not after a round; past the job; another size or tensor; a microbatch that is none of the
+  // kind's.
   Status s = Check(first, TiedView(1, 0, 2), "b");
   CHECK(absl::IsInvalidArgument(s));
-  CHECK(Names(s, "after a sync step"));
-  CHECK(absl::IsInvalidArgument(Check(first, TiedView(1, 0, 4, kTiedViewFinal), "b")));
+  CHECK(Names(s, "not after a sync step"));
   CHECK(absl::IsInvalidArgument(Check(first, TiedView(1, 0, kSteps), "b")));
   Tensor t = TiedView(1, 0, 4);
   t.first.set_encoded_size(t.frame.size() + 1);
@@ -263,7 +295,7 @@ TEST_CASE("a gossip replica's first and last stage swap views of each sync, no o
   s = Check(first, t, "b");
   CHECK(absl::IsInvalidArgument(s));
   CHECK(Names(s, "microbatch 3"));
-  // The whole view: a flipped byte; one that names another step than its key.
+  // The whole view: a flipped byte; one that names another round than its key.
   t = TiedView(1, 0, 4);
   t.frame[12] ^= 1;
   CHECK(absl::IsDataLoss(first.CheckWhole(t.first, t.frame, "b")));
@@ -273,8 +305,25 @@ TEST_CASE("a gossip replica's first and last stage swap views of each sync, no o
   s = first.CheckWhole(t.first, t.frame, "b");
   CHECK(absl::IsInvalidArgument(s));
   CHECK(Names(s, "after step 5"));
-  // The first stage's copy of the tied embedding, to the last only, after a sync step, in its
-  // shape.
+  // The frames the first stage took: to the last only, each checked for the tied slice.
+  const Tensor frames = TiedFrames(0, 1, 4, spec, links);
+  CHECK(Check(last, frames, "a").ok());
+  CHECK(last.CheckWhole(frames.first, frames.frame, "a").ok());
+  CHECK(absl::IsInvalidArgument(Check(first, TiedFrames(1, 0, 4, spec, links), "b")));
+  t = frames;
+  t.first.set_encoded_size(100000000);
+  s = Check(last, t, "a");
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(Names(s, "more than a round's can take"));
+  t = frames;
+  t.frame[40] ^= 1;  // inside the frame, its container's checksum made to match
+  t.frame.resize(t.frame.size() - 8);
+  const uint64_t sum = XXH64(t.frame.data(), t.frame.size(), 0);
+  for (int i = 0; i < 8; ++i) t.frame.push_back(static_cast<uint8_t>(sum >> (8 * i)));
+  s = last.CheckWhole(t.first, t.frame, "a");
+  CHECK_FALSE(s.ok());
+  CHECK(Names(s, "replica 1's frame"));
+  // The first stage's copy of the tied embedding, to the last only, after a round, in its shape.
   const Tensor values = Make(v1::TENSOR_KIND_TIED_ROUND, 0, 1, {Vp, C}, 4, kTiedValues);
   CHECK(Check(last, values, "a").ok());
   CHECK(last.CheckWhole(values.first, values.frame, "a").ok());
@@ -378,7 +427,12 @@ TEST_CASE("a gossip job over compressed links admits its peers' link frames, bou
   REQUIRE(fleet::GossipSendsLinks(spec.sync));
   const v1::StageAssignment a = Assignment(1);
   const StageAdmission admission("b", a, spec);
-  const fleet::SyncSlice slice = StageOneRoutes(spec, a).front().slice;
+  // Not the tied embedding: stage 1, replica 0's last stage, takes that from its own first
+  // (tied_round.h), and refuses it from another replica.
+  const std::vector<SyncRoute> routes = StageOneRoutes(spec, a);
+  const int wte = model::ParameterLayout(spec.job.model).SliceIndex(model::Tensor::kWte, 0);
+  REQUIRE(routes.front().slice.index == wte);
+  const fleet::SyncSlice slice = routes.back().slice;
   const fleet::SyncSlice local{slice.index, 0, slice.size};
   auto node =
       fleet::LinkGossipNode::Create(1, 2, {local}, static_cast<size_t>(slice.size), "q4", false);
@@ -401,6 +455,11 @@ TEST_CASE("a gossip job over compressed links admits its peers' link frames, bou
   t.first.set_encoded_size(t.frame.size());
   CHECK(Check(admission, t, "d").ok());
   CHECK(admission.CheckWhole(t.first, t.frame, "d").ok());
+  Tensor tied = t;
+  tied.first.set_tensor_id(static_cast<uint32_t>(wte));
+  const Status refused = Check(admission, tied, "d");
+  CHECK(absl::IsPermissionDenied(refused));
+  CHECK(Names(refused, "takes them from its first"));
   // Announced larger than the slice's key frame can be: refused before it is buffered.
   Tensor big = t;
   big.first.set_encoded_size(uint64_t{1} << 30);

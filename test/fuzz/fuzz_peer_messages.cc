@@ -11,7 +11,8 @@
 // checksum holds; a gossip frame decodes only when its header check passes and everything the
 // decoder promises holds, and applied it leaves every parameter finite and every weight
 // positive and finite; a grad-sums frame (daemon/job/exchange/grad_sums_frame.h) decodes only
-// to sums that are not negative, and only when it is exactly what its sums encode to.
+// to sums that are not negative, and only when it is exactly what its sums encode to; the tied
+// embedding's views and frames (daemon/job/sync/tied_round.h) decode only to what they promise.
 #include <xxhash.h>
 
 #include <cmath>
@@ -28,6 +29,7 @@
 #include "daemon/job/exchange/inbox.h"
 #include "daemon/job/spec/job_spec.h"
 #include "daemon/job/state/fragment_slices.h"
+#include "daemon/job/sync/tied_round.h"
 #include "daemon/transport/frame_assembler.h"
 #include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
@@ -308,6 +310,37 @@ void LinkGossip(const uint8_t* d, size_t n) {
   }
 }
 
+// The tied embedding's holders' messages (daemon/job/sync/tied_round.h), read by replica 1 of
+// 1..8 replicas for the sync after step 9: a view decodes only to flags of other replicas,
+// ascending, and a removal count within the job, and encodes back to the same bytes; the
+// frames' container only to ascending senders other than the reader, each within the bound,
+// and encodes back to the same bytes.
+void TiedRound(const uint8_t* d, size_t n) {
+  if (n < 1) return;
+  const int replicas = 2 + d[0] % 7;
+  const std::vector<uint8_t> bytes(d + 1, d + n);
+  if (auto v = DecodeTiedRoundView(bytes, replicas, 1, 9); v.ok()) {
+    if (v->removed > static_cast<uint64_t>(replicas) || v->step != 9) std::abort();
+    for (const std::vector<int>* list : {&v->came, &v->unsent}) {
+      for (size_t i = 0; i < list->size(); ++i) {
+        const int r = (*list)[i];
+        if (r < 0 || r >= replicas || r == 1 || (i > 0 && (*list)[i - 1] >= r)) std::abort();
+      }
+    }
+    if (EncodeTiedRoundView(*v, replicas, 1) != bytes) std::abort();
+  }
+  if (auto f = DecodeTiedFrames(bytes, replicas, 1, 9, 64); f.ok()) {
+    for (size_t i = 0; i < f->size(); ++i) {
+      const auto& [r, frame] = (*f)[i];
+      if (r < 0 || r >= replicas || r == 1 || (i > 0 && (*f)[i - 1].first >= r) ||
+          frame.size() > 64) {
+        std::abort();
+      }
+    }
+    if (EncodeTiedFrames(9, *f) != bytes) std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -317,7 +350,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* d = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 10) {
+  switch (data[0] % 11) {
     case 0:
       Assignment(d, n);
       break;
@@ -344,6 +377,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 9:
       LinkGossip(d, n);
+      break;
+    case 10:
+      TiedRound(d, n);
       break;
     default:
       LoaderState(d, n);
@@ -428,4 +464,17 @@ extern "C" void LonghaulFuzzSeeds(std::vector<std::string>* seeds) {
   // A grad-sums frame of 5 slices.
   const std::vector<uint8_t> sums = EncodeGradSums(std::vector<double>{0.5, 0.0, 2.25, 1e-3, 7.0});
   seeds->push_back(std::string{'\10', char(5)} + std::string(sums.begin(), sums.end()));
+  // The tied embedding's view (replica 1 of 4: frames from 0 and 3, not sent to 2) and the
+  // frames the first stage took.
+  TiedRoundView view;
+  view.step = 9;
+  view.removed = 1;
+  view.hash = 0x1234;
+  view.came = {0, 3};
+  view.unsent = {2};
+  const std::vector<uint8_t> v = EncodeTiedRoundView(view, 4, 1);
+  seeds->push_back(std::string{'\12', char(2)} + std::string(v.begin(), v.end()));
+  const std::vector<uint8_t> tied =
+      EncodeTiedFrames(9, std::vector<TiedFrame>{{0, {1, 2, 3}}, {3, std::vector<uint8_t>(20, 7)}});
+  seeds->push_back(std::string{'\12', char(2)} + std::string(tied.begin(), tied.end()));
 }

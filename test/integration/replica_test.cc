@@ -887,29 +887,63 @@ bool TiedCopiesEqual(Cluster& c, const std::string& id, size_t first, uint64_t s
 }
 
 TEST_CASE("gossip: a replica's two holders of the tied embedding take the same rounds") {
-  // A replica's first and last stage each gossip the tied embedding with the other replicas'
-  // first and last stages: two groups over different links. Here the last stages' links to
-  // each other are cut mid-run, so each finds the other lost and goes on alone while the first
-  // stages still exchange: each replica's two holders must still make the same rounds of it
-  // (only what both took counts), and end with one embedding.
+  // A replica's first stage gossips the tied embedding with the other replicas' first stages;
+  // its last stage replays those rounds from what the first sends it (tied_round.h). Here the
+  // links between the replicas' first stages, or between their last stages, are cut for a
+  // while mid-run: each finds the other lost and goes on alone, then finds it back. Whatever
+  // each group lost, each replica's two copies of the embedding take the same rounds: they end
+  // equal, and the last stage never had to take the first's copy for differing.
   const std::string codec = GENERATE("q4", "topk:0.25");
-  INFO("codec " << codec);
-  const int steps = 24;
-  Cluster c;
+  const bool firsts = GENERATE(true, false);
+  INFO("codec " << codec << ", the links between the " << (firsts ? "first" : "last")
+                << " stages cut");
+  const std::string a = firsts ? "alpha" : "beta", b = firsts ? "gamma" : "delta";
+  const int steps = 30;
+  // The job's coordinator is a fifth site, whose links stay up (one cut from it would drop a
+  // replica).
+  std::vector<std::string> sites = kSites;
+  sites.push_back("epsilon");
+  Cluster c({}, {}, sites);
+  Daemon& coordinator = c.at(4);
+  std::string id;
+  auto status = [&] {
+    auto got = coordinator.jobs().GetJob(id, 0);
+    REQUIRE(got.ok());
+    return *got;
+  };
   for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
-  const std::string id = c.Submit(
+  v1::SubmitJobRequest req;
+  req.set_job_yaml(
       JobYaml("sync: {mode: local, every: 2, reduce: gossip, codec: " + codec + "}\n", steps));
-  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 4; }, 120s));
-  c.net->SetCut("beta", "delta", true);
-  c.net->SetCut("delta", "beta", true);
+  auto submitted = coordinator.jobs().Submit(req);
+  REQUIRE(submitted.ok());
+  id = submitted->job_id();
+  REQUIRE(testing::WaitFor([&] { return status().committed_step() >= 4; }, 120s));
+  c.net->SetCut(a, b, true);
+  c.net->SetCut(b, a, true);
+  std::vector<uint64_t> at_cut;
+  for (size_t i = 0; i < kSites.size(); ++i) at_cut.push_back(NewestStageCheckpoint(c, i, id));
+  // Long enough for rounds without the other replica (found gone after a few heartbeats).
+  REQUIRE(testing::WaitFor(
+      [&] {
+        for (size_t i = 0; i < kSites.size(); ++i) {
+          if (NewestStageCheckpoint(c, i, id) < at_cut[i] + 8) return false;
+        }
+        return true;
+      },
+      120s));
+  c.net->SetCut(a, b, false);
+  c.net->SetCut(b, a, false);
   for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
-  const v1::JobStatus s = c.WaitCompleted(id);
+  const v1::JobStatus s = testing::WaitJobEnd(coordinator, id, 300s);
   INFO(s.detail());
+  REQUIRE(s.state() == v1::JOB_STATE_COMPLETED);
   REQUIRE(s.losses_size() == steps);
   for (double loss : s.losses()) CHECK(std::isfinite(loss));
   CHECK(s.replica_drops() == 0);
   CHECK(TiedCopiesEqual(c, id, 0, steps));
   CHECK(TiedCopiesEqual(c, id, 2, steps));
+  for (const auto& g : s.sync_groups()) CHECK(g.tied_mends() == 0);
 }
 
 // `longhaul job add-site` / `remove-site` of job `id`, asked of its coordinator (alpha).

@@ -238,49 +238,84 @@ Status StageAdmission::CheckTiedRound(const v1::TensorFrame& first, std::span<co
   }
   const std::string what = "job " + id + ": " + KeyOf(first).DebugString() + " from " + caller;
   const uint64_t step = first.step();
-  const bool in_job = step < static_cast<uint64_t>(steps_) && first.tensor_id() == 0;
-  const bool last_step = step + 1 == static_cast<uint64_t>(steps_);
-  const bool round =
-      in_job && fleet::LocalSyncAt(sync_, step + 1, static_cast<uint64_t>(steps_)).blocking;
+  // After a round: a sync step of the job's (the last one included, whose final average the
+  // first stage's copy follows).
+  const bool round = step < static_cast<uint64_t>(steps_) && first.tensor_id() == 0 &&
+                     fleet::LocalSyncAt(sync_, step + 1, static_cast<uint64_t>(steps_)).blocking;
+  if (!round) {
+    return absl::InvalidArgumentError(what + ": not after a sync step of the job's " +
+                                      std::to_string(steps_) + ", or not tensor 0");
+  }
   switch (first.microbatch()) {
-    case kTiedViewRound:
-    case kTiedViewFinal: {
-      const bool due = first.microbatch() == kTiedViewFinal ? in_job && last_step : round;
+    case kTiedView: {
       const size_t bytes = TiedRoundViewBytes(grid_.replicas);
-      if (!due || first.encoded_size() != bytes) {
-        return absl::InvalidArgumentError(
-            what + " of " + std::to_string(first.encoded_size()) + " bytes: a view of " +
-            std::to_string(grid_.replicas) + " replicas is " + std::to_string(bytes) +
-            " bytes, tensor 0, after a sync step of the job's " + std::to_string(steps_));
+      if (first.encoded_size() != bytes) {
+        return absl::InvalidArgumentError(what + ": a view of " + std::to_string(grid_.replicas) +
+                                          " replicas is " + std::to_string(bytes) + " bytes, not " +
+                                          std::to_string(first.encoded_size()));
       }
       return absl::OkStatus();
     }
-    case kTiedValues:
-      // The first stage's copy, to the last only, after a sync.
-      if (!round || !grid_.first(sender)) {
-        return absl::InvalidArgumentError(
-            what +
-            ": the tied embedding goes from a replica's first stage to its last after a "
-            "sync step of the job's " +
-            std::to_string(steps_) + ", tensor 0");
+    case kTiedFrames:
+    case kTiedValues: {
+      // From the first stage to the last only.
+      if (!grid_.first(sender)) {
+        return absl::InvalidArgumentError(what +
+                                          ": the tied embedding's frames and copy go from a "
+                                          "replica's first stage to its last");
       }
-      return CheckFrameHead(first, head, {Vp_, C_}, what);
+      if (first.microbatch() == kTiedValues) return CheckFrameHead(first, head, {Vp_, C_}, what);
+      ASSIGN_OR_RETURN(const uint64_t frame,
+                       GossipRoundFrameMaxBytes(sync_, static_cast<uint64_t>(Vp_ * C_)));
+      const uint64_t most = TiedFramesMaxBytes(grid_.replicas, frame);
+      if (first.encoded_size() > most) {
+        return absl::InvalidArgumentError(
+            what + ": the tied embedding's frames of " + std::to_string(first.encoded_size()) +
+            " bytes, more than a round's can take (" + std::to_string(most) + ")");
+      }
+      return absl::OkStatus();
+    }
     default:
       break;
   }
   return absl::InvalidArgumentError(what + ": microbatch " + std::to_string(first.microbatch()) +
-                                    " is none of a view's (0, 1) or the tied embedding's (2)");
+                                    " is none of a view's (0), the frames' (1) or the tied "
+                                    "embedding's (2)");
 }
 
 Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const uint8_t> payload,
                                   const std::string& caller) const {
   const std::string what =
       "job " + job_id_ + ": tensor " + KeyOf(first).DebugString() + " from " + caller + ": ";
-  if (first.kind() == v1::TENSOR_KIND_TIED_ROUND && first.microbatch() != kTiedValues) {
-    const auto view = DecodeTiedRoundView(payload, grid_.replicas, grid_.replica(self_),
-                                          static_cast<uint32_t>(first.microbatch()), first.step());
+  if (first.kind() == v1::TENSOR_KIND_TIED_ROUND && first.microbatch() == kTiedView) {
+    const auto view =
+        DecodeTiedRoundView(payload, grid_.replicas, grid_.replica(self_), first.step());
     return view.ok() ? absl::OkStatus()
                      : Status(view.status().code(), what + std::string(view.status().message()));
+  }
+  if (first.kind() == v1::TENSOR_KIND_TIED_ROUND && first.microbatch() == kTiedFrames) {
+    // The container, and each frame for the tied slice as the round's decoder checks it.
+    const uint64_t size = static_cast<uint64_t>(Vp_ * C_);
+    ASSIGN_OR_RETURN(const uint64_t most, GossipRoundFrameMaxBytes(sync_, size));
+    const auto frames =
+        DecodeTiedFrames(payload, grid_.replicas, grid_.replica(self_), first.step(), most);
+    if (!frames.ok()) {
+      return Status(frames.status().code(), what + std::string(frames.status().message()));
+    }
+    const uint32_t tied =
+        static_cast<uint32_t>(model::ParameterLayout(model_).SliceIndex(model::Tensor::kWte, 0));
+    const bool tracked = GossipFrameTracked(sync_.tracking, kGossipRoundTag, grid_.replicas);
+    for (const auto& [replica, bytes] : *frames) {
+      const Status checked =
+          link_codec_
+              ? fleet::DecodeLinkFrame(bytes, tied, size, *link_codec_, sync_.tracking).status()
+              : fleet::DecodeGossipFrame(bytes, tied, size, tracked).status();
+      if (!checked.ok()) {
+        return Status(checked.code(), what + "replica " + std::to_string(replica) +
+                                          "'s frame: " + std::string(checked.message()));
+      }
+    }
+    return absl::OkStatus();
   }
   if (first.kind() == v1::TENSOR_KIND_SYNC && sync_.reduce == fleet::SyncReduce::kGossip) {
     for (const SyncRoute& r : routes_) {
@@ -320,6 +355,15 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
   const SyncRoute* route = nullptr;
   for (const auto& r : routes_) {
     if (static_cast<uint32_t>(r.slice.index) == first.tensor_id()) route = &r;
+  }
+  // In a gossip job a multi-stage replica's last stage takes the tied embedding from its own
+  // first stage (daemon/job/sync/tied_round.h), from no other replica.
+  if (route != nullptr && sync_.reduce == fleet::SyncReduce::kGossip && grid_.tied(self) >= 0 &&
+      !grid_.first(self) &&
+      route->slice.index == model::ParameterLayout(model_).SliceIndex(model::Tensor::kWte, 0)) {
+    return RoleDenied(caller, id,
+                      "send the tied embedding's sync frames to stage " + std::to_string(self) +
+                          " (a replica's last stage: it takes them from its first)");
   }
   const bool known = first.from_stage() < static_cast<uint32_t>(grid_.size());
   const int from_replica = known ? grid_.replica(from) : -1;

@@ -39,13 +39,14 @@ Status StageRunner::InitSync(uint64_t resume_step) {
       return removed_replicas_.count(static_cast<uint32_t>(replica)) > 0;
     };
     if (o.sync.reduce == fleet::SyncReduce::kGossip && grid_.tied(stage_) >= 0) {
-      // The tied embedding's two holders swap their views of each round over their link
-      // (tied_round.h), and the last takes the first's copy should they ever differ.
-      o.tied_view = [this](uint64_t step, uint32_t kind,
-                           std::vector<uint8_t> view) -> StatusOr<std::vector<uint8_t>> {
-        RETURN_IF_ERROR(exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_TIED_ROUND,
-                                             step, static_cast<int>(kind), std::move(view), 0));
-        return exchange_->ReceiveFrame(v1::TENSOR_KIND_TIED_ROUND, step, static_cast<int>(kind));
+      // The tied embedding's two holders: the first gossips it, the last replays the first's
+      // rounds from what it sends over their link (tied_round.h).
+      o.tied_send = [this](uint64_t step, uint32_t what, std::vector<uint8_t> bytes) {
+        return exchange_->SendFrame(StageExchange::To::kTied, v1::TENSOR_KIND_TIED_ROUND, step,
+                                    static_cast<int>(what), std::move(bytes), 0);
+      };
+      o.tied_receive = [this](uint64_t step, uint32_t what) {
+        return exchange_->ReceiveFrame(v1::TENSOR_KIND_TIED_ROUND, step, static_cast<int>(what));
       };
       o.tied_values = [this](uint64_t step, std::span<float> values) -> Status {
         if (fragment_->is_first()) {

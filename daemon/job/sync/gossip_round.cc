@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <string>
 
+#include "fleet/gossip_link_node.h"
+#include "fleet/gossip_node.h"
+
 namespace longhaul::daemon {
 
 uint64_t GossipRoundOf(const fleet::SyncOptions& sync, uint64_t step) {
@@ -120,6 +123,14 @@ Status CheckGossipLinks(const google::protobuf::RepeatedField<double>& links, in
     }
   }
   return Status();
+}
+
+StatusOr<uint64_t> GossipRoundFrameMaxBytes(const fleet::SyncOptions& sync, uint64_t slice_size) {
+  if (fleet::GossipSendsLinks(sync)) {
+    ASSIGN_OR_RETURN(const compression::CodecSpec codec, fleet::GossipLinkCodec(sync.codec));
+    return fleet::MaxLinkFrameBytes(codec, slice_size, sync.tracking);
+  }
+  return fleet::GossipFrameBytes(slice_size, slice_size, sync.tracking);
 }
 
 }  // namespace longhaul::daemon

@@ -40,6 +40,10 @@ fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::v
                                     uint64_t seed, uint64_t step,
                                     const std::vector<double>& links = {});
 
+// The most bytes a round's frame of a slice of `slice_size` takes in a job of `sync`: a key
+// frame over compressed links (fleet::MaxLinkFrameBytes), else a frame of every coordinate.
+StatusOr<uint64_t> GossipRoundFrameMaxBytes(const fleet::SyncOptions& sync, uint64_t slice_size);
+
 // The most bandwidth a link of the matrix may claim (bytes/s: 8 Pbit/s); more is refused.
 inline constexpr double kMaxGossipLinkBandwidth = 1e15;
 // Whether a reported link estimate (bytes/s) may go into the matrix: positive, finite and

@@ -62,10 +62,18 @@ Status ReplicaSync::Init() {
   so.live = live_;
   so.routes = SyncRoutes(o_.grid, o_.model, stage_, o_.sync.stagger);
   routes_ = so.routes;
-  if (gossip() && o_.tied_view && o_.tied_values && o_.grid.tied(stage_) >= 0) {
-    const int tied = o_.fragment->layout().model().SliceIndex(model::Tensor::kWte, 0);
-    for (size_t k = 0; k < routes_.size(); ++k) {
-      if (routes_[k].slice.index == tied) tied_k_ = static_cast<int>(k);
+  if (gossip() && o_.grid.tied_head) {
+    // A multi-stage replica's two holders of the tied embedding: the first gossips it, the
+    // last replays its rounds (tied_round.h).
+    so.tied_slice = o_.fragment->layout().model().SliceIndex(model::Tensor::kWte, 0);
+    for (size_t k = 0; o_.grid.tied(stage_) >= 0 && k < routes_.size(); ++k) {
+      if (routes_[k].slice.index == so.tied_slice) tied_k_ = static_cast<int>(k);
+    }
+    tied_first_ = o_.grid.first(stage_);
+    if (tied_k_ >= 0 && !(o_.tied_send && o_.tied_receive && o_.tied_values)) {
+      return absl::InvalidArgumentError(Where() + ": holds the tied embedding with stage " +
+                                        std::to_string(o_.grid.tied(stage_)) +
+                                        " in a gossip job, and has no link to it");
     }
   }
   so.ring = a.sync_ring();  // the coordinator's decision, checked with the assignment
@@ -100,6 +108,7 @@ Status ReplicaSync::Init() {
     so.gossip_tracking = o_.sync.tracking;
     if (fleet::GossipSendsLinks(o_.sync)) {
       ASSIGN_OR_RETURN(so.gossip_link_codec, fleet::GossipLinkCodec(o_.sync.codec));
+      link_codec_ = so.gossip_link_codec;
     }
   }
   ASSIGN_OR_RETURN(exchange_, SyncExchange::Create(std::move(so)));
@@ -346,11 +355,11 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   o_.fragment->GetParameters(params.data());
   // The parameters before the round, sketched for the coordinator's consensus distance (each
   // slice once per replica: a multi-stage replica's tied embedding on its first stage only).
-  const int tied = o_.fragment->layout().model().SliceIndex(model::Tensor::kWte, 0);
+  const int wte = o_.fragment->layout().model().SliceIndex(model::Tensor::kWte, 0);
   std::vector<double> sketch(fleet::kConsensusSketchSize, 0.0);
   for (const SyncRoute& route : routes_) {
     const fleet::SyncSlice& s = route.slice;
-    if (s.index == tied && o_.grid.position(stage_) != 0) continue;
+    if (s.index == wte && o_.grid.position(stage_) != 0) continue;
     fleet::AddToSketch(static_cast<uint32_t>(s.index),
                        std::span<const float>(params).subspan(static_cast<size_t>(s.offset),
                                                               static_cast<size_t>(s.size)),
@@ -421,25 +430,36 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   RETURN_IF_ERROR(Annotate(
       exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &received, &senders, &unsent),
       where));
-  ASSIGN_OR_RETURN(const TiedAgreement agreed,
-                   AgreeTied(step, kTiedViewRound, tied_hash, senders, unsent, removed));
-  TakeRemovals(agreed.removed);
+  ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
+  TakeRemovals(tied.agreed.removed);
+  // The last stage's tied embedding: the first stage's round, from the frames it took.
+  std::vector<fleet::GossipFrame> relayed;
+  for (const auto& [r, bytes] : tied.frames) {
+    const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
+    StatusOr<fleet::GossipFrame> f = fleet::DecodeGossipFrame(
+        bytes, static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size),
+        GossipFrameTracked(o_.sync.tracking, kGossipRoundTag, N));
+    if (!f.ok())
+      return Annotate(f.status(), where + ": replica " + std::to_string(r) +
+                                      "'s frame of the tied embedding, from stage " +
+                                      std::to_string(o_.grid.tied(stage_)));
+    relayed.push_back(std::move(*f));
+  }
   std::vector<fleet::GossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
-    // The tied embedding's round: what both its holders took.
-    const bool both = static_cast<int>(k) == tied_k_;
-    const size_t kept = (both ? agreed.unsent : unsent).size();
+    const bool replayed = static_cast<int>(k) == tied_k_ && !tied_first_;
+    const size_t kept = (replayed ? tied.agreed.unsent : unsent).size();
     const double own_share =
         (1.0 + static_cast<double>(kept)) / (1.0 + static_cast<double>(out.size()));
+    const std::vector<int>& came = replayed ? tied.agreed.came : senders;
     in.clear();
-    for (size_t i = 0; i < senders.size(); ++i) {
-      if (both && !std::binary_search(agreed.came.begin(), agreed.came.end(), senders[i])) continue;
-      const double degree = static_cast<double>(graph.out[static_cast<size_t>(senders[i])].size());
-      in.push_back({1.0 / (1.0 + degree), &received[k][i]});
+    for (size_t i = 0; i < came.size(); ++i) {
+      const double degree = static_cast<double>(graph.out[static_cast<size_t>(came[i])].size());
+      in.push_back({1.0 / (1.0 + degree), replayed ? &relayed[i] : &received[k][i]});
     }
     gossip_->Apply(k, picked[k], own_share, in, params);
   }
-  if (agreed.split) RETURN_IF_ERROR(MendTied(step, params, where));
+  if (tied.agreed.split) RETURN_IF_ERROR(SendTied(step, params, where, /*mend=*/true));
   if (step + 1 == o_.steps) {
     RETURN_IF_ERROR(FinalAverage(
         step, where, params, [&](size_t k) { return gossip_->DenseFrame(k, params); },
@@ -476,9 +496,21 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &unused,
                                              &senders, &unsent, &received),
                            where));
-  ASSIGN_OR_RETURN(const TiedAgreement tied,
-                   AgreeTied(step, kTiedViewRound, tied_hash, senders, unsent, removed));
-  TakeRemovals(tied.removed);
+  ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
+  TakeRemovals(tied.agreed.removed);
+  // The last stage's tied embedding: the first stage's round, from the frames it took.
+  std::vector<fleet::LinkFrame> relayed;
+  for (const auto& [r, bytes] : tied.frames) {
+    const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
+    StatusOr<fleet::LinkFrame> f =
+        fleet::DecodeLinkFrame(bytes, static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size),
+                               *link_codec_, o_.sync.tracking);
+    if (!f.ok())
+      return Annotate(f.status(), where + ": replica " + std::to_string(r) +
+                                      "'s frame of the tied embedding, from stage " +
+                                      std::to_string(o_.grid.tied(stage_)));
+    relayed.push_back(std::move(*f));
+  }
   auto sent_of = [&](const std::vector<int>& kept) {
     std::vector<int> sent;
     for (int q : out) {
@@ -486,19 +518,18 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
     }
     return sent;
   };
-  const std::vector<int> sent = sent_of(unsent), tied_sent = sent_of(tied.unsent);
+  const std::vector<int> sent = sent_of(unsent), tied_sent = sent_of(tied.agreed.unsent);
   std::vector<fleet::LinkGossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
-    // The tied embedding's round: what both its holders took.
-    const bool both = static_cast<int>(k) == tied_k_;
+    const bool replayed = static_cast<int>(k) == tied_k_ && !tied_first_;
+    const std::vector<int>& came = replayed ? tied.agreed.came : senders;
     in.clear();
-    for (size_t i = 0; i < senders.size(); ++i) {
-      if (both && !std::binary_search(tied.came.begin(), tied.came.end(), senders[i])) continue;
-      const double degree = static_cast<double>(graph.out[static_cast<size_t>(senders[i])].size());
-      in.push_back({senders[i], 1.0 / (1.0 + degree), &received[k][i]});
+    for (size_t i = 0; i < came.size(); ++i) {
+      const double degree = static_cast<double>(graph.out[static_cast<size_t>(came[i])].size());
+      in.push_back({came[i], 1.0 / (1.0 + degree), replayed ? &relayed[i] : &received[k][i]});
     }
-    if (both) {
-      links_->Apply(k, tied_sent, tied.unsent, in, params);
+    if (replayed) {
+      links_->Apply(k, tied_sent, tied.agreed.unsent, in, params);
     } else {
       links_->Apply(k, sent, unsent, in, params);
     }
@@ -516,7 +547,7 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
       }
     }
   }
-  if (tied.split) RETURN_IF_ERROR(MendTied(step, params, where));
+  if (tied.agreed.split) RETURN_IF_ERROR(SendTied(step, params, where, /*mend=*/true));
   if (links_->stale_frames() > stale_seen_ && o_.log) {
     o_.log->warn(
         "{}: {} frames skipped since the start: their links' copies differed (a frame "
@@ -540,7 +571,6 @@ Status ReplicaSync::FinalAverage(
     if (live_[static_cast<size_t>(r)] && r != me) others.push_back(r);
   }
   const size_t slices = routes_.size();
-  const uint64_t tied_hash = TiedHashOf(params);
   std::vector<std::vector<std::vector<uint8_t>>> frames(slices);
   for (size_t k = 0; k < slices; ++k) frames[k] = {frame(k)};
   std::vector<std::vector<fleet::GossipFrame>> received;
@@ -548,9 +578,9 @@ Status ReplicaSync::FinalAverage(
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, GossipFinalTag(N), frames, others, others,
                                              &received, &senders, &unsent),
                            where + ", final average"));
-  ASSIGN_OR_RETURN(const TiedAgreement tied,
-                   AgreeTied(step, kTiedViewFinal, tied_hash, senders, {}, removed_seen_));
   for (size_t k = 0; k < slices; ++k) {
+    // The last stage's tied embedding: the first stage's average (below).
+    if (static_cast<int>(k) == tied_k_ && !tied_first_) continue;
     const fleet::SyncSlice& s = routes_[k].slice;
     // Its own frame through the same checks (a parameter that is not finite fails here).
     StatusOr<fleet::GossipFrame> own = fleet::DecodeGossipFrame(
@@ -562,41 +592,67 @@ Status ReplicaSync::FinalAverage(
       if (r == me) {
         by_replica.push_back(&*own);
       } else if (next < senders.size() && senders[next] == r) {
-        // The tied embedding's average: the frames both its holders took.
-        const bool both = static_cast<int>(k) == tied_k_;
-        if (!both || std::binary_search(tied.came.begin(), tied.came.end(), r)) {
-          by_replica.push_back(&received[k][next]);
-        }
-        ++next;
+        by_replica.push_back(&received[k][next++]);
       }
     }
     RETURN_IF_ERROR(average(k, by_replica));
   }
-  if (tied.split) RETURN_IF_ERROR(MendTied(step, params, where + ", final average"));
+  if (tied_k_ >= 0) RETURN_IF_ERROR(SendTied(step, params, where + ", final average", false));
   return absl::OkStatus();
 }
 
-StatusOr<TiedAgreement> ReplicaSync::AgreeTied(uint64_t step, uint32_t kind, uint64_t hash,
-                                               const std::vector<int>& senders,
-                                               const std::vector<int>& unsent, uint64_t removed) {
+StatusOr<ReplicaSync::TiedSwap> ReplicaSync::SwapTied(uint64_t step, uint64_t hash,
+                                                      const std::vector<int>& senders,
+                                                      const std::vector<int>& unsent,
+                                                      uint64_t removed) {
   TiedRoundView mine;
-  mine.kind = kind;
   mine.step = step;
   mine.removed = removed;
   mine.hash = hash;
-  mine.came = senders;
-  mine.unsent = unsent;
-  std::sort(mine.came.begin(), mine.came.end());
-  std::sort(mine.unsent.begin(), mine.unsent.end());
-  if (tied_k_ < 0) return TiedAgreement{mine.came, mine.unsent, removed, false};
+  if (tied_k_ < 0 || tied_first_) {
+    mine.came = senders;
+    mine.unsent = unsent;
+    std::sort(mine.came.begin(), mine.came.end());
+    std::sort(mine.unsent.begin(), mine.unsent.end());
+  }
+  TiedSwap swap;
+  if (tied_k_ < 0) {
+    swap.agreed = TiedAgreement{mine.came, mine.unsent, removed, false};
+    return swap;
+  }
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
-  const std::string where =
-      Where() + ": the tied embedding's view from stage " + std::to_string(o_.grid.tied(stage_));
-  StatusOr<std::vector<uint8_t>> bytes = o_.tied_view(step, kind, EncodeTiedRoundView(mine, N, me));
+  const std::string where = Where() + ", the sync after step " + std::to_string(step + 1) +
+                            ": the tied embedding with stage " +
+                            std::to_string(o_.grid.tied(stage_));
+  RETURN_IF_ERROR(Annotate(o_.tied_send(step, kTiedView, EncodeTiedRoundView(mine, N, me)), where));
+  if (tied_first_) {
+    const std::vector<TiedFrame> taken = exchange_->TakeForwarded();
+    RETURN_IF_ERROR(
+        Annotate(o_.tied_send(step, kTiedFrames, EncodeTiedFrames(step, taken)), where));
+  }
+  StatusOr<std::vector<uint8_t>> bytes = o_.tied_receive(step, kTiedView);
   if (!bytes.ok()) return Annotate(bytes.status(), where);
-  StatusOr<TiedRoundView> theirs = DecodeTiedRoundView(*bytes, N, me, kind, step);
+  StatusOr<TiedRoundView> theirs = DecodeTiedRoundView(*bytes, N, me, step);
   if (!theirs.ok()) return Annotate(theirs.status(), where);
-  return AgreeTiedRound(mine, *theirs);
+  swap.agreed = tied_first_ ? AgreeTiedRound(mine, *theirs) : AgreeTiedRound(*theirs, mine);
+  if (tied_first_) return swap;
+  const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
+  ASSIGN_OR_RETURN(const uint64_t most,
+                   GossipRoundFrameMaxBytes(o_.sync, static_cast<uint64_t>(s.size)));
+  bytes = o_.tied_receive(step, kTiedFrames);
+  if (!bytes.ok()) return Annotate(bytes.status(), where);
+  StatusOr<std::vector<TiedFrame>> frames = DecodeTiedFrames(*bytes, N, me, step, most);
+  if (!frames.ok()) return Annotate(frames.status(), where);
+  // Exactly the frames its view says came.
+  std::vector<int> from;
+  for (const auto& f : *frames) from.push_back(f.first);
+  if (from != swap.agreed.came) {
+    return absl::InvalidArgumentError(where + ": " + std::to_string(from.size()) +
+                                      " frames for the " + std::to_string(swap.agreed.came.size()) +
+                                      " replicas its view says came, or from others");
+  }
+  swap.frames = std::move(*frames);
+  return swap;
 }
 
 uint64_t ReplicaSync::TiedHashOf(std::span<const float> params) const {
@@ -605,20 +661,23 @@ uint64_t ReplicaSync::TiedHashOf(std::span<const float> params) const {
   return TiedHash(params.subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.size)));
 }
 
-Status ReplicaSync::MendTied(uint64_t step, std::span<float> params, const std::string& where) {
+Status ReplicaSync::SendTied(uint64_t step, std::span<float> params, const std::string& where,
+                             bool mend) {
   const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
-  const bool first = o_.grid.first(stage_);
-  if (o_.log) {
+  if (mend && o_.log) {
     o_.log->warn(
-        "{}: the tied embedding's copies on this stage and stage {} differed before the sync; "
-        "{} the first stage's copy",
-        where, o_.grid.tied(stage_), first ? "the last stage takes" : "this stage takes");
+        "{}: the tied embedding's copies on this stage and stage {} differed before the round; "
+        "the last stage takes the first's",
+        where, o_.grid.tied(stage_));
   }
-  RETURN_IF_ERROR(Annotate(
-      o_.tied_values(step,
-                     params.subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.size))),
-      where + ": the tied embedding to or from stage " + std::to_string(o_.grid.tied(stage_))));
-  ++tied_mends_;
+  RETURN_IF_ERROR(Annotate(o_.tied_values(step, params.subspan(static_cast<size_t>(s.offset),
+                                                               static_cast<size_t>(s.size))),
+                           where + ": the tied embedding " + (tied_first_ ? "to" : "from") +
+                               " stage " + std::to_string(o_.grid.tied(stage_))));
+  if (mend) {
+    MutexLock lock(sketch_mu_);
+    ++tied_mends_;
+  }
   return absl::OkStatus();
 }
 
@@ -626,7 +685,7 @@ void ReplicaSync::TakeRemovals(uint64_t removed) {
   // A replica removed since the last round took its share of the corrections' zero sum: every
   // live stage starts its corrections again from 0 at its first round after it learns of the
   // removal (near the same round everywhere: the coordinator tells them all at once; the tied
-  // embedding's two holders at the same round, AgreeTied).
+  // embedding's two holders at the same round, SwapTied).
   if (removed <= removed_seen_) return;
   removed_seen_ = removed;
   if (links_ && links_->tracking()) links_->ZeroCorrections();
@@ -672,6 +731,7 @@ v1::SyncReport ReplicaSync::Report() const {
   MutexLock lock(sketch_mu_);
   r.set_key_frames(key_frames_);
   r.set_frames_skipped(frames_skipped_);
+  r.set_tied_mends(tied_mends_);
   if (!sketch_.empty()) {
     *r.mutable_sketch() = {sketch_.begin(), sketch_.end()};
     r.set_sketch_step(sketch_step_);

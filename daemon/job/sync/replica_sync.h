@@ -89,13 +89,12 @@ struct ReplicaSyncOptions {
   // Gossip: a replica removed mid-attempt (SyncExchangeOptions::removed).
   std::function<bool(int replica)> removed;
   // Gossip on a multi-stage replica's first or last stage with a tied head: the link to the
-  // tied embedding's other holder (tied_round.h). `tied_view` sends this stage's view of the
-  // exchange of the sync after `step` (kTiedViewRound or kTiedViewFinal) and returns the
-  // other's as it came; `tied_values` sends the first stage's tied embedding to the last, or
-  // takes it there into `values`, after views whose hashes differed. Null: no other holder.
-  std::function<StatusOr<std::vector<uint8_t>>(uint64_t step, uint32_t kind,
-                                               std::vector<uint8_t> view)>
-      tied_view;
+  // tied embedding's other holder (tied_round.h). `tied_send` sends `bytes` of the sync after
+  // `step` (`what`: kTiedView, kTiedFrames) and `tied_receive` takes the other's as they came;
+  // `tied_values` sends the first stage's tied embedding to the last, or takes it there into
+  // `values`. Null: no other holder.
+  std::function<Status(uint64_t step, uint32_t what, std::vector<uint8_t> bytes)> tied_send;
+  std::function<StatusOr<std::vector<uint8_t>>(uint64_t step, uint32_t what)> tied_receive;
   std::function<Status(uint64_t step, std::span<float> values)> tied_values;
 };
 
@@ -175,20 +174,23 @@ class ReplicaSync {
       uint64_t step, const std::string& where, std::span<float> params,
       const std::function<std::vector<uint8_t>(size_t k)>& frame,
       const std::function<Status(size_t k, std::span<const fleet::GossipFrame* const>)>& average);
-  // Gossip: what this stage applies of the exchange of the sync after `step` (`kind`: a round
-  // or the final average), whose frames came from `senders` and did not go to `unsent`, with
-  // `removed` replicas removed as this stage sees them. With another holder of the tied
-  // embedding (tied_k_), its view and this one's swapped (tied_round.h): what both took;
-  // the tied embedding (in `params`) hashed before the exchange as `hash`. Without, this
-  // stage's own.
-  StatusOr<TiedAgreement> AgreeTied(uint64_t step, uint32_t kind, uint64_t hash,
-                                    const std::vector<int>& senders, const std::vector<int>& unsent,
-                                    uint64_t removed);
+  // Gossip, after the exchange of the round after `step`, whose frames came from `senders` and
+  // did not go to `unsent`, with `removed` replicas removed as this stage sees them. With
+  // another holder of the tied embedding (tied_k_), the two swap views and the first sends the
+  // frames of the embedding it took (tied_round.h), `hash` its copy's before the round: what
+  // both apply to it, and on the last stage those frames. Without, this stage's own.
+  struct TiedSwap {
+    TiedAgreement agreed;
+    std::vector<TiedFrame> frames;  // the last stage's: the first's, as they came
+  };
+  StatusOr<TiedSwap> SwapTied(uint64_t step, uint64_t hash, const std::vector<int>& senders,
+                              const std::vector<int>& unsent, uint64_t removed);
   // The hash of the tied embedding in `params` (0 without another holder).
   uint64_t TiedHashOf(std::span<const float> params) const;
-  // After a sync whose views' hashes differed: the first stage's tied embedding (in `params`)
-  // goes to the last, which takes it.
-  Status MendTied(uint64_t step, std::span<float> params, const std::string& where);
+  // The first stage's tied embedding (in `params`) goes to the last, which takes it: after the
+  // final average (the first stage's), and after a round whose views' hashes differed
+  // (`mend`: counted and logged).
+  Status SendTied(uint64_t step, std::span<float> params, const std::string& where, bool mend);
   // Gossip with tracking: every correction 0 again once more replicas are removed than the
   // last round saw (`removed`: as agreed with the tied embedding's other holder).
   void TakeRemovals(uint64_t removed);
@@ -205,16 +207,17 @@ class ReplicaSync {
   std::vector<bool> live_;         // by replica: not dropped in this attempt
   uint64_t removed_seen_ = 0;      // gossip: replicas removed mid-attempt, as the last round saw
   // Gossip with another holder of the tied embedding: its slice's index in routes_ (else -1),
-  // and the syncs after which the last stage took the first's copy (MendTied).
+  // and whether this stage is the first (which gossips it; the last replays its rounds).
   int tied_k_ = -1;
-  uint64_t tied_mends_ = 0;
+  bool tied_first_ = false;
   std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip with fp32 shares
   // sync.reduce gossip over compressed links (fleet::GossipSendsLinks), in place of gossip_.
   std::unique_ptr<fleet::LinkGossipNode> links_;
-  uint64_t stale_seen_ = 0;                // links_'s stale frames already logged
-  std::optional<SyncCodecChooser> codec_;  // sync: {codec: adaptive}
-  fleet::OuterOptimizer outer_;            // local mode
+  std::optional<compression::CodecSpec> link_codec_;  // links_'s (the exchange's)
+  uint64_t stale_seen_ = 0;                           // links_'s stale frames already logged
+  std::optional<SyncCodecChooser> codec_;             // sync: {codec: adaptive}
+  fleet::OuterOptimizer outer_;                       // local mode
   // A streaming sync in flight: the parameters at its start (its weights went with it to
   // SyncExchange::Start).
   std::vector<float> started_;
@@ -226,6 +229,8 @@ class ReplicaSync {
   // Over compressed links: links_'s counts after its latest round (Report's, another thread's).
   uint64_t key_frames_ ABSL_GUARDED_BY(sketch_mu_) = 0;
   uint64_t frames_skipped_ ABSL_GUARDED_BY(sketch_mu_) = 0;
+  // Rounds after which the last stage took the first's copy of the tied embedding (SendTied).
+  uint64_t tied_mends_ ABSL_GUARDED_BY(sketch_mu_) = 0;
 };
 
 }  // namespace longhaul::daemon

@@ -435,6 +435,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
       x->gossip_from_.clear();
       x->gossip_in_.clear();
       x->gossip_link_in_.clear();
+      x->gossip_raw_.clear();
     }
   } reset{this};
   gossip_tag_ = tag;
@@ -450,9 +451,14 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
     gossip_link_in_.assign(o_.routes.size(),
                            std::vector<std::optional<fleet::LinkFrame>>(from.size()));
   }
+  forwarded_.clear();
+  const bool forwards = o_.tied_slice >= 0 && o_.grid.tied(o_.stage) >= 0 &&
+                        o_.grid.first(o_.stage) && tag == kGossipRoundTag;
+  if (forwards) gossip_raw_.assign(from.size(), {});
   std::vector<TensorKey> wanted;
   for (size_t k = 0; k < o_.routes.size(); ++k) {
     const SyncRoute& route = o_.routes[k];
+    if (Relays(route, o_.stage)) continue;  // the first stage's to exchange
     for (int r : from) {
       wanted.push_back({o_.attempt, step, tag + static_cast<uint32_t>(r), v1::TENSOR_KIND_SYNC,
                         static_cast<uint32_t>(route.slice.index)});
@@ -467,6 +473,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
     for (int d : route.to) {
       const int r = o_.grid.replica(d);
       if (!o_.live[r] || std::find(to.begin(), to.end(), r) == to.end()) continue;
+      if (Relays(route, d)) continue;  // takes it from its own first stage
       if (std::find(unsent->begin(), unsent->end(), r) != unsent->end()) continue;
       // A replica lost before gets frames again once its stage runs this attempt (asked
       // once per exchange).
@@ -505,7 +512,14 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
       senders->push_back(r);
     }
   }
+  for (size_t i = 0; i < gossip_raw_.size(); ++i) {
+    if (std::find(gossip_skipped_.begin(), gossip_skipped_.end(), gossip_from_[i]) ==
+        gossip_skipped_.end()) {
+      forwarded_.emplace_back(gossip_from_[i], std::move(gossip_raw_[i]));
+    }
+  }
   for (size_t k = 0; k < o_.routes.size(); ++k) {
+    if (Relays(o_.routes[k], o_.stage)) continue;  // none taken here
     for (size_t i = 0; i < gossip_in_[k].size(); ++i) {
       std::optional<fleet::GossipFrame>& f = gossip_in_[k][i];
       if (std::find(gossip_skipped_.begin(), gossip_skipped_.end(), gossip_from_[i]) !=
@@ -575,6 +589,7 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
   }
   const fleet::SyncSlice& slice = o_.routes[k].slice;
   const size_t i = static_cast<size_t>(at - gossip_from_.begin());
+  if (slice.index == o_.tied_slice && !gossip_raw_.empty()) gossip_raw_[i] = t.payload;
   if (!gossip_link_in_.empty()) {  // a round over compressed links
     auto f = fleet::DecodeLinkFrame(t.payload, static_cast<uint32_t>(slice.index),
                                     static_cast<uint64_t>(slice.size), *o_.gossip_link_codec,

@@ -94,6 +94,11 @@ struct SyncExchangeOptions {
   // differences; a round's frames are link frames (fleet/gossip_link_node.h), the final
   // average's fp32 gossip frames as ever. None: every frame is a gossip frame.
   std::optional<compression::CodecSpec> gossip_link_codec;
+  // Gossip with a tied head: the tied embedding's slice (its index), which a multi-stage
+  // replica's first stage alone exchanges (daemon/job/sync/tied_round.h). Such a first stage
+  // keeps that slice's frames as they came (a round's, TakeForwarded); such a last stage sends
+  // none of it and waits for none, and no stage sends it one. -1: none.
+  int tied_slice = -1;
 };
 
 class SyncExchange {
@@ -137,6 +142,11 @@ class SyncExchange {
                 std::span<const int> from, std::vector<std::vector<fleet::GossipFrame>>* received,
                 std::vector<int>* senders, std::vector<int>* unsent,
                 std::vector<std::vector<fleet::LinkFrame>>* links = nullptr);
+  // The frames of options.tied_slice the latest gossip round of a first stage took, as they came,
+  // by sender (ascending, as *senders); emptied.
+  std::vector<std::pair<int, std::vector<uint8_t>>> TakeForwarded() {
+    return std::move(forwarded_);
+  }
   // Replicas found lost by gossip exchanges so far (each counted once per time it was lost).
   uint64_t gossip_losses() const { return gossip_losses_; }
   // Gather and ring: the replicas `left` are out of every later sync (a removal at a step
@@ -189,6 +199,11 @@ class SyncExchange {
   Status TakeGathered(const TensorKey& key, const ReceivedTensor& t);
   Status TakeRing(const TensorKey& key, ReceivedTensor t);
   Status TakeGossip(const TensorKey& key, const ReceivedTensor& t);
+  // Whether `route`'s slice is the tied embedding and `stage` a multi-stage replica's last
+  // stage, which takes it from its first (options.tied_slice).
+  bool Relays(const SyncRoute& route, int stage) const {
+    return route.slice.index == o_.tied_slice && o_.grid.tied(stage) >= 0 && !o_.grid.first(stage);
+  }
   // Each route's ring over the live replicas (places_). FailedPrecondition for a ring without
   // its next sender.
   Status PlaceRings();
@@ -217,7 +232,11 @@ class SyncExchange {
   std::vector<std::vector<std::optional<fleet::GossipFrame>>> gossip_in_;
   std::vector<std::vector<std::optional<fleet::LinkFrame>>> gossip_link_in_;  // link frames
   std::vector<int> gossip_skipped_;  // this exchange's senders found lost
-  std::vector<bool> lost_;           // by replica: found lost by an exchange, not back since
+  // options.tied_slice's frames as they came: by position in gossip_from_ (the receiver's),
+  // then by sender of the frames taken (TakeForwarded).
+  std::vector<std::vector<uint8_t>> gossip_raw_;
+  std::vector<std::pair<int, std::vector<uint8_t>>> forwarded_;
+  std::vector<bool> lost_;  // by replica: found lost by an exchange, not back since
   uint64_t gossip_losses_ = 0;
   // A ring sync in flight: this stage's values and the sum, one member per route, the routes'
   // rings (from Create).

@@ -80,6 +80,7 @@ void SetSyncGroups(const std::map<uint32_t, v1::StepReport>& reports,
       g->set_hidden_seconds(std::max(g->hidden_seconds(), s.hidden_seconds()));
       g->set_key_frames(g->key_frames() + s.key_frames());
       g->set_frames_skipped(g->frames_skipped() + s.frames_skipped());
+      g->set_tied_mends(g->tied_mends() + s.tied_mends());
       first = false;
     }
     if (gossip) SetConsensus(reports, groups[index], g, *record);
