@@ -674,7 +674,7 @@ Status ReplicaSync::SendTied(uint64_t step, std::span<float> params, const std::
                                                                static_cast<size_t>(s.size))),
                            where + ": the tied embedding " + (tied_first_ ? "to" : "from") +
                                " stage " + std::to_string(o_.grid.tied(stage_))));
-  if (mend) {
+  if (mend && !tied_first_) {  // counted once, by the stage that took the copy
     MutexLock lock(sketch_mu_);
     ++tied_mends_;
   }
