@@ -88,7 +88,9 @@ GossipGraph ExponentialGossipGraph(const std::vector<std::vector<double>>& bandw
   if (n < 2) return g;
   uint64_t hops = 0;  // ceil(log2 n): the offsets 1, 2, 4, ... below n
   while ((uint64_t{1} << hops) < n) ++hops;
-  const size_t offset = size_t{1} << (round % hops);
+  // Forward in even periods of `hops` rounds, backward in odd ones.
+  size_t offset = size_t{1} << (round % hops);
+  if ((round / hops) % 2 == 1) offset = n - offset % n;
   for (size_t i = 0; i < n; ++i) {
     const size_t j = (i + offset) % n;
     const double b = bandwidth[i][j];

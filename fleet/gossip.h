@@ -53,11 +53,15 @@ struct GossipGraph {
 GossipGraph ChooseGossipGraph(const std::vector<std::vector<double>>& bandwidth, int fanout,
                               uint64_t seed, uint64_t round);
 
-// The one-peer exponential graph of round `round` (Ying, Yuan, Chen, Hu, Pan and Yin 2021):
-// node i sends to (i + 2^(round mod ceil(log2 n))) mod n alone, or to nobody when that link is
-// down (not a positive finite number in `bandwidth`). With n a power of two and every link up,
-// log2(n) rounds of push-sum give every node the exact average; a random graph's rounds only
-// come near it. REQUIRES: a square matrix.
+// The one-peer exponential graph of round `round` (Ying, Yuan, Chen, Hu, Pan and Yin 2021),
+// its direction turned every period: with h = ceil(log2 n), node i sends to
+// (i + 2^(round mod h)) mod n in even periods of h rounds and to (i - 2^(round mod h)) mod n in
+// odd ones, alone, or to nobody when that link is down (not a positive finite number in
+// `bandwidth`). With n a power of two and every link up, each period's h rounds of push-sum give
+// every node the exact average (either way round); a random graph's rounds only come near it.
+// Turning keeps every link's reverse in the schedule: over compressed links a receiver's request
+// for a key frame reaches its sender within a period (fleet/gossip_link_node.h).
+// REQUIRES: a square matrix.
 GossipGraph ExponentialGossipGraph(const std::vector<std::vector<double>>& bandwidth,
                                    uint64_t round);
 

@@ -18,9 +18,8 @@
 // frame did not go (the exchange's unsent) sends a key frame next without being asked, and an
 // attempt with a rejoining replica starts the links to and from it from key frames at both
 // ends (ResyncWith). A request needs the graph to draw the link back some round: the random
-// graph does; the exponential graph (sync.graph) does not for offsets that are not their own
-// reverse (1 of 4 replicas: replica 1 never sends to 0), so there a link whose copies came to
-// differ within an attempt by other means stays skipped until the next attempt.
+// graph does, and the exponential graph (sync.graph) within a period, since it turns its
+// direction every period (fleet::ExponentialGossipGraph).
 //
 // A link frame, little-endian: u32 magic "LHGL", u8 version 1, u8 flags (bit 0: key, the
 // values are x in fp32; bit 1: tracked, a drift frame follows; bit 2: the sender asks for a key

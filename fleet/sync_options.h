@@ -72,8 +72,9 @@ struct SyncOptions {
   int stagger = 1;  // local: phases of a sync round (1: everything at once); <= every
   int fanout = 1;   // gossip: out-neighbours per member and round; >= 1
   // Gossip: each round's graph the one-peer exponential graph (`sync: {graph: exponential}`,
-  // fleet::ExponentialGossipGraph: offsets 1, 2, 4, ... in turn, one out-neighbour, the links
-  // only telling which are down) instead of `fanout` drawn from the measured links.
+  // fleet::ExponentialGossipGraph: offsets 1, 2, 4, ... in turn, backward every other period,
+  // one out-neighbour, the links only telling which are down) instead of `fanout` drawn from
+  // the measured links.
   bool exponential_graph = false;
   // Gossip: gradient tracking (gossip_node.h), a correction per replica that its local steps
   // apply so that replicas on different data move as their mean does (`sync: {tracking:

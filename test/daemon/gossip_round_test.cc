@@ -177,21 +177,22 @@ TEST_CASE("graphs drawn from measured links favour fast links and skip down ones
 }
 
 TEST_CASE(
-    "sync.graph exponential: offsets 1, 2 in turn by the syncs before, a dropped replica's "
-    "links down",
+    "sync.graph exponential: offsets 1, 2 and then -1, -2 in turn by the syncs before, a dropped "
+    "replica's links down",
     "[gossip]") {
   fleet::SyncOptions sync;
   sync.reduce = fleet::SyncReduce::kGossip;
   sync.every = 2;
   sync.exponential_graph = true;
   const std::vector<bool> live(4, true);
-  // The syncs after steps 2, 4, 6, ... are rounds 0, 1, 2, ...: offsets 1, 2, 1, ...
-  for (uint64_t step : {1u, 3u, 5u, 7u}) {
+  // The syncs after steps 2, 4, 6, ... are rounds 0, 1, 2, ...: offsets 1, 2, 3 (-1), 2, 1.
+  const int offsets[] = {1, 2, 3, 2, 1};
+  for (uint64_t step : {1u, 3u, 5u, 7u, 9u}) {
     const uint64_t round = GossipRoundOf(sync, step);
     const fleet::GossipGraph g = GossipRoundGraph(sync, live, 7, step);
     for (size_t i = 0; i < 4; ++i) {
       REQUIRE(g.out[i].size() == 1);
-      CHECK(g.out[i][0] == static_cast<int>((i + (round % 2 == 0 ? 1 : 2)) % 4));
+      CHECK(g.out[i][0] == static_cast<int>((i + offsets[round]) % 4));
     }
     // The seed and the measured rates do not move it: only links that are down.
     CHECK(GossipRoundGraph(sync, live, 99, step, std::vector<double>(16, 5.0)).out == g.out);

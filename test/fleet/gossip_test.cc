@@ -92,17 +92,38 @@ TEST_CASE("the one-peer exponential graph: log2(n) rounds of push-sum give the e
     for (size_t i = 0; i < n; ++i) {
       CHECK(PushSumEstimate(values[i], weights[i])[0] == Approx(mean).epsilon(1e-12));
     }
-    // The offsets come round again; a link that is down sends nothing that round.
+    // The next period goes backward (every link's reverse drawn), and averages exactly too,
+    // from values apart again.
+    for (size_t i = 0; i < n; ++i) values[i] = {static_cast<double>(3 * i) - 1.0};
+    std::fill(weights.begin(), weights.end(), 1.0);
+    mean = 0;
+    for (size_t i = 0; i < n; ++i) mean += values[i][0] / static_cast<double>(n);
+    for (uint64_t round = hops; round < 2 * hops; ++round) {
+      const GossipGraph g = ExponentialGossipGraph(links, round);
+      for (size_t i = 0; i < n; ++i) {
+        REQUIRE(g.out[i].size() == 1);
+        CHECK(g.out[i][0] == static_cast<int>((i + n - (size_t{1} << (round - hops))) % n));
+      }
+      PushSumRound(g, &values, &weights);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      CHECK(PushSumEstimate(values[i], weights[i])[0] == Approx(mean).epsilon(1e-12));
+    }
+    // Forward again after that; a link that is down sends nothing that round.
     Matrix down = links;
     down[1][2] = 0;
-    const GossipGraph g = ExponentialGossipGraph(down, hops);
+    const GossipGraph g = ExponentialGossipGraph(down, 2 * hops);
     CHECK(g.out[1].empty());
     CHECK(g.out[0] == std::vector<int>{1});
+    down[1][0] = 0;
+    CHECK(ExponentialGossipGraph(down, hops).out[1].empty());  // backward: 1 -> 0, down
   }
-  // Three nodes: offsets 1 and 2 (ceil(log2 3) = 2).
-  const GossipGraph three = ExponentialGossipGraph(Matrix(3, std::vector<double>(3, 1.0)), 1);
-  CHECK(three.out[0] == std::vector<int>{2});
-  CHECK(three.out[2] == std::vector<int>{1});
+  // Three nodes: offsets 1 and 2 (ceil(log2 3) = 2), then 2 and 1 (-1 and -2).
+  const Matrix all3(3, std::vector<double>(3, 1.0));
+  CHECK(ExponentialGossipGraph(all3, 1).out[0] == std::vector<int>{2});
+  CHECK(ExponentialGossipGraph(all3, 1).out[2] == std::vector<int>{1});
+  CHECK(ExponentialGossipGraph(all3, 2).out[0] == std::vector<int>{2});
+  CHECK(ExponentialGossipGraph(all3, 3).out[0] == std::vector<int>{1});
 }
 
 TEST_CASE("push-sum reaches the average over changing directed graphs", "[gossip]") {

@@ -548,7 +548,8 @@ int main(int argc, char** argv) {
   app.add_option("--graph", f.graph,
                  "Gossip: each round's graph drawn from the links (random: --fanout "
                  "out-neighbours, fast links more often) or the one-peer exponential graph "
-                 "(exponential: offsets 1, 2, 4, ... in turn, one out-neighbour; "
+                 "(exponential: offsets 1, 2, 4, ... in turn, backward every other period, one "
+                 "out-neighbour; "
                  "fleet::ExponentialGossipGraph)")
       ->capture_default_str()
       ->check(CLI::IsMember({"random", "exponential"}));

@@ -110,8 +110,9 @@
 //     graph: random                  # gossip: random (each round's `fanout` drawn from the
 //                                    # measured links, fast ones more often) | exponential
 //                                    # (fanout 1: the one-peer exponential graph, replica i to
-//                                    # i + 1, 2, 4, ... in turn; with 2^k replicas k rounds
-//                                    # give the exact average; a link down skips its round)
+//                                    # i + 1, 2, 4, ... in turn, then i - 1, 2, 4, ...; with
+//                                    # 2^k replicas each k rounds give the exact average; a
+//                                    # link down skips its round)
 //     on_site_loss: drop             # a replica's site lost: drop (local mode's default, with
 //                                    # checkpoint.every > 0): the other replicas go on from the
 //                                    # committed step, it rejoins from a live replica's state
