@@ -345,7 +345,6 @@ TEST_CASE("a link node refuses frames it cannot build") {
         absl::StatusCode::kInvalidArgument);
 }
 
-
 TEST_CASE("the exponential graph draws every link back: a link whose copies differ is mended") {
   // Four replicas over the one-peer exponential graph (offsets 1, 2, then -1, -2). Replica 0's
   // frame to 1 in round 0 is lost on the way (0 does not know): 1 skips 0's next frame (round
