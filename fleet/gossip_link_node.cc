@@ -214,6 +214,7 @@ LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice>
   key_asked_.assign(flags, 0);
   key_wanted_.assign(flags, 0);
   since_key_.assign(flags, UINT32_MAX);
+  uncounted_.assign(slices_.size(), 0);
   if (tracking_) {
     correction_.assign(parameters, 0.0f);
     anchor_.assign(parameters, 0.0f);
@@ -494,7 +495,7 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
   for (int q : unsent) key_owed_[Flag(q, k)] = 1;  // its copy moved, the receiver's did not
   // Key frames that went: this round's frame on each link that went (every out-neighbour's was
   // built) is a key frame when none has followed it.
-  for (int q : sent) key_frames_ += since_key_[Flag(q, k)] == 0 ? 1 : 0;
+  for (int q : sent) key_frames_ += since_key_[Flag(q, k)] == 0 && !uncounted_[k] ? 1 : 0;
   // The in-links' copies move by what came; a frame whose copy differs is left out whole.
   std::vector<const Received*> usable;
   for (const Received& r : received) {
@@ -516,7 +517,7 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
       }
       if (!fits) {
         key_wanted_[f] = 1;
-        ++stale_;
+        stale_ += uncounted_[k] ? 0 : 1;
         continue;
       }
       for (size_t c = 0; c < size; ++c) copy[at + c] += r.frame->values[c];

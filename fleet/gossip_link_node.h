@@ -123,6 +123,10 @@ class LinkGossipNode {
   // Apply was told, sent; since Create).
   uint64_t stale_frames() const { return stale_; }
   uint64_t key_frames() const { return key_frames_; }
+  // Slice k's rounds replay another node's (a multi-stage replica's tied embedding on its last
+  // stage, which takes its first stage's frames: daemon/job/sync/tied_round.h): their key
+  // frames and skipped frames are that node's, not counted here.
+  void Uncount(size_t k) { uncounted_[k] = 1; }
   // Tracking: every correction 0 again, as every replica does when the replicas taking part
   // change (their corrections sum to 0 only among the same replicas).
   void ZeroCorrections();
@@ -182,6 +186,7 @@ class LinkGossipNode {
   std::vector<uint8_t> key_owed_, key_asked_, key_wanted_;
   std::vector<uint32_t> since_key_;
   uint64_t stale_ = 0, key_frames_ = 0;
+  std::vector<uint8_t> uncounted_;  // by slice: Uncount
   // Tracking: the correction c, x after the last round, the learning rates summed since it,
   // this round's drift and its decoded frame (by slice: the round it was encoded in).
   std::vector<float> correction_, anchor_, drift_, sent_drift_;

@@ -199,6 +199,35 @@ TEST_CASE("copies that differ are never mixed: the receiver skips, asks, and a k
   CHECK(b->in_copy(0) == a->out_copy(1));
 }
 
+TEST_CASE("a slice that replays another node's rounds counts none of its key or skipped frames") {
+  // As the test above, with b's slice 0 uncounted (a replica's last stage replaying its first
+  // stage's rounds of the tied embedding) and a's too: each skip and key frame of slice 1 alone.
+  auto a = Node(0), b = Node(1);
+  a->Uncount(0);
+  b->Uncount(0);
+  std::vector<float> start = Params(4), xa = Params(5), xb = Params(6);
+  a->Reset(start);
+  b->Reset(start);
+  Send(*a, xa, *b, xb, 0);
+  for (float& v : xa) v += 0.05f;
+  Send(*a, xa, *b, xb, 1, /*delivered=*/false);
+  for (float& v : xa) v += 0.05f;
+  Send(*a, xa, *b, xb, 2);
+  CHECK(b->stale_frames() == 1);  // both skipped, one counted
+  for (size_t k = 0; k < Slices().size(); ++k) {
+    auto f = b->Frame(k, 0, 3, xb);
+    REQUIRE(f.ok());
+    auto d = Decode(*f, k);
+    REQUIRE(d.ok());
+    CHECK(d->want_key);  // asked all the same
+    const LinkGossipNode::Received in[1] = {{1, 0.5, &*d}};
+    a->Apply(k, {}, {}, in, xa);
+  }
+  Send(*a, xa, *b, xb, 4);
+  CHECK(b->in_copy(0) == a->out_copy(1));  // mended all the same
+  CHECK(a->key_frames() == 1);             // both sent, one counted
+}
+
 TEST_CASE("tracking: a skipped frame's drift still counts, so the corrections sum to zero") {
   auto a = Node(0, 2, "q4", true), b = Node(1, 2, "q4", true);
   std::vector<float> xa = Params(17), xb = Params(18);

@@ -120,6 +120,8 @@ Status ReplicaSync::Init() {
                                                              o_.grid.replicas, std::move(slices),
                                                              static_cast<size_t>(layout.total()),
                                                              o_.sync.codec, o_.sync.tracking));
+      // The last stage's tied embedding replays its first stage's rounds: counted there.
+      if (tied_k_ >= 0 && !tied_first_) links_->Uncount(static_cast<size_t>(tied_k_));
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(const double keep, fleet::GossipKeep(o_.sync));
