@@ -171,6 +171,14 @@ void PrintDetails(const v1::JobStatus& j) {
                          : "-"});
     }
     std::cout << groups.str();
+    // A gossip replica's last stage replays its first stage's rounds of the tied embedding: the
+    // two copies stay equal, and one that did not was replaced (none expected: a bug to report).
+    for (const auto& g : j.sync_groups()) {
+      if (g.tied_mends() == 0) continue;
+      std::cout << "warning: sync group " << g.position() << ": after " << g.tied_mends()
+                << " rounds a replica's last stage found its copy of the tied embedding unlike "
+                   "its first stage's and took the first's (see that stage's log)\n";
+    }
   }
   if (j.gossip_links_size() > 0) {
     // The measured links this attempt's gossip graphs are drawn from (fast ones more often).
