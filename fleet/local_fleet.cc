@@ -109,27 +109,11 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::CreateWith(
         fleet->gossip_,
         LinkGossipMixer::Create(options.replicas, static_cast<size_t>(model::NumParameters(config)),
                                 fleet->slices_, options.sync.codec, options.sync.tracking));
-  } else if (options.sync.reduce == SyncReduce::kGossip && !options.gossip_link_codec.empty()) {
-    if (options.sync.codec != "exact" || !IsPlainAveraging(options.sync.outer)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fleet: gossip over compressed links (", options.gossip_link_codec,
-          ") sends every coordinate with plain averaging: sync.codec exact and no outer step, "
-          "not codec ",
-          options.sync.codec, " with outer lr ", options.sync.outer.lr, ", momentum ",
-          options.sync.outer.momentum));
-    }
-    ASSIGN_OR_RETURN(
-        fleet->gossip_,
-        LinkGossipMixer::Create(options.replicas, static_cast<size_t>(model::NumParameters(config)),
-                                fleet->slices_, options.gossip_link_codec, options.sync.tracking));
   } else if (options.sync.reduce == SyncReduce::kGossip) {
     ASSIGN_OR_RETURN(const double keep, GossipKeep(options.sync));
     fleet->gossip_ = std::make_unique<GossipMixer>(
         options.replicas, static_cast<size_t>(model::NumParameters(config)), fleet->slices_, keep,
         options.sync.tracking, options.sync.outer);
-  } else if (!options.gossip_link_codec.empty()) {
-    return absl::InvalidArgumentError("fleet: a gossip link codec needs sync.reduce gossip, not " +
-                                      std::string(SyncReduceName(options.sync.reduce)));
   }
   for (const SyncSlice& slice : fleet->slices_) {
     fleet->phases_.push_back(SlicePhase(whole.model(), slice.index, options.sync.stagger));

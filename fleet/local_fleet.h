@@ -33,9 +33,9 @@
 //          leaves them equal. With sync.tracking each replica's local steps also apply its
 //          correction, and the rounds mix the replicas' drifts beside their parameters
 //          (gradient tracking, gossip_node.h). With a dense lossy sync.codec (q4: a job's
-//          `reduce: gossip, codec: q4`) or gossip_link_codec the rounds send every coordinate
-//          as each link's compressed difference instead (gossip_links.h; the daemons' stages
-//          run the same nodes).
+//          `reduce: gossip, codec: q4`) the rounds send every coordinate as each link's
+//          compressed difference instead (gossip_links.h; the daemons' stages run the same
+//          nodes).
 #pragma once
 
 #include <cstdint>
@@ -81,11 +81,6 @@ struct LocalFleetOptions {
   // `seed`: a graph that changes from round to round).
   std::vector<std::vector<double>> bandwidth;
   double missing_links = 0;
-  // Gossip: a dense lossy codec (q4, ...) for rounds over compressed links (gossip_links.h:
-  // every coordinate's difference from what the link carried before), with sync.codec exact;
-  // empty: sync.codec decides (a job's `codec: q4` with gossip is the same rounds,
-  // GossipSendsLinks; exact or topk:F the fp32 shares).
-  std::string gossip_link_codec;
   // Skewed shards (the Create that takes the token stream): replica r reads only the r-th of
   // N equal contiguous parts of the stream (its windows shuffled), not its share of every
   // block of one permutation: replicas on different data, as sites with their own corpora

@@ -45,8 +45,7 @@ struct Fleet {
 };
 
 Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1,
-                std::vector<int> replica_microbatches = {}, bool skewed_shards = false,
-                std::string gossip_link_codec = "") {
+                std::vector<int> replica_microbatches = {}, bool skewed_shards = false) {
   Fleet f;
   std::vector<kernels::Ops*> raw;
   for (int r = 0; r < replicas; ++r) {
@@ -65,7 +64,6 @@ Fleet MakeFleet(int replicas, SyncOptions sync, int fragments = 1,
   o.seed = 3;
   o.sync = sync;
   o.skewed_shards = skewed_shards;
-  o.gossip_link_codec = std::move(gossip_link_codec);
   auto fleet = LocalFleet::Create(Config(), Data(), o, raw);
   INFO(fleet.status().ToString());
   REQUIRE(fleet.ok());
@@ -715,7 +713,8 @@ TEST_CASE(
   const bool tracking = GENERATE(false, true);
   sync.tracking = tracking;
   Fleet dense = MakeFleet(4, sync);
-  Fleet links = MakeFleet(4, sync, 1, {}, false, "q4");
+  sync.codec = "q4";  // a job's `reduce: gossip, codec: q4`
+  Fleet links = MakeFleet(4, sync);
   const int steps = 12;
   float dense_last = 0, first = 0, last = 0;
   for (int s = 0; s < steps; ++s) {
@@ -788,24 +787,16 @@ TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   o.sync.fanout = 1;
   o.missing_links = 1;  // every link down every round
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
-  // Compressed links: a dense lossy codec, with codec exact, plain averaging and gossip.
+  // Compressed links: a dense lossy sync codec with plain averaging; not q2, nor an outer step.
   o.missing_links = 0;
-  o.gossip_link_codec = "q4";
+  o.sync.codec = "q4";
   CHECK(LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
-  o.gossip_link_codec = "topk:0.1+q4";
-  CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
-             Catch::Contains("dense lossy codec"));
-  o.gossip_link_codec = "q4";
-  o.sync.codec = "topk:0.05";
+  o.sync.codec = "q2";
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
-  o.sync.codec = "exact";
+  o.sync.codec = "q4";
   o.sync.outer = {0.7f, 0.9f, true};
   CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
-             Catch::Contains("plain averaging"));
-  o.sync.outer = {1.0f, 0.0f, true};
-  o.sync.reduce = SyncReduce::kRing;
-  CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
-             Catch::Contains("needs sync.reduce gossip"));
+             Catch::Contains("takes no outer step of its own"));
 }
 
 }  // namespace

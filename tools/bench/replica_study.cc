@@ -99,8 +99,9 @@ struct RunSpec {
   double missing_links = 0;  // gossip
   // Gossip over compressed links (fleet/gossip_links.h): each link's differences in this dense
   // codec (sync.codec is then exact); empty: fp32 shares of sync.codec's top-k.
-  std::string link_codec;
-  std::string Codec() const { return link_codec.empty() ? sync.codec : link_codec + " links"; }
+  std::string Codec() const {
+    return fleet::GossipSendsLinks(sync) ? sync.codec + " links" : sync.codec;
+  }
   std::string label() const {
     return sync.mode == fleet::SyncMode::kStep
                ? absl::StrCat("N=", replicas, " step ", sync.codec, Reduce())
@@ -182,7 +183,6 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
   o.seed = r->spec.seed;
   o.sync = r->spec.sync;
   o.missing_links = r->spec.missing_links;
-  o.gossip_link_codec = r->spec.link_codec;
   o.skewed_shards = f.skewed_shards;
   auto fl = fleet::LocalFleet::Create(job.model, train, o, ops);
   if (!fl.ok()) return fail(fl.status());
@@ -330,13 +330,10 @@ int Run(Flags f) {
                   r.spec.missing_links = f.missing_links;
                   r.spec.sync.exponential_graph = f.graph == "exponential";
                   if (r.spec.sync.exponential_graph) r.spec.sync.fanout = 1;
-                  if (!fleet::GossipKeep(r.spec.sync).ok()) {
-                    if (!fleet::GossipLinkCodec(codec).ok() ||
-                        !fleet::IsPlainAveraging(r.spec.sync.outer)) {
-                      continue;
-                    }
-                    r.spec.link_codec = codec;
-                    r.spec.sync.codec = "exact";
+                  if (!fleet::GossipKeep(r.spec.sync).ok() &&
+                      (!fleet::GossipSendsLinks(r.spec.sync) ||
+                       !fleet::IsPlainAveraging(r.spec.sync.outer))) {
+                    continue;
                   }
                   for (const std::string& t : f.tracking) {
                     r.spec.sync.tracking = t == "on";
