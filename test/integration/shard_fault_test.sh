@@ -90,9 +90,13 @@ for mode in zero1 zero2 zero3; do
     || fail "beta did not run its layer $mode on four devices: $(cat "$work/devices")"
   [ "$(echo "$reference" | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 60 ] \
     || fail "the uninterrupted run has the wrong number of losses"
-  # Killed and back with the same four devices: bit for bit.
+  # Killed and back with the same four devices: bit for bit. Alpha's compute is stretched
+  # (a few seconds for the job) so that the job cannot finish between the poll that sees the
+  # step and the kill, or before the coordinator sees beta gone.
   at=$(( (RANDOM % 25) + 10 ))
+  cli debug throttle 0.02 >/dev/null || fail "could not throttle alpha"
   run_job "$at" beta-four.yaml
+  cli debug throttle 0 >/dev/null || fail "could not end alpha's throttle"
   [ "$(cat "$work/attempt")" -ge 2 ] || fail "killing beta caused no retry (attempt $(cat "$work/attempt"))"
   [ "$(cat "$work/losses")" = "$reference" ] || fail "$mode: losses after killing beta differ from the uninterrupted run"
   echo "PASS: $mode on four devices: beta killed at step >= $at, attempt $(cat "$work/attempt"), losses identical"
@@ -100,7 +104,9 @@ done
 
 # Killed and back with two devices: resumes from the checkpoint on the new count.
 at=$(( (RANDOM % 25) + 10 ))
+cli debug throttle 0.02 >/dev/null || fail "could not throttle alpha"
 run_job "$at" beta-two.yaml
+cli debug throttle 0 >/dev/null || fail "could not end alpha's throttle"
 [ "$(cat "$work/attempt")" -ge 2 ] || fail "killing beta caused no retry (attempt $(cat "$work/attempt"))"
 grep -q "^cpu, cpu (data parallel, host all-reduce, layers zero3 x 1" "$work/devices" \
   || fail "beta did not come back on two devices: $(cat "$work/devices")"
