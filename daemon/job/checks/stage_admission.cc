@@ -358,8 +358,7 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
   }
   // In a gossip job a multi-stage replica's last stage takes the tied embedding from its own
   // first stage (daemon/job/sync/tied_round.h), from no other replica.
-  if (route != nullptr && sync_.reduce == fleet::SyncReduce::kGossip && grid_.tied(self) >= 0 &&
-      !grid_.first(self) &&
+  if (route != nullptr && sync_.reduce == fleet::SyncReduce::kGossip && ReplaysTied(grid_, self) &&
       route->slice.index == model::ParameterLayout(model_).SliceIndex(model::Tensor::kWte, 0)) {
     return RoleDenied(caller, id,
                       "send the tied embedding's sync frames to stage " + std::to_string(self) +

@@ -434,19 +434,6 @@ Status ReplicaSync::GossipSync(uint64_t step) {
       where));
   ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
   TakeRemovals(tied.agreed.removed);
-  // The last stage's tied embedding: the first stage's round, from the frames it took.
-  std::vector<fleet::GossipFrame> relayed;
-  for (const auto& [r, bytes] : tied.frames) {
-    const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
-    StatusOr<fleet::GossipFrame> f = fleet::DecodeGossipFrame(
-        bytes, static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size),
-        GossipFrameTracked(o_.sync.tracking, kGossipRoundTag, N));
-    if (!f.ok())
-      return Annotate(f.status(), where + ": replica " + std::to_string(r) +
-                                      "'s frame of the tied embedding, from stage " +
-                                      std::to_string(o_.grid.tied(stage_)));
-    relayed.push_back(std::move(*f));
-  }
   std::vector<fleet::GossipNode::Received> in;
   for (size_t k = 0; k < slices; ++k) {
     const bool replayed = static_cast<int>(k) == tied_k_ && !tied_first_;
@@ -457,7 +444,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
     in.clear();
     for (size_t i = 0; i < came.size(); ++i) {
       const double degree = static_cast<double>(graph.out[static_cast<size_t>(came[i])].size());
-      in.push_back({1.0 / (1.0 + degree), replayed ? &relayed[i] : &received[k][i]});
+      in.push_back({1.0 / (1.0 + degree), replayed ? &tied.gossip_frames[i] : &received[k][i]});
     }
     gossip_->Apply(k, picked[k], own_share, in, params);
   }
@@ -500,19 +487,6 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
                            where));
   ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
   TakeRemovals(tied.agreed.removed);
-  // The last stage's tied embedding: the first stage's round, from the frames it took.
-  std::vector<fleet::LinkFrame> relayed;
-  for (const auto& [r, bytes] : tied.frames) {
-    const fleet::SyncSlice& s = routes_[static_cast<size_t>(tied_k_)].slice;
-    StatusOr<fleet::LinkFrame> f =
-        fleet::DecodeLinkFrame(bytes, static_cast<uint32_t>(s.index), static_cast<uint64_t>(s.size),
-                               *link_codec_, o_.sync.tracking);
-    if (!f.ok())
-      return Annotate(f.status(), where + ": replica " + std::to_string(r) +
-                                      "'s frame of the tied embedding, from stage " +
-                                      std::to_string(o_.grid.tied(stage_)));
-    relayed.push_back(std::move(*f));
-  }
   auto sent_of = [&](const std::vector<int>& kept) {
     std::vector<int> sent;
     for (int q : out) {
@@ -528,7 +502,8 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
     in.clear();
     for (size_t i = 0; i < came.size(); ++i) {
       const double degree = static_cast<double>(graph.out[static_cast<size_t>(came[i])].size());
-      in.push_back({came[i], 1.0 / (1.0 + degree), replayed ? &relayed[i] : &received[k][i]});
+      in.push_back(
+          {came[i], 1.0 / (1.0 + degree), replayed ? &tied.link_frames[i] : &received[k][i]});
     }
     if (replayed) {
       links_->Apply(k, tied_sent, tied.agreed.unsent, in, params);
@@ -653,7 +628,23 @@ StatusOr<ReplicaSync::TiedSwap> ReplicaSync::SwapTied(uint64_t step, uint64_t ha
                                       " frames for the " + std::to_string(swap.agreed.came.size()) +
                                       " replicas its view says came, or from others");
   }
-  swap.frames = std::move(*frames);
+  // The last stage's tied embedding replays the first stage's round from these frames.
+  const uint32_t slice = static_cast<uint32_t>(s.index);
+  const uint64_t size = static_cast<uint64_t>(s.size);
+  for (const auto& [r, frame] : *frames) {
+    const std::string which = where + ": replica " + std::to_string(r) + "'s frame";
+    if (links_) {
+      StatusOr<fleet::LinkFrame> f =
+          fleet::DecodeLinkFrame(frame, slice, size, *link_codec_, o_.sync.tracking);
+      if (!f.ok()) return Annotate(f.status(), which);
+      swap.link_frames.push_back(std::move(*f));
+    } else {
+      StatusOr<fleet::GossipFrame> f = fleet::DecodeGossipFrame(
+          frame, slice, size, GossipFrameTracked(o_.sync.tracking, kGossipRoundTag, N));
+      if (!f.ok()) return Annotate(f.status(), which);
+      swap.gossip_frames.push_back(std::move(*f));
+    }
+  }
   return swap;
 }
 

@@ -178,10 +178,12 @@ class ReplicaSync {
   // did not go to `unsent`, with `removed` replicas removed as this stage sees them. With
   // another holder of the tied embedding (tied_k_), the two swap views and the first sends the
   // frames of the embedding it took (tied_round.h), `hash` its copy's before the round: what
-  // both apply to it, and on the last stage those frames. Without, this stage's own.
+  // both apply to it, and on the last stage those frames, decoded for the slice as this
+  // stage's own exchange decodes them (agreed.came's, in its order).
   struct TiedSwap {
     TiedAgreement agreed;
-    std::vector<TiedFrame> frames;  // the last stage's: the first's, as they came
+    std::vector<fleet::LinkFrame> link_frames;      // over compressed links
+    std::vector<fleet::GossipFrame> gossip_frames;  // fp32 shares
   };
   StatusOr<TiedSwap> SwapTied(uint64_t step, uint64_t hash, const std::vector<int>& senders,
                               const std::vector<int>& unsent, uint64_t removed);

@@ -47,6 +47,7 @@
 #include "daemon/job/exchange/stage_exchange.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/sync/sync_routes.h"
+#include "daemon/job/sync/tied_round.h"
 #include "fleet/gossip_link_node.h"
 #include "fleet/gossip_node.h"
 #include "fleet/sync_options.h"
@@ -202,7 +203,7 @@ class SyncExchange {
   // Whether `route`'s slice is the tied embedding and `stage` a multi-stage replica's last
   // stage, which takes it from its first (options.tied_slice).
   bool Relays(const SyncRoute& route, int stage) const {
-    return route.slice.index == o_.tied_slice && o_.grid.tied(stage) >= 0 && !o_.grid.first(stage);
+    return route.slice.index == o_.tied_slice && ReplaysTied(o_.grid, stage);
   }
   // Each route's ring over the live replicas (places_). FailedPrecondition for a ring without
   // its next sender.

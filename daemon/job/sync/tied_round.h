@@ -33,8 +33,16 @@
 #include <vector>
 
 #include "common/status.h"
+#include "daemon/job/spec/stage_grid.h"
 
 namespace longhaul::daemon {
+
+// Whether `stage` of `grid` is a multi-stage replica's last stage with a tied head: in a gossip
+// job it replays its first stage's rounds of the tied embedding, and exchanges none of that
+// slice with other replicas.
+inline bool ReplaysTied(const StageGrid& grid, int stage) {
+  return grid.tied(stage) >= 0 && !grid.first(stage);
+}
 
 // The microbatches of TENSOR_KIND_TIED_ROUND.
 inline constexpr uint32_t kTiedView = 0;    // a holder's view, each way
