@@ -33,8 +33,7 @@ class ReplicaReducer {
   // buffers[i] (replica i's backend memory) holds its own part, floats [offsets[i],
   // offsets[i + 1]); afterwards every buffer holds every part (the others' copied in, its own
   // untouched). REQUIRES: buffers.size() == the number of replicas, offsets.size() == that + 1,
-  // offsets non-decreasing. The default answers Unimplemented: the NCCL reducer has none yet
-  // (the sharded optimizer runs on CPU replicas until its GPU path has run on a GPU).
+  // offsets non-decreasing. The default answers Unimplemented, for a reducer without it.
   // (Inline: the CUDA backend's library derives from this class and sees only this header.)
   virtual Status AllGather(std::span<float* const> /*buffers*/,
                            std::span<const size_t> /*offsets*/) {
@@ -42,7 +41,8 @@ class ReplicaReducer {
   }
   // buffers[i] (replica i's backend memory) holds a whole tensor; afterwards part i of buffer
   // i, floats [offsets[i], offsets[i + 1]), holds that part's sum over the replicas (in
-  // replica order, as AllReduceSum adds), the rest of each buffer unspecified. For the
+  // replica order, as AllReduceSum adds; NCCL's in its own), the rest of each buffer
+  // unspecified. For the
   // sharded gradients (zero2, zero3). The same requirements and default as AllGather.
   virtual Status ReduceScatterSum(std::span<float* const> /*buffers*/,
                                   std::span<const size_t> /*offsets*/) {

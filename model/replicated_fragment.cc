@@ -143,7 +143,7 @@ StatusOr<std::unique_ptr<ReplicatedFragment>> ReplicatedFragment::Create(
   }
   ASSIGN_OR_RETURN(f->reducer_, kernels::MakeReplicaReducer(replicas));
   if (f->sharded()) {
-    // The collectives on empty parts: a reducer without them (NCCL's, for now) refuses here,
+    // The collectives on empty parts: a reducer without them refuses here,
     // not after the replicas have stepped their parts.
     std::vector<float*> none(replicas.size(), nullptr);
     const std::vector<size_t> empty(replicas.size() + 1, 0);

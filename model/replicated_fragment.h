@@ -131,7 +131,7 @@ class ReplicatedFragment {
   void GetGradients(float* host) const;
   void SetGradients(const float* host);
   // Sharded, the stepped parts are all-gathered by the reducer (kernels/replica_reducer.h):
-  // errors are its (the NCCL reducer has no all-gather yet).
+  // errors are its.
   Status Step(const OptimizerOptions& options, float lr, float grad_scale, int t);
 
  private:

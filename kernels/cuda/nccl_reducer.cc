@@ -1,6 +1,6 @@
 // The NCCL ReplicaReducer (kernels/replica_reducer.h): one communicator over the replicas'
-// GPUs, the sum queued on each replica's own stream so that it follows the backward that
-// produced the gradients.
+// GPUs, each collective queued on each replica's own stream so that it follows the pass that
+// produced its input (the backward's gradients, the optimizer's stepped parts).
 #include <set>
 
 #include "kernels/cuda/cuda_ops.h"
@@ -17,6 +17,13 @@ class NcclReducer final : public ReplicaReducer {
   std::string name() const override { return "nccl"; }
   Status AllReduceSum(std::span<float* const> buffers, size_t count) override {
     return comm_->AllReduce(buffers, count, NcclComm::Reduction::kSum, streams_);
+  }
+  Status AllGather(std::span<float* const> buffers, std::span<const size_t> offsets) override {
+    return comm_->AllGather(buffers, offsets, streams_);
+  }
+  Status ReduceScatterSum(std::span<float* const> buffers,
+                          std::span<const size_t> offsets) override {
+    return comm_->ReduceScatterSum(buffers, offsets, streams_);
   }
 
  private:

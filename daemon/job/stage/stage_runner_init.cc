@@ -78,22 +78,16 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
   };
   // CPU replicas share the machine's memory: the stage's layers are sharded between them
   // (model/shard_mode.h), zero1 unless the job says otherwise or the site's memory asks for
-  // more. GPU replicas keep everything whole until the sharded path has run on GPUs.
+  // more. GPU replicas (the NCCL reducer's collectives) take the job's sharding for every
+  // layer; with auto they stay replicated (the choice by memory counts the CPU devices' shared
+  // memory, ChooseStageSharding).
   // Activation slots: one per microbatch in flight, warm-ups + 1 (scheduler/in_flight.h).
   warmup_ = scheduler::StandardWarmup(pos_, num_stages_, M_);
   if (ctx_.spec.extra_in_flight > 0) {
     warmup_ = scheduler::ExtraWarmups(num_stages_, M_, ctx_.spec.extra_in_flight)[pos_];
   }
   std::string sharding_why;
-  if (gpu && R > 1 && ctx_.spec.sharding.has_value() &&
-      *ctx_.spec.sharding != model::ShardMode::kReplicate) {
-    return absl::FailedPreconditionError(
-        "job " + a.job_id() + ": sharding: " + model::ShardModeName(*ctx_.spec.sharding) +
-        " on site '" + ctx_.site +
-        "': its devices are GPUs, whose replicas run replicated (the NCCL reducer has no "
-        "all-gather or reduce-scatter yet); use sharding: auto or replicate");
-  }
-  if (R > 1 && !gpu) {
+  if (R > 1 && (!gpu || ctx_.spec.sharding.has_value())) {
     fo.slots = std::min(M_, warmup_ + 1);
     ASSIGN_OR_RETURN(StageSharding sharding, ChooseStageSharding(ctx_.spec.sharding, job.model, fo,
                                                                  R, M_, memory_limit_bytes));
