@@ -123,9 +123,9 @@ class Ops {
   virtual double SumSquares(const float* x, size_t n) = 0;
 
   // ---- Llama-family ops (model family "llama": RMSNorm, rotary embeddings, SwiGLU,
-  // grouped-query attention). The CPU backends implement them; a backend that does not (the
-  // CUDA ones, until their versions have run on a GPU) answers false here, aborts if one is
-  // called anyway, and a job that needs them is refused before it starts.
+  // grouped-query attention). The CPU and CUDA backends implement them; a backend that does
+  // not answers false here, aborts if one is called anyway, and a job that needs them is
+  // refused before it starts.
   virtual bool HasLlamaOps() const { return false; }
 
   // N rows of C: out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps); saves rstd[N].

@@ -169,8 +169,8 @@ StatusOr<std::unique_ptr<Fragment>> Fragment::Create(const ModelConfig& config,
   if (config.family == Family::kLlama && !ops->HasLlamaOps()) {
     return absl::FailedPreconditionError(
         absl::StrCat("kernel backend ", ops->name(),
-                     " has no llama kernels yet (RMSNorm, rotary embedding, SwiGLU, grouped-query "
-                     "attention run on cpu and cpu-ref; the GPU versions have not run on a GPU)"));
+                     " has no llama kernels (RMSNorm, rotary embedding, SwiGLU, grouped-query "
+                     "attention); cpu, cpu-ref, cuda and cuda-bf16 have them"));
   }
   std::unique_ptr<Fragment> f(new Fragment(config, options, ops));
   f->Allocate();

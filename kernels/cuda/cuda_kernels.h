@@ -1,5 +1,5 @@
 // Host-side launchers of the CUDA backend's own kernels (one .cu file per op family: attention,
-// embedding, layernorm, loss, optimizer, pointwise): everything in
+// embedding, layernorm, llama, loss, optimizer, pointwise): everything in
 // kernels/ops.h that is not a cuBLAS matrix product. cuda_ops.cc strings them together with
 // cuBLAS. Every launcher queues its kernel on `stream` and checks the launch (check.h); all
 // pointers are device memory, sizes as in ops.h. No launcher uses floating-point atomics:
@@ -66,6 +66,29 @@ void CausalSoftmaxForward(cudaStream_t stream, float* att, const float* preatt, 
 // dpreatt = att * (datt - sum(att * datt)) * scale inside the causal window, 0 past it.
 void CausalSoftmaxBackward(cudaStream_t stream, float* dpreatt, const float* datt, const float* att,
                            size_t rows, int T, float scale);
+
+// ---- llama family (llama.cu) ---------------------------------------------------------------
+void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* inp,
+                    const float* weight, int N, int C, float eps);
+// dinp += ...; dweight += sum over rows of dout * inp * rstd, in fixed chunks of rows into
+// `scratch` (RmsNormWeightScratch floats), then the chunks in order.
+size_t RmsNormWeightScratch(int N, int C);
+void RmsNormBackward(cudaStream_t stream, float* dinp, float* dweight, float* scratch,
+                     const float* dout, const float* inp, const float* weight, const float* rstd,
+                     int N, int C);
+// The rotary embedding on the NH + NKV query and key heads of qkv (B,T,(NH+2*NKV)*HD), in
+// place: by +angle (sign 1, RopeForward) or -angle (sign -1, RopeBackward).
+void Rotate(cudaStream_t stream, float* qkv, const float* cos, const float* sin, int B, int T,
+            int NH, int NKV, int HD, float sign);
+void SwiGluForward(cudaStream_t stream, float* out, const float* inp, int N, int I);
+void SwiGluBackward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, int N,
+                    int I);
+// H heads of HD, columns [first, first + H*HD) of rows (B,T,width) <-> heads (B,H,T,HD):
+// gathered, or scattered (written, or added when `accumulate`).
+void GatherHeads(cudaStream_t stream, float* heads, const float* rows, int B, int T, int H, int HD,
+                 size_t width, size_t first);
+void ScatterHeads(cudaStream_t stream, float* rows, const float* heads, int B, int T, int H, int HD,
+                  size_t width, size_t first, bool accumulate);
 
 // ---- pointwise ----------------------------------------------------------------------------
 // gelu_scale is sqrt(2/pi) computed on the host exactly as the reference does.

@@ -276,6 +276,105 @@ class CudaOps final : public Ops {
     AccumulateQkv(stream_, dqkv, dq, dk, dv, B, T, C, NH);
   }
 
+  // ---- llama family ----------------------------------------------------------------------
+
+  bool HasLlamaOps() const override { return true; }
+
+  void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                      float eps) override {
+    if (N == 0) return;
+    Use();
+    cuda::RmsNormForward(stream_, out, rstd, inp, weight, N, C, eps);
+  }
+
+  void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                       const float* weight, const float* rstd, int N, int C) override {
+    if (N == 0 || C == 0) return;
+    Use();
+    cuda::RmsNormBackward(stream_, dinp, dweight, Scratch(RmsNormWeightScratch(N, C)), dout, inp,
+                          weight, rstd, N, C);
+  }
+
+  void RopeForward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                   int HD) override {
+    Use();
+    cuda::Rotate(stream_, qkv, cos, sin, B, T, NH, NKV, HD, 1.0f);
+  }
+
+  void RopeBackward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                    int HD) override {
+    Use();
+    cuda::Rotate(stream_, dqkv, cos, sin, B, T, NH, NKV, HD, -1.0f);
+  }
+
+  void SwiGluForward(float* out, const float* inp, int N, int I) override {
+    Use();
+    cuda::SwiGluForward(stream_, out, inp, N, I);
+  }
+
+  void SwiGluBackward(float* dinp, const float* inp, const float* dout, int N, int I) override {
+    Use();
+    cuda::SwiGluBackward(stream_, dinp, inp, dout, N, I);
+  }
+
+  // Grouped-query attention as AttentionForward computes ordinary attention, batched per (b,
+  // key/value head): the group's g = NH/NKV query heads are adjacent in (B,NH,T,HD), so their
+  // g*T rows attend to the one key/value head in one product, and the backward's products over
+  // those rows (dk, dv) sum the group's heads.
+  void GroupedAttentionForward(float* out, float* preatt, float* att, const float* qkv, int B,
+                               int T, int NH, int NKV, int HD) override {
+    if (B == 0 || T == 0 || NH == 0 || HD == 0) return;
+    Use();
+    const Grouped a(B, T, NH, NKV, HD);
+    float* q = Scratch(2 * a.nq + 2 * a.nkv);
+    float* k = q + a.nq;
+    float* v = k + a.nkv;
+    float* vacc = v + a.nkv;
+    a.Split(stream_, q, k, v, qkv);
+    // preatt[t][t2] = scale * q[t] . k[t2], for the group's g*T query rows.
+    GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, a.gt, HD, a.scale, k, HD, a.kv_stride, q, HD,
+                a.q_stride, 0.0f, preatt, T, a.att_stride, a.batch);
+    CausalSoftmaxForward(stream_, att, preatt, static_cast<size_t>(B) * NH * T, T);
+    // vacc[t] = sum over t2 of att[t][t2] * v[t2].
+    GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, HD, a.gt, T, 1.0f, v, HD, a.kv_stride, att, T,
+                a.att_stride, 0.0f, vacc, HD, a.q_stride, a.batch);
+    ScatterHeads(stream_, out, vacc, B, T, NH, HD, static_cast<size_t>(NH) * HD, 0, false);
+  }
+
+  void GroupedAttentionBackward(float* dqkv, float* dpreatt, float* datt, const float* dout,
+                                const float* qkv, const float* att, int B, int T, int NH, int NKV,
+                                int HD) override {
+    if (B == 0 || T == 0 || NH == 0 || HD == 0) return;
+    Use();
+    const Grouped a(B, T, NH, NKV, HD);
+    float* q = Scratch(3 * a.nq + 4 * a.nkv);
+    float* k = q + a.nq;
+    float* v = k + a.nkv;
+    float* dvacc = v + a.nkv;
+    float* dq = dvacc + a.nq;
+    float* dk = dq + a.nq;
+    float* dv = dk + a.nkv;
+    a.Split(stream_, q, k, v, qkv);
+    GatherHeads(stream_, dvacc, dout, B, T, NH, HD, static_cast<size_t>(NH) * HD, 0);
+    // datt[t][t2] = dvacc[t] . v[t2].
+    GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, a.gt, HD, 1.0f, v, HD, a.kv_stride, dvacc, HD,
+                a.q_stride, 0.0f, datt, T, a.att_stride, a.batch);
+    // dv[t2] = sum over the group's rows t of att[t][t2] * dvacc[t].
+    GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, HD, T, a.gt, 1.0f, dvacc, HD, a.q_stride, att, T,
+                a.att_stride, 0.0f, dv, HD, a.kv_stride, a.batch);
+    CausalSoftmaxBackward(stream_, dpreatt, datt, att, static_cast<size_t>(B) * NH * T, T, a.scale);
+    // dq[t] = sum over t2 of dpreatt[t][t2] * k[t2];  dk[t2] = sum over the rows t of
+    // dpreatt[t][t2] * q[t].
+    GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, HD, a.gt, T, 1.0f, k, HD, a.kv_stride, dpreatt, T,
+                a.att_stride, 0.0f, dq, HD, a.q_stride, a.batch);
+    GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, HD, T, a.gt, 1.0f, q, HD, a.q_stride, dpreatt, T,
+                a.att_stride, 0.0f, dk, HD, a.kv_stride, a.batch);
+    ScatterHeads(stream_, dqkv, dq, B, T, NH, HD, a.width, 0, true);
+    ScatterHeads(stream_, dqkv, dk, B, T, NKV, HD, a.width, static_cast<size_t>(NH) * HD, true);
+    ScatterHeads(stream_, dqkv, dv, B, T, NKV, HD, a.width, static_cast<size_t>(NH + NKV) * HD,
+                 true);
+  }
+
   // ---- pointwise -------------------------------------------------------------------------
 
   void GeluForward(float* out, const float* inp, size_t n) override {
@@ -350,6 +449,36 @@ class CudaOps final : public Ops {
  private:
   // sqrt(2/pi) exactly as the reference computes it.
   inline static const float kGeluScale = std::sqrt(2.0f / static_cast<float>(M_PI));
+
+  // Grouped attention's shapes: q heads (B,NH,T,HD), k and v heads (B,NKV,T,HD), products
+  // batched over the B*NKV (b, key/value head) pairs, each over its group's gt = g*T query rows.
+  struct Grouped {
+    Grouped(int B, int T, int NH, int NKV, int HD)
+        : nq(static_cast<size_t>(B) * NH * T * HD),
+          nkv(static_cast<size_t>(B) * NKV * T * HD),
+          width(static_cast<size_t>(NH + 2 * NKV) * HD),
+          gt(NH / NKV * T),
+          batch(B * NKV),
+          q_stride(static_cast<long long>(gt) * HD),
+          kv_stride(static_cast<long long>(T) * HD),
+          att_stride(static_cast<long long>(gt) * T),
+          scale(1.0f / std::sqrt(static_cast<float>(HD))),
+          B_(B),
+          T_(T),
+          NH_(NH),
+          NKV_(NKV),
+          HD_(HD) {}
+    void Split(cudaStream_t stream, float* q, float* k, float* v, const float* qkv) const {
+      GatherHeads(stream, q, qkv, B_, T_, NH_, HD_, width, 0);
+      GatherHeads(stream, k, qkv, B_, T_, NKV_, HD_, width, static_cast<size_t>(NH_) * HD_);
+      GatherHeads(stream, v, qkv, B_, T_, NKV_, HD_, width, static_cast<size_t>(NH_ + NKV_) * HD_);
+    }
+    size_t nq, nkv, width;
+    int gt, batch;
+    long long q_stride, kv_stride, att_stride;
+    float scale;
+    int B_, T_, NH_, NKV_, HD_;
+  };
 
   // Makes this backend's device current for the calling thread (cheap when it already is).
   void Use() { LONGHAUL_CUDA_CHECK(cudaSetDevice(device_)); }

@@ -3,8 +3,9 @@
 // across the CPU backend's 64-row attention blocks, and Llama-shaped (8 query heads over 2
 // key/value heads of 64). Also what ties the ops to their definitions beyond the reference:
 // grouped attention equals ordinary attention over key/value heads repeated per group, and
-// the rotary backward undoes the forward. CPU backends only: the CUDA versions of these ops
-// do not exist yet (a backend without them says so through HasLlamaOps()).
+// the rotary backward undoes the forward. The `_cuda` twin runs the same cases on "cuda" and
+// "cuda-bf16" (the attention's products in bf16 there: ProductTol), and a Llama-8B-shaped
+// attention (32 query heads over 8 key/value heads of 128) as a large shape.
 #include "test/kernels/op_suite.h"
 
 namespace longhaul::kernels::testing {
@@ -14,7 +15,10 @@ constexpr Tolerance kTol{1e-5f, 1e-4f};
 
 TEST_CASE("Only backends with the Llama ops claim them", "[ops][llama]") {
   CHECK(Backend("cpu-ref")->HasLlamaOps());
-  CHECK(Backend("cpu")->HasLlamaOps());
+  for (const SuiteBackend& backend : SuiteBackends()) {
+    INFO(backend.Label());
+    CHECK(backend.Make()->HasLlamaOps());
+  }
 }
 
 TEST_CASE("RMSNorm forward and backward match the reference", "[ops][llama][rmsnorm]") {
@@ -71,12 +75,13 @@ TEST_CASE("SwiGLU forward and backward match the reference", "[ops][llama][swigl
 
 struct AttnShape {
   int B, T, NH, NKV, HD;
+  bool large = false;  // device backends only (op_suite.h)
 };
 
 AttnShape AttentionShape() {
   return GENERATE(AttnShape{0, 7, 2, 1, 8}, AttnShape{1, 1, 1, 1, 2}, AttnShape{1, 7, 4, 2, 6},
                   AttnShape{2, 9, 3, 1, 10}, AttnShape{1, 65, 6, 3, 8}, AttnShape{2, 130, 4, 4, 16},
-                  AttnShape{1, 128, 8, 2, 64});
+                  AttnShape{1, 128, 8, 2, 64}, AttnShape{1, 256, 32, 8, 128, true});
 }
 
 TEST_CASE("Rotary embedding matches the reference and its backward undoes it",
@@ -85,6 +90,7 @@ TEST_CASE("Rotary embedding matches the reference and its backward undoes it",
   const AttnShape s = AttentionShape();
   INFO(backend.Label() << " B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV
                        << " HD=" << s.HD);
+  if (!Runs(backend, s.large)) return;
   const size_t n = size_t{1} * s.B * s.T * (s.NH + 2 * s.NKV) * s.HD;
   const size_t table = size_t{1} * s.T * (s.HD / 2);
   // Any angle table works for the op: cos and sin of random angles.
@@ -122,6 +128,7 @@ TEST_CASE("Grouped-query attention matches the reference", "[ops][llama][attenti
   const AttnShape s = AttentionShape();
   INFO(backend.Label() << " B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV
                        << " HD=" << s.HD);
+  if (!Runs(backend, s.large)) return;
   const size_t n = size_t{1} * s.B * s.T * (s.NH + 2 * s.NKV) * s.HD;
   const size_t att_size = size_t{1} * s.B * s.NH * s.T * s.T;
   const size_t out_size = size_t{1} * s.B * s.T * s.NH * s.HD;
@@ -136,8 +143,9 @@ TEST_CASE("Grouped-query attention matches the reference", "[ops][llama][attenti
   auto fast = backend.Make();
   auto want = fwd(*Backend("cpu-ref"));
   auto got = fwd(*fast);
-  ExpectClose(got[0], want[0], kTol, "out");
-  ExpectClose(got[1], want[1], kTol, "att");
+  // Products over HD (the scores) and T (the weighted values): bf16 on "cuda-bf16".
+  ExpectClose(got[0], want[0], ProductTol(*fast, std::max(s.T, s.HD), kTol), "out");
+  ExpectClose(got[1], want[1], ProductTol(*fast, s.HD, kTol), "att");
   auto dout = Random(out_size, 2);
   GradRun run = [&](Ops& ops, bool prefill) {
     DeviceVec dq(ops, qkv), att(ops, want[1]), ddout(ops, dout);
@@ -147,7 +155,9 @@ TEST_CASE("Grouped-query attention matches the reference", "[ops][llama][attenti
                                  att.get(), s.B, s.T, s.NH, s.NKV, s.HD);
     return std::vector<std::vector<float>>{dqkv.ToHost()};
   };
-  CheckBackward(run, *fast, {2e-5f, 1e-3f}, {"dqkv"});
+  // dk and dv sum over the group's query rows too.
+  const int k = std::max(s.T * (s.NKV > 0 ? s.NH / s.NKV : 1), s.HD);
+  CheckBackward(run, *fast, ProductTol(*fast, k, {2e-5f, 1e-3f}), {"dqkv"});
 }
 
 // Grouped attention over NKV key/value heads is ordinary multi-head attention whose key and

@@ -324,8 +324,6 @@ TEST_CASE("zero2 and zero3 layers: the replicated step, bit for bit with one mic
   }
 }
 
-// The CUDA backend has no llama kernels yet (Fragment::Create refuses them): the CPU only.
-#ifndef LONGHAUL_FRAGMENT_TEST_CUDA
 TEST_CASE("a llama's zero2 and zero3 layers: the replicated step bit for bit, one microbatch") {
   REQUIRE(ValidateConfig(Llama()).ok());
   const Run replicated = Train(2, 3, false, {}, 1, /*llama=*/true);
@@ -341,7 +339,6 @@ TEST_CASE("a llama's zero2 and zero3 layers: the replicated step bit for bit, on
           1e-5f * std::fabs(replicated2.losses[i]));
   }
 }
-#endif
 
 TEST_CASE("a sharded stage's state moves to another device count and mode whole") {
   // Three steps with zero3 on three replicas; the parameters and moments carried to one or two
