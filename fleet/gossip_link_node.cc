@@ -169,12 +169,11 @@ StatusOr<LinkFrame> DecodeLinkFrame(std::span<const uint8_t> bytes, uint32_t sli
   return f;
 }
 
-StatusOr<std::unique_ptr<LinkGossipNode>> LinkGossipNode::Create(int replica, int replicas,
-                                                                 std::vector<SyncSlice> slices,
-                                                                 size_t parameters,
-                                                                 std::string_view codec,
-                                                                 bool tracking) {
+StatusOr<std::unique_ptr<LinkGossipNode>> LinkGossipNode::Create(
+    int replica, int replicas, std::vector<SyncSlice> slices, size_t parameters,
+    std::string_view codec, bool tracking, const OuterOptions& outer) {
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, GossipLinkCodec(codec));
+  RETURN_IF_ERROR(ValidateOuterOptions(outer));
   if (replicas < 1 || replica < 0 || replica >= replicas) {
     return absl::InvalidArgumentError("gossip over compressed links: replica " +
                                       std::to_string(replica) + " of " + std::to_string(replicas));
@@ -190,13 +189,15 @@ StatusOr<std::unique_ptr<LinkGossipNode>> LinkGossipNode::Create(int replica, in
   }
   ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> c, compression::MakeCodec(spec));
   ASSIGN_OR_RETURN(std::unique_ptr<compression::Codec> key, compression::MakeCodec(KeySpec()));
-  return std::unique_ptr<LinkGossipNode>(new LinkGossipNode(
-      replica, replicas, std::move(slices), parameters, std::move(c), std::move(key), tracking));
+  return std::unique_ptr<LinkGossipNode>(new LinkGossipNode(replica, replicas, std::move(slices),
+                                                            parameters, std::move(c),
+                                                            std::move(key), tracking, outer));
 }
 
 LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice> slices,
                                size_t parameters, std::unique_ptr<compression::Codec> codec,
-                               std::unique_ptr<compression::Codec> key_codec, bool tracking)
+                               std::unique_ptr<compression::Codec> key_codec, bool tracking,
+                               const OuterOptions& outer)
     : replica_(replica),
       replicas_(replicas),
       slices_(std::move(slices)),
@@ -206,7 +207,8 @@ LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice>
       tracking_(tracking),
       weights_(slices_.size(), 1.0),
       out_(static_cast<size_t>(replicas)),
-      in_(static_cast<size_t>(replicas)) {
+      in_(static_cast<size_t>(replicas)),
+      outer_(outer) {
   const size_t flags = static_cast<size_t>(replicas) * slices_.size();
   out_hash_.assign(flags, 0);
   in_hash_.assign(flags, 0);
@@ -258,6 +260,12 @@ void LinkGossipNode::Reset(std::span<const float> params) {
     lr_sum_ = 0;
     std::fill(drift_round_.begin(), drift_round_.end(), UINT64_MAX);
   }
+  if (outer_step()) outer_state_.Reset(params);
+}
+
+void LinkGossipNode::Averaged(std::span<const float> x) {
+  std::fill(weights_.begin(), weights_.end(), 1.0);
+  if (outer_step()) outer_state_.MoveAnchorPart(0, x.first(parameters_));
 }
 
 void LinkGossipNode::ResyncAll() {
@@ -278,7 +286,7 @@ std::vector<uint8_t> LinkGossipNode::Save() const {
   Put<uint32_t>(&out, static_cast<uint32_t>(replicas_));
   Put<uint32_t>(&out, static_cast<uint32_t>(slices_.size()));
   Put<uint64_t>(&out, parameters_);
-  Put<uint8_t>(&out, tracking_ ? 1 : 0);
+  Put<uint8_t>(&out, StateFlags());
   for (double w : weights_) Put<double>(&out, w);
   for (size_t f = 0; f < key_owed_.size(); ++f) {
     Put<uint8_t>(&out,
@@ -298,13 +306,17 @@ std::vector<uint8_t> LinkGossipNode::Save() const {
     floats(anchor_);
     Put<double>(&out, lr_sum_);
   }
+  if (outer_step()) {
+    floats(outer_state_.anchor());
+    floats(outer_state_.momentum());
+  }
   return out;
 }
 
 size_t LinkGossipNode::StateBytes() const {
   const size_t n = parameters_, others = static_cast<size_t>(replicas_ - 1);
   return kStateHeadBytes + weights_.size() * 8 + key_owed_.size() + 2 * others * n * sizeof(float) +
-         (tracking_ ? 2 * n * sizeof(float) + 8 : 0);
+         (tracking_ ? 2 * n * sizeof(float) + 8 : 0) + (outer_step() ? 2 * n * sizeof(float) : 0);
 }
 
 Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
@@ -324,15 +336,16 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
   const uint64_t parameters = Get<uint64_t>(state.data() + 16);
   const uint8_t tracked = state[24];
   if (replica != static_cast<uint32_t>(replica_) || replicas != static_cast<uint32_t>(replicas_) ||
-      slices != slices_.size() || parameters != n || tracked != (tracking_ ? 1 : 0) ||
+      slices != slices_.size() || parameters != n || tracked != StateFlags() ||
       state.size() != want) {
     return bad("replica " + std::to_string(replica) + " of " + std::to_string(replicas) + ", " +
                std::to_string(slices) + " slices of " + std::to_string(parameters) +
-               " parameters, tracked " + std::to_string(tracked) + ", " +
+               " parameters, flags " + std::to_string(tracked) + " (1 tracked, 2 outer step), " +
                std::to_string(state.size()) + " bytes; this node is replica " +
                std::to_string(replica_) + " of " + std::to_string(replicas_) + ", " +
                std::to_string(slices_.size()) + " slices of " + std::to_string(n) +
-               " parameters (" + std::to_string(want) + " bytes)");
+               " parameters, flags " + std::to_string(StateFlags()) + " (" + std::to_string(want) +
+               " bytes)");
   }
   size_t at = head;
   std::vector<double> weights(weights_.size());
@@ -375,9 +388,15 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
     RETURN_IF_ERROR(floats(&correction, "a correction"));
     RETURN_IF_ERROR(floats(&anchor, "the drift's anchor"));
     lr_sum = Get<double>(state.data() + at);
+    at += 8;
     if (!(lr_sum >= 0) || !std::isfinite(lr_sum)) {
       return bad("a learning-rate sum of " + std::to_string(lr_sum));
     }
+  }
+  std::vector<float> outer_anchor, outer_momentum;
+  if (outer_step()) {
+    RETURN_IF_ERROR(floats(&outer_anchor, "the outer step's anchor"));
+    RETURN_IF_ERROR(floats(&outer_momentum, "the outer step's momentum"));
   }
   weights_ = std::move(weights);
   key_owed_ = std::move(owed);
@@ -393,6 +412,9 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
     lr_sum_ = lr_sum;
     std::fill(drift_round_.begin(), drift_round_.end(), UINT64_MAX);
   }
+  if (outer_step()) {
+    RETURN_IF_ERROR(outer_state_.Restore(std::move(outer_anchor), std::move(outer_momentum)));
+  }
   return absl::OkStatus();
 }
 
@@ -403,13 +425,20 @@ void LinkGossipNode::Correct(std::span<float> x, double lr) {
   lr_sum_ += lr;
 }
 
-void LinkGossipNode::BeginRound(std::span<const float> x) {
-  if (!tracking_) return;
-  const double inv = lr_sum_ > 0 ? 1.0 / lr_sum_ : 0.0;
-  for (size_t p = 0; p < parameters_; ++p) {
-    drift_[p] = static_cast<float>((static_cast<double>(anchor_[p]) - x[p]) * inv);
+void LinkGossipNode::BeginRound(std::span<float> x) {
+  if (tracking_) {
+    const double inv = lr_sum_ > 0 ? 1.0 / lr_sum_ : 0.0;
+    for (size_t p = 0; p < parameters_; ++p) {
+      drift_[p] = static_cast<float>((static_cast<double>(anchor_[p]) - x[p]) * inv);
+    }
+    lr_sum_ = 0;
   }
-  lr_sum_ = 0;
+  if (outer_step()) {
+    outer_delta_.resize(parameters_);  // kept from round to round: no allocation after the first
+    outer_state_.PseudoGradient(x.first(parameters_), outer_delta_);
+    outer_state_.Step(outer_, outer_delta_);
+    std::copy(outer_state_.anchor().begin(), outer_state_.anchor().end(), x.begin());
+  }
 }
 
 Status LinkGossipNode::Encode(const compression::Codec& codec, std::span<const float> values,
@@ -549,6 +578,7 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
       anchor_[at + c] = x[at + c];
     }
   }
+  if (outer_step()) outer_state_.MoveAnchorPart(at, x.subspan(at, size));
 }
 
 void AverageLinkSlice(std::span<const double> w, std::span<const std::span<const float>> x,

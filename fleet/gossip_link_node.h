@@ -46,6 +46,7 @@
 #include "common/status.h"
 #include "compression/codec.h"
 #include "compression/codec_spec.h"
+#include "fleet/outer_optimizer.h"
 #include "fleet/sync_options.h"
 #include "fleet/sync_slices.h"
 
@@ -89,11 +90,11 @@ StatusOr<uint64_t> MaxLinkFrameBytes(const compression::CodecSpec& codec, uint64
 class LinkGossipNode {
  public:
   // Replica `replica` of `replicas`, whose `parameters` are cut into `slices` (offsets into
-  // the same array; a daemon stage's are its fragment's); `codec`: one GossipLinkCodec takes.
-  static StatusOr<std::unique_ptr<LinkGossipNode>> Create(int replica, int replicas,
-                                                          std::vector<SyncSlice> slices,
-                                                          size_t parameters, std::string_view codec,
-                                                          bool tracking);
+  // the same array; a daemon stage's are its fragment's); `codec`: one GossipLinkCodec takes;
+  // `outer`: the outer step each round starts with (BeginRound; sync.outer).
+  static StatusOr<std::unique_ptr<LinkGossipNode>> Create(
+      int replica, int replicas, std::vector<SyncSlice> slices, size_t parameters,
+      std::string_view codec, bool tracking, const OuterOptions& outer = kPlainAveraging);
 
   // Every weight 1 and every link's copy `params` (every replica starts from the same), no key
   // frame owed or asked for; tracking: every correction 0, the drift measured from `params`.
@@ -104,8 +105,8 @@ class LinkGossipNode {
   void ResyncAll();
   // The same for the links to and from replica q alone (q rejoined from another's parameters).
   void ResyncWith(int q);
-  // The durable state (weights, copies, the key frames owed and asked for, tracking's), and a
-  // checkpoint's: DataLoss naming what does not fit this node.
+  // The durable state (weights, copies, the key frames owed and asked for, tracking's, the
+  // outer step's), and a checkpoint's: DataLoss naming what does not fit this node.
   std::vector<uint8_t> Save() const;
   Status Restore(std::span<const uint8_t> state);
   // The bytes Save writes (the same for every state of this node).
@@ -130,14 +131,21 @@ class LinkGossipNode {
   // Tracking: every correction 0 again, as every replica does when the replicas taking part
   // change (their corrections sum to 0 only among the same replicas).
   void ZeroCorrections();
-  // Every weight 1 (after an exact average has given every replica the same parameters).
-  void ResetWeights() { std::fill(weights_.begin(), weights_.end(), 1.0); }
+  // An exact average has given every replica the same parameters `x`: every weight 1, and the
+  // outer step's anchor x (its momentum stays).
+  void Averaged(std::span<const float> x);
 
   // Tracking: a local step with learning rate `lr` has moved `x` (the whole parameter array);
   // the correction moves it on, x -= lr c. Nothing without tracking.
   void Correct(std::span<float> x, double lr);
-  // The round's start, on `x` before this round: tracking's drift since the last round.
-  void BeginRound(std::span<const float> x);
+  // The round's start, on `x` before this round (before its frames): tracking's drift since
+  // the last round. An outer step other than plain averaging (sync.outer) then moves x from
+  // where the last round left it (the anchor a) by the outer step on its own pseudo-gradient,
+  // x = a - lr (d + m buf) with d = a - x, as GossipNode::BeginRound does; the frames carry the
+  // stepped x, and the mixed x is the next anchor (Apply).
+  void BeginRound(std::span<float> x);
+  bool outer_step() const { return !IsPlainAveraging(outer_); }
+  const OuterOptimizer& outer_state() const { return outer_state_; }
   // Slice k's frame to replica `to` in round `round`, from `x` (the whole parameter array):
   // the difference from link me -> to's copy in the codec (or x in fp32 when a key frame is
   // owed), the copy moved by it as the receiver will decode it.
@@ -162,8 +170,13 @@ class LinkGossipNode {
  private:
   LinkGossipNode(int replica, int replicas, std::vector<SyncSlice> slices, size_t parameters,
                  std::unique_ptr<compression::Codec> codec,
-                 std::unique_ptr<compression::Codec> key_codec, bool tracking);
+                 std::unique_ptr<compression::Codec> key_codec, bool tracking,
+                 const OuterOptions& outer);
   size_t Flag(int q, size_t k) const { return static_cast<size_t>(q) * slices_.size() + k; }
+  // The state's flags byte: 1 tracked, 2 an outer step's anchor and momentum follow.
+  uint8_t StateFlags() const {
+    return static_cast<uint8_t>((tracking_ ? 1 : 0) | (outer_step() ? 2 : 0));
+  }
   uint64_t Hash(const std::vector<float>& copy, size_t k) const;
   // Every link's hashes from its copies.
   void Rehash();
@@ -194,6 +207,11 @@ class LinkGossipNode {
   std::vector<uint64_t> drift_round_;
   double lr_sum_ = 0;
   std::vector<float> scratch_;
+  // The outer step (outer_step()): its anchor (x after the last round) and momentum, and the
+  // pseudo-gradient's scratch.
+  OuterOptions outer_;
+  OuterOptimizer outer_state_;
+  std::vector<float> outer_delta_;
 };
 
 // The exact average of one slice over the replicas' values `x` (each the slice's) with their

@@ -13,7 +13,8 @@ namespace longhaul::fleet {
 StatusOr<std::unique_ptr<LinkGossipMixer>> LinkGossipMixer::Create(int replicas, size_t parameters,
                                                                    std::vector<SyncSlice> slices,
                                                                    std::string_view codec,
-                                                                   bool tracking) {
+                                                                   bool tracking,
+                                                                   const OuterOptions& outer) {
   ASSIGN_OR_RETURN(const compression::CodecSpec spec, GossipLinkCodec(codec));
   if (replicas < 1) {
     return absl::InvalidArgumentError("gossip over compressed links: " + std::to_string(replicas) +
@@ -21,8 +22,8 @@ StatusOr<std::unique_ptr<LinkGossipMixer>> LinkGossipMixer::Create(int replicas,
   }
   std::vector<std::unique_ptr<LinkGossipNode>> nodes;
   for (int r = 0; r < replicas; ++r) {
-    ASSIGN_OR_RETURN(auto node,
-                     LinkGossipNode::Create(r, replicas, slices, parameters, codec, tracking));
+    ASSIGN_OR_RETURN(
+        auto node, LinkGossipNode::Create(r, replicas, slices, parameters, codec, tracking, outer));
     nodes.push_back(std::move(node));
   }
   return std::unique_ptr<LinkGossipMixer>(
@@ -124,7 +125,7 @@ Status LinkGossipMixer::Average(std::vector<std::vector<float>>* params) {
     AverageLinkSlice(w, x, std::span<float>(mean).subspan(at, size));
   }
   for (size_t r = 0; r < n; ++r) (*params)[r] = mean;
-  for (auto& node : nodes_) node->ResetWeights();
+  for (auto& node : nodes_) node->Averaged(mean);
   return absl::OkStatus();
 }
 

@@ -46,10 +46,10 @@ namespace longhaul::fleet {
 class LinkGossipMixer : public GossipRounds {
  public:
   // `replicas` replicas of `parameters` parameters cut into `slices` (covering them); `codec`:
-  // one GossipLinkCodec takes, else its error.
-  static StatusOr<std::unique_ptr<LinkGossipMixer>> Create(int replicas, size_t parameters,
-                                                           std::vector<SyncSlice> slices,
-                                                           std::string_view codec, bool tracking);
+  // one GossipLinkCodec takes, else its error; `outer`: each node's outer step (sync.outer).
+  static StatusOr<std::unique_ptr<LinkGossipMixer>> Create(
+      int replicas, size_t parameters, std::vector<SyncSlice> slices, std::string_view codec,
+      bool tracking, const OuterOptions& outer = kPlainAveraging);
 
   void Reset(std::span<const float> params) override;
   bool tracking() const override { return tracking_; }

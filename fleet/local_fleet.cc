@@ -108,7 +108,8 @@ StatusOr<std::unique_ptr<LocalFleet>> LocalFleet::CreateWith(
     ASSIGN_OR_RETURN(
         fleet->gossip_,
         LinkGossipMixer::Create(options.replicas, static_cast<size_t>(model::NumParameters(config)),
-                                fleet->slices_, options.sync.codec, options.sync.tracking));
+                                fleet->slices_, options.sync.codec, options.sync.tracking,
+                                options.sync.outer));
   } else if (options.sync.reduce == SyncReduce::kGossip) {
     ASSIGN_OR_RETURN(const double keep, GossipKeep(options.sync));
     fleet->gossip_ = std::make_unique<GossipMixer>(

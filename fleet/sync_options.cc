@@ -180,13 +180,6 @@ Status ValidateSyncOptions(const SyncOptions& o) {
   }
   if (GossipSendsLinks(o)) {
     RETURN_IF_ERROR(GossipShape(o));
-    if (!IsPlainAveraging(o.outer)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sync.reduce gossip over compressed links (codec ", o.codec,
-          ") mixes plain averages: it takes no outer step of its own (outer lr 1, momentum 0), "
-          "not lr ",
-          o.outer.lr, ", momentum ", o.outer.momentum));
-    }
   } else if (o.reduce == SyncReduce::kGossip) {
     RETURN_IF_ERROR(GossipKeep(o).status());
   }

@@ -22,7 +22,11 @@ double StageParams(const model::ModelConfig& config, int begin, int end) {
 
 // The parameters two stages of different replicas hold in common: their layers' overlap,
 // with the embeddings both hold.
-double SharedParams(const model::ModelConfig& config, const StagePlan& a, const StagePlan& b) {
+// `tied_at_last`: a tied head's copy of wte counts between last stages (gather and ring sync it
+// there); gossip syncs it between first stages only (the last stage replays the first's rounds,
+// daemon/job/sync/tied_round.h), so its pricing passes false.
+double SharedParams(const model::ModelConfig& config, const StagePlan& a, const StagePlan& b,
+                    bool tied_at_last = true) {
   const int begin = std::max(a.layer_begin, b.layer_begin);
   const int end = std::min(a.layer_end, b.layer_end);
   double shared = 0;
@@ -42,7 +46,9 @@ double SharedParams(const model::ModelConfig& config, const StagePlan& a, const 
   if (first) shared += layout.size(model::Tensor::kWte) + layout.size(model::Tensor::kWpe);
   // The standard model's last stage holds a copy of wte (its head); the subspace-cut
   // variant's holds the untied head instead (size 0 in the standard model).
-  if (last && !first && model::TiedHead(config)) shared += layout.size(model::Tensor::kWte);
+  if (tied_at_last && last && !first && model::TiedHead(config)) {
+    shared += layout.size(model::Tensor::kWte);
+  }
   if (last) {
     shared += layout.size(model::Tensor::kLnfw) + layout.size(model::Tensor::kLnfb) +
               layout.size(model::Tensor::kHead);
@@ -136,7 +142,8 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
           continue;
         }
         for (const StagePlan& d : replicas[q].stages) {
-          const double bytes = SharedParams(model, s, d) * sync.bytes_per_value * share;
+          const double bytes =
+              SharedParams(model, s, d, reduce != Reduce::kGossip) * sync.bytes_per_value * share;
           if (bytes <= 0) continue;
           price.bytes += bytes;
           total_bytes += bytes;
@@ -148,6 +155,33 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
           if (flow >= slowest_flow) {
             slowest_flow = flow;
             to = d.site;
+          }
+        }
+      }
+      if (reduce == Reduce::kGossip && s.layer_begin == 0 && model::TiedHead(model) &&
+          replicas[r].stages.size() > 1) {
+        // The first stage forwards the tied embedding's frames it took this round, one per
+        // in-neighbour, to its replica's last stage (which replays the round).
+        const StagePlan& last = replicas[r].stages.back();
+        size_t in = 0;
+        for (size_t q = 0; q < n; ++q) {
+          in += q != r &&
+                std::find(gossip_to[q].begin(), gossip_to[q].end(), r) != gossip_to[q].end();
+        }
+        const double bytes =
+            static_cast<double>(model::ParameterLayout(model).size(model::Tensor::kWte)) *
+            sync.bytes_per_value * static_cast<double>(in);
+        if (bytes > 0) {
+          price.bytes += bytes;
+          total_bytes += bytes;
+          const LinkProfile* link = profiles.Link(s.site, last.site);
+          const double flow = link == nullptr || link->bandwidth_bytes_per_second <= 0
+                                  ? 1e30
+                                  : bytes / link->bandwidth_bytes_per_second;
+          latency = std::max(latency, link == nullptr ? 0.0 : link->rtt_seconds);
+          if (flow >= slowest_flow) {
+            slowest_flow = flow;
+            to = last.site;
           }
         }
       }

@@ -35,7 +35,10 @@ namespace longhaul::scheduler {
 // (the round's draw favours them), in one hop. A round's time is the slowest site's sending of
 // those flows; the price also reports the rounds push-sum takes to bring the replicas within
 // 1% of their mean over the replica-level link matrix (what the convergence study weighs:
-// gossip trades rounds for bytes and waits, it is never chosen by `cheaper`).
+// gossip trades rounds for bytes and waits, it is never chosen by `cheaper`). A tied head's
+// wte goes between first stages only; each multi-stage replica's first stage forwards the
+// frames of it that it took, one per in-neighbour, to its own last stage (priced as a flow of
+// that round, daemon/job/sync/tied_round.h).
 enum class SyncReduceCost { kGather, kRing, kCheaper, kGossip };
 
 struct SyncCostOptions {

@@ -359,6 +359,64 @@ TEST_CASE("a link node's state saves and restores whole, and refuses what does n
   }
 }
 
+TEST_CASE("an outer step moves x from the last round's mix, and its state saves with the node") {
+  const OuterOptions outer{0.7f, 0.5f, true};
+  auto make = [&](int r) {
+    auto node = LinkGossipNode::Create(r, 2, Slices(), kP, "q4", false, outer);
+    REQUIRE(node.ok());
+    return std::move(*node);
+  };
+  auto a = make(0), b = make(1);
+  REQUIRE(a->outer_step());
+  const std::vector<float> start = Params(20);
+  a->Reset(start);
+  b->Reset(start);
+  // The reference: the outer optimizer on a's own pseudo-gradients, anchored where a's rounds
+  // leave it.
+  OuterOptimizer ref;
+  ref.Reset(start);
+  std::vector<float> xa = Params(21), xb = Params(22), delta(kP);
+  for (uint64_t round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    ref.PseudoGradient(xa, delta);
+    ref.Step(outer, delta);
+    a->BeginRound(xa);
+    b->BeginRound(xb);
+    CHECK(xa == ref.anchor());  // x is the stepped anchor; the frames carry it
+    Send(*a, xa, *b, xb, round);
+    Send(*b, xb, *a, xa, round);
+    CHECK(a->outer_state().anchor() == xa);  // the mixed x anchors the next round
+    CHECK(a->outer_state().momentum() == ref.momentum());
+    ref.MoveAnchorPart(0, xa);
+    for (float& v : xa) v += 0.01f;  // local steps before the next round
+    for (float& v : xb) v -= 0.02f;
+  }
+  CHECK(std::any_of(a->outer_state().momentum().begin(), a->outer_state().momentum().end(),
+                    [](float m) { return m != 0.0f; }));
+  // The state carries the anchor and the momentum; a node without the outer step refuses it.
+  const std::vector<uint8_t> saved = a->Save();
+  CHECK(saved.size() == a->StateBytes());
+  CHECK(saved.size() == Node(0)->StateBytes() + 2 * kP * sizeof(float));
+  auto c = make(0);
+  REQUIRE(c->Restore(saved).ok());
+  CHECK(c->outer_state().anchor() == a->outer_state().anchor());
+  CHECK(c->outer_state().momentum() == a->outer_state().momentum());
+  CHECK(c->Save() == saved);
+  const Status s = Node(0)->Restore(saved);
+  CHECK(s.code() == absl::StatusCode::kDataLoss);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("flags 2"));
+  // An exact average: every weight 1, the anchor the average, the momentum kept.
+  const std::vector<float> momentum = a->outer_state().momentum();
+  a->Averaged(xb);
+  CHECK(a->weight(0) == 1.0);
+  CHECK(a->outer_state().anchor() == xb);
+  CHECK(a->outer_state().momentum() == momentum);
+  // An outer step out of range is refused at Create, naming it.
+  auto bad = LinkGossipNode::Create(0, 2, Slices(), kP, "q4", false, {0.7f, 1.0f, true});
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("momentum"));
+}
+
 TEST_CASE("a link node refuses frames it cannot build") {
   auto a = Node(0, 3);
   std::vector<float> x = Params(13);

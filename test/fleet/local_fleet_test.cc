@@ -787,7 +787,8 @@ TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   o.sync.fanout = 1;
   o.missing_links = 1;  // every link down every round
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
-  // Compressed links: a dense lossy sync codec with plain averaging; not q2, nor an outer step.
+  // Compressed links: a dense lossy sync codec, with an outer step or without; not q2, nor an
+  // outer step out of range.
   o.missing_links = 0;
   o.sync.codec = "q4";
   CHECK(LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
@@ -795,8 +796,10 @@ TEST_CASE("a fleet is checked before it trains", "[fleet]") {
   CHECK(!LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
   o.sync.codec = "q4";
   o.sync.outer = {0.7f, 0.9f, true};
+  CHECK(LocalFleet::Create(Config(), Data(), o, {ops->get()}).ok());
+  o.sync.outer = {0.7f, 1.5f, true};
   CHECK_THAT(std::string(LocalFleet::Create(Config(), Data(), o, {ops->get()}).status().message()),
-             Catch::Contains("takes no outer step of its own"));
+             Catch::Contains("momentum"));
 }
 
 }  // namespace

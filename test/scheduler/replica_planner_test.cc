@@ -277,6 +277,38 @@ void CheckAligned(const std::vector<PlanResult>& replicas, int layers) {
   }
 }
 
+TEST_CASE("gossip: the tied embedding goes between first stages and on to the last stage",
+          "[replicas]") {
+  const auto config = SmallModel(4);
+  REQUIRE(model::TiedHead(config));
+  const PipelineWorkload w = Workload(4);
+  Profiles p = Mesh({1e12, 1e12, 1e12, 1e12}, 1e7, 0.001);  // 10 MB/s, 1 ms
+  const std::vector<PlanResult> two = {Stages({{"s0", 0, 2}, {"s1", 2, 4}}),
+                                       Stages({{"s2", 0, 2}, {"s3", 2, 4}})};
+  SyncCostOptions sync;
+  sync.bytes_per_value = 0.5;
+  sync.fanout = 1;
+  sync.reduce = SyncReduceCost::kGather;
+  const ReplicaPlan gather = PriceReplicas(p, config, w, two, sync);
+  sync.reduce = SyncReduceCost::kGossip;
+  const ReplicaPlan gossip = PriceReplicas(p, config, w, two, sync);
+  // With two replicas each has one in-neighbour: the wte frame the last stages no longer send
+  // each other crosses each replica's first-to-last link instead, the same bytes in all.
+  CHECK(gossip.sync_bytes == Approx(gather.sync_bytes));
+  // A slow link inside replica 0, from its first stage to its last, is now a gossip round's
+  // bottleneck: the forwarded frame crosses it.
+  const double wte =
+      static_cast<double>(model::ParameterLayout(config).size(model::Tensor::kWte)) * 0.5;
+  for (LinkProfile& l : p.links) {
+    if (l.from == "s0" && l.to == "s1") l.bandwidth_bytes_per_second = 1e4;
+  }
+  const ReplicaPlan slow = PriceReplicas(p, config, w, two, sync);
+  CHECK(slow.sync_bottleneck == "s0 -> s1");
+  CHECK(slow.sync_seconds == Approx(wte / 1e4 + 0.001));
+  sync.reduce = SyncReduceCost::kGather;
+  CHECK(PriceReplicas(p, config, w, two, sync).sync_seconds < slow.sync_seconds / 10);
+}
+
 TEST_CASE("replicas are aligned to one stage count and one split", "[replicas]") {
   const auto config = SmallModel(4);
   // s0 and s2 four times as fast as the others.

@@ -120,7 +120,7 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   // Gossip sends fp32 values and weights of the coordinates it picks (all of them unless
   // topk:F), or over compressed links every coordinate's difference in a dense codec such as
   // q4, and mixes the parameters themselves: plain averaging unless an outer step is given
-  // (each replica's own, before its mix; none over compressed links).
+  // (each replica's own, before its mix).
   if (!codec_given) sync.codec = step || gossip ? "exact" : "q4";
   if (gossip) {
     if (!lr_given) sync.outer.lr = 1.0f;

@@ -116,10 +116,10 @@ Status ReplicaSync::Init() {
     std::vector<fleet::SyncSlice> slices;
     for (const SyncRoute& route : routes_) slices.push_back(route.slice);
     if (fleet::GossipSendsLinks(o_.sync)) {
-      ASSIGN_OR_RETURN(links_, fleet::LinkGossipNode::Create(o_.grid.replica(stage_),
-                                                             o_.grid.replicas, std::move(slices),
-                                                             static_cast<size_t>(layout.total()),
-                                                             o_.sync.codec, o_.sync.tracking));
+      ASSIGN_OR_RETURN(links_, fleet::LinkGossipNode::Create(
+                                   o_.grid.replica(stage_), o_.grid.replicas, std::move(slices),
+                                   static_cast<size_t>(layout.total()), o_.sync.codec,
+                                   o_.sync.tracking, o_.sync.outer));
       // The last stage's tied embedding replays its first stage's rounds: counted there.
       if (tied_k_ >= 0 && !tied_first_) links_->Uncount(static_cast<size_t>(tied_k_));
       return absl::OkStatus();
@@ -409,7 +409,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
         return absl::OkStatus();
       };
       RETURN_IF_ERROR(FinalAverage(step, where, params, frame, average));
-      links_->ResetWeights();
+      links_->Averaged(params);
     }
     o_.fragment->SetParameters(params.data());
     return absl::OkStatus();
