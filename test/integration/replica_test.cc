@@ -1594,9 +1594,10 @@ TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the flee
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4}\n"),
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4, "
                            "tracking: true}\n"),
-               // The one-peer exponential graph: replica i to i + 1, then i + 2, in turn.
+               // The one-peer exponential graph: replica i to i + 1, then i + 2, in turn; each
+               // replica's outer step before its mix, over the links too.
                std::string("sync: {mode: local, every: 2, reduce: gossip, codec: q4, "
-                           "graph: exponential}\n"));
+                           "graph: exponential, outer: {lr: 1, momentum: 0.5}}\n"));
   INFO(sync);
   std::string yaml = JobYaml(sync, 6);
   yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");

@@ -323,7 +323,7 @@ int Run(Flags f) {
                   // --outer-momentum is given: then each replica's outer step before the mix);
                   // stagger and overlap do not apply, and its codec sends the top-k fraction
                   // as fp32 shares; a dense lossy codec (q4, ...) sends every coordinate's
-                  // difference over each link (fleet/gossip_links.h, plain averaging only).
+                  // difference over each link (fleet/gossip_links.h).
                   if (stagger > 1 || overlap > 0) continue;
                   if (!f.outer_given) r.spec.sync.outer = fleet::kPlainAveraging;
                   r.spec.sync.fanout = f.fanout;
@@ -331,8 +331,7 @@ int Run(Flags f) {
                   r.spec.sync.exponential_graph = f.graph == "exponential";
                   if (r.spec.sync.exponential_graph) r.spec.sync.fanout = 1;
                   if (!fleet::GossipKeep(r.spec.sync).ok() &&
-                      (!fleet::GossipSendsLinks(r.spec.sync) ||
-                       !fleet::IsPlainAveraging(r.spec.sync.outer))) {
+                      !fleet::GossipSendsLinks(r.spec.sync)) {
                     continue;
                   }
                   for (const std::string& t : f.tracking) {
@@ -529,8 +528,8 @@ int main(int argc, char** argv) {
                  "each hop), gossip (each replica mixes its parameters with --fanout others "
                  "drawn each round: plain averaging unless --outer-lr or --outer-momentum is "
                  "given; codecs exact and topk:F as fp32 shares, a dense lossy codec (q4, q8, "
-                 "bf16) as each link's compressed differences with plain averaging "
-                 "(fleet/gossip_links.h), the others skipped; the step/exact "
+                 "bf16) as each link's compressed differences (fleet/gossip_links.h), the "
+                 "others skipped; the step/exact "
                  "reference always gathers)")
       ->capture_default_str();
   app.add_option("--step-codecs", f.step_codecs,
