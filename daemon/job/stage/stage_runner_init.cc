@@ -126,7 +126,11 @@ Status StageRunner::Init(int64_t memory_limit_bytes) {
         std::to_string(memory_bytes_ >> 20) + " MiB, the site allows " +
         std::to_string(memory_limit_bytes >> 20) + " MiB" +
         (fo.layer_modes.empty()
-             ? std::string()
+             ? (gpu && R > 1 ? " (" + std::to_string(R) +
+                                   " GPUs, each holding the whole stage: sharding auto keeps GPU "
+                                   "replicas replicated; sharding: zero1, zero2 or zero3 splits "
+                                   "the stage's state across them)"
+                             : std::string())
              : " (" + std::to_string(R) + " devices, layers " +
                    model::ModesSummary(fo.layer_modes) + ": " + sharding_why + ")"));
   }
