@@ -433,12 +433,7 @@ void LinkGossipNode::BeginRound(std::span<float> x) {
     }
     lr_sum_ = 0;
   }
-  if (outer_step()) {
-    outer_delta_.resize(parameters_);  // kept from round to round: no allocation after the first
-    outer_state_.PseudoGradient(x.first(parameters_), outer_delta_);
-    outer_state_.Step(outer_, outer_delta_);
-    std::copy(outer_state_.anchor().begin(), outer_state_.anchor().end(), x.begin());
-  }
+  if (outer_step()) outer_state_.StepOwn(outer_, x, &outer_delta_);
 }
 
 Status LinkGossipNode::Encode(const compression::Codec& codec, std::span<const float> values,

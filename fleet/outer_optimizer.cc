@@ -75,4 +75,12 @@ void OuterOptimizer::MoveAnchorPart(size_t offset, std::span<const float> values
   std::copy(values.begin(), values.end(), anchor_.begin() + static_cast<std::ptrdiff_t>(offset));
 }
 
+void OuterOptimizer::StepOwn(const OuterOptions& options, std::span<float> params,
+                             std::vector<float>* scratch) {
+  scratch->resize(size());  // kept by the caller from round to round: no allocation after one
+  PseudoGradient(params.first(size()), *scratch);
+  Step(options, *scratch);
+  std::copy(anchor_.begin(), anchor_.end(), params.begin());
+}
+
 }  // namespace longhaul::fleet

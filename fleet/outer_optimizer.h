@@ -60,6 +60,10 @@ class OuterOptimizer {
   // next round's pseudo-gradient is measured from); the momentum stays.
   // REQUIRES: offset + values.size() <= size().
   void MoveAnchorPart(size_t offset, std::span<const float> values);
+  // A gossip node's own outer step before its round (fleet/gossip_node.h, gossip_link_node.h):
+  // its pseudo-gradient from `params` into `scratch`, the step, and params = the new anchor.
+  // REQUIRES: params.size() >= size().
+  void StepOwn(const OuterOptions& options, std::span<float> params, std::vector<float>* scratch);
 
   size_t size() const { return anchor_.size(); }
   const std::vector<float>& anchor() const { return anchor_; }

@@ -135,6 +135,20 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
     for (const StagePlan& s : replicas[r].stages) {
       double slowest_flow = 0, total_bytes = 0, latency = 0;
       std::string to;
+      // One flow of `bytes` from s to `site`, `link_hops` round trips of latency.
+      auto flow_to = [&](const std::string& site, double bytes, double link_hops) {
+        price.bytes += bytes;
+        total_bytes += bytes;
+        const LinkProfile* link = profiles.Link(s.site, site);
+        const double flow = link == nullptr || link->bandwidth_bytes_per_second <= 0
+                                ? 1e30
+                                : bytes / link->bandwidth_bytes_per_second;
+        latency = std::max(latency, link == nullptr ? 0.0 : link->rtt_seconds * link_hops);
+        if (flow >= slowest_flow) {
+          slowest_flow = flow;
+          to = site;
+        }
+      };
       for (size_t q = 0; q < n; ++q) {
         if (q == r || (ring && q != (r + 1) % n)) continue;
         if (reduce == Reduce::kGossip &&
@@ -144,18 +158,7 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
         for (const StagePlan& d : replicas[q].stages) {
           const double bytes =
               SharedParams(model, s, d, reduce != Reduce::kGossip) * sync.bytes_per_value * share;
-          if (bytes <= 0) continue;
-          price.bytes += bytes;
-          total_bytes += bytes;
-          const LinkProfile* link = profiles.Link(s.site, d.site);
-          const double flow = link == nullptr || link->bandwidth_bytes_per_second <= 0
-                                  ? 1e30
-                                  : bytes / link->bandwidth_bytes_per_second;
-          latency = std::max(latency, link == nullptr ? 0.0 : link->rtt_seconds * hops);
-          if (flow >= slowest_flow) {
-            slowest_flow = flow;
-            to = d.site;
-          }
+          if (bytes > 0) flow_to(d.site, bytes, hops);
         }
       }
       if (reduce == Reduce::kGossip && s.layer_begin == 0 && model::TiedHead(model) &&
@@ -171,19 +174,7 @@ SyncPrice PriceSync(const Profiles& profiles, const model::ModelConfig& model,
         const double bytes =
             static_cast<double>(model::ParameterLayout(model).size(model::Tensor::kWte)) *
             sync.bytes_per_value * static_cast<double>(in);
-        if (bytes > 0) {
-          price.bytes += bytes;
-          total_bytes += bytes;
-          const LinkProfile* link = profiles.Link(s.site, last.site);
-          const double flow = link == nullptr || link->bandwidth_bytes_per_second <= 0
-                                  ? 1e30
-                                  : bytes / link->bandwidth_bytes_per_second;
-          latency = std::max(latency, link == nullptr ? 0.0 : link->rtt_seconds);
-          if (flow >= slowest_flow) {
-            slowest_flow = flow;
-            to = last.site;
-          }
-        }
+        if (bytes > 0) flow_to(last.site, bytes, 1.0);
       }
       if (to.empty()) continue;
       double seconds = slowest_flow;
