@@ -589,4 +589,11 @@ void AverageLinkSlice(std::span<const double> w, std::span<const std::span<const
   }
 }
 
+void LinkGossipNode::RestartOuter(size_t k, std::span<const float> x) {
+  if (!outer_step()) return;
+  const SyncSlice& s = slices_[k];
+  outer_state_.RestartPart(static_cast<size_t>(s.offset),
+                           x.subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.size)));
+}
+
 }  // namespace longhaul::fleet

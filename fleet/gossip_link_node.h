@@ -146,6 +146,11 @@ class LinkGossipNode {
   void BeginRound(std::span<float> x);
   bool outer_step() const { return !IsPlainAveraging(outer_); }
   const OuterOptimizer& outer_state() const { return outer_state_; }
+  // Slice k's values in `x` were replaced whole (a mended tied embedding, taken from the
+  // replica's first stage, daemon/job/sync/tied_round.h): the outer step starts over there
+  // (OuterOptimizer::RestartPart), alike on the stage that sent the copy and the one that took
+  // it. Nothing without an outer step.
+  void RestartOuter(size_t k, std::span<const float> x);
   // Slice k's frame to replica `to` in round `round`, from `x` (the whole parameter array):
   // the difference from link me -> to's copy in the codec (or x in fp32 when a key frame is
   // owed), the copy moved by it as the receiver will decode it.

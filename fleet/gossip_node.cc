@@ -399,4 +399,11 @@ Status GossipNode::Average(size_t k, std::span<const GossipFrame* const> replica
   return absl::OkStatus();
 }
 
+void GossipNode::RestartOuter(size_t k, std::span<const float> x) {
+  if (!outer_step()) return;
+  const SyncSlice& s = slices_[k];
+  outer_state_.RestartPart(static_cast<size_t>(s.offset),
+                           x.subspan(static_cast<size_t>(s.offset), static_cast<size_t>(s.size)));
+}
+
 }  // namespace longhaul::fleet

@@ -131,6 +131,11 @@ class GossipNode {
   // The outer step's state (when not plain averaging): the anchor a and the momentum buffer.
   bool outer_step() const { return !IsPlainAveraging(outer_); }
   const OuterOptimizer& outer_state() const { return outer_state_; }
+  // Slice k's values in `x` were replaced whole (a mended tied embedding, taken from the
+  // replica's first stage, daemon/job/sync/tied_round.h): the outer step starts over there
+  // (OuterOptimizer::RestartPart), alike on the stage that sent the copy and the one that took
+  // it. Nothing without an outer step.
+  void RestartOuter(size_t k, std::span<const float> x);
   // A checkpoint's outer anchor and momentum (each `parameters` long and finite).
   Status RestoreOuter(std::vector<float> anchor, std::vector<float> momentum);
 

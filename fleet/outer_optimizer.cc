@@ -75,6 +75,13 @@ void OuterOptimizer::MoveAnchorPart(size_t offset, std::span<const float> values
   std::copy(values.begin(), values.end(), anchor_.begin() + static_cast<std::ptrdiff_t>(offset));
 }
 
+void OuterOptimizer::RestartPart(size_t offset, std::span<const float> values) {
+  std::copy(values.begin(), values.end(), anchor_.begin() + static_cast<ptrdiff_t>(offset));
+  if (!momentum_.empty()) {
+    std::fill_n(momentum_.begin() + static_cast<ptrdiff_t>(offset), values.size(), 0.0f);
+  }
+}
+
 void OuterOptimizer::StepOwn(const OuterOptions& options, std::span<float> params,
                              std::vector<float>* scratch) {
   scratch->resize(size());  // kept by the caller from round to round: no allocation after one

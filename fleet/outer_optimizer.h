@@ -60,6 +60,10 @@ class OuterOptimizer {
   // next round's pseudo-gradient is measured from); the momentum stays.
   // REQUIRES: offset + values.size() <= size().
   void MoveAnchorPart(size_t offset, std::span<const float> values);
+  // The part from `offset` on starts over from `values`: the anchor there becomes them and the
+  // momentum there 0 (a copy replaced whole, such as a mended tied embedding, whose two holders
+  // must step alike from then on). REQUIRES: offset + values.size() <= size().
+  void RestartPart(size_t offset, std::span<const float> values);
   // A gossip node's own outer step before its round (fleet/gossip_node.h, gossip_link_node.h):
   // its pseudo-gradient from `params` into `scratch`, the step, and params = the new anchor.
   // REQUIRES: params.size() >= size().

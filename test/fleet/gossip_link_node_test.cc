@@ -405,6 +405,24 @@ TEST_CASE("an outer step moves x from the last round's mix, and its state saves 
   const Status s = Node(0)->Restore(saved);
   CHECK(s.code() == absl::StatusCode::kDataLoss);
   CHECK_THAT(std::string(s.message()), Catch::Contains("flags 2"));
+  // Slice 0 replaced whole (a mended tied embedding): its anchor the new values, its momentum
+  // 0, slice 1's state untouched; so two nodes that took the same copy step alike there again.
+  {
+    auto m = make(0);
+    REQUIRE(m->Restore(saved).ok());
+    std::vector<float> copy = Params(30);
+    m->RestartOuter(0, copy);
+    const SyncSlice s0 = Slices()[0], s1 = Slices()[1];
+    for (int64_t c = 0; c < s0.size; ++c) {
+      CHECK(m->outer_state().anchor()[static_cast<size_t>(c)] == copy[static_cast<size_t>(c)]);
+      CHECK(m->outer_state().momentum()[static_cast<size_t>(c)] == 0.0f);
+    }
+    for (int64_t c = s1.offset; c < s1.offset + s1.size; ++c) {
+      const size_t i = static_cast<size_t>(c);
+      CHECK(m->outer_state().anchor()[i] == a->outer_state().anchor()[i]);
+      CHECK(m->outer_state().momentum()[i] == a->outer_state().momentum()[i]);
+    }
+  }
   // An exact average: every weight 1, the anchor the average, the momentum kept.
   const std::vector<float> momentum = a->outer_state().momentum();
   a->Averaged(xb);

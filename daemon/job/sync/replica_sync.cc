@@ -667,6 +667,11 @@ Status ReplicaSync::SendTied(uint64_t step, std::span<float> params, const std::
                                                                static_cast<size_t>(s.size))),
                            where + ": the tied embedding " + (tied_first_ ? "to" : "from") +
                                " stage " + std::to_string(o_.grid.tied(stage_))));
+  if (mend) {
+    // Both holders now have the first's copy; an outer step's state for it starts over on both.
+    if (links_) links_->RestartOuter(static_cast<size_t>(tied_k_), params);
+    if (gossip_) gossip_->RestartOuter(static_cast<size_t>(tied_k_), params);
+  }
   if (mend && !tied_first_) {  // counted once, by the stage that took the copy
     MutexLock lock(sketch_mu_);
     ++tied_mends_;
