@@ -304,12 +304,10 @@ Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const 
     }
     const uint32_t tied =
         static_cast<uint32_t>(model::ParameterLayout(model_).SliceIndex(model::Tensor::kWte, 0));
-    const bool tracked = GossipFrameTracked(sync_.tracking, kGossipRoundTag, grid_.replicas);
     for (const auto& [replica, bytes] : *frames) {
-      const Status checked =
-          link_codec_
-              ? fleet::DecodeLinkFrame(bytes, tied, size, *link_codec_, sync_.tracking).status()
-              : fleet::DecodeGossipFrame(bytes, tied, size, tracked).status();
+      const Status checked = DecodeGossipSliceFrame(bytes, tied, size, link_codec_, sync_.tracking,
+                                                    kGossipRoundTag, grid_.replicas)
+                                 .status();
       if (!checked.ok()) {
         return Status(checked.code(), what + "replica " + std::to_string(replica) +
                                           "'s frame: " + std::string(checked.message()));
@@ -321,14 +319,10 @@ Status StageAdmission::CheckWhole(const v1::TensorFrame& first, std::span<const 
     for (const SyncRoute& r : routes_) {
       if (static_cast<uint32_t>(r.slice.index) != first.tensor_id()) continue;
       const Status checked =
-          LinkFrame(first)
-              ? fleet::DecodeLinkFrame(payload, static_cast<uint32_t>(r.slice.index),
-                                       static_cast<uint64_t>(r.slice.size), *link_codec_,
-                                       sync_.tracking)
-                    .status()
-              : fleet::DecodeGossipFrame(payload, static_cast<uint32_t>(r.slice.index),
-                                         static_cast<uint64_t>(r.slice.size), Tracked(first))
-                    .status();
+          DecodeGossipSliceFrame(payload, static_cast<uint32_t>(r.slice.index),
+                                 static_cast<uint64_t>(r.slice.size), link_codec_, sync_.tracking,
+                                 first.microbatch(), grid_.replicas)
+              .status();
       if (checked.ok()) return absl::OkStatus();
       return Status(checked.code(), what + std::string(checked.message()));
     }

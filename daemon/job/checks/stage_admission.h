@@ -74,7 +74,7 @@ class StageAdmission {
   // Whether a gossip sync frame is a round's over compressed links (fleet/gossip_link_node.h;
   // the final average's are fp32 gossip frames whatever the codec).
   bool LinkFrame(const v1::TensorFrame& first) const {
-    return link_codec_.has_value() && first.microbatch() < GossipFinalTag(grid_.replicas);
+    return GossipLinkRoundFrame(link_codec_.has_value(), first.microbatch(), grid_.replicas);
   }
 
   std::string site_, job_id_;

@@ -11,6 +11,21 @@
 
 namespace longhaul::daemon {
 
+StatusOr<GossipSliceFrame> DecodeGossipSliceFrame(
+    std::span<const uint8_t> bytes, uint32_t slice, uint64_t size,
+    const std::optional<compression::CodecSpec>& link_codec, bool tracking, uint64_t microbatch,
+    int replicas) {
+  GossipSliceFrame out;
+  if (GossipLinkRoundFrame(link_codec.has_value(), microbatch, replicas)) {
+    ASSIGN_OR_RETURN(out.link, fleet::DecodeLinkFrame(bytes, slice, size, *link_codec, tracking));
+  } else {
+    ASSIGN_OR_RETURN(out.gossip,
+                     fleet::DecodeGossipFrame(bytes, slice, size,
+                                              GossipFrameTracked(tracking, microbatch, replicas)));
+  }
+  return out;
+}
+
 uint64_t GossipRoundOf(const fleet::SyncOptions& sync, uint64_t step) {
   return fleet::SyncsBefore(sync, step + 1);
 }

@@ -5,12 +5,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "compression/codec_spec.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "fleet/gossip.h"
+#include "fleet/gossip_link_node.h"
+#include "fleet/gossip_node.h"
 #include "fleet/sync_options.h"
 #include "proto/longhaul.pb.h"
 
@@ -26,6 +31,27 @@ inline uint32_t GossipFinalTag(int replicas) { return static_cast<uint32_t>(repl
 inline bool GossipFrameTracked(bool tracking, uint64_t microbatch, int replicas) {
   return tracking && microbatch < GossipFinalTag(replicas);
 }
+
+// Whether a gossip sync frame whose key carries `microbatch` is a round's over compressed links
+// (fleet/gossip_link_node.h): in a job that gossips over links (`links`), a round's frame; the
+// final average's are push-sum frames whatever the codec.
+inline bool GossipLinkRoundFrame(bool links, uint64_t microbatch, int replicas) {
+  return links && microbatch < GossipFinalTag(replicas);
+}
+
+// One slice's gossip sync frame as the job sends it, decoded and checked whole: a LinkFrame
+// where GossipLinkRoundFrame says (in `link_codec`, the job's fleet::GossipLinkCodec; set only
+// when the job gossips over links), else a push-sum GossipFrame (its drifts as
+// GossipFrameTracked says). The exchange that takes the frames, the admission that checks them
+// and a last stage replaying its first stage's tied-embedding rounds all decode through this.
+struct GossipSliceFrame {
+  std::optional<fleet::LinkFrame> link;
+  std::optional<fleet::GossipFrame> gossip;
+};
+StatusOr<GossipSliceFrame> DecodeGossipSliceFrame(
+    std::span<const uint8_t> bytes, uint32_t slice, uint64_t size,
+    const std::optional<compression::CodecSpec>& link_codec, bool tracking, uint64_t microbatch,
+    int replicas);
 
 // The round of the sync after `step` (0-based): how many syncs came before it
 // (fleet::SyncsBefore: one after each warm-up step, then one every `every` steps, and one

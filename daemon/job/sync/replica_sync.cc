@@ -632,17 +632,13 @@ StatusOr<ReplicaSync::TiedSwap> ReplicaSync::SwapTied(uint64_t step, uint64_t ha
   const uint32_t slice = static_cast<uint32_t>(s.index);
   const uint64_t size = static_cast<uint64_t>(s.size);
   for (const auto& [r, frame] : *frames) {
-    const std::string which = where + ": replica " + std::to_string(r) + "'s frame";
-    if (links_) {
-      StatusOr<fleet::LinkFrame> f =
-          fleet::DecodeLinkFrame(frame, slice, size, *link_codec_, o_.sync.tracking);
-      if (!f.ok()) return Annotate(f.status(), which);
-      swap.link_frames.push_back(std::move(*f));
+    StatusOr<GossipSliceFrame> f = DecodeGossipSliceFrame(frame, slice, size, link_codec_,
+                                                          o_.sync.tracking, kGossipRoundTag, N);
+    if (!f.ok()) return Annotate(f.status(), where + ": replica " + std::to_string(r) + "'s frame");
+    if (f->link) {
+      swap.link_frames.push_back(std::move(*f->link));
     } else {
-      StatusOr<fleet::GossipFrame> f = fleet::DecodeGossipFrame(
-          frame, slice, size, GossipFrameTracked(o_.sync.tracking, kGossipRoundTag, N));
-      if (!f.ok()) return Annotate(f.status(), which);
-      swap.gossip_frames.push_back(std::move(*f));
+      swap.gossip_frames.push_back(std::move(*f->gossip));
     }
   }
   return swap;

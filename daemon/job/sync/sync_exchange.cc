@@ -590,24 +590,23 @@ Status SyncExchange::TakeGossip(const TensorKey& key, const ReceivedTensor& t) {
   const fleet::SyncSlice& slice = o_.routes[k].slice;
   const size_t i = static_cast<size_t>(at - gossip_from_.begin());
   if (slice.index == o_.tied_slice && !gossip_raw_.empty()) gossip_raw_[i] = t.payload;
-  if (!gossip_link_in_.empty()) {  // a round over compressed links
-    auto f = fleet::DecodeLinkFrame(t.payload, static_cast<uint32_t>(slice.index),
-                                    static_cast<uint64_t>(slice.size), *o_.gossip_link_codec,
-                                    o_.gossip_tracking);
-    if (!f.ok()) {
-      return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
-                                           ": " + std::string(f.status().message()));
-    }
-    gossip_link_in_[k][i] = std::move(*f);
+  auto decoded = DecodeGossipSliceFrame(t.payload, static_cast<uint32_t>(slice.index),
+                                        static_cast<uint64_t>(slice.size), o_.gossip_link_codec,
+                                        o_.gossip_tracking, key.microbatch, o_.grid.replicas);
+  if (!decoded.ok()) {
+    return Status(decoded.status().code(), "sync tensor " + key.DebugString() + " from " +
+                                               t.from_site + ": " +
+                                               std::string(decoded.status().message()));
+  }
+  if (decoded->link.has_value() != !gossip_link_in_.empty()) {
+    return absl::InternalError("gossip: tensor " + key.DebugString() +
+                               " is not of the round this exchange waits for");
+  }
+  if (decoded->link) {  // a round over compressed links
+    gossip_link_in_[k][i] = std::move(*decoded->link);
     return absl::OkStatus();
   }
-  auto f = fleet::DecodeGossipFrame(
-      t.payload, static_cast<uint32_t>(slice.index), static_cast<uint64_t>(slice.size),
-      GossipFrameTracked(o_.gossip_tracking, key.microbatch, o_.grid.replicas));
-  if (!f.ok()) {
-    return Status(f.status().code(), "sync tensor " + key.DebugString() + " from " + t.from_site +
-                                         ": " + std::string(f.status().message()));
-  }
+  std::optional<fleet::GossipFrame>& f = decoded->gossip;
   if (gossip_tag_ != 0 && !f->dense) {  // the final average takes every coordinate
     return absl::InvalidArgumentError(
         "sync tensor " + key.DebugString() + " from " + t.from_site +
