@@ -205,6 +205,41 @@ TEST_CASE(
   CHECK(g.out[3] == std::vector<int>{0});
 }
 
+TEST_CASE("a gossip slice frame decodes as the job sends it", "[gossip]") {
+  // Two replicas; slice 3 of 8 coordinates. Over q4 links a round's frame (microbatch below
+  // the final tag, 2) is a link frame, the final average's a push-sum frame; without a link
+  // codec every frame is a push-sum frame. Each kind is refused where the other is due.
+  const auto codec = fleet::GossipLinkCodec("q4");
+  REQUIRE(codec.ok());
+  const std::vector<fleet::SyncSlice> slices = {{3, 0, 8}};
+  auto node = fleet::LinkGossipNode::Create(0, 2, slices, 8, "q4", false);
+  REQUIRE(node.ok());
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 0.25f, 0.0f, 1.5f, -0.75f, 3.0f};
+  (*node)->Reset(x);
+  auto link = (*node)->Frame(0, 1, 0, x);
+  REQUIRE(link.ok());
+  std::vector<uint32_t> all(8);
+  for (uint32_t c = 0; c < 8; ++c) all[c] = c;
+  const std::vector<uint8_t> push = fleet::EncodeGossipFrame(3, all, x, std::vector<float>(8, 1));
+  const std::optional<compression::CodecSpec> q4 = *codec, none;
+  auto round = DecodeGossipSliceFrame(*link, 3, 8, q4, false, /*microbatch=*/1, 2);
+  REQUIRE(round.ok());
+  CHECK(round->link.has_value());
+  CHECK_FALSE(round->gossip.has_value());
+  CHECK(GossipLinkRoundFrame(true, 1, 2));
+  auto final_average = DecodeGossipSliceFrame(push, 3, 8, q4, false, GossipFinalTag(2), 2);
+  REQUIRE(final_average.ok());
+  CHECK(final_average->gossip.has_value());
+  CHECK(final_average->gossip->x == x);
+  CHECK_FALSE(GossipLinkRoundFrame(true, GossipFinalTag(2), 2));
+  auto plain = DecodeGossipSliceFrame(push, 3, 8, none, false, 1, 2);
+  REQUIRE(plain.ok());
+  CHECK(plain->gossip.has_value());
+  CHECK_FALSE(DecodeGossipSliceFrame(push, 3, 8, q4, false, 1, 2).ok());
+  CHECK_FALSE(DecodeGossipSliceFrame(*link, 3, 8, none, false, 1, 2).ok());
+  CHECK_FALSE(DecodeGossipSliceFrame(*link, 4, 8, q4, false, 1, 2).ok());  // another slice
+}
+
 TEST_CASE("a site checks an assignment's gossip links", "[gossip]") {
   const std::string job =
       "name: g\nmodel: {layers: 4, channels: 32, heads: 2, vocab: 256, context: 32}\n"

@@ -45,6 +45,22 @@ TEST_CASE("with lr 1 and no momentum the outer step averages the replicas", "[fl
   CHECK(o.anchor() == std::vector<float>{4.0f, -1.5f, 1.0f});
 }
 
+TEST_CASE("a gossip node's own step moves its parameters; a part can start over", "[fleet]") {
+  OuterOptimizer o;
+  o.Reset(std::vector<float>{1.0f, 2.0f, 3.0f});
+  std::vector<float> params = {0.5f, 2.5f, 3.0f}, scratch;
+  const OuterOptions opt{.lr = 0.5f, .momentum = 0.5f, .nesterov = true};
+  o.StepOwn(opt, params, &scratch);
+  // delta (0.5, -0.5, 0); update 1.5 delta; the parameters are the new anchor.
+  CHECK(o.anchor() == std::vector<float>{0.625f, 2.375f, 3.0f});
+  CHECK(params == o.anchor());
+  CHECK(o.momentum() == std::vector<float>{0.5f, -0.5f, 0.0f});
+  // Floats [1, 3) start over from new values: anchor them, momentum 0; float 0 untouched.
+  o.RestartPart(1, std::vector<float>{7.0f, 8.0f});
+  CHECK(o.anchor() == std::vector<float>{0.625f, 7.0f, 8.0f});
+  CHECK(o.momentum() == std::vector<float>{0.5f, 0.0f, 0.0f});
+}
+
 TEST_CASE("outer options and restored states are checked", "[fleet]") {
   CHECK(ValidateOuterOptions({}).ok());
   CHECK(!ValidateOuterOptions({.lr = 0}).ok());
