@@ -34,6 +34,8 @@
 #   GATHER_CODEC=topk:0.03+q4 GOSSIP_CODEC=topk:0.03 FANOUT=1 GRAPH=random
 #                             (GOSSIP_CODEC=q4: every coordinate's difference over each
 #                             link; GRAPH=exponential: the one-peer exponential graph)
+#   OUTER="{lr: 1, momentum: 0}"   the local-mode runs' sync.outer (plain averaging; gossip
+#                             takes each replica's own outer step before its mix)
 #   DATA=FILE VAL=FILE        llm.c token files to train on and to evaluate the exported
 #                             model on (byte vocabulary, e.g. tools/bench/real_text.sh's
 #                             moby-dick-train.bin and moby-dick-val.bin); default: the
@@ -54,7 +56,7 @@ DELAY=${DELAY:-25ms} THROTTLE=${THROTTLE:-0.02} SLOW=${SLOW:-0.06}
 LAYERS=${LAYERS:-4} CHANNELS=${CHANNELS:-64} HEADS=${HEADS:-4} STEPS=${STEPS:-40}
 BATCH=${BATCH:-8} MICROBATCH=${MICROBATCH:-4} SEQ=${SEQ:-64} LR=${LR:-2e-3} EVERY=${EVERY:-5}
 GATHER_CODEC=${GATHER_CODEC:-topk:0.03+q4} GOSSIP_CODEC=${GOSSIP_CODEC:-topk:0.03}
-FANOUT=${FANOUT:-1} GRAPH=${GRAPH:-random}
+FANOUT=${FANOUT:-1} GRAPH=${GRAPH:-random} OUTER=${OUTER:-"{lr: 1, momentum: 0}"}
 DATA=${DATA:-builtin} VAL=${VAL:-builtin}
 RUNS=(${RUNS:-step gather ring gossip})
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
@@ -91,7 +93,7 @@ write_job() {  # write_job FILE KIND
     wan_job_head "gossip-run-$2" 10 "${SITES[@]}"
     cat <<JOB
 replicas: 4
-sync: $([ "$2" = step ] && echo "$sync" || echo "{outer: {lr: 1, momentum: 0}, ${sync#\{}")
+sync: $([ "$2" = step ] && echo "$sync" || echo "{outer: $OUTER, ${sync#\{}")
 JOB
   } >"$1"
 }
