@@ -49,6 +49,9 @@ void BroadcastRows(cudaStream_t stream, float* out, const float* row, int N, int
 size_t ColumnSumScratch(int N, int C);
 void ColumnSumAccumulate(cudaStream_t stream, float* out, float* scratch, const float* in, int N,
                          int C);
+// Its second pass alone, for a first pass of the caller's own into `scratch` (one row of C per
+// chunk of kRowsPerChunk of N rows: RMSNorm's dweight): out[c] += the chunks, in order.
+void ColumnChunksAccumulate(cudaStream_t stream, float* out, const float* scratch, int N, int C);
 
 // ---- attention ----------------------------------------------------------------------------
 // qkv (B,T,3,NH,hs) -> q, k, v each (B,NH,T,hs).
@@ -71,8 +74,7 @@ void CausalSoftmaxBackward(cudaStream_t stream, float* dpreatt, const float* dat
 void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* inp,
                     const float* weight, int N, int C, float eps);
 // dinp += ...; dweight += sum over rows of dout * inp * rstd, in fixed chunks of rows into
-// `scratch` (RmsNormWeightScratch floats), then the chunks in order.
-size_t RmsNormWeightScratch(int N, int C);
+// `scratch` (ColumnSumScratch(N, C) floats), then the chunks in order (ColumnChunksAccumulate).
 void RmsNormBackward(cudaStream_t stream, float* dinp, float* dweight, float* scratch,
                      const float* dout, const float* inp, const float* weight, const float* rstd,
                      int N, int C);

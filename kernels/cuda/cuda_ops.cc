@@ -291,7 +291,7 @@ class CudaOps final : public Ops {
                        const float* weight, const float* rstd, int N, int C) override {
     if (N == 0 || C == 0) return;
     Use();
-    cuda::RmsNormBackward(stream_, dinp, dweight, Scratch(RmsNormWeightScratch(N, C)), dout, inp,
+    cuda::RmsNormBackward(stream_, dinp, dweight, Scratch(ColumnSumScratch(N, C)), dout, inp,
                           weight, rstd, N, C);
   }
 

@@ -157,6 +157,12 @@ void ColumnSumAccumulate(cudaStream_t stream, float* out, float* scratch, const 
   const unsigned chunks = Blocks(N, kRowsPerChunk);
   ColumnSumPartialKernel<<<dim3(Blocks(C, kBlock), chunks), kBlock, 0, stream>>>(scratch, in, N, C);
   LONGHAUL_CUDA_CHECK_LAUNCH();
+  ColumnChunksAccumulate(stream, out, scratch, N, C);
+}
+
+void ColumnChunksAccumulate(cudaStream_t stream, float* out, const float* scratch, int N, int C) {
+  if (N == 0 || C == 0) return;
+  const unsigned chunks = Blocks(N, kRowsPerChunk);
   ChunkSumKernel<<<Blocks(C, kBlock), kBlock, 0, stream>>>(out, nullptr, scratch, chunks, C, C);
   LONGHAUL_CUDA_CHECK_LAUNCH();
 }

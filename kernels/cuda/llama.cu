@@ -1,7 +1,8 @@
 // The CUDA backend's Llama-family kernels (cuda_kernels.h): RMSNorm, the rotary embedding,
 // SwiGLU, and the head reshapes of grouped-query attention (its products are cuBLAS's, in
 // cuda_ops.cc). Written after the reference (kernels/cpu/reference_llama.cc) formula by
-// formula; no atomics: RMSNorm's dweight sums fixed chunks of rows, then the chunks in order.
+// formula; no atomics: RMSNorm's dweight sums fixed chunks of rows, then the chunks in order
+// (layernorm.cu's second pass, ColumnChunksAccumulate).
 #include "kernels/cuda/kernel_common.cuh"
 
 namespace longhaul::kernels::cuda {
@@ -54,14 +55,6 @@ __global__ void RmsNormWeightPartialKernel(float* scratch, const float* dout, co
     dw += dout[off] * (inp[off] * rstd[n]);
   }
   scratch[static_cast<size_t>(chunk) * C + c] = dw;
-}
-
-__global__ void ChunksInOrderKernel(float* out, const float* scratch, int chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float sum = 0.0f;
-  for (int k = 0; k < chunks; k++) sum += scratch[static_cast<size_t>(k) * C + c];
-  out[c] += sum;
 }
 
 // ---- rotary embedding -----------------------------------------------------------------------
@@ -141,10 +134,6 @@ void RmsNormForward(cudaStream_t stream, float* out, float* rstd, const float* i
   LONGHAUL_CUDA_CHECK_LAUNCH();
 }
 
-size_t RmsNormWeightScratch(int N, int C) {
-  return static_cast<size_t>((N + kRowsPerChunk - 1) / kRowsPerChunk) * C;
-}
-
 void RmsNormBackward(cudaStream_t stream, float* dinp, float* dweight, float* scratch,
                      const float* dout, const float* inp, const float* weight, const float* rstd,
                      int N, int C) {
@@ -152,12 +141,10 @@ void RmsNormBackward(cudaStream_t stream, float* dinp, float* dweight, float* sc
   RmsNormBackwardInputKernel<<<Blocks(N, kBlock / kWarp), kBlock, 0, stream>>>(dinp, dout, inp,
                                                                                weight, rstd, N, C);
   LONGHAUL_CUDA_CHECK_LAUNCH();
-  const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
-  RmsNormWeightPartialKernel<<<dim3(Blocks(C, kBlock), chunks), kBlock, 0, stream>>>(
-      scratch, dout, inp, rstd, N, C);
+  RmsNormWeightPartialKernel<<<dim3(Blocks(C, kBlock), Blocks(N, kRowsPerChunk)), kBlock, 0,
+                               stream>>>(scratch, dout, inp, rstd, N, C);
   LONGHAUL_CUDA_CHECK_LAUNCH();
-  ChunksInOrderKernel<<<Blocks(C, kBlock), kBlock, 0, stream>>>(dweight, scratch, chunks, C);
-  LONGHAUL_CUDA_CHECK_LAUNCH();
+  ColumnChunksAccumulate(stream, dweight, scratch, N, C);
 }
 
 void Rotate(cudaStream_t stream, float* qkv, const float* cos, const float* sin, int B, int T,
