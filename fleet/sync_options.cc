@@ -126,6 +126,14 @@ OuterOptions OuterStepAt(const SyncOptions& o, uint64_t done) {
   return done <= static_cast<uint64_t>(std::max(0, o.warmup)) ? kPlainAveraging : o.outer;
 }
 
+OuterOptions DefaultOuterStep(const SyncOptions& o) {
+  const bool topk = o.codec.rfind("topk:", 0) == 0;
+  if (o.reduce == SyncReduce::kGossip || topk || o.every < kOuterMomentumFromEvery) {
+    return kPlainAveraging;
+  }
+  return kCadenceMomentum;
+}
+
 uint64_t SyncsBefore(const SyncOptions& o, uint64_t done) {
   const uint64_t every = static_cast<uint64_t>(std::max(1, o.every));
   const uint64_t warmup = static_cast<uint64_t>(std::max(0, o.warmup));

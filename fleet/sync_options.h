@@ -122,6 +122,16 @@ LocalSyncAction LocalSyncAt(const SyncOptions& options, uint64_t done, uint64_t 
 // The outer step of the sync after step `done`: plain averaging within the warm-up, the
 // options' outer step after it.
 OuterOptions OuterStepAt(const SyncOptions& options, uint64_t done);
+// The outer step of a job whose file gives none (a given lr or momentum stays, the other from
+// here), measured on real text (docs/BENCHMARKS.md, "The outer step's defaults follow the
+// cadence"): plain averaging for gossip (each replica mixes its parameters), for a top-k
+// codec (its error feedback carries what a sync leaves out, as momentum would) and for syncs
+// more often than every kOuterMomentumFromEvery steps (momentum on syncs that close overshoots);
+// Nesterov lr 1, momentum 0.5 from there on (DiLoCo's lr 0.7 and momentum 0.9 lost 29% every 5
+// steps and 11% every 50 where these lost 3.8% and 7.6%).
+inline constexpr int kOuterMomentumFromEvery = 10;
+inline constexpr OuterOptions kCadenceMomentum{1.0f, 0.5f, true};
+OuterOptions DefaultOuterStep(const SyncOptions& options);
 // How many syncs came before the one after step `done` (>= 1) with stagger 1 and overlap 0
 // (gossip's rounds): one after each warm-up step, then one every `every` steps, and one after
 // the job's last step.

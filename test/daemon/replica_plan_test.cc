@@ -88,8 +88,28 @@ TEST_CASE("replicas and sync in a job file", "[replicas]") {
   REQUIRE(topk_lr.ok());
   CHECK(topk_lr->sync.outer.lr == 0.5f);
   CHECK(topk_lr->sync.outer.momentum == 0.0f);
-  CHECK(two->sync.outer.lr == 0.7f);  // q4: the DiLoCo defaults
-  CHECK(two->sync.outer.momentum == 0.9f);
+  // q4 every 50 (local mode's default cadence): Nesterov lr 1, momentum 0.5.
+  CHECK(two->sync.outer.lr == 1.0f);
+  CHECK(two->sync.outer.momentum == 0.5f);
+  CHECK(two->sync.outer.nesterov);
+  // The cadence decides for dense codecs: plain averaging below every 10, momentum from 10 on;
+  // with gossip always plain averaging; a given value stays and the other follows the rule.
+  auto outer_of = [](const std::string& sync) {
+    auto s = ParseJobSpec(Job("replicas: 2\nsync: " + sync + "\n"), "job.yaml", ".");
+    REQUIRE(s.ok());
+    return s->sync.outer;
+  };
+  CHECK(outer_of("{every: 9}").momentum == 0.0f);
+  CHECK(outer_of("{every: 9}").lr == 1.0f);
+  CHECK(outer_of("{every: 5, codec: exact, reduce: ring}").momentum == 0.0f);
+  CHECK(outer_of("{every: 10}").momentum == 0.5f);
+  CHECK(outer_of("{every: 10, codec: adaptive}").momentum == 0.5f);
+  CHECK(outer_of("{every: 10, reduce: gossip}").momentum == 0.0f);
+  CHECK(outer_of("{every: 20, codec: topk:0.05+q4}").momentum == 0.0f);
+  CHECK(outer_of("{every: 5, outer: {momentum: 0.3}}").momentum == 0.3f);
+  CHECK(outer_of("{every: 5, outer: {momentum: 0.3}}").lr == 1.0f);
+  CHECK(outer_of("{every: 50, outer: {lr: 0.7}}").momentum == 0.5f);
+  CHECK(outer_of("{every: 50, outer: {lr: 0.7}}").lr == 0.7f);
 
   auto error = [](const std::string& extra) {
     auto s = ParseJobSpec(Job(extra), "job.yaml", ".");

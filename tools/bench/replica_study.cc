@@ -75,10 +75,11 @@ struct Flags {
   std::string graph = "random";                  // gossip: random or exponential
   std::vector<std::string> tracking = {"off"};   // gossip: gradient tracking, "off" and/or "on"
   bool skewed_shards = false;                    // replica r: the r-th part of the text
-  float outer_lr = 0.7f;
-  float outer_momentum = 0.9f;
-  bool outer_given = false;  // --outer-lr or --outer-momentum: gossip takes them too
-  int steps = 0;             // 0: the job's
+  float outer_lr = 1.0f;                         // unless given: the job spec's default of each run
+  float outer_momentum = 0.0f;
+  bool outer_lr_given = false;
+  bool outer_momentum_given = false;
+  int steps = 0;  // 0: the job's
   int seeds = 3;
   int jobs = 2;
   int last = 10;
@@ -238,6 +239,16 @@ void TrainOne(const model::Job& job, const std::shared_ptr<const model::TokenDat
 
 std::string Percent(double p) { return absl::StrFormat("%+.2f%%", p); }
 
+std::string OuterText(const Flags& f) {
+  if (!f.outer_lr_given && !f.outer_momentum_given) {
+    return "a job's default for each run (lr 1; momentum 0.5 from every 10 on, 0 below, with "
+           "gossip or top-k)";
+  }
+  return absl::StrFormat(
+      "lr %s momentum %s", f.outer_lr_given ? absl::StrFormat("%g", f.outer_lr) : "a job's",
+      f.outer_momentum_given ? absl::StrFormat("%g", f.outer_momentum) : "a job's");
+}
+
 int Run(Flags f) {
   auto loaded = model::LoadJob(f.job, daemon::PipelineJobKeys());
   if (!loaded.ok()) {
@@ -317,15 +328,20 @@ int Run(Flags f) {
                 r.spec.sync.overlap = overlap;
                 r.spec.sync.stagger = stagger;
                 r.spec.sync.codec = codec;
-                r.spec.sync.outer = {f.outer_lr, f.outer_momentum, true};
+                // Without --outer-lr or --outer-momentum the job spec's default for the run's
+                // reduce, codec and cadence (fleet::DefaultOuterStep); one given, the other
+                // from it.
+                r.spec.sync.outer = fleet::DefaultOuterStep(r.spec.sync);
+                if (f.outer_lr_given) r.spec.sync.outer.lr = f.outer_lr;
+                if (f.outer_momentum_given) r.spec.sync.outer.momentum = f.outer_momentum;
                 if (r.spec.sync.reduce == fleet::SyncReduce::kGossip) {
                   // Gossip mixes parameters (plain averaging unless --outer-lr or
-                  // --outer-momentum is given: then each replica's outer step before the mix);
+                  // --outer-momentum is given: then each replica's outer step before the mix,
+                  // the one not given 1 or 0);
                   // stagger and overlap do not apply, and its codec sends the top-k fraction
                   // as fp32 shares; a dense lossy codec (q4, ...) sends every coordinate's
                   // difference over each link (fleet/gossip_links.h).
                   if (stagger > 1 || overlap > 0) continue;
-                  if (!f.outer_given) r.spec.sync.outer = fleet::kPlainAveraging;
                   r.spec.sync.fanout = f.fanout;
                   r.spec.missing_links = f.missing_links;
                   r.spec.sync.exponential_graph = f.graph == "exponential";
@@ -356,11 +372,11 @@ int Run(Flags f) {
   }
   absl::PrintF(
       "replica study: %s (%s): L=%d C=%d V=%d T=%d, %.2fM parameters; %d steps x %d "
-      "microbatches of %d per replica, lr %g; outer lr %g momentum %g (Nesterov); %zu runs, %d "
+      "microbatches of %d per replica, lr %g; outer step (Nesterov) %s; %zu runs, %d "
       "at once%s%s\n",
       f.job, job.name, c.num_layers, c.channels, c.vocab_size, job.seq_len,
       model::NumParameters(c) / 1e6, job.steps, job.microbatches(), job.microbatch_size,
-      job.optimizer.lr, f.outer_lr, f.outer_momentum, results.size(), f.jobs,
+      job.optimizer.lr, OuterText(f), results.size(), f.jobs,
       f.replica_microbatches.empty()
           ? std::string()
           : "; microbatches per replica " + absl::StrJoin(f.replica_microbatches, "/"),
@@ -565,9 +581,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-baseline", f.no_baseline,
                "Skip the step/exact runs (deterministic: one run gives a seed's baseline for "
                "good); the table then has no comparisons, each run's line its losses");
-  app.add_option("--outer-lr", f.outer_lr, "Outer learning rate")->capture_default_str();
-  app.add_option("--outer-momentum", f.outer_momentum, "Outer Nesterov momentum")
-      ->capture_default_str();
+  app.add_option("--outer-lr", f.outer_lr,
+                 "Outer learning rate (default: a job's, by reduce, codec and cadence: 1)");
+  app.add_option("--outer-momentum", f.outer_momentum,
+                 "Outer Nesterov momentum (default: a job's: 0 for gossip, top-k and every "
+                 "below 10, 0.5 from every 10 on; fleet::DefaultOuterStep)");
   app.add_option("--steps", f.steps, "Steps per run (0: the job's)")->capture_default_str();
   app.add_option("--seeds", f.seeds, "Seeds: the job's, +1, ...")
       ->capture_default_str()
@@ -582,6 +600,7 @@ int main(int argc, char** argv) {
   app.add_option("--markdown", f.markdown, "Also write the table to this file");
   app.add_option("--curves", f.curves, "Write every step's loss as CSV to this file");
   CLI11_PARSE(app, argc, argv);
-  f.outer_given = app.count("--outer-lr") + app.count("--outer-momentum") > 0;
+  f.outer_lr_given = app.count("--outer-lr") > 0;
+  f.outer_momentum_given = app.count("--outer-momentum") > 0;
   return Run(f);
 }

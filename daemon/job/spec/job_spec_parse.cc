@@ -122,17 +122,12 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
   // q4, and mixes the parameters themselves: plain averaging unless an outer step is given
   // (each replica's own, before its mix).
   if (!codec_given) sync.codec = step || gossip ? "exact" : "q4";
-  if (gossip) {
-    if (!lr_given) sync.outer.lr = 1.0f;
-    if (!momentum_given) sync.outer.momentum = 0.0f;
-  }
-  // A top-k codec's error feedback carries what a sync leaves out to the next, as momentum
-  // would: its outer step defaults to plain averaging (the replica study in BENCHMARKS.md:
-  // with the Nesterov default it does not train). Given values stay.
-  if (sync.codec.rfind("topk:", 0) == 0) {
-    if (!lr_given) sync.outer.lr = 1.0f;
-    if (!momentum_given) sync.outer.momentum = 0.0f;
-  }
+  // The outer step the reduce, codec and cadence call for (fleet::DefaultOuterStep: plain
+  // averaging for gossip, top-k and syncs every few steps, momentum 0.5 for sparser ones);
+  // given values stay.
+  const fleet::OuterOptions outer = fleet::DefaultOuterStep(sync);
+  if (!lr_given) sync.outer.lr = outer.lr;
+  if (!momentum_given) sync.outer.momentum = outer.momentum;
   // Dropping a replica restarts the others from the committed step, and it rejoins at a later
   // one: without checkpoints until the end (checkpoint.every 0) both would start over.
   const bool checkpoints = spec->job.checkpoint.every > 0;
