@@ -170,6 +170,10 @@ TEST_CASE("placement: even with replicas: each replica's even split, the planner
   CHECK(StageList(r["pipelines"][0]) == std::vector<std::string>{"alpha[0,2)", "beta[2,4)"});
   CHECK(StageList(r["pipelines"][1]) == std::vector<std::string>{"gamma[0,2)", "delta[2,4)"});
   CHECK(r["sync"]["codec"] == "q4");
+  // every 10 with q4: the outer step the job file gives, the default for that cadence.
+  CHECK(r["sync"]["outer"]["lr"] == 1.0);
+  CHECK(r["sync"]["outer"]["momentum"] == 0.5);
+  CHECK(r["sync"]["outer"]["nesterov"] == true);
   CHECK(r["tokens_per_second"].get<double>() > 0);
   CHECK(j["planner"]["replicas"]["count"] == 2);
   f.output = "table";
@@ -177,6 +181,7 @@ TEST_CASE("placement: even with replicas: each replica's even split, the planner
   INFO(table.str());
   CHECK(table.str().find("replica 0 of 2:") != std::string::npos);
   CHECK(table.str().find("gamma[0,2) delta[2,4)") != std::string::npos);
+  CHECK(table.str().find("outer step:     Nesterov lr 1, momentum 0.5\n") != std::string::npos);
   CHECK(table.str().find("the planner would choose (placement: planned): 2 replica(s): ") !=
         std::string::npos);
 }
@@ -311,6 +316,36 @@ TEST_CASE("a job with replicas: the replicated plan beside the single pipeline's
     CHECK(sync["reduce"] == (ring < gather ? "ring" : "gather"));
     CHECK(sync["reduce_asked"] == "auto");
     CHECK(sync["seconds"].get<double>() == Approx(std::min(ring, gather)));
+  }
+  // Gossip: its rounds priced and named, and without an outer step in the file plain
+  // averaging, the default for gossip.
+  {
+    PlanFlags f = Example();
+    std::string path = ReplicasJob("4");
+    std::ifstream in(path);
+    std::string yaml((std::istreambuf_iterator<char>(in)), {});
+    yaml.replace(yaml.find("reduce: gather"), 14, "reduce: gossip");
+    const size_t outer = yaml.find("  outer: {");
+    REQUIRE(outer != std::string::npos);
+    yaml.erase(outer, yaml.find('\n', outer) + 1 - outer);
+    std::ofstream(path) << yaml;
+    f.job = path;
+    f.output = "json";
+    std::ostringstream out, err, table;
+    REQUIRE(RunPlan(f, out, err) == 0);
+    const auto sync = nlohmann::json::parse(out.str())["replicas"]["sync"];
+    INFO(sync.dump());
+    CHECK(sync["reduce"] == "gossip");
+    CHECK(sync["gossip_rounds"].get<int>() >= 1);
+    CHECK(sync["gossip_seconds"].get<double>() > 0);
+    CHECK(sync["outer"]["lr"] == 1.0);
+    CHECK(sync["outer"]["momentum"] == 0.0);
+    f.output = "table";
+    REQUIRE(RunPlan(f, table, err) == 0);
+    INFO(table.str());
+    CHECK(table.str().find(", gossiped: ") != std::string::npos);
+    CHECK(table.str().find("outer step:     plain averaging (lr 1, no momentum)\n") !=
+          std::string::npos);
   }
   // More replicas than the candidates can form.
   PlanFlags f = Example();

@@ -174,6 +174,13 @@ std::string SyncEvery(const daemon::JobSpec& spec) {
                                 : "");
 }
 
+// "Nesterov lr 1, momentum 0.5" or "plain averaging (lr 1, no momentum)": what the job's outer
+// step is, given or by default (fleet::DefaultOuterStep).
+std::string OuterText(const fleet::OuterOptions& o) {
+  if (o.lr == 1.0f && o.momentum == 0.0f) return "plain averaging (lr 1, no momentum)";
+  return absl::StrCat(o.nesterov ? "Nesterov " : "", "lr ", o.lr, ", momentum ", o.momentum);
+}
+
 json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
                const StepEstimate& single) {
   json j;
@@ -193,7 +200,9 @@ json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
   j["sync"] = {{"mode", fleet::SyncModeName(spec.sync.mode)},
                {"every", spec.sync.mode == fleet::SyncMode::kStep ? 1 : spec.sync.every},
                {"codec", spec.sync.codec},
-               {"reduce", f.ring ? "ring" : "gather"},
+               {"reduce", f.gossip ? "gossip"
+                          : f.ring ? "ring"
+                                   : "gather"},
                {"reduce_asked", fleet::SyncReduceName(spec.sync.reduce)},
                {"gather_seconds", f.gather_seconds},
                {"ring_seconds", f.ring_seconds},
@@ -201,6 +210,15 @@ json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
                {"seconds", f.sync_seconds},
                {"exposed_seconds_per_step", f.exposed_sync_per_step},
                {"bottleneck", f.sync_bottleneck}};
+  if (f.gossip) {
+    j["sync"]["gossip_seconds"] = f.gossip_seconds;
+    j["sync"]["gossip_rounds"] = f.gossip_rounds;
+  }
+  if (spec.sync.mode == fleet::SyncMode::kLocal) {
+    j["sync"]["outer"] = {{"lr", spec.sync.outer.lr},
+                          {"momentum", spec.sync.outer.momentum},
+                          {"nesterov", spec.sync.outer.nesterov}};
+  }
   j["step_seconds"] = f.step_seconds;
   j["tokens_per_second"] = f.tokens_per_second;
   j["vs_single_pipeline"] =
@@ -234,9 +252,19 @@ void PrintFleet(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
   out << t.str();
   if (f.replicas.size() > 1) {
     out << "sync:           " << SyncEvery(spec) << " in " << spec.sync.codec
-        << (f.ring ? ", around a ring" : ", gathered") << ": " << Bytes(f.sync_bytes) << " in "
-        << Secs(f.sync_seconds) << " (slowest flow " << f.sync_bottleneck << "), "
-        << Secs(f.exposed_sync_per_step) << " per step\n";
+        << (f.gossip ? ", gossiped"
+            : f.ring ? ", around a ring"
+                     : ", gathered")
+        << ": " << Bytes(f.sync_bytes) << " in " << Secs(f.sync_seconds) << " (slowest flow "
+        << f.sync_bottleneck << "), " << Secs(f.exposed_sync_per_step) << " per step\n";
+    if (f.gossip) {
+      out << "gossip:         " << f.gossip_rounds
+          << " round(s) bring the replicas within 1% of their mean, " << Secs(f.gossip_seconds)
+          << " a round\n";
+    }
+    if (spec.sync.mode == fleet::SyncMode::kLocal) {
+      out << "outer step:     " << OuterText(spec.sync.outer) << "\n";
+    }
     if (f.gather_seconds > 0 && f.ring_seconds > 0) {
       out << "sync.reduce:    auto chose " << (f.ring ? "ring" : "gather") << " (gather "
           << Secs(f.gather_seconds) << ", ring " << Secs(f.ring_seconds)
