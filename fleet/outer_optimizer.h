@@ -21,6 +21,8 @@
 
 namespace longhaul::fleet {
 
+// DiLoCo's values. A job file that gives no outer step gets DefaultOuterStep's
+// (fleet/sync_options.h: by the sync's reduce, codec and cadence), not these.
 struct OuterOptions {
   float lr = 0.7f;        // DiLoCo's outer learning rate
   float momentum = 0.9f;  // in [0, 1)

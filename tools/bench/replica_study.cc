@@ -110,7 +110,13 @@ struct RunSpec {
                               sync.overlap > 0 ? absl::StrCat("+", sync.overlap) : "",
                               sync.stagger > 1 ? absl::StrCat(" x", sync.stagger) : "",
                               sync.warmup > 0 ? absl::StrCat(" warm ", sync.warmup) : "", " ",
-                              Codec(), Reduce());
+                              Codec(), Reduce(), Outer());
+  }
+  // " m0.5", " lr0.7 m0.9": an outer step other than plain averaging (which says nothing).
+  std::string Outer() const {
+    const fleet::OuterOptions& o = sync.outer;
+    if (o.lr == 1.0f && o.momentum == 0.0f) return "";
+    return absl::StrCat(o.lr == 1.0f ? "" : absl::StrCat(" lr", o.lr), " m", o.momentum);
   }
   // The step/exact reference every other run of its N and seed is compared with.
   bool baseline() const {
