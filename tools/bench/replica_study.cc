@@ -115,7 +115,7 @@ struct RunSpec {
   // " m0.5", " lr0.7 m0.9": an outer step other than plain averaging (which says nothing).
   std::string Outer() const {
     const fleet::OuterOptions& o = sync.outer;
-    if (o.lr == 1.0f && o.momentum == 0.0f) return "";
+    if (fleet::IsPlainAveraging(o)) return "";
     return absl::StrCat(o.lr == 1.0f ? "" : absl::StrCat(" lr", o.lr), " m", o.momentum);
   }
   // The step/exact reference every other run of its N and seed is compared with.

@@ -177,7 +177,7 @@ std::string SyncEvery(const daemon::JobSpec& spec) {
 // "Nesterov lr 1, momentum 0.5" or "plain averaging (lr 1, no momentum)": what the job's outer
 // step is, given or by default (fleet::DefaultOuterStep).
 std::string OuterText(const fleet::OuterOptions& o) {
-  if (o.lr == 1.0f && o.momentum == 0.0f) return "plain averaging (lr 1, no momentum)";
+  if (fleet::IsPlainAveraging(o)) return "plain averaging (lr 1, no momentum)";
   return absl::StrCat(o.nesterov ? "Nesterov " : "", "lr ", o.lr, ", momentum ", o.momentum);
 }
 
