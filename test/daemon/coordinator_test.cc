@@ -335,6 +335,55 @@ TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one
   CHECK(f.alpha.assignments().size() == 1);
 }
 
+TEST_CASE("coordinator: a removed replica comes back when its sites are added again") {
+  // beta's replica leaves at step 1 (as above); the job commits step 2 without it. Adding beta
+  // again brings replica 1 back, not a new replica: no longer removed, it rejoins from
+  // alpha's state at the committed step (attempt 2), counted as an added replica.
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
+  f.Step(0, 0);
+  REQUIRE(f.c->ChangeSites({}, {"beta"}).ok());
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
+  REQUIRE(f.c->OnReport(f.Report(0, 1, 2), "alpha").ok());
+  REQUIRE(f.c->OnReport(f.Report(1, 1, 2), "beta")->stop());
+  REQUIRE(f.c->OnReport(f.Report(0, 2, 2), "alpha").ok());
+  REQUIRE(f.c->GetStatus(1).committed_step() == 2);
+  REQUIRE(f.c->GetStatus(1).removed_replicas_size() == 1);
+  // The leave is done once beta's stage is stopped (one change at a time until then).
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  // alpha's replica is in the job: naming its site is no comeback.
+  auto live = f.c->ChangeSites({"alpha"}, {});
+  CHECK(live.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK_THAT(std::string(live.status().message()),
+             Catch::Contains("'alpha' runs a stage of replica 0"));
+  auto back = f.c->ChangeSites({"beta"}, {});
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK(std::vector<uint32_t>(back->replicas().begin(), back->replicas().end()) ==
+        std::vector<uint32_t>{1});
+  CHECK_THAT(back->detail(), Catch::Contains("back as replica 1"));
+  REQUIRE(testing::WaitFor([&] { return f.beta.assignments().size() >= 2; }, 30s));
+  const v1::StageAssignment a = f.beta.assignments().back();
+  CHECK(a.attempt() == 2);
+  CHECK(a.resume_step() == 2);
+  CHECK(a.stages_size() == 2);  // the same plan: no third replica
+  CHECK(std::vector<uint32_t>(a.rejoining_replicas().begin(), a.rejoining_replicas().end()) ==
+        std::vector<uint32_t>{1});
+  CHECK(a.dropped_replicas_size() == 0);
+  const v1::JobStatus s = f.c->GetStatus(1);
+  CHECK(s.removed_replicas_size() == 0);
+  CHECK(s.replicas_added() == 1);
+  CHECK(s.replica_rejoins() == 1);
+  bool noted = false;
+  for (const v1::JobEvent& e : s.events()) {
+    noted = noted ||
+            (e.kind() == "site_added" && e.detail().find("back as replica 1") != std::string::npos);
+  }
+  CHECK(noted);
+}
+
 TEST_CASE(
     "coordinator: restarted, a gossip job's coordinator tells the replicas left who dropped") {
   // Two gossip replicas, alpha and beta. The coordinator's daemon restarts while alpha's stage

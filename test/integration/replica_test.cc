@@ -1286,6 +1286,56 @@ TEST_CASE("a replica leaves a running ring job at a step: the rings close withou
   CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 5, id, steps, 1, 2));
 }
 
+TEST_CASE("a removed replica comes back when add-site names all its sites again") {
+  // A 2 x 2 job; gamma is removed, taking replica 1 (gamma, delta) out without a
+  // rollback. add-site of gamma alone is refused, naming both its sites; of delta and gamma it
+  // brings replica 1 back as it was (no third replica): it rejoins from replica 0's state at a
+  // committed step and syncs with it to the end, the two replicas ending bit for bit alike. The
+  // same in a gossip job, whose replicas mix rather than average (not alike at the end).
+  const std::string reduce = GENERATE(std::string("gather, codec: q8"), std::string("gossip"));
+  INFO("reduce: " << reduce);
+  const int steps = 30;
+  const std::string yaml =
+      JobYaml("sync: {mode: local, every: 2, reduce: " + reduce + "}\n", steps);
+  Cluster c;
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  auto left = ChangeSites(c, id, {}, {"gamma"});
+  INFO(left.status().ToString());
+  REQUIRE(left.ok());
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replicas_removed() == 1; }, 120s));
+  // One change at a time: the leave is done once its step is decided.
+  StatusOr<v1::ChangeJobSitesResponse> part = absl::UnknownError("not asked");
+  REQUIRE(testing::WaitFor(
+      [&] {
+        part = ChangeSites(c, id, {"gamma"}, {});
+        return part.status().code() != absl::StatusCode::kFailedPrecondition;
+      },
+      120s));
+  CHECK(part.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(part.status().message()), Catch::Contains("'gamma', 'delta'"));
+  auto back = ChangeSites(c, id, {"delta", "gamma"}, {});
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK_THAT(back->detail(), Catch::Contains("back as replica 1"));
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).replica_rejoins() == 1; }, 120s));
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.replicas() == 0);  // the job file's two: none added beside them
+  CHECK(s.stages_size() == 4);
+  CHECK(s.removed_replicas_size() == 0);
+  CHECK(s.dropped_replicas_size() == 0);
+  CHECK(s.replicas_added() == 1);
+  CHECK(EventKinds(s) == std::vector<std::string>{"site_removed", "site_added", "replica_rejoin"});
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+  if (reduce == "gossip") return;
+  CHECK(CheckpointParams(c, 0, id, steps, 0, 1) == CheckpointParams(c, 2, id, steps, 0, 1));
+  CHECK(CheckpointParams(c, 1, id, steps, 1, 2) == CheckpointParams(c, 3, id, steps, 1, 2));
+}
+
 TEST_CASE("a leaving site killed right after remove-site: the job goes on without it") {
   // A gathered 2 x 2 job; gamma is removed and its daemon killed at once (the coordinator
   // may find it gone before it makes the change: the others restart without it), or once the

@@ -495,14 +495,17 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       "starts again from the committed step, the new replica from a live replica's state, and "
       "it syncs from its first outer step on. The sites must be peers of the coordinator and of "
       "the job's sites. (A site may also ask by itself: its config's volunteer: names the job "
-      "and its coordinator, and the job file lists it under volunteers:)");
+      "and its coordinator, and the job file lists it under volunteers:) Naming all the sites "
+      "of a replica removed earlier brings that replica back as it was: it rejoins from a live "
+      "replica's state at the next committed step its sites answer at.");
   add_site->add_option("job", job_id, "Job id")->required();
   add_site->add_option("sites", sites, "Sites of the new replica, in pipeline order")->required();
   add_site->callback(
       [&options, exit_code] { *exit_code = ChangeSites(options, job_id, sites, {}); });
   auto* remove_site = job->add_subcommand(
       "remove-site",
-      "Take a site's replica out of a running job for good; the other replicas go on without "
+      "Take a site's replica out of a running job (for good, unless add-site names all its "
+      "sites again; its site does not volunteer back); the other replicas go on without "
       "stopping (gossip jobs at once, gather and ring jobs from the next step; with streaming "
       "syncs, sync.overlap, or while the job recovers they start again from the committed "
       "step without it)");

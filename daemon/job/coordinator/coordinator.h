@@ -89,7 +89,8 @@ class Coordinator {
   // if the job file lists it under `volunteers`, it joins as ChangeSites({site}) adds it, or
   // is in the job already. Returns what was done. PermissionDenied: not a volunteer of the
   // job; FailedPrecondition: the job ended, or the site's replica was removed from it
-  // (neither is worth asking again); Unavailable: another change is under way (ask again).
+  // (neither is worth asking again: a removed replica comes back only when an operator names
+  // its sites to ChangeSites); Unavailable: another change is under way (ask again).
   StatusOr<std::string> Volunteer(const std::string& site) ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& id() const { return job_id_; }
   const std::string& name() const { return spec_.job.name; }
@@ -161,6 +162,11 @@ class Coordinator {
   // leaves again for good and the others restart without it (a site that is not a peer of the
   // job's sites, say, never fails the job). False when no replica is joining.
   bool UndoJoinLocked(int stage, const Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The removed replica `replica` comes back on its own sites (ChangeSites naming them all,
+  // ReturningReplica): no longer removed, it sits out as a dropped replica does and rejoins
+  // from a live replica's state at the next committed step its sites answer at (MaybeRejoin).
+  v1::ChangeJobSitesResponse ReturnReplicaLocked(int replica, const std::vector<std::string>& sites)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddSites(const std::vector<std::string>& sites) ABSL_LOCKS_EXCLUDED(mu_);
   // `healthy`: the attempt runs (a gather or ring job's replicas then leave at a step, the
   // others going on; see LeaveAtStep). Else, and with streaming syncs, the others restart from

@@ -136,6 +136,13 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
                                  env_.site + "' (add it to the peers of every site of the job)");
     }
   }
+  if (!add.empty()) {  // a removed replica's sites, all named: it comes back as it was
+    MutexLock lock(mu_);
+    RETURN_IF_ERROR(ChangeRefusedLocked(job));
+    auto back = ReturningReplica(GridLocked(), record_.stages(), RemovedLocked(), add);
+    if (!back.ok()) return Annotate(back.status(), job);
+    if (*back >= 0) return ReturnReplicaLocked(*back, add);
+  }
   // placement: planned: the planner places the new replica over the sites given (profiling
   // them takes a calibration run each: before the lock, which the stages' reports need).
   std::vector<std::string> join_sites = add;  // the new replica's, in pipeline order
@@ -234,9 +241,10 @@ StatusOr<std::string> Coordinator::Volunteer(const std::string& site) {
       if (record_.stages(i).site() != site) continue;
       const int replica = grid.replica(i);
       if (Contains(RemovedLocked(), replica)) {
-        return absl::FailedPreconditionError(job + ": site '" + site + "' left it (replica " +
-                                             std::to_string(replica) +
-                                             " was removed) and does not join it again");
+        return absl::FailedPreconditionError(
+            job + ": site '" + site + "' left it (replica " + std::to_string(replica) +
+            " was removed) and does not volunteer again; an operator brings the replica back "
+            "with `longhaul job add-site` and all its sites");
       }
       return "site '" + site + "' runs a stage of replica " + std::to_string(replica) + " of " +
              job + " already";
@@ -274,6 +282,34 @@ bool Coordinator::ApplySiteChanges(bool healthy) {
     return true;
   }
   return false;
+}
+
+v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
+                                                            const std::vector<std::string>& sites) {
+  const uint32_t r = static_cast<uint32_t>(replica);
+  ReplicaList removed;
+  for (uint32_t x : record_.removed_replicas()) {
+    if (x != r) removed.push_back(x);
+  }
+  *record_.mutable_removed_replicas() = {removed.begin(), removed.end()};
+  const ReplicaList dropped = Union(DroppedLocked(), {r});  // sits out until it rejoins
+  *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+  rejoin_failures_.erase(r);
+  last_rejoin_try_ = UINT64_MAX;  // MaybeRejoin tries at the committed step it finds
+  record_.set_replicas_added(record_.replicas_added() + 1);
+  const std::string note =
+      SiteNames(sites) + (sites.size() == 1 ? " comes" : " come") + " back as replica " +
+      std::to_string(replica) +
+      " (removed before): it rejoins from a live replica's state at the next committed step "
+      "its sites answer at, every stage starting again there";
+  AddEventLocked("site_added", note);
+  PersistLocked();
+  cv_.notify_all();
+  env_.log->info("job {}: {}", job_id_, note);
+  v1::ChangeJobSitesResponse response;
+  response.add_replicas(r);
+  response.set_detail(note);
+  return response;
 }
 
 ReplicaList Coordinator::RecordRemovalLocked(const ReplicaList& leave) {

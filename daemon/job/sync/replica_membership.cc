@@ -137,6 +137,51 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
   return plan;
 }
 
+StatusOr<int> ReturningReplica(const StageGrid& grid,
+                               const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
+                               const ReplicaList& removed, const std::vector<std::string>& sites) {
+  auto replica_of = [&](const std::string& site) {
+    for (int i = 0; i < grid.size() && i < stages.size(); ++i) {
+      if (stages.Get(i).site() == site) return grid.replica(i);
+    }
+    return -1;
+  };
+  int back = -1;
+  for (size_t k = 0; k < sites.size(); ++k) {
+    if (std::find(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(k), sites[k]) !=
+        sites.begin() + static_cast<std::ptrdiff_t>(k)) {
+      return absl::InvalidArgumentError("site '" + sites[k] + "' is named twice");
+    }
+    const int r = replica_of(sites[k]);
+    if (r < 0) continue;
+    if (!Contains(removed, r)) {
+      return absl::AlreadyExistsError("site '" + sites[k] + "' runs a stage of replica " +
+                                      std::to_string(r) + " of the job already");
+    }
+    if (back >= 0 && r != back) {
+      return absl::InvalidArgumentError("sites of removed replicas " + std::to_string(back) +
+                                        " and " + std::to_string(r) +
+                                        " named together: bring one replica back at a time");
+    }
+    back = r;
+  }
+  if (back < 0) return -1;
+  std::vector<std::string> own;  // the removed replica's sites, in pipeline order
+  for (int p = 0; p < grid.stages(back); ++p) own.push_back(stages.Get(grid.flat(back, p)).site());
+  const bool same = own.size() == sites.size() &&
+                    std::all_of(sites.begin(), sites.end(), [&](const std::string& s) {
+                      return std::find(own.begin(), own.end(), s) != own.end();
+                    });
+  if (!same) {
+    std::string names;
+    for (const auto& s : own) names += (names.empty() ? "'" : ", '") + s + "'";
+    return absl::InvalidArgumentError(
+        "replica " + std::to_string(back) + " was removed from the job; it comes back with all " +
+        std::to_string(own.size()) + " of its sites and no other: " + names);
+  }
+  return back;
+}
+
 StatusOr<ReplicaList> ReplicasToRemove(
     const StageGrid& grid, const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
     const ReplicaList& dropped, const ReplicaList& rejoining, const ReplicaList& removed,
