@@ -371,6 +371,11 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"links", job_links},
                          {"sync_groups", groups},
                          {"data_sources", sources}});
+    if (job.has_outer()) {
+      j["jobs"].back()["outer"] = {{"lr", job.outer().lr()},
+                                   {"momentum", job.outer().momentum()},
+                                   {"nesterov", job.outer().nesterov()}};
+    }
   }
   // The stages this site runs of jobs coordinated elsewhere: the page says which, and whose
   // page has the job.

@@ -9,6 +9,11 @@
 
 namespace longhaul::fleet {
 
+std::string OuterStepText(const OuterOptions& o) {
+  if (IsPlainAveraging(o)) return "plain averaging (lr 1, no momentum)";
+  return absl::StrCat(o.nesterov ? "Nesterov " : "", "lr ", o.lr, ", momentum ", o.momentum);
+}
+
 Status ValidateOuterOptions(const OuterOptions& o) {
   if (!std::isfinite(o.lr) || o.lr <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("sync.outer.lr must be > 0, not ", o.lr));

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -32,6 +33,10 @@ struct OuterOptions {
 // lr 1 and no momentum: the new anchor is the plain average (gossip's default).
 inline constexpr OuterOptions kPlainAveraging{1.0f, 0.0f, true};
 inline bool IsPlainAveraging(const OuterOptions& o) { return o.lr == 1.0f && o.momentum == 0.0f; }
+
+// "plain averaging (lr 1, no momentum)" or "Nesterov lr 0.7, momentum 0.9", for plans and
+// status lines.
+std::string OuterStepText(const OuterOptions& options);
 
 // Ranges: lr finite and > 0, momentum in [0, 1); messages name the field.
 Status ValidateOuterOptions(const OuterOptions& options);

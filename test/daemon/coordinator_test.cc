@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/job/coordinator/job_record.h"
 #include "daemon/job/spec/job_spec.h"
 #include "test/daemon/fake_link.h"
 #include "test/daemon/test_util.h"
@@ -410,6 +411,61 @@ TEST_CASE(
   CHECK(told.removed_replicas(0) == 0);
   CHECK(f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty());
   CHECK_FALSE(f.alpha.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty());
+}
+
+TEST_CASE("coordinator: every assignment carries the outer step the job was submitted with") {
+  // A job file without sync.outer: this version's default for syncs every 10 steps (Nesterov,
+  // lr 1, momentum 0.5) goes into the record and every assignment.
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 10, codec: q8}\n");
+  REQUIRE(f.alpha.assignments().size() == 1);
+  const v1::OuterStep first = f.alpha.assignments()[0].outer();
+  CHECK(first.lr() == 1);
+  CHECK(first.momentum() == 0.5);
+  CHECK(first.nesterov());
+  CHECK(f.c->GetStatus(1).outer().momentum() == 0.5);
+  // The coordinator's daemon restarts with its record changed first (`edit`): the outer step
+  // of the next assignment.
+  auto restart = [&](const std::function<void(v1::JobStatus&)>& edit) {
+    f.c->Shutdown();
+    f.c.reset();
+    const std::string path = f.env.job_dir + "/job.pb";
+    auto record = ReadJobRecord(*FileEnv::Default(), path);
+    REQUIRE(record.ok());
+    edit(*record);
+    REQUIRE(WriteJobRecord(*FileEnv::Default(), path, *record).ok());
+    auto restored = Coordinator::Restore(f.env);
+    if (!restored.ok()) return restored.status();
+    f.c = std::move(*restored);
+    const size_t before = f.alpha.assignments().size();
+    REQUIRE(testing::WaitFor([&] { return f.alpha.assignments().size() > before; }, 30s));
+    return absl::OkStatus();
+  };
+  // Submitted under a version whose default was DiLoCo's (lr 0.7, momentum 0.9): a coordinator
+  // of this version keeps it, whatever its own reading of the job file.
+  REQUIRE(restart([](v1::JobStatus& r) {
+            r.mutable_outer()->set_lr(0.7);
+            r.mutable_outer()->set_momentum(0.9);
+          }).ok());
+  CHECK(f.alpha.assignments().back().outer().lr() == 0.7);
+  CHECK(f.alpha.assignments().back().outer().momentum() == 0.9);
+  CHECK(f.beta.assignments().back().outer().momentum() == 0.9);
+  // A record from before the outer step was kept: this version's reading, kept from now on.
+  REQUIRE(restart([](v1::JobStatus& r) { r.clear_outer(); }).ok());
+  CHECK(f.alpha.assignments().back().outer().momentum() == 0.5);
+  CHECK(f.c->GetStatus(1).has_outer());
+  // An outer step out of range in the record: no restore, the error naming the file.
+  f.c->Shutdown();
+  f.c.reset();
+  const std::string path = f.env.job_dir + "/job.pb";
+  auto record = ReadJobRecord(*FileEnv::Default(), path);
+  REQUIRE(record.ok());
+  record->mutable_outer()->set_momentum(1.5);
+  REQUIRE(WriteJobRecord(*FileEnv::Default(), path, *record).ok());
+  auto bad = Coordinator::Restore(f.env);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Contains("job.pb: outer") && Catch::Contains("momentum"));
 }
 
 TEST_CASE("coordinator: the job completes once every stage ran its last step") {

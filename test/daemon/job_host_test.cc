@@ -185,6 +185,21 @@ TEST_CASE("the job host runs its coordinator's stage and authorizes every call",
   CHECK(absl::IsFailedPrecondition(h.host->Deliver(late.first, late.payload, "b")));
 }
 
+TEST_CASE("a job host takes its coordinator's outer step only in range", "[job_host]") {
+  // The coordinator's outer step replaces the site's reading of the job file; one out of
+  // range is refused, naming the coordinator and the value.
+  Host h("job_host_outer");
+  v1::StageAssignment a = Assignment();
+  a.mutable_outer()->set_lr(1);
+  a.mutable_outer()->set_momentum(1.5);
+  const Status s = h.host->AssignStage(a, "b").status();
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("outer step from coordinator 'b'") &&
+                                           Catch::Contains("momentum must be in [0, 1), not 1.5"));
+  a.mutable_outer()->set_momentum(0.5);
+  CHECK(h.host->AssignStage(a, "b").ok());
+}
+
 TEST_CASE("a job host refuses a stage whose neighbours it cannot reach", "[job_host]") {
   Host h("job_host_unreachable", /*reach_b=*/false);
   const Status s = h.host->AssignStage(Assignment(), "b").status();

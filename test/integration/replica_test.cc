@@ -1024,7 +1024,7 @@ TEST_CASE("sites join and leave a running job: a new replica from a live one, on
   };
   // Refused, naming what stands in the way.
   CHECK_THAT(std::string(change({"beta"}, {}).status().message()),
-             Catch::Contains("'beta' runs a stage of the job already"));
+             Catch::Contains("'beta' runs a stage of replica 0 of the job already"));
   CHECK(change({"zeta"}, {}).status().code() == absl::StatusCode::kNotFound);
   CHECK(change({}, {}).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(change({"epsilon"}, {"beta"}).status().code() == absl::StatusCode::kInvalidArgument);
@@ -1328,6 +1328,10 @@ TEST_CASE("a removed replica comes back when add-site names all its sites again"
   CHECK(s.removed_replicas_size() == 0);
   CHECK(s.dropped_replicas_size() == 0);
   CHECK(s.replicas_added() == 1);
+  // Syncs every 2 steps: plain averaging, resolved at submit and kept in the record.
+  REQUIRE(s.has_outer());
+  CHECK(s.outer().lr() == 1);
+  CHECK(s.outer().momentum() == 0);
   CHECK(EventKinds(s) == std::vector<std::string>{"site_removed", "site_added", "replica_rejoin"});
   REQUIRE(s.losses_size() == steps);
   for (double loss : s.losses()) CHECK(std::isfinite(loss));

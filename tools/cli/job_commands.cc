@@ -17,6 +17,7 @@
 #include "common/layer_range.h"
 #include "daemon/job/sync/gossip_round.h"
 #include "daemon/status_pages.h"
+#include "fleet/outer_optimizer.h"
 #include "model/job_file_paths.h"
 #include "tools/cli/format.h"
 
@@ -144,6 +145,13 @@ void PrintDetails(const v1::JobStatus& j) {
            ratio > 0 ? Fixed(ratio, 1) + "x" : "-", std::to_string(l.tensors()), l.reason()});
     }
     std::cout << links.str();
+  }
+  if (j.sync_groups_size() > 0 && j.has_outer()) {
+    fleet::OuterOptions outer;
+    outer.lr = static_cast<float>(j.outer().lr());
+    outer.momentum = static_cast<float>(j.outer().momentum());
+    outer.nesterov = j.outer().nesterov();
+    std::cout << "  outer step: " << fleet::OuterStepText(outer) << "\n";
   }
   if (j.sync_groups_size() > 0) {
     // Pipeline replicas: what each sync group (the stages that exchange frames: the same

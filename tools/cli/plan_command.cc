@@ -176,11 +176,6 @@ std::string SyncEvery(const daemon::JobSpec& spec) {
 
 // "Nesterov lr 1, momentum 0.5" or "plain averaging (lr 1, no momentum)": what the job's outer
 // step is, given or by default (fleet::DefaultOuterStep).
-std::string OuterText(const fleet::OuterOptions& o) {
-  if (fleet::IsPlainAveraging(o)) return "plain averaging (lr 1, no momentum)";
-  return absl::StrCat(o.nesterov ? "Nesterov " : "", "lr ", o.lr, ", momentum ", o.momentum);
-}
-
 json FleetJson(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
                const StepEstimate& single) {
   json j;
@@ -263,7 +258,7 @@ void PrintFleet(const scheduler::ReplicaPlan& f, const daemon::JobSpec& spec,
           << " a round\n";
     }
     if (spec.sync.mode == fleet::SyncMode::kLocal) {
-      out << "outer step:     " << OuterText(spec.sync.outer) << "\n";
+      out << "outer step:     " << fleet::OuterStepText(spec.sync.outer) << "\n";
     }
     if (f.gather_seconds > 0 && f.ring_seconds > 0) {
       out << "sync.reduce:    auto chose " << (f.ring ? "ring" : "gather") << " (gather "

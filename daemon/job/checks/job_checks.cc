@@ -280,4 +280,22 @@ bool InPlan(const v1::StageAssignment& a, const std::string& site) {
   return false;
 }
 
+v1::OuterStep OuterStepProto(const fleet::OuterOptions& outer) {
+  v1::OuterStep p;
+  p.set_lr(outer.lr);
+  p.set_momentum(outer.momentum);
+  p.set_nesterov(outer.nesterov);
+  return p;
+}
+
+Status ApplyOuterStep(const v1::OuterStep& outer, fleet::SyncOptions& sync) {
+  fleet::SyncOptions with = sync;
+  with.outer.lr = outer.lr();
+  with.outer.momentum = outer.momentum();
+  with.outer.nesterov = outer.nesterov();
+  RETURN_IF_ERROR(fleet::ValidateSyncOptions(with));
+  sync = with;
+  return absl::OkStatus();
+}
+
 }  // namespace longhaul::daemon

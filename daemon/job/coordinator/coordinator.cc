@@ -104,6 +104,7 @@ bool Coordinator::AssignAll() {
     a.set_rejoin_source(static_cast<uint32_t>(std::max(source, 0)));
     a.set_sync_ring(record_.sync_ring());
     a.set_replicas(record_.replicas());
+    if (record_.has_outer()) *a.mutable_outer() = record_.outer();
     const std::vector<double> links = GossipLinksLocked(GridLocked());
     *a.mutable_gossip_links() = {links.begin(), links.end()};
     *record_.mutable_gossip_links() = a.gossip_links();

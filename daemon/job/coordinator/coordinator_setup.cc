@@ -108,6 +108,10 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Submit(CoordinatorEnv env, J
         "(one stage each, or two or more each); these replica_stages mix them: use gather");
   }
   r.set_sync_ring(ring && agree);
+  // Local mode's outer step (sites may join a job of one replica too), as resolved now.
+  if (c->spec_.sync.mode == fleet::SyncMode::kLocal) {
+    *r.mutable_outer() = OuterStepProto(c->spec_.sync.outer);
+  }
   RETURN_IF_ERROR(c->env_.file_env->CreateDirectories(c->env_.job_dir));
   RETURN_IF_ERROR(
       model::WriteFileAtomically(*c->env_.file_env, c->env_.job_dir + "/job.yaml", c->spec_.yaml));
@@ -159,6 +163,15 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
   {
     MutexLock lock(c->mu_);  // uncontended: no other thread knows c yet
     c->record_ = record;
+    // The outer step the job was submitted with; a record from before it was kept takes this
+    // daemon's reading of the job file from now on.
+    if (record.has_outer()) {
+      RETURN_IF_ERROR(Annotate(ApplyOuterStep(record.outer(), c->spec_.sync),
+                               c->env_.job_dir + "/job.pb: outer"));
+    } else if (c->spec_.sync.mode == fleet::SyncMode::kLocal) {
+      *c->record_.mutable_outer() = OuterStepProto(c->spec_.sync.outer);
+      c->PersistLocked();
+    }
     if (!TerminalState(record.state())) {
       c->record_.set_state(v1::JOB_STATE_RECOVERING);
       c->record_.set_detail("coordinator restarted; resuming from step " +

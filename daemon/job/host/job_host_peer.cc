@@ -74,6 +74,12 @@ StatusOr<v1::AssignResponse> JobHost::AssignStage(const v1::StageAssignment& a,
   // (CheckAssignment checks that the stages form them).
   if (a.replicas() > 0)
     spec.replicas = static_cast<int>(std::min<uint32_t>(a.replicas(), kMaxReplicas + 1));
+  // The outer step the coordinator resolved when the job was submitted, over this site's own
+  // reading of the job file (a site of another version may default otherwise).
+  if (a.has_outer()) {
+    RETURN_IF_ERROR(Annotate(ApplyOuterStep(a.outer(), spec.sync),
+                             "job " + id + ": the outer step from coordinator '" + caller + "'"));
+  }
   RETURN_IF_ERROR(CheckAssignment(a, spec, options_.site));
 
   MutexLock assign_lock(assign_mu_);  // one assignment at a time

@@ -71,7 +71,8 @@
 //                                    # momentum 0.5 from every 10 on; plain averaging (lr 1,
 //                                    # momentum 0) below every 10, with gossip or a top-k
 //                                    # codec (on real text DiLoCo's lr 0.7, momentum 0.9 lost
-//                                    # 29% every 5 steps, plain averaging 3.8%)
+//                                    # 29% every 5 steps, plain averaging 3.8%); resolved by
+//                                    # the coordinator at submit and sent to every site
 //     warmup: 0                      # local: the first `warmup` steps each end in a
 //                                    # blocking sync of every slice with plain averaging (a
 //                                    # gossip round each, gossip without an outer step of
