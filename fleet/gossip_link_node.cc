@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 
 #include "compression/frame.h"
@@ -206,9 +208,10 @@ LinkGossipNode::LinkGossipNode(int replica, int replicas, std::vector<SyncSlice>
       key_codec_(std::move(key_codec)),
       tracking_(tracking),
       weights_(slices_.size(), 1.0),
-      out_(static_cast<size_t>(replicas)),
-      in_(static_cast<size_t>(replicas)),
       outer_(outer) {
+  const Copy none = std::make_shared<std::vector<float>>();
+  out_.assign(static_cast<size_t>(replicas), none);
+  in_.assign(static_cast<size_t>(replicas), none);
   const size_t flags = static_cast<size_t>(replicas) * slices_.size();
   out_hash_.assign(flags, 0);
   in_hash_.assign(flags, 0);
@@ -232,22 +235,50 @@ uint64_t LinkGossipNode::Hash(const std::vector<float>& copy, size_t k) const {
   return XXH64(copy.data() + s.offset, static_cast<size_t>(s.size) * sizeof(float), 0);
 }
 
+std::vector<float>& LinkGossipNode::Own(Copy& copy) {
+  if (copy.use_count() > 1) copy = std::make_shared<std::vector<float>>(*copy);
+  return *copy;
+}
+
+size_t LinkGossipNode::CopyBytes() const {
+  std::set<const std::vector<float>*> arrays;
+  for (const auto* links : {&out_, &in_}) {
+    for (const Copy& c : *links) arrays.insert(c.get());
+  }
+  size_t bytes = 0;
+  for (const auto* a : arrays) bytes += a->size() * sizeof(float);
+  return bytes;
+}
+
 void LinkGossipNode::Rehash() {
+  // Each array hashed once, however many links share it.
+  std::map<const std::vector<float>*, std::vector<uint64_t>> hashes;
+  auto of = [&](const Copy& c) -> const std::vector<uint64_t>& {
+    auto [it, fresh] = hashes.try_emplace(c.get());
+    if (fresh) {
+      for (size_t k = 0; k < slices_.size(); ++k) it->second.push_back(Hash(*c, k));
+    }
+    return it->second;
+  };
   for (int q = 0; q < replicas_; ++q) {
     if (q == replica_) continue;
+    const std::vector<uint64_t>& out = of(out_[static_cast<size_t>(q)]);
+    const std::vector<uint64_t>& in = of(in_[static_cast<size_t>(q)]);
     for (size_t k = 0; k < slices_.size(); ++k) {
-      out_hash_[Flag(q, k)] = Hash(out_[static_cast<size_t>(q)], k);
-      in_hash_[Flag(q, k)] = Hash(in_[static_cast<size_t>(q)], k);
+      out_hash_[Flag(q, k)] = out[k];
+      in_hash_[Flag(q, k)] = in[k];
     }
   }
 }
 
 void LinkGossipNode::Reset(std::span<const float> params) {
   std::fill(weights_.begin(), weights_.end(), 1.0);
+  // Every link's copy the one array of `params` until the link carries a frame.
+  const Copy start = std::make_shared<std::vector<float>>(params.begin(), params.end());
   for (int q = 0; q < replicas_; ++q) {
     if (q == replica_) continue;
-    out_[static_cast<size_t>(q)].assign(params.begin(), params.end());
-    in_[static_cast<size_t>(q)].assign(params.begin(), params.end());
+    out_[static_cast<size_t>(q)] = start;
+    in_[static_cast<size_t>(q)] = start;
   }
   Rehash();
   std::fill(key_owed_.begin(), key_owed_.end(), 0);
@@ -298,8 +329,8 @@ std::vector<uint8_t> LinkGossipNode::Save() const {
   };
   for (int q = 0; q < replicas_; ++q) {
     if (q == replica_) continue;
-    floats(out_[static_cast<size_t>(q)]);
-    floats(in_[static_cast<size_t>(q)]);
+    floats(*out_[static_cast<size_t>(q)]);
+    floats(*in_[static_cast<size_t>(q)]);
   }
   if (tracking_) {
     floats(correction_);
@@ -375,12 +406,31 @@ Status LinkGossipNode::Restore(std::span<const uint8_t> state) {
     }
     return absl::OkStatus();
   };
-  std::vector<std::vector<float>> out(static_cast<size_t>(replicas_)),
-      in(static_cast<size_t>(replicas_));
+  // The copies, each array that holds the same bits as one read before shared with it (so a
+  // restored node holds what the saved one did, not 2 (N - 1) arrays).
+  std::vector<Copy> out(static_cast<size_t>(replicas_)), in(static_cast<size_t>(replicas_));
+  std::vector<std::pair<uint64_t, Copy>> arrays;  // by the XXH64 of their bits
+  std::vector<float> read;
+  auto copy = [&](Copy* c, const char* what) -> Status {
+    RETURN_IF_ERROR(floats(&read, what));
+    const uint64_t h = XXH64(read.data(), read.size() * sizeof(float), 0);
+    for (const auto& [hash, a] : arrays) {
+      if (hash == h && std::memcmp(a->data(), read.data(), read.size() * sizeof(float)) == 0) {
+        *c = a;
+        return absl::OkStatus();
+      }
+    }
+    *c = std::make_shared<std::vector<float>>(read);
+    arrays.emplace_back(h, *c);
+    return absl::OkStatus();
+  };
   for (int q = 0; q < replicas_; ++q) {
-    if (q == replica_) continue;
-    RETURN_IF_ERROR(floats(&out[static_cast<size_t>(q)], "an out-link's copy"));
-    RETURN_IF_ERROR(floats(&in[static_cast<size_t>(q)], "an in-link's copy"));
+    if (q == replica_) {
+      out[static_cast<size_t>(q)] = in[static_cast<size_t>(q)] = out_[static_cast<size_t>(q)];
+      continue;
+    }
+    RETURN_IF_ERROR(copy(&out[static_cast<size_t>(q)], "an out-link's copy"));
+    RETURN_IF_ERROR(copy(&in[static_cast<size_t>(q)], "an in-link's copy"));
   }
   std::vector<float> correction, anchor;
   double lr_sum = 0;
@@ -474,7 +524,7 @@ StatusOr<std::vector<uint8_t>> LinkGossipNode::Frame(size_t k, int to, uint64_t 
   }
   const size_t f = Flag(to, k);
   const bool key = key_owed_[f] != 0 || (key_asked_[f] != 0 && since_key_[f] >= kKeyRequestFrames);
-  std::vector<float>& copy = out_[static_cast<size_t>(to)];
+  std::vector<float>& copy = Own(out_[static_cast<size_t>(to)]);
   scratch_.resize(size);
   const std::span<const float> xs = x.subspan(at, size);
   std::vector<uint8_t> values;
@@ -527,8 +577,10 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
     // A request in a frame built before this node's key frame on the link arrived (the last
     // frame on it was that key frame) asks for what it has: not counted.
     if (r.frame->want_key && since_key_[f] != 0) key_asked_[f] = 1;
-    std::vector<float>& copy = in_[static_cast<size_t>(r.from)];
+    // The copy as it is (maybe shared), written only once the frame is taken.
+    const std::vector<float>& seen = *in_[static_cast<size_t>(r.from)];
     if (r.frame->key) {
+      std::vector<float>& copy = Own(in_[static_cast<size_t>(r.from)]);
       std::copy(r.frame->values.begin(), r.frame->values.end(),
                 copy.begin() + static_cast<ptrdiff_t>(at));
       key_wanted_[f] = 0;
@@ -537,16 +589,17 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
       // range (no honest sender's: its own copy moved by the same sum), is left out whole.
       bool fits = r.frame->base == in_hash_[f];
       for (size_t c = 0; fits && c < size; ++c) {
-        fits = std::isfinite(copy[at + c] + r.frame->values[c]);
+        fits = std::isfinite(seen[at + c] + r.frame->values[c]);
       }
       if (!fits) {
         key_wanted_[f] = 1;
         stale_ += uncounted_[k] ? 0 : 1;
         continue;
       }
+      std::vector<float>& copy = Own(in_[static_cast<size_t>(r.from)]);
       for (size_t c = 0; c < size; ++c) copy[at + c] += r.frame->values[c];
     }
-    in_hash_[f] = Hash(copy, k);
+    in_hash_[f] = Hash(*in_[static_cast<size_t>(r.from)], k);
     usable.push_back(&r);
   }
   const double share = 1.0 / (1.0 + static_cast<double>(sent.size() + unsent.size()));
@@ -555,9 +608,9 @@ void LinkGossipNode::Apply(size_t k, std::span<const int> sent, std::span<const 
   for (const Received* r : usable) weight += r->share * r->frame->weight;
   for (size_t c = 0; c < size; ++c) {
     double value = w * x[at + c];
-    for (int q : sent) value -= share * w * out_[static_cast<size_t>(q)][at + c];
+    for (int q : sent) value -= share * w * (*out_[static_cast<size_t>(q)])[at + c];
     for (const Received* r : usable) {
-      value += r->share * r->frame->weight * in_[static_cast<size_t>(r->from)][at + c];
+      value += r->share * r->frame->weight * (*in_[static_cast<size_t>(r->from)])[at + c];
     }
     x[at + c] = static_cast<float>(value / weight);
   }

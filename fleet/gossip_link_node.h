@@ -7,16 +7,20 @@
 //
 // A node keeps, for every other replica q, the copy of its own parameters that link me -> q
 // holds (its out-copy) and the copy of q's that link q -> me holds (its in-copy), and each
-// copy's XXH64 per slice. The two ends of a link hold the same copy as long as every frame the
-// sender built reached the receiver. When one did not (a frame lost with a peer, a stage that
-// restarted from an older checkpoint, a replica that rejoined), the copies differ, and a
-// difference built on one end's copy would be added to another: so every difference frame
-// names the hash of the copy it builds on, and a receiver whose copy hashes otherwise skips the
-// frame whole (value and weight, which push-sum survives as a lost frame) and asks for a key
-// frame: its next frame to that sender carries the request, and the sender's next frame on
-// that link carries x itself in fp32, which both ends take as the copy. A sender that knows its
-// frame did not go (the exchange's unsent) sends a key frame next without being asked, and an
-// attempt with a rejoining replica starts the links to and from it from key frames at both
+// copy's XXH64 per slice. Copies that hold the same values share one array, copied on the
+// first write: after Reset every link's copy is the one starting array until the link carries
+// a frame, and a restored state shares what it holds alike, so a node holds one array plus
+// one for each link its graphs have used (the exponential graph at most 2 ceil(log2 N)
+// out-links and as many in-links of the N - 1 each way; CopyBytes). The two ends of a link hold the
+// same copy as long as every frame the sender built reached the receiver. When one did not (a frame
+// lost with a peer, a stage that restarted from an older checkpoint, a replica that rejoined), the
+// copies differ, and a difference built on one end's copy would be added to another: so every
+// difference frame names the hash of the copy it builds on, and a receiver whose copy hashes
+// otherwise skips the frame whole (value and weight, which push-sum survives as a lost frame) and
+// asks for a key frame: its next frame to that sender carries the request, and the sender's next
+// frame on that link carries x itself in fp32, which both ends take as the copy. A sender that
+// knows its frame did not go (the exchange's unsent) sends a key frame next without being asked,
+// and an attempt with a rejoining replica starts the links to and from it from key frames at both
 // ends (ResyncWith). A request needs the graph to draw the link back some round: the random
 // graph does, and the exponential graph (sync.graph) within a period, since it turns its
 // direction every period (fleet::ExponentialGossipGraph).
@@ -117,8 +121,10 @@ class LinkGossipNode {
   const std::vector<SyncSlice>& slices() const { return slices_; }
   double weight(size_t k) const { return weights_[k]; }
   // Link me -> q's copy (out) and link q -> me's (in), the whole parameter array.
-  const std::vector<float>& out_copy(int q) const { return out_[static_cast<size_t>(q)]; }
-  const std::vector<float>& in_copy(int q) const { return in_[static_cast<size_t>(q)]; }
+  const std::vector<float>& out_copy(int q) const { return *out_[static_cast<size_t>(q)]; }
+  const std::vector<float>& in_copy(int q) const { return *in_[static_cast<size_t>(q)]; }
+  // The bytes the links' copies take: each array the copies hold once, however many share it.
+  size_t CopyBytes() const;
   const std::vector<float>& corrections() const { return correction_; }
   // Frames skipped because their link's copies differed, and key frames sent (built and, as
   // Apply was told, sent; since Create).
@@ -183,6 +189,9 @@ class LinkGossipNode {
     return static_cast<uint8_t>((tracking_ ? 1 : 0) | (outer_step() ? 2 : 0));
   }
   uint64_t Hash(const std::vector<float>& copy, size_t k) const;
+  // A link's copy as this node may change it: its own array, copied first if shared.
+  using Copy = std::shared_ptr<std::vector<float>>;
+  static std::vector<float>& Own(Copy& copy);
   // Every link's hashes from its copies.
   void Rehash();
   // Encodes `values` with `codec` into the compression frame `out`, and decodes it as the
@@ -196,7 +205,7 @@ class LinkGossipNode {
   std::unique_ptr<compression::Codec> codec_, key_codec_;
   bool tracking_;
   std::vector<double> weights_;               // by slice
-  std::vector<std::vector<float>> out_, in_;  // by replica (this one's empty)
+  std::vector<Copy> out_, in_;                // by replica (this one's empty), maybe shared
   std::vector<uint64_t> out_hash_, in_hash_;  // by Flag(q, k)
   // By Flag(q, k): a key frame owed (this end knows the copies differ), asked for by the peer
   // (honoured at most once every kKeyRequestFrames frames of the link), asked of the peer; the
