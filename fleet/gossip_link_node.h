@@ -91,6 +91,8 @@ Status CheckLinkFrameHeader(std::span<const uint8_t> prefix, uint32_t slice, uin
 StatusOr<uint64_t> MaxLinkFrameBytes(const compression::CodecSpec& codec, uint64_t size,
                                      bool tracked);
 
+// One thread at a time (a stage's sync thread, or the simulator's): its copies are shared and
+// copied on write without a lock.
 class LinkGossipNode {
  public:
   // Replica `replica` of `replicas`, whose `parameters` are cut into `slices` (offsets into

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,66 @@ TEST_CASE("compressed links take dense lossy codecs of 4 bits or more only") {
   CHECK_FALSE(fresh->Round(self, &y).ok());
   y[1].pop_back();
   CHECK_FALSE(fresh->Round(ChooseGossipGraph(AllLinks(), 1, 1, 0), &y).ok());
+}
+
+TEST_CASE(
+    "links share one copy until they carry a frame: the exponential graph's node holds 15 "
+    "arrays of 30 with 16 replicas, restored as saved") {
+  constexpr int n = 16;
+  auto created = LinkGossipMixer::Create(n, kP, Slices(), "q4", /*tracking=*/false);
+  REQUIRE(created.ok());
+  auto& m = *created;
+  auto x = testing::UniformStart(n, kP, 3);
+  m->Reset(std::vector<float>(kP, 0.0f));
+  const size_t array = kP * sizeof(float);
+  for (int r = 0; r < n; ++r) CHECK(m->node(r).CopyBytes() == array);  // the start, shared
+  const auto links = testing::AllLinks(n);
+  for (uint64_t round = 0; round < 24; ++round) {
+    REQUIRE(m->Round(ExponentialGossipGraph(links, round), &x).ok());
+  }
+  // Offsets 1, 2, 4, 8 each way (+8 and -8 the same peer): 7 out-links and 7 in-links of 15
+  // each carried frames, each its own array; the 16 links that never did share the start.
+  for (int r = 0; r < n; ++r) CHECK(m->node(r).CopyBytes() == 15 * array);
+  // A link that never carried a frame still holds the start; one that did does not.
+  CHECK(m->copy(5, 6) != std::vector<float>(kP, 0.0f));  // 5 -> 6: offset 1
+  CHECK(m->copy(5, 8) == std::vector<float>(kP, 0.0f));  // 5 -> 8: offset 3, never drawn
+  // Saved whole (every link's copy, as before), restored sharing what it holds alike.
+  const LinkGossipNode& node = m->node(5);
+  const std::vector<uint8_t> state = node.Save();
+  CHECK(state.size() == node.StateBytes());
+  auto fresh = LinkGossipNode::Create(5, n, Slices(), kP, "q4", /*tracking=*/false);
+  REQUIRE(fresh.ok());
+  REQUIRE((*fresh)->Restore(state).ok());
+  CHECK((*fresh)->CopyBytes() == 15 * array);
+  CHECK((*fresh)->Save() == state);
+  for (int q = 0; q < n; ++q) {
+    if (q == 5) continue;
+    CHECK((*fresh)->out_copy(q) == node.out_copy(q));
+    CHECK((*fresh)->in_copy(q) == node.in_copy(q));
+  }
+  // A frame on a restored link that shared the start moves that link's copy alone.
+  auto frame = (*fresh)->Frame(0, 8, 24, x[5]);
+  REQUIRE(frame.ok());
+  CHECK((*fresh)->out_copy(8) != node.out_copy(8));
+  CHECK((*fresh)->out_copy(9) == node.out_copy(9));
+  CHECK((*fresh)->in_copy(8) == node.in_copy(8));
+  CHECK((*fresh)->CopyBytes() == 16 * array);
+}
+
+TEST_CASE("a restore shares copies of the same bits only: -0 and 0 stay apart") {
+  auto created = LinkGossipNode::Create(0, 3, Slices(), kP, "q4", /*tracking=*/false);
+  REQUIRE(created.ok());
+  auto& node = *created;
+  node->Reset(std::vector<float>(kP, 0.0f));
+  std::vector<uint8_t> state = node->Save();
+  // The copies follow the header, the weights and the key flags: out 1, in 1, out 2, in 2.
+  const size_t copies = state.size() - 4 * kP * sizeof(float);
+  float minus = -0.0f;
+  std::memcpy(state.data() + copies + 2 * kP * sizeof(float), &minus, sizeof(float));
+  REQUIRE(node->Restore(state).ok());
+  CHECK(node->CopyBytes() == 2 * kP * sizeof(float));
+  CHECK(std::signbit(node->out_copy(2)[0]));
+  CHECK_FALSE(std::signbit(node->out_copy(1)[0]));
 }
 
 }  // namespace longhaul::fleet
