@@ -58,10 +58,10 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
   m->Family("longhaul_job_replica_rejoins_total", "counter",
             "Times a dropped pipeline replica rejoined from a live replica's state.");
   m->Family("longhaul_job_replicas_added_total", "counter",
-            "Pipeline replicas that sites joining the running job formed (longhaul job "
-            "add-site).");
+            "Pipeline replicas that sites joining the running job formed, or removed ones their "
+            "sites brought back (longhaul job add-site).");
   m->Family("longhaul_job_replicas_removed_total", "counter",
-            "Pipeline replicas taken out of the running job for good (longhaul job remove-site).");
+            "Pipeline replicas taken out of the running job (longhaul job remove-site).");
   m->Family("longhaul_stage_syncs", "gauge",
             "Pipeline replicas: syncs the stage's sync group completed in this attempt.");
   m->Family("longhaul_stage_compute_seconds", "gauge", "Compute time of the stage's last step.");

@@ -30,6 +30,9 @@ struct OuterOptions {
   bool nesterov = true;
 };
 
+// The ranges a job file's sync.outer takes (and a coordinator's record or assignment).
+inline constexpr double kMinOuterLr = 1e-9, kMaxOuterLr = 100, kMaxOuterMomentum = 0.999999;
+
 // lr 1 and no momentum: the new anchor is the plain average (gossip's default).
 inline constexpr OuterOptions kPlainAveraging{1.0f, 0.0f, true};
 inline bool IsPlainAveraging(const OuterOptions& o) { return o.lr == 1.0f && o.momentum == 0.0f; }

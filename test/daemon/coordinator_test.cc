@@ -351,9 +351,11 @@ TEST_CASE("coordinator: a removed replica comes back when its sites are added ag
   REQUIRE(f.c->OnReport(f.Report(0, 2, 2), "alpha").ok());
   REQUIRE(f.c->GetStatus(1).committed_step() == 2);
   REQUIRE(f.c->GetStatus(1).removed_replicas_size() == 1);
-  // The leave is done once beta's stage is stopped (one change at a time until then).
+  // The leave is done once beta's stage is stopped (one change at a time until then); a
+  // monitor check later, the coordinator has looked for rejoins at step 2 (none then).
   REQUIRE(testing::WaitFor(
       [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  std::this_thread::sleep_for(1500ms);
   // alpha's replica is in the job: naming its site is no comeback.
   auto live = f.c->ChangeSites({"alpha"}, {});
   CHECK(live.status().code() == absl::StatusCode::kAlreadyExists);
@@ -411,6 +413,31 @@ TEST_CASE(
   CHECK(told.removed_replicas(0) == 0);
   CHECK(f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty());
   CHECK_FALSE(f.alpha.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty());
+}
+
+TEST_CASE("coordinator: a comeback that no committed step could take is refused") {
+  // Checkpoints every 4 steps of 4: after beta's replica leaves at step 1 nothing is committed
+  // before the job's last step, so it could not rejoin; the add-site says so and the replica
+  // stays removed.
+  std::string job =
+      std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n";
+  job.replace(job.find("checkpoint: {every: 2}"), 22, "checkpoint: {every: 4}");
+  Fixture f(FileEnv::Default(), job);
+  f.Step(0, 0);
+  REQUIRE(f.c->ChangeSites({}, {"beta"}).ok());
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
+  REQUIRE(f.c->OnReport(f.Report(0, 1, 0), "alpha").ok());
+  REQUIRE(f.c->OnReport(f.Report(1, 1, 0), "beta")->stop());
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  auto back = f.c->ChangeSites({"beta"}, {});
+  CHECK(back.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(back.status().message()),
+             Catch::Contains("replica 1 could come back only") &&
+                 Catch::Contains("its next checkpoint is step 4"));
+  CHECK(f.c->GetStatus(1).removed_replicas_size() == 1);
+  CHECK(f.c->GetStatus(1).replicas_added() == 0);
 }
 
 TEST_CASE("coordinator: every assignment carries the outer step the job was submitted with") {

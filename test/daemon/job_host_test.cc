@@ -195,7 +195,11 @@ TEST_CASE("a job host takes its coordinator's outer step only in range", "[job_h
   const Status s = h.host->AssignStage(a, "b").status();
   CHECK(absl::IsInvalidArgument(s));
   CHECK_THAT(std::string(s.message()), Catch::Contains("outer step from coordinator 'b'") &&
-                                           Catch::Contains("momentum must be in [0, 1), not 1.5"));
+                                           Catch::Contains("momentum must be in [0, 0.999999]"));
+  a.mutable_outer()->set_momentum(0.5);
+  a.mutable_outer()->set_lr(1e300);  // no float holds it: refused before it narrows
+  CHECK(absl::IsInvalidArgument(h.host->AssignStage(a, "b").status()));
+  a.mutable_outer()->set_lr(1);
   a.mutable_outer()->set_momentum(0.5);
   CHECK(h.host->AssignStage(a, "b").ok());
 }

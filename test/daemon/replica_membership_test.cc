@@ -248,26 +248,37 @@ TEST_CASE("a removed replica's sites named again bring it back, all of them or n
           "[replicas]") {
   const auto plan = Plan();  // replica 1 on c, d
   const StageGrid grid = StageGrid::Of(3, 6);
+  auto back = [&](const ReplicaList& removed, const std::vector<std::string>& sites) {
+    auto r = ReturningReplica(grid, plan, removed, removed, sites);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  };
   // Its sites in any order: replica 1. Sites that never ran a stage: a new replica (-1).
-  CHECK(*ReturningReplica(grid, plan, {1}, {"c", "d"}) == 1);
-  CHECK(*ReturningReplica(grid, plan, {1}, {"d", "c"}) == 1);
-  CHECK(*ReturningReplica(grid, plan, {1}, {"g", "h"}) == -1);
-  CHECK(*ReturningReplica(grid, plan, {}, {"g"}) == -1);
-  auto refused = [&](const ReplicaList& removed, const std::vector<std::string>& sites) {
-    auto r = ReturningReplica(grid, plan, removed, sites);
+  CHECK(back({1}, {"c", "d"}) == 1);
+  CHECK(back({1}, {"d", "c"}) == 1);
+  CHECK(back({1}, {"g", "h"}) == -1);
+  CHECK(back({}, {"g"}) == -1);
+  auto refused = [&](const ReplicaList& dropped, const ReplicaList& removed,
+                     const std::vector<std::string>& sites) {
+    auto r = ReturningReplica(grid, plan, dropped, removed, sites);
     CHECK_FALSE(r.ok());
     return std::string(r.status().message());
   };
   // Part of its sites, or its sites beside a new one: the message lists its sites.
-  CHECK_THAT(refused({1}, {"c"}),
+  CHECK_THAT(refused({1}, {1}, {"c"}),
              Catch::Contains("all 2 of its sites") && Catch::Contains("'c', 'd'"));
-  CHECK_THAT(refused({1}, {"c", "d", "g"}), Catch::Contains("and no other"));
-  CHECK_THAT(refused({1}, {"g", "c"}), Catch::Contains("replica 1 was removed"));
-  // A site of a replica still in the job (not removed): refused, as PlanAddedReplica does.
-  CHECK_THAT(refused({1}, {"a"}), Catch::Contains("'a' runs a stage of replica 0"));
-  CHECK_THAT(refused({}, {"c", "d"}), Catch::Contains("'c' runs a stage of replica 1"));
-  CHECK_THAT(refused({1, 2}, {"c", "d", "e", "f"}), Catch::Contains("one replica back at a time"));
-  CHECK_THAT(refused({1}, {"c", "c", "d"}), Catch::Contains("'c' is named twice"));
+  CHECK_THAT(refused({1}, {1}, {"c", "d", "g"}), Catch::Contains("and no other"));
+  CHECK_THAT(refused({1}, {1}, {"g", "c"}), Catch::Contains("replica 1 was removed"));
+  // A site of a replica still in the job (not removed): refused, as PlanAddedReplica does; one
+  // that sits out (dropped) is said to rejoin by itself.
+  CHECK_THAT(refused({1}, {1}, {"a"}),
+             Catch::Contains("'a' runs a stage of replica 0") && !Catch::Contains("sits out"));
+  CHECK_THAT(refused({}, {}, {"c", "d"}), Catch::Contains("'c' runs a stage of replica 1"));
+  CHECK_THAT(refused({1}, {}, {"c", "d"}), Catch::Contains("rejoins by itself"));
+  CHECK_THAT(refused({1, 2}, {1, 2}, {"c", "d", "e", "f"}),
+             Catch::Contains("one replica back at a time"));
+  CHECK_THAT(refused({1}, {1}, {"c", "c", "d"}), Catch::Contains("'c' is named twice"));
 }
 
 TEST_CASE("a site checks the replicas of a job that sites joined", "[replicas]") {

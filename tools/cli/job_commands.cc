@@ -507,7 +507,11 @@ void AddJobCommands(CLI::App& app, ClientOptions& options, int* exit_code) {
       "of a replica removed earlier brings that replica back as it was: it rejoins from a live "
       "replica's state at the next committed step its sites answer at.");
   add_site->add_option("job", job_id, "Job id")->required();
-  add_site->add_option("sites", sites, "Sites of the new replica, in pipeline order")->required();
+  add_site
+      ->add_option("sites", sites,
+                   "Sites of the new replica, in pipeline order (or every site of a removed "
+                   "replica, in any order)")
+      ->required();
   add_site->callback(
       [&options, exit_code] { *exit_code = ChangeSites(options, job_id, sites, {}); });
   auto* remove_site = job->add_subcommand(

@@ -289,6 +289,15 @@ v1::OuterStep OuterStepProto(const fleet::OuterOptions& outer) {
 }
 
 Status ApplyOuterStep(const v1::OuterStep& outer, fleet::SyncOptions& sync) {
+  // A job file's ranges, checked before the values narrow to float.
+  if (!(outer.lr() >= fleet::kMinOuterLr && outer.lr() <= fleet::kMaxOuterLr)) {
+    return absl::InvalidArgumentError("sync.outer.lr must be in [1e-9, 100], not " +
+                                      std::to_string(outer.lr()));
+  }
+  if (!(outer.momentum() >= 0 && outer.momentum() <= fleet::kMaxOuterMomentum)) {
+    return absl::InvalidArgumentError("sync.outer.momentum must be in [0, 0.999999], not " +
+                                      std::to_string(outer.momentum()));
+  }
   fleet::SyncOptions with = sync;
   with.outer.lr = outer.lr();
   with.outer.momentum = outer.momentum();

@@ -61,7 +61,7 @@ bool InPlan(const v1::StageAssignment& a, const std::string& site);
 // The job's outer step as its coordinator keeps and sends it (JobStatus.outer,
 // StageAssignment.outer).
 v1::OuterStep OuterStepProto(const fleet::OuterOptions& outer);
-// `sync.outer` from `outer` (a record's or a peer's: checked as a job file's is, with the rest
+// `sync.outer` from `outer` (a record's or a peer's: in a job file's ranges, then with the rest
 // of `sync`, ValidateSyncOptions); on error `sync` is unchanged.
 Status ApplyOuterStep(const v1::OuterStep& outer, fleet::SyncOptions& sync);
 

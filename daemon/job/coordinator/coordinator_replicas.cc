@@ -169,7 +169,8 @@ void Coordinator::MaybeRejoin() {
     const StageGrid grid = GridLocked();
     const ReplicaList removed = RemovedLocked();
     for (uint32_t r : record_.dropped_replicas()) {
-      // Out for good: removed (`longhaul job remove-site`), or failed to rejoin too often.
+      // Out: removed (`longhaul job remove-site`, until add-site names its sites again), or
+      // failed to rejoin too often.
       if (Contains(removed, static_cast<int>(r)) || rejoin_failures_[r] >= kMaxRejoinFailures) {
         continue;
       }

@@ -7,7 +7,8 @@
 //   replica's state at the committed step, as a rejoining replica does (replica_membership.h):
 //   every stage is assigned again from the committed step, the new replica syncing from its
 //   first outer step on, its data a shard of its own (the job's data cut one way more).
-// - A removed site's replica leaves for good (dropped, never to rejoin), and the others are
+// - A removed site's replica leaves (dropped, not to rejoin by itself: add-site naming all its
+//   sites brings it back, ReturnReplicaLocked), and the others are
 //   not stopped (nothing is redone). A gossip job's leaving stages stop, and the others' rounds
 //   go on without them as without any replica that is gone. A gather or ring job's syncs wait
 //   for every member, so the leavers go at a step that every stage left learns alike: the
@@ -139,9 +140,28 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
   if (!add.empty()) {  // a removed replica's sites, all named: it comes back as it was
     MutexLock lock(mu_);
     RETURN_IF_ERROR(ChangeRefusedLocked(job));
-    auto back = ReturningReplica(GridLocked(), record_.stages(), RemovedLocked(), add);
+    auto back =
+        ReturningReplica(GridLocked(), record_.stages(), DroppedLocked(), RemovedLocked(), add);
     if (!back.ok()) return Annotate(back.status(), job);
-    if (*back >= 0) return ReturnReplicaLocked(*back, add);
+    if (*back >= 0) {
+      // It rejoins at a committed step before the job's last, later than the attempt's start
+      // (MaybeRejoin: the one committed now, or a later checkpoint): refused when none can be.
+      const int64_t every = spec_.job.checkpoint.every;
+      const uint64_t next = every > 0
+                                ? (record_.committed_step() / static_cast<uint64_t>(every) + 1) *
+                                      static_cast<uint64_t>(every)
+                                : UINT64_MAX;
+      if (!RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps()) &&
+          next >= record_.total_steps()) {
+        return absl::FailedPreconditionError(
+            job + ": replica " + std::to_string(*back) +
+            " could come back only at a committed step before the job's last (" +
+            std::to_string(record_.total_steps()) + "), and " +
+            (every > 0 ? "its next checkpoint is step " + std::to_string(next)
+                       : std::string("it takes no checkpoints (checkpoint.every 0)")));
+      }
+      return ReturnReplicaLocked(*back, add);
+    }
   }
   // placement: planned: the planner places the new replica over the sites given (profiling
   // them takes a calibration run each: before the lock, which the stages' reports need).
@@ -201,7 +221,8 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     *record_.mutable_leaving_sites() = {remove.begin(), remove.end()};
     *response.mutable_replicas() = {leave.begin(), leave.end()};
     response.set_detail(
-        ReplicaNames(leave) + " leave" + (leave.size() == 1 ? "s" : "") + " for good" +
+        ReplicaNames(leave) + " leave" + (leave.size() == 1 ? "s" : "") +
+        " (add-site of all its sites brings it back)" +
         (spec_.sync.reduce == fleet::SyncReduce::kGossip
              ? ": the other replicas go on without stopping"
          : spec_.sync.overlap == 0

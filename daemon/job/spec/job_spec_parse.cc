@@ -89,12 +89,13 @@ Status ParseSync(const YamlWalker& w, const Entry& /*root*/, const Entry* entry,
     if (auto it = fields.find("outer"); it != fields.end()) {
       ASSIGN_OR_RETURN(auto outer, w.Map(it->second, {"lr", "momentum", "nesterov"}));
       if (auto o = outer.find("lr"); o != outer.end()) {
-        ASSIGN_OR_RETURN(const double lr, w.Double(o->second, 1e-9, 100));
+        ASSIGN_OR_RETURN(const double lr,
+                         w.Double(o->second, fleet::kMinOuterLr, fleet::kMaxOuterLr));
         sync.outer.lr = static_cast<float>(lr);
         lr_given = true;
       }
       if (auto o = outer.find("momentum"); o != outer.end()) {
-        ASSIGN_OR_RETURN(const double m, w.Double(o->second, 0, 0.999999));
+        ASSIGN_OR_RETURN(const double m, w.Double(o->second, 0, fleet::kMaxOuterMomentum));
         sync.outer.momentum = static_cast<float>(m);
         momentum_given = true;
       }

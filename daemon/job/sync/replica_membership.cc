@@ -110,9 +110,7 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
   for (const auto& s : stages) taken.insert(s.site());
   for (size_t k = 0; k < sites.size(); ++k) {
     if (taken.count(sites[k])) {
-      return absl::AlreadyExistsError("site '" + sites[k] +
-                                      "' runs a stage of the job already (or did, in a replica "
-                                      "removed since)");
+      return absl::AlreadyExistsError("site '" + sites[k] + "' runs a stage of the job already");
     }
     if (std::find(sites.begin(), sites.begin() + static_cast<std::ptrdiff_t>(k), sites[k]) !=
         sites.begin() + static_cast<std::ptrdiff_t>(k)) {
@@ -139,7 +137,8 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
 
 StatusOr<int> ReturningReplica(const StageGrid& grid,
                                const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
-                               const ReplicaList& removed, const std::vector<std::string>& sites) {
+                               const ReplicaList& dropped, const ReplicaList& removed,
+                               const std::vector<std::string>& sites) {
   auto replica_of = [&](const std::string& site) {
     for (int i = 0; i < grid.size() && i < stages.size(); ++i) {
       if (stages.Get(i).site() == site) return grid.replica(i);
@@ -155,8 +154,12 @@ StatusOr<int> ReturningReplica(const StageGrid& grid,
     const int r = replica_of(sites[k]);
     if (r < 0) continue;
     if (!Contains(removed, r)) {
-      return absl::AlreadyExistsError("site '" + sites[k] + "' runs a stage of replica " +
-                                      std::to_string(r) + " of the job already");
+      return absl::AlreadyExistsError(
+          "site '" + sites[k] + "' runs a stage of replica " + std::to_string(r) +
+          " of the job already" +
+          (Contains(dropped, r) ? " (it sits out, dropped, and rejoins by itself once its sites "
+                                  "answer; remove-site takes it out)"
+                                : ""));
     }
     if (back >= 0 && r != back) {
       return absl::InvalidArgumentError("sites of removed replicas " + std::to_string(back) +

@@ -61,12 +61,14 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> PlanAddedReplica(
 // A removed replica's sites named again (`longhaul job add-site`): that replica, which comes
 // back as it was (its stages, layers and data shard kept in the plan) and rejoins from a live
 // replica's state; -1 when no site given ran a stage of the job (a new replica:
-// PlanAddedReplica). Errors name the site: one running a stage of a replica still in the job,
-// one named twice, sites of two removed replicas, or a removed replica's sites named in part
-// or beside others (its stages come back together or not at all: the message lists them).
+// PlanAddedReplica). Errors name the site: one running a stage of a replica still in the job
+// (one `dropped` sits out and rejoins by itself), one named twice, sites of two removed
+// replicas, or a removed replica's sites named in part or beside others (its stages come back
+// together or not at all: the message lists them).
 StatusOr<int> ReturningReplica(const StageGrid& grid,
                                const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
-                               const ReplicaList& removed, const std::vector<std::string>& sites);
+                               const ReplicaList& dropped, const ReplicaList& removed,
+                               const std::vector<std::string>& sites);
 // The replicas leaving `sites` takes out for good: each site's replica, ascending. Errors
 // name the site: not in the plan, its replica removed already, or no replica left that is
 // neither dropped, rejoining nor leaving (the job would have no one to train it).
