@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -48,6 +49,7 @@ class FakeSite final : public testing::FakeLink {
       r.set_running(running_);
       r.set_attempt(running_attempt_);
       r.set_error(error_);
+      r.set_step(step_);
     }
     return r;
   }
@@ -55,6 +57,11 @@ class FakeSite final : public testing::FakeLink {
   void Fail(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = why;
+  }
+  // The steps its pings say the stage completed.
+  void SetStep(uint64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    step_ = step;
   }
   // The stage is gone (its daemon restarted): its pings say nothing runs.
   void Lose() {
@@ -86,6 +93,7 @@ class FakeSite final : public testing::FakeLink {
   std::vector<v1::JobCommand> commands_;
   v1::JobCommand::Kind refuse_ = v1::JobCommand::KIND_UNSPECIFIED;
   uint32_t running_attempt_ = 0;
+  uint64_t step_ = 0;
   bool running_ = true;
   std::string error_;
 };
@@ -101,7 +109,9 @@ struct Fixture {
   std::unique_ptr<Coordinator> c;
 
   // `file_env`: the job record's disk and clock (a FakeClockEnv sets its times).
-  explicit Fixture(FileEnv* file_env = FileEnv::Default(), const std::string& job = kJob) {
+  // `configure`: the coordinator's env before the job is submitted.
+  explicit Fixture(FileEnv* file_env = FileEnv::Default(), const std::string& job = kJob,
+                   const std::function<void(CoordinatorEnv&)>& configure = {}) {
     env.file_env = file_env;
     env.site = "alpha";
     env.channel = [this](const std::string& s) -> transport::Link* {
@@ -111,6 +121,7 @@ struct Fixture {
     };
     env.job_dir = testing::TempDir("coordinator");
     env.log = spdlog::default_logger();
+    if (configure) configure(env);
     auto spec = ParseJobSpec(job, "job.yaml", env.job_dir);
     REQUIRE(spec.ok());
     auto submitted = Coordinator::Submit(env, *spec, "unit-000001");
@@ -253,6 +264,71 @@ TEST_CASE("coordinator: a gossip attempt draws its graphs from the links the sta
     CHECK(a.gossip_links(2) == 125e6);   // replica 1 -> 0: beta -> alpha
     CHECK(a.gossip_links(3) == 0);
   }
+}
+
+TEST_CASE("coordinator: a gossip attempt's links moved: every stage draws from a new matrix") {
+  // As above, but checked at every monitor pass: once the stages' reports give the links'
+  // rates, every live stage is told the matrix (epoch 1) for the rounds from 3 past the
+  // furthest stage's next (its pings say 3 steps: the sync after step 3 is round 1, so from
+  // round 4), the attempt going on. When a link's rate moves again and beta's site refuses
+  // the next epoch, the attempt restarts from the committed step with the newest matrix.
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) +
+                "replicas: 2\nsync: {mode: local, every: 2, reduce: gossip, on_site_loss: wait}\n",
+            [](CoordinatorEnv& env) { env.gossip_links_check_seconds = 0; });
+  f.alpha.SetStep(3);
+  f.beta.SetStep(2);
+  auto report = [&](uint32_t stage, uint64_t step, const std::string& to, double bw) {
+    v1::StepReport r = f.Report(stage, step, step >= 1 ? 2 : 0);
+    r.set_loss(5.0f);
+    v1::LinkUsage* l = r.add_links();
+    l->set_from_site(stage == 0 ? "alpha" : "beta");
+    l->set_to_site(to);
+    l->set_bandwidth_bytes_per_second(bw);
+    REQUIRE(f.c->OnReport(r, stage == 0 ? "alpha" : "beta").ok());
+  };
+  report(0, 0, "beta", 1.25e6);  // 10 Mbit/s
+  report(1, 0, "alpha", 125e6);  // 1 Gbit/s
+  REQUIRE(testing::WaitFor(
+      [&] {
+        return !f.alpha.commands(v1::JobCommand::KIND_GOSSIP_LINKS).empty() &&
+               !f.beta.commands(v1::JobCommand::KIND_GOSSIP_LINKS).empty();
+      },
+      30s));
+  for (FakeSite* site : {&f.alpha, &f.beta}) {
+    const v1::JobCommand told = site->commands(v1::JobCommand::KIND_GOSSIP_LINKS)[0];
+    CHECK(told.attempt() == 1);
+    CHECK(told.links_epoch() == 1);
+    CHECK(told.from_round() == 4);
+    REQUIRE(told.gossip_links_size() == 4);
+    CHECK(told.gossip_links(1) == 1.25e6);  // replica 0 -> 1: alpha -> beta
+    CHECK(told.gossip_links(2) == 125e6);   // replica 1 -> 0: beta -> alpha
+  }
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).gossip_links_epoch() == 1; }, 30s));
+  {
+    const v1::JobStatus s = f.c->GetStatus(1);
+    CHECK(s.attempt() == 1);
+    CHECK(s.gossip_links_from_round() == 4);
+    CHECK(s.gossip_links(1) == 1.25e6);
+    CHECK(s.events(s.events_size() - 1).kind() == "gossip_links");
+  }
+  // Within a factor of 2: no new epoch. Ten times faster, and beta cannot take it: a restart.
+  // (A step's links count once both stages reported it.)
+  report(0, 1, "beta", 2e6);
+  report(1, 1, "alpha", 125e6);
+  std::this_thread::sleep_for(1500ms);
+  CHECK(f.alpha.commands(v1::JobCommand::KIND_GOSSIP_LINKS).size() == 1);
+  f.beta.Refuse(v1::JobCommand::KIND_GOSSIP_LINKS);
+  report(0, 2, "beta", 12.5e6);
+  report(1, 2, "alpha", 125e6);
+  REQUIRE(testing::WaitFor([&] { return f.alpha.assignments().size() >= 2; }, 30s));
+  const v1::StageAssignment again = f.alpha.assignments().back();
+  CHECK(again.attempt() == 2);
+  REQUIRE(again.gossip_links_size() == 4);
+  CHECK(again.gossip_links(1) == 12.5e6);
+  const v1::JobStatus s = f.c->GetStatus(1);
+  CHECK(s.gossip_links_epoch() == 0);
+  CHECK_THAT(s.events(s.events_size() - 1).detail(), Catch::Contains("beta refuses the command"));
 }
 
 TEST_CASE("coordinator: a gathered job's replica leaves at the next step, no one restarting") {

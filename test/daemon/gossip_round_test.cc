@@ -278,5 +278,31 @@ TEST_CASE("a site checks an assignment's gossip links", "[gossip]") {
   CHECK_THAT(refused(*gossip), Catch::Contains("5 values for 2 replicas (want 4)"));
 }
 
+TEST_CASE("an attempt's link matrices by round, and when the links moved enough", "[gossip]") {
+  GossipLinkSchedule s({0, 5, 5, 0});
+  CHECK(s.At(0).epoch == 0);
+  CHECK(s.At(100).links == std::vector<double>{0, 5, 5, 0});
+  REQUIRE(s.Add(1, 4, {0, 50, 5, 0}).ok());
+  REQUIRE(s.Add(2, 9, {0, 50, 50, 0}).ok());
+  CHECK(s.At(3).epoch == 0);
+  CHECK(s.At(4).epoch == 1);
+  CHECK(s.At(8).links[1] == 50);
+  CHECK(s.At(9).epoch == 2);
+  CHECK(s.At(1000).epoch == 2);
+  CHECK(s.latest().from_round == 9);
+  CHECK(s.Add(2, 9, {0, 50, 50, 0}).ok());  // told again: nothing changes
+  CHECK(s.At(9).epoch == 2);
+  CHECK_FALSE(s.Add(2, 10, {0, 50, 50, 0}).ok());  // epoch 2 otherwise
+  CHECK_FALSE(s.Add(4, 20, {}).ok());              // skips epoch 3
+  CHECK_FALSE(s.Add(3, 9, {}).ok());               // not after epoch 2's round
+  CHECK_FALSE(s.Add(0, 20, {}).ok());              // the assignment's
+  // A factor of 2 either way, or a shape that changed, moves the links.
+  CHECK_FALSE(GossipLinksMoved({0, 10, 10, 0}, {0, 19, 6, 0}));
+  CHECK(GossipLinksMoved({0, 10, 10, 0}, {0, 20, 10, 0}));
+  CHECK(GossipLinksMoved({0, 10, 10, 0}, {0, 10, 5, 0}));
+  CHECK(GossipLinksMoved({}, {0, 10, 10, 0}));
+  CHECK(GossipLinksMoved({0, 10, 10, 0}, {0, 10, 0, 0}));
+}
+
 }  // namespace
 }  // namespace longhaul::daemon

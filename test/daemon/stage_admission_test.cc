@@ -494,6 +494,32 @@ TEST_CASE("a gossip job over compressed links admits its peers' link frames, bou
   final_avg.first.set_microbatch(2 + 1);  // GossipFinalTag(2) + the sender's replica
   CHECK(Check(admission, final_avg, "d").ok());
   CHECK(admission.CheckWhole(final_avg.first, final_avg.frame, "d").ok());
+  // A link matrix the coordinator sent while the attempt ran (epoch 1, from round 1: the sync
+  // after step 9): a round's frame names the epoch its graph was drawn from. One naming an
+  // epoch this site has not been told of waits (the sender retries); one naming another
+  // epoch than its round's is refused.
+  Tensor second = t;  // round 1's frame
+  second.first.set_step(2 * kEvery - 1);
+  second.first.set_links_epoch(1);
+  st = Check(admission, second, "d");
+  CHECK(absl::IsUnavailable(st));
+  CHECK(Names(st, "has not been told of yet"));
+  auto told = admission.WithGossipLinks(1, 1, {0, 1e6, 2e6, 0});
+  REQUIRE(told.ok());
+  CHECK(Check(**told, second, "d").ok());
+  second.first.set_links_epoch(0);
+  st = Check(**told, second, "d");
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK(Names(st, "its round draws from epoch 1 (from round 1)"));
+  CHECK(Check(**told, t, "d").ok());  // round 0: the assignment's, epoch 0
+  Tensor early = t;
+  early.first.set_links_epoch(1);
+  CHECK(absl::IsInvalidArgument(Check(**told, early, "d")));
+  // The same epoch told again changes nothing; one out of order is refused.
+  CHECK((*told)->WithGossipLinks(1, 1, {0, 1e6, 2e6, 0}).ok());
+  CHECK_FALSE((*told)->WithGossipLinks(1, 0, {0, 1e6, 2e6, 0}).ok());
+  CHECK_FALSE((*told)->WithGossipLinks(3, 5, {0, 1e6, 2e6, 0}).ok());
+  CHECK_FALSE(admission.WithGossipLinks(0, 1, {}).ok());
 }
 
 }  // namespace

@@ -1625,6 +1625,49 @@ TEST_CASE("a gossip job draws its graphs from the links the sites measured") {
   CheckAgainst(TrainFleet(yaml, 4, 1, {}, GossipLinks(s)), s, c.Export(id));
 }
 
+TEST_CASE("a gossip job's graphs follow its links as their rates move, the attempt going on") {
+  // Four single-stage replicas, 1 MB/s between the pairs {alpha, beta} and {gamma, delta} when
+  // the job starts, then 1 GB/s: within two probe intervals the coordinator sends every stage
+  // the new matrix (epoch 1) for the rounds from a few past the furthest stage's, and every
+  // stage draws from it there, the attempt going on (no rollback) to the job's end.
+  Cluster c([&](daemon::transport::LoopbackNetwork& net) { SetRateBetweenPairs(net, 1e6); },
+            [](daemon::SiteConfig& config) { config.links.probe_interval_seconds = 1; });
+  REQUIRE(testing::WaitFor([&] { return LinksMeasured(c, 1e7); }, 60s));
+  const int steps = 60;
+  std::string yaml = JobYaml("sync: {mode: local, every: 2, reduce: gossip}\n", steps);
+  yaml.replace(yaml.find("replicas: 2"), 11, "replicas: 4");
+  // Steps of about half a second: the new matrix's first round is seconds ahead of any stage.
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(2.5 * kDropThrottle);
+  const std::string id = c.Submit(yaml);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).committed_step() >= 2; }, 120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    REQUIRE(s.gossip_links_size() == 16);
+    CHECK(s.gossip_links_epoch() == 0);
+  }
+  SetRateBetweenPairs(*c.net, 1e9);
+  REQUIRE(testing::WaitFor([&] { return c.Status(id).gossip_links_epoch() >= 1; }, 120s));
+  {
+    const v1::JobStatus s = c.Status(id);
+    INFO(s.detail());
+    CHECK(s.gossip_links_from_round() > 1);
+    for (int r = 0; r < 4; ++r) {
+      for (int q = 0; q < 4; ++q) {
+        if (r != q) CHECK(s.gossip_links(r * 4 + q) > 1e8);  // every link fast now
+      }
+    }
+  }
+  for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
+  const v1::JobStatus s = c.WaitCompleted(id);
+  INFO(s.detail());
+  CHECK(s.attempt() == 1);
+  const std::vector<std::string> kinds = EventKinds(s);
+  CHECK(std::count(kinds.begin(), kinds.end(), "rollback") == 0);
+  CHECK(std::count(kinds.begin(), kinds.end(), "gossip_links") >= 1);
+  REQUIRE(s.losses_size() == steps);
+  for (double loss : s.losses()) CHECK(std::isfinite(loss));
+}
+
 TEST_CASE("sync.reduce gossip: push-sum rounds over each round's graph, the fleet's model") {
   // Four single-stage replicas, one out-neighbour each per round drawn from the job's seed
   // and the links the sites had measured at submit (a different graph every round), a quarter of

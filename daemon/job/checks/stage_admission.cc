@@ -84,7 +84,8 @@ StageAdmission::StageAdmission(const std::string& site, const v1::StageAssignmen
                             assignment.dropped_replicas().end());
   for (int r = 0; r < grid_.replicas; ++r) live_.push_back(!Contains(dropped, r));
   removed_from_.assign(live_.size(), UINT64_MAX);
-  gossip_links_.assign(assignment.gossip_links().begin(), assignment.gossip_links().end());
+  gossip_links_ =
+      GossipLinkSchedule({assignment.gossip_links().begin(), assignment.gossip_links().end()});
   if (fleet::GossipSendsLinks(sync_)) {
     if (auto codec = fleet::GossipLinkCodec(sync_.codec); codec.ok()) link_codec_ = *codec;
   }
@@ -109,6 +110,14 @@ StatusOr<std::shared_ptr<const StageAdmission>> StageAdmission::WithRemoved(
     }
     next->removed_from_[r] = std::min(next->removed_from_[r], from_step);
   }
+  return std::shared_ptr<const StageAdmission>(std::move(next));
+}
+
+StatusOr<std::shared_ptr<const StageAdmission>> StageAdmission::WithGossipLinks(
+    uint32_t epoch, uint64_t from_round, std::vector<double> links) const {
+  auto next = std::make_shared<StageAdmission>(*this);
+  RETURN_IF_ERROR(Annotate(next->gossip_links_.Add(epoch, from_round, std::move(links)),
+                           "job '" + job_id_ + "' on site '" + site_ + "'"));
   return std::shared_ptr<const StageAdmission>(std::move(next));
 }
 
@@ -410,8 +419,22 @@ Status StageAdmission::CheckSync(const v1::TensorFrame& first, std::span<const u
             " bytes, announced " + std::to_string(first.encoded_size()) + ")");
       }
     } else {
-      const fleet::GossipGraph g =
-          GossipRoundGraph(sync_, live_, seed_, first.step(), gossip_links_);
+      // The round's graph from the link matrix in force at its round, which the frame names.
+      const GossipLinkEpoch& links = gossip_links_.At(GossipRoundOf(sync_, first.step()));
+      if (first.links_epoch() > gossip_links_.latest().epoch) {
+        return absl::UnavailableError("job " + id + ": sync tensor " + KeyOf(first).DebugString() +
+                                      " from " + caller + " was drawn from gossip links epoch " +
+                                      std::to_string(first.links_epoch()) + ", which site '" +
+                                      site_ + "' has not been told of yet");
+      }
+      if (first.links_epoch() != links.epoch) {
+        return absl::InvalidArgumentError(
+            "job " + id + ": sync tensor " + KeyOf(first).DebugString() + " from " + caller +
+            " was drawn from gossip links epoch " + std::to_string(first.links_epoch()) +
+            "; its round draws from epoch " + std::to_string(links.epoch) + " (from round " +
+            std::to_string(links.from_round) + ")");
+      }
+      const fleet::GossipGraph g = GossipRoundGraph(sync_, live_, seed_, first.step(), links.links);
       const std::vector<int>& out = g.out[static_cast<size_t>(from_replica)];
       valid = first.microbatch() == static_cast<uint32_t>(from_replica) &&
               std::find(out.begin(), out.end(), grid_.replica(self)) != out.end();

@@ -42,6 +42,15 @@ class StageAdmission {
   // the earlier step. INVALID_ARGUMENT for a replica outside the plan or this stage's own.
   StatusOr<std::shared_ptr<const StageAdmission>> WithRemoved(std::span<const uint32_t> removed,
                                                               uint64_t from_step = 0) const;
+  // This admission with the coordinator's link matrix epoch `epoch` drawing the gossip rounds
+  // from `from_round` on (KIND_GOSSIP_LINKS, once the stage took it: StageRunner::
+  // SetGossipLinks). A round's frame is checked against the graph of the epoch in force at its
+  // round, and must name that epoch; one naming a later epoch than this admission knows is
+  // UNAVAILABLE (the sender retries: this site is told next). INVALID_ARGUMENT for an epoch out
+  // of order.
+  StatusOr<std::shared_ptr<const StageAdmission>> WithGossipLinks(uint32_t epoch,
+                                                                  uint64_t from_round,
+                                                                  std::vector<double> links) const;
   int64_t steps() const { return steps_; }
 
   // The tensor whose first chunk `head` (the start of its payload: the compression frame's
@@ -101,8 +110,8 @@ class StageAdmission {
   fleet::SyncOptions sync_;  // when each slice syncs
   // Gossip over compressed links: the codec of the rounds' differences (GossipSendsLinks).
   std::optional<compression::CodecSpec> link_codec_;
-  uint64_t seed_ = 0;                 // the job's: gossip rounds' graphs (gossip_round.h)
-  std::vector<double> gossip_links_;  // the assignment's measured links (gossip_round.h)
+  uint64_t seed_ = 0;                // the job's: gossip rounds' graphs (gossip_round.h)
+  GossipLinkSchedule gossip_links_;  // the measured links by round (gossip_round.h)
 };
 
 }  // namespace longhaul::daemon

@@ -108,6 +108,9 @@ bool Coordinator::AssignAll() {
     const std::vector<double> links = GossipLinksLocked(GridLocked());
     *a.mutable_gossip_links() = {links.begin(), links.end()};
     *record_.mutable_gossip_links() = a.gossip_links();
+    record_.clear_gossip_links_epoch();  // a new attempt starts from the assignment's
+    record_.clear_gossip_links_from_round();
+    links_checked_ = env_.file_env->NowSeconds();
     PersistLocked();
     if (!links.empty()) {
       env_.log->info("job {}: attempt {} gossips over the measured links (Mbit/s, by replica): {}",
@@ -384,6 +387,7 @@ void Coordinator::Run() {
         StopLeftStages();
         ApplySiteChanges(/*healthy=*/true);
         MaybeRejoin();
+        MaybeRefreshGossipLinks();
         bool replan = false;
         {
           MutexLock lock(mu_);

@@ -44,7 +44,16 @@ struct CoordinatorEnv {
   // The job record's disk (job.pb, job.yaml) and clock (WallSeconds: its submission, step
   // times and events). REQUIRES: not null.
   FileEnv* file_env = FileEnv::Default();
+  // Gossip jobs: how often (seconds, the file env's clock) the coordinator compares the links'
+  // newest estimates with the matrix the running attempt draws from, and sends a new one when
+  // a link's rate moved by kGossipLinksMoved or more (MaybeRefreshGossipLinks).
+  double gossip_links_check_seconds = 30;
 };
+
+// A gossip attempt's new link matrix draws the rounds this many rounds past the furthest stage's
+// (its stages are told first; one that has drawn that round already refuses, and the attempt
+// restarts from the committed step).
+inline constexpr uint64_t kGossipLinksLeadRounds = 3;
 
 // The replica count of a job's record or assignment: its own where sites joined or left the
 // job since it was submitted (ChangeJobSites), else the job file's.
@@ -142,6 +151,13 @@ class Coordinator {
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
       ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
+  // Gossip: when a link's rate moved since the running attempt's matrix was drawn (checked
+  // every env_.gossip_links_check_seconds of a healthy attempt), every live stage is told the
+  // new matrix for the rounds from kGossipLinksLeadRounds past the furthest one's
+  // (JobCommand.KIND_GOSSIP_LINKS, the next epoch); the record keeps it. A stage that cannot
+  // take it (it drew that round already, or its site cannot be told) restarts the attempt
+  // from the committed step, with the new matrix.
+  void MaybeRefreshGossipLinks() ABSL_LOCKS_EXCLUDED(mu_);
   // Makes the change ChangeSites persisted: RemoveSites, or AddSites when the attempt is
   // `healthy` (a join waits for one). Whether it made one.
   bool ApplySiteChanges(bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
@@ -284,6 +300,7 @@ class Coordinator {
   uint64_t migrate_step_ ABSL_GUARDED_BY(mu_) = 0;
   // The committed step the current attempt started from.
   uint64_t attempt_start_ ABSL_GUARDED_BY(mu_) = 0;
+  double links_checked_ ABSL_GUARDED_BY(mu_) = 0;  // MaybeRefreshGossipLinks's last look
   uint64_t last_rejoin_try_ ABSL_GUARDED_BY(mu_) = 0;
   // No rejoin before this committed step (AdoptRunningAttempt: what the replicas checkpointed
   // while the coordinator was away).

@@ -10,6 +10,7 @@
 
 #include "daemon/job/coordinator/coordinator.h"
 #include "daemon/job/coordinator/job_record.h"
+#include "daemon/job/sync/gossip_round.h"
 
 namespace longhaul::daemon {
 namespace {
@@ -221,6 +222,86 @@ void Coordinator::MaybeRejoin() {
     PersistLocked();
     cv_.notify_all();
     env_.log->warn("job {}: {}", record_.job_id(), membership_note_);
+  }
+  AssignAll();
+}
+
+void Coordinator::MaybeRefreshGossipLinks() {
+  v1::JobCommand command;
+  std::vector<std::string> sites;  // the live stages', by stage
+  {
+    MutexLock lock(mu_);
+    if (spec_.sync.reduce != fleet::SyncReduce::kGossip ||
+        record_.state() != v1::JOB_STATE_RUNNING || leaving_ || adopt_ ||
+        record_.joining_sites_size() > 0 || record_.leaving_sites_size() > 0) {
+      return;
+    }
+    const double now = env_.file_env->NowSeconds();
+    if (now - links_checked_ < env_.gossip_links_check_seconds) return;
+    links_checked_ = now;
+    const StageGrid grid = GridLocked();
+    if (grid.replicas < 2) return;
+    const std::vector<double> links = GossipLinksLocked(grid);
+    const std::vector<double> current(record_.gossip_links().begin(), record_.gossip_links().end());
+    if (links.empty() || !GossipLinksMoved(current, links)) return;
+    for (int i : LiveStages(grid, DroppedLocked())) sites.push_back(record_.stages(i).site());
+    command.set_job_id(record_.job_id());
+    command.set_attempt(record_.attempt());
+    command.set_links_epoch(record_.gossip_links_epoch() + 1);
+    *command.mutable_gossip_links() = {links.begin(), links.end()};
+  }
+  // The furthest stage's steps (each site is asked: the replicas step at their own pace), and
+  // the round kGossipLinksLead past its next.
+  v1::JobCommand ping;
+  ping.set_job_id(command.job_id());
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  ping.set_attempt(command.attempt());
+  uint64_t furthest = 0;
+  for (const auto& site : sites) {
+    auto r = ControlSite(site, ping);
+    if (!r.ok() || !r->running() || r->attempt() != command.attempt()) return;  // not healthy
+    furthest = std::max(furthest, r->step());
+  }
+  command.set_from_round(GossipRoundOf(spec_.sync, furthest) + kGossipLinksLeadRounds);
+  command.set_kind(v1::JobCommand::KIND_GOSSIP_LINKS);
+  std::string refused;
+  for (const auto& site : sites) {
+    if (auto r = ControlSite(site, command); !r.ok() && refused.empty()) {
+      refused = "site '" + site + "': " + std::string(r.status().message());
+    }
+  }
+  const std::vector<double> links(command.gossip_links().begin(), command.gossip_links().end());
+  if (refused.empty()) {
+    MutexLock lock(mu_);
+    if (record_.attempt() != command.attempt()) return;  // restarted meanwhile: its own links
+    *record_.mutable_gossip_links() = command.gossip_links();
+    record_.set_gossip_links_epoch(command.links_epoch());
+    record_.set_gossip_links_from_round(command.from_round());
+    AddEventLocked("gossip_links", "the links' rates moved: gossip rounds from " +
+                                       std::to_string(command.from_round()) +
+                                       " on draw from links epoch " +
+                                       std::to_string(command.links_epoch()) +
+                                       " (Mbit/s: " + GossipLinksDebugString(links) + ")");
+    PersistLocked();
+    env_.log->info("job {}: gossip rounds from {} on draw from links epoch {} (Mbit/s): {}",
+                   job_id_, command.from_round(), command.links_epoch(),
+                   GossipLinksDebugString(links));
+    return;
+  }
+  // Some stage mixes by the old matrix past that round and the others by the new: a new
+  // attempt from the committed step, which draws from the new one (AssignAll).
+  StopAttempt();
+  {
+    MutexLock lock(mu_);
+    if (TerminalState(record_.state()) || record_.attempt() != command.attempt()) return;
+    const std::string note = "the links' rates moved, but " + refused + ": attempt " +
+                             std::to_string(record_.attempt() + 1) + " resumes from step " +
+                             std::to_string(record_.committed_step()) + " with the new links";
+    RestartFromCommittedLocked("rollback", note);
+    record_.set_detail(note);
+    PersistLocked();
+    cv_.notify_all();
+    env_.log->warn("job {}: {}", job_id_, note);
   }
   AssignAll();
 }

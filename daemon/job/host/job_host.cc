@@ -172,8 +172,9 @@ void JobHost::RestoreJobs() {
   for (const std::string& dir_id : *names) {
     const std::string dir = jobs_dir + "/" + dir_id;
     if (!files.Exists(dir + "/job.pb")) continue;
-    CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, dir,
-                       log_, &files};
+    CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); },
+                       dir,           log_,
+                       &files,        options_.gossip_links_check_seconds};
     auto c = Coordinator::Restore(env);
     if (!c.ok()) {
       // Listed as failed with the reason, not dropped: the operator sees what was lost.
@@ -247,8 +248,9 @@ StatusOr<v1::SubmitJobResponse> JobHost::Submit(const v1::SubmitJobRequest& requ
                                           " jobs, its limit");
     }
   }
-  CoordinatorEnv env{options_.site, [this](const std::string& s) { return Channel(s); }, JobDir(id),
-                     log_, options_.env.files};
+  CoordinatorEnv env{options_.site,      [this](const std::string& s) { return Channel(s); },
+                     JobDir(id),         log_,
+                     options_.env.files, options_.gossip_links_check_seconds};
   ASSIGN_OR_RETURN(auto c, Coordinator::Submit(env, std::move(spec), id));
   MutexLock lock(mu_);
   coordinators_[id] = std::move(c);

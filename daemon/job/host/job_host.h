@@ -43,6 +43,9 @@ struct JobHostOptions {
   std::function<std::unique_ptr<transport::Link>(const std::string& peer)> dial;
   // How often a stage waiting for a tensor checks its own sends for failures.
   double heartbeat_seconds = 1.0;
+  // The jobs this site coordinates: how often a gossip attempt's links are compared with the
+  // newest estimates (CoordinatorEnv::gossip_links_check_seconds: two probe intervals).
+  double gossip_links_check_seconds = 30;
   int64_t memory_limit_bytes = 0;              // 0 = no limit
   std::vector<std::string> devices = {"cpu"};  // the site's devices (site_backend.h)
   size_t inbox_capacity_bytes = 256 << 20;

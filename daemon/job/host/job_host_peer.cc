@@ -347,6 +347,26 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
                                     : "of step " + std::to_string(c.from_step()) + " on");
       return r;
     }
+    case v1::JobCommand::KIND_GOSSIP_LINKS: {
+      // A new link matrix for the rounds from from_round on: the stage takes it only for rounds
+      // it has not drawn (else the coordinator restarts the attempt), then its admission checks
+      // frames of those rounds against it.
+      MutexLock lock(mu_);
+      if (!stage->runner || !stage->admission || stage->runner->attempt() != c.attempt() ||
+          stage->admission->attempt() != c.attempt()) {
+        return absl::FailedPreconditionError("job " + c.job_id() + ": site '" + options_.site +
+                                             "' runs no stage of attempt " +
+                                             std::to_string(c.attempt()));
+      }
+      std::vector<double> links(c.gossip_links().begin(), c.gossip_links().end());
+      RETURN_IF_ERROR(stage->runner->SetGossipLinks(c.links_epoch(), c.from_round(), links));
+      ASSIGN_OR_RETURN(stage->admission, stage->admission->WithGossipLinks(
+                                             c.links_epoch(), c.from_round(), std::move(links)));
+      log_->info("job {}: gossip rounds from {} on draw from links epoch {}: {}", c.job_id(),
+                 c.from_round(), c.links_epoch(),
+                 GossipLinksDebugString({c.gossip_links().begin(), c.gossip_links().end()}));
+      return r;
+    }
     default:
       return absl::InvalidArgumentError("job " + c.job_id() + ": unknown job command " +
                                         std::to_string(c.kind()));

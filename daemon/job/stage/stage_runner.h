@@ -107,6 +107,13 @@ class StageRunner {
   // Gossip: `removed` replicas left the job for good while this attempt runs (the
   // coordinator's KIND_REMOVE_REPLICAS): their stages count as gone from now on, unasked.
   void RemoveReplicas(std::span<const uint32_t> removed) ABSL_LOCKS_EXCLUDED(peers_mu_);
+  // Gossip: the coordinator's link matrix `links`, epoch `epoch`, draws the rounds from
+  // `from_round` on (KIND_GOSSIP_LINKS; gossip_round.h). FAILED_PRECONDITION when this stage
+  // has drawn that round's graph already (its peers would mix by another); INVALID_ARGUMENT
+  // for an epoch out of order or a matrix that does not fit the attempt (CheckGossipLinks
+  // over the replicas neither dropped nor removed).
+  Status SetGossipLinks(uint32_t epoch, uint64_t from_round, std::vector<double> links)
+      ABSL_LOCKS_EXCLUDED(peers_mu_);
 
  private:
   explicit StageRunner(StageRunnerContext context) : ctx_(std::move(context)) {}
@@ -217,6 +224,9 @@ class StageRunner {
   Mutex peers_mu_;
   std::map<int, int> unanswered_pings_ ABSL_GUARDED_BY(peers_mu_);
   std::set<uint32_t> removed_replicas_ ABSL_GUARDED_BY(peers_mu_);
+  // Gossip: the attempt's link matrices by round, and the latest round drawn (links_at).
+  GossipLinkSchedule gossip_links_ ABSL_GUARDED_BY(peers_mu_);
+  std::optional<uint64_t> drawn_round_ ABSL_GUARDED_BY(peers_mu_);
 };
 
 }  // namespace longhaul::daemon

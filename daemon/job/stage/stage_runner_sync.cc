@@ -38,6 +38,17 @@ Status StageRunner::InitSync(uint64_t resume_step) {
       MutexLock lock(peers_mu_);
       return removed_replicas_.count(static_cast<uint32_t>(replica)) > 0;
     };
+    {
+      MutexLock lock(peers_mu_);
+      gossip_links_ = GossipLinkSchedule(
+          {ctx_.assignment.gossip_links().begin(), ctx_.assignment.gossip_links().end()});
+    }
+    // Each round's graph from the links the coordinator last sent for it.
+    o.links_at = [this](uint64_t round) {
+      MutexLock lock(peers_mu_);
+      drawn_round_ = std::max(drawn_round_.value_or(0), round);
+      return gossip_links_.At(round);
+    };
     if (o.sync.reduce == fleet::SyncReduce::kGossip && grid_.tied(stage_) >= 0) {
       // The tied embedding's two holders: the first gossips it, the last replays the first's
       // rounds from what it sends over their link (tied_round.h).
@@ -135,6 +146,24 @@ Status StageRunner::ExchangeTiedGrads(uint64_t step) {
 void StageRunner::RemoveReplicas(std::span<const uint32_t> removed) {
   MutexLock lock(peers_mu_);
   removed_replicas_.insert(removed.begin(), removed.end());
+}
+
+Status StageRunner::SetGossipLinks(uint32_t epoch, uint64_t from_round, std::vector<double> links) {
+  const std::string where = "job " + ctx_.assignment.job_id() + ": stage " +
+                            std::to_string(stage_) + ", gossip links epoch " +
+                            std::to_string(epoch) + " from round " + std::to_string(from_round);
+  MutexLock lock(peers_mu_);
+  if (drawn_round_ && *drawn_round_ >= from_round) {
+    return absl::FailedPreconditionError(where + ": this stage has drawn round " +
+                                         std::to_string(*drawn_round_) + "'s graph already");
+  }
+  std::set<uint32_t> out(removed_replicas_);  // dropped in the attempt, or removed since
+  out.insert(ctx_.assignment.dropped_replicas().begin(), ctx_.assignment.dropped_replicas().end());
+  std::vector<bool> live;
+  for (int r = 0; r < grid_.replicas; ++r) live.push_back(out.count(static_cast<uint32_t>(r)) == 0);
+  const google::protobuf::RepeatedField<double> matrix(links.begin(), links.end());
+  RETURN_IF_ERROR(Annotate(CheckGossipLinks(matrix, grid_.replicas, live), where));
+  return Annotate(gossip_links_.Add(epoch, from_round, std::move(links)), where);
 }
 
 PeerStatus StageRunner::PeerStatusOf(int stage) {

@@ -49,6 +49,42 @@ fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::v
   return fleet::ChooseGossipGraph(links, sync.fanout, seed, round);
 }
 
+bool GossipLinksMoved(const std::vector<double>& from, const std::vector<double>& to) {
+  if (from.size() != to.size()) return true;
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (from[i] <= 0 || to[i] <= 0) {
+      if ((from[i] > 0) != (to[i] > 0)) return true;
+      continue;
+    }
+    if (to[i] >= kGossipLinksMoved * from[i] || from[i] >= kGossipLinksMoved * to[i]) return true;
+  }
+  return false;
+}
+
+const GossipLinkEpoch& GossipLinkSchedule::At(uint64_t round) const {
+  size_t e = epochs_.size() - 1;
+  while (e > 0 && epochs_[e].from_round > round) --e;
+  return epochs_[e];
+}
+
+Status GossipLinkSchedule::Add(uint32_t epoch, uint64_t from_round, std::vector<double> links) {
+  if (epoch < epochs_.size()) {
+    const GossipLinkEpoch& known = epochs_[epoch];
+    if (epoch > 0 && known.from_round == from_round && known.links == links) return Status();
+    return absl::InvalidArgumentError("gossip links epoch " + std::to_string(epoch) +
+                                      " is known already, otherwise (from round " +
+                                      std::to_string(known.from_round) + ")");
+  }
+  if (epoch != epochs_.size() || from_round <= latest().from_round) {
+    return absl::InvalidArgumentError("gossip links epoch " + std::to_string(epoch) +
+                                      " from round " + std::to_string(from_round) +
+                                      " does not follow epoch " + std::to_string(latest().epoch) +
+                                      " from round " + std::to_string(latest().from_round));
+  }
+  epochs_.push_back(GossipLinkEpoch{epoch, from_round, std::move(links)});
+  return Status();
+}
+
 namespace {
 
 // Whether stages a and b (of different replicas) exchange sync frames: they hold some of the

@@ -66,6 +66,34 @@ fleet::GossipGraph GossipRoundGraph(const fleet::SyncOptions& sync, const std::v
                                     uint64_t seed, uint64_t step,
                                     const std::vector<double>& links = {});
 
+// A gossip attempt's link matrices by round: the assignment's (StageAssignment.gossip_links,
+// epoch 0) from round 0, then each the coordinator sent while the attempt ran
+// (JobCommand.KIND_GOSSIP_LINKS, epochs 1, 2, ...) from its round on. Every stage of the
+// attempt draws round r's graph from At(r), the senders and the receivers alike: a stage takes
+// an epoch only for rounds it has not drawn yet, and a sync frame names the epoch it was drawn
+// from (TensorFrame.links_epoch), so that a receiver told later answers "not yet" rather than
+// "not an in-neighbour".
+struct GossipLinkEpoch {
+  uint32_t epoch = 0;
+  uint64_t from_round = 0;
+  std::vector<double> links;  // as StageAssignment.gossip_links (empty: every link alike)
+};
+class GossipLinkSchedule {
+ public:
+  explicit GossipLinkSchedule(std::vector<double> links = {})
+      : epochs_{GossipLinkEpoch{0, 0, std::move(links)}} {}
+  // The epoch whose matrix round `round` draws from.
+  const GossipLinkEpoch& At(uint64_t round) const;
+  const GossipLinkEpoch& latest() const { return epochs_.back(); }
+  // Epoch `epoch` from round `from_round` on. INVALID_ARGUMENT unless it is the next epoch and
+  // starts after the latest one's round; an epoch known already (the same one told again) is OK
+  // and changes nothing.
+  Status Add(uint32_t epoch, uint64_t from_round, std::vector<double> links);
+
+ private:
+  std::vector<GossipLinkEpoch> epochs_;  // by epoch
+};
+
 // The most bytes a round's frame of a slice of `slice_size` takes in a job of `sync`: a key
 // frame over compressed links (fleet::MaxLinkFrameBytes), else a frame of every coordinate.
 StatusOr<uint64_t> GossipRoundFrameMaxBytes(const fleet::SyncOptions& sync, uint64_t slice_size);
@@ -91,6 +119,12 @@ std::vector<double> GossipLinkMatrix(
     const StageGrid& grid, const google::protobuf::RepeatedPtrField<v1::StageInfo>& stages,
     const std::vector<bool>& live,
     const std::function<double(const std::string& from, const std::string& to)>& bandwidth);
+
+// Whether a link matrix `to` differs from `from` enough to draw the rounds from it instead: a
+// different shape (one of them empty), or a link present in both whose rate moved by the
+// factor kGossipLinksMoved or more, either way.
+inline constexpr double kGossipLinksMoved = 2;
+bool GossipLinksMoved(const std::vector<double>& from, const std::vector<double>& to);
 
 // "0->1 1000, 0->2 10, ..." (Mbit/s) for the log: each live link of a GossipLinkMatrix.
 std::string GossipLinksDebugString(const std::vector<double>& links);

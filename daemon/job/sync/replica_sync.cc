@@ -346,7 +346,10 @@ Status ReplicaSync::OuterStep(uint64_t step, double compute_seconds) {
 Status ReplicaSync::GossipSync(uint64_t step) {
   const int N = o_.grid.replicas, me = o_.grid.replica(stage_);
   const uint64_t round = GossipRoundOf(o_.sync, step);
-  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, gossip_links_);
+  const GossipLinkEpoch links =
+      o_.links_at ? o_.links_at(round) : GossipLinkEpoch{0, 0, gossip_links_};
+  const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, links.links);
+  round_links_epoch_ = links.epoch;  // each frame of the round names it
   // The replicas removed as this stage knows them (TakeRemovals, after the exchange).
   uint64_t removed = 0;
   for (int r = 0; o_.removed && r < N; ++r) removed += o_.removed(r) ? 1 : 0;
@@ -429,9 +432,9 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   std::vector<std::vector<fleet::GossipFrame>> received;
   std::vector<int> senders;  // the in-neighbours whose frames came (a lost one's did not)
   std::vector<int> unsent;   // the out-neighbours sent nothing (lost): their shares stay here
-  RETURN_IF_ERROR(Annotate(
-      exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &received, &senders, &unsent),
-      where));
+  RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &received,
+                                             &senders, &unsent, nullptr, round_links_epoch_),
+                           where));
   ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
   TakeRemovals(tied.agreed.removed);
   std::vector<fleet::GossipNode::Received> in;
@@ -483,7 +486,7 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
   std::vector<std::vector<fleet::LinkFrame>> received;
   std::vector<int> senders, unsent;
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &unused,
-                                             &senders, &unsent, &received),
+                                             &senders, &unsent, &received, round_links_epoch_),
                            where));
   ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
   TakeRemovals(tied.agreed.removed);

@@ -46,6 +46,7 @@
 #include "daemon/job/exchange/sender.h"
 #include "daemon/job/spec/stage_grid.h"
 #include "daemon/job/state/sync_checkpoint.h"
+#include "daemon/job/sync/gossip_round.h"
 #include "daemon/job/sync/sync_codec.h"
 #include "daemon/job/sync/sync_exchange.h"
 #include "daemon/job/sync/tied_round.h"
@@ -88,6 +89,10 @@ struct ReplicaSyncOptions {
   std::function<PeerStatus(int stage)> peer_status;
   // Gossip: a replica removed mid-attempt (SyncExchangeOptions::removed).
   std::function<bool(int replica)> removed;
+  // Gossip: the link matrix round `round` draws its graph from (gossip_round.h: the
+  // assignment's, or one the coordinator sent since), asked once as the round starts; the
+  // caller notes the round drawn. Null: the assignment's for every round.
+  std::function<GossipLinkEpoch(uint64_t round)> links_at;
   // Gossip on a multi-stage replica's first or last stage with a tied head: the link to the
   // tied embedding's other holder (tied_round.h). `tied_send` sends `bytes` of the sync after
   // `step` (`what`: kTiedView, kTiedFrames) and `tied_receive` takes the other's as they came;
@@ -213,6 +218,7 @@ class ReplicaSync {
   int tied_k_ = -1;
   bool tied_first_ = false;
   std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
+  uint32_t round_links_epoch_ = 0;           // the epoch the current round's graph came from
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip with fp32 shares
   // sync.reduce gossip over compressed links (fleet::GossipSendsLinks), in place of gossip_.
   std::unique_ptr<fleet::LinkGossipNode> links_;

@@ -166,7 +166,7 @@ double SyncExchange::SentShare() const {
 }
 
 Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
-                          std::vector<uint8_t> frame, bool backlog) {
+                          std::vector<uint8_t> frame, bool backlog, uint32_t links_epoch) {
   // The values it carries: the slice (gather) or the hop's chunk of it (ring).
   const fleet::SyncSlice& slice = o_.routes[k].slice;
   const uint64_t values =
@@ -187,6 +187,7 @@ Status SyncExchange::Send(uint64_t step, size_t k, uint32_t microbatch, int to,
   h.set_from_stage(static_cast<uint32_t>(o_.stage));
   h.set_to_stage(static_cast<uint32_t>(to));
   h.set_from_site(o_.site);
+  if (links_epoch > 0) h.set_links_epoch(links_epoch);
   const uint64_t wire = frame.size();
   t.payload = std::move(frame);
   if (backlog) {
@@ -408,7 +409,8 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
                             std::span<const int> to, std::span<const int> from,
                             std::vector<std::vector<fleet::GossipFrame>>* received,
                             std::vector<int>* senders, std::vector<int>* unsent,
-                            std::vector<std::vector<fleet::LinkFrame>>* links) {
+                            std::vector<std::vector<fleet::LinkFrame>>* links,
+                            uint32_t links_epoch) {
   const bool link = o_.gossip_link_codec.has_value() && tag == kGossipRoundTag;
   if (link && links == nullptr) {
     return absl::InvalidArgumentError("gossip of step " + std::to_string(step) +
@@ -491,7 +493,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
                                           std::to_string(route.slice.index) + " for replica " +
                                           std::to_string(r) + ", an out-neighbour");
       }
-      RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frame));
+      RETURN_IF_ERROR(Send(step, k, tag + static_cast<uint32_t>(me), d, frame, false, links_epoch));
     }
   }
   std::sort(unsent->begin(), unsent->end());

@@ -138,11 +138,14 @@ class SyncExchange {
   // *unsent names those replicas of `to`, for the caller's push-sum weights).
   // *senders: the replicas of `from` whose frames came, ascending; (*received)[k][i] is
   // (*senders)[i]'s frame of route k.
+  // `links_epoch`: the epoch of the link matrix the round's graph was drawn from
+  // (gossip_round.h), which each frame names (TensorFrame.links_epoch).
   Status Gossip(uint64_t step, uint32_t tag,
                 std::span<const std::vector<std::vector<uint8_t>>> frames, std::span<const int> to,
                 std::span<const int> from, std::vector<std::vector<fleet::GossipFrame>>* received,
                 std::vector<int>* senders, std::vector<int>* unsent,
-                std::vector<std::vector<fleet::LinkFrame>>* links = nullptr);
+                std::vector<std::vector<fleet::LinkFrame>>* links = nullptr,
+                uint32_t links_epoch = 0);
   // The frames of options.tied_slice the latest gossip round of a first stage took, as they came,
   // by sender (ascending, as *senders); emptied.
   std::vector<std::pair<int, std::vector<uint8_t>>> TakeForwarded() {
@@ -191,7 +194,7 @@ class SyncExchange {
   // (gather) or the ring hop.
   // From the receiver thread (`backlog`): onto backlog_ and as much of it as fits queued.
   Status Send(uint64_t step, size_t k, uint32_t microbatch, int to, std::vector<uint8_t> frame,
-              bool backlog = false);
+              bool backlog = false, uint32_t links_epoch = 0);
   Status DrainBacklog();
   Status StartRing(uint64_t step, std::span<const float> values, float weight, int phase,
                    std::vector<TensorKey>* wanted);
