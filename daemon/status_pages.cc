@@ -60,6 +60,9 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
   m->Family("longhaul_job_replicas_added_total", "counter",
             "Pipeline replicas that sites joining the running job formed, or removed ones their "
             "sites brought back (longhaul job add-site).");
+  m->Family("longhaul_job_gossip_links_epoch", "gauge",
+            "Gossip jobs: the epoch of the link matrix the attempt's rounds draw from (0: the "
+            "assignment's; each time the links' rates moved mid-attempt, one more).");
   m->Family("longhaul_job_replicas_removed_total", "counter",
             "Pipeline replicas taken out of the running job (longhaul job remove-site).");
   m->Family("longhaul_stage_syncs", "gauge",
@@ -112,6 +115,9 @@ void JobMetrics(const v1::ListLinksResponse& links, const v1::ListJobsResponse& 
     m->Sample("longhaul_job_replica_rejoins_total", job, j.replica_rejoins());
     m->Sample("longhaul_job_replicas_added_total", job, j.replicas_added());
     m->Sample("longhaul_job_replicas_removed_total", job, j.replicas_removed());
+    if (j.gossip_links_size() > 0) {
+      m->Sample("longhaul_job_gossip_links_epoch", job, j.gossip_links_epoch());
+    }
     for (const auto& s : j.stages()) {
       const Labels stage = {
           {"job", j.job_id()}, {"stage", std::to_string(s.index())}, {"site", s.site()}};
@@ -371,6 +377,13 @@ std::string RenderStatusJson(const v1::NodeStatus& node, const v1::ListLinksResp
                          {"links", job_links},
                          {"sync_groups", groups},
                          {"data_sources", sources}});
+    if (job.gossip_links_size() > 0) {
+      j["jobs"].back()["gossip_links"] = {
+          {"bytes_per_second",
+           std::vector<double>(job.gossip_links().begin(), job.gossip_links().end())},
+          {"epoch", job.gossip_links_epoch()},
+          {"from_round", job.gossip_links_from_round()}};
+    }
     if (job.has_outer()) {
       j["jobs"].back()["outer"] = {{"lr", job.outer().lr()},
                                    {"momentum", job.outer().momentum()},

@@ -1657,6 +1657,13 @@ TEST_CASE("a gossip job's graphs follow its links as their rates move, the attem
       }
     }
   }
+  // /metrics and /status show the epoch (1, or more if the estimates moved 2x again).
+  const auto metrics = testing::HttpGet(c.at(0).status_port(), "/metrics");
+  CHECK_THAT(metrics.body,
+             Catch::Contains("longhaul_job_gossip_links_epoch{job=\"" + id + "\"} ") &&
+                 !Catch::Contains("longhaul_job_gossip_links_epoch{job=\"" + id + "\"} 0"));
+  const auto page = testing::HttpGet(c.at(0).status_port(), "/status");
+  CHECK_THAT(page.body, Catch::Contains("\"from_round\"") && Catch::Contains("\"epoch\""));
   for (size_t i = 0; i < kSites.size(); ++i) c.at(i).jobs().set_throttle(0);
   const v1::JobStatus s = c.WaitCompleted(id);
   INFO(s.detail());

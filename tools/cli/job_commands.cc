@@ -192,7 +192,12 @@ void PrintDetails(const v1::JobStatus& j) {
     // The measured links this attempt's gossip graphs are drawn from (fast ones more often).
     std::vector<double> links(j.gossip_links().begin(), j.gossip_links().end());
     std::cout << "gossip links (Mbit/s, replica -> replica): "
-              << daemon::GossipLinksDebugString(links) << "\n";
+              << daemon::GossipLinksDebugString(links);
+    if (j.gossip_links_epoch() > 0) {
+      std::cout << " (epoch " << j.gossip_links_epoch() << ": the rounds from "
+                << j.gossip_links_from_round() << " on; the rates moved mid-attempt)";
+    }
+    std::cout << "\n";
   }
 }
 
