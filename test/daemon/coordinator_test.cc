@@ -153,6 +153,26 @@ struct Fixture {
     if (stage == 1) r.set_loss(5.5f - step);
     return r;
   }
+  // Stage `stage` (0 on alpha, 1 on beta) reports `step`, its link to `to` at `bw` bytes/s
+  // (checkpointed at step 2 from step 1 on).
+  void ReportLink(uint32_t stage, uint64_t step, const std::string& to, double bw) {
+    v1::StepReport r = Report(stage, step, step >= 1 ? 2 : 0);
+    r.set_loss(5.0f);
+    v1::LinkUsage* l = r.add_links();
+    l->set_from_site(stage == 0 ? "alpha" : "beta");
+    l->set_to_site(to);
+    l->set_bandwidth_bytes_per_second(bw);
+    REQUIRE(c->OnReport(r, stage == 0 ? "alpha" : "beta").ok());
+  }
+  // A gathered job's beta (replica 1) is removed after step 0: alpha is told, and the step 1
+  // both report (checkpointed at `checkpoint`) is decided without it, beta's told to stop.
+  void BetaLeavesAtStep1(uint64_t checkpoint) {
+    REQUIRE(c->ChangeSites({}, {"beta"}).ok());
+    REQUIRE(testing::WaitFor(
+        [&] { return !alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
+    REQUIRE(c->OnReport(Report(0, 1, checkpoint), "alpha").ok());
+    REQUIRE(c->OnReport(Report(1, 1, checkpoint), "beta")->stop());
+  }
   // Both stages report `step` at once (each waits at the barrier for the other).
   std::pair<v1::StepDecision, v1::StepDecision> Step(uint64_t step, uint64_t checkpoint_step) {
     StatusOr<v1::StepDecision> d0 = absl::UnknownError("not run");
@@ -238,18 +258,9 @@ TEST_CASE("coordinator: a gossip attempt draws its graphs from the links the sta
                 "replicas: 2\nsync: {mode: local, every: 2, reduce: gossip, on_site_loss: wait}\n");
   REQUIRE(f.alpha.assignments().size() == 1);
   CHECK(f.alpha.assignments()[0].gossip_links_size() == 0);
-  auto report = [&](uint32_t stage, uint64_t step, const std::string& to, double bw) {
-    v1::StepReport r = f.Report(stage, step, step >= 1 ? 2 : 0);
-    r.set_loss(5.0f);
-    v1::LinkUsage* l = r.add_links();
-    l->set_from_site(stage == 0 ? "alpha" : "beta");
-    l->set_to_site(to);
-    l->set_bandwidth_bytes_per_second(bw);
-    REQUIRE(f.c->OnReport(r, stage == 0 ? "alpha" : "beta").ok());
-  };
   for (uint64_t step = 0; step < 2; ++step) {
-    report(0, step, "beta", 1.25e6);  // 10 Mbit/s
-    report(1, step, "alpha", 125e6);  // 1 Gbit/s
+    f.ReportLink(0, step, "beta", 1.25e6);  // 10 Mbit/s
+    f.ReportLink(1, step, "alpha", 125e6);  // 1 Gbit/s
   }
   REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).committed_step() == 2; }, 30s));
   f.beta.Fail("out of memory on beta");
@@ -278,17 +289,8 @@ TEST_CASE("coordinator: a gossip attempt's links moved: every stage draws from a
             [](CoordinatorEnv& env) { env.gossip_links_check_seconds = 0; });
   f.alpha.SetStep(3);
   f.beta.SetStep(2);
-  auto report = [&](uint32_t stage, uint64_t step, const std::string& to, double bw) {
-    v1::StepReport r = f.Report(stage, step, step >= 1 ? 2 : 0);
-    r.set_loss(5.0f);
-    v1::LinkUsage* l = r.add_links();
-    l->set_from_site(stage == 0 ? "alpha" : "beta");
-    l->set_to_site(to);
-    l->set_bandwidth_bytes_per_second(bw);
-    REQUIRE(f.c->OnReport(r, stage == 0 ? "alpha" : "beta").ok());
-  };
-  report(0, 0, "beta", 1.25e6);  // 10 Mbit/s
-  report(1, 0, "alpha", 125e6);  // 1 Gbit/s
+  f.ReportLink(0, 0, "beta", 1.25e6);  // 10 Mbit/s
+  f.ReportLink(1, 0, "alpha", 125e6);  // 1 Gbit/s
   REQUIRE(testing::WaitFor(
       [&] {
         return !f.alpha.commands(v1::JobCommand::KIND_GOSSIP_LINKS).empty() &&
@@ -314,13 +316,13 @@ TEST_CASE("coordinator: a gossip attempt's links moved: every stage draws from a
   }
   // Within a factor of 2: no new epoch. Ten times faster, and beta cannot take it: a restart.
   // (A step's links count once both stages reported it.)
-  report(0, 1, "beta", 2e6);
-  report(1, 1, "alpha", 125e6);
+  f.ReportLink(0, 1, "beta", 2e6);
+  f.ReportLink(1, 1, "alpha", 125e6);
   std::this_thread::sleep_for(1500ms);
   CHECK(f.alpha.commands(v1::JobCommand::KIND_GOSSIP_LINKS).size() == 1);
   f.beta.Refuse(v1::JobCommand::KIND_GOSSIP_LINKS);
-  report(0, 2, "beta", 12.5e6);
-  report(1, 2, "alpha", 125e6);
+  f.ReportLink(0, 2, "beta", 12.5e6);
+  f.ReportLink(1, 2, "alpha", 125e6);
   REQUIRE(testing::WaitFor([&] { return f.alpha.assignments().size() >= 2; }, 30s));
   const v1::StageAssignment again = f.alpha.assignments().back();
   CHECK(again.attempt() == 2);
@@ -419,11 +421,7 @@ TEST_CASE("coordinator: a removed replica comes back when its sites are added ag
   Fixture f(FileEnv::Default(),
             std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
   f.Step(0, 0);
-  REQUIRE(f.c->ChangeSites({}, {"beta"}).ok());
-  REQUIRE(testing::WaitFor(
-      [&] { return !f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
-  REQUIRE(f.c->OnReport(f.Report(0, 1, 2), "alpha").ok());
-  REQUIRE(f.c->OnReport(f.Report(1, 1, 2), "beta")->stop());
+  f.BetaLeavesAtStep1(2);
   REQUIRE(f.c->OnReport(f.Report(0, 2, 2), "alpha").ok());
   REQUIRE(f.c->GetStatus(1).committed_step() == 2);
   REQUIRE(f.c->GetStatus(1).removed_replicas_size() == 1);
@@ -500,11 +498,7 @@ TEST_CASE("coordinator: a comeback that no committed step could take is refused"
   job.replace(job.find("checkpoint: {every: 2}"), 22, "checkpoint: {every: 4}");
   Fixture f(FileEnv::Default(), job);
   f.Step(0, 0);
-  REQUIRE(f.c->ChangeSites({}, {"beta"}).ok());
-  REQUIRE(testing::WaitFor(
-      [&] { return !f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty(); }, 30s));
-  REQUIRE(f.c->OnReport(f.Report(0, 1, 0), "alpha").ok());
-  REQUIRE(f.c->OnReport(f.Report(1, 1, 0), "beta")->stop());
+  f.BetaLeavesAtStep1(0);
   REQUIRE(testing::WaitFor(
       [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
   auto back = f.c->ChangeSites({"beta"}, {});
