@@ -35,6 +35,7 @@ class FakeSite final : public testing::FakeLink {
   StatusOr<v1::AssignResponse> AssignStage(const v1::StageAssignment& a, double) override {
     std::lock_guard<std::mutex> lock(mu_);
     assignments_.push_back(a);
+    if (!refuse_assign_.empty()) return absl::ResourceExhaustedError(refuse_assign_);
     running_attempt_ = a.attempt();
     running_ = true;
     error_.clear();  // a fresh stage
@@ -57,6 +58,11 @@ class FakeSite final : public testing::FakeLink {
   void Fail(const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = why;
+  }
+  // Its assignments fail with `why` from now on (empty: they succeed).
+  void RefuseAssign(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    refuse_assign_ = why;
   }
   // The steps its pings say the stage completed.
   void SetStep(uint64_t step) {
@@ -94,6 +100,7 @@ class FakeSite final : public testing::FakeLink {
   v1::JobCommand::Kind refuse_ = v1::JobCommand::KIND_UNSPECIFIED;
   uint32_t running_attempt_ = 0;
   uint64_t step_ = 0;
+  std::string refuse_assign_;
   bool running_ = true;
   std::string error_;
 };
@@ -449,6 +456,8 @@ TEST_CASE("coordinator: a removed replica comes back when its sites are added ag
   CHECK(std::vector<uint32_t>(a.rejoining_replicas().begin(), a.rejoining_replicas().end()) ==
         std::vector<uint32_t>{1});
   CHECK(a.dropped_replicas_size() == 0);
+  // Assigned whole: no longer a comeback that a failed assignment would remove again.
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).returning_replica() == 0; }, 30s));
   const v1::JobStatus s = f.c->GetStatus(1);
   CHECK(s.removed_replicas_size() == 0);
   CHECK(s.replicas_added() == 1);
@@ -487,6 +496,39 @@ TEST_CASE(
   CHECK(told.removed_replicas(0) == 0);
   CHECK(f.alpha.commands(v1::JobCommand::KIND_REMOVE_REPLICAS).empty());
   CHECK_FALSE(f.alpha.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty());
+}
+
+TEST_CASE("coordinator: a replica brought back that cannot take its stage is removed again") {
+  // As above, but beta's site refuses the assignment that brings replica 1 back: it is
+  // removed again at once (no retry that would restart alpha's replica each time), the event
+  // says why, and alpha's replica goes on alone.
+  Fixture f(FileEnv::Default(),
+            std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
+  f.Step(0, 0);
+  f.BetaLeavesAtStep1(2);
+  REQUIRE(f.c->OnReport(f.Report(0, 2, 2), "alpha").ok());
+  REQUIRE(testing::WaitFor(
+      [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  f.beta.RefuseAssign("beta has no memory for it");
+  REQUIRE(f.c->ChangeSites({"beta"}, {}).ok());
+  CHECK(f.c->GetStatus(1).returning_replica() == 1);
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).replicas_removed() == 2; }, 30s));
+  const v1::JobStatus s = f.c->GetStatus(1);
+  REQUIRE(s.removed_replicas_size() == 1);
+  CHECK(s.removed_replicas(0) == 1);
+  CHECK(s.rejoining_replicas_size() == 0);
+  CHECK(s.returning_replica() == 0);
+  CHECK(s.events(s.events_size() - 1).kind() == "site_removed");
+  CHECK_THAT(s.events(s.events_size() - 1).detail(),
+             Catch::Contains("could not come back") && Catch::Contains("beta has no memory"));
+  // alpha's replica is assigned again without it.
+  REQUIRE(testing::WaitFor(
+      [&] {
+        const auto a = f.alpha.assignments();
+        return a.size() >= 3 && a.back().dropped_replicas_size() == 1;
+      },
+      30s));
+  CHECK(f.beta.assignments().size() == 2);  // the first, and the comeback it refused
 }
 
 TEST_CASE("coordinator: a comeback that no committed step could take is refused") {

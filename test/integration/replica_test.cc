@@ -1327,6 +1327,7 @@ TEST_CASE("a removed replica comes back when add-site names all its sites again"
   CHECK(s.stages_size() == 4);
   CHECK(s.removed_replicas_size() == 0);
   CHECK(s.dropped_replicas_size() == 0);
+  CHECK(s.returning_replica() == 0);
   CHECK(s.replicas_added() == 1);
   // Syncs every 2 steps: plain averaging, resolved at submit and kept in the record.
   REQUIRE(s.has_outer());

@@ -153,8 +153,32 @@ bool Coordinator::AssignAll() {
       if (UndoJoinLocked(i, s)) return false;
     }
     if (Contains(rejoining, grid.replica(i))) {
-      // A rejoining replica that cannot take its stage sits out again; the others go on.
+      // A rejoining replica that cannot take its stage sits out again; the others go on. One
+      // an operator brought back (add-site of a removed replica's sites) is removed again:
+      // retrying it would cost the others a restart each time.
       MutexLock lock(mu_);
+      const uint32_t back = record_.returning_replica();
+      if (back != 0 && static_cast<int>(back) == grid.replica(i)) {
+        // The others rejoining with it sit out again, as below.
+        const ReplicaList rejoining = RejoiningLocked(),
+                          dropped = Union(DroppedLocked(), rejoining);
+        for (uint32_t r : rejoining) rejoin_failures_[r] += r == back ? 0 : 1;
+        *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+        record_.clear_rejoining_replicas();
+        record_.clear_returning_replica();
+        RecordRemovalLocked({back});
+        membership_note_ = ReplicaNames({back}) + " could not come back (stage " +
+                           std::to_string(i) + " on site " + record_.stages(i).site() + ": " +
+                           std::string(s.message()) + "); it is removed again, the others go on";
+        AddEventLocked("site_removed", membership_note_);
+        need_assign_ = true;
+        record_.set_state(v1::JOB_STATE_RECOVERING);
+        record_.set_detail(membership_note_);
+        PersistLocked();
+        cv_.notify_all();
+        env_.log->warn("job {}: {}", job_id_, membership_note_);
+        return false;
+      }
       const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
       for (uint32_t r : rejoining) ++rejoin_failures_[r];
       record_.clear_rejoining_replicas();
@@ -214,6 +238,11 @@ bool Coordinator::AssignAll() {
   MutexLock lock(mu_);
   need_assign_ = false;
   record_.clear_joined_replica();  // a replica that joined took its stages
+  // ...and one that came back, once it is no longer dropped (assigned whole).
+  if (record_.returning_replica() != 0 &&
+      !Contains(DroppedLocked(), static_cast<int>(record_.returning_replica()))) {
+    record_.clear_returning_replica();
+  }
   failed_checks_ = 0;
   record_.set_state(v1::JOB_STATE_RUNNING);
   // How the job was placed (empty for an even placement), or the last replica drop or rejoin.

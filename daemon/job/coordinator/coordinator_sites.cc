@@ -316,7 +316,8 @@ v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
   const ReplicaList dropped = Union(DroppedLocked(), {r});  // sits out until it rejoins
   *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
   rejoin_failures_.erase(r);
-  last_rejoin_try_ = UINT64_MAX;  // MaybeRejoin tries at the committed step it finds
+  last_rejoin_try_ = UINT64_MAX;     // MaybeRejoin tries at the committed step it finds
+  record_.set_returning_replica(r);  // removed again if its stages cannot be assigned
   record_.set_replicas_added(record_.replicas_added() + 1);
   const std::string note =
       SiteNames(sites) + (sites.size() == 1 ? " comes" : " come") + " back as replica " +
