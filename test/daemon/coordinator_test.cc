@@ -308,7 +308,9 @@ TEST_CASE("coordinator: a gossip attempt's links moved: every stage draws from a
     const v1::JobCommand told = site->commands(v1::JobCommand::KIND_GOSSIP_LINKS)[0];
     CHECK(told.attempt() == 1);
     CHECK(told.links_epoch() == 1);
-    CHECK(told.from_round() == 4);
+    // (More if asking the sites took a round or more, which fakes do not.)
+    CHECK(told.from_round() >= 4);
+    CHECK(told.from_round() == f.alpha.commands(v1::JobCommand::KIND_GOSSIP_LINKS)[0].from_round());
     REQUIRE(told.gossip_links_size() == 4);
     CHECK(told.gossip_links(1) == 1.25e6);  // replica 0 -> 1: alpha -> beta
     CHECK(told.gossip_links(2) == 125e6);   // replica 1 -> 0: beta -> alpha
@@ -317,7 +319,7 @@ TEST_CASE("coordinator: a gossip attempt's links moved: every stage draws from a
   {
     const v1::JobStatus s = f.c->GetStatus(1);
     CHECK(s.attempt() == 1);
-    CHECK(s.gossip_links_from_round() == 4);
+    CHECK(s.gossip_links_from_round() >= 4);
     CHECK(s.gossip_links(1) == 1.25e6);
     CHECK(s.events(s.events_size() - 1).kind() == "gossip_links");
   }

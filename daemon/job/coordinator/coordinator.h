@@ -52,7 +52,8 @@ struct CoordinatorEnv {
 
 // A gossip attempt's new link matrix draws the rounds this many rounds past the furthest stage's
 // (its stages are told first; one that has drawn that round already refuses, and the attempt
-// restarts from the committed step).
+// restarts from the committed step), plus the rounds that twice the time asking the stages for
+// their steps took would cover.
 inline constexpr uint64_t kGossipLinksLeadRounds = 3;
 
 // The replica count of a job's record or assignment: its own where sites joined or left the

@@ -257,12 +257,22 @@ void Coordinator::MaybeRefreshGossipLinks() {
   ping.set_kind(v1::JobCommand::KIND_PING);
   ping.set_attempt(command.attempt());
   uint64_t furthest = 0;
+  const double asked = env_.file_env->NowSeconds();
   for (const auto& site : sites) {
     auto r = ControlSite(site, ping);
     if (!r.ok() || !r->running() || r->attempt() != command.attempt()) return;  // not healthy
     furthest = std::max(furthest, r->step());
   }
-  command.set_from_round(GossipRoundOf(spec_.sync, furthest) + kGossipLinksLeadRounds);
+  // The stages go on meanwhile: telling them all takes about as long as asking them did, so
+  // where that is more than a round or two (many sites over slow links) the lead grows by it.
+  uint64_t lead = kGossipLinksLeadRounds;
+  {
+    MutexLock lock(mu_);
+    const double round = record_.step_seconds() * std::max(1, spec_.sync.every);
+    const double asking = env_.file_env->NowSeconds() - asked;
+    if (round > 0) lead += static_cast<uint64_t>(std::min(1e6, 2 * asking / round));
+  }
+  command.set_from_round(GossipRoundOf(spec_.sync, furthest) + lead);
   command.set_kind(v1::JobCommand::KIND_GOSSIP_LINKS);
   std::string refused;
   for (const auto& site : sites) {
