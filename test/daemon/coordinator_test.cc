@@ -180,6 +180,15 @@ struct Fixture {
     REQUIRE(c->OnReport(Report(0, 1, checkpoint), "alpha").ok());
     REQUIRE(c->OnReport(Report(1, 1, checkpoint), "beta")->stop());
   }
+  // ...after step 0, then alpha commits step 2 alone, and the leave is done (beta's stage
+  // stopped; one change at a time until then).
+  void BetaRemovedAtStep2() {
+    Step(0, 0);
+    BetaLeavesAtStep1(2);
+    REQUIRE(c->OnReport(Report(0, 2, 2), "alpha").ok());
+    REQUIRE(testing::WaitFor(
+        [&] { return !beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  }
   // Both stages report `step` at once (each waits at the barrier for the other).
   std::pair<v1::StepDecision, v1::StepDecision> Step(uint64_t step, uint64_t checkpoint_step) {
     StatusOr<v1::StepDecision> d0 = absl::UnknownError("not run");
@@ -429,15 +438,10 @@ TEST_CASE("coordinator: a removed replica comes back when its sites are added ag
   // alpha's state at the committed step (attempt 2), counted as an added replica.
   Fixture f(FileEnv::Default(),
             std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
-  f.Step(0, 0);
-  f.BetaLeavesAtStep1(2);
-  REQUIRE(f.c->OnReport(f.Report(0, 2, 2), "alpha").ok());
+  f.BetaRemovedAtStep2();
   REQUIRE(f.c->GetStatus(1).committed_step() == 2);
   REQUIRE(f.c->GetStatus(1).removed_replicas_size() == 1);
-  // The leave is done once beta's stage is stopped (one change at a time until then); a
-  // monitor check later, the coordinator has looked for rejoins at step 2 (none then).
-  REQUIRE(testing::WaitFor(
-      [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  // A monitor check later, the coordinator has looked for rejoins at step 2 (none then).
   std::this_thread::sleep_for(1500ms);
   // alpha's replica is in the job: naming its site is no comeback.
   auto live = f.c->ChangeSites({"alpha"}, {});
@@ -506,11 +510,7 @@ TEST_CASE("coordinator: a replica brought back that cannot take its stage is rem
   // says why, and alpha's replica goes on alone.
   Fixture f(FileEnv::Default(),
             std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n");
-  f.Step(0, 0);
-  f.BetaLeavesAtStep1(2);
-  REQUIRE(f.c->OnReport(f.Report(0, 2, 2), "alpha").ok());
-  REQUIRE(testing::WaitFor(
-      [&] { return !f.beta.commands(v1::JobCommand::KIND_STOP_ATTEMPT).empty(); }, 30s));
+  f.BetaRemovedAtStep2();
   f.beta.RefuseAssign("beta has no memory for it");
   REQUIRE(f.c->ChangeSites({"beta"}, {}).ok());
   CHECK(f.c->GetStatus(1).returning_replica() == 1);

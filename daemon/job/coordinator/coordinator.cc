@@ -166,17 +166,9 @@ bool Coordinator::AssignAll() {
         *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
         record_.clear_rejoining_replicas();
         record_.clear_returning_replica();
-        RecordRemovalLocked({back});
-        membership_note_ = ReplicaNames({back}) + " could not come back (stage " +
-                           std::to_string(i) + " on site " + record_.stages(i).site() + ": " +
-                           std::string(s.message()) + "); it is removed again, the others go on";
-        AddEventLocked("site_removed", membership_note_);
-        need_assign_ = true;
-        record_.set_state(v1::JOB_STATE_RECOVERING);
-        record_.set_detail(membership_note_);
-        PersistLocked();
-        cv_.notify_all();
-        env_.log->warn("job {}: {}", job_id_, membership_note_);
+        SendAwayLocked(back, "could not come back (stage " + std::to_string(i) + " on site " +
+                                 record_.stages(i).site() + ": " + std::string(s.message()) +
+                                 "); it is removed again");
         return false;
       }
       const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);

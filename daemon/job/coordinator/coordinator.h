@@ -179,6 +179,9 @@ class Coordinator {
   // leaves again for good and the others restart without it (a site that is not a peer of the
   // job's sites, say, never fails the job). False when no replica is joining.
   bool UndoJoinLocked(int stage, const Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `replica` (joining or coming back) could not take its stages, `why`: removed (again), the
+  // event noted, and every stage left assigned again.
+  void SendAwayLocked(uint32_t replica, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The removed replica `replica` comes back on its own sites (ChangeSites naming them all,
   // ReturningReplica): no longer removed, it sits out as a dropped replica does and rejoins
   // from a live replica's state at the next committed step its sites answer at (MaybeRejoin).

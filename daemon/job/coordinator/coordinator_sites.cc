@@ -353,12 +353,17 @@ bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
       static_cast<int>(record_.joined_replica()) >= GridLocked().replicas) {
     return false;
   }
-  const ReplicaList replica = {record_.joined_replica()};
+  const uint32_t replica = record_.joined_replica();
   record_.clear_joined_replica();
-  RecordRemovalLocked(replica);
-  membership_note_ = ReplicaNames(replica) + " could not join (stage " + std::to_string(stage) +
-                     " on site " + record_.stages(stage).site() + ": " +
-                     std::string(why.message()) + "); it is out, the others go on";
+  SendAwayLocked(replica, "could not join (stage " + std::to_string(stage) + " on site " +
+                              record_.stages(stage).site() + ": " + std::string(why.message()) +
+                              "); it is out");
+  return true;
+}
+
+void Coordinator::SendAwayLocked(uint32_t replica, const std::string& why) {
+  RecordRemovalLocked({replica});
+  membership_note_ = ReplicaNames({replica}) + " " + why + ", the others go on";
   AddEventLocked("site_removed", membership_note_);
   need_assign_ = true;
   record_.set_state(v1::JOB_STATE_RECOVERING);
@@ -366,7 +371,6 @@ bool Coordinator::UndoJoinLocked(int stage, const Status& why) {
   PersistLocked();
   cv_.notify_all();
   env_.log->warn("job {}: {}", job_id_, membership_note_);
-  return true;
 }
 
 void Coordinator::AddSites(const std::vector<std::string>& asked) {
