@@ -158,23 +158,18 @@ bool Coordinator::AssignAll() {
       // retrying it would cost the others a restart each time.
       MutexLock lock(mu_);
       const uint32_t back = record_.returning_replica();
-      if (back != 0 && static_cast<int>(back) == grid.replica(i)) {
-        // The others rejoining with it sit out again, as below.
-        const ReplicaList rejoining = RejoiningLocked(),
-                          dropped = Union(DroppedLocked(), rejoining);
-        for (uint32_t r : rejoining) rejoin_failures_[r] += r == back ? 0 : 1;
-        *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
-        record_.clear_rejoining_replicas();
+      const bool away = back != 0 && static_cast<int>(back) == grid.replica(i);
+      const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
+      for (uint32_t r : rejoining) rejoin_failures_[r] += away && r == back ? 0 : 1;
+      record_.clear_rejoining_replicas();
+      *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
+      if (away) {  // removed again; the others rejoining with it sit out, as above
         record_.clear_returning_replica();
         SendAwayLocked(back, "could not come back (stage " + std::to_string(i) + " on site " +
                                  record_.stages(i).site() + ": " + std::string(s.message()) +
                                  "); it is removed again");
         return false;
       }
-      const ReplicaList rejoining = RejoiningLocked(), dropped = Union(DroppedLocked(), rejoining);
-      for (uint32_t r : rejoining) ++rejoin_failures_[r];
-      record_.clear_rejoining_replicas();
-      *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
       record_.set_replica_drops(record_.replica_drops() + static_cast<uint32_t>(rejoining.size()));
       membership_note_ = "replica " + std::to_string(grid.replica(i)) +
                          " could not rejoin (stage " + std::to_string(i) + ": " +

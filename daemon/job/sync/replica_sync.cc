@@ -349,7 +349,6 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   const GossipLinkEpoch links =
       o_.links_at ? o_.links_at(round) : GossipLinkEpoch{0, 0, gossip_links_};
   const fleet::GossipGraph graph = GossipRoundGraph(o_.sync, live_, o_.seed, step, links.links);
-  round_links_epoch_ = links.epoch;  // each frame of the round names it
   // The replicas removed as this stage knows them (TakeRemovals, after the exchange).
   uint64_t removed = 0;
   for (int r = 0; o_.removed && r < N; ++r) removed += o_.removed(r) ? 1 : 0;
@@ -378,7 +377,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   const std::string where = Where() + ", gossip round " + std::to_string(round) + " after step " +
                             std::to_string(step + 1);
   if (links_) {
-    RETURN_IF_ERROR(LinkRound(step, round, graph, params, where, removed));
+    RETURN_IF_ERROR(LinkRound(step, round, graph, links.epoch, params, where, removed));
     if (step + 1 == o_.steps) {
       // Each slice's values with its one weight (fp32, in each coordinate's place), averaged as
       // the simulator's LinkGossipMixer::Average does.
@@ -433,7 +432,7 @@ Status ReplicaSync::GossipSync(uint64_t step) {
   std::vector<int> senders;  // the in-neighbours whose frames came (a lost one's did not)
   std::vector<int> unsent;   // the out-neighbours sent nothing (lost): their shares stay here
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &received,
-                                             &senders, &unsent, nullptr, round_links_epoch_),
+                                             &senders, &unsent, nullptr, links.epoch),
                            where));
   ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
   TakeRemovals(tied.agreed.removed);
@@ -464,8 +463,8 @@ Status ReplicaSync::GossipSync(uint64_t step) {
 }
 
 Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
-                              std::vector<float>& params, const std::string& where,
-                              uint64_t removed) {
+                              uint32_t links_epoch, std::vector<float>& params,
+                              const std::string& where, uint64_t removed) {
   const int me = o_.grid.replica(stage_);
   const std::vector<int>& out = graph.out[static_cast<size_t>(me)];
   const std::vector<int> from = graph.In(me);
@@ -486,7 +485,7 @@ Status ReplicaSync::LinkRound(uint64_t step, uint64_t round, const fleet::Gossip
   std::vector<std::vector<fleet::LinkFrame>> received;
   std::vector<int> senders, unsent;
   RETURN_IF_ERROR(Annotate(exchange_->Gossip(step, kGossipRoundTag, frames, out, from, &unused,
-                                             &senders, &unsent, &received, round_links_epoch_),
+                                             &senders, &unsent, &received, links_epoch),
                            where));
   ASSIGN_OR_RETURN(TiedSwap tied, SwapTied(step, tied_hash, senders, unsent, removed));
   TakeRemovals(tied.agreed.removed);

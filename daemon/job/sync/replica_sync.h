@@ -166,10 +166,12 @@ class ReplicaSync {
   // Gossip: the sketch of the parameters (Report's), the push-sum round of the sync after
   // `step`, then, after the job's last step, the exact average.
   Status GossipSync(uint64_t step);
-  // GossipSync's round over compressed links, on `params` (the fragment's, in place).
+  // GossipSync's round over compressed links, on `params` (the fragment's, in place), its
+  // graph drawn from links epoch `links_epoch`, which its frames name.
   // `removed`: the replicas removed as this stage knows them (TakeRemovals).
   Status LinkRound(uint64_t step, uint64_t round, const fleet::GossipGraph& graph,
-                   std::vector<float>& params, const std::string& where, uint64_t removed);
+                   uint32_t links_epoch, std::vector<float>& params, const std::string& where,
+                   uint64_t removed);
   // The job's end: one exact average over the live replicas. `frame(k)` is this stage's dense
   // gossip frame of slice k (its values and weights); every live replica's goes to every other
   // (keys tagged past the round's), and each slice's frames, this stage's own through the same
@@ -218,7 +220,6 @@ class ReplicaSync {
   int tied_k_ = -1;
   bool tied_first_ = false;
   std::vector<double> gossip_links_;         // the assignment's (gossip_round.h); empty: alike
-  uint32_t round_links_epoch_ = 0;           // the epoch the current round's graph came from
   std::optional<fleet::GossipNode> gossip_;  // sync.reduce gossip with fp32 shares
   // sync.reduce gossip over compressed links (fleet::GossipSendsLinks), in place of gossip_.
   std::unique_ptr<fleet::LinkGossipNode> links_;
