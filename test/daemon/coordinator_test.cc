@@ -112,6 +112,7 @@ const char kJob[] =
 
 struct Fixture {
   FakeSite alpha{"alpha"}, beta{"beta"};
+  FakeSite gamma{"gamma"};  // a peer in no job: one to add
   CoordinatorEnv env;
   std::unique_ptr<Coordinator> c;
 
@@ -124,6 +125,7 @@ struct Fixture {
     env.channel = [this](const std::string& s) -> transport::Link* {
       if (s == "alpha") return &alpha;
       if (s == "beta") return &beta;
+      if (s == "gamma") return &gamma;
       return nullptr;
     };
     env.job_dir = testing::TempDir("coordinator");
@@ -474,6 +476,49 @@ TEST_CASE("coordinator: a removed replica comes back when its sites are added ag
             (e.kind() == "site_added" && e.detail().find("back as replica 1") != std::string::npos);
   }
   CHECK(noted);
+}
+
+TEST_CASE("coordinator: a join is made just after the next commit unless that redoes less") {
+  // Two replicas (alpha, beta), checkpoints every 2 steps of 8. gamma asked to join at step 3,
+  // step 2 committed: starting again now would redo a step on each of the two replicas, more
+  // than the one step gamma waits for checkpoint step 4; so the join waits, and every stage
+  // then starts from step 4, nothing redone. Asked at step 2 just committed, it is made at once.
+  const bool wait = GENERATE(true, false);
+  INFO((wait ? "asked a step past the commit" : "asked at the commit"));
+  std::string job =
+      std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n";
+  job.replace(job.find("steps: 4"), 8, "steps: 8");
+  Fixture f(FileEnv::Default(), job);
+  f.Step(0, 0);
+  f.Step(1, 2);
+  if (wait) f.Step(2, 2);
+  REQUIRE(f.c->GetStatus(1).committed_step() == 2);
+  auto joined = f.c->ChangeSites({"gamma"}, {});
+  INFO(joined.status().ToString());
+  REQUIRE(joined.ok());
+  CHECK_THAT(joined->detail(), Catch::Contains("site gamma joins as replica 2"));
+  if (wait) {
+    CHECK_THAT(joined->detail(), Catch::Contains("the next committed step (checkpoint step 4)"));
+    // A few monitor checks: no new attempt, nobody assigned, gamma still joining.
+    std::this_thread::sleep_for(2500ms);
+    CHECK(f.gamma.assignments().empty());
+    CHECK(f.c->GetStatus(1).attempt() == 1);
+    CHECK(f.c->GetStatus(1).joining_sites_size() == 1);
+    f.Step(3, 4);  // step 4 committed
+  } else {
+    CHECK_THAT(joined->detail(), Catch::Contains("the committed step (2)"));
+  }
+  const uint64_t from = wait ? 4 : 2;
+  REQUIRE(testing::WaitFor([&] { return !f.gamma.assignments().empty(); }, 30s));
+  const v1::StageAssignment a = f.gamma.assignments().back();
+  CHECK(a.attempt() == 2);
+  CHECK(a.resume_step() == from);
+  CHECK(a.stages_size() == 3);
+  CHECK(f.alpha.assignments().back().resume_step() == from);
+  const v1::JobStatus s = f.c->GetStatus(1);
+  CHECK(s.replicas() == 3);
+  CHECK(s.joining_sites_size() == 0);
+  CHECK_THAT(s.detail(), Catch::Contains("joined as replica 2 at step " + std::to_string(from)));
 }
 
 TEST_CASE(

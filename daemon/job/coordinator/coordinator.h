@@ -162,6 +162,9 @@ class Coordinator {
   // Makes the change ChangeSites persisted: RemoveSites, or AddSites when the attempt is
   // `healthy` (a join waits for one). Whether it made one.
   bool ApplySiteChanges(bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a join or comeback asked for at committed step `asked` is made now rather than
+  // just after the next commit (MembershipChangeDue: whichever redoes fewer steps).
+  bool MembershipChangeDueLocked(uint64_t asked) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stages `gone` (flat) left the running attempt (`dropped`: every dropped replica now):
   // forgotten in the barrier and the pending validation losses, and the steps and checkpoint
   // that waited only for them decided and committed over the others (the job completed if
@@ -306,6 +309,8 @@ class Coordinator {
   uint64_t attempt_start_ ABSL_GUARDED_BY(mu_) = 0;
   double links_checked_ ABSL_GUARDED_BY(mu_) = 0;  // MaybeRefreshGossipLinks's last look
   uint64_t last_rejoin_try_ ABSL_GUARDED_BY(mu_) = 0;
+  // The committed step when the sites joining now were asked for (MembershipChangeDueLocked).
+  uint64_t join_asked_at_ ABSL_GUARDED_BY(mu_) = 0;
   // No rejoin before this committed step (AdoptRunningAttempt: what the replicas checkpointed
   // while the coordinator was away).
   uint64_t rejoin_after_ ABSL_GUARDED_BY(mu_) = 0;

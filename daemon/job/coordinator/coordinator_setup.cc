@@ -163,6 +163,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Restore(CoordinatorEnv env) 
   {
     MutexLock lock(c->mu_);  // uncontended: no other thread knows c yet
     c->record_ = record;
+    c->join_asked_at_ = record.committed_step();  // a join asked before: its wait starts again
     // The outer step the job was submitted with; a record from before it was kept takes this
     // daemon's reading of the job file from now on.
     if (record.has_outer()) {

@@ -6,7 +6,10 @@
 //   the job: its order, its split, a site left out that would slow it) that takes a live
 //   replica's state at the committed step, as a rejoining replica does (replica_membership.h):
 //   every stage is assigned again from the committed step, the new replica syncing from its
-//   first outer step on, its data a shard of its own (the job's data cut one way more).
+//   first outer step on, its data a shard of its own (the job's data cut one way more). It is
+//   made just after the next commit, where nothing is redone, unless making it now redoes
+//   fewer replica-steps than the new replica would wait (MembershipChangeDue); a comeback
+//   likewise.
 // - A removed site's replica leaves (dropped, not to rejoin by itself: add-site naming all its
 //   sites brings it back, ReturnReplicaLocked), and the others are
 //   not stopped (nothing is redone). A gossip job's leaving stages stop, and the others' rounds
@@ -147,10 +150,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
       // It rejoins at a committed step before the job's last, later than the attempt's start
       // (MaybeRejoin: the one committed now, or a later checkpoint): refused when none can be.
       const int64_t every = spec_.job.checkpoint.every;
-      const uint64_t next = every > 0
-                                ? (record_.committed_step() / static_cast<uint64_t>(every) + 1) *
-                                      static_cast<uint64_t>(every)
-                                : UINT64_MAX;
+      const uint64_t next = NextCheckpointStep(record_.committed_step(), every);
       if (!RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps()) &&
           next >= record_.total_steps()) {
         return absl::FailedPreconditionError(
@@ -207,12 +207,19 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
         *record_.add_joining_plan() = plan->Get(i);
       }
     }
+    join_asked_at_ = record_.committed_step();
+    const bool now = MembershipChangeDueLocked(join_asked_at_);
     response.add_replicas(static_cast<uint32_t>(grid.replicas));
-    response.set_detail(SiteNames(join_sites) + (join_sites.size() == 1 ? " joins" : " join") +
-                        " as replica " + std::to_string(grid.replicas) +
-                        ": every stage starts again from the committed step, the new replica "
-                        "from a live replica's state" +
-                        (placed.empty() ? std::string() : " (" + placed + ")"));
+    response.set_detail(
+        SiteNames(join_sites) + (join_sites.size() == 1 ? " joins" : " join") + " as replica " +
+        std::to_string(grid.replicas) + ": every stage starts again from " +
+        (now ? "the committed step (" + std::to_string(record_.committed_step()) + ")"
+             : "the next committed step (checkpoint step " +
+                   std::to_string(
+                       NextCheckpointStep(record_.committed_step(), spec_.job.checkpoint.every)) +
+                   "), so that none redoes its steps") +
+        ", the new replica from a live replica's state" +
+        (placed.empty() ? std::string() : " (" + placed + ")"));
   } else {
     auto r = ReplicasToRemove(grid, record_.stages(), DroppedLocked(), RejoiningLocked(),
                               RemovedLocked(), remove);
@@ -299,10 +306,20 @@ bool Coordinator::ApplySiteChanges(bool healthy) {
     return true;
   }
   if (!joining.empty() && healthy) {
+    {
+      MutexLock lock(mu_);
+      if (!MembershipChangeDueLocked(join_asked_at_)) return false;  // at the next commit
+    }
     AddSites(joining);
     return true;
   }
   return false;
+}
+
+bool Coordinator::MembershipChangeDueLocked(uint64_t asked) const {
+  const int live = GridLocked().replicas - static_cast<int>(record_.dropped_replicas_size());
+  return MembershipChangeDue(record_.committed_step(), asked, record_.step(),
+                             spec_.job.checkpoint.every, record_.total_steps(), live);
 }
 
 v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
@@ -316,14 +333,20 @@ v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
   const ReplicaList dropped = Union(DroppedLocked(), {r});  // sits out until it rejoins
   *record_.mutable_dropped_replicas() = {dropped.begin(), dropped.end()};
   rejoin_failures_.erase(r);
-  last_rejoin_try_ = UINT64_MAX;     // MaybeRejoin tries at the committed step it finds
+  // MaybeRejoin tries at the committed step it finds, or at the next one when that redoes
+  // fewer steps.
+  const bool now = MembershipChangeDueLocked(record_.committed_step()) &&
+                   RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps());
+  last_rejoin_try_ = now ? UINT64_MAX : record_.committed_step();
   record_.set_returning_replica(r);  // removed again if its stages cannot be assigned
   record_.set_replicas_added(record_.replicas_added() + 1);
   const std::string note =
       SiteNames(sites) + (sites.size() == 1 ? " comes" : " come") + " back as replica " +
-      std::to_string(replica) +
-      " (removed before): it rejoins from a live replica's state at the next committed step "
-      "its sites answer at, every stage starting again there";
+      std::to_string(replica) + " (removed before): it rejoins from a live replica's state at " +
+      (now ? std::string("the committed step its sites answer at")
+           : "the next committed step its sites answer at (checkpoints every " +
+                 std::to_string(spec_.job.checkpoint.every) + " steps)") +
+      ", every stage starting again there";
   AddEventLocked("site_added", note);
   PersistLocked();
   cv_.notify_all();

@@ -62,6 +62,22 @@ bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps)
   return committed > attempt_start && committed < total_steps;
 }
 
+uint64_t NextCheckpointStep(uint64_t committed, int64_t every) {
+  if (every <= 0) return UINT64_MAX;
+  const uint64_t e = static_cast<uint64_t>(every);
+  return (committed / e + 1) * e;
+}
+
+bool MembershipChangeDue(uint64_t committed, uint64_t asked, uint64_t step, int64_t every,
+                         uint64_t total, int live) {
+  if (committed > asked) return true;
+  const uint64_t next = NextCheckpointStep(committed, every);
+  if (next >= total) return true;
+  const uint64_t redone = step > committed ? step - committed : 0;
+  const uint64_t missed = next > step ? next - step : 0;
+  return redone * static_cast<uint64_t>(std::max(live, 1)) <= missed;
+}
+
 ReplicaList Union(const ReplicaList& a, const ReplicaList& b) {
   ReplicaList u = a;
   for (uint32_t r : b) {
