@@ -48,7 +48,7 @@ const std::vector<absl::string_view> kTlsKeys = {"ca", "cert", "key", "control"}
 const std::vector<absl::string_view> kAuthKeys = {"token_file"};
 const std::vector<absl::string_view> kLinkKeys = {
     "heartbeat_interval_seconds", "probe_interval_seconds", "probe_bytes",
-    "reconnect_initial_seconds", "reconnect_max_seconds"};
+    "reconnect_initial_seconds",  "reconnect_max_seconds",  "gossip_refresh_seconds"};
 
 // Two listen addresses that cannot both be bound (port 0 picks a free port, so never).
 bool Conflicts(const HostPort& a, const HostPort& b) {
@@ -324,6 +324,8 @@ class ConfigParser {
     RETURN_IF_ERROR(
         Seconds(fields, "reconnect_initial_seconds", 60, &links->reconnect_initial_seconds));
     RETURN_IF_ERROR(Seconds(fields, "reconnect_max_seconds", 3600, &links->reconnect_max_seconds));
+    RETURN_IF_ERROR(
+        Seconds(fields, "gossip_refresh_seconds", 86400, &links->gossip_refresh_seconds));
     if (links->reconnect_max_seconds < links->reconnect_initial_seconds) {
       bool max_given = fields.count("reconnect_max_seconds") > 0;
       std::string key = max_given ? "reconnect_max_seconds" : "reconnect_initial_seconds";

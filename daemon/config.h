@@ -45,6 +45,13 @@ struct LinkConfig {
   uint64_t probe_bytes = 4 << 20;           // [64 KiB, 1 GiB]
   double reconnect_initial_seconds = 0.2;   // (0, 60]
   double reconnect_max_seconds = 10.0;      // >= initial, <= 3600
+  // How often the coordinator of a gossip job looks at the links' measured rates to redraw its
+  // rounds' graphs (Coordinator::MaybeRefreshGossipLinks). (0, 86400]; 0 when not given: two
+  // probe intervals, as the estimates change once a probe interval.
+  double gossip_refresh_seconds = 0;
+  double GossipRefreshSeconds() const {
+    return gossip_refresh_seconds > 0 ? gossip_refresh_seconds : 2 * probe_interval_seconds;
+  }
 };
 
 // A running job this site asks to join as a new replica (`volunteer:`; the job's file must

@@ -160,8 +160,7 @@ Status Daemon::StartAll() {
     return std::move(*link);
   };
   jo.heartbeat_seconds = config_.links.heartbeat_interval_seconds;
-  // Link estimates change once a probe interval: the gossip links are looked at every two.
-  jo.gossip_links_check_seconds = 2 * config_.links.probe_interval_seconds;
+  jo.gossip_links_check_seconds = config_.links.GossipRefreshSeconds();
   jo.memory_limit_bytes = config_.memory_limit_bytes;
   jo.devices = config_.devices;
   jo.env = options_.env;

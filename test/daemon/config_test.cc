@@ -136,6 +136,8 @@ TEST_CASE("malformed configs name file, line, column and key path") {
        "must be > 0 and <= 3600 seconds, got 0", 5, 37},
       {kMinimal + "links: {probe_interval_seconds: 1e6}\n", "links.probe_interval_seconds",
        "must be > 0 and <= 86400 seconds", 5, 33},
+      {kMinimal + "links: {gossip_refresh_seconds: 0}\n", "links.gossip_refresh_seconds",
+       "must be > 0 and <= 86400 seconds, got 0", 5, 33},
       {kMinimal + "links: {heartbeat_interval_seconds: [1]}\n", "links.heartbeat_interval_seconds",
        "expected a number, got a list", 5, 37},
       {kMinimal + "links: {reconnect_initial_seconds: fast}\n", "links.reconnect_initial_seconds",
@@ -182,6 +184,7 @@ TEST_CASE("a minimal config gets the defaults") {
   CHECK(config->links.probe_bytes == 4u << 20);
   CHECK(config->links.reconnect_initial_seconds == 0.2);
   CHECK(config->links.reconnect_max_seconds == 10.0);
+  CHECK(config->links.GossipRefreshSeconds() == 20.0);  // two probe intervals
 }
 
 TEST_CASE("a full config with tls, peers and links") {
@@ -213,6 +216,7 @@ links:
   probe_bytes: 1048576
   reconnect_initial_seconds: 1
   reconnect_max_seconds: 60
+  gossip_refresh_seconds: 5
 )";
   StatusOr<SiteConfig> config = Parse(yaml);
   REQUIRE(config.ok());
@@ -240,6 +244,7 @@ links:
   CHECK(config->links.probe_bytes == 1048576u);
   CHECK(config->links.reconnect_initial_seconds == 1.0);
   CHECK(config->links.reconnect_max_seconds == 60.0);
+  CHECK(config->links.GossipRefreshSeconds() == 5.0);
 }
 
 TEST_CASE("listen addresses may all use port 0") {

@@ -7,7 +7,8 @@
 # replicas and to epsilon, DELAY one way on every link; compute stretched with the debug
 # throttle. Once JOIN_AT steps are committed, `longhaul job add-site JOB epsilon`: the report
 # gives the seconds and steps until epsilon's stage (all layers, a third replica) counts its
-# first sync. Then `longhaul job remove-site JOB gamma`: the other stages' steps before and
+# first sync, and the stage-steps the join's restart redid (the live stages' steps just before
+# it, past the step it restarted from). Then `longhaul job remove-site JOB gamma`: the other stages' steps before and
 # after, the attempt (a removal restarts no one: gossip at once, gather at the next step), and
 # the job's end.
 #
@@ -110,10 +111,20 @@ else:
     wait(lambda s: int(s.get("committed_step", 0)) >= int(join_at), "the join step")
     t0 = time.time()
     change("add-site", "epsilon")
-joined = wait(lambda s: int(s.get("replicas_added", 0)) == 1 and s.get("state") == "JOB_STATE_RUNNING",
-              "the join")
+asked = status()  # the committed step and the stages' steps when it was asked
+last = [asked]  # the last status before the join was made: the steps it rolled back
+def made(s):
+    if int(s.get("replicas_added", 0)) == 0:
+        last[0] = s
+    return int(s.get("replicas_added", 0)) == 1 and s.get("state") == "JOB_STATE_RUNNING"
+joined = wait(made, "the join")
 t_joined = time.time()
 at = max(int(e["step"]) for e in joined.get("events", []) if e["kind"] == "site_added")
+redone = sum(max(0, step - at) for step in steps(last[0]).values())
+if volunteer != "1":
+    print(f"  asked at committed step {int(asked.get('committed_step', 0))}, the stages at "
+          f"{sorted(steps(asked).values())}; made at step {at}, the stages at "
+          f"{sorted(steps(last[0]).values())} just before: {redone} stage-steps redone")
 first = wait(lambda s: len(s["stages"]) == 5 and int(s["stages"][4].get("syncs", 0)) >= 1,
              "epsilon's first sync")
 t_sync = time.time()
@@ -135,7 +146,7 @@ time.sleep(5)
 after = status()
 print(f"  gamma's replica left at step {int(left.get('step', 0))}, {time.time() - t1:.1f} s; "
       f"attempt {attempt} -> {after.get('attempt')}")
-json.dump({"join_step": at, "join_seconds": t_joined - t0, "first_sync_seconds": t_sync - t0,
+json.dump({"join_step": at, "stage_steps_redone": redone, "join_seconds": t_joined - t0, "first_sync_seconds": t_sync - t0,
            "first_sync_stage_step": int(eps.get("step", 0)), "attempt_before_remove": attempt,
            "attempt_after_remove": int(after.get("attempt", 0)), "steps_before_remove": before,
            "steps_5s_after_remove": steps(after)}, open(out, "w"))

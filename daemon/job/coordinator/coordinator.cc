@@ -361,7 +361,8 @@ void Coordinator::Run() {
     {
       MutexLock lock(mu_);
       cv_.wait_for(mu_, std::chrono::milliseconds(500),
-                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_; });
+                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || look_now_; });
+      look_now_ = false;
       if (shutdown_) return;
       if (TerminalState(record_.state())) return;
     }

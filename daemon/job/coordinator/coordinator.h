@@ -293,6 +293,9 @@ class Coordinator {
   // Restore of a gossip job: AdoptRunningAttempt first, gossip reports refused until then.
   bool adopt_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // The monitor thread looks now rather than after its pause: a membership change waits on a
+  // commit that came (NoteCommittedLocked), or one was asked for that is made at once.
+  bool look_now_ ABSL_GUARDED_BY(mu_) = false;
   int failed_checks_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t stopped_attempt_ ABSL_GUARDED_BY(mu_) = 0;  // StopAttempt was called for this attempt
   StepBarrier barrier_ ABSL_GUARDED_BY(mu_);
@@ -311,6 +314,7 @@ class Coordinator {
   uint64_t last_rejoin_try_ ABSL_GUARDED_BY(mu_) = 0;
   // The committed step when the sites joining now were asked for (MembershipChangeDueLocked).
   uint64_t join_asked_at_ ABSL_GUARDED_BY(mu_) = 0;
+  bool join_now_ ABSL_GUARDED_BY(mu_) = false;  // the add-site's answer said it is made now
   // No rejoin before this committed step (AdoptRunningAttempt: what the replicas checkpointed
   // while the coordinator was away).
   uint64_t rejoin_after_ ABSL_GUARDED_BY(mu_) = 0;

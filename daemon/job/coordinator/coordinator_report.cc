@@ -140,6 +140,11 @@ void Coordinator::NoteCommittedLocked(uint64_t committed) {
   record_.set_committed_step(committed);
   if (committed > migrate_step_) migrate_from_.Clear();
   if (committed > attempt_start_) record_.clear_rejoining_replicas();  // rejoined for good
+  // A join, a comeback or a rejoin waits for a commit: made at once, fewer steps are redone.
+  if (record_.joining_sites_size() > 0 || !record_.dropped_replicas().empty()) {
+    look_now_ = true;
+    cv_.notify_all();
+  }
   PersistLocked();
 }
 

@@ -209,6 +209,8 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     }
     join_asked_at_ = record_.committed_step();
     const bool now = MembershipChangeDueLocked(join_asked_at_);
+    join_now_ = now;  // as the answer says, at the monitor's next look (at once)
+    look_now_ = now;
     response.add_replicas(static_cast<uint32_t>(grid.replicas));
     response.set_detail(
         SiteNames(join_sites) + (join_sites.size() == 1 ? " joins" : " join") + " as replica " +
@@ -308,7 +310,7 @@ bool Coordinator::ApplySiteChanges(bool healthy) {
   if (!joining.empty() && healthy) {
     {
       MutexLock lock(mu_);
-      if (!MembershipChangeDueLocked(join_asked_at_)) return false;  // at the next commit
+      if (!join_now_ && !MembershipChangeDueLocked(join_asked_at_)) return false;  // next commit
     }
     AddSites(joining);
     return true;
@@ -338,6 +340,7 @@ v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
   const bool now = MembershipChangeDueLocked(record_.committed_step()) &&
                    RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps());
   last_rejoin_try_ = now ? UINT64_MAX : record_.committed_step();
+  look_now_ = now;
   record_.set_returning_replica(r);  // removed again if its stages cannot be assigned
   record_.set_replicas_added(record_.replicas_added() + 1);
   const std::string note =
