@@ -27,7 +27,7 @@ wan_replica_rate() {
 }
 
 # wan_site_configs DIR SITE...: DIR/SITE.yaml for each site (peers reached through the
-# proxies), DIR/certs (mutual TLS) and DIR/token.
+# proxies), DIR/certs (mutual TLS) and DIR/token. LINKS_EXTRA: more keys of `links:`.
 wan_site_configs() {
   local dir=$1 s o
   shift
@@ -46,7 +46,7 @@ wan_site_configs() {
       echo "data_dir: data-$s"
       echo "tls: {ca: certs/ca.pem, cert: certs/$s.pem, key: certs/$s.key}"
       echo "auth: {token_file: token}"
-      echo "links: {probe_interval_seconds: ${PROBE_INTERVAL:-5}, probe_bytes: ${PROBE_BYTES:-1048576}}"
+      echo "links: {probe_interval_seconds: ${PROBE_INTERVAL:-5}, probe_bytes: ${PROBE_BYTES:-1048576}${LINKS_EXTRA:+, $LINKS_EXTRA}}"
     } >"$dir/$s.yaml"
   done
 }
@@ -180,14 +180,16 @@ wan_ports() {
 
 # wan_start_links DIR DELAY RATE_FN SITE...: a linkem proxy for every directed pair (the rate
 # `RATE_FN FROM TO` prints, DELAY one way), logging to DIR/linkem.log; their pids go into the
-# caller's array pids. Needs LINKEM (wan_private_binaries) and P (wan_ports).
+# caller's array pids. Needs LINKEM (wan_private_binaries) and P (wan_ports); a pair with a
+# port in P[ctl.FROM-TO] takes linkem commands there (--control: `set rate=...`).
 wan_start_links() {
   local dir=$1 delay=$2 rate_fn=$3 s o
   shift 3
   for s in "$@"; do for o in "$@"; do
     [ "$s" = "$o" ] && continue
     $LINKEM --listen "127.0.0.1:${P[link.$s-$o]}" --target "127.0.0.1:${P[$o.peer]}" \
-      --rate "$($rate_fn "$s" "$o")" --delay "$delay" -q 2>>"$dir/linkem.log" &
+      --rate "$($rate_fn "$s" "$o")" --delay "$delay" \
+      ${P[ctl.$s-$o]:+--control "127.0.0.1:${P[ctl.$s-$o]}"} -q 2>>"$dir/linkem.log" &
     pids+=($!)
   done; done
 }

@@ -11,6 +11,8 @@
 #   ring     sync.reduce ring, the same codec
 #   gossip   sync.reduce gossip, codec GOSSIP_CODEC, fanout FANOUT (no job-wide step barrier)
 #   step     sync mode step, codec exact: the four replicas' union batch, the loss reference
+#   gossip-fixed  gossip as above, its rounds' graphs kept from the attempt's first link matrix
+#            (the sites' links.gossip_refresh_seconds 86400): against `gossip` with SWAP_AFTER
 # Every replica trains every step, so each run trains the same tokens; the report gives the
 # wall time from submit to completion, tokens/s over all replicas, the training loss at the
 # last step (the mean of the replicas' own, before that step's sync), the exported model's
@@ -40,8 +42,17 @@
 #                             model on (byte vocabulary, e.g. tools/bench/real_text.sh's
 #                             moby-dick-train.bin and moby-dick-val.bin); default: the
 #                             built-in corpus and its validation text
+#   SWAP_AFTER=SECONDS        that long after the submit, the fastest links between replicas
+#                             and the slowest swap rates (1 Gbit/s and 10 Mbit/s with STAGES=1,
+#                             100 and 10 Mbit/s with STAGES=2) through linkem's control ports;
+#                             the report adds each run's steps/s before and after, and the
+#                             gossip links epoch it ended at (the coordinator redraws the graphs
+#                             every two probe intervals: PROBE_INTERVAL=5 s here)
 #   SKIP_BUILD=1              use the binaries already in bazel-bin
 #   OUT=/tmp/longhaul-gossip-run.XXXX   runs, logs and the report
+#
+#   SWAP_AFTER=40 RUNS="gossip gossip-fixed" GOSSIP_CODEC=q4 CHANNELS=128 STEPS=120 EVERY=2 \
+#     SLOW=0.02 tools/bench/gossip_run.sh    # the links swap mid-run: redrawn graphs vs kept
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -60,6 +71,7 @@ FANOUT=${FANOUT:-1} GRAPH=${GRAPH:-random} OUTER=${OUTER:-"{lr: 1, momentum: 0}"
 DATA=${DATA:-builtin} VAL=${VAL:-builtin}
 RUNS=(${RUNS:-step gather ring gossip})
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+SWAP_AFTER=${SWAP_AFTER:-}
 PY=/usr/bin/python3
 BENCH=$ROOT/tools/bench/pipeline_bench.py
 source "$ROOT/tools/wan_sites.sh"
@@ -77,6 +89,27 @@ rate_of() {  # rate_of FROM TO (symmetric)
     *) echo 10mbit ;;
   esac
 }
+swapped_rate_of() {  # swapped_rate_of FROM TO: the rate after the swap (SWAP_AFTER)
+  local r fast=1gbit
+  r=$(rate_of "$1" "$2")
+  [ "$STAGES" = 2 ] && fast=100mbit
+  case "$r" in "$fast") echo 10mbit ;; 10mbit) echo "$fast" ;; *) echo "$r" ;; esac
+}
+swap_links() {  # swap_links: after SWAP_AFTER seconds, each changed link's new rate via linkem
+  local s o r
+  sleep "$SWAP_AFTER"
+  for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
+    [ "$s" = "$o" ] && continue
+    r=$(swapped_rate_of "$s" "$o")
+    [ "$r" = "$(rate_of "$s" "$o")" ] && continue
+    exec 3<>"/dev/tcp/127.0.0.1/${P[ctl.$s-$o]}"
+    echo "set rate=$r" >&3
+    read -r -t 5 _ <&3 || true
+    exec 3>&-
+  done; done
+  echo "  [swap] t=${SWAP_AFTER}s: the links between replicas swapped rates" >&2
+}
+
 throttle_of() {
   if [ "$(wan_replica_of "$1" "$STAGES" "${SITES[@]}")" = 3 ]; then echo "$SLOW"; else echo "$THROTTLE"; fi
 }
@@ -86,7 +119,7 @@ write_job() {  # write_job FILE KIND
   case "$2" in
     gather) sync="{mode: local, every: $EVERY, codec: $GATHER_CODEC, reduce: gather}" ;;
     ring) sync="{mode: local, every: $EVERY, codec: $GATHER_CODEC, reduce: ring}" ;;
-    gossip) sync="{mode: local, every: $EVERY, codec: $GOSSIP_CODEC, reduce: gossip, fanout: $FANOUT, graph: $GRAPH}" ;;
+    gossip | gossip-fixed) sync="{mode: local, every: $EVERY, codec: $GOSSIP_CODEC, reduce: gossip, fanout: $FANOUT, graph: $GRAPH}" ;;
     step) sync="{mode: step, codec: exact}" ;;
   esac
   {
@@ -104,7 +137,15 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   declare -A P=()
   local s
   wan_ports "${SITES[@]}"
-  wan_site_configs "$dir" "${SITES[@]}"
+  if [ -n "$SWAP_AFTER" ]; then  # a control port for each link
+    local o free i=0
+    free=($($PY "$BENCH" ports $((${#SITES[@]} * (${#SITES[@]} - 1)))))
+    for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
+      [ "$s" = "$o" ] || P[ctl.$s-$o]=${free[i++]}
+    done; done
+  fi
+  LINKS_EXTRA=$([ "$kind" = gossip-fixed ] && echo "gossip_refresh_seconds: 86400" || true) \
+    wan_site_configs "$dir" "${SITES[@]}"
   wan_data_roots "$dir" "$DATA" "${SITES[@]}"
   write_job "$dir/job.yaml" "$kind"
   wan_start_links "$dir" "$DELAY" rate_of "${SITES[@]}"
@@ -120,8 +161,14 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   $PY "$BENCH" follow --cli "$LONGHAUL" --config "$dir/alpha.yaml" --job "$dir/job.yaml" \
     --out "$OUT/$kind.json" --label "$kind" --progress --timeout "$RUN_TIMEOUT" &
   follower=$!
+  local swapper=""
+  if [ -n "$SWAP_AFTER" ]; then
+    swap_links &
+    swapper=$!
+  fi
   wait "$follower" || echo "gossip_run: the $kind run failed; see $dir/*.log" >&2
   follower=""
+  [ -z "$swapper" ] || kill "$swapper" 2>/dev/null || true
   local id
   id=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$OUT/$kind.json")
   $LONGHAUL --config "$dir/alpha.yaml" export "$id" "$OUT/$kind.bin" >/dev/null
@@ -171,4 +218,25 @@ for kind in sys.argv[5:]:
     losses = (json.load(open(path))["final"] or {}).get("losses", [])
     cells = [f"{float(losses[m - 1]):.4f}" if m - 1 < len(losses) else "-" for m in marks]
     print(f"| {kind} | " + " | ".join(cells) + " |")
+PY
+[ -z "$SWAP_AFTER" ] || $PY - "$OUT" "$SWAP_AFTER" "${RUNS[@]}" <<'PY'
+import json, os, sys
+out, swap = sys.argv[1], float(sys.argv[2])
+print(f"\n| run | steps/s, {swap / 2:.0f}-{swap:.0f} s (before the swap) | steps/s, {swap:.0f} s "
+      "to the end (after) | wall s | gossip links epoch at the end |")
+print("| --- | --- | --- | --- | --- |")
+for kind in sys.argv[3:]:
+    path = os.path.join(out, kind + ".json")
+    if not os.path.exists(path):
+        continue
+    r = json.load(open(path))
+    samples, final = r["samples"], r["final"] or {}
+    def step_at(t):
+        s = [x["step"] for x in samples if x["t"] <= t]
+        return s[-1] if s else 0
+    end = samples[-1]
+    before = (step_at(swap) - step_at(swap / 2)) / (swap / 2)
+    after = (end["step"] - step_at(swap)) / max(end["t"] - swap, 1e-9)
+    print(f"| {kind} | {before:.2f} | {after:.2f} | {end['t']:.1f} | "
+          f"{int(final.get('gossip_links_epoch', 0))} |")
 PY
