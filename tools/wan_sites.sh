@@ -166,15 +166,21 @@ wan_stop_all() {
 }
 
 # wan_ports SITE...: fills the caller's associative array P with free ports (from
-# tools/bench/pipeline_bench.py's `ports`): P[SITE.peer], P[SITE.control], P[SITE.status] and
-# P[link.FROM-TO] for every directed pair.
+# tools/bench/pipeline_bench.py's `ports`, all in one call so that none repeats):
+# P[SITE.peer], P[SITE.control], P[SITE.status] and P[link.FROM-TO] for every directed pair;
+# with WAN_LINK_CONTROL=1 also P[ctl.FROM-TO], each link's linkem control port.
 wan_ports() {
-  local s o k i=0 free
+  local s o k i=0 free links=1
+  [ "${WAN_LINK_CONTROL:-0}" = 1 ] && links=2
   free=($(/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/bench/pipeline_bench.py" ports \
-    $(($# * 3 + $# * ($# - 1)))))
+    $(($# * 3 + links * $# * ($# - 1)))))
   for s in "$@"; do for k in peer control status; do P[$s.$k]=${free[i++]}; done; done
   for s in "$@"; do for o in "$@"; do
     [ "$s" = "$o" ] || P[link.$s-$o]=${free[i++]}
+  done; done
+  [ "$links" = 2 ] || return 0
+  for s in "$@"; do for o in "$@"; do
+    [ "$s" = "$o" ] || P[ctl.$s-$o]=${free[i++]}
   done; done
 }
 

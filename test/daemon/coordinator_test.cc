@@ -504,6 +504,14 @@ TEST_CASE("coordinator: a join is made just after the next commit unless that re
     CHECK(f.gamma.assignments().empty());
     CHECK(f.c->GetStatus(1).attempt() == 1);
     CHECK(f.c->GetStatus(1).joining_sites_size() == 1);
+    // Another join is refused meanwhile (one at a time); a removal is not (a site lost while
+    // the join waits must be able to leave): here it names no site of the job.
+    auto other = f.c->ChangeSites({"gamma"}, {});
+    CHECK(other.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK_THAT(std::string(other.status().message()), Catch::Contains("site gamma joining"));
+    auto leave = f.c->ChangeSites({}, {"gamma"});
+    CHECK(leave.status().code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(std::string(leave.status().message()), Catch::Contains("'gamma' runs no stage"));
     f.Step(3, 4);  // step 4 committed
   } else {
     CHECK_THAT(joined->detail(), Catch::Contains("the committed step (2)"));

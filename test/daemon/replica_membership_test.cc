@@ -59,19 +59,24 @@ TEST_CASE("a lost site drops its replicas, never the last one", "[replicas]") {
 
 TEST_CASE("a join or comeback waits for the next commit unless now redoes fewer steps",
           "[replicas]") {
-  // A join or comeback asked at committed step 20 (checkpoints every 10 of 100 steps, two
-  // replicas live) is made now or at step 30's commit, whichever redoes fewer steps.
+  // A join or comeback asked at committed step 20 (checkpoints every 10 of 100 steps; each
+  // live replica's step given) is made now or at step 30's commit, whichever redoes fewer
+  // replica-steps: those made since 20, against the slowest replica's steps to 30.
   CHECK(NextCheckpointStep(20, 10) == 30);
   CHECK(NextCheckpointStep(25, 10) == 30);
   CHECK(NextCheckpointStep(20, 0) == UINT64_MAX);
-  CHECK(MembershipChangeDue(20, 20, 20, 10, 100, 2));        // nothing to redo
-  CHECK(MembershipChangeDue(20, 20, 23, 10, 100, 2));        // 2 x 3 redone <= 7 waited
-  CHECK_FALSE(MembershipChangeDue(20, 20, 24, 10, 100, 2));  // 2 x 4 > 6
-  CHECK_FALSE(MembershipChangeDue(20, 20, 23, 10, 100, 3));  // 3 x 3 > 7
-  CHECK_FALSE(MembershipChangeDue(20, 20, 31, 10, 100, 2));  // past 30: its commit is near
-  CHECK(MembershipChangeDue(30, 20, 31, 10, 100, 2));        // committed since it was asked
-  CHECK(MembershipChangeDue(20, 20, 29, 0, 100, 2));         // no checkpoints to wait for
-  CHECK(MembershipChangeDue(90, 90, 95, 10, 100, 2));        // the next is the job's end
+  CHECK(MembershipChangeDue(20, 20, {20, 20}, 10, 100));            // nothing to redo
+  CHECK(MembershipChangeDue(20, 20, {23, 23}, 10, 100));            // 3 + 3 redone <= 7 waited
+  CHECK_FALSE(MembershipChangeDue(20, 20, {24, 24}, 10, 100));      // 4 + 4 > 6
+  CHECK_FALSE(MembershipChangeDue(20, 20, {23, 23, 23}, 10, 100));  // 9 > 7
+  CHECK(MembershipChangeDue(20, 20, {21, 21, 21}, 10, 100));        // 3 <= 9
+  // Gossip: a fast replica far past the commit counts its own steps; the slow one sets the wait.
+  CHECK_FALSE(MembershipChangeDue(20, 20, {29, 21}, 10, 100));  // 9 + 1 > 9
+  CHECK(MembershipChangeDue(20, 20, {25, 20}, 10, 100));        // 5 <= 10
+  CHECK_FALSE(MembershipChangeDue(20, 20, {31, 31}, 10, 100));  // past 30: its commit is near
+  CHECK(MembershipChangeDue(30, 20, {31, 31}, 10, 100));        // committed since it was asked
+  CHECK(MembershipChangeDue(20, 20, {29, 29}, 0, 100));         // no checkpoints to wait for
+  CHECK(MembershipChangeDue(90, 90, {95, 95}, 10, 100));        // the next is the job's end
 }
 
 TEST_CASE("a dropped replica rejoins at a later committed step, from a live replica",

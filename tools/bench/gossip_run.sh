@@ -51,7 +51,7 @@
 #   SKIP_BUILD=1              use the binaries already in bazel-bin
 #   OUT=/tmp/longhaul-gossip-run.XXXX   runs, logs and the report
 #
-#   SWAP_AFTER=40 RUNS="gossip gossip-fixed" GOSSIP_CODEC=q4 CHANNELS=128 STEPS=120 EVERY=2 \
+#   SWAP_AFTER=45 RUNS="gossip gossip-fixed" GOSSIP_CODEC=q4 CHANNELS=128 STEPS=400 EVERY=2 \
 #     SLOW=0.02 tools/bench/gossip_run.sh    # the links swap mid-run: redrawn graphs vs kept
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -95,19 +95,26 @@ swapped_rate_of() {  # swapped_rate_of FROM TO: the rate after the swap (SWAP_AF
   [ "$STAGES" = 2 ] && fast=100mbit
   case "$r" in "$fast") echo 10mbit ;; 10mbit) echo "$fast" ;; *) echo "$r" ;; esac
 }
-swap_links() {  # swap_links: after SWAP_AFTER seconds, each changed link's new rate via linkem
-  local s o r
+swap_links() {  # swap_links FILE: after SWAP_AFTER seconds, each changed link's new rate via
+  # linkem's control port; FILE says what was done ("swapped N links", or the error)
+  local s o r n=0 reply
   sleep "$SWAP_AFTER"
   for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
     [ "$s" = "$o" ] && continue
     r=$(swapped_rate_of "$s" "$o")
     [ "$r" = "$(rate_of "$s" "$o")" ] && continue
-    exec 3<>"/dev/tcp/127.0.0.1/${P[ctl.$s-$o]}"
-    echo "set rate=$r" >&3
-    read -r -t 5 _ <&3 || true
-    exec 3>&-
+    reply=$($PY -c 'import socket, sys
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as c:
+    c.sendall(("set rate=" + sys.argv[2] + "\n").encode())
+    print(c.makefile().readline().strip())' "${P[ctl.$s-$o]}" "$r" 2>&1) || true
+    if [ "${reply%% *}" != ok ]; then
+      echo "swap failed at $s->$o: $reply" | tee "$1" >&2
+      return 1
+    fi
+    n=$((n + 1))
   done; done
-  echo "  [swap] t=${SWAP_AFTER}s: the links between replicas swapped rates" >&2
+  echo "swapped $n links" >"$1"
+  echo "  [swap] t=${SWAP_AFTER}s: $n links between replicas swapped rates" >&2
 }
 
 throttle_of() {
@@ -136,14 +143,7 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   rm -rf "$dir" && mkdir -p "$dir"
   declare -A P=()
   local s
-  wan_ports "${SITES[@]}"
-  if [ -n "$SWAP_AFTER" ]; then  # a control port for each link
-    local o free i=0
-    free=($($PY "$BENCH" ports $((${#SITES[@]} * (${#SITES[@]} - 1)))))
-    for s in "${SITES[@]}"; do for o in "${SITES[@]}"; do
-      [ "$s" = "$o" ] || P[ctl.$s-$o]=${free[i++]}
-    done; done
-  fi
+  WAN_LINK_CONTROL=$([ -n "$SWAP_AFTER" ] && echo 1 || echo 0) wan_ports "${SITES[@]}"
   LINKS_EXTRA=$([ "$kind" = gossip-fixed ] && echo "gossip_refresh_seconds: 86400" || true) \
     wan_site_configs "$dir" "${SITES[@]}"
   wan_data_roots "$dir" "$DATA" "${SITES[@]}"
@@ -163,12 +163,12 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
   follower=$!
   local swapper=""
   if [ -n "$SWAP_AFTER" ]; then
-    swap_links &
+    swap_links "$OUT/$kind.swap" &
     swapper=$!
+    pids+=("$swapper")  # stopped with the daemons (wan_stop_all)
   fi
   wait "$follower" || echo "gossip_run: the $kind run failed; see $dir/*.log" >&2
   follower=""
-  [ -z "$swapper" ] || kill "$swapper" 2>/dev/null || true
   local id
   id=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$OUT/$kind.json")
   $LONGHAUL --config "$dir/alpha.yaml" export "$id" "$OUT/$kind.bin" >/dev/null
@@ -223,8 +223,8 @@ PY
 import json, os, sys
 out, swap = sys.argv[1], float(sys.argv[2])
 print(f"\n| run | steps/s, {swap / 2:.0f}-{swap:.0f} s (before the swap) | steps/s, {swap:.0f} s "
-      "to the end (after) | wall s | gossip links epoch at the end |")
-print("| --- | --- | --- | --- | --- |")
+      "to the end (after) | wall s | gossip links epoch at the end | the swap |")
+print("| --- | --- | --- | --- | --- | --- |")
 for kind in sys.argv[3:]:
     path = os.path.join(out, kind + ".json")
     if not os.path.exists(path):
@@ -237,6 +237,8 @@ for kind in sys.argv[3:]:
     end = samples[-1]
     before = (step_at(swap) - step_at(swap / 2)) / (swap / 2)
     after = (end["step"] - step_at(swap)) / max(end["t"] - swap, 1e-9)
+    mark = os.path.join(out, kind + ".swap")
+    swapped = open(mark).read().strip() if os.path.exists(mark) else "none (the run ended first)"
     print(f"| {kind} | {before:.2f} | {after:.2f} | {end['t']:.1f} | "
-          f"{int(final.get('gossip_links_epoch', 0))} |")
+          f"{int(final.get('gossip_links_epoch', 0))} | {swapped} |")
 PY

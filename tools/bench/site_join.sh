@@ -111,7 +111,7 @@ else:
     wait(lambda s: int(s.get("committed_step", 0)) >= int(join_at), "the join step")
     t0 = time.time()
     change("add-site", "epsilon")
-asked = status()  # the committed step and the stages' steps when it was asked
+asked = wait(lambda s: True, "the job's status")  # its committed step and stages' steps
 last = [asked]  # the last status before the join was made: the steps it rolled back
 def made(s):
     if int(s.get("replicas_added", 0)) == 0:

@@ -492,7 +492,10 @@ void Coordinator::RestartFromCommittedLocked(const std::string& kind, const std:
   auto* val = record_.mutable_val_losses();
   while (!val->empty() && val->rbegin()->step() > record_.committed_step()) val->RemoveLast();
   val_pending_.clear();
-  for (auto& stage : *record_.mutable_stages()) stage.set_syncs(0);  // counted by attempt
+  for (auto& stage : *record_.mutable_stages()) {
+    stage.set_syncs(0);                                                // counted by attempt
+    stage.set_step(std::min(stage.step(), record_.committed_step()));  // redone from there
+  }
   AddEventLocked(kind, detail);
 }
 

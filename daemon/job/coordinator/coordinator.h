@@ -65,6 +65,8 @@ int RecordReplicas(const Record& r, const JobSpec& spec) {
 
 // The job timeline keeps this many events (the newest).
 inline constexpr int kMaxJobEvents = 200;
+// A dropped replica that fails to rejoin this many times sits out the rest of the job.
+inline constexpr int kMaxRejoinFailures = 3;
 
 class Coordinator {
  public:
@@ -172,8 +174,10 @@ class Coordinator {
   void ForgetStagesLocked(const std::vector<uint32_t>& gone, const ReplicaList& dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why no site may join or leave job `job` now (it ended, or a change is under way: one at a
-  // time), FailedPrecondition; else OK.
-  Status ChangeRefusedLocked(const std::string& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // time), FailedPrecondition; else OK. `removing`: a removal, which may come while a join
+  // waits for its commit (a site lost meanwhile must be able to leave).
+  Status ChangeRefusedLocked(const std::string& job, bool removing = false) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes `leave` as removed for good (dropped, no longer rejoining), counts them; returns
   // every dropped replica now.
   ReplicaList RecordRemovalLocked(const ReplicaList& leave) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -13,11 +13,6 @@
 #include "daemon/job/sync/gossip_round.h"
 
 namespace longhaul::daemon {
-namespace {
-
-constexpr int kMaxRejoinFailures = 3;
-
-}  // namespace
 
 ReplicaList Coordinator::RecordDropLocked(const ReplicaList& drop) {
   const ReplicaList dropped = Union(DroppedLocked(), drop);

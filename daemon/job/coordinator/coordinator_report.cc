@@ -141,7 +141,14 @@ void Coordinator::NoteCommittedLocked(uint64_t committed) {
   if (committed > migrate_step_) migrate_from_.Clear();
   if (committed > attempt_start_) record_.clear_rejoining_replicas();  // rejoined for good
   // A join, a comeback or a rejoin waits for a commit: made at once, fewer steps are redone.
-  if (record_.joining_sites_size() > 0 || !record_.dropped_replicas().empty()) {
+  bool waiting = record_.joining_sites_size() > 0;
+  const ReplicaList removed = RemovedLocked();
+  for (uint32_t r : record_.dropped_replicas()) {
+    const auto f = rejoin_failures_.find(r);
+    waiting = waiting || (!Contains(removed, static_cast<int>(r)) &&
+                          (f == rejoin_failures_.end() || f->second < kMaxRejoinFailures));
+  }
+  if (waiting) {
     look_now_ = true;
     cv_.notify_all();
   }

@@ -80,7 +80,7 @@ StatusOr<google::protobuf::RepeatedPtrField<v1::StageInfo>> Coordinator::PlanJoi
   return plan;
 }
 
-Status Coordinator::ChangeRefusedLocked(const std::string& job) const {
+Status Coordinator::ChangeRefusedLocked(const std::string& job, bool removing) const {
   if (TerminalState(record_.state())) {
     return absl::FailedPreconditionError(job + " is " + v1::JobState_Name(record_.state()) +
                                          ": no site joins or leaves it");
@@ -91,12 +91,12 @@ Status Coordinator::ChangeRefusedLocked(const std::string& job) const {
                                          std::to_string(leaving_->step) +
                                          "); ask again once that step is decided");
   }
-  if (record_.joining_sites_size() > 0 || record_.leaving_sites_size() > 0) {
+  if ((record_.joining_sites_size() > 0 && !removing) || record_.leaving_sites_size() > 0) {
     return absl::FailedPreconditionError(
         job + ": a change is under way already (" +
-        (record_.joining_sites_size() > 0
-             ? SiteNames(Strings(record_.joining_sites())) + " joining"
-             : SiteNames(Strings(record_.leaving_sites())) + " leaving") +
+        (record_.leaving_sites_size() > 0
+             ? SiteNames(Strings(record_.leaving_sites())) + " leaving"
+             : SiteNames(Strings(record_.joining_sites())) + " joining") +
         "); ask again once it shows in the job's events");
   }
   return absl::OkStatus();
@@ -194,7 +194,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     placed = p->summary;
   }
   MutexLock lock(mu_);
-  RETURN_IF_ERROR(ChangeRefusedLocked(job));
+  RETURN_IF_ERROR(ChangeRefusedLocked(job, /*removing=*/add.empty()));
   const StageGrid grid = GridLocked();
   v1::ChangeJobSitesResponse response;
   if (!add.empty()) {
@@ -210,7 +210,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
     join_asked_at_ = record_.committed_step();
     const bool now = MembershipChangeDueLocked(join_asked_at_);
     join_now_ = now;  // as the answer says, at the monitor's next look (at once)
-    look_now_ = now;
+    look_now_ = look_now_ || now;
     response.add_replicas(static_cast<uint32_t>(grid.replicas));
     response.set_detail(
         SiteNames(join_sites) + (join_sites.size() == 1 ? " joins" : " join") + " as replica " +
@@ -219,7 +219,7 @@ StatusOr<v1::ChangeJobSitesResponse> Coordinator::ChangeSites(
              : "the next committed step (checkpoint step " +
                    std::to_string(
                        NextCheckpointStep(record_.committed_step(), spec_.job.checkpoint.every)) +
-                   "), so that none redoes its steps") +
+                   "), so that the live replicas redo few steps") +
         ", the new replica from a live replica's state" +
         (placed.empty() ? std::string() : " (" + placed + ")"));
   } else {
@@ -319,9 +319,22 @@ bool Coordinator::ApplySiteChanges(bool healthy) {
 }
 
 bool Coordinator::MembershipChangeDueLocked(uint64_t asked) const {
-  const int live = GridLocked().replicas - static_cast<int>(record_.dropped_replicas_size());
-  return MembershipChangeDue(record_.committed_step(), asked, record_.step(),
-                             spec_.job.checkpoint.every, record_.total_steps(), live);
+  // The attempt is down: it restarts from the committed step anyway, redoing what it must.
+  if (need_assign_ || record_.state() == v1::JOB_STATE_RECOVERING) return true;
+  const StageGrid grid = GridLocked();
+  const ReplicaList dropped = DroppedLocked();
+  std::vector<uint64_t> steps;  // each live replica's furthest stage
+  for (int r = 0; r < grid.replicas; ++r) {
+    if (Contains(dropped, r)) continue;
+    uint64_t step = 0;
+    for (int p = 0; p < grid.stages(r); ++p) {
+      const int i = grid.flat(r, p);
+      if (i < record_.stages_size()) step = std::max(step, record_.stages(i).step());
+    }
+    steps.push_back(step);
+  }
+  return MembershipChangeDue(record_.committed_step(), asked, steps, spec_.job.checkpoint.every,
+                             record_.total_steps());
 }
 
 v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
@@ -340,7 +353,7 @@ v1::ChangeJobSitesResponse Coordinator::ReturnReplicaLocked(int replica,
   const bool now = MembershipChangeDueLocked(record_.committed_step()) &&
                    RejoinDue(record_.committed_step(), attempt_start_, record_.total_steps());
   last_rejoin_try_ = now ? UINT64_MAX : record_.committed_step();
-  look_now_ = now;
+  look_now_ = look_now_ || now;
   record_.set_returning_replica(r);  // removed again if its stages cannot be assigned
   record_.set_replicas_added(record_.replicas_added() + 1);
   const std::string note =
@@ -444,6 +457,7 @@ void Coordinator::AddSites(const std::vector<std::string>& asked) {
     const ReplicaList rejoining = Union(RejoiningLocked(), {replica});
     *record_.mutable_rejoining_replicas() = {rejoining.begin(), rejoining.end()};
     record_.set_joined_replica(replica);
+    join_now_ = false;
     record_.set_replicas_added(record_.replicas_added() + 1);
     record_.clear_joining_sites();
     record_.clear_joining_plan();

@@ -68,14 +68,19 @@ uint64_t NextCheckpointStep(uint64_t committed, int64_t every) {
   return (committed / e + 1) * e;
 }
 
-bool MembershipChangeDue(uint64_t committed, uint64_t asked, uint64_t step, int64_t every,
-                         uint64_t total, int live) {
-  if (committed > asked) return true;
+bool MembershipChangeDue(uint64_t committed, uint64_t asked,
+                         const std::vector<uint64_t>& replica_steps, int64_t every,
+                         uint64_t total) {
+  if (committed > asked || replica_steps.empty()) return true;
   const uint64_t next = NextCheckpointStep(committed, every);
   if (next >= total) return true;
-  const uint64_t redone = step > committed ? step - committed : 0;
-  const uint64_t missed = next > step ? next - step : 0;
-  return redone * static_cast<uint64_t>(std::max(live, 1)) <= missed;
+  uint64_t redone = 0, slowest = UINT64_MAX;
+  for (uint64_t s : replica_steps) {
+    redone += s > committed ? s - committed : 0;
+    slowest = std::min(slowest, s);
+  }
+  const uint64_t missed = next > slowest ? next - slowest : 0;
+  return redone <= missed;
 }
 
 ReplicaList Union(const ReplicaList& a, const ReplicaList& b) {

@@ -41,14 +41,15 @@ bool RejoinDue(uint64_t committed, uint64_t attempt_start, uint64_t total_steps)
 // (UINT64_MAX when `every` is 0: none comes).
 uint64_t NextCheckpointStep(uint64_t committed, int64_t every);
 // Whether a join or a comeback asked for when `asked` was the committed step is made now.
-// Either starts every stage again from the committed step, so the steps the `live` replicas
-// made since it (the job at `step` now) are redone: just after the next commit nothing is.
-// Now once a commit came after `asked`; when none can come before the job's end (`total`);
-// or when the replica-steps redone now (`live` x steps since `committed`) are no more than
-// the steps the new replica would miss waiting for the next checkpoint (a join at the job's
-// start, or just past a commit). Otherwise it waits for the next commit.
-bool MembershipChangeDue(uint64_t committed, uint64_t asked, uint64_t step, int64_t every,
-                         uint64_t total, int live);
+// Either starts every stage again from the committed step, so the steps each live replica
+// made since it (`replica_steps`: each one's step now, as its stages report) are redone; just
+// after the next commit only those made since that commit are. Now once a commit came after
+// `asked`; when none can come before the job's end (`total`); or when the replica-steps
+// redone now are no more than the steps the new replica would miss waiting for the next
+// checkpoint, which the slowest replica reaches last (a join at the job's start, or just
+// past a commit). Otherwise it waits for the next commit.
+bool MembershipChangeDue(uint64_t committed, uint64_t asked,
+                         const std::vector<uint64_t>& replica_steps, int64_t every, uint64_t total);
 // The replica rejoining stages copy (and export reads): the first one neither dropped nor
 // rejoining; -1 if none. A rejoining stage takes its layers from the source's stages that
 // hold them, however the source is split.
