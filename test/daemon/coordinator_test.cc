@@ -529,6 +529,32 @@ TEST_CASE("coordinator: a join is made just after the next commit unless that re
   CHECK_THAT(s.detail(), Catch::Contains("joined as replica 2 at step " + std::to_string(from)));
 }
 
+TEST_CASE("coordinator: a comeback asked well past a commit waits for the next one") {
+  // As above over 8 steps, but alpha's replica has made step 3 (at step 4, step 2 committed)
+  // when beta is added again: rejoining now would redo 2 steps, against none to wait for
+  // checkpoint step 4, so replica 1 comes back from step 4 once it is committed.
+  std::string job =
+      std::string(kJob) + "replicas: 2\nsync: {mode: local, every: 2, codec: exact}\n";
+  job.replace(job.find("steps: 4"), 8, "steps: 8");
+  Fixture f(FileEnv::Default(), job);
+  f.BetaRemovedAtStep2();
+  REQUIRE(f.c->OnReport(f.Report(0, 3, 2), "alpha").ok());
+  auto back = f.c->ChangeSites({"beta"}, {});
+  INFO(back.status().ToString());
+  REQUIRE(back.ok());
+  CHECK_THAT(back->detail(),
+             Catch::Contains("back as replica 1") && Catch::Contains("the next committed step"));
+  std::this_thread::sleep_for(2500ms);  // a few monitor checks: nothing yet
+  CHECK(f.beta.assignments().size() == 1);
+  CHECK(f.c->GetStatus(1).attempt() == 1);
+  REQUIRE(f.c->OnReport(f.Report(0, 4, 4), "alpha").ok());  // step 4 committed
+  REQUIRE(testing::WaitFor([&] { return f.beta.assignments().size() >= 2; }, 30s));
+  const v1::StageAssignment a = f.beta.assignments().back();
+  CHECK(a.attempt() == 2);
+  CHECK(a.resume_step() == 4);
+  CHECK(f.alpha.assignments().back().resume_step() == 4);
+}
+
 TEST_CASE(
     "coordinator: restarted, a gossip job's coordinator tells the replicas left who dropped") {
   // Two gossip replicas, alpha and beta. The coordinator's daemon restarts while alpha's stage

@@ -358,10 +358,13 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
 
 void Coordinator::Run() {
   while (true) {
+    bool early = false;  // woken for a membership change before the pause was up
     {
       MutexLock lock(mu_);
-      cv_.wait_for(mu_, std::chrono::milliseconds(500),
-                   [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || look_now_; });
+      early = cv_.wait_for(
+                  mu_, std::chrono::milliseconds(500),
+                  [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || look_now_; }) &&
+              look_now_;
       look_now_ = false;
       if (shutdown_) return;
       if (TerminalState(record_.state())) return;
@@ -415,6 +418,9 @@ void Coordinator::Run() {
         if (replan) Replan();
         continue;
       }
+      // A look that came early does not count: two missed pings are a failure only a pause
+      // apart, as before (an early look then waits for the paused one).
+      if (early) continue;
       int failures;
       {
         MutexLock lock(mu_);
