@@ -52,7 +52,18 @@ class FakeSite final : public testing::FakeLink {
       r.set_error(error_);
       r.set_step(step_);
     }
+    if (c.kind() == v1::JobCommand::KIND_PING_FOR) {  // target_site as this site sees it
+      if (!reaches_) return absl::UnavailableError(site() + " cannot reach it either");
+      r.set_running(true);
+      r.set_attempt(running_attempt_);
+    }
     return r;
+  }
+  // Whether its pings through it (KIND_PING_FOR) find the target's stage running, in the
+  // attempt it runs itself.
+  void Reaches(bool yes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reaches_ = yes;
   }
   // The stage fails (its pings say why) until the next assignment.
   void Fail(const std::string& why) {
@@ -102,6 +113,7 @@ class FakeSite final : public testing::FakeLink {
   uint64_t step_ = 0;
   std::string refuse_assign_;
   bool running_ = true;
+  bool reaches_ = false;
   std::string error_;
 };
 
@@ -476,6 +488,37 @@ TEST_CASE("coordinator: a removed replica comes back when its sites are added ag
             (e.kind() == "site_added" && e.detail().find("back as replica 1") != std::string::npos);
   }
   CHECK(noted);
+}
+
+TEST_CASE(
+    "coordinator: a gossip replica the coordinator cannot reach stays while another site can") {
+  // Three gossip replicas (alpha, beta, gamma), on_site_loss: drop. alpha's link to beta is
+  // down (beta's pings fail) but gamma reaches beta's stage: no drop, no new attempt, gamma
+  // asked on beta's behalf. Once gamma cannot reach it either, replica 1 is dropped.
+  std::string job = std::string(kJob) +
+                    "replicas: 3\nsync: {mode: local, every: 2, reduce: gossip, "
+                    "on_site_loss: drop}\n";
+  job.replace(job.find("sites: [alpha, beta]"), 20, "sites: [alpha, beta, gamma]");
+  Fixture f(FileEnv::Default(), job);
+  REQUIRE(f.gamma.assignments().size() == 1);
+  f.gamma.Reaches(true);
+  f.beta.Refuse(v1::JobCommand::KIND_PING);
+  REQUIRE(testing::WaitFor(
+      [&] { return f.gamma.commands(v1::JobCommand::KIND_PING_FOR).size() >= 3; }, 30s));
+  const v1::JobCommand asked = f.gamma.commands(v1::JobCommand::KIND_PING_FOR)[0];
+  CHECK(asked.target_site() == "beta");
+  CHECK(asked.attempt() == 1);
+  CHECK(f.beta.commands(v1::JobCommand::KIND_PING_FOR).empty());   // never itself
+  CHECK(f.alpha.commands(v1::JobCommand::KIND_PING_FOR).empty());  // nor the coordinator's
+  v1::JobStatus s = f.c->GetStatus(1);
+  CHECK(s.replica_drops() == 0);
+  CHECK(s.attempt() == 1);
+  CHECK(s.state() == v1::JOB_STATE_RUNNING);
+  f.gamma.Reaches(false);
+  REQUIRE(testing::WaitFor([&] { return f.c->GetStatus(1).replica_drops() == 1; }, 30s));
+  s = f.c->GetStatus(1);
+  REQUIRE(s.dropped_replicas_size() == 1);
+  CHECK(s.dropped_replicas(0) == 1);
 }
 
 TEST_CASE("coordinator: a join is made just after the next commit unless that redoes less") {

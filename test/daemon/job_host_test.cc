@@ -144,6 +144,20 @@ TEST_CASE("the job host runs its coordinator's stage and authorizes every call",
   REQUIRE(ping.ok());
   CHECK(ping->running());
   CHECK(ping->attempt() == 1);
+  // A ping through this site (the coordinator cannot reach a site itself): the coordinator's
+  // only, of another stage's site of the job; answered as the ping over this site's link
+  // (unreachable here: the fake link answers nothing).
+  v1::JobCommand through = Command(v1::JobCommand::KIND_PING_FOR);
+  through.set_target_site("b");
+  CHECK(absl::IsPermissionDenied(h.host->ControlJob(through, "c").status()));
+  const Status unreachable = h.host->ControlJob(through, "b").status();
+  CHECK(absl::IsUnavailable(unreachable));
+  CHECK_THAT(std::string(unreachable.message()), Catch::Contains("cannot reach site 'b' either"));
+  for (const char* target : {"a", "c", "Bad Name", ""}) {
+    through.set_target_site(target);
+    INFO(target);
+    CHECK(absl::IsInvalidArgument(h.host->ControlJob(through, "b").status()));
+  }
   // An older attempt's assignment does not replace the running one.
   CHECK(absl::IsFailedPrecondition(h.host->AssignStage(Assignment(0), "b").status()));
 

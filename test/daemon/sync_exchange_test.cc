@@ -16,9 +16,11 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "compression/codec.h"
@@ -652,9 +654,15 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
   testing::SyncGroup g({.replicas = 3});
   std::atomic<int> asked{0};
   std::atomic<PeerStatus> status2{PeerStatus::kStarting};
+  std::mutex told_mu;
+  std::vector<std::tuple<int, int, uint64_t>> told;  // (stage, replica left out, step)
   for (int i = 0; i < 2; ++i) {
     SyncExchangeOptions o = g.Options(i);
     o.gossip_grace_seconds = 0.1;
+    o.on_unsent = [&, i](int replica, uint64_t step) {
+      std::lock_guard<std::mutex> lock(told_mu);
+      told.emplace_back(i, replica, step);
+    };
     o.peer_status = [&](int stage) {
       if (stage != 2) return PeerStatus::kRunning;
       ++asked;
@@ -704,6 +712,12 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
   round(3, false);
   CHECK(g.x[0]->gossip_losses() == 1);  // lost in the first round, not back since
   CHECK(g.x[1]->gossip_losses() == 1);
+  {  // each told of the rounds it left replica 2 out of, for replica 2's asking
+    std::lock_guard<std::mutex> lock(told_mu);
+    std::sort(told.begin(), told.end());
+    CHECK(told ==
+          std::vector<std::tuple<int, int, uint64_t>>{{0, 2, 2}, {0, 2, 3}, {1, 2, 2}, {1, 2, 3}});
+  }
   // Frames went to it in the first round only (the senders deliver on their own threads).
   const size_t first_round = g.routes[0].size();
   CHECK(testing::WaitFor([&] { return g.link(0, 2).delivered().size() == first_round; },
@@ -734,6 +748,40 @@ TEST_CASE("sync exchange: gossip goes on without a replica whose stage is gone")
   CHECK(unsent.empty());
   CHECK(testing::WaitFor([&] { return g.link(0, 2).delivered().size() == 2 * first_round; },
                          std::chrono::seconds(30)));
+}
+
+TEST_CASE(
+    "sync exchange: a running sender that left this replica out of a round is not waited for") {
+  // Two single-stage replicas. Replica 1's stage runs, but it left replica 0 out of this round
+  // (it found replica 0 lost while a link between them was down): replica 0 asks it, learns
+  // so, and ends the round without its frames instead of waiting for frames that will not
+  // come. It is not counted lost: the next round sends to it as before.
+  testing::SyncGroup g({.replicas = 2});
+  std::atomic<int> asked{0};
+  SyncExchangeOptions o = g.Options(0);
+  o.gossip_grace_seconds = 0.05;
+  o.peer_status = [](int) { return PeerStatus::kRunning; };
+  o.skipped_me = [&](int stage, uint64_t step) {
+    ++asked;
+    return stage == 1 && step == 7;
+  };
+  std::vector<std::pair<int, uint64_t>> told;
+  o.on_unsent = [&](int replica, uint64_t step) { told.emplace_back(replica, step); };
+  auto made = SyncExchange::Create(std::move(o));
+  REQUIRE(made.ok());
+  g.x[0] = std::move(*made);
+  g.inbox(0).AdvanceTo(7);
+  std::vector<std::vector<fleet::GossipFrame>> got;
+  std::vector<int> senders, unsent;
+  const Status s = g.x[0]->Gossip(7, 0, GossipFrames(g, 0), std::vector<int>{1},
+                                  std::vector<int>{1}, &got, &senders, &unsent);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  CHECK(asked >= 1);
+  CHECK(senders.empty());
+  CHECK(unsent.empty());  // its own frame went: replica 1 is not lost
+  CHECK(told.empty());
+  CHECK(g.link(0, 1).attempts() > 0);
 }
 
 TEST_CASE("sync exchange: a replica removed from the job is neither sent to nor waited for") {

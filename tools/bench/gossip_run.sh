@@ -48,6 +48,9 @@
 #                             the report adds each run's steps/s before and after, and the
 #                             gossip links epoch it ended at (the coordinator redraws the graphs
 #                             every two probe intervals: PROBE_INTERVAL=5 s here)
+#   DOWN_AFTER=SECONDS        that long after the submit, both directions of DOWN_PAIR
+#   DOWN_PAIR="alpha beta"    (two sites) cut (their linkem proxies killed), for DOWN_FOR
+#   DOWN_FOR=SECONDS          seconds (empty: to the end); OUT/RUN.down says what was done
 #   SKIP_BUILD=1              use the binaries already in bazel-bin
 #   OUT=/tmp/longhaul-gossip-run.XXXX   runs, logs and the report
 #
@@ -72,6 +75,7 @@ DATA=${DATA:-builtin} VAL=${VAL:-builtin}
 RUNS=(${RUNS:-step gather ring gossip})
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 SWAP_AFTER=${SWAP_AFTER:-}
+DOWN_AFTER=${DOWN_AFTER:-} DOWN_PAIR=${DOWN_PAIR:-alpha beta} DOWN_FOR=${DOWN_FOR:-}
 PY=/usr/bin/python3
 BENCH=$ROOT/tools/bench/pipeline_bench.py
 source "$ROOT/tools/wan_sites.sh"
@@ -115,6 +119,28 @@ with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as c:
   done; done
   echo "swapped $n links" >"$1"
   echo "  [swap] t=${SWAP_AFTER}s: $n links between replicas swapped rates" >&2
+}
+
+down_link() {  # down_link FILE: after DOWN_AFTER seconds, both directions of DOWN_PAIR cut
+  # (their linkem proxies killed: connections refused), for DOWN_FOR seconds (empty: for
+  # good); the proxies started again then have their pids in FILE.pids
+  local a b n=0 p pid args=()
+  read -r a b <<<"$DOWN_PAIR"
+  sleep "$DOWN_AFTER"
+  for p in "${P[link.$a-$b]}" "${P[link.$b-$a]}"; do
+    pid=$(pgrep -f -- "--listen 127.0.0.1:$p " | head -1) || continue
+    args+=("$(ps -o args= -p "$pid")")
+    kill "$pid" && n=$((n + 1))
+  done
+  echo "cut $a<->$b ($n proxies)${DOWN_FOR:+ for ${DOWN_FOR}s}" >"$1"
+  echo "  [down] t=${DOWN_AFTER}s: the link $a<->$b is cut" >&2
+  [ -n "$DOWN_FOR" ] || return 0
+  sleep "$DOWN_FOR"
+  for p in "${args[@]}"; do
+    $p 2>>"$OUT/$kind/linkem.log" &
+    echo $! >>"$1.pids"
+  done
+  echo "  [down] t=$((DOWN_AFTER + DOWN_FOR))s: the link $a<->$b is back" >&2
 }
 
 throttle_of() {
@@ -167,12 +193,19 @@ run_one() {  # run_one KIND: fresh links and daemons, one job; its samples in $O
     swapper=$!
     pids+=("$swapper")  # stopped with the daemons (wan_stop_all)
   fi
+  if [ -n "$DOWN_AFTER" ]; then
+    down_link "$OUT/$kind.down" &
+    pids+=($!)
+  fi
   wait "$follower" || echo "gossip_run: the $kind run failed; see $dir/*.log" >&2
   follower=""
   local id
   id=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["job_id"])' "$OUT/$kind.json")
   $LONGHAUL --config "$dir/alpha.yaml" export "$id" "$OUT/$kind.bin" >/dev/null
   wan_stop_all
+  if [ -f "$OUT/$kind.down.pids" ]; then  # the proxies down_link started again
+    xargs -r kill <"$OUT/$kind.down.pids" 2>/dev/null || true
+  fi
   local format=llmc
   [ "$VAL" = builtin ] && format=auto
   $LONGHAUL eval --checkpoint "$OUT/$kind.bin" --data "$VAL" --format "$format" --batches 40 \

@@ -273,6 +273,29 @@ StatusOr<v1::JobCommandResponse> Coordinator::ControlSite(const std::string& sit
   return c->ControlJob(command, 3);
 }
 
+StatusOr<v1::JobCommandResponse> Coordinator::PingThrough(const std::string& site, uint32_t attempt,
+                                                          const std::vector<std::string>& sites) {
+  v1::JobCommand ask;
+  ask.set_job_id(job_id_);
+  ask.set_kind(v1::JobCommand::KIND_PING_FOR);
+  ask.set_attempt(attempt);
+  ask.set_target_site(site);
+  Status last = absl::UnavailableError("no other site of the job to ask");
+  int asked = 0;
+  for (const auto& other : sites) {
+    if (other == site || other == env_.site) continue;
+    if (++asked > 2) break;  // two sites that cannot reach it either: it is gone
+    auto r = ControlSite(other, ask);
+    if (r.ok()) {
+      r->set_detail(other);  // who reached it
+      return r;
+    }
+    last = Status(r.status().code(),
+                  "through site '" + other + "': " + std::string(r.status().message()));
+  }
+  return last;
+}
+
 void Coordinator::ControlSites(const v1::JobCommand& command, const std::vector<std::string>& sites,
                                const std::string& what) const {
   for (const auto& site : sites) {
@@ -300,13 +323,44 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
   // their peer only if none is.
   std::string first_gone, first_failed;
   std::vector<std::string> gone, failed;
-  for (const auto& site : StageSites()) {
+  const std::vector<std::string> sites = StageSites();
+  for (const auto& site : sites) {
     transport::Link* c = env_.channel(site);
     std::string problem;
     bool is_gone = true;
+    StatusOr<v1::JobCommandResponse> r = absl::NotFoundError("unknown");
+    if (c) r = c->ControlJob(ping, 3);
+    std::string through;  // another site that reaches it, when this one does not
+    if (c && !r.ok() && spec_.sync.reduce == fleet::SyncReduce::kGossip) {
+      auto seen = PingThrough(site, attempt, sites);
+      if (seen.ok()) {
+        through = seen->detail();
+        r = std::move(seen);
+      }
+    }
+    {
+      MutexLock lock(mu_);
+      auto it = reached_through_.find(site);
+      if (!through.empty() && it == reached_through_.end()) {
+        const std::string note = "site '" + site + "' does not answer the coordinator, but site '" +
+                                 through +
+                                 "' reaches its stage, which trains on (its reports and "
+                                 "checkpoints count once it answers again)";
+        env_.log->warn("job {}: {}", job_id_, note);
+        AddEventLocked("site_unreachable", note);
+        PersistLocked();
+        reached_through_[site] = through;
+      } else if (through.empty() && it != reached_through_.end() && r.ok()) {
+        AddEventLocked("site_reachable", "site '" + site + "' answers the coordinator again");
+        PersistLocked();
+        reached_through_.erase(it);
+      } else if (through.empty() && it != reached_through_.end()) {
+        reached_through_.erase(it);
+      }
+    }
     if (!c) {
       problem = "site '" + site + "' is unknown";
-    } else if (auto r = c->ControlJob(ping, 3); !r.ok()) {
+    } else if (!r.ok()) {
       problem = "site '" + site + "' is unreachable: " + std::string(r.status().message());
     } else if (!r->error().empty()) {
       problem = "site '" + site + "' failed: " + r->error();

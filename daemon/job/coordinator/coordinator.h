@@ -132,7 +132,15 @@ class Coordinator {
   // (the first problem), with every site that has one in *lost: those unreachable or without
   // their stage, or failing if none is.
   // `*permanent`: a stage failed on the job's input data, which no retry can fix.
+  // A gossip job's stage whose site the coordinator cannot reach is asked through another
+  // live site (PingThrough) before it counts as gone: a link down between the coordinator's
+  // site and one site does not drop a replica the others still train with.
   std::string CheckStages(bool* all_finished, std::vector<std::string>* lost, bool* permanent)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // `site`'s stage as another of `sites` (not this one, not `site`) sees it
+  // (JobCommand.KIND_PING_FOR), the first that answers; the last error when none does.
+  StatusOr<v1::JobCommandResponse> PingThrough(const std::string& site, uint32_t attempt,
+                                               const std::vector<std::string>& sites)
       ABSL_LOCKS_EXCLUDED(mu_);
   void StopAttempt() ABSL_LOCKS_EXCLUDED(mu_);
   // `command` to `site`'s daemon, 3 s at most (NotFound "not a peer" for a site it cannot
@@ -300,6 +308,9 @@ class Coordinator {
   // The monitor thread looks now rather than after its pause: a membership change waits on a
   // commit that came (NoteCommittedLocked), or one was asked for that is made at once.
   bool look_now_ ABSL_GUARDED_BY(mu_) = false;
+  // Sites the coordinator cannot reach whose stages another site reaches (CheckStages), and
+  // through which site: logged as they come and go.
+  std::map<std::string, std::string> reached_through_ ABSL_GUARDED_BY(mu_);
   int failed_checks_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t stopped_attempt_ ABSL_GUARDED_BY(mu_) = 0;  // StopAttempt was called for this attempt
   StepBarrier barrier_ ABSL_GUARDED_BY(mu_);

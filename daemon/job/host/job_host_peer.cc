@@ -306,6 +306,10 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
         r.set_step(s.step);
         r.set_checkpoint_step(s.checkpoint_step);
         r.set_attempt(runner->attempt());
+        // A gossip peer waiting for this stage's frames of a round: were they left out?
+        if (c.gossip_step() > 0) {
+          r.set_gossip_skipped(runner->Unsent(c.gossip_replica(), c.gossip_step() - 1));
+        }
       }
       return r;
     }
@@ -346,6 +350,46 @@ StatusOr<v1::JobCommandResponse> JobHost::ControlJob(const v1::JobCommand& c,
                  c.from_step() == 0 ? std::string("from now on")
                                     : "of step " + std::to_string(c.from_step()) + " on");
       return r;
+    }
+    case v1::JobCommand::KIND_PING_FOR: {
+      // The coordinator cannot reach target_site: this site asks it over its own link. Only a
+      // site that runs a stage of the job here, and never this site itself.
+      RETURN_IF_ERROR(CheckSiteNameField(c.target_site(), "job " + c.job_id() + ": target_site"));
+      std::string target;
+      {
+        MutexLock lock(mu_);
+        for (const auto& st : stage->assignment.stages()) {
+          if (st.site() == c.target_site() && st.site() != options_.site) target = st.site();
+        }
+      }
+      if (target.empty()) {
+        return absl::InvalidArgumentError("job " + c.job_id() + ": site '" + c.target_site() +
+                                          "' runs no other stage of the job to ping from site '" +
+                                          options_.site + "'");
+      }
+      transport::Link* link = Channel(target);
+      if (link == nullptr) {
+        return absl::UnavailableError("site '" + options_.site + "' has no link to site '" +
+                                      target + "'");
+      }
+      v1::JobCommand ping;
+      ping.set_job_id(c.job_id());
+      ping.set_kind(v1::JobCommand::KIND_PING);
+      ping.set_attempt(c.attempt());
+      auto answer = link->ControlJob(ping, 2);
+      if (!answer.ok()) {
+        return absl::UnavailableError("site '" + options_.site + "' cannot reach site '" + target +
+                                      "' either: " + std::string(answer.status().message()));
+      }
+      v1::JobCommandResponse out;  // the stage's state only
+      out.set_running(answer->running());
+      out.set_finished(answer->finished());
+      out.set_attempt(answer->attempt());
+      out.set_step(answer->step());
+      out.set_checkpoint_step(answer->checkpoint_step());
+      out.set_error(answer->error().substr(0, 4096));
+      out.set_permanent(answer->permanent());
+      return out;
     }
     case v1::JobCommand::KIND_GOSSIP_LINKS: {
       // A new link matrix for the rounds from from_round on: the stage takes it only for rounds

@@ -13,6 +13,7 @@
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -107,6 +108,11 @@ class StageRunner {
   // Gossip: `removed` replicas left the job for good while this attempt runs (the
   // coordinator's KIND_REMOVE_REPLICAS): their stages count as gone from now on, unasked.
   void RemoveReplicas(std::span<const uint32_t> removed) ABSL_LOCKS_EXCLUDED(peers_mu_);
+  // Gossip: whether this stage left `replica` out of the round after `step` (found it lost
+  // then), for that replica's stage waiting for its frames (a peer's KIND_PING with
+  // gossip_step). Remembered for the last kUnsentKept such rounds.
+  bool Unsent(uint32_t replica, uint64_t step) ABSL_LOCKS_EXCLUDED(peers_mu_);
+  static constexpr size_t kUnsentKept = 4096;
   // Gossip: the coordinator's link matrix `links`, epoch `epoch`, draws the rounds from
   // `from_round` on (KIND_GOSSIP_LINKS; gossip_round.h). FAILED_PRECONDITION when this stage
   // has drawn that round's graph already (its peers would mix by another); INVALID_ARGUMENT
@@ -156,6 +162,9 @@ class StageRunner {
   // row, or runs no stage of this attempt kStartupGraceSeconds after this stage started; at
   // once when its replica was removed (RemoveReplicas).
   PeerStatus PeerStatusOf(int stage) ABSL_LOCKS_EXCLUDED(peers_mu_);
+  // Gossip: whether running stage `stage` left this stage's replica out of the round after
+  // `step` (asked of its site: JobCommand.gossip_step).
+  bool PeerSkippedMe(int stage, uint64_t step);
   static constexpr int kPingsToGone = 3;
   static constexpr double kStartupGraceSeconds = 120;
   // Gossip: the clipping scale of this stage's replica from its stages' gradient sums
@@ -224,6 +233,8 @@ class StageRunner {
   Mutex peers_mu_;
   std::map<int, int> unanswered_pings_ ABSL_GUARDED_BY(peers_mu_);
   std::set<uint32_t> removed_replicas_ ABSL_GUARDED_BY(peers_mu_);
+  // Gossip: (replica, step) of the rounds this stage left a replica out of, oldest first.
+  std::deque<std::pair<uint32_t, uint64_t>> unsent_ ABSL_GUARDED_BY(peers_mu_);
   // Gossip: the attempt's link matrices by round, and the latest round drawn (links_at).
   GossipLinkSchedule gossip_links_ ABSL_GUARDED_BY(peers_mu_);
   std::optional<uint64_t> drawn_round_ ABSL_GUARDED_BY(peers_mu_);

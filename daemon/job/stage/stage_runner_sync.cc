@@ -33,6 +33,14 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.file_env = ctx_.env.files;
     // A gossip round goes on without a replica whose stage is gone: its site is asked.
     o.peer_status = [this](int stage) { return PeerStatusOf(stage); };
+    // A running sender that left this replica out of a round says so when asked; this stage
+    // remembers whom it left out, to say so in turn.
+    o.skipped_me = [this](int stage, uint64_t step) { return PeerSkippedMe(stage, step); };
+    o.on_unsent = [this](int replica, uint64_t step) {
+      MutexLock lock(peers_mu_);
+      unsent_.emplace_back(static_cast<uint32_t>(replica), step);
+      if (unsent_.size() > kUnsentKept) unsent_.pop_front();
+    };
     // ...and sends nothing to, nor waits for, a replica removed from the job.
     o.removed = [this](int replica) {
       MutexLock lock(peers_mu_);
@@ -193,6 +201,25 @@ PeerStatus StageRunner::PeerStatusOf(int stage) {
   }
   // No stage of this attempt there (yet): its assignment may still be on the way.
   return Now() - started_at_ >= kStartupGraceSeconds ? PeerStatus::kGone : PeerStatus::kStarting;
+}
+
+bool StageRunner::Unsent(uint32_t replica, uint64_t step) {
+  MutexLock lock(peers_mu_);
+  return std::find(unsent_.begin(), unsent_.end(), std::make_pair(replica, step)) != unsent_.end();
+}
+
+bool StageRunner::PeerSkippedMe(int stage, uint64_t step) {
+  const v1::StageAssignment& a = ctx_.assignment;
+  if (stage < 0 || stage >= a.stages_size() || !ctx_.channel) return false;
+  transport::Link* link = ctx_.channel(a.stages(stage).site());
+  if (link == nullptr) return false;
+  v1::JobCommand ping;
+  ping.set_job_id(a.job_id());
+  ping.set_kind(v1::JobCommand::KIND_PING);
+  ping.set_gossip_step(step + 1);
+  ping.set_gossip_replica(static_cast<uint32_t>(grid_.replica(stage_)));
+  const auto r = link->ControlJob(ping, 2);
+  return r.ok() && r->attempt() == attempt() && r->gossip_skipped();
 }
 
 StatusOr<float> StageRunner::ReplicaClipScale(uint64_t step, std::vector<double> sums) {

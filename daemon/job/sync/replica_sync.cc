@@ -103,6 +103,8 @@ Status ReplicaSync::Init() {
   so.file_env = o_.file_env;
   if (gossip()) {
     so.peer_status = o_.peer_status;
+    so.skipped_me = o_.skipped_me;
+    so.on_unsent = o_.on_unsent;
     so.removed = o_.removed;
     so.gossip_grace_seconds = 5 * o_.heartbeat_seconds;
     so.gossip_tracking = o_.sync.tracking;

@@ -87,6 +87,10 @@ struct ReplicaSyncOptions {
   // Gossip: how a peer stage stands (SyncExchangeOptions::peer_status), asked after five
   // heartbeats without its frames. Null: the rounds wait for every frame.
   std::function<PeerStatus(int stage)> peer_status;
+  // Gossip: SyncExchangeOptions::skipped_me and on_unsent (a sender that left a replica out of a
+  // round says so when asked). Null: neither.
+  std::function<bool(int stage, uint64_t step)> skipped_me;
+  std::function<void(int replica, uint64_t step)> on_unsent;
   // Gossip: a replica removed mid-attempt (SyncExchangeOptions::removed).
   std::function<bool(int replica)> removed;
   // Gossip: the link matrix round `round` draws its graph from (gossip_round.h: the

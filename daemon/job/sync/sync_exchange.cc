@@ -482,6 +482,7 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
       if (lost_[static_cast<size_t>(r)]) {
         if (StatusOf(d) != PeerStatus::kRunning) {
           unsent->push_back(r);
+          if (o_.on_unsent) o_.on_unsent(r, step);  // for its skipped_me, should it wait
           continue;
         }
         lost_[static_cast<size_t>(r)] = false;
@@ -564,15 +565,20 @@ bool SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
       }
     }
   }
+  const uint64_t step = wanted->empty() ? 0 : wanted->front().step;
   for (const auto& [replica, stage] : late) {
     const PeerStatus p = StatusOf(stage);
     unsure = unsure || p == PeerStatus::kStarting;
-    if (p != PeerStatus::kGone) continue;
+    // A running sender that left this replica out of the round (it found it lost: a link
+    // down between them while it sent) sends nothing more for it.
+    const bool skipped = p == PeerStatus::kRunning && o_.skipped_me && o_.skipped_me(stage, step);
+    if (p != PeerStatus::kGone && !skipped) continue;
     const int r = replica;  // (a lambda may not capture a structured binding before C++20's)
     std::erase_if(*wanted, [&](const TensorKey& key) {
       return static_cast<int>(key.microbatch - gossip_tag_) == r;
     });
     gossip_skipped_.push_back(r);
+    if (skipped) continue;  // running: not lost
     if (!lost_[static_cast<size_t>(r)]) ++gossip_losses_;
     lost_[static_cast<size_t>(r)] = true;
   }

@@ -83,6 +83,14 @@ struct SyncExchangeOptions {
   // replica found lost before, at once. Null: never asked; the exchange waits for every frame
   // until stopped.
   std::function<PeerStatus(int stage)> peer_status;
+  // Gossip: whether a running sender `stage` left this stage's replica out of the round after
+  // `step` (it found this replica lost then, with a link down between them, say), asked after
+  // peer_status says kRunning: that round goes on without its frames, which will not come.
+  // Null: never asked (a running sender's frames are waited for).
+  std::function<bool(int stage, uint64_t step)> skipped_me;
+  // Gossip: told of each replica this stage leaves out of a round (*unsent), with the round's
+  // step, for skipped_me's answers at the other end. Null: nobody is told.
+  std::function<void(int replica, uint64_t step)> on_unsent;
   // Gossip: whether a replica was removed from the job mid-attempt (no ping: the stage's own
   // record). Each exchange counts such a replica lost from its start: sent nothing (its share
   // stays here) and not waited for. Null: none is.
