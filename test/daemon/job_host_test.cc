@@ -144,6 +144,17 @@ TEST_CASE("the job host runs its coordinator's stage and authorizes every call",
   REQUIRE(ping.ok());
   CHECK(ping->running());
   CHECK(ping->attempt() == 1);
+  CHECK_FALSE(ping->gossip_skipped());
+  // A gossip peer's question, whether this stage left its replica out of a round: no (this
+  // stage syncs with no replica), whatever the step or replica named.
+  for (const uint64_t step : {uint64_t{1}, uint64_t{8}, UINT64_MAX}) {
+    v1::JobCommand asked = Command(v1::JobCommand::KIND_PING);
+    asked.set_gossip_step(step);
+    asked.set_gossip_replica(7);
+    auto answer = h.host->ControlJob(asked, "b");
+    REQUIRE(answer.ok());
+    CHECK_FALSE(answer->gossip_skipped());
+  }
   // A ping through this site (the coordinator cannot reach a site itself): the coordinator's
   // only, of another stage's site of the job; answered as the ping over this site's link
   // (unreachable here: the fake link answers nothing).

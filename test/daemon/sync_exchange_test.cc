@@ -781,7 +781,7 @@ TEST_CASE(
   CHECK(senders.empty());
   CHECK(unsent.empty());  // its own frame went: replica 1 is not lost
   CHECK(told.empty());
-  CHECK(g.link(0, 1).attempts() > 0);
+  CHECK(testing::WaitFor([&] { return g.link(0, 1).attempts() > 0; }, std::chrono::seconds(30)));
 }
 
 TEST_CASE("sync exchange: a replica removed from the job is neither sent to nor waited for") {

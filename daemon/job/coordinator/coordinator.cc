@@ -286,12 +286,17 @@ StatusOr<v1::JobCommandResponse> Coordinator::PingThrough(const std::string& sit
     if (other == site || other == env_.site) continue;
     if (++asked > 2) break;  // two sites that cannot reach it either: it is gone
     auto r = ControlSite(other, ask);
-    if (r.ok()) {
+    // Only an answer about the stage of this attempt (a site that runs no stage of the job
+    // answers empty): else the next site is asked.
+    if (r.ok() && r->attempt() == attempt &&
+        (r->running() || r->finished() || !r->error().empty())) {
       r->set_detail(other);  // who reached it
       return r;
     }
-    last = Status(r.status().code(),
-                  "through site '" + other + "': " + std::string(r.status().message()));
+    last = r.ok() ? absl::UnavailableError("through site '" + other + "': no stage of attempt " +
+                                           std::to_string(attempt) + " there")
+                  : Status(r.status().code(),
+                           "through site '" + other + "': " + std::string(r.status().message()));
   }
   return last;
 }

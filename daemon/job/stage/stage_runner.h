@@ -110,7 +110,7 @@ class StageRunner {
   void RemoveReplicas(std::span<const uint32_t> removed) ABSL_LOCKS_EXCLUDED(peers_mu_);
   // Gossip: whether this stage left `replica` out of the round after `step` (found it lost
   // then), for that replica's stage waiting for its frames (a peer's KIND_PING with
-  // gossip_step). Remembered for the last kUnsentKept such rounds.
+  // gossip_step). Remembered for the last kUnsentKept such rounds of each replica.
   bool Unsent(uint32_t replica, uint64_t step) ABSL_LOCKS_EXCLUDED(peers_mu_);
   static constexpr size_t kUnsentKept = 4096;
   // Gossip: the coordinator's link matrix `links`, epoch `epoch`, draws the rounds from
@@ -233,8 +233,8 @@ class StageRunner {
   Mutex peers_mu_;
   std::map<int, int> unanswered_pings_ ABSL_GUARDED_BY(peers_mu_);
   std::set<uint32_t> removed_replicas_ ABSL_GUARDED_BY(peers_mu_);
-  // Gossip: (replica, step) of the rounds this stage left a replica out of, oldest first.
-  std::deque<std::pair<uint32_t, uint64_t>> unsent_ ABSL_GUARDED_BY(peers_mu_);
+  // Gossip: by replica, the steps of the rounds this stage left it out of, oldest first.
+  std::map<uint32_t, std::deque<uint64_t>> unsent_ ABSL_GUARDED_BY(peers_mu_);
   // Gossip: the attempt's link matrices by round, and the latest round drawn (links_at).
   GossipLinkSchedule gossip_links_ ABSL_GUARDED_BY(peers_mu_);
   std::optional<uint64_t> drawn_round_ ABSL_GUARDED_BY(peers_mu_);

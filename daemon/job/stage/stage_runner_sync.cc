@@ -38,8 +38,9 @@ Status StageRunner::InitSync(uint64_t resume_step) {
     o.skipped_me = [this](int stage, uint64_t step) { return PeerSkippedMe(stage, step); };
     o.on_unsent = [this](int replica, uint64_t step) {
       MutexLock lock(peers_mu_);
-      unsent_.emplace_back(static_cast<uint32_t>(replica), step);
-      if (unsent_.size() > kUnsentKept) unsent_.pop_front();
+      std::deque<uint64_t>& steps = unsent_[static_cast<uint32_t>(replica)];
+      steps.push_back(step);
+      if (steps.size() > kUnsentKept) steps.pop_front();
     };
     // ...and sends nothing to, nor waits for, a replica removed from the job.
     o.removed = [this](int replica) {
@@ -205,7 +206,9 @@ PeerStatus StageRunner::PeerStatusOf(int stage) {
 
 bool StageRunner::Unsent(uint32_t replica, uint64_t step) {
   MutexLock lock(peers_mu_);
-  return std::find(unsent_.begin(), unsent_.end(), std::make_pair(replica, step)) != unsent_.end();
+  const auto it = unsent_.find(replica);
+  return it != unsent_.end() &&
+         std::find(it->second.begin(), it->second.end(), step) != it->second.end();
 }
 
 bool StageRunner::PeerSkippedMe(int stage, uint64_t step) {

@@ -482,7 +482,8 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
       if (lost_[static_cast<size_t>(r)]) {
         if (StatusOf(d) != PeerStatus::kRunning) {
           unsent->push_back(r);
-          if (o_.on_unsent) o_.on_unsent(r, step);  // for its skipped_me, should it wait
+          // Told for a round (the final average shares its step): for its skipped_me.
+          if (o_.on_unsent && tag == kGossipRoundTag) o_.on_unsent(r, step);
           continue;
         }
         lost_[static_cast<size_t>(r)] = false;
@@ -548,6 +549,37 @@ Status SyncExchange::Gossip(uint64_t step, uint32_t tag,
   return absl::OkStatus();
 }
 
+bool SyncExchange::NothingFrom(int replica) const {
+  const auto at = std::find(gossip_from_.begin(), gossip_from_.end(), replica);
+  if (at == gossip_from_.end()) return true;
+  const size_t i = static_cast<size_t>(at - gossip_from_.begin());
+  for (size_t k = 0; k < gossip_in_.size(); ++k) {
+    if (i < gossip_in_[k].size() && gossip_in_[k][i]) return false;
+    if (k < gossip_link_in_.size() && i < gossip_link_in_[k].size() && gossip_link_in_[k][i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SyncExchange::SkippedByAll(int replica, const std::vector<TensorKey>& wanted,
+                                uint64_t step) const {
+  std::set<int> stages;  // the replica's stages whose frames this round still waits for
+  for (const TensorKey& key : wanted) {
+    if (static_cast<int>(key.microbatch - gossip_tag_) != replica) continue;
+    for (const SyncRoute& route : o_.routes) {
+      if (static_cast<uint32_t>(route.slice.index) == key.tensor_id &&
+          static_cast<size_t>(replica) < route.source.size()) {
+        stages.insert(route.source[static_cast<size_t>(replica)]);
+      }
+    }
+  }
+  for (int stage : stages) {
+    if (!o_.skipped_me(stage, step)) return false;
+  }
+  return !stages.empty();
+}
+
 PeerStatus SyncExchange::StatusOf(int stage) const {
   return o_.peer_status ? o_.peer_status(stage) : PeerStatus::kRunning;
 }
@@ -570,8 +602,12 @@ bool SyncExchange::DropLostSenders(std::vector<TensorKey>* wanted) {
     const PeerStatus p = StatusOf(stage);
     unsure = unsure || p == PeerStatus::kStarting;
     // A running sender that left this replica out of the round (it found it lost: a link
-    // down between them while it sent) sends nothing more for it.
-    const bool skipped = p == PeerStatus::kRunning && o_.skipped_me && o_.skipped_me(stage, step);
+    // down between them while it sent) sends nothing more for it: each of its stages this
+    // round waits for says so, and none of its frames came (a round's, not the final
+    // average's, which shares the step).
+    const bool skipped = p == PeerStatus::kRunning && o_.skipped_me &&
+                         gossip_tag_ == kGossipRoundTag && NothingFrom(replica) &&
+                         SkippedByAll(replica, *wanted, step);
     if (p != PeerStatus::kGone && !skipped) continue;
     const int r = replica;  // (a lambda may not capture a structured binding before C++20's)
     std::erase_if(*wanted, [&](const TensorKey& key) {

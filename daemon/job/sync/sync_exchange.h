@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -224,6 +225,10 @@ class SyncExchange {
   void NoteUsage() ABSL_LOCKS_EXCLUDED(mu_);
   // peer_status of `stage` (kRunning without it).
   PeerStatus StatusOf(int stage) const;
+  // Gossip: whether no frame of `replica` came yet this exchange; whether every stage of it
+  // that `wanted` still waits for left this replica out of the round after `step` (skipped_me).
+  bool NothingFrom(int replica) const;
+  bool SkippedByAll(int replica, const std::vector<TensorKey>& wanted, uint64_t step) const;
   // The receiver's look at the senders it still waits for (gossip): the gone ones' keys out
   // of `wanted`, into gossip_skipped_. Whether one of those left is not known yet (kStarting).
   bool DropLostSenders(std::vector<TensorKey>* wanted);
