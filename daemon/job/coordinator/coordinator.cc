@@ -355,11 +355,11 @@ std::string Coordinator::CheckStages(bool* all_finished, std::vector<std::string
         AddEventLocked("site_unreachable", note);
         PersistLocked();
         reached_through_[site] = through;
-      } else if (through.empty() && it != reached_through_.end() && r.ok()) {
-        AddEventLocked("site_reachable", "site '" + site + "' answers the coordinator again");
-        PersistLocked();
-        reached_through_.erase(it);
       } else if (through.empty() && it != reached_through_.end()) {
+        if (r.ok()) {  // else nobody reaches it now: the check below says so
+          AddEventLocked("site_reachable", "site '" + site + "' answers the coordinator again");
+          PersistLocked();
+        }
         reached_through_.erase(it);
       }
     }

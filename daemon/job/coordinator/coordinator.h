@@ -162,6 +162,10 @@ class Coordinator {
   bool DropReplicas(const std::vector<std::string>& lost, const std::string& problem)
       ABSL_LOCKS_EXCLUDED(mu_);
   void MaybeRejoin() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether dropped replica `r` rejoins by itself (MaybeRejoin): not `removed` (`longhaul job
+  // remove-site`, until add-site names its sites again) and not failed to rejoin too often.
+  bool MayRejoinLocked(uint32_t r, const ReplicaList& removed) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gossip: when a link's rate moved since the running attempt's matrix was drawn (checked
   // every env_.gossip_links_check_seconds of a healthy attempt), every live stage is told the
   // new matrix for the rounds from kGossipLinksLeadRounds past the furthest one's

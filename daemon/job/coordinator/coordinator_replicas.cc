@@ -149,6 +149,12 @@ bool Coordinator::AdoptRunningAttempt() {
   return true;
 }
 
+bool Coordinator::MayRejoinLocked(uint32_t r, const ReplicaList& removed) const {
+  const auto f = rejoin_failures_.find(r);
+  return !Contains(removed, static_cast<int>(r)) &&
+         (f == rejoin_failures_.end() || f->second < kMaxRejoinFailures);
+}
+
 void Coordinator::MaybeRejoin() {
   std::vector<std::pair<uint32_t, std::vector<std::string>>> candidates;  // replica, its sites
   v1::JobCommand ping;
@@ -165,11 +171,7 @@ void Coordinator::MaybeRejoin() {
     const StageGrid grid = GridLocked();
     const ReplicaList removed = RemovedLocked();
     for (uint32_t r : record_.dropped_replicas()) {
-      // Out: removed (`longhaul job remove-site`, until add-site names its sites again), or
-      // failed to rejoin too often.
-      if (Contains(removed, static_cast<int>(r)) || rejoin_failures_[r] >= kMaxRejoinFailures) {
-        continue;
-      }
+      if (!MayRejoinLocked(r, removed)) continue;
       std::vector<std::string> sites;
       for (int p = 0; p < grid.stages(static_cast<int>(r)); ++p) {
         sites.push_back(record_.stages(grid.flat(static_cast<int>(r), p)).site());

@@ -143,11 +143,7 @@ void Coordinator::NoteCommittedLocked(uint64_t committed) {
   // A join, a comeback or a rejoin waits for a commit: made at once, fewer steps are redone.
   bool waiting = record_.joining_sites_size() > 0;
   const ReplicaList removed = RemovedLocked();
-  for (uint32_t r : record_.dropped_replicas()) {
-    const auto f = rejoin_failures_.find(r);
-    waiting = waiting || (!Contains(removed, static_cast<int>(r)) &&
-                          (f == rejoin_failures_.end() || f->second < kMaxRejoinFailures));
-  }
+  for (uint32_t r : record_.dropped_replicas()) waiting = waiting || MayRejoinLocked(r, removed);
   if (waiting) {
     look_now_ = true;
     cv_.notify_all();

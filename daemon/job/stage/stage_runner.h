@@ -165,6 +165,9 @@ class StageRunner {
   // Gossip: whether running stage `stage` left this stage's replica out of the round after
   // `step` (asked of its site: JobCommand.gossip_step).
   bool PeerSkippedMe(int stage, uint64_t step);
+  // KIND_PING of stage `stage`'s site (2 s at most), with `gossip_step` (PeerSkippedMe's
+  // question; 0: none). NotFound when it has no link.
+  StatusOr<v1::JobCommandResponse> PingStage(int stage, uint64_t gossip_step = 0);
   static constexpr int kPingsToGone = 3;
   static constexpr double kStartupGraceSeconds = 120;
   // Gossip: the clipping scale of this stage's replica from its stages' gradient sums

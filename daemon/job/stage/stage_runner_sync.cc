@@ -176,22 +176,13 @@ Status StageRunner::SetGossipLinks(uint32_t epoch, uint64_t from_round, std::vec
 }
 
 PeerStatus StageRunner::PeerStatusOf(int stage) {
-  const v1::StageAssignment& a = ctx_.assignment;
   if (stage >= 0 && stage < grid_.size()) {
     MutexLock lock(peers_mu_);
     if (removed_replicas_.count(static_cast<uint32_t>(grid_.replica(stage))) > 0) {
       return PeerStatus::kGone;
     }
   }
-  StatusOr<v1::JobCommandResponse> r = absl::NotFoundError("no link");
-  if (stage >= 0 && stage < a.stages_size() && ctx_.channel) {
-    if (transport::Link* link = ctx_.channel(a.stages(stage).site())) {
-      v1::JobCommand ping;
-      ping.set_job_id(a.job_id());
-      ping.set_kind(v1::JobCommand::KIND_PING);
-      r = link->ControlJob(ping, 2);
-    }
-  }
+  const StatusOr<v1::JobCommandResponse> r = PingStage(stage);
   MutexLock lock(peers_mu_);
   int& unanswered = unanswered_pings_[stage];
   if (!r.ok()) return ++unanswered >= kPingsToGone ? PeerStatus::kGone : PeerStatus::kStarting;
@@ -211,17 +202,24 @@ bool StageRunner::Unsent(uint32_t replica, uint64_t step) {
          std::find(it->second.begin(), it->second.end(), step) != it->second.end();
 }
 
-bool StageRunner::PeerSkippedMe(int stage, uint64_t step) {
+StatusOr<v1::JobCommandResponse> StageRunner::PingStage(int stage, uint64_t gossip_step) {
   const v1::StageAssignment& a = ctx_.assignment;
-  if (stage < 0 || stage >= a.stages_size() || !ctx_.channel) return false;
-  transport::Link* link = ctx_.channel(a.stages(stage).site());
-  if (link == nullptr) return false;
+  transport::Link* link = stage >= 0 && stage < a.stages_size() && ctx_.channel
+                              ? ctx_.channel(a.stages(stage).site())
+                              : nullptr;
+  if (link == nullptr) return absl::NotFoundError("no link");
   v1::JobCommand ping;
   ping.set_job_id(a.job_id());
   ping.set_kind(v1::JobCommand::KIND_PING);
-  ping.set_gossip_step(step + 1);
-  ping.set_gossip_replica(static_cast<uint32_t>(grid_.replica(stage_)));
-  const auto r = link->ControlJob(ping, 2);
+  if (gossip_step > 0) {
+    ping.set_gossip_step(gossip_step);
+    ping.set_gossip_replica(static_cast<uint32_t>(grid_.replica(stage_)));
+  }
+  return link->ControlJob(ping, 2);
+}
+
+bool StageRunner::PeerSkippedMe(int stage, uint64_t step) {
+  const auto r = PingStage(stage, step + 1);
   return r.ok() && r->attempt() == attempt() && r->gossip_skipped();
 }
 
